@@ -1,0 +1,137 @@
+"""Every exception the runtime raises. Launch-contract errors are raised before anything is submitted.
+
+The C++ validator (cpp/include/kernelbridge/contract.hpp) reports an error *code*; `ERROR_CLASSES`
+maps each code to its class here, so C++ and Python agree on one taxonomy.
+"""
+from __future__ import annotations
+
+
+class LaunchContractError(ValueError):
+    """A launch was refused: nothing was launched and no buffer was touched."""
+
+    def __init__(self, message: str, *, kernel: str | None = None, arg: int | None = None,
+                 arg_name: str | None = None) -> None:
+        super().__init__(message)
+        self.kernel = kernel
+        self.arg = arg
+        self.arg_name = arg_name
+
+
+class ArgumentCountError(LaunchContractError, TypeError):
+    pass
+
+
+class ArgumentKindError(LaunchContractError, TypeError):
+    """An array was given where a scalar was declared, or the reverse, or an unusable object."""
+
+
+class DTypeError(LaunchContractError, TypeError):
+    pass
+
+
+class NdimError(LaunchContractError):
+    pass
+
+
+class ShapeRelationError(LaunchContractError):
+    """A `requires=` relation between arguments does not hold."""
+
+
+class LayoutError(LaunchContractError):
+    """Strides do not match the declared layout (C/F contiguous)."""
+
+
+class AlignmentError(LaunchContractError):
+    pass
+
+
+class ReadOnlyError(LaunchContractError):
+    pass
+
+
+class AliasingError(LaunchContractError):
+    """A writable argument overlaps another argument and the pair is not declared in-place."""
+
+
+class DeviceMismatchError(LaunchContractError):
+    """Host memory where device memory is needed, or memory of another device."""
+
+
+class ScalarRangeError(LaunchContractError, OverflowError):
+    pass
+
+
+class BlockSizeError(LaunchContractError):
+    pass
+
+
+class GridSizeError(LaunchContractError):
+    pass
+
+
+class SharedMemoryError(LaunchContractError):
+    pass
+
+
+class ComputeCapabilityError(LaunchContractError):
+    pass
+
+
+class ContractDefinitionError(LaunchContractError):
+    """The contract itself is malformed (bad JSON, unknown name in a relation, ...)."""
+
+
+class MissingContractError(LaunchContractError):
+    """The kernel has no contract: only `bridge.unsafe_launch` may launch it."""
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed; the message names the call and the driver's error name."""
+
+    def __init__(self, call: str, code: int, name: str = "", text: str = "") -> None:
+        self.call, self.code, self.name = call, code, name
+        super().__init__(f"{call} failed: {name or code}" + (f" ({text})" if text else ""))
+
+
+class NoDeviceError(RuntimeError):
+    """No CUDA driver or no CUDA device on this machine."""
+
+
+class KernelFault(RuntimeError):
+    """A device-side safety check failed in a kernel (reported at the next synchronisation)."""
+
+    def __init__(self, message: str, *, kernel: str = "", array: str = "", index: int = -1,
+                 extent: int = -1, file: str = "", line: int = 0) -> None:
+        super().__init__(message)
+        self.kernel, self.array, self.index, self.extent = kernel, array, index, extent
+        self.file, self.line = file, line
+
+
+# Order matches kb::ErrorCode in cpp/include/kernelbridge/contract.hpp (index = code).
+ERROR_CLASSES: tuple[type[LaunchContractError] | None, ...] = (
+    None,                      # ok
+    ArgumentCountError,
+    ArgumentKindError,
+    DTypeError,
+    NdimError,
+    ShapeRelationError,
+    LayoutError,
+    AlignmentError,
+    ReadOnlyError,
+    AliasingError,
+    DeviceMismatchError,
+    ScalarRangeError,
+    BlockSizeError,
+    GridSizeError,
+    SharedMemoryError,
+    ComputeCapabilityError,
+    ContractDefinitionError,
+    MissingContractError,
+)
+
+
+def contract_error(code: int, message: str, kernel: str | None = None, arg: int | None = None,
+                   arg_name: str | None = None) -> LaunchContractError:
+    """Build the exception for a validator error code (used by the native extension)."""
+    cls = ERROR_CLASSES[code] if 0 < code < len(ERROR_CLASSES) else LaunchContractError
+    return cls(message, kernel=kernel, arg=arg, arg_name=arg_name)

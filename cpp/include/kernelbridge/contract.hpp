@@ -1,0 +1,131 @@
+// kernelbridge: THE launch-contract model and validator.
+//
+// Header only, no Python and no CUDA dependency, so the same checks run in the Python runtime (bound
+// through pybind11 in bridge._native), in AOT-generated C++ launchers and in user C++ code.
+// Schema and validation order: docs/architecture.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernelbridge/array_view.hpp"
+
+namespace kb {
+
+enum class ErrorCode : int32_t {
+  ok = 0,
+  argument_count,
+  argument_kind,
+  dtype,
+  ndim,
+  shape_relation,
+  layout,
+  alignment,
+  readonly,
+  aliasing,
+  device_mismatch,
+  scalar_range,
+  block_size,
+  grid_size,
+  shared_memory,
+  compute_capability,
+  contract_definition,
+  missing_contract,
+};
+
+enum class ArgKind : uint8_t { array, scalar };
+enum class Layout : uint8_t { any, c_contig, f_contig };
+enum class Access : uint8_t { read, write, readwrite };
+enum class Abi : uint8_t { pointer, view };
+
+struct ArgSpec {
+  std::string name;
+  ArgKind kind = ArgKind::array;
+  DType dtype = DType::any;
+  int ndim = -1;
+  Layout layout = Layout::any;
+  int align = 0;                  // bytes; 0 = itemsize
+  Access access = Access::read;
+  Abi abi = Abi::pointer;
+  bool writable() const { return access != Access::read; }
+};
+
+struct Relation;                   // parsed `requires` expression (defined below the API)
+
+struct LaunchContract {
+  std::string kernel;
+  int domain = 1;
+  bool block_exact = false;
+  int block[3] = {0, 0, 0};       // when block_exact
+  int max_threads = 0;            // launch bounds; 0 = none
+  bool smem_exact = true;
+  int64_t smem = 0;               // exact bytes, or max bytes when !smem_exact
+  int min_cc = 0;
+  std::vector<ArgSpec> args;
+  std::vector<std::string> requires_text;
+  std::vector<std::shared_ptr<Relation>> requires;
+  std::vector<std::pair<int, int>> inplace;    // arg indices
+  int grid_from_arg = -1;                      // -1 = grid must be given
+  int per_thread[3] = {1, 1, 1};
+  bool has_fault_buffer = false;
+};
+
+// One launch argument as the validator sees it.
+struct ArgValue {
+  ArgKind kind = ArgKind::scalar;
+  ArrayView array;                 // when kind == array
+  // scalars: the Python value's category and payload (before conversion to the declared dtype)
+  enum class ScalarKind : uint8_t { none, boolean, integer, floating } scalar_kind = ScalarKind::none;
+  int64_t i = 0;                   // integer (or bool) value when it fits int64
+  uint64_t u = 0;                  // for u64 values above INT64_MAX: is_big_unsigned
+  bool is_big_unsigned = false;
+  double f = 0.0;
+  DType scalar_dtype = DType::invalid;  // when the value came typed (NumPy scalar); invalid for Python int/float
+  const char* type_name = "";      // Python type name, for messages
+};
+
+struct DeviceLimits {
+  int device_id = 0;
+  int cc = 0;                      // major*10+minor
+  int max_threads_per_block = 1024;
+  int max_block[3] = {1024, 1024, 64};
+  int64_t max_grid[3] = {2147483647, 65535, 65535};
+  int64_t smem_per_block = 49152;
+  int64_t smem_per_block_optin = 49152;
+  int sm_count = 0;
+};
+
+struct FuncAttrs {
+  int max_threads_per_block = 1024;
+  int64_t static_smem = 0;
+  int num_regs = 0;
+  int64_t max_dynamic_smem = 49152;  // current CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+};
+
+struct LaunchConfig {
+  int64_t grid[3] = {0, 0, 0};     // all zero = derive from the contract's grid_from
+  int block[3] = {0, 0, 0};        // all zero = contract's exact block, else min(max_threads, 256)
+  int64_t smem = 0;
+};
+
+struct Error {
+  ErrorCode code = ErrorCode::ok;
+  int arg = -1;                    // argument position, -1 when not about one argument
+  std::string message;             // complete message: "kernel: argument 'x' (#1): expected ..., got ..."
+  explicit operator bool() const { return code != ErrorCode::ok; }
+};
+
+// Parse the JSON text of docs/architecture.md. On failure returns code contract_definition.
+Error parse_contract(const std::string& json, LaunchContract& out);
+std::string contract_to_json(const LaunchContract& c);
+
+// Validate a launch. Fills `cfg` in place with the resolved grid/block (derivation) on success.
+Error validate(const LaunchContract& c, const ArgValue* args, int nargs, LaunchConfig& cfg,
+               const DeviceLimits& dev, const FuncAttrs& fn);
+
+}  // namespace kb
+
+#include "kernelbridge/detail/contract_impl.hpp"

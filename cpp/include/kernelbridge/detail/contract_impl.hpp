@@ -1,0 +1,2 @@
+// TEMPORARY until the contract part lands (replace this whole file).
+#pragma once

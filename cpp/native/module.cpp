@@ -1,0 +1,10 @@
+// bridge._native: the parts of the runtime that must be fast or shared with C++ (see docs/architecture.md).
+#include "native.hpp"
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "kernelbridge native runtime: contract validator, array intake, launch hot path";
+  kb::native::register_contract(m);
+  kb::native::register_arrays(m);
+  kb::native::register_driver(m);
+  kb::native::register_launch(m);
+}
