@@ -1,0 +1,68 @@
+// The ONE array-intake path of kernelbridge (docs/architecture.md "Array views").
+//
+// Why one path: the launcher (hot path) and bridge.asarray must read bridge.Array, CuPy, PyTorch, any
+// DLPack producer and any CUDA-Array-Interface producer the same way, zero-copy, with the same errors.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernelbridge/array_view.hpp"
+
+namespace kb::native {
+
+struct IntakeInfo {
+  pybind11::object keepalive;    // what must stay referenced while the view is used (obj, or a capsule owner)
+  bool has_producer_stream = false;
+  uint64_t producer_stream = 0;  // raw CUstream handle where the producer may still have work
+};
+
+// Per-launch memo: the current CuPy / torch streams are looked up at most once per device per launch.
+// Create one on the stack for one launch (all arguments) and pass it to every intake() call.
+struct IntakeMemo {
+  static constexpr int kSlots = 8;
+  int cupy_dev[kSlots];  uint64_t cupy_stream[kSlots];  int n_cupy = 0;
+  int torch_dev[kSlots]; uint64_t torch_stream[kSlots]; int n_torch = 0;
+};
+
+// The C++ object behind bridge.Array (_native.ArrayBase): a view plus what keeps its memory alive.
+struct ArrayBase {
+  kb::ArrayView view;
+  pybind11::object owner;        // allocation, producer object or DLPack owner capsule (None: unowned)
+  bool has_stream = false;       // stream the data was last produced on, when known
+  uint64_t stream = 0;
+};
+
+// true: obj is array-like and `view` is filled. false: obj is not array-like (the caller treats it as a
+// scalar). Throws pybind11::error_already_set (bridge.errors.DTypeError, ValueError, BufferError,
+// TypeError) for malformed producers. consumer_stream: the raw stream the caller will use, passed to
+// __dlpack__(stream=...) (0 is sent as 1 = legacy default); -1 = do not synchronise.
+bool intake(PyObject* obj, kb::ArrayView& view, IntakeInfo& info, int64_t consumer_stream,
+            IntakeMemo* memo = nullptr);
+
+// The pybind11 type object of ArrayBase (set by register_arrays); nullptr before registration.
+PyTypeObject* array_base_type();
+
+// CAI gives no device id: the driver part may install a resolver (pointer -> device ordinal, -1 if
+// unknown). Without one, CAI views report device_id -1 and bridge.asarray resolves it in Python.
+using PointerDeviceFn = int (*)(uint64_t ptr);
+void set_pointer_device_resolver(PointerDeviceFn fn);
+
+// DLPack dtype mapping (codes from the vendored dlpack.h). dtype_from_dlpack returns DType::invalid
+// for anything unsupported (including lanes != 1).
+kb::DType dtype_from_dlpack(uint8_t code, uint8_t bits, uint16_t lanes);
+bool dtype_to_dlpack(kb::DType t, uint8_t& code, uint8_t& bits);
+// NumPy/CAI typestr ("<f4", "|b1", ...) -> DType; invalid when unknown or non-native byte order.
+kb::DType dtype_from_typestr(const char* s);
+const char* dtype_typestr(kb::DType t);  // nullptr when the type has no typestr (bf16, float8, ...)
+
+// Raise a class of bridge.errors (e.g. "DTypeError") with `message`.
+[[noreturn]] void raise_bridge_error(const char* cls, const std::string& message);
+
+// DLPack export (dlpack_export.cpp): a "dltensor_versioned" or legacy "dltensor" capsule of `array`
+// (an ArrayBase instance) whose manager_ctx keeps `array` alive until the consumer's deleter runs.
+pybind11::capsule make_dlpack_capsule(pybind11::handle array, bool versioned, bool readonly_flag);
+
+}  // namespace kb::native
