@@ -1,0 +1,142 @@
+"""`python -m dsl compile path.py::kernel --arch sm_90 [--sig "f32[:],f32[:],f32[::1]"] [-o out.ptx]`
+
+Compiles one @simt.kernel offline (no GPU needed) and prints the PTX (or writes it to -o) followed by
+the resource usage ptxas reports (registers, spills, shared memory) on stderr.
+
+Signature syntax (one entry per parameter, in order): a scalar dtype (`f32`, `i64`, `bool`, ...) or an
+array `dtype[...]` with one `:` per axis; `::1` on the last axis means C-contiguous; a trailing `@16`
+means the data pointer is 16-byte aligned (e.g. `f32[::1]@16`). Whether an array is an Array or a
+DisjointSlice comes from the kernel's annotations. Without --sig, every array is taken as
+C-contiguous and 16-byte aligned (what a freshly allocated array gives).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+_ARRAY = re.compile(r"^(\w+)\[([:,\s1]*)\](@16)?$")
+
+
+class CliError(Exception):
+    """A usage mistake; printed as `error: ...` with exit status 2."""
+
+
+def load_kernel(spec: str) -> Any:
+    """'path/to/file.py::name' -> the kernel object defined there."""
+    if "::" not in spec:
+        raise CliError(f"expected FILE.py::KERNEL, got {spec!r}")
+    path_s, name = spec.rsplit("::", 1)
+    path = Path(path_s)
+    if not path.is_file():
+        raise CliError(f"no such file: {path}")
+    mod_name = f"_kb_cli_{path.stem}"
+    mod_spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.modules[mod_name] = module
+    sys.path.insert(0, str(path.parent.resolve()))
+    mod_spec.loader.exec_module(module)
+    if not hasattr(module, name):
+        raise CliError(f"{path} defines no {name!r}")
+    kernel = getattr(module, name)
+    if not hasattr(kernel, "pyfunc") or not hasattr(kernel, "options"):
+        raise CliError(f"{name!r} in {path} is not a @simt.kernel")
+    return kernel
+
+
+def parse_sig(text: str, annotations: list) -> list:
+    """Parse --sig against the kernel's parameter annotations into IR types."""
+    from dsl.ir.types import SCALARS, ArrayType
+    aliases = {"boolean": "bool", "float32": "f32", "float64": "f64", "float16": "f16",
+               "bfloat16": "bf16"}
+    parts = [p.strip() for p in re.split(r",(?![^\[]*\])", text) if p.strip()]
+    if len(parts) != len(annotations):
+        raise CliError(f"--sig gives {len(parts)} types but the kernel has {len(annotations)} parameters")
+    out = []
+    for part, ann in zip(parts, annotations):
+        m = _ARRAY.match(part)
+        name = aliases.get(m.group(1) if m else part, m.group(1) if m else part)
+        if name not in SCALARS:
+            raise CliError(f"--sig: unknown dtype {name!r} in {part!r}; one of {', '.join(SCALARS)}")
+        if m is None:
+            if ann.kind == "array":
+                raise CliError(f"--sig: parameter {ann.name!r} is an array, got scalar {part!r}")
+            out.append(SCALARS[name])
+            continue
+        if ann.kind != "array":
+            raise CliError(f"--sig: parameter {ann.name!r} is a scalar, got array {part!r}")
+        axes = [a.strip() for a in m.group(2).split(",")]
+        layout = "C" if axes[-1] == "::1" else "any"
+        out.append(ArrayType(SCALARS[name], len(axes), writable=ann.writable, layout=layout,
+                             aligned16=bool(m.group(3))))
+    return out
+
+
+def default_sig(annotations: list) -> list:
+    from dsl.ir.types import ArrayType
+    out = []
+    for ann in annotations:
+        if ann.is_generic:
+            raise CliError(f"parameter {ann.name!r} has a generic dtype: give --sig")
+        if ann.kind == "array":
+            out.append(ArrayType(ann.dtype, ann.ndim, writable=ann.writable, layout="C", aligned16=True))
+        else:
+            out.append(ann.dtype)
+    return out
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from dsl.backend.ptxas import PtxasNotFound, assemble
+    from dsl.compiler import compile_kernel
+    kernel = load_kernel(args.target)
+    anns = kernel.annotations
+    sig = parse_sig(args.sig, anns) if args.sig else default_sig(anns)
+    ck = compile_kernel(kernel.pyfunc, sig, kernel.options, args.arch, dump=args.dump,
+                        cache=not args.no_cache)
+    if args.output:
+        Path(args.output).write_text(ck.ptx)
+    else:
+        sys.stdout.write(ck.ptx)
+    print(f"// kernel {ck.name} for {args.arch}; signature ({', '.join(map(repr, sig))}); "
+          f"cache: {ck.metadata.get('cache')}", file=sys.stderr)
+    try:
+        usages, _ = assemble(ck.ptx, args.arch)
+    except PtxasNotFound as e:
+        print(f"// resource usage unavailable: {e}", file=sys.stderr)
+        return 0
+    for u in usages:
+        print(f"// ptxas {u.arch} {u.kernel}: {u.registers} registers, {u.spill_stores} bytes spill "
+              f"stores, {u.spill_loads} bytes spill loads, {u.stack_frame} bytes stack, "
+              f"{u.shared_bytes} bytes shared, {u.barriers} barriers", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dsl", description="kernelbridge DSL tools")
+    sub = ap.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compile", help="compile a @simt.kernel to PTX and show its resource usage")
+    c.add_argument("target", help="FILE.py::KERNEL")
+    c.add_argument("--arch", default="sm_90", help="sm_80, sm_86, sm_89, sm_90, sm_100, ...")
+    c.add_argument("--sig", help='parameter types, e.g. "f32[::1]@16,f32[:],i64"')
+    c.add_argument("-o", "--output", help="write the PTX here instead of stdout")
+    c.add_argument("--dump", help="comma-separated stages to dump to stderr (frontend, ir, llvm_ir, "
+                                  "optimize, ptx, all)")
+    c.add_argument("--no-cache", action="store_true", help="bypass the disk cache")
+    args = ap.parse_args(argv)
+    from dsl.backend.target import TargetError
+    from dsl.errors import DslCompileError
+    try:
+        return cmd_compile(args)
+    except (CliError, TargetError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except DslCompileError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The LLVM half of the pipeline: typed IR -> LLVM IR text -> optimised module -> PTX text.
+
+Each step is a plain function so dsl/compiler.py can run, dump, or start from any of them.
+"""
+from __future__ import annotations
+
+from dsl.backend.builder import BuildOptions, ModuleBuilder
+from dsl.backend.libdevice import link_libdevice
+from dsl.backend.target import initialise_llvm, parse_arch, target_machine
+from dsl.ir import nodes as N
+
+
+class LlvmIR(str):
+    """LLVM IR text plus the symbols that must stay external (kernel, exported functions)."""
+    keep: frozenset[str]
+
+    def __new__(cls, text: str, keep: frozenset[str]):
+        obj = super().__new__(cls, text)
+        obj.keep = keep
+        return obj
+
+
+def to_llvm_ir(fn: N.Function, options: BuildOptions) -> LlvmIR:
+    mb = ModuleBuilder(fn, options)
+    module = mb.build()
+    return LlvmIR(str(module), frozenset(mb.keep))
+
+
+def optimize(llvm_ir: LlvmIR, arch: str | int):
+    """Parse + verify, link libdevice if used, run the -O3 new-pass-manager pipeline for `arch`."""
+    import llvmlite.binding as llvm
+    initialise_llvm()
+    tm = target_machine(parse_arch(arch))
+    mod = llvm.parse_assembly(str(llvm_ir))
+    mod.verify()
+    mod.data_layout = str(tm.target_data)
+    link_libdevice(mod, set(getattr(llvm_ir, "keep", ())))
+    pto = llvm.PipelineTuningOptions(speed_level=3)
+    pb = llvm.PassBuilder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    mod.verify()
+    return mod
+
+
+def emit_ptx(module, arch: str | int) -> str:
+    return target_machine(parse_arch(arch)).emit_assembly(module)

@@ -1,0 +1,73 @@
+"""Locate libdevice and link only the `__nv_*` functions a module uses.
+
+libdevice is the bitcode library nvcc links for CUDA's math functions, so linking it gives CUDA's
+accuracy. It is parsed only for modules that call `__nv_*` (about 50 ms); after `link_in` every function
+that is neither a kernel nor exported is made internal, so -O3 inlines the used ones and drops the rest.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+from pathlib import Path
+
+REL = Path("nvvm") / "libdevice" / "libdevice.10.bc"
+
+
+class LibdeviceNotFound(FileNotFoundError):
+    """No libdevice.10.bc was found; the message lists where we looked and how to point at one."""
+
+
+def _candidates() -> list[Path]:
+    roots: list[Path] = []
+    for var in ("KB_LIBDEVICE",):
+        if os.environ.get(var):
+            return [Path(os.environ[var])]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            roots.append(Path(os.environ[var]))
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.append(Path(nvcc).resolve().parent.parent)
+    roots.append(Path("/usr/local/cuda"))
+    try:   # the pip wheel nvidia-cuda-nvcc ships nvvm/libdevice too
+        import nvidia.cuda_nvcc as pkg  # type: ignore[import-not-found]
+        roots.extend(Path(p) for p in pkg.__path__)
+    except ImportError:
+        pass
+    return [r / REL for r in roots]
+
+
+@functools.lru_cache(maxsize=1)      # explicit cache: the location does not change within a process
+def find_libdevice() -> Path:
+    tried = _candidates()
+    for path in tried:
+        if path.is_file():
+            return path
+    raise LibdeviceNotFound("libdevice.10.bc not found; looked at " + ", ".join(map(str, tried)) +
+                            ". Set KB_LIBDEVICE or CUDA_HOME to your CUDA toolkit.")
+
+
+@functools.lru_cache(maxsize=1)
+def _bitcode() -> bytes:
+    return find_libdevice().read_bytes()
+
+
+def uses_libdevice(module) -> bool:
+    """True when the llvmlite binding module declares any `__nv_*` function."""
+    return any(f.is_declaration and f.name.startswith("__nv_") for f in module.functions)
+
+
+def link_libdevice(module, keep: set[str]) -> None:
+    """Link libdevice into `module` (llvmlite binding ModuleRef) and internalise all functions not in
+    `keep` (kernels and exported device functions), so unused ones are removed by -O3."""
+    import llvmlite.binding as llvm
+    if not uses_libdevice(module):
+        return
+    lib = llvm.parse_bitcode(_bitcode())
+    lib.triple = module.triple
+    lib.data_layout = module.data_layout
+    module.link_in(lib)
+    for fn in module.functions:
+        if not fn.is_declaration and fn.name not in keep:
+            fn.linkage = "internal"

@@ -1,0 +1,263 @@
+"""Memory accesses (mixed into ModuleBuilder): addressing, bounds checks, the fault path, guarded and
+chunked regions, atomics, shared memory, get_mut slots.
+
+Addresses: ptr + sum(idx_k * stride_k) elements for layout "any"; row-major offsets from the extents for
+layout "C" and shared memory (the strides are then never read). A bounds check is one unsigned compare
+per axis (`idx <u extent` also rejects negative indices). A failed check in a `check="fault"` access
+claims the fault record with `atom.cas 0 -> 1`, writes site/index/extent, and ends the thread with PTX
+`exit` (never `trap`, which would poison the context).
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from dsl.backend import intrinsics as X
+from dsl.backend import lltypes as T
+from dsl.backend.values import ArrayVal, SlotVal
+from dsl.ir import nodes as N
+from dsl.ir.types import ArrayType, ChunkType, ScalarType
+
+# struct { u32 flag; u32 site; i64 index; i64 extent; } — see docs/architecture.md
+FAULT_SITE_OFFSET, FAULT_INDEX_OFFSET, FAULT_EXTENT_OFFSET = 4, 8, 16
+DYNAMIC_SMEM_SYMBOL = "__kb_dynamic_smem"
+
+
+class MemoryMixin:
+    # ------------------------------------------------------------------ addressing
+    def element_ptr(self, arr: ArrayVal, idx: list[ir.Value]) -> ir.Value:
+        b = self.st.b
+        if arr.type.layout == "C" or arr.type.space == "shared":
+            off = idx[0]
+            for i, e in zip(idx[1:], arr.extents[1:]):
+                off = b.add(b.mul(off, e), i)
+        else:
+            off = b.mul(idx[0], arr.strides[0])
+            for i, s in zip(idx[1:], arr.strides[1:]):
+                off = b.add(off, b.mul(i, s))
+        return b.gep(arr.ptr, [off], inbounds=True, source_etype=T.memory(arr.type.dtype))
+
+    def in_range(self, arr: ArrayVal, idx: list[ir.Value]) -> ir.Value:
+        b = self.st.b
+        ok = ir.Constant(T.I1, 1)
+        for i, e in zip(idx, arr.extents):
+            ok = b.and_(ok, b.icmp_unsigned("<", i, e))
+        return ok
+
+    def is_known(self, arr: ArrayVal, indices: list[N.Expr]) -> bool:
+        """Inside a chunk fast path the owned index is proven in range for the chunked array."""
+        return len(indices) == 1 and isinstance(indices[0], N.ReadVar) \
+            and (arr.key, indices[0].var) in self.st.known
+
+    def _likely(self, br) -> None:
+        md = self.module.add_metadata([ir.MetaDataString(self.module, "branch_weights"),
+                                       ir.Constant(T.I32, 2000), ir.Constant(T.I32, 1)])
+        br.set_metadata("prof", md)
+
+    def check_or_fault(self, arr: ArrayVal, idx: list[ir.Value], site: int) -> None:
+        b = self.st.b
+        for k, (i, e) in enumerate(zip(idx, arr.extents)):
+            ok_bb, fail_bb = self.new_block(f"site{site}.ok{k}"), self.new_block(f"site{site}.fault{k}")
+            self._likely(b.cbranch(b.icmp_unsigned("<", i, e), ok_bb, fail_bb))
+            b.position_at_end(fail_bb)
+            self.fault(site, i, e)
+            b.position_at_end(ok_bb)
+
+    def fault(self, site: int, index: ir.Value, extent: ir.Value) -> None:
+        """Record the first fault of the launch (if this function can reach the record) and exit."""
+        b = self.st.b
+        rec = self.st.fault_record
+        if rec is not None:
+            old = b.cmpxchg(rec, ir.Constant(T.I32, 0), ir.Constant(T.I32, 1), "monotonic", "monotonic")
+            won, done = self.new_block("fault.write"), self.new_block("fault.exit")
+            b.cbranch(b.extract_value(old, 1), won, done)
+            b.position_at_end(won)
+            for off, val in ((FAULT_SITE_OFFSET, ir.Constant(T.I32, site)),
+                             (FAULT_INDEX_OFFSET, index), (FAULT_EXTENT_OFFSET, extent)):
+                p = b.gep(rec, [ir.Constant(T.I64, off)], source_etype=T.I8)
+                b.store(val, p, align=val.type.width // 8)
+            b.branch(done)
+            b.position_at_end(done)
+        fn = self.declare(X.EXIT, T.VOID, [])
+        fn.attributes.add("noreturn")
+        fn.attributes.add("nounwind")
+        b.call(fn, [])
+        b.unreachable()
+
+    # ------------------------------------------------------------------ loads and stores
+    def load_elem(self, arr: ArrayVal, idx: list[ir.Value]) -> ir.Value:
+        b = self.st.b
+        dt = arr.type.dtype
+        ld = b.load(self.element_ptr(arr, idx), typ=T.memory(dt), align=dt.itemsize)
+        if arr.invariant and self.opts.invariant_loads:
+            if self._invariant_md is None:
+                self._invariant_md = self.module.add_metadata([])
+            ld.set_metadata("invariant.load", self._invariant_md)
+        if dt.kind == "bool":
+            return b.icmp_unsigned("!=", ld, ir.Constant(T.I8, 0))
+        return ld
+
+    def store_elem(self, arr: ArrayVal, idx: list[ir.Value], val: ir.Value) -> None:
+        dt = arr.type.dtype
+        if dt.kind == "bool":
+            val = self.st.b.zext(val, T.I8)
+        self.st.b.store(val, self.element_ptr(arr, idx), align=dt.itemsize)
+
+    def visit_Load(self, e: N.Load):
+        arr: ArrayVal = self.expr(e.array)
+        idx = [self.expr(i) for i in e.indices]
+        if e.check == "fault" and not self.is_known(arr, e.indices):
+            self.check_or_fault(arr, idx, e.site)
+        return self.load_elem(arr, idx)
+
+    def visit_Store(self, s: N.Store) -> None:
+        arr: ArrayVal = self.expr(s.array)
+        idx = [self.expr(i) for i in s.indices]
+        if s.mode == "guarded" and not self.is_known(arr, s.indices):
+            ok_bb, end = self.new_block("store.inrange"), self.new_block("store.end")
+            self.st.b.cbranch(self.in_range(arr, idx), ok_bb, end)
+            self.st.b.position_at_end(ok_bb)
+            self.store_elem(arr, idx, self.expr(s.value))
+            self.st.b.branch(end)
+            self.st.b.position_at_end(end)
+            return
+        if s.mode == "checked" and not self.is_known(arr, s.indices):
+            self.check_or_fault(arr, idx, s.site)
+        self.store_elem(arr, idx, self.expr(s.value))
+
+    def visit_ArrayLen(self, e: N.ArrayLen):
+        return self.expr(e.array).extents[e.axis]
+
+    def visit_GuardedRegion(self, s: N.GuardedRegion) -> None:
+        arr: ArrayVal = self.expr(s.array)
+        if self.is_known(arr, s.indices):
+            self._body(s.body)
+            return
+        idx = [self.expr(i) for i in s.indices]
+        b = self.st.b
+        body, end = self.new_block("guard.body"), self.new_block("guard.end")
+        b.cbranch(self.in_range(arr, idx), body, end)
+        b.position_at_end(body)
+        self._body(s.body)
+        if not b.block.is_terminated:
+            b.branch(end)
+        b.position_at_end(end)
+
+    # ------------------------------------------------------------------ chunks
+    def visit_ChunkLoop(self, s: N.ChunkLoop) -> None:
+        """Fast path: the whole chunk is in range -> n straight-line copies of the body with the
+        owned index known in range (contiguous aligned data then vectorises to ld/st.v4).
+        Slow path (the tail chunk): a loop over the chunk, each element guarded."""
+        b = self.st.b
+        n = s.chunk.type.n if isinstance(s.chunk.type, ChunkType) else int(s.chunk.type.n)
+        start = self.expr(s.chunk)
+        arr: ArrayVal = self.expr(s.array)
+        fast_bb, slow_bb, done = self.new_block("chunk.fast"), self.new_block("chunk.slow"), self.new_block("chunk.done")
+        whole = b.icmp_unsigned("<=", b.add(start, ir.Constant(T.I64, n)), arr.extents[0])
+        self._likely(b.cbranch(whole, fast_bb, slow_bb))
+        b.position_at_end(fast_bb)
+        fact = (arr.key, s.var)
+        self.st.known.add(fact)
+        for j in range(n):
+            nxt = self.new_block(f"chunk.fast{j + 1}")
+            self.assign(s.var, b.add(start, ir.Constant(T.I64, j)))
+            self._loop_body(s.body, nxt, done)
+            b.position_at_end(nxt)
+        self.st.known.discard(fact)
+        b.branch(done)
+        # slow path
+        b.position_at_end(slow_bb)
+        counter = self.st.alloca_b.alloca(T.I64, name=f"{s.var.name}.chunk")
+        b.store(ir.Constant(T.I64, 0), counter)
+        head, body, guarded, latch = (self.new_block(f"chunk.{x}") for x in ("head", "body", "guarded", "latch"))
+        b.branch(head)
+        b.position_at_end(head)
+        j = b.load(counter, typ=T.I64)
+        b.cbranch(b.icmp_unsigned("<", j, ir.Constant(T.I64, n)), body, done)
+        b.position_at_end(body)
+        k = b.add(start, j)
+        b.cbranch(b.icmp_unsigned("<", k, arr.extents[0]), guarded, done)
+        b.position_at_end(guarded)
+        self.assign(s.var, k)
+        self._loop_body(s.body, latch, done)
+        b.position_at_end(latch)
+        b.store(b.add(b.load(counter, typ=T.I64), ir.Constant(T.I64, 1)), counter)
+        b.branch(head).set_metadata("llvm.loop", self._no_unroll_loop_id())
+        b.position_at_end(done)
+
+    def _no_unroll_loop_id(self):
+        """A distinct `!llvm.loop` id with unroll.disable: the tail loop stays a loop, so SimplifyCFG
+        cannot merge its last iteration with the fast path's last store (which would block st.v4)."""
+        disable = self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.unroll.disable")])
+        tag = ir.MetaDataString(self.module, f"kb.chunk.{len(self.module.metadata)}")   # unique per loop
+        loop_id = self.module.add_metadata([disable, tag])
+        loop_id.operands = (loop_id, disable)     # loop ids refer to themselves
+        return loop_id
+
+    # ------------------------------------------------------------------ slots
+    def visit_GetMut(self, e: N.GetMut):
+        arr: ArrayVal = self.expr(e.array)
+        idx = [self.expr(i) for i in e.indices]
+        ok = ir.Constant(T.I1, 1) if self.is_known(arr, e.indices) else self.in_range(arr, idx)
+        return SlotVal(arr, idx, ok)
+
+    def visit_SlotSet(self, s: N.SlotSet) -> None:
+        slot: SlotVal = self.expr(s.slot)
+        self.store_elem(slot.array, slot.indices, self.expr(s.value))
+
+    # ------------------------------------------------------------------ atomics
+    def visit_Atomic(self, e: N.Atomic):
+        b = self.st.b
+        arr: ArrayVal = self.expr(e.array)
+        idx = [self.expr(i) for i in e.indices]
+        if e.check == "fault" and not self.is_known(arr, e.indices):
+            self.check_or_fault(arr, idx, e.site)
+        ptr = self.element_ptr(arr, idx)
+        args = [self.expr(a) for a in e.args]
+        t: ScalarType = e.type
+        if e.op == "cas":
+            cmp, val = args
+            if t.is_float:
+                ity = ir.IntType(t.bits)
+                cmp, val = b.bitcast(cmp, ity), b.bitcast(val, ity)
+            old = b.extract_value(b.cmpxchg(ptr, cmp, val, X.ATOMIC_ORDERING, X.ATOMIC_ORDERING), 0)
+            return b.bitcast(old, T.scalar(t)) if t.is_float else old
+        kind = "float" if t.is_float else t.kind
+        op = X.ATOMIC_RMW[e.op].get(kind)
+        if op is None:
+            from dsl.backend.builder import CodegenError
+            raise CodegenError(f"atomic {e.op} is not defined on {t}", e.loc)
+        return b.atomic_rmw(op, ptr, args[0], X.ATOMIC_ORDERING)
+
+    # ------------------------------------------------------------------ shared memory
+    def visit_SharedArray(self, e: N.SharedArray):
+        alloc = e.alloc
+        t: ArrayType = alloc.type
+        gv = self._shared.get(id(alloc))
+        dynamic = t.shape is None or -1 in t.shape
+        if gv is None:
+            if dynamic:
+                gv = self.module.globals.get(DYNAMIC_SMEM_SYMBOL)
+                if gv is None:
+                    gv = ir.GlobalVariable(self.module, ir.ArrayType(T.I8, 0), DYNAMIC_SMEM_SYMBOL,
+                                           addrspace=T.SHARED_AS)
+                    gv.linkage = "external"
+            else:
+                count = 1
+                for d in t.shape:
+                    count *= d
+                gv = ir.GlobalVariable(self.module, ir.ArrayType(T.memory(t.dtype), count),
+                                       f"{self.kernel.name}.smem.{alloc.name}.{len(self._shared)}",
+                                       addrspace=T.SHARED_AS)
+                gv.linkage = "internal"
+                gv.initializer = ir.Constant(gv.value_type, ir.Undefined)
+            gv.align = 16
+            gv.type = T.SHARED_PTR    # llvmlite types globals as typed pointers; LLVM 22 is opaque
+            self._shared[id(alloc)] = gv
+        ptr = gv
+        if dynamic:
+            size = self.st.b.zext(self.sreg("dynamic_smem_size"), T.I64)
+            extents = [self.st.b.udiv(size, ir.Constant(T.I64, t.dtype.itemsize))]
+        else:
+            extents = [ir.Constant(T.I64, d) for d in t.shape]
+        one = ir.Constant(T.I64, 1)
+        return ArrayVal(t, alloc.name, ptr, extents, [one] * len(extents), key=alloc)

@@ -1,0 +1,235 @@
+"""Disk cache of compiled DSL kernels: `<key>.ptx` (PTX text) + `<key>.json` (name, contract, metadata).
+
+Location: `$KB_CACHE_DIR`, else `$XDG_CACHE_HOME/kernelbridge/dsl`, else `~/.cache/kernelbridge/dsl`.
+`KB_CACHE=0` disables it. Writes are atomic (temp file in the same directory + `os.replace`; the PTX is
+written before the JSON, and the JSON records the PTX's sha256), so a reader sees a complete entry or
+none. A corrupt or truncated entry is ignored (a miss) and overwritten by the rebuild. No pickle: both
+files are plain text.
+
+The key (see `cache_key`) covers everything the PTX depends on: the source text of the kernel and of
+the Python functions it references (device functions), the values of referenced globals and closure
+cells, the signature, the options, the arch, the DSL version (including a fingerprint of the dsl
+package sources) and the llvmlite/LLVM build. It is computed without importing llvmlite.binding, so a
+cache hit in a fresh process stays within a few milliseconds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import inspect
+import json
+import os
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+DSL_VERSION = "0.1.0"
+FORMAT = 1
+
+
+class CacheEntry:
+    """One cached compile. (A plain class: this module is on the cache-hit path, kept cheap to import.)"""
+    __slots__ = ("ptx", "name", "contract_json", "metadata")
+
+    def __init__(self, ptx: str, name: str, contract_json: str, metadata: dict) -> None:
+        self.ptx, self.name, self.contract_json, self.metadata = ptx, name, contract_json, metadata
+
+    def __repr__(self) -> str:
+        return f"CacheEntry(name={self.name!r}, ptx=<{len(self.ptx)} chars>)"
+
+
+def cache_enabled() -> bool:
+    return os.environ.get("KB_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("KB_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "kernelbridge" / "dsl"
+
+
+# ---------------------------------------------------------------------------- key
+@functools.lru_cache(maxsize=1)   # explicit cache: the toolchain does not change within a process
+def toolchain_fingerprint() -> str:
+    """DSL version + a fingerprint of the dsl sources + the llvmlite build (version and library file),
+    without loading LLVM."""
+    import llvmlite
+    h = hashlib.sha256(f"dsl {DSL_VERSION}|llvmlite {llvmlite.__version__}".encode())
+    lib_dir = Path(llvmlite.__file__).parent / "binding"
+    for p in sorted(lib_dir.glob("libllvmlite*")):
+        st = p.stat()
+        h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    for rel, size, mtime in sorted(_source_stats(os.path.dirname(__file__), "")):
+        h.update(f"{rel}:{size}:{mtime}".encode())
+    return h.hexdigest()
+
+
+def _source_stats(path: str, rel: str) -> list[tuple[str, int, int]]:
+    """(relative path, size, mtime_ns) of every .py under `path` (os.scandir: cheap on the hit path)."""
+    out = []
+    with os.scandir(path) as it:
+        for e in it:
+            if e.is_dir() and e.name != "__pycache__":
+                out += _source_stats(e.path, rel + e.name + "/")
+            elif e.name.endswith(".py"):
+                st = e.stat()
+                out.append((rel + e.name, st.st_size, st.st_mtime_ns))
+    return out
+
+
+def _type_key(t: Any) -> str:
+    """A stable text form of an IR type / options value (dataclass fields, not the pretty repr)."""
+    if dataclasses.is_dataclass(t) and not isinstance(t, type):
+        inner = ", ".join(f"{f.name}={_type_key(getattr(t, f.name))}" for f in dataclasses.fields(t))
+        return f"{type(t).__name__}({inner})"
+    if isinstance(t, (list, tuple)):
+        return "(" + ", ".join(_type_key(x) for x in t) + ")"
+    return repr(t)
+
+
+def _unwrap(obj: Any) -> Callable | None:
+    """The Python function behind a plain function or a DSL decorator object, if any."""
+    if isinstance(obj, types.FunctionType):
+        return obj
+    for attr in ("pyfunc", "__wrapped__", "fn", "func"):
+        inner = getattr(obj, attr, None)
+        if isinstance(inner, types.FunctionType):
+            return inner
+    return None
+
+
+def _value_key(v: Any) -> str:
+    if isinstance(v, types.ModuleType):
+        return f"module {v.__name__}"
+    if hasattr(v, "tobytes") and hasattr(v, "dtype") and hasattr(v, "shape"):   # NumPy arrays/scalars:
+        digest = hashlib.sha256(v.tobytes()).hexdigest()                      # repr elides the middle
+        return f"array {v.dtype} {tuple(v.shape)} {digest}"
+    r = repr(v)
+    if " at 0x" in r or "object at" in r:
+        return f"object {type(v).__module__}.{type(v).__qualname__}"
+    return r
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names) | set(code.co_freevars)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _code_names(c)
+    return names
+
+
+def source_fingerprint(pyfunc: Callable) -> str:
+    """Source text, file and first line of `pyfunc` and of every function it references (recursively),
+    plus the repr of each referenced global / closure value."""
+    h = hashlib.sha256()
+    seen: set[int] = set()
+    todo = [pyfunc]
+    while todo:
+        fn = todo.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        code = fn.__code__
+        try:
+            src = inspect.getsource(fn)
+        except (OSError, TypeError):
+            src = repr(code.co_code) + repr(code.co_consts)
+        h.update(f"\0fn {fn.__module__}.{fn.__qualname__} {code.co_filename}:{code.co_firstlineno}\n"
+                 .encode())
+        h.update(src.encode())
+        scope: dict[str, Any] = {}
+        if fn.__closure__:
+            for name, cell in zip(code.co_freevars, fn.__closure__):
+                try:
+                    scope[name] = cell.cell_contents
+                except ValueError:        # empty cell
+                    scope[name] = None
+        g = fn.__globals__
+        for name in sorted(_code_names(code)):
+            if name in scope:
+                val = scope[name]
+            elif name in g:
+                val = g[name]
+            else:
+                continue
+            inner = _unwrap(val)
+            if inner is not None:
+                h.update(f"\0ref {name} -> fn\n".encode())
+                todo.append(inner)
+            else:
+                h.update(f"\0ref {name} = {_value_key(val)}\n".encode())
+    return h.hexdigest()
+
+
+def cache_key(pyfunc: Callable, signature: Any, options: Any, arch: str) -> str:
+    parts = [source_fingerprint(pyfunc), _type_key(list(signature)), _type_key(options), str(arch),
+             toolchain_fingerprint()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------- store
+class DiskCache:
+    def __init__(self, directory: str | os.PathLike | None = None) -> None:
+        self.dir = Path(directory) if directory is not None else cache_dir()
+
+    def _paths(self, key: str) -> tuple[Path, Path]:
+        return self.dir / f"{key}.ptx", self.dir / f"{key}.json"
+
+    def load(self, key: str) -> CacheEntry | None:
+        """The entry for `key`, or None when absent, unreadable, truncated or inconsistent."""
+        ptx_path, json_path = self._paths(key)
+        try:
+            meta = json.loads(json_path.read_text())
+            ptx = ptx_path.read_text()
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("key") != key:
+            return None
+        if meta.get("ptx_sha256") != hashlib.sha256(ptx.encode()).hexdigest():
+            return None
+        try:
+            return CacheEntry(ptx, str(meta["name"]), str(meta["contract"]), dict(meta["metadata"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def store(self, key: str, entry: CacheEntry) -> None:
+        """Write the entry atomically; a failure to write (read-only dir, full disk) is not an error
+        for the compile — the next compile simply misses again."""
+        ptx_path, json_path = self._paths(key)
+        meta = {"format": FORMAT, "key": key, "name": entry.name, "contract": entry.contract_json,
+                "metadata": entry.metadata,
+                "ptx_sha256": hashlib.sha256(entry.ptx.encode()).hexdigest()}
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            _atomic_write(ptx_path, entry.ptx)
+            _atomic_write(json_path, json.dumps(meta, sort_keys=True))
+        except OSError:
+            pass
+
+    def clear(self) -> int:
+        n = 0
+        for p in list(self.dir.glob("*.ptx")) + list(self.dir.glob("*.json")):
+            try:
+                p.unlink()
+                n += 1
+            except OSError:
+                pass
+        return n
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    import tempfile
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

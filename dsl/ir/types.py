@@ -1,0 +1,144 @@
+"""Types of the typed kernel IR. Immutable and hashable: they key caches and specialisations.
+
+This module imports nothing else from `dsl` (see docs/dsl.md, "stages").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class Type:
+    """Base of all IR types."""
+
+
+@dataclass(frozen=True)
+class ScalarType(Type):
+    name: str          # "f32", "i64", "bool", ...
+    kind: str          # "float" | "int" | "uint" | "bool"
+    bits: int
+
+    @property
+    def itemsize(self) -> int:
+        return max(1, self.bits // 8)
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in ("int", "uint")
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind == "int"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+BOOL = ScalarType("bool", "bool", 1)
+I8 = ScalarType("i8", "int", 8)
+I16 = ScalarType("i16", "int", 16)
+I32 = ScalarType("i32", "int", 32)
+I64 = ScalarType("i64", "int", 64)
+U8 = ScalarType("u8", "uint", 8)
+U16 = ScalarType("u16", "uint", 16)
+U32 = ScalarType("u32", "uint", 32)
+U64 = ScalarType("u64", "uint", 64)
+F16 = ScalarType("f16", "float", 16)
+BF16 = ScalarType("bf16", "float", 16)
+F32 = ScalarType("f32", "float", 32)
+F64 = ScalarType("f64", "float", 64)
+
+SCALARS: dict[str, ScalarType] = {t.name: t for t in (BOOL, I8, I16, I32, I64, U8, U16, U32, U64,
+                                                      F16, BF16, F32, F64)}
+INDEX = I64            # type of indices, lengths, ThreadIndex components
+
+
+@dataclass(frozen=True)
+class ArrayType(Type):
+    """A kernel array parameter or a shared-memory array.
+
+    writable: a DisjointSlice (global) or shared memory. layout: "any" (strided) or "C" (contiguous,
+    specialised at launch). aligned16: the data pointer is 16-byte aligned (specialised at launch; lets
+    chunked accesses use vector loads/stores). space: "global" | "shared". shape: static shape for shared
+    arrays (None for global; -1 in a shape entry = dynamic shared memory, length from the launch).
+    """
+    dtype: ScalarType
+    ndim: int
+    writable: bool = False
+    layout: str = "any"
+    aligned16: bool = False
+    space: str = "global"
+    shape: tuple[int, ...] | None = None
+
+    def __repr__(self) -> str:
+        kind = "Shared" if self.space == "shared" else ("DisjointSlice" if self.writable else "Array")
+        extra = f", {self.layout}" + (", a16" if self.aligned16 else "")
+        return f"{kind}[{self.dtype}, {self.ndim}{extra}]"
+
+
+@dataclass(frozen=True)
+class ThreadIndexType(Type):
+    """The value of simt.thread.index_Nd(): unforgeable; a tuple of `ndim` INDEX components
+    ordered like array indices (row-major: the last component varies fastest across threads)."""
+    ndim: int
+
+
+@dataclass(frozen=True)
+class ChunkType(Type):
+    """simt.thread.chunk_1d(n): this thread owns elements [start, start + n) of every 1-D slice."""
+    n: int
+
+
+@dataclass(frozen=True)
+class OwnedIndexType(Type):
+    """The loop variable of `for k in chunk`: a writable position owned by this thread."""
+    n: int
+
+
+@dataclass(frozen=True)
+class SlotType(Type):
+    """Result of `out.get_mut(i)`: an optional handle that must be tested before `.set(v)`."""
+    array: ArrayType
+
+
+@dataclass(frozen=True)
+class TupleType(Type):
+    elems: tuple[Type, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class VoidType(Type):
+    def __repr__(self) -> str:
+        return "void"
+
+
+VOID = VoidType()
+
+
+def promote(a: ScalarType, b: ScalarType) -> ScalarType:
+    """Result type of a binary arithmetic op on two *typed* operands (NumPy-like, no weak literals).
+
+    float beats int; wider beats narrower; f16 with bf16 gives f32; signed with unsigned of the same
+    width gives the signed type of twice the width (capped at i64 — as NumPy, minus the f64 surprise).
+    """
+    if a == b:
+        return a
+    if a.is_float or b.is_float:
+        if a.is_float and b.is_float:
+            if {a.name, b.name} == {"f16", "bf16"}:
+                return F32
+            return a if a.bits >= b.bits else b
+        return a if a.is_float else b
+    if a.kind == "bool":
+        return b
+    if b.kind == "bool":
+        return a
+    if a.kind == b.kind:
+        return a if a.bits >= b.bits else b
+    s, u = (a, b) if a.is_signed else (b, a)
+    if s.bits > u.bits:
+        return s
+    return SCALARS[f"i{min(64, 2 * max(s.bits, u.bits))}"]
