@@ -1,0 +1,345 @@
+"""Scalar semantics of the typed IR on NumPy vectors: the GPU's arithmetic, not NumPy's or Python's.
+
+Why a module of its own: these rules are what makes the simulator agree with the device bit for bit.
+- Every op computes in the IR type's NumPy dtype (f32 stays float32; integers wrap modulo 2^bits).
+- f16 / bf16 are widened to f32, computed, and rounded back once. For + - * / and sqrt this is the
+  correctly rounded result (f32 has more than 2p+2 bits for both), i.e. what the device computes.
+- Integer `//` and `%` truncate toward zero (C); float `%` is C `fmod` (libdevice __nv_fmod[f]); float
+  `//` is floor(a / b) like Python. Integer division by zero gives 0 here (undefined on the device).
+- Shifts clamp the amount like PTX `shl`/`shr`: an amount >= the bit width (or negative) shifts
+  everything out (0, or -1 for a negative signed value shifted right).
+- float -> int casts truncate and saturate like PTX `cvt.rzi` (NaN -> 0); int -> int wraps.
+- min / max on floats ignore a NaN operand (PTX min.f32 / fminf); comparisons are ordered except `ne`.
+- fma is rounded once like fma.rn (exact product + a round-to-odd sum; see `fma`).
+- Other math functions are computed in f64 and rounded once (erf via Python's math): exact ops stay
+  correctly rounded; transcendentals agree with libdevice within its error bounds, not bit for bit.
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from dsl.ir.types import ScalarType
+
+_NP: dict[str, np.dtype] = {
+    "bool": np.dtype(np.bool_), "i8": np.dtype(np.int8), "i16": np.dtype(np.int16),
+    "i32": np.dtype(np.int32), "i64": np.dtype(np.int64), "u8": np.dtype(np.uint8),
+    "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
+    "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
+}
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
+
+def np_dtype(t: ScalarType) -> np.dtype:
+    """The NumPy dtype that stores IR scalar type `t`."""
+    return _NP[t.name]
+
+
+def ir_name_of(dtype: np.dtype) -> str | None:
+    """IR scalar name of a NumPy dtype (None when the IR has no such type)."""
+    for name, dt in _NP.items():
+        if dt == dtype:
+            return name
+    return None
+
+
+def const(value: object, t: ScalarType) -> np.generic:
+    """A typed NumPy scalar for an IR constant."""
+    dt = np_dtype(t)
+    if t.kind == "bool":
+        return np.bool_(bool(value))
+    if t.is_int:
+        return dt.type(int(value) % (1 << t.bits) if t.kind == "uint" else _wrap_signed(int(value), t.bits))
+    if t.name == "bf16":
+        return to_bf16(np.asarray(float(value)))[()]
+    return np.asarray(float(value), dtype=_F64).astype(dt)[()]
+
+
+def _wrap_signed(v: int, bits: int) -> int:
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >= 1 << (bits - 1) else v
+
+
+def as_type(x, t: ScalarType):
+    """`x` in dtype of `t` (no copy when it already is)."""
+    dt = np_dtype(t)
+    a = np.asarray(x)
+    return a if a.dtype == dt else a.astype(dt)
+
+
+def _narrow(t: ScalarType) -> bool:
+    return t.is_float and t.bits == 16
+
+
+# --------------------------------------------------------------------------------------- binary
+def binop(op: str, a, b, t: ScalarType):
+    """BinOp `op` on operands of type `t` (shifts: `b` any int type; pow: `b` may be an int)."""
+    if op in ("lshift", "rshift"):
+        return _shift(op, as_type(a, t), b, t)
+    if op == "pow" and t.is_float and np.asarray(b).dtype.kind in "iub":
+        return _powi(as_type(a, t), np.asarray(b).astype(np.int64), t)
+    if _narrow(t):
+        r = _binop_core(op, as_type(a, t).astype(_F32), as_type(b, t).astype(_F32), _F32, True)
+        return np.asarray(r).astype(np_dtype(t))
+    dt = np_dtype(t)
+    return _binop_core(op, as_type(a, t), as_type(b, t), dt, t.is_float, t)
+
+
+def _binop_core(op, a, b, dt, is_float, t: ScalarType | None = None):
+    if op == "add":
+        return np.add(a, b, dtype=dt)
+    if op == "sub":
+        return np.subtract(a, b, dtype=dt)
+    if op == "mul":
+        return np.multiply(a, b, dtype=dt)
+    if op in ("truediv", "floordiv", "mod") and not is_float:
+        return _int_divmod(op, a, b, t)
+    if op == "truediv":
+        return np.divide(a, b, dtype=dt)
+    if op == "floordiv":
+        return np.floor(np.divide(a, b, dtype=dt))
+    if op == "mod":
+        return np.fmod(a, b, dtype=dt)
+    if op == "pow":
+        return _int_pow(a, b, t) if not is_float else np.power(a, b, dtype=dt)
+    if op == "min":
+        return np.fmin(a, b) if is_float else np.minimum(a, b)
+    if op == "max":
+        return np.fmax(a, b) if is_float else np.maximum(a, b)
+    if op == "copysign":
+        return np.copysign(a, b, dtype=dt)
+    if op in ("and_", "or_", "xor"):
+        if t is not None and t.kind == "bool":
+            return {"and_": np.logical_and, "or_": np.logical_or, "xor": np.logical_xor}[op](a, b)
+        return {"and_": np.bitwise_and, "or_": np.bitwise_or, "xor": np.bitwise_xor}[op](a, b)
+    raise NotImplementedError(f"simulator: binary op {op!r} on {dt}")
+
+
+def _int_divmod(op: str, a, b, t: ScalarType):
+    """C division: quotient truncated toward zero, remainder takes the dividend's sign."""
+    zero = b == 0
+    safe_b = np.where(zero, np.ones_like(b), b) if np.any(zero) else b
+    if t.kind == "uint" or t.kind == "bool":
+        q, r = np.floor_divide(a, safe_b), np.remainder(a, safe_b)
+    else:
+        q = np.floor_divide(a, safe_b)
+        r = np.fmod(a, safe_b)
+        fix = (r != 0) & ((r < 0) != (safe_b < 0))
+        q = np.where(fix, q + np.asarray(1, q.dtype), q).astype(q.dtype)
+    res = r if op == "mod" else q
+    if np.any(zero):
+        res = np.where(zero, np.zeros_like(res), res)
+    return np.asarray(res).astype(np_dtype(t))
+
+
+def _int_pow(a, b, t: ScalarType):
+    """Integer power with wrap-around; negative exponents give 0 unless |base| == 1 (C-like)."""
+    a = np.asarray(a)
+    b = np.asarray(b).astype(np.int64)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    base = np.broadcast_to(a, shape).copy()
+    e = np.broadcast_to(b, shape).copy()
+    res = np.ones(shape, a.dtype)
+    neg = e < 0
+    e[neg] = 0
+    while np.any(e > 0):
+        odd = (e & 1) == 1
+        res = np.where(odd, res * base, res).astype(a.dtype)
+        base = (base * base).astype(a.dtype)
+        e >>= 1
+    if np.any(neg):
+        one = a == 1
+        minus_one = (a == -1) if t.is_signed else np.zeros(shape, bool)
+        alt = np.where(one | minus_one, np.where(minus_one & (b % 2 != 0), a, np.ones_like(a)), 0)
+        res = np.where(neg, alt, res).astype(a.dtype)
+    return res
+
+
+def _powi(a, n, t: ScalarType):
+    """float ** int (libdevice __nv_powi[f]: repeated squaring in the float type)."""
+    work = a.astype(_F32) if _narrow(t) else a
+    res = _int_pow_float(work, n)
+    return np.asarray(res).astype(np_dtype(t))
+
+
+def _int_pow_float(a, n):
+    shape = np.broadcast_shapes(np.shape(a), np.shape(n))
+    base = np.broadcast_to(a, shape).copy()
+    e = np.abs(np.broadcast_to(n, shape)).astype(np.int64)
+    res = np.ones(shape, base.dtype)
+    while np.any(e > 0):
+        odd = (e & 1) == 1
+        res = np.where(odd, res * base, res).astype(base.dtype)
+        base = (base * base).astype(base.dtype)
+        e >>= 1
+    neg = np.broadcast_to(n, shape) < 0
+    return np.where(neg, np.asarray(1, base.dtype) / res, res).astype(base.dtype)
+
+
+def _shift(op: str, a, b, t: ScalarType):
+    amount = np.asarray(b)
+    if amount.dtype.kind == "i":
+        amount = np.where(amount < 0, t.bits, np.minimum(amount, t.bits))
+    else:
+        amount = np.minimum(amount, t.bits)
+    amount = amount.astype(a.dtype)
+    res = np.left_shift(a, amount) if op == "lshift" else np.right_shift(a, amount)
+    return np.asarray(res).astype(a.dtype)
+
+
+# ---------------------------------------------------------------------------------------- unary
+def unary(op: str, a, t: ScalarType):
+    a = as_type(a, t)
+    if op == "neg":
+        return np.negative(a)
+    if op == "not_":
+        return np.logical_not(a)
+    if op == "invert":
+        return np.logical_not(a) if t.kind == "bool" else np.invert(a)
+    if op == "abs":
+        return np.abs(a)
+    raise NotImplementedError(f"simulator: unary op {op!r}")
+
+
+_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+        "gt": np.greater, "ge": np.greater_equal}
+
+
+def compare(op: str, a, b, t: ScalarType):
+    """Comparison with Python/IEEE NaN rules (only `ne` is true for NaN)."""
+    if _narrow(t):
+        a, b = as_type(a, t).astype(_F32), as_type(b, t).astype(_F32)
+    else:
+        a, b = as_type(a, t), as_type(b, t)
+    return _CMP[op](a, b)
+
+
+# ----------------------------------------------------------------------------------------- cast
+def cast(x, src: ScalarType, dst: ScalarType):
+    """IR Cast with C / PTX cvt semantics (see the module docstring)."""
+    x = np.asarray(x)
+    dt = np_dtype(dst)
+    if dst.kind == "bool":
+        return x != 0
+    if src.is_float and dst.is_int:
+        return _float_to_int(x, dst)
+    if src.kind == "bool":
+        return x.astype(np.uint8).astype(dt)
+    if src.name == "bf16" and dst.is_float and dst.bits == 64:
+        return x.astype(_F32).astype(dt)
+    if dst.name == "bf16" and src.name != "f32":
+        return to_bf16(x.astype(_F64))
+    return x.astype(dt)
+
+
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """f64 -> bf16 rounded once (ml_dtypes goes through f32 with round-to-nearest, rounding twice):
+    round to f32 *to odd* first, which makes the second rounding exact (24 >= 8 + 2 bits)."""
+    x = np.asarray(x, _F64)
+    t = x.astype(_F32)
+    away = np.abs(t.astype(_F64)) > np.abs(x)
+    t = np.where(away & np.isfinite(x), np.nextafter(t, np.float32(0)), t).astype(_F32)
+    inexact = (t.astype(_F64) != x) & ~np.isnan(x)
+    bits = t.view(np.uint32) | inexact.astype(np.uint32)
+    return bits.view(_F32).astype(_NP["bf16"])
+
+
+def _float_to_int(x, dst: ScalarType):
+    f = np.trunc(x.astype(_F64))
+    lo = 0 if dst.kind == "uint" else -(2 ** (dst.bits - 1))
+    hi_excl = 2 ** dst.bits if dst.kind == "uint" else 2 ** (dst.bits - 1)
+    dt = np_dtype(dst)
+    nan = np.isnan(f)
+    over = f >= float(hi_excl)
+    under = f < float(lo)
+    ok = ~(nan | over | under)
+    out = np.zeros(f.shape, dt)
+    out[ok] = f[ok].astype(dt)
+    out[over] = dt.type(hi_excl - 1)
+    out[under] = dt.type(lo)
+    return out
+
+
+# ----------------------------------------------------------------------------------------- math
+_UNARY_MATH = {
+    "sqrt": np.sqrt, "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2,
+    "log1p": np.log1p, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
+    "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "fabs": np.abs,
+}
+_BINARY_MATH = {"pow": np.power, "copysign": np.copysign, "fmin": np.fmin, "fmax": np.fmax,
+                "fmod": np.fmod}
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def math_fn(fn: str, args: list, t: ScalarType):
+    """IR Math `fn`; `t` is the result type (bool for isnan / isinf)."""
+    if fn in ("isnan", "isinf"):
+        a = np.asarray(args[0])
+        if a.dtype.kind not in "fc":
+            a = a.astype(_F32)
+        return np.isnan(a) if fn == "isnan" else np.isinf(a)
+    if fn == "fma":
+        return fma(*[as_type(a, t).astype(_F32 if _narrow(t) else np_dtype(t)) for a in args]).astype(
+            np_dtype(t))
+    # Everything else in f64, rounded once to the result type: exact ops (sqrt, floor, fmod, ...) stay
+    # correctly rounded, transcendentals land within libdevice's error bounds (NumPy's own f32
+    # kernels can be 2+ ulp off).
+    xs = [as_type(a, t).astype(_F64) for a in args]
+    if fn in _UNARY_MATH:
+        r = _UNARY_MATH[fn](xs[0])
+    elif fn in _BINARY_MATH:
+        r = _BINARY_MATH[fn](xs[0], xs[1])
+    elif fn == "rsqrt":
+        r = 1.0 / np.sqrt(xs[0])
+    elif fn == "erf":
+        r = _erf(xs[0]).astype(_F64)
+    else:
+        raise NotImplementedError(f"simulator: math function {fn!r}")
+    return to_bf16(r) if t.name == "bf16" else np.asarray(r).astype(np_dtype(t))
+
+
+# ------------------------------------------------------------------------------------------ fma
+def _two_sum(a, b):
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _two_prod(a, b):
+    """a*b = p + e exactly (Dekker/Veltkamp; exact unless the product over- or underflows)."""
+    p = a * b
+    split = 134217729.0                       # 2^27 + 1
+    ta, tb = split * a, split * b
+    ah, bh = ta - (ta - a), tb - (tb - b)
+    al, bl = a - ah, b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _round_to_odd_sum(x, y):
+    """x + y rounded to odd (truncate toward zero, then set the last bit when inexact)."""
+    s, e = _two_sum(x, y)
+    away = (e != 0) & (np.sign(e) != np.sign(s)) & np.isfinite(s)
+    s = np.where(away, np.nextafter(s, 0.0), s)
+    odd = s.view(np.uint64) | ((e != 0) & np.isfinite(s)).astype(np.uint64)
+    return odd.view(_F64)
+
+
+def fma(a, b, c):
+    """Fused multiply-add rounded once, like PTX fma.rn. f32 (and narrower): the f64 product is exact,
+    the f64 sum is rounded to odd, so rounding to f32 is correct. f64: exact product by Dekker's
+    TwoProduct, then the Boldo-Melquiond correctly rounded 3-term sum (exact barring over/underflow)."""
+    a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
+    if a.dtype != _F64:
+        shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+        prod = np.broadcast_to(a.astype(_F64) * b.astype(_F64), shape)
+        return _round_to_odd_sum(prod, np.broadcast_to(c.astype(_F64), shape)).astype(a.dtype)
+    ph, pl = _two_prod(a, b)
+    uh, ul = _two_sum(c, pl)
+    th, tl = _two_sum(ph, uh)
+    r = th + _round_to_odd_sum(tl, ul)
+    plain = a * b + c
+    return np.where(np.isfinite(r) & np.isfinite(plain), r, plain)
