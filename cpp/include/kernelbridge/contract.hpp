@@ -53,7 +53,16 @@ struct ArgSpec {
   bool writable() const { return access != Access::read; }
 };
 
-struct Relation;                   // parsed `requires` expression (defined below the API)
+struct Relation;                   // parsed `requires` expression (detail/relations.hpp)
+
+// One run-time bounds-check site of a kernel (reported by bridge.KernelFault).
+struct FaultSite {
+  int64_t id = 0;
+  std::string array;               // array argument checked at this site
+  std::string file;
+  int64_t line = 0;
+  std::string text;                // the source line
+};
 
 struct LaunchContract {
   std::string kernel;
@@ -66,11 +75,13 @@ struct LaunchContract {
   int min_cc = 0;
   std::vector<ArgSpec> args;
   std::vector<std::string> requires_text;
-  std::vector<std::shared_ptr<Relation>> requires;
+  std::vector<std::shared_ptr<Relation>> relations;  // parsed requires_text (not `requires`: a C++20 keyword)
   std::vector<std::pair<int, int>> inplace;    // arg indices
   int grid_from_arg = -1;                      // -1 = grid must be given
   int per_thread[3] = {1, 1, 1};
-  bool has_fault_buffer = false;
+  bool has_fault_buffer = false;              // true when fault_sites is not empty
+  int version = 1;
+  std::vector<FaultSite> fault_sites;
 };
 
 // One launch argument as the validator sees it.
@@ -85,6 +96,7 @@ struct ArgValue {
   double f = 0.0;
   DType scalar_dtype = DType::invalid;  // when the value came typed (NumPy scalar); invalid for Python int/float
   const char* type_name = "";      // Python type name, for messages
+  bool huge_int = false;           // integer outside [-2**63, 2**64): fits no kernel integer type
 };
 
 struct DeviceLimits {
@@ -107,24 +119,34 @@ struct FuncAttrs {
 
 struct LaunchConfig {
   int64_t grid[3] = {0, 0, 0};     // all zero = derive from the contract's grid_from
-  int block[3] = {0, 0, 0};        // all zero = contract's exact block, else min(max_threads, 256)
-  int64_t smem = 0;
+  int block[3] = {0, 0, 0};        // all zero = exact block, else (min(bounds or device max, fn max, 256), 1, 1)
+  int64_t smem = 0;                // -1 = the contract's exact value (0 under a "max" contract)
+  bool skip = false;               // set by validate: derived grid is empty (empty output), launch nothing
 };
 
 struct Error {
   ErrorCode code = ErrorCode::ok;
   int arg = -1;                    // argument position, -1 when not about one argument
   std::string message;             // complete message: "kernel: argument 'x' (#1): expected ..., got ..."
+  std::string arg_name;            // name of argument `arg`, empty when arg == -1
   explicit operator bool() const { return code != ErrorCode::ok; }
 };
 
 // Parse the JSON text of docs/architecture.md. On failure returns code contract_definition.
-Error parse_contract(const std::string& json, LaunchContract& out);
-std::string contract_to_json(const LaunchContract& c);
+inline Error parse_contract(const std::string& json, LaunchContract& out);
+inline std::string contract_to_json(const LaunchContract& c);
 
-// Validate a launch. Fills `cfg` in place with the resolved grid/block (derivation) on success.
-Error validate(const LaunchContract& c, const ArgValue* args, int nargs, LaunchConfig& cfg,
-               const DeviceLimits& dev, const FuncAttrs& fn);
+// Validate a launch in the order of docs/architecture.md. Fills `cfg` in place with the resolved grid,
+// block and smem; cfg.skip = true when the derived grid is empty (nothing to launch, not an error).
+inline Error validate(const LaunchContract& c, const ArgValue* args, int nargs, LaunchConfig& cfg,
+                      const DeviceLimits& dev, const FuncAttrs& fn);
+
+// Pack a validated scalar into kernel-parameter bytes of `dtype` (little endian, f16/bf16 rounded to
+// nearest even). `out` needs 8 bytes. Returns the byte size (= its alignment), 0 for an unpackable dtype.
+inline int pack_scalar(const ArgValue& v, DType dtype, unsigned char* out);
+
+// Position of the argument called `name`, -1 when there is none.
+inline int find_arg(const LaunchContract& c, const std::string& name);
 
 }  // namespace kb
 

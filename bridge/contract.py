@@ -1,0 +1,199 @@
+"""Building launch contracts from Python (users, `load_module(contracts=...)`, the DSL).
+
+Why a thin builder: the schema and every check live in ONE C++ validator
+(cpp/include/kernelbridge/contract.hpp, bound as `bridge._native.Contract`). This module only spells
+Python values (dtype objects, ints, tuples) as the JSON of docs/architecture.md and parses it at
+construction, so a malformed contract fails where it is written, with `ContractDefinitionError`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from bridge import dtypes as _dtypes
+from bridge.errors import ContractDefinitionError, DTypeError
+
+__all__ = ["ArgSpec", "LaunchContract"]
+
+_LAYOUTS = {"any": "any", "C": "C", "F": "F", "c": "C", "f": "F"}
+_ACCESS = ("read", "write", "readwrite")
+_ABIS = ("pointer", "view")
+
+
+def _dtype_name(dtype: Any, arg: str) -> str:
+    """Contract spelling ("f32") of a name, NumPy/ml_dtypes/torch dtype or DSL type with `.name`."""
+    if isinstance(dtype, str) and dtype == "any":
+        return "any"
+    try:
+        return _dtypes.normalize(dtype, arg=arg)
+    except DTypeError:
+        name = getattr(dtype, "name", None)
+        if isinstance(name, str) and not isinstance(dtype, str):
+            try:
+                return _dtypes.normalize(name, arg=arg)
+            except DTypeError:
+                pass
+    raise ContractDefinitionError(
+        f"argument '{arg}': expected a dtype ({', '.join(_dtypes.NAMES)}, 'any', or a NumPy/ml_dtypes/torch "
+        f"dtype of one of them), got {dtype!r}", arg_name=arg)
+
+
+def _dims(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
+    """An int or 1..3 ints → a 3-tuple padded with 1."""
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        raise ContractDefinitionError(f"{what}: expected an int or a tuple of 1 to 3 ints, got {value!r}")
+    return tuple(dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One declared kernel argument; build with `ArgSpec.array(...)` or `ArgSpec.scalar(...)`."""
+
+    name: str
+    kind: str
+    dtype: str
+    ndim: int = -1
+    layout: str = "any"
+    access: str = "read"
+    align: int = 0
+    abi: str = "view"
+
+    @classmethod
+    def array(cls, name: str, dtype: Any, ndim: int = 1, layout: str = "any", access: str = "read",
+              align: int = 0, abi: str = "view") -> "ArgSpec":
+        """An array argument. layout: any/C/F; access: read/write/readwrite; abi: view/pointer."""
+        if layout not in _LAYOUTS:
+            raise ContractDefinitionError(f"argument '{name}': layout: expected one of any, C, F, got {layout!r}",
+                                          arg_name=name)
+        if access not in _ACCESS:
+            raise ContractDefinitionError(
+                f"argument '{name}': access: expected one of {', '.join(_ACCESS)}, got {access!r}", arg_name=name)
+        if abi not in _ABIS:
+            raise ContractDefinitionError(f"argument '{name}': abi: expected one of {', '.join(_ABIS)}, got {abi!r}",
+                                          arg_name=name)
+        return cls(name, "array", _dtype_name(dtype, name), ndim, _LAYOUTS[layout], access, align, abi)
+
+    @classmethod
+    def scalar(cls, name: str, dtype: Any) -> "ArgSpec":
+        """A scalar argument, passed by value in its dtype's size."""
+        return cls(name, "scalar", _dtype_name(dtype, name))
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.kind == "scalar":
+            return {"name": self.name, "kind": "scalar", "dtype": self.dtype}
+        return {"name": self.name, "kind": "array", "dtype": self.dtype, "ndim": self.ndim, "layout": self.layout,
+                "align": self.align, "access": self.access, "abi": self.abi}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ArgSpec":
+        if d.get("kind") == "scalar":
+            return cls.scalar(d["name"], d["dtype"])
+        return cls.array(d["name"], d["dtype"], ndim=d.get("ndim", -1), layout=d.get("layout", "any"),
+                         access=d.get("access", "read"), align=d.get("align", 0), abi=d.get("abi", "pointer"))
+
+
+class LaunchContract:
+    """What a kernel requires of a launch; parsed (and so checked) by the native validator at construction.
+
+    block: int or tuple = exact block; launch_bounds: max threads per block; shared_mem: exact dynamic
+    bytes or ("max", n); requires: relations such as "len(a) == len(out)"; inplace: pairs of argument
+    names allowed to overlap; grid_from: the array whose shape derives the grid when none is given.
+    """
+
+    def __init__(self, kernel: str, args: Iterable[ArgSpec], domain: int = 1,
+                 block: int | Sequence[int] | None = None, launch_bounds: int | None = None,
+                 shared_mem: int | tuple[str, int] = 0, min_cc: int = 0, requires: Iterable[str] = (),
+                 inplace: Iterable[Sequence[str]] = (), grid_from: str | None = None,
+                 per_thread: int | Sequence[int] = (1, 1, 1),
+                 fault_sites: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.kernel = kernel
+        self.args = tuple(args)
+        for k, a in enumerate(self.args):
+            if not isinstance(a, ArgSpec):
+                raise ContractDefinitionError(
+                    f"{kernel}: invalid contract: args[{k}]: expected an ArgSpec, got {type(a).__name__}", kernel=kernel)
+        self.domain = domain
+        self.block = None if block is None else _dims(block, f"{kernel}: block")
+        if block is not None and launch_bounds is not None:
+            raise ContractDefinitionError(f"{kernel}: invalid contract: give block (exact) or launch_bounds, not both",
+                                          kernel=kernel)
+        self.launch_bounds = launch_bounds
+        if isinstance(shared_mem, tuple):
+            if len(shared_mem) != 2 or shared_mem[0] != "max":
+                raise ContractDefinitionError(
+                    f"{kernel}: invalid contract: shared_mem: expected bytes or ('max', bytes), got {shared_mem!r}",
+                    kernel=kernel)
+            self.shared_mem: int | tuple[str, int] = ("max", shared_mem[1])
+        else:
+            self.shared_mem = shared_mem
+        self.min_cc = min_cc
+        self.requires = tuple(requires) if not isinstance(requires, str) else (requires,)
+        self.inplace = tuple(tuple(p) for p in inplace)
+        self.grid_from = grid_from
+        self.per_thread = _dims(per_thread, f"{kernel}: per_thread")
+        self.fault_sites = tuple(dict(s) for s in fault_sites)
+        self._native = None
+        self.native()  # parse now: a malformed contract fails here, not at the first launch
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"version": 1, "kernel": self.kernel, "domain": self.domain}
+        if self.block is not None:
+            d["block"] = {"exact": list(self.block)}
+        elif self.launch_bounds is not None:
+            d["block"] = {"max_threads": self.launch_bounds}
+        if isinstance(self.shared_mem, tuple):
+            d["dynamic_smem"] = {"max": self.shared_mem[1]}
+        else:
+            d["dynamic_smem"] = {"exact": self.shared_mem}
+        d["min_cc"] = self.min_cc
+        d["args"] = [a.to_dict() for a in self.args]
+        d["requires"] = list(self.requires)
+        d["inplace"] = [list(p) for p in self.inplace]
+        if self.grid_from is not None:
+            d["grid_from"] = {"arg": self.grid_from, "per_thread": list(self.per_thread)}
+        if self.fault_sites:
+            d["fault_sites"] = [dict(s) for s in self.fault_sites]
+        return d
+
+    def to_json(self) -> str:
+        """The contract as schema-v1 JSON text (what modules embed and the native side parses)."""
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "LaunchContract":
+        """Parse schema-v1 JSON (validated natively first, so errors name the JSON field)."""
+        from bridge import _native
+        c = _native.Contract(text)  # raises ContractDefinitionError for malformed text
+        block = c.block_exact
+        smem_kind, smem = c.dynamic_smem
+        pairs = c.inplace
+        out = cls(c.kernel, [ArgSpec.from_dict(a) for a in c.args], domain=c.domain, block=block,
+                  launch_bounds=c.max_threads or None, shared_mem=smem if smem_kind == "exact" else ("max", smem),
+                  min_cc=c.min_cc, requires=c.requires, inplace=pairs, grid_from=c.grid_from,
+                  per_thread=c.per_thread, fault_sites=c.fault_sites)
+        return out
+
+    def native(self) -> Any:
+        """The parsed `bridge._native.Contract` (cached: contracts are immutable once built)."""
+        if self._native is None:
+            from bridge import _native
+            self._native = _native.Contract(self.to_json())
+        return self._native
+
+    def validate(self, args: Sequence[Any], grid: Any = None, block: Any = None, smem: int | None = None,
+                 limits: Any = None, attrs: Any = None) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """Check a launch (args: `_native.ArrayDesc` or scalars); returns the resolved (grid, block)."""
+        from bridge import _native
+        return _native.validate(self.native(), list(args), grid=grid, block=block, smem=smem, limits=limits,
+                                attrs=attrs)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LaunchContract) and self.native().to_json() == other.native().to_json()
+
+    def __hash__(self) -> int:
+        return hash(self.native().to_json())
+
+    def __repr__(self) -> str:
+        return f"LaunchContract({self.to_json()})"

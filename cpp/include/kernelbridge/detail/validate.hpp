@@ -1,0 +1,397 @@
+// kernelbridge: validating one launch against its contract, the device and the compiled function.
+//
+// Why one function in a fixed order (docs/architecture.md): every caller (Python runtime, AOT C++
+// launcher) refuses the same launches with the same message, before anything is submitted. The
+// success path allocates nothing; messages are built only when a check fails.
+#pragma once
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "kernelbridge/contract.hpp"
+#include "kernelbridge/detail/relations.hpp"
+#include "kernelbridge/detail/scalar_pack.hpp"
+
+namespace kb {
+namespace detail {
+
+inline std::string tuple_text(const int64_t* v, int n) {
+  std::string s = "(";
+  for (int k = 0; k < n; ++k) s += (k ? ", " : "") + std::to_string(v[k]);
+  return s + (n == 1 ? ",)" : ")");
+}
+inline std::string dims_text(const int64_t v[3]) { return tuple_text(v, 3); }
+inline std::string dims_text(const int v[3]) {
+  int64_t w[3] = {v[0], v[1], v[2]};
+  return tuple_text(w, 3);
+}
+inline const char* axis_name(int d) { return d == 0 ? "x" : d == 1 ? "y" : "z"; }
+
+// Shortest decimal that reads back as the same double, spelled like Python's repr().
+inline std::string float_text(double x) {
+  if (x != x) return "nan";
+  if (x - x != 0.0) return x > 0 ? "inf" : "-inf";
+  char buf[48];
+  int p = 0;
+  for (; p < 17; ++p) {
+    std::snprintf(buf, sizeof buf, "%.*e", p, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  std::string e = buf;                         // [-]d[.ddd]e[+-]XX
+  size_t epos = e.find('e');
+  int exp10 = std::atoi(e.c_str() + epos + 1);
+  std::string sign = e[0] == '-' ? "-" : "";
+  std::string digits;
+  for (size_t k = sign.size(); k < epos; ++k) if (e[k] != '.') digits += e[k];
+  if (exp10 < -4 || exp10 >= 16) {
+    std::string m = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "");
+    char ex[16];
+    std::snprintf(ex, sizeof ex, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+    return sign + m + ex;
+  }
+  if (exp10 < 0) return sign + "0." + std::string(static_cast<size_t>(-exp10 - 1), '0') + digits;
+  size_t int_len = static_cast<size_t>(exp10) + 1;
+  if (digits.size() <= int_len) return sign + digits + std::string(int_len - digits.size(), '0') + ".0";
+  return sign + digits.substr(0, int_len) + "." + digits.substr(int_len);
+}
+inline std::string hex_text(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+  return buf;
+}
+
+inline std::string spec_text(const ArgSpec& sp) {
+  std::string dt = sp.dtype == DType::any ? "" : std::string(dtype_long_name(sp.dtype)) + " ";
+  if (sp.kind == ArgKind::scalar) return dt + "scalar";
+  std::string lay = sp.layout == Layout::c_contig ? "C-contiguous " : sp.layout == Layout::f_contig ? "F-contiguous " : "";
+  std::string nd = sp.ndim >= 0 ? std::to_string(sp.ndim) + "-D " : "";
+  return nd + lay + dt + "array";
+}
+
+inline std::string value_text(const ArgValue& v) {
+  if (v.kind == ArgKind::array)
+    return std::string(dtype_long_name(v.array.dtype)) + " array of shape " + tuple_text(v.array.shape, v.array.ndim);
+  std::string tn = v.type_name && *v.type_name ? v.type_name : "";
+  switch (v.scalar_kind) {
+    case ArgValue::ScalarKind::boolean: return (tn.empty() ? "bool" : tn) + (v.i ? " True" : " False");
+    case ArgValue::ScalarKind::integer:
+      if (v.huge_int) return (tn.empty() ? "int" : tn) + " outside the 64-bit range";
+      return (tn.empty() ? "int" : tn) + " " + (v.is_big_unsigned ? std::to_string(v.u) : std::to_string(v.i));
+    case ArgValue::ScalarKind::floating: return (tn.empty() ? "float" : tn) + " " + float_text(v.f);
+    default: return tn.empty() ? "an unsupported object" : tn + " object";
+  }
+}
+
+inline Error arg_error(const LaunchContract& c, int pos, ErrorCode code, const std::string& expected,
+                       const std::string& got) {
+  Error e;
+  e.code = code;
+  e.arg = pos;
+  e.arg_name = c.args[pos].name;
+  e.message = c.kernel + ": argument '" + e.arg_name + "' (#" + std::to_string(pos) + "): expected " + expected +
+              ", got " + got;
+  return e;
+}
+inline Error config_error(const LaunchContract& c, ErrorCode code, const std::string& what,
+                          const std::string& expected, const std::string& got) {
+  Error e;
+  e.code = code;
+  e.message = c.kernel + ": " + what + ": expected " + expected + ", got " + got;
+  return e;
+}
+
+inline std::string device_text(const ArrayView& a) {
+  switch (a.device_type) {
+    case DeviceType::cpu: return "host memory (cpu)";
+    case DeviceType::cuda_host: return "pinned host memory (cuda_host)";
+    case DeviceType::cuda: return "memory on cuda:" + std::to_string(a.device_id);
+    default: return "memory of an unsupported device type";
+  }
+}
+
+enum class Category : uint8_t { none, boolean, integer, floating };
+inline Category dtype_category(DType t) {
+  if (t == DType::bool_) return Category::boolean;
+  if (dtype_is_signed_int(t) || dtype_is_unsigned_int(t)) return Category::integer;
+  if (dtype_is_float(t)) return Category::floating;
+  return Category::none;
+}
+
+inline Error check_scalar_kind(const LaunchContract& c, int k, const ArgValue& v) {
+  const ArgSpec& sp = c.args[k];
+  if (v.scalar_kind == ArgValue::ScalarKind::none) {
+    ErrorCode code = v.scalar_dtype != DType::invalid ? ErrorCode::dtype : ErrorCode::argument_kind;
+    return arg_error(c, k, code, spec_text(sp), value_text(v));
+  }
+  Category want = dtype_category(sp.dtype);
+  Category got = v.scalar_kind == ArgValue::ScalarKind::boolean   ? Category::boolean
+                 : v.scalar_kind == ArgValue::ScalarKind::integer ? Category::integer
+                                                                  : Category::floating;
+  bool ok = want == got || sp.dtype == DType::any;
+  // A Python int may feed a float parameter; a NumPy-typed scalar must match the declared kind.
+  if (!ok && want == Category::floating && got == Category::integer && v.scalar_dtype == DType::invalid) ok = true;
+  if (ok && v.scalar_dtype != DType::invalid && sp.dtype != DType::any && dtype_category(v.scalar_dtype) != want) ok = false;
+  if (!ok) return arg_error(c, k, ErrorCode::dtype, spec_text(sp), value_text(v));
+  return Error();
+}
+
+inline Error check_array(const LaunchContract& c, int k, const ArgValue& v, const DeviceLimits& dev) {
+  const ArgSpec& sp = c.args[k];
+  const ArrayView& a = v.array;
+  if (sp.dtype != DType::any && a.dtype != sp.dtype) return arg_error(c, k, ErrorCode::dtype, spec_text(sp), value_text(v));
+  if (sp.ndim >= 0 && a.ndim != sp.ndim) return arg_error(c, k, ErrorCode::ndim, spec_text(sp), value_text(v));
+  bool device_ok = a.device_type == DeviceType::cuda_managed ||
+                   (a.device_type == DeviceType::cuda && a.device_id == dev.device_id);
+  if (!device_ok)
+    return arg_error(c, k, ErrorCode::device_mismatch, "device memory on cuda:" + std::to_string(dev.device_id),
+                     device_text(a));
+  if ((sp.layout == Layout::c_contig && !a.is_c_contiguous()) || (sp.layout == Layout::f_contig && !a.is_f_contiguous()))
+    return arg_error(c, k, ErrorCode::layout, spec_text(sp),
+                     value_text(v) + " with byte strides " + tuple_text(a.strides, a.ndim));
+  if (sp.abi == Abi::view && a.size() > 0) {  // the view ABI passes strides in elements
+    for (int d = 0; d < a.ndim; ++d)
+      if (a.strides[d] % a.itemsize() != 0)
+        return arg_error(c, k, ErrorCode::layout, spec_text(sp) + " with strides that are multiples of its itemsize",
+                         value_text(v) + " with byte strides " + tuple_text(a.strides, a.ndim));
+  }
+  uint64_t align = sp.align > 0 ? static_cast<uint64_t>(sp.align) : static_cast<uint64_t>(a.itemsize());
+  // align is a power of two (contract parse) or an itemsize (1, 2, 4, 8, 16): mask, no division
+  if (align > 1 && (a.ptr & (align - 1)) != 0 && a.size() > 0)  // an empty array is never dereferenced
+    return arg_error(c, k, ErrorCode::alignment, "data pointer aligned to " + std::to_string(align) + " bytes",
+                     "address " + hex_text(a.ptr));
+  if (sp.writable() && a.readonly)
+    return arg_error(c, k, ErrorCode::readonly,
+                     std::string("writable array (access '") + (sp.access == Access::write ? "write" : "readwrite") + "')",
+                     "a read-only array");
+  return Error();
+}
+
+inline Error check_scalar_range(const LaunchContract& c, int k, const ArgValue& v) {
+  DType t = c.args[k].dtype;
+  if (dtype_is_signed_int(t) || dtype_is_unsigned_int(t)) {
+    int bits = dtype_bits(t);
+    bool sign = dtype_is_signed_int(t);
+    bool ok;
+    if (v.huge_int) ok = false;
+    else if (v.is_big_unsigned) ok = !sign && bits == 64;
+    else if (sign) ok = bits == 64 || (v.i >= -(INT64_C(1) << (bits - 1)) && v.i < (INT64_C(1) << (bits - 1)));
+    else ok = v.i >= 0 && (bits == 64 || v.i < (INT64_C(1) << bits));
+    if (!ok) {
+      std::string lo = sign ? "-" + std::to_string(uint64_t{1} << (bits - 1)) : "0";
+      std::string hi = sign ? std::to_string((uint64_t{1} << (bits - 1)) - 1)
+                            : (bits == 64 ? std::to_string(UINT64_MAX) : std::to_string((uint64_t{1} << bits) - 1));
+      return arg_error(c, k, ErrorCode::scalar_range,
+                       std::string(dtype_long_name(t)) + " scalar in [" + lo + ", " + hi + "]", value_text(v));
+    }
+  } else if (dtype_is_float(t) && float_overflows(v, t)) {
+    const char* max = t == DType::f16 ? "65504" : t == DType::bf16 ? "3.3895314e+38" : t == DType::f32 ? "3.4028235e+38"
+                                                                                                      : "1.7976931348623157e+308";
+    return arg_error(c, k, ErrorCode::scalar_range,
+                     std::string(dtype_long_name(t)) + " scalar of magnitude at most " + max + " (larger overflows to inf)",
+                     value_text(v));
+  }
+  return Error();
+}
+
+inline Error check_relation(const LaunchContract& c, size_t r, const ArgValue* args) {
+  const Relation& rel = *c.relations[r];
+  RelValue out;
+  std::string why;
+  bool ok = eval_relation(rel, rel.root, args, out, &why);
+  if (ok && out.v) return Error();
+  std::vector<int> terms;
+  int node = ok ? failing_comparison(rel, rel.root, args) : rel.root;
+  if (node < 0) node = rel.root;
+  collect_terms(rel, node, terms);
+  int arg = -1;
+  for (int t : terms) if (rel.nodes[t].arg > arg) arg = rel.nodes[t].arg;
+  std::string got;
+  if (!ok) {
+    got = why;
+  } else {
+    for (int t : terms) {
+      RelValue v;
+      got += (got.empty() ? "" : ", ") + node_text(rel, t) + " = " +
+             (eval_relation(rel, t, args, v, nullptr) ? rel_value_text(v) : std::string("?"));
+    }
+    if (got.empty()) got = "false";
+  }
+  std::string cmp = node_text(rel, node);
+  std::string expected = ok ? cmp : "requires '" + rel.text + "' to evaluate";
+  if (ok && cmp != rel.text) expected += " (requires '" + rel.text + "')";
+  if (arg >= 0) return arg_error(c, arg, ErrorCode::shape_relation, expected, got);
+  return config_error(c, ErrorCode::shape_relation, "requires '" + rel.text + "'", expected, got);
+}
+
+inline bool is_inplace_pair(const LaunchContract& c, int a, int b) {
+  for (const auto& p : c.inplace)
+    if ((p.first == a && p.second == b) || (p.first == b && p.second == a)) return true;
+  return false;
+}
+
+inline Error check_aliasing(const LaunchContract& c, const ArgValue* args, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (c.args[i].kind != ArgKind::array || !c.args[i].writable() || args[i].array.size() == 0) continue;
+    uint64_t lo1, hi1;
+    args[i].array.extent(lo1, hi1);
+    for (int j = 0; j < n; ++j) {
+      if (j == i || c.args[j].kind != ArgKind::array || args[j].array.size() == 0) continue;
+      uint64_t lo2, hi2;
+      args[j].array.extent(lo2, hi2);
+      if (lo1 < hi2 && lo2 < hi1 && !is_inplace_pair(c, i, j))
+        return arg_error(c, i, ErrorCode::aliasing,
+                         "memory disjoint from argument '" + c.args[j].name + "' (#" + std::to_string(j) +
+                             ") (declare the pair in inplace to allow it)",
+                         "overlapping bytes [" + hex_text(lo1) + ", " + hex_text(hi1) + ") and [" + hex_text(lo2) +
+                             ", " + hex_text(hi2) + ")");
+    }
+  }
+  return Error();
+}
+
+inline int64_t sat_mul(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+inline Error check_block(const LaunchContract& c, LaunchConfig& cfg, const DeviceLimits& dev, const FuncAttrs& fn) {
+  int* b = cfg.block;
+  if (b[0] == 0 && b[1] == 0 && b[2] == 0) {
+    if (c.block_exact) {
+      for (int d = 0; d < 3; ++d) b[d] = c.block[d];
+    } else {
+      int x = c.max_threads > 0 ? c.max_threads : dev.max_threads_per_block;
+      if (fn.max_threads_per_block > 0 && fn.max_threads_per_block < x) x = fn.max_threads_per_block;
+      b[0] = x < 256 ? x : 256;
+      b[1] = b[2] = 1;
+    }
+  }
+  auto what = [b] { return "block " + dims_text(b); };  // built only when a check fails
+  if (c.block_exact && (b[0] != c.block[0] || b[1] != c.block[1] || b[2] != c.block[2]))
+    return config_error(c, ErrorCode::block_size, what(), "exactly " + dims_text(c.block), dims_text(b));
+  for (int d = 0; d < 3; ++d)
+    if (b[d] < 1)
+      return config_error(c, ErrorCode::block_size, what(), "every dimension >= 1",
+                          std::to_string(b[d]) + " in " + axis_name(d));
+  int64_t total = sat_mul(sat_mul(b[0], b[1]), b[2]);
+  if (c.max_threads > 0 && total > c.max_threads)
+    return config_error(c, ErrorCode::block_size, what(),
+                        "at most " + std::to_string(c.max_threads) + " threads (contract launch bounds)",
+                        std::to_string(total));
+  if (total > dev.max_threads_per_block)
+    return config_error(c, ErrorCode::block_size, what(),
+                        "at most " + std::to_string(dev.max_threads_per_block) + " threads (device limit)",
+                        std::to_string(total));
+  for (int d = 0; d < 3; ++d)
+    if (b[d] > dev.max_block[d])
+      return config_error(c, ErrorCode::block_size, what(),
+                          std::string(axis_name(d)) + " <= " + std::to_string(dev.max_block[d]) + " (device limit)",
+                          std::to_string(b[d]));
+  return Error();
+}
+
+inline Error check_grid(const LaunchContract& c, const ArgValue* args, LaunchConfig& cfg, const DeviceLimits& dev) {
+  int64_t* g = cfg.grid;
+  bool derived = g[0] == 0 && g[1] == 0 && g[2] == 0;
+  if (derived) {
+    if (c.grid_from_arg < 0)
+      return config_error(c, ErrorCode::grid_size, "grid", "a grid (the contract has no grid_from to derive one)",
+                          "none");
+    const ArrayView& a = args[c.grid_from_arg].array;
+    for (int d = 0; d < 3; ++d) {
+      int axis = a.ndim - 1 - d;
+      int64_t ext = d < c.domain && axis >= 0 ? a.shape[axis] : 1;
+      int64_t per = sat_mul(cfg.block[d], c.per_thread[d]);
+      g[d] = d < c.domain ? (ext + per - 1) / per : 1;
+    }
+    cfg.skip = a.size() == 0 || g[0] == 0 || g[1] == 0 || g[2] == 0;
+  }
+  auto what = [g] { return "grid " + dims_text(g); };
+  for (int d = 0; d < 3; ++d) {
+    if (g[d] < 1 && !(derived && cfg.skip && g[d] == 0))
+      return config_error(c, ErrorCode::grid_size, what(), "every dimension >= 1",
+                          std::to_string(g[d]) + " in " + axis_name(d));
+    if (g[d] > dev.max_grid[d])
+      return config_error(c, ErrorCode::grid_size, what(),
+                          std::string(axis_name(d)) + " <= " + std::to_string(dev.max_grid[d]) + " (device limit)" +
+                              (derived ? " for the grid derived from '" + c.args[c.grid_from_arg].name + "'" : ""),
+                          std::to_string(g[d]));
+  }
+  return Error();
+}
+
+inline Error check_smem(const LaunchContract& c, LaunchConfig& cfg, const DeviceLimits& dev, const FuncAttrs& fn) {
+  if (cfg.smem == -1) cfg.smem = c.smem_exact ? c.smem : 0;
+  const char* what = "dynamic shared memory";
+  if (cfg.smem < 0)
+    return config_error(c, ErrorCode::shared_memory, what, ">= 0 bytes", std::to_string(cfg.smem));
+  if (c.smem_exact && cfg.smem != c.smem)
+    return config_error(c, ErrorCode::shared_memory, what, "exactly " + std::to_string(c.smem) + " bytes",
+                        std::to_string(cfg.smem));
+  if (!c.smem_exact && cfg.smem > c.smem)
+    return config_error(c, ErrorCode::shared_memory, what, "at most " + std::to_string(c.smem) + " bytes (contract max)",
+                        std::to_string(cfg.smem));
+  int64_t room = dev.smem_per_block_optin - fn.static_smem;
+  if (cfg.smem > room)
+    return config_error(c, ErrorCode::shared_memory, what,
+                        "at most " + std::to_string(room) + " bytes (device opt-in limit " +
+                            std::to_string(dev.smem_per_block_optin) + " minus " + std::to_string(fn.static_smem) +
+                            " bytes of static shared memory)",
+                        std::to_string(cfg.smem));
+  return Error();
+}
+
+inline std::string sm_text(int cc) { return "sm_" + std::to_string(cc); }
+
+}  // namespace detail
+
+inline Error validate(const LaunchContract& c, const ArgValue* args, int nargs, LaunchConfig& cfg,
+                      const DeviceLimits& dev, const FuncAttrs& fn) {
+  using namespace detail;
+  cfg.skip = false;
+  const int n = static_cast<int>(c.args.size());
+  if (nargs != n) {
+    std::string names;
+    for (int k = 0; k < n; ++k) names += (k ? ", " : "") + c.args[k].name;
+    Error e;
+    e.code = ErrorCode::argument_count;
+    e.message = c.kernel + ": expected " + std::to_string(n) + " argument" + (n == 1 ? "" : "s") + " (" + names +
+                "), got " + std::to_string(nargs);
+    return e;
+  }
+  for (int k = 0; k < n; ++k) {
+    const ArgSpec& sp = c.args[k];
+    const ArgValue& v = args[k];
+    if (sp.kind != v.kind)
+      return arg_error(c, k, ErrorCode::argument_kind, spec_text(sp), value_text(v));
+    Error e = sp.kind == ArgKind::array ? check_array(c, k, v, dev) : check_scalar_kind(c, k, v);
+    if (e) return e;
+  }
+  for (int k = 0; k < n; ++k) {
+    if (c.args[k].kind != ArgKind::scalar) continue;
+    Error e = check_scalar_range(c, k, args[k]);
+    if (e) return e;
+  }
+  for (size_t r = 0; r < c.relations.size(); ++r) {
+    Error e = check_relation(c, r, args);
+    if (e) return e;
+  }
+  if (Error e = check_aliasing(c, args, n)) return e;
+  if (Error e = check_block(c, cfg, dev, fn)) return e;
+  if (Error e = check_grid(c, args, cfg, dev)) return e;
+  if (Error e = check_smem(c, cfg, dev, fn)) return e;
+  if (dev.cc < c.min_cc)
+    return config_error(c, ErrorCode::compute_capability, "compute capability", sm_text(c.min_cc) + " or newer",
+                        sm_text(dev.cc));
+  int64_t total = sat_mul(sat_mul(cfg.block[0], cfg.block[1]), cfg.block[2]);
+  if (total > fn.max_threads_per_block)
+    return config_error(c, ErrorCode::block_size, "block " + dims_text(cfg.block),
+                        "at most " + std::to_string(fn.max_threads_per_block) +
+                            " threads (max_threads_per_block of the compiled function)",
+                        std::to_string(total));
+  return Error();
+}
+
+}  // namespace kb
