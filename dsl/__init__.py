@@ -1,0 +1,14 @@
+"""kernelbridge DSL: Python kernels compiled to PTX through LLVM (docs/dsl.md).
+
+`from dsl import simt, f32` for SIMT kernels; scalar types double as casts inside kernels.
+"""
+from bridge.errors import KernelFault
+from dsl import simt
+from dsl.errors import DslCompileError
+from dsl.types import (TypeVar, bf16, boolean, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32,
+                       u64)
+# tile: `from dsl import tile` is added by the Tile DSL (dsl/tile/)
+
+__all__ = ["simt", "DslCompileError", "KernelFault", "TypeVar", "f16", "bf16", "f32", "f64", "i8",
+           "i16", "i32", "i64", "u8", "u16", "u32", "u64", "boolean"]
+from dsl import tile  # noqa: E402,F401  (Tile DSL, dsl/tile/)

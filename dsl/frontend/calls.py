@@ -1,0 +1,340 @@
+"""Calls: the one table of simt intrinsics, Python builtins, math functions, casts, device functions.
+
+The table INTRINSICS maps an intrinsic key (dsl/simt/intrinsics.py) to the method that lowers it.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import math
+from typing import Any
+
+from dsl.frontend import typing_rules as tr
+from dsl.frontend.values import PyObj, SlotBinding, TupleVal, Val, weak_const
+from dsl.ir import nodes as ir
+from dsl.ir import types as irt
+from dsl.simt.intrinsics import Intrinsic, Register
+from dsl.types import ScalarDType
+
+MATH_ARITY = {"pow": 2, "fma": 3, "copysign": 2}
+PY_MATH = {getattr(math, n): n for n in ("sqrt", "exp", "log", "log2", "log1p", "sin", "cos", "tan",
+                                         "tanh", "erf", "pow", "floor", "ceil", "trunc", "isnan",
+                                         "isinf", "copysign", "exp2", "fma") if hasattr(math, n)}
+PY_MATH[math.fabs] = "fabs"
+ATOMIC_FLOAT_OK = {"add", "exch"}
+INTRINSICS = {
+    "thread.index_1d": "call_index", "thread.index_2d": "call_index", "thread.index_3d": "call_index",
+    "thread.chunk_1d": "call_chunk", "lane_id": "call_lane_id", "sync_threads": "call_sync_misplaced",
+    "unsafe": "call_unsafe_misplaced", "shared.array": "call_shared_misplaced",
+    "shared.dynamic": "call_shared_misplaced",
+}
+
+
+class CallMixin:
+    def visit_Call(self, node: ast.Call) -> Any:
+        if node.keywords:
+            self.err(node.keywords[0].value, "keyword arguments are not supported in kernel calls",
+                     "pass arguments by position")
+        if isinstance(node.func, ast.Attribute):
+            base = self.expr(node.func.value)
+            if isinstance(base, Val) and isinstance(base.type, irt.ArrayType):
+                if node.func.attr == "get_mut":
+                    return self.get_mut(base, node.args, node)
+            if isinstance(base, SlotBinding):
+                if node.func.attr == "set":
+                    self.err(node, "slot.set(...) is a statement, not a value",
+                             "write it on its own line")
+                self.err(node.func, f"slots have no method '{node.func.attr}'", "use slot.set(v)")
+        func = self.expr(node.func)
+        if not isinstance(func, PyObj):
+            self.err(node.func, f"{self.describe(func)} is not callable")
+        return self.call_object(func.obj, node)
+
+    def call_object(self, obj: Any, node: ast.Call) -> Any:
+        from dsl.simt.kernel import DeviceFunction, SimtKernel
+        if isinstance(obj, Intrinsic):
+            key = obj.key
+            if key.startswith("math."):
+                return self.math_call(key[5:], self.scalars(node.args), node)
+            if key.startswith("atomic."):
+                return self.call_atomic(key[7:], node)
+            if key.startswith("warp."):
+                return self.call_warp(key[5:], node)
+            return getattr(self, INTRINSICS[key])(key, node)
+        if isinstance(obj, ScalarDType):
+            return self.call_cast(obj, node)
+        if isinstance(obj, DeviceFunction):
+            return self.call_device(obj, node)
+        if isinstance(obj, SimtKernel):
+            self.err(node.func, f"kernel '{obj.__name__}' cannot be called from a kernel",
+                     "make the shared code a @simt.device function")
+        if isinstance(obj, Register):
+            self.err(node.func, f"simt.{obj.public} is a value, not a function", "drop the ()")
+        if obj in PY_MATH:
+            return self.math_call(PY_MATH[obj], self.scalars(node.args), node)
+        if obj is builtins.len:
+            return self.call_len(node)
+        if obj in (builtins.min, builtins.max):
+            return self.call_minmax(obj.__name__, node)
+        if obj is builtins.abs:
+            return self.call_abs(node)
+        if obj is builtins.bool:
+            self.arity(node, 1)
+            return Val(self.to_bool(node.args[0]))
+        if obj in (builtins.int, builtins.float):
+            self.err(node.func, f"{obj.__name__}() has no fixed width in kernels",
+                     "cast with a dsl type: i32(x), i64(x), f32(x) or f64(x)")
+        if obj is builtins.range:
+            self.err(node, "range() can only be used as the iterable of a `for` loop",
+                     "write `for i in range(n):`")
+        if obj is builtins.print:
+            self.err(node, "print() is not supported in kernels",
+                     "write values into an output array, or run kernel.simulate(...) and inspect it")
+        name = getattr(obj, "__name__", repr(obj))
+        if getattr(obj, "__module__", None) == "builtins" or isinstance(obj, type):
+            self.err(node.func, f"the Python builtin '{name}' is not supported in kernels",
+                     "kernels support len, range (in for loops), min, max, abs, bool and the dsl "
+                     "casts; write a loop for the rest")
+        if callable(obj):
+            self.err(node.func, f"calling the plain Python function '{name}' from a kernel",
+                     f"decorate '{name}' with @simt.device to make it callable from kernels")
+        self.err(node.func, f"{obj!r} is not callable")
+
+    # ------------------------------------------------------------------ helpers
+    def arity(self, node: ast.Call, *counts: int) -> None:
+        if len(node.args) not in counts:
+            want = " or ".join(map(str, counts))
+            self.err(node, f"expected {want} argument{'s' if counts != (1,) else ''}, "
+                     f"got {len(node.args)}")
+
+    def scalars(self, args: list[ast.expr]) -> list[Val]:
+        return [self.scalar(a, "the argument") for a in args]
+
+    def const_int(self, node: ast.expr, what: str) -> int:
+        v = self.expr(node)
+        if not (isinstance(v, Val) and v.weak and isinstance(v.const_value, int)):
+            self.err(node, f"{what} must be a constant integer",
+                     "use a literal or a module-level constant")
+        return v.const_value
+
+    # ------------------------------------------------------------------ builtins
+    def call_cast(self, dtype: ScalarDType, node: ast.Call) -> Val:
+        self.arity(node, 1)
+        t, loc = dtype.ir, self.loc(node)
+        if t.kind == "bool":
+            return Val(self.to_bool(node.args[0]))
+        v = self.scalar(node.args[0], f"the argument of {t.name}()")
+        if v.weak:
+            if t.is_int and not tr.fits(int(v.const_value), t):
+                self.err(node, f"{v.const_value!r} does not fit in {t}")
+            return Val(tr.const_of(v.const_value, t, loc))
+        return Val(tr.cast(v.expr, t, loc))
+
+    def call_len(self, node: ast.Call) -> Val:
+        self.arity(node, 1)
+        v = self.expr(node.args[0])
+        if isinstance(v, TupleVal):
+            return weak_const(len(v.items), self.loc(node))
+        if not (isinstance(v, Val) and isinstance(v.type, irt.ArrayType)):
+            self.err(node.args[0], f"len() needs an array, got {self.describe(v)}")
+        return self.extent(v, 0, self.loc(node))
+
+    def call_minmax(self, name: str, node: ast.Call) -> Val:
+        if len(node.args) < 2:
+            self.err(node, f"{name}() needs at least two numbers in kernels")
+        vals = self.scalars(node.args)
+        result = vals[0]
+        for v in vals[1:]:
+            if result.weak and v.weak:
+                result = weak_const((min if name == "min" else max)(result.const_value, v.const_value),
+                                    self.loc(node))
+                continue
+            t = self.rule(node, tr.unify, result, v)
+            loc = self.loc(node)
+            result = Val(ir.BinOp(name, self.rule(node, tr.convert, result, t, loc),
+                                  self.rule(node, tr.convert, v, t, loc), t, loc))
+        return result
+
+    def call_abs(self, node: ast.Call) -> Val:
+        self.arity(node, 1)
+        v = self.scalar(node.args[0], "the argument of abs()")
+        if v.weak:
+            return weak_const(abs(v.const_value), self.loc(node))
+        t = v.scalar if v.scalar.kind != "bool" else irt.I64  # type: ignore[union-attr]
+        return Val(ir.UnaryOp("abs", tr.cast(v.expr, t, self.loc(node)), t, self.loc(node)))
+
+    def math_call(self, fn: str, args: list[Val], node: ast.AST) -> Val:
+        """Math on f32/f64 (ints convert like `/`, f16/bf16 compute in f32 and convert back)."""
+        if fn == "fabs":
+            fn = "abs_float"
+        want = MATH_ARITY.get(fn, 1)
+        if len(args) != want:
+            self.err(node, f"{fn}() takes {want} argument{'s' if want > 1 else ''}, got {len(args)}")
+        loc = self.loc(node)
+        if all(v.weak for v in args):
+            t = irt.F32
+        else:
+            first = next(v for v in args if not v.weak)
+            t = first.scalar
+            for v in args:
+                if v is not first:
+                    t = self.rule(node, tr.unify, Val(ir.Const(0, t, loc)), v)
+        if t.kind == "bool":
+            self.err(node, f"{fn}() needs a number, got bool")
+        ct = tr.math_arg_type(t)
+        exprs = [self.rule(node, tr.convert, v, ct, loc) for v in args]
+        if fn == "abs_float":
+            return Val(ir.UnaryOp("abs", exprs[0], ct, loc))
+        if fn in ("isnan", "isinf"):
+            return Val(ir.Math(fn, exprs, irt.BOOL, loc))
+        result: ir.Expr = ir.Math(fn, exprs, ct, loc)
+        if t.is_float and t != ct:
+            result = ir.Cast(result, t, loc)
+        return Val(result)
+
+    # ------------------------------------------------------------------ thread intrinsics
+    def call_index(self, key: str, node: ast.Call) -> Val:
+        self.arity(node, 0)
+        n = int(key[-2])
+        if self.is_kernel and n != self.options.domain:
+            self.err(node, f"simt.thread.index_{n}d() in a kernel declared with domain="
+                     f"{self.options.domain}", f"declare @simt.kernel(domain={n}, ...) or use "
+                     f"simt.thread.index_{self.options.domain}d()")
+        return Val(ir.ThreadIndexValue(n, self.loc(node)))
+
+    def call_chunk(self, key: str, node: ast.Call) -> Val:
+        self.arity(node, 1)
+        n = self.const_int(node.args[0], "the chunk size")
+        if not 1 <= n <= 64:
+            self.err(node.args[0], f"chunk size {n} must be between 1 and 64")
+        if self.is_kernel and self.options.domain != 1:
+            self.err(node, "simt.thread.chunk_1d() needs a 1-D kernel (domain=1)")
+        return Val(ir.ChunkValue(n, self.loc(node)))
+
+    def call_lane_id(self, key: str, node: ast.Call) -> Val:
+        self.arity(node, 0)
+        return Val(ir.Special("laneid", self.loc(node)))
+
+    def call_sync_misplaced(self, key: str, node: ast.Call) -> Val:
+        self.err(node, "simt.sync_threads() is a statement, not a value", "call it on its own line")
+
+    def call_unsafe_misplaced(self, key: str, node: ast.Call) -> Val:
+        self.err(node, "simt.unsafe() is a context manager", "write `with simt.unsafe():`")
+
+    def call_shared_misplaced(self, key: str, node: ast.Call) -> Val:
+        self.err(node, f"simt.{key}(...) must be assigned to a name",
+                 f"write `buf = simt.{key}(...)` inside `with simt.unsafe():`")
+
+    # ------------------------------------------------------------------ atomics and warp ops
+    def call_atomic(self, op: str, node: ast.Call) -> Val:
+        want = 4 if op == "cas" else 3
+        if len(node.args) != want:
+            self.err(node, f"simt.atomic.{op}(array, index, {'compare, value' if op == 'cas' else 'value'})"
+                     f" takes {want} arguments, got {len(node.args)}")
+        if self.unsafe_depth == 0:
+            self.err(node, f"simt.atomic.{op}() writes memory other threads may write too",
+                     "atomics go inside `with simt.unsafe():`")
+        base = self.expr(node.args[0])
+        if not (isinstance(base, Val) and isinstance(base.type, irt.ArrayType)):
+            self.err(node.args[0], f"atomics need an array, got {self.describe(base)}")
+        t: irt.ArrayType = base.type  # type: ignore[assignment]
+        from dsl.frontend.access import array_name
+        if not self.writable(base):
+            self.err(node.args[0], f"write to Array parameter '{array_name(base.expr)}' "
+                     "(simt.Array is read-only)", "declare it as simt.DisjointSlice[...] to update it "
+                     "atomically")
+        ok = (t.dtype.is_int and t.dtype.bits in (32, 64)) or \
+            (op in ATOMIC_FLOAT_OK and t.dtype.is_float and (op == "add" or t.dtype.bits >= 32))
+        if not ok:
+            self.err(node, f"simt.atomic.{op}() is not available for {t.dtype} arrays",
+                     "atomics work on 32/64-bit integers; add also on f16/bf16/f32/f64")
+        vals, _ = self.index_vals(node.args[1])
+        self.check_rank(base, node.args[0], len(vals), node)
+        exprs = self.index_exprs(vals, node.args[1])
+        args = [self.rule(node, tr.implicit, self.scalar(a, "the value"), t.dtype, self.loc(a),
+                          "the atomic operand") for a in node.args[2:]]
+        check, site = self.check_mode(base, exprs, node)
+        return Val(ir.Atomic(op, base.expr, exprs, args, check, site, t.dtype, self.loc(node)))
+
+    def call_warp(self, op: str, node: ast.Call) -> Val:
+        loc = self.loc(node)
+        if op in ("ballot", "any", "all"):
+            self.arity(node, 1)
+            pred = self.to_bool(node.args[0])
+            return Val(ir.Warp(op, [pred], irt.U32 if op == "ballot" else irt.BOOL, loc))
+        if op == "sum":
+            self.arity(node, 1)
+            v = self.scalar(node.args[0], "the value")
+            t = v.scalar if not v.weak else v.scalar
+            return Val(ir.Warp("sum", [tr.convert(v, t, loc)], t, loc))  # type: ignore[arg-type]
+        self.arity(node, 2)
+        v = self.scalar(node.args[0], "the value")
+        t = v.scalar
+        if t.kind == "bool" or t.bits < 32 and not t.is_float:  # type: ignore[union-attr]
+            self.err(node.args[0], f"warp.{op}() needs a 16/32/64-bit number, got {t}")
+        lane = self.rule(node, tr.implicit, self.scalar(node.args[1], "the lane"), irt.I32, loc,
+                         "the lane / delta / mask")
+        return Val(ir.Warp(op, [tr.convert(v, t, loc), lane], t, loc))  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ device functions
+    def call_device(self, dev: Any, node: ast.Call) -> Val:
+        from dsl.frontend.annotations import annotation_of, check_plain_signature, return_annotation
+        from dsl.frontend.lower import lower_function
+        from dsl.frontend.source import get_source
+        from dsl.frontend.scope import Scope
+        fn = dev.pyfunc
+        src = get_source(fn)
+        check_plain_signature(src, "device function")
+        anns = [annotation_of(src, Scope(fn), a, "parameter") for a in src.tree.args.args]
+        if len(node.args) != len(anns):
+            self.err(node, f"device function '{fn.__name__}' takes {len(anns)} arguments, "
+                     f"got {len(node.args)}")
+        args, sig, typevars = [], [], {}
+        for ann, a in zip(anns, node.args):
+            v = self.expr(a)
+            if ann.kind == "array":
+                if not (isinstance(v, Val) and isinstance(v.type, irt.ArrayType)) or \
+                        v.type.ndim != ann.ndim or (ann.writable and not v.type.writable):
+                    self.err(a, f"argument '{ann.name}' of '{fn.__name__}' must be {ann!r}, "
+                             f"got {self.describe(v)}")
+                dt = v.type.dtype
+                t: irt.Type = v.type       # a DisjointSlice passed as simt.Array stays read-only there
+                expr = v.expr
+            else:
+                s = self.as_scalar(v)
+                if s is None:
+                    self.err(a, f"argument '{ann.name}' of '{fn.__name__}' must be a number, "
+                             f"got {self.describe(v)}")
+                dt = ann.dtype if not ann.is_generic else typevars.get(ann.dtype, s.scalar)
+                expr = self.rule(a, tr.implicit, s, dt, self.loc(a), f"argument '{ann.name}'")
+                t = dt
+            if ann.is_generic:
+                if typevars.setdefault(ann.dtype, dt) != dt:
+                    self.err(a, f"argument '{ann.name}' binds {ann.dtype} to {dt}, but an earlier "
+                             f"argument bound it to {typevars[ann.dtype]}")
+            elif ann.dtype != dt:
+                self.err(a, f"argument '{ann.name}' of '{fn.__name__}' must have dtype {ann.dtype}, "
+                         f"got {dt}")
+            args.append(expr)
+            sig.append(t)
+        ret = return_annotation(fn)
+        if ret is not None and not isinstance(ret, irt.Type):
+            if ret not in typevars:
+                self.err(node, f"return type {ret} of '{fn.__name__}' is not bound by its arguments")
+            ret = typevars[ret]
+        key = (fn, tuple(sig))
+        callee = self.ctx.device_fns.get(key)
+        if callee is None:
+            if fn in self.ctx.in_progress:
+                self.err(node, f"recursive call of device function '{fn.__name__}'",
+                         "device functions are inlined: rewrite the recursion as a loop")
+            self.ctx.in_progress.add(fn)
+            try:
+                callee = lower_function(fn, sig, self.ctx, is_kernel=False, typevars=typevars,
+                                        return_type=ret)
+            finally:
+                self.ctx.in_progress.discard(fn)
+            self.ctx.device_fns[key] = callee
+        if callee not in self.callees:
+            self.callees.append(callee)
+        return Val(ir.Call(callee, args, callee.return_type, self.loc(node)))

@@ -1,0 +1,140 @@
+"""The launch contract of a compiled kernel (docs/architecture.md, schema v1), built from its IR.
+
+Array access is read from the IR: a DisjointSlice that is also loaded (or updated atomically) is
+"readwrite", otherwise "write". The grid is derived from the first DisjointSlice parameter, with
+`per_thread = (n, 1, 1)` for kernels that use `simt.thread.chunk_1d(n)`.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any, Callable
+
+from dsl.frontend.annotations import parse_signature_annotations
+from dsl.frontend.source import get_source
+from dsl.ir import nodes as ir
+from dsl.ir import types as irt
+from dsl.options import KernelOptions
+
+_TERMS = ("len", "shape", "size", "ndim")
+
+
+def _walk(node: Any):
+    """Every IR node below `node` (device function bodies included)."""
+    stack = [node]
+    seen: set[int] = set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        yield n
+        if isinstance(n, ir.Call):
+            stack.extend(n.callee.body)
+        for value in vars(n).values() if hasattr(n, "__dict__") else ():
+            if isinstance(value, (ir.Expr, ir.Stmt)):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, (ir.Expr, ir.Stmt)))
+
+
+def _read_params(fn: ir.Function) -> set[str]:
+    names = set()
+    for st in fn.body:
+        for n in _walk(st):
+            if isinstance(n, (ir.Load, ir.Atomic)) and isinstance(n.array, ir.ParamRef):
+                names.add(n.array.param.name)
+            if isinstance(n, ir.Call):
+                # arrays handed to device functions: be conservative
+                names.update(a.param.name for a in n.args if isinstance(a, ir.ParamRef)
+                             and isinstance(a.type, irt.ArrayType))
+    return names
+
+
+def _chunk(fn: ir.Function) -> int:
+    for st in fn.body:
+        for n in _walk(st):
+            if isinstance(n, ir.ChunkValue):
+                return n.n
+    return 1
+
+
+def contract_dict(fn: ir.Function, options: KernelOptions) -> dict[str, Any]:
+    """The contract as the schema-v1 dict (what `contract_for(...).to_dict()` gives)."""
+    read = _read_params(fn)
+    args: list[dict[str, Any]] = []
+    grid_from = None
+    for p in fn.params:
+        t = p.type
+        if isinstance(t, irt.ArrayType):
+            access = ("readwrite" if p.name in read else "write") if t.writable else "read"
+            args.append({"name": p.name, "kind": "array", "dtype": t.dtype.name, "ndim": t.ndim,
+                         "layout": t.layout, "align": 16 if t.aligned16 else t.dtype.itemsize,
+                         "access": access, "abi": "view"})
+            if t.writable and grid_from is None:
+                grid_from = p.name
+        else:
+            args.append({"name": p.name, "kind": "scalar", "dtype": t.name})
+    d: dict[str, Any] = {"version": 1, "kernel": fn.name, "domain": options.domain}
+    if options.block is not None:
+        d["block"] = {"exact": list(options.block)}
+    elif options.launch_bounds is not None:
+        d["block"] = {"max_threads": options.launch_bounds}
+    sm = options.shared_mem
+    d["dynamic_smem"] = {"max": sm[1]} if isinstance(sm, tuple) else {"exact": sm}
+    d["min_cc"] = options.min_cc
+    d["args"] = args
+    d["requires"] = list(options.requires)
+    d["inplace"] = [list(p) for p in options.inplace]
+    if grid_from is not None:
+        d["grid_from"] = {"arg": grid_from, "per_thread": [_chunk(fn), 1, 1]}
+    if fn.fault_sites:
+        params = {p.name for p in fn.params}
+        d["fault_sites"] = [_site(s, params) for s in fn.fault_sites]
+    return d
+
+
+def _site(s: ir.FaultSite, params: set[str]) -> dict[str, Any]:
+    """A fault site; sites on shared memory or device-function parameters name the array in the
+    text (the contract's "array" field may only name kernel arguments)."""
+    if s.array in params:
+        return {"id": s.id, "array": s.array, "file": s.loc.file, "line": s.loc.line,
+                "text": s.loc.text}
+    return {"id": s.id, "array": "", "file": s.loc.file, "line": s.loc.line,
+            "text": f"{s.loc.text}  [array '{s.array}']"}
+
+
+def contract_for(fn: ir.Function, options: KernelOptions) -> Any:
+    """The kernel's `bridge.contract.LaunchContract` (parsed by the native validator)."""
+    from bridge.contract import ArgSpec, LaunchContract
+    d = contract_dict(fn, options)
+    specs = [ArgSpec.scalar(a["name"], a["dtype"]) if a["kind"] == "scalar" else
+             ArgSpec.array(a["name"], a["dtype"], a["ndim"], a["layout"], a["access"], a["align"], "view")
+             for a in d["args"]]
+    grid = d.get("grid_from")
+    return LaunchContract(fn.name, specs, domain=options.domain, block=options.block,
+                          launch_bounds=options.launch_bounds, shared_mem=options.shared_mem,
+                          min_cc=options.min_cc, requires=options.requires, inplace=options.inplace,
+                          grid_from=grid["arg"] if grid else None,
+                          per_thread=tuple(grid["per_thread"]) if grid else (1, 1, 1),
+                          fault_sites=d.get("fault_sites", ()))
+
+
+def validate_requires(pyfunc: Callable, options: KernelOptions) -> None:
+    """Each `requires=` relation must parse and name only parameters (reported at the `def`)."""
+    src = get_source(pyfunc)
+    names = {a.name for a in parse_signature_annotations(pyfunc)}
+    for text in options.requires:
+        try:
+            tree = ast.parse(text, mode="eval")
+        except SyntaxError as exc:
+            src.error(src.tree, f"requires=: cannot parse {text!r} ({exc.msg})",
+                      "write relations like \"len(a) == len(out)\" or \"a.shape == out.shape\"")
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Name) and n.id not in names and n.id not in _TERMS:
+                src.error(src.tree, f"requires=: {text!r} names '{n.id}', which is not a parameter "
+                          f"of '{src.tree.name}'", f"parameters are: {', '.join(sorted(names))}")
+    for pair in options.inplace:
+        for name in pair:
+            if name not in names:
+                src.error(src.tree, f"inplace=: '{name}' is not a parameter of '{src.tree.name}'",
+                          f"parameters are: {', '.join(sorted(names))}")

@@ -1,0 +1,156 @@
+"""`for` loops: `for j in range(...)` (ForRange) and `for k in chunk` (ChunkLoop), with the range
+facts they give their body (see dsl/frontend/proofs.py)."""
+from __future__ import annotations
+
+import ast
+import builtins
+
+from dsl.frontend import typing_rules as tr
+from dsl.frontend.proofs import index_key, nonnegative_expr
+from dsl.frontend.values import PyObj, Val
+from dsl.ir import nodes as ir
+from dsl.ir import types as irt
+
+
+class LoopMixin:
+    innermost_chunk: bool = False
+
+    def visit_For(self, node: ast.For) -> None:
+        if node.orelse:
+            self.err(node.orelse[0], "for ... else is not supported in kernels", "use a flag variable")
+        if not isinstance(node.target, ast.Name):
+            self.err(node.target, "a kernel `for` loop binds one name",
+                     "write `for i in range(n):` and index inside the loop")
+        name = node.target.id
+        if name in self.assigned_in(node.body):
+            self.err(self.store_in(node.body, name), f"loop variable '{name}' is assigned inside the "
+                     "loop", "use another name for the new value")
+        existing = self.bindings.get(name)
+        if existing is not None and not isinstance(existing, ir.Var):
+            self.err(node.target, f"cannot reuse '{name}' as a loop variable: it holds "
+                     f"{self.describe_binding(existing)}", "use another name")
+        it = node.iter
+        if isinstance(it, ast.Call) and not it.keywords:
+            f = self.expr(it.func) if isinstance(it.func, (ast.Name, ast.Attribute)) else None
+            if isinstance(f, PyObj) and f.obj is builtins.range:
+                self.range_loop(node, name, it)
+                return
+        v = self.expr(it)
+        if isinstance(v, Val) and isinstance(v.type, irt.ChunkType):
+            self.chunk_loop(node, name, v)
+            return
+        self.err(it, f"kernels iterate over range(...) or a simt.thread.chunk_1d() chunk, not "
+                 f"{self.describe(v)}", "write `for i in range(len(a)):` and index a[i]")
+
+    @staticmethod
+    def assigned_in(body: list[ast.stmt]) -> set[str]:
+        return {n.id for st in body for n in ast.walk(st)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+    @staticmethod
+    def store_in(body: list[ast.stmt], name: str) -> ast.AST:
+        for st in body:
+            for n in ast.walk(st):
+                if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store):
+                    return n
+        return body[0]
+
+    def range_loop(self, node: ast.For, name: str, call: ast.Call) -> None:
+        loc = self.loc(node)
+        if not 1 <= len(call.args) <= 3:
+            self.err(call, f"range() takes 1 to 3 arguments, got {len(call.args)}")
+        vals = [self.scalar(a, "a range() bound") for a in call.args]
+        for a, v in zip(call.args, vals):
+            if not (v.scalar.is_int or v.scalar.kind == "bool"):  # type: ignore[union-attr]
+                self.err(a, f"range() bounds must be integers, got {v.scalar}",
+                         "convert with i32(...) / i64(...)")
+        from dsl.frontend.values import weak_const
+        if len(vals) == 1:
+            vals = [weak_const(0, loc), vals[0]]
+        if len(vals) == 2:
+            vals.append(weak_const(1, loc))
+        start, stop, step = vals
+        if step.weak and step.const_value == 0:
+            self.err(call.args[2], "range() step must not be zero")
+        typed = [v for v in vals if not v.weak]
+        t = typed[0].scalar if typed else irt.I64
+        for v in typed[1:]:
+            t = self.rule(call, tr.unify, Val(ir.Const(0, t, loc)), v)
+        exprs = [self.rule(call, tr.convert, v, t, loc) for v in (start, stop, step)]
+        var = self.new_var(name, t, self.loc(node.target))
+        self.bindings[name] = var
+        facts = self.facts.copy()
+        self.range_facts(facts, var, call, start, stop, step)
+        self.loop_depth += 1
+        saved_chunk, self.innermost_chunk = self.innermost_chunk, False
+        try:
+            body = self.sub_block(node.body, facts)
+        finally:
+            self.loop_depth -= 1
+            self.innermost_chunk = saved_chunk
+        self.emit(ir.ForRange(var, exprs[0], exprs[1], exprs[2], body, loc))
+
+    def range_facts(self, facts, var: ir.Var, call: ast.Call, start: Val, stop: Val,
+                    step: Val) -> None:
+        """j in [start, stop) with start >= 0 and a positive constant step: 0 <= j < stop."""
+        key = ("var", id(var))
+        nargs = len(call.args)
+        if step.weak and step.const_value > 0:
+            start_ok = (start.weak and start.const_value >= 0) or nonnegative_expr(start.expr) or \
+                (index_key(start.expr) in facts.nonneg)
+            if start_ok:
+                facts.nonneg.add(key)
+            self.bound_fact(facts, key, stop, call.args[1 if nargs > 1 else 0], minus_one=False)
+        elif step.weak and step.const_value < 0 and stop.weak and stop.const_value >= -1:
+            facts.nonneg.add(key)     # range(len(a) - 1, -1, -1): j > stop >= -1
+            st = call.args[0]
+            if isinstance(st, ast.BinOp) and isinstance(st.op, ast.Sub) and \
+                    isinstance(st.right, ast.Constant) and st.right.value == 1:
+                bound = self.pure_value(st.left)
+                if isinstance(bound, Val):
+                    self.bound_fact(facts, key, bound, st.left, minus_one=False)
+
+    def bound_fact(self, facts, key: tuple, stop: Val, stop_node: ast.expr, minus_one: bool) -> None:
+        if stop.weak and isinstance(stop.const_value, int):
+            facts.add_const(key, stop.const_value)
+            return
+        e = stop.expr
+        if isinstance(e, ir.ArrayLen):
+            from dsl.frontend.access import array_name
+            facts.add_extent(key, (array_name(e.array), e.axis))
+
+    def chunk_loop(self, node: ast.For, name: str, chunk: Val) -> None:
+        loc = self.loc(node)
+        array = self.chunk_array(node, name)
+        var = self.new_var(name, irt.INDEX, self.loc(node.target))   # owned: see chunk_loops
+        self.bindings[name] = var
+        self.chunk_loops[id(var)] = array.param.name
+        facts = self.facts.copy()
+        key = ("var", id(var))
+        facts.nonneg.add(key)
+        facts.add_extent(key, (array.param.name, 0))
+        saved_chunk, self.innermost_chunk = self.innermost_chunk, True
+        try:
+            body = self.sub_block(node.body, facts)
+        finally:
+            self.innermost_chunk = saved_chunk
+        self.emit(ir.ChunkLoop(var, chunk.expr, ir.ParamRef(array.param, loc), body, loc))
+
+    def chunk_array(self, node: ast.For, name: str) -> ir.ParamRef:
+        """The 1-D array the chunk loop guards on: the first DisjointSlice written at the loop
+        variable, else the first array read at it."""
+        writes, reads = [], []
+        for st in node.body:
+            for n in ast.walk(st):
+                if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Name) and \
+                        n.slice.id == name and isinstance(n.value, ast.Name):
+                    (writes if isinstance(n.ctx, ast.Store) or isinstance(
+                        getattr(n, "_kb_parent", None), ast.AugAssign) else reads).append(n.value.id)
+        for cand in writes + reads:
+            b = self.bindings.get(cand)
+            if isinstance(b, ir.ParamRef) and isinstance(b.param.type, irt.ArrayType) and \
+                    b.param.type.ndim == 1 and b.param.type.space == "global" and \
+                    (b.param.type.writable or not writes):
+                return b
+        self.err(node.iter, "a chunk loop must index a 1-D array parameter with its loop variable",
+                 f"write e.g. `for {name} in chunk: out[{name}] = a[{name}]`")

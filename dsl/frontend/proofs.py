@@ -1,0 +1,152 @@
+"""Range proofs that let the front end drop run-time bounds checks.
+
+An access `a[i0, i1, ...]` needs no check when, for every axis k, `ik >= 0` and `ik < a.shape[k]` are
+known. Facts come from:
+- guarded regions: inside the guarded write `out[idx] = ...`, each ThreadIndex component is below the
+  matching extent of `out` (and the same for a tested `get_mut` slot and an `if i < len(a):` branch);
+- `for j in range(len(a))` / `range(a.shape[k])` / `range(c)`: j is in [0, bound) when j is never assigned;
+- contract relations (`requires=`): `len(a) == len(out)`, `a.shape == out.shape`, `len(x) <= len(y)`,
+  `a.shape[1] == b.shape[0]` make extents equal / ordered, so a bound on one array carries to another;
+- exact block / launch bounds: `threadIdx.x < block[0]`, used for static shared arrays;
+- constant indices into static shared arrays.
+Index expressions are compared by a *key*: ("tid", ndim, k) for ThreadIndex components, ("var", id)
+for loop variables, ("reg", name) for hardware registers.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from dsl.ir import nodes as ir
+from dsl.ir import types as irt
+
+Extent = tuple[str, int]   # (array name, axis)
+
+
+def index_key(e: ir.Expr) -> tuple | None:
+    """Identity of an index expression for proofs (None: not tracked)."""
+    if isinstance(e, ir.Cast) and isinstance(e.operand.type, irt.ScalarType) and e.operand.type.is_int:
+        return index_key(e.operand)
+    if isinstance(e, ir.TupleGet) and isinstance(e.value, ir.ThreadIndexValue):
+        return ("tid", e.value.ndim, e.k)
+    if isinstance(e, ir.ReadVar):
+        return ("var", id(e.var))
+    if isinstance(e, ir.Special):
+        return ("reg", e.name)
+    return None
+
+
+def nonnegative_expr(e: ir.Expr) -> bool:
+    """True for expressions that are never negative whatever the values (registers, lengths, unsigned)."""
+    t = e.type
+    if isinstance(e, ir.Cast):
+        return nonnegative_expr(e.operand) and isinstance(t, irt.ScalarType) and \
+            (t.bits >= e.operand.type.bits if isinstance(e.operand.type, irt.ScalarType) else False)
+    if isinstance(t, irt.ScalarType) and t.kind == "uint":
+        return True
+    if isinstance(e, (ir.Special, ir.ArrayLen, ir.ChunkStart)):
+        return True
+    if isinstance(e, ir.TupleGet) and isinstance(e.value, ir.ThreadIndexValue):
+        return True
+    if isinstance(e, ir.Const):
+        return isinstance(e.value, (int, float)) and e.value >= 0
+    return False
+
+
+class Relations:
+    """Extent equalities / orderings from `requires=` (x <= y edges; == is two edges)."""
+
+    def __init__(self, requires: tuple[str, ...], ndims: dict[str, int]) -> None:
+        self.le: set[tuple[Extent, Extent]] = set()
+        self.ndims = ndims
+        for text in requires:
+            try:
+                tree = ast.parse(text, mode="eval").body
+            except SyntaxError:
+                continue   # reported by validate_requires
+            self._add(tree)
+
+    def _extent_terms(self, node: ast.expr) -> list[Extent] | None:
+        """`len(a)` -> [(a,0)]; `a.shape[k]` -> [(a,k)]; `a.shape` -> all axes."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" \
+                and len(node.args) == 1 and isinstance(node.args[0], ast.Name):
+            return [(node.args[0].id, 0)]
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and \
+                node.value.attr == "shape" and isinstance(node.value.value, ast.Name) and \
+                isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int):
+            return [(node.value.value.id, node.slice.value)]
+        if isinstance(node, ast.Attribute) and node.attr == "shape" and isinstance(node.value, ast.Name):
+            nd = self.ndims.get(node.value.id, 0)
+            return [(node.value.id, k) for k in range(nd)]
+        return None
+
+    def _add(self, node: ast.expr) -> None:
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+            for v in node.values:
+                self._add(v)
+            return
+        if not isinstance(node, ast.Compare):
+            return
+        terms = [node.left, *node.comparators]
+        for op, lhs, rhs in zip(node.ops, terms, terms[1:]):
+            a, b = self._extent_terms(lhs), self._extent_terms(rhs)
+            if a is None or b is None or len(a) != len(b):
+                continue
+            for x, y in zip(a, b):
+                if isinstance(op, (ast.Eq, ast.LtE, ast.Lt)):
+                    self.le.add((x, y))
+                if isinstance(op, (ast.Eq, ast.GtE, ast.Gt)):
+                    self.le.add((y, x))
+
+    def at_most(self, x: Extent, y: Extent) -> bool:
+        """extent x <= extent y follows from the relations (reflexive, transitive)."""
+        if x == y:
+            return True
+        seen, todo = {x}, [x]
+        while todo:
+            cur = todo.pop()
+            for a, b in self.le:
+                if a == cur and b not in seen:
+                    if b == y:
+                        return True
+                    seen.add(b)
+                    todo.append(b)
+        return False
+
+
+@dataclass
+class Facts:
+    """Known facts in the current region: upper bounds and non-negativity per index key."""
+    below_extent: dict[tuple, set[Extent]] = field(default_factory=dict)
+    below_const: dict[tuple, int] = field(default_factory=dict)
+    nonneg: set[tuple] = field(default_factory=set)
+    slots: set[int] = field(default_factory=set)     # ids of get_mut() slots known not None
+
+    def copy(self) -> "Facts":
+        return Facts({k: set(v) for k, v in self.below_extent.items()}, dict(self.below_const),
+                     set(self.nonneg), set(self.slots))
+
+    def add_extent(self, key: tuple, ext: Extent) -> None:
+        self.below_extent.setdefault(key, set()).add(ext)
+
+    def add_const(self, key: tuple, bound: int) -> None:
+        cur = self.below_const.get(key)
+        self.below_const[key] = bound if cur is None else min(cur, bound)
+
+
+def in_range(facts: Facts, rel: Relations, idx: ir.Expr, array: str, axis: int,
+             static_extent: int | None) -> bool:
+    """Is `0 <= idx < array.shape[axis]` known here?"""
+    if isinstance(idx, ir.Const):
+        return static_extent is not None and 0 <= idx.value < static_extent
+    key = index_key(idx)
+    if key is None:
+        return False
+    if not (key in facts.nonneg or nonnegative_expr(idx)):
+        return False
+    if static_extent is not None and static_extent >= 0:
+        bound = facts.below_const.get(key)
+        if bound is not None and bound <= static_extent:
+            return True
+        return False
+    return any(rel.at_most(ext, (array, axis)) for ext in facts.below_extent.get(key, ()))

@@ -1,0 +1,241 @@
+"""`@simt.kernel` and `@simt.device`: the decorated objects users call.
+
+Launch path: the first call for an argument signature goes through the native Dispatcher's miss
+callback → `signature_of` → `dsl.compiler.compile_kernel` → `bridge.kernel_from_ptx` → its Launcher,
+which the Dispatcher keeps; later calls with the same signature never leave C++. With `KB_SIMULATE=1`
+in the environment every call runs on the CPU simulator instead (host arrays, GPU semantics).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import Any, Callable, Sequence
+
+from dsl.options import KernelOptions
+from dsl.simt.signature import signature_of
+
+
+try:   # the live dict behind os.environ (CPython): a membership test there costs ~50 ns, not ~1 us
+    _ENV_DATA: Any = os.environ._data  # type: ignore[attr-defined]
+    _SIM_KEY: Any = os.environ.encodekey("KB_SIMULATE")  # type: ignore[attr-defined]
+except AttributeError:
+    _ENV_DATA, _SIM_KEY = os.environ, "KB_SIMULATE"
+
+
+def _simulating() -> bool:
+    return os.environ.get("KB_SIMULATE", "") not in ("", "0")
+
+
+def _dims3(v: Any) -> tuple[int, int, int] | None:
+    if v is None:
+        return None
+    t = (v,) if isinstance(v, int) else tuple(v)
+    return tuple(t) + (1,) * (3 - len(t))  # type: ignore[return-value]
+
+
+class SimtKernel:
+    """A SIMT kernel: call it like a function with arrays; it specialises per argument signature."""
+
+    def __init__(self, pyfunc: Callable, options: KernelOptions) -> None:
+        functools.update_wrapper(self, pyfunc)
+        self.pyfunc = pyfunc
+        self.options = options
+        self._anns: list | None = None
+        # documented caches: per-signature IR / compiled code, and the native dispatcher
+        self._ir: dict[tuple, Any] = {}
+        self._compiled: dict[tuple, Any] = {}
+        self._dispatcher: Any = None
+
+    # ------------------------------------------------------------------ signatures and IR
+    @property
+    def annotations(self) -> list:
+        if self._anns is None:
+            from dsl.frontend import parse_signature_annotations
+            self._anns = parse_signature_annotations(self.pyfunc)
+        return self._anns
+
+    def signature(self, *args: Any) -> list:
+        """The IR signature these arguments select (NumPy arrays/scalars may stand for types)."""
+        return signature_of(self.__name__, self.annotations, args)
+
+    def build(self, *args: Any) -> Any:
+        """The typed IR Function for these arguments (cached per signature)."""
+        sig = tuple(self.signature(*args))
+        fn = self._ir.get(sig)
+        if fn is None:
+            from dsl.frontend import build_ir
+            fn = self._ir[sig] = build_ir(self.pyfunc, list(sig), self.options)
+        return fn
+
+    def ir(self, *args: Any) -> str:
+        """The typed IR for these arguments, printed (for debugging)."""
+        from dsl.ir.printer import format_function
+        return format_function(self.build(*args))
+
+    def compile(self, *args: Any, arch: str = "sm_90") -> Any:
+        """The CompiledKernel (PTX, name, contract JSON) for these arguments and `arch`."""
+        sig = tuple(self.signature(*args))
+        key = (sig, arch)
+        ck = self._compiled.get(key)
+        if ck is None:
+            from dsl.compiler import compile_kernel
+            ck = self._compiled[key] = compile_kernel(self.pyfunc, list(sig), self.options, arch)
+        return ck
+
+    def ptx(self, *args: Any, arch: str = "sm_90") -> str:
+        return self.compile(*args, arch=arch).ptx
+
+    def contract(self, *args: Any) -> Any:
+        from dsl.frontend import contract_for
+        return contract_for(self.build(*args), self.options)
+
+    def inspect(self, *args: Any, arch: str = "sm_90") -> dict:
+        """Registers, spills and shared memory (`ptxas -v`), the contract, and SASS when available."""
+        from dsl.backend import sass
+        from dsl.backend.ptxas import assemble
+        ck = self.compile(*args, arch=arch)
+        usages, log = assemble(ck.ptx, arch)
+        usage = next((u for u in usages if u.kernel == ck.name), usages[0] if usages else None)
+        return {"kernel": self.__name__, "symbol": ck.name, "arch": arch,
+                "resources": usage.as_dict() if usage else {}, "ptxas_log": log,
+                "contract": ck.contract_json, "sass": sass.disassemble(ck.ptx, arch),
+                "metadata": ck.metadata}
+
+    # ------------------------------------------------------------------ simulation
+    def default_block(self) -> tuple[int, int, int]:
+        if self.options.block is not None:
+            return self.options.block
+        n = self.options.launch_bounds or 256
+        if self.options.domain == 1:
+            return (min(n, 256), 1, 1)
+        if self.options.domain == 2:
+            return (16, 16, 1) if n >= 256 else (n, 1, 1)
+        return (8, 8, 4) if n >= 256 else (n, 1, 1)
+
+    def derive_grid(self, fn: Any, args: Sequence[Any], block: tuple[int, int, int]) -> tuple:
+        """Grid from the first DisjointSlice (the contract's grid_from rule)."""
+        from dsl.frontend.contract import contract_dict
+        d = contract_dict(fn, self.options)
+        gf = d.get("grid_from")
+        if gf is None:
+            raise TypeError(f"{self.__name__}: no grid given and the kernel has no DisjointSlice "
+                            "parameter to derive it from; pass grid=")
+        names = [p.name for p in fn.params]
+        shape = tuple(getattr(args[names.index(gf["arg"])], "shape"))
+        per = gf["per_thread"]
+        grid = [1, 1, 1]
+        for d_ in range(self.options.domain):
+            extent = shape[len(shape) - 1 - d_] if d_ < len(shape) else 1
+            grid[d_] = max(1, math.ceil(extent / (block[d_] * per[d_])))
+        return tuple(grid)
+
+    def simulate(self, *args: Any, grid: Any = None, block: Any = None, shared_mem: int = 0) -> None:
+        """Run on the CPU simulator with NumPy arrays (modified in place), GPU semantics."""
+        from dsl import sim
+        fn = self.build(*args)
+        block3 = _dims3(block) or self.default_block()
+        grid3 = _dims3(grid) or self.derive_grid(fn, args, block3)
+        sim.run(fn, list(args), grid3, block3, shared_mem or self._contract_smem())
+
+    def _contract_smem(self) -> int:
+        sm = self.options.shared_mem
+        return sm if isinstance(sm, int) else 0
+
+    # ------------------------------------------------------------------ launches
+    def _miss(self, args: tuple) -> Any:
+        """Dispatcher miss: specialise for these arguments and return the native Launcher."""
+        import bridge
+        from bridge.device import current_device
+        cc = current_device().cc
+        ck = self.compile(*args, arch=f"sm_{cc[0]}{cc[1]}")
+        return bridge.kernel_from_ptx(ck.ptx, ck.name, ck.contract_json).launcher
+
+    @property
+    def dispatcher(self) -> Any:
+        if self._dispatcher is None:
+            from bridge import _native
+            self._dispatcher = _native.Dispatcher(self._miss)
+        return self._dispatcher
+
+    def __call__(self, *args: Any, grid: Any = None, block: Any = None, shared_mem: int = 0,
+                 stream: Any = None) -> None:
+        if _SIM_KEY in _ENV_DATA and _simulating():
+            self.simulate(*args, grid=grid, block=block, shared_mem=shared_mem)
+            return
+        d = self._dispatcher or self.dispatcher
+        if grid is None and block is None and not shared_mem and stream is None:
+            d(*args)                      # the hot path: no keyword parsing in the extension
+        else:
+            d(*args, grid=grid, block=block, shared_mem=shared_mem or None, stream=stream)
+
+    def launch(self, *args: Any, grid: Any = None, block: Any = None, stream: Any = None,
+               shared_mem: int = 0) -> None:
+        self(*args, grid=grid, block=block, shared_mem=shared_mem, stream=stream)
+
+    def __getitem__(self, config: Any) -> Callable[..., None]:
+        """`k[grid, block]`, `k[grid, block, stream]`, `k[grid, block, stream, shared_mem]`."""
+        if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
+            raise TypeError("use kernel[grid, block], kernel[grid, block, stream] or "
+                            "kernel[grid, block, stream, shared_mem]")
+        grid, block = config[0], config[1]
+        smem = config[3] if len(config) > 3 else 0
+        if _simulating():
+            return lambda *args: self.simulate(*args, grid=grid, block=block, shared_mem=smem)
+        return self.dispatcher[config]
+
+    def __repr__(self) -> str:
+        return f"<simt.kernel {self.__qualname__}>"
+
+
+class DeviceFunction:
+    """A `@simt.device` function: callable from kernels and other device functions (inlined)."""
+
+    def __init__(self, pyfunc: Callable, export: str | None = None) -> None:
+        functools.update_wrapper(self, pyfunc)
+        self.pyfunc = pyfunc
+        self.export = export
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"@simt.device function '{self.__name__}' can only be called from a "
+                           "@simt.kernel or another @simt.device function")
+
+    def __repr__(self) -> str:
+        return f"<simt.device {self.__qualname__}>"
+
+
+def _normalise_shared(shared_mem: Any) -> int | tuple[str, int]:
+    if isinstance(shared_mem, tuple):
+        return ("max", int(shared_mem[1]))
+    return int(shared_mem)
+
+
+def kernel(fn: Callable | None = None, *, block: int | Sequence[int] | None = None,
+           launch_bounds: int | None = None, domain: int = 1, shared_mem: Any = 0, min_cc: int = 0,
+           requires: Sequence[str] = (), inplace: Sequence[Sequence[str]] = (),
+           boundscheck: bool = True, fastmath: bool = False) -> Any:
+    """Declare a SIMT kernel and its launch contract. Usable as `@simt.kernel` or `@simt.kernel(...)`."""
+    if domain not in (1, 2, 3):
+        raise ValueError(f"simt.kernel: domain must be 1, 2 or 3, got {domain!r}")
+    if block is not None and launch_bounds is not None:
+        raise ValueError("simt.kernel: give block= (exact) or launch_bounds= (maximum), not both")
+    if isinstance(requires, str):
+        requires = (requires,)
+    options = KernelOptions(block=_dims3(block), launch_bounds=launch_bounds, domain=domain,
+                            shared_mem=_normalise_shared(shared_mem), min_cc=min_cc,
+                            requires=tuple(requires), inplace=tuple(tuple(p) for p in inplace),
+                            boundscheck=boundscheck, fastmath=fastmath)
+
+    def wrap(f: Callable) -> SimtKernel:
+        if not callable(f):
+            raise TypeError(f"@simt.kernel decorates a function, got {f!r}")
+        return SimtKernel(f, options)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def device(fn: Callable | None = None, *, export: str | None = None) -> Any:
+    """Declare a device function (callable from kernels). `export=` names a C symbol for C++ use."""
+    def wrap(f: Callable) -> DeviceFunction:
+        return DeviceFunction(f, export)
+    return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,122 @@
+"""Runtime arguments → IR signature (one type per parameter), the key of a specialisation.
+
+Arrays: NumPy arrays, `bridge.Array`, and any CuPy/torch/DLPack/CAI object (viewed through
+`bridge.asarray`, never imported here). dtype and ndim come from the array; the layout is "C" when it
+is C-contiguous and the pointer's 16-byte alignment is recorded (both specialise the code, as the
+native dispatcher's key does). Scalars: Python/NumPy numbers, or a dsl type object standing for one.
+Generic dtypes (TypeVars) bind from arrays first, then from scalar values.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from dsl.frontend.annotations import ParamAnnotation
+from dsl.ir import types as irt
+from dsl.types import ScalarDType, ir_scalar_from_dtype
+
+_LONG = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8",
+         "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
+         "u32": "uint32", "u64": "uint64", "bool": "bool"}
+
+
+def _long(t: irt.ScalarType | Any) -> str:
+    return _LONG.get(getattr(t, "name", ""), str(t))
+
+
+def array_facts(obj: Any) -> tuple[irt.ScalarType | None, str, int, tuple[int, ...], bool, bool]:
+    """(dtype, dtype text, ndim, shape, c_contiguous, aligned16) of an array-like, or raise TypeError."""
+    if isinstance(obj, np.ndarray):
+        return (ir_scalar_from_dtype(obj.dtype), str(obj.dtype), obj.ndim, obj.shape,
+                bool(obj.flags.c_contiguous), obj.ctypes.data % 16 == 0)
+    if not (hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__") or
+            hasattr(obj, "dtype_tag")):
+        raise TypeError("not an array")
+    import bridge
+    arr = obj if hasattr(obj, "dtype_tag") else bridge.asarray(obj)
+    tag = arr.dtype_tag
+    return (irt.SCALARS.get(tag), tag, arr.ndim, tuple(arr.shape), bool(arr.is_c_contiguous),
+            arr.ptr % 16 == 0)
+
+
+def _scalar_type(value: Any) -> irt.ScalarType | None:
+    if isinstance(value, ScalarDType):
+        return value.ir
+    if isinstance(value, np.generic):
+        return ir_scalar_from_dtype(value.dtype)
+    if isinstance(value, bool):
+        return irt.BOOL
+    if isinstance(value, int):
+        return irt.I64
+    if isinstance(value, float):
+        return irt.F64
+    return None
+
+
+def _is_arraylike(value: Any) -> bool:
+    return isinstance(value, np.ndarray) or hasattr(value, "__dlpack__") or \
+        hasattr(value, "__cuda_array_interface__") or hasattr(value, "dtype_tag")
+
+
+def signature_of(kernel: str, anns: Sequence[ParamAnnotation], args: Sequence[Any]) -> list[irt.Type]:
+    """The IR signature for `args`; raises the bridge's typed launch errors on mismatches."""
+    from bridge import errors as E
+    if len(args) != len(anns):
+        raise E.ArgumentCountError(f"{kernel}: expected {len(anns)} arguments "
+                                   f"({', '.join(a.name for a in anns)}), got {len(args)}",
+                                   kernel=kernel)
+    typevars: dict[Any, irt.ScalarType] = {}
+    out: list[irt.Type | None] = [None] * len(anns)
+    order = sorted(range(len(anns)), key=lambda k: anns[k].kind != "array")
+    for k in order:
+        ann, value = anns[k], args[k]
+        where = f"{kernel}: argument '{ann.name}' (#{k + 1})"
+        if ann.kind == "array":
+            out[k] = _array_type(where, ann, value, typevars, k, kernel, E)
+        else:
+            out[k] = _scalar_param(where, ann, value, typevars, k, kernel, E)
+    return out  # type: ignore[return-value]
+
+
+def _array_type(where: str, ann: ParamAnnotation, value: Any, typevars: dict, k: int, kernel: str,
+                E: Any) -> irt.ArrayType:
+    kind = "DisjointSlice" if ann.writable else "Array"
+    try:
+        dtype, text, ndim, shape, contiguous, aligned = array_facts(value)
+    except TypeError:
+        raise E.ArgumentKindError(f"{where}: expected an array (simt.{kind}), got "
+                                  f"{type(value).__name__}", kernel=kernel, arg=k,
+                                  arg_name=ann.name) from None
+    if dtype is None:
+        raise E.DTypeError(f"{where}: arrays of dtype {text} are not supported by the DSL",
+                           kernel=kernel, arg=k, arg_name=ann.name)
+    want = typevars.setdefault(ann.dtype, dtype) if ann.is_generic else ann.dtype
+    if dtype != want:
+        bound = " (bound by an earlier argument)" if ann.is_generic else ""
+        raise E.DTypeError(f"{where}: expected {_long(want)} array{bound}, got {text} array of "
+                           f"shape {tuple(shape)}", kernel=kernel, arg=k, arg_name=ann.name)
+    if ndim != ann.ndim:
+        raise E.NdimError(f"{where}: expected a {ann.ndim}-D array, got a {ndim}-D array of shape "
+                          f"{tuple(shape)}", kernel=kernel, arg=k, arg_name=ann.name)
+    return irt.ArrayType(dtype, ndim, ann.writable, "C" if contiguous else "any", aligned)
+
+
+def _scalar_param(where: str, ann: ParamAnnotation, value: Any, typevars: dict, k: int, kernel: str,
+                  E: Any) -> irt.ScalarType:
+    if _is_arraylike(value):
+        raise E.ArgumentKindError(f"{where}: expected a scalar, got an array", kernel=kernel, arg=k,
+                                  arg_name=ann.name)
+    t = _scalar_type(value)
+    if t is None:
+        raise E.ArgumentKindError(f"{where}: expected a number, got {type(value).__name__}",
+                                  kernel=kernel, arg=k, arg_name=ann.name)
+    want: irt.ScalarType = typevars.setdefault(ann.dtype, t) if ann.is_generic else ann.dtype  # type: ignore
+    if t.is_float and not want.is_float:
+        raise E.DTypeError(f"{where}: expected {_long(want)}, got a float ({value!r})", kernel=kernel,
+                           arg=k, arg_name=ann.name)
+    return want
+
+
+def signature_key(sig: Sequence[irt.Type]) -> tuple:
+    return tuple(sig)
