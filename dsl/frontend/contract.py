@@ -94,13 +94,9 @@ def contract_dict(fn: ir.Function, options: KernelOptions) -> dict[str, Any]:
 
 
 def _site(s: ir.FaultSite, params: set[str]) -> dict[str, Any]:
-    """A fault site; sites on shared memory or device-function parameters name the array in the
-    text (the contract's "array" field may only name kernel arguments)."""
-    if s.array in params:
-        return {"id": s.id, "array": s.array, "file": s.loc.file, "line": s.loc.line,
-                "text": s.loc.text}
-    return {"id": s.id, "array": "", "file": s.loc.file, "line": s.loc.line,
-            "text": f"{s.loc.text}  [array '{s.array}']"}
+    """A fault site: the array may be a kernel argument, a shared array or a device-function
+    parameter (the contract's "array" field is informational)."""
+    return {"id": s.id, "array": s.array, "file": s.loc.file, "line": s.loc.line, "text": s.loc.text}
 
 
 def contract_for(fn: ir.Function, options: KernelOptions) -> Any:

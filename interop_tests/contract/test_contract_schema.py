@@ -124,7 +124,7 @@ DEFINITION_ERRORS = [
     ("grid_from", {"arg": "out", "step": 1}, "vecadd: invalid contract: grid_from.step: unknown key (allowed: arg, "
                                              "per_thread)"),
     ("fault_sites", [{"id": 1}, {"id": 1}], "vecadd: invalid contract: fault_sites[1].id: duplicate fault site id 1"),
-    ("fault_sites", [{"id": 1, "array": "q"}], "vecadd: invalid contract: fault_sites[0].array: 'q' is not an argument"),
+    ("fault_sites", [{"id": 1, "array": 7}], "vecadd: invalid contract: fault_sites[0].array: expected a string, got a number"),
     ("fault_sites", [{"file": "x"}], "vecadd: invalid contract: fault_sites[0].id: missing (required)"),
 ]
 

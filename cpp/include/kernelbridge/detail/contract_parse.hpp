@@ -314,9 +314,8 @@ class ContractReader {
       if (!id) return fail(field + ".id", "missing (required)");
       if (!integer(*id, field + ".id", 0, INT64_MAX, site.id)) return false;
       if (const json::Value* v = s.get("array")) {
+        // Informational: a kernel argument, a shared-memory array or a device-function parameter.
         if (!string(*v, field + ".array", site.array)) return false;
-        if (!site.array.empty() && find_arg(c_, site.array) < 0)
-          return fail(field + ".array", "'" + site.array + "' is not an argument");
       }
       if (const json::Value* v = s.get("file")) { if (!string(*v, field + ".file", site.file)) return false; }
       if (const json::Value* v = s.get("line")) { if (!integer(*v, field + ".line", 0, INT64_MAX, site.line)) return false; }
