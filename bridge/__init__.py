@@ -15,3 +15,17 @@ from bridge._driver import available as gpu_available, reason as gpu_unavailable
 __version__ = "0.1.0"
 
 # --- exports added by each runtime module (keep one block per module) -----------------------------
+# cpp_kernels / fatbin: the package's CUDA C++ kernels, the CMake module dir, contracts inside modules
+from bridge import cpp_kernels, fatbin  # noqa: E402
+from bridge.cpp_kernels import cmake_dir  # noqa: E402
+# arrays: zero-copy views (DLPack / CUDA Array Interface), stream-ordered allocation, host copies
+from bridge import dtypes  # noqa: E402
+from bridge.array import Array, asarray, empty, empty_like, from_host, full, zeros, zeros_like  # noqa: E402
+# runtime core: devices, streams (shared with CuPy/torch), modules, kernels, graphs
+from bridge.device import Device, current_device, device_count  # noqa: E402
+from bridge.stream import Event, Stream, current_stream, synchronize, use_stream  # noqa: E402
+from bridge.module import Module, load_module  # noqa: E402
+from bridge.kernel import Kernel, kernel_from_ptx, unsafe_launch  # noqa: E402
+from bridge.graph import Graph, capture  # noqa: E402
+# contract: Python-side builder of launch contracts (parsed by the one native validator)
+from bridge.contract import ArgSpec, LaunchContract  # noqa: E402

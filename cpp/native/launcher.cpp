@@ -1,3 +1,505 @@
-// TEMPORARY until the runtime part lands (replace this whole file).
+// The native launch hot path: Launcher (one compiled function + its contract), Dispatcher (argument
+// signature -> Launcher, for generic kernels) and Configured (kernel[grid, block, ...] objects).
+//
+// Per launch, all in C++: intake every argument (plan cache by Python type), validate with the ONE
+// validator (kb::validate), order after producer streams, pack the parameter buffer per `abi`, append
+// the fault-record pointer, cuLaunchKernel, keep temporaries alive until the launch completes.
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <vector>
+
+#include "errors.hpp"
+#include "intake.hpp"
+#include "kernelbridge/contract.hpp"
 #include "native.hpp"
-void kb::native::register_launch(pybind11::module_&) {}
+#include "runtime.hpp"
+#include "scalars.hpp"
+
+namespace py = pybind11;
+
+namespace kb::native {
+namespace {
+
+constexpr int kStackArgs = 16;
+constexpr size_t kMaxParamBytes = 32764;   // CUDA >= 12.1 kernel parameter limit
+std::atomic<uint64_t> g_next_launcher_id{1};
+
+enum class Plan : uint8_t { unknown, scalar, array };
+
+// Launch configuration as given by the caller, before the validator resolves it.
+struct Given {
+  kb::LaunchConfig cfg;
+  py::object stream;   // None: this thread's current stream at call time
+};
+
+void parse_dims(py::handle obj, const char* what, int64_t out[3]) {
+  out[0] = out[1] = out[2] = 0;
+  if (obj.is_none()) return;
+  auto one = [&](py::handle v) -> int64_t {
+    if (!PyLong_Check(v.ptr()) && !PyIndex_Check(v.ptr()))
+      throw py::type_error(std::string(what) + " must be an int or a tuple of 1 to 3 ints, got " +
+                           Py_TYPE(v.ptr())->tp_name);
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr())).ptr(),
+                                              &overflow);
+    if (overflow > 0) return LLONG_MAX;
+    if (overflow < 0) return LLONG_MIN;
+    return x;
+  };
+  if (PyTuple_Check(obj.ptr()) || PyList_Check(obj.ptr())) {
+    py::sequence seq = py::reinterpret_borrow<py::sequence>(obj);
+    const size_t n = seq.size();
+    if (n < 1 || n > 3)
+      throw py::type_error(std::string(what) + " must have 1 to 3 dimensions, got " + std::to_string(n));
+    for (size_t i = 0; i < 3; ++i) out[i] = i < n ? one(seq[i]) : 1;
+    return;
+  }
+  out[0] = one(obj);
+  out[1] = out[2] = 1;
+}
+
+Given make_given(py::handle grid, py::handle block, py::handle smem, py::handle stream) {
+  Given g;
+  int64_t b[3];
+  parse_dims(grid, "grid", g.cfg.grid);
+  parse_dims(block, "block", b);
+  for (int i = 0; i < 3; ++i)
+    g.cfg.block[i] = static_cast<int>(std::max<int64_t>(INT_MIN, std::min<int64_t>(INT_MAX, b[i])));
+  if (smem.is_none()) {
+    g.cfg.smem = -1;
+  } else {
+    if (!PyLong_Check(smem.ptr())) throw py::type_error("shared_mem must be an int (bytes)");
+    g.cfg.smem = smem.cast<int64_t>();
+    if (g.cfg.smem < 0) throw py::value_error("shared_mem must be >= 0 bytes");
+  }
+  g.stream = py::reinterpret_borrow<py::object>(stream);
+  return g;
+}
+
+uint64_t resolve_stream(PyObject* s) {
+  if (s == Py_None) return kb::rt::current_stream();
+  if (PyLong_Check(s)) {
+    unsigned long long h = PyLong_AsUnsignedLongLong(s);
+    if (PyErr_Occurred()) throw py::error_already_set();
+    return h;
+  }
+  py::handle obj(s);
+  if (py::hasattr(obj, "__cuda_stream__")) {
+    py::object r = obj.attr("__cuda_stream__")();
+    py::tuple t = py::reinterpret_borrow<py::tuple>(r);
+    if (!PyTuple_Check(r.ptr()) || t.size() != 2 || t[0].cast<int>() != 0)
+      throw py::type_error("stream: __cuda_stream__() must return (0, handle)");
+    return t[1].cast<uint64_t>();
+  }
+  if (py::hasattr(obj, "handle")) return obj.attr("handle").cast<uint64_t>();
+  throw py::type_error(std::string("stream must be a bridge.Stream, an object with __cuda_stream__, an int "
+                                   "handle or None, got ") + Py_TYPE(s)->tp_name);
+}
+
+// Re-raise an intake failure so the message names the kernel and the argument.
+[[noreturn]] void rethrow_intake_error(py::error_already_set& err, const kb::LaunchContract& c, int i) {
+  std::string name = i < static_cast<int>(c.args.size()) ? c.args[i].name : std::string("?");
+  std::string prefix = c.kernel + ": argument '" + name + "' (#" + std::to_string(i) + "): ";  // numbering as the validator
+  py::object errors = py::module_::import("bridge.errors");
+  py::object base = errors.attr("LaunchContractError");
+  py::object cls = err.type();
+  std::string msg = py::str(err.value());
+  if (!PyObject_IsSubclass(cls.ptr(), base.ptr())) cls = errors.attr("ArgumentKindError");
+  py::object exc = cls(prefix + msg, py::arg("kernel") = c.kernel, py::arg("arg") = i,
+                       py::arg("arg_name") = name);
+  err.restore();
+  PyErr_Clear();
+  PyErr_SetObject(cls.ptr(), exc.ptr());
+  throw py::error_already_set();
+}
+
+}  // namespace
+
+// One compiled function with its contract, limits and attributes: the unit every launch goes through.
+class Launcher {
+ public:
+  Launcher(uint64_t func, py::object contract, py::object limits, py::object attrs, int device,
+           py::object fault_info)
+      : func_(reinterpret_cast<CUfunction>(static_cast<uintptr_t>(func))),
+        contract_(contract.cast<const kb::LaunchContract&>()),
+        limits_(limits.cast<const kb::DeviceLimits&>()),
+        attrs_(attrs.cast<const kb::FuncAttrs&>()),
+        device_(device),
+        id_(g_next_launcher_id++),
+        contract_obj_(std::move(contract)) {
+    if (fault_info.is_none() && !contract_.fault_sites.empty()) {
+      py::dict d;
+      for (const kb::FaultSite& s : contract_.fault_sites)
+        d[py::int_(s.id)] = py::make_tuple(s.array, s.file, s.line, s.text);
+      fault_info = d;
+    }
+    fault_info_ = std::move(fault_info);
+    plan_.assign(contract_.args.size(), Plan::unknown);
+    plan_types_.assign(contract_.args.size(), nullptr);
+  }
+  ~Launcher() { kb::rt::forget_launcher(id_); }
+
+  const kb::LaunchContract& contract() const { return contract_; }
+  py::object contract_obj() const { return contract_obj_; }
+  const kb::FuncAttrs& attrs() const { return attrs_; }
+  int device() const { return device_; }
+  uint64_t id() const { return id_; }
+
+  // Read one argument into `v` (array through the intake, scalar through argvalue_from_scalar).
+  void read_arg(int i, PyObject* obj, kb::ArgValue& v, IntakeInfo& info, uint64_t stream,
+                IntakeMemo& memo) {
+    PyTypeObject* t = Py_TYPE(obj);
+    Plan p = Plan::unknown;
+    if (i < static_cast<int>(plan_.size()) && plan_types_[i] == t) p = plan_[i];
+    try {
+      if (p == Plan::array) {
+        if (intake(obj, v.array, info, static_cast<int64_t>(stream), &memo)) { v.kind = kb::ArgKind::array; return; }
+      } else if (p == Plan::scalar) {
+        if (argvalue_from_scalar(obj, v)) { v.kind = kb::ArgKind::scalar; return; }
+      }
+      if (argvalue_from_scalar(obj, v)) {
+        v.kind = kb::ArgKind::scalar;
+        p = Plan::scalar;
+      } else if (intake(obj, v.array, info, static_cast<int64_t>(stream), &memo)) {
+        v.kind = kb::ArgKind::array;
+        p = Plan::array;
+      } else {
+        v = kb::ArgValue{};
+        v.kind = kb::ArgKind::scalar;
+        v.scalar_kind = kb::ArgValue::ScalarKind::none;
+        v.type_name = t->tp_name;
+        return;
+      }
+    } catch (py::error_already_set& e) {
+      rethrow_intake_error(e, contract_, i);
+    }
+    if (i < static_cast<int>(plan_.size())) {
+      plan_types_[i] = t;
+      plan_[i] = p;
+    }
+  }
+
+  // Launch `n` arguments already read (vals/infos) with the caller's configuration.
+  // temp_refcount: an argument whose reference count (less our keepalive) is at most this is a
+  // temporary only this call holds; it is kept alive until the launch completes.
+  void launch_prepared(PyObject* const* objs, int n, kb::ArgValue* vals, IntakeInfo* infos,
+                       kb::LaunchConfig cfg, uint64_t stream, Py_ssize_t temp_refcount) {
+    kb::Error e = kb::validate(contract_, vals, n, cfg, limits_, attrs_);
+    if (e) throw_contract_error(e, contract_.kernel);
+    if (cfg.skip) return;
+    if (cfg.smem < 0) cfg.smem = 0;
+    const kb::drv::Api& a = kb::drv::require();
+
+    // Parameter buffer: arrays per abi, scalars in their dtype, then the fault record.
+    alignas(16) unsigned char buf[kMaxParamBytes + 16];
+    size_t off = 0;
+    auto put = [&](const void* p, size_t size, size_t align) {
+      off = (off + align - 1) / align * align;
+      if (off + size > kMaxParamBytes)
+        throw py::value_error(contract_.kernel + ": kernel parameters exceed " +
+                              std::to_string(kMaxParamBytes) + " bytes");
+      std::memcpy(buf + off, p, size);
+      off += size;
+    };
+    for (int i = 0; i < n; ++i) {
+      const kb::ArgSpec& spec = contract_.args[i];
+      const kb::ArgValue& v = vals[i];
+      if (spec.kind == kb::ArgKind::array) {
+        const uint64_t ptr = v.array.ptr;
+        put(&ptr, 8, 8);
+        if (spec.abi == kb::Abi::view) {
+          const int64_t item = v.array.itemsize();
+          for (int d = 0; d < v.array.ndim; ++d) put(&v.array.shape[d], 8, 8);
+          for (int d = 0; d < v.array.ndim; ++d) {
+            const int64_t s = v.array.strides[d] / item;
+            put(&s, 8, 8);
+          }
+        }
+      } else {
+        unsigned char tmp[16];
+        const kb::DType dt = spec.dtype == kb::DType::any ? v.scalar_dtype : spec.dtype;
+        const int size = kb::pack_scalar(v, dt, tmp);
+        if (size <= 0)
+          throw py::type_error(contract_.kernel + ": argument '" + spec.name + "' (#" +
+                               std::to_string(i) + "): scalars of dtype " + kb::dtype_name(dt) +
+                               " cannot be passed to a kernel");
+        put(tmp, static_cast<size_t>(size), static_cast<size_t>(size));
+      }
+    }
+    if (contract_.has_fault_buffer) {
+      const uint64_t rec = kb::rt::fault_record(stream, id_, device_, contract_.kernel, fault_info_);
+      put(&rec, 8, 8);
+    }
+
+    // Context: the device's primary context (CuPy and PyTorch use the same one).
+    if (ctx_ == nullptr) ctx_ = kb::drv::primary_context(device_);
+    CUcontext cur = nullptr;
+    kb::drv::check(a.ctxGetCurrent(&cur), "ctxGetCurrent");
+    if (cur != ctx_) kb::drv::check(a.ctxSetCurrent(ctx_), "ctxSetCurrent");
+
+    const bool captured = kb::rt::capture_active() && kb::rt::stream_captured(stream);
+    // Order after every producer stream that differs (event record + wait, no host block).
+    if (!captured) {
+      uint64_t done[kStackArgs];
+      int ndone = 0;
+      for (int i = 0; i < n; ++i) {
+        const IntakeInfo& inf = infos[i];
+        if (vals[i].kind != kb::ArgKind::array || !inf.has_producer_stream) continue;
+        const uint64_t p = inf.producer_stream;
+        if (p == stream || std::find(done, done + ndone, p) != done + ndone) continue;
+        kb::rt::order_after(p, stream, device_);
+        if (ndone < kStackArgs) done[ndone++] = p;
+      }
+    }
+    // Opt in to more dynamic shared memory than the function's current maximum (validated above).
+    if (cfg.smem > attrs_.max_dynamic_smem) {
+      kb::drv::check(a.funcSetAttribute(func_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        static_cast<int>(cfg.smem)),
+                     "funcSetAttribute");
+      attrs_.max_dynamic_smem = cfg.smem;
+    }
+
+    size_t size = off;
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                     CU_LAUNCH_PARAM_END};
+    kb::drv::check(a.launchKernel(func_, static_cast<unsigned>(cfg.grid[0]), static_cast<unsigned>(cfg.grid[1]),
+                                  static_cast<unsigned>(cfg.grid[2]), static_cast<unsigned>(cfg.block[0]),
+                                  static_cast<unsigned>(cfg.block[1]), static_cast<unsigned>(cfg.block[2]),
+                                  static_cast<unsigned>(cfg.smem),
+                                  reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream)), nullptr, extra),
+                   "launchKernel");
+
+    // bridge.Arrays written by this launch were last produced on `stream` (later consumers order on it).
+    if (PyTypeObject* base = array_base_type()) {
+      for (int i = 0; i < n; ++i) {
+        if (!contract_.args[i].writable() || !PyObject_TypeCheck(objs[i], base)) continue;
+        ArrayBase* arr = py::handle(objs[i]).cast<ArrayBase*>();
+        arr->has_stream = true;
+        arr->stream = stream;
+      }
+    }
+
+    // Lifetimes: a graph keeps every buffer it uses; otherwise keep temporaries until completion.
+    if (captured) {
+      for (int i = 0; i < n; ++i) {
+        kb::rt::capture_keep(stream, objs[i]);
+        if (infos[i].keepalive) kb::rt::capture_keep(stream, infos[i].keepalive);
+      }
+      return;
+    }
+    py::list temps;
+    bool any = false;
+    for (int i = 0; i < n; ++i) {
+      if (vals[i].kind != kb::ArgKind::array) continue;
+      const Py_ssize_t refs = Py_REFCNT(objs[i]) - (infos[i].keepalive.ptr() == objs[i] ? 1 : 0);
+      if (refs > temp_refcount) continue;
+      if (!any) { temps = py::list(); any = true; }
+      temps.append(objs[i]);
+      if (infos[i].keepalive) temps.append(infos[i].keepalive);
+    }
+    if (any) kb::rt::keep_until_complete(stream, device_, std::move(temps));
+    kb::rt::poll_keepalive();
+  }
+
+  void launch_tuple(py::handle args, const kb::LaunchConfig& cfg, uint64_t stream, Py_ssize_t temp_refcount) {
+    PyObject* const* objs = PySequence_Fast_ITEMS(args.ptr());
+    const int n = static_cast<int>(PyTuple_GET_SIZE(args.ptr()));
+    if (n <= kStackArgs) {
+      kb::ArgValue vals[kStackArgs];
+      IntakeInfo infos[kStackArgs];
+      IntakeMemo memo;
+      for (int i = 0; i < n; ++i) read_arg(i, objs[i], vals[i], infos[i], stream, memo);
+      launch_prepared(objs, n, vals, infos, cfg, stream, temp_refcount);
+    } else {
+      std::vector<kb::ArgValue> vals(n);
+      std::vector<IntakeInfo> infos(n);
+      IntakeMemo memo;
+      for (int i = 0; i < n; ++i) read_arg(i, objs[i], vals[i], infos[i], stream, memo);
+      launch_prepared(objs, n, vals.data(), infos.data(), cfg, stream, temp_refcount);
+    }
+  }
+
+ private:
+  CUfunction func_;
+  kb::LaunchContract contract_;
+  kb::DeviceLimits limits_;
+  kb::FuncAttrs attrs_;
+  int device_;
+  uint64_t id_;
+  CUcontext ctx_ = nullptr;
+  py::object contract_obj_;
+  py::object fault_info_;
+  std::vector<Plan> plan_;
+  std::vector<PyTypeObject*> plan_types_;
+};
+
+// Maps an argument signature (type, dtype, ndim, C-contiguity, 16-byte alignment per argument) to a
+// Launcher; on a miss asks `miss_callback(args) -> Launcher` (the DSL specialises generic kernels).
+class Dispatcher {
+ public:
+  explicit Dispatcher(py::object miss) : miss_(std::move(miss)) {}
+
+  void launch_tuple(py::handle args, const kb::LaunchConfig& cfg, uint64_t stream) {
+    PyObject* const* objs = PySequence_Fast_ITEMS(args.ptr());
+    const int n = static_cast<int>(PyTuple_GET_SIZE(args.ptr()));
+    std::vector<kb::ArgValue> vals(static_cast<size_t>(n));
+    std::vector<IntakeInfo> infos(static_cast<size_t>(n));
+    uint64_t key_stack[2 * kStackArgs];
+    std::vector<uint64_t> key_heap;
+    uint64_t* key = key_stack;
+    if (n > kStackArgs) { key_heap.resize(2 * static_cast<size_t>(n)); key = key_heap.data(); }
+    IntakeMemo memo;
+    for (int i = 0; i < n; ++i) {
+      PyObject* o = objs[i];
+      kb::ArgValue& v = vals[i];
+      key[2 * i] = reinterpret_cast<uintptr_t>(Py_TYPE(o));
+      key[2 * i + 1] = 0;
+      if (argvalue_from_scalar(o, v)) {
+        v.kind = kb::ArgKind::scalar;
+        continue;
+      }
+      if (!intake(o, v.array, infos[i], static_cast<int64_t>(stream), &memo)) {
+        v.kind = kb::ArgKind::scalar;
+        v.scalar_kind = kb::ArgValue::ScalarKind::none;
+        v.type_name = Py_TYPE(o)->tp_name;
+        key[2 * i + 1] = 1;
+        continue;
+      }
+      v.kind = kb::ArgKind::array;
+      key[2 * i + 1] = (uint64_t{1} << 40) | (static_cast<uint64_t>(v.array.dtype) << 16) |
+                       (static_cast<uint64_t>(static_cast<uint32_t>(v.array.ndim)) << 4) |
+                       (v.array.is_c_contiguous() ? 2u : 0u) | (v.array.ptr % 16 == 0 ? 1u : 0u);
+    }
+    const size_t klen = 2 * static_cast<size_t>(n);
+    Launcher* target = nullptr;
+    if (last_ >= 0 && entries_[last_].key.size() == klen &&
+        std::equal(key, key + klen, entries_[last_].key.begin()))
+      target = entries_[last_].launcher;
+    for (size_t j = 0; target == nullptr && j < entries_.size(); ++j)
+      if (entries_[j].key.size() == klen && std::equal(key, key + klen, entries_[j].key.begin())) {
+        target = entries_[j].launcher;
+        last_ = static_cast<int>(j);
+      }
+    if (target == nullptr) {
+      py::object l = miss_(py::reinterpret_borrow<py::tuple>(args));
+      target = l.cast<Launcher*>();
+      entries_.push_back(Entry{std::vector<uint64_t>(key, key + klen), l, target});
+      last_ = static_cast<int>(entries_.size() - 1);
+    }
+    target->launch_prepared(objs, n, vals.data(), infos.data(), cfg, stream, kb::rt::g_temporary_refcount_native);
+  }
+
+  size_t size() const { return entries_.size(); }
+  void clear() { entries_.clear(); last_ = -1; }
+
+ private:
+  struct Entry {
+    std::vector<uint64_t> key;
+    py::object owner;
+    Launcher* launcher;
+  };
+  py::object miss_;
+  std::vector<Entry> entries_;
+  int last_ = -1;
+};
+
+// `kernel[grid, block, stream, shared_mem]`: a configuration bound to a Launcher or Dispatcher.
+class Configured {
+ public:
+  Configured(py::object target, Given g) : target_(std::move(target)), given_(std::move(g)) {
+    if (py::isinstance<Launcher>(target_)) launcher_ = target_.cast<Launcher*>();
+    else dispatcher_ = target_.cast<Dispatcher*>();
+  }
+  void call(py::args args) {
+    const uint64_t stream = resolve_stream(given_.stream.ptr());
+    if (launcher_) launcher_->launch_tuple(args, given_.cfg, stream, kb::rt::g_temporary_refcount_native);
+    else dispatcher_->launch_tuple(args, given_.cfg, stream);
+  }
+
+ private:
+  py::object target_;
+  Launcher* launcher_ = nullptr;
+  Dispatcher* dispatcher_ = nullptr;
+  Given given_;
+};
+
+// kernel[grid, block], kernel[grid, block, stream], kernel[grid, block, stream, shared_mem]
+Given given_from_item(py::handle item) {
+  if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) < 2 || PyTuple_GET_SIZE(item.ptr()) > 4)
+    throw py::type_error("use kernel[grid, block], kernel[grid, block, stream] or "
+                         "kernel[grid, block, stream, shared_mem]");
+  py::tuple t = py::reinterpret_borrow<py::tuple>(item);
+  py::object none = py::none();
+  return make_given(t[0], t[1], t.size() > 3 ? py::object(t[3]) : none,
+                    t.size() > 2 ? py::object(t[2]) : none);
+}
+
+void register_launch(py::module_& m) {
+  kb::rt::register_streams(m);
+  kb::rt::register_faults(m);
+  kb::rt::register_modules(m);
+
+  py::class_<Launcher>(m, "Launcher",
+                       "One compiled function + its contract: validated launches, all in C++.")
+      .def(py::init<uint64_t, py::object, py::object, py::object, int, py::object>(),
+           py::arg("func_handle"), py::arg("contract"), py::arg("limits"), py::arg("attrs"),
+           py::arg("device_id"), py::arg("fault_info") = py::none())
+      .def("launch", [](Launcher& l, py::tuple args, py::object grid, py::object block, py::object smem,
+                        py::object stream, bool keep_all) {
+             Given g = make_given(grid, block, smem, stream);
+             l.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()),
+                            keep_all ? PY_SSIZE_T_MAX : kb::rt::g_temporary_refcount_tuple);
+           }, py::arg("args"), py::arg("grid") = py::none(), py::arg("block") = py::none(),
+           py::arg("smem") = py::none(), py::arg("stream") = py::none(), py::arg("keep_all") = false,
+           "Validate and launch `args` (the tuple of a Python *args wrapper); stream None = this thread's "
+           "current stream. keep_all: keep every array argument alive until the launch completes.")
+      .def("__call__", [](Launcher& l, py::args args, py::object grid, py::object block,
+                          py::object shared_mem, py::object stream) {
+             Given g = make_given(grid, block, shared_mem, stream);
+             l.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()), kb::rt::g_temporary_refcount_native);
+           }, py::kw_only(), py::arg("grid") = py::none(), py::arg("block") = py::none(),
+           py::arg("shared_mem") = py::none(), py::arg("stream") = py::none())
+      .def("configure", [](py::object self, py::object grid, py::object block, py::object stream,
+                           py::object shared_mem) {
+             return Configured(self, make_given(grid, block, shared_mem, stream));
+           }, py::arg("grid"), py::arg("block"), py::arg("stream") = py::none(),
+           py::arg("shared_mem") = py::none())
+      .def("__getitem__", [](py::object self, py::object item) {
+             return Configured(self, given_from_item(item));
+           })
+      .def_property_readonly("kernel_name", [](const Launcher& l) { return l.contract().kernel; })
+      .def_property_readonly("contract", &Launcher::contract_obj)
+      .def_property_readonly("device_id", &Launcher::device)
+      .def_property_readonly("launcher_id", &Launcher::id)
+      .def_property_readonly("max_dynamic_smem", [](const Launcher& l) { return l.attrs().max_dynamic_smem; });
+
+  py::class_<Dispatcher>(m, "Dispatcher",
+                         "Argument signature -> Launcher, computed in C++; miss_callback(args) on a miss.")
+      .def(py::init<py::object>(), py::arg("miss_callback"))
+      .def("__call__", [](Dispatcher& d, py::args args, py::object grid, py::object block,
+                          py::object shared_mem, py::object stream) {
+             Given g = make_given(grid, block, shared_mem, stream);
+             d.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()));  // native call path
+           }, py::kw_only(), py::arg("grid") = py::none(), py::arg("block") = py::none(),
+           py::arg("shared_mem") = py::none(), py::arg("stream") = py::none())
+      .def("configure", [](py::object self, py::object grid, py::object block, py::object stream,
+                           py::object shared_mem) {
+             return Configured(self, make_given(grid, block, shared_mem, stream));
+           }, py::arg("grid"), py::arg("block"), py::arg("stream") = py::none(),
+           py::arg("shared_mem") = py::none())
+      .def("__getitem__", [](py::object self, py::object item) {
+             return Configured(self, given_from_item(item));
+           })
+      .def("__len__", &Dispatcher::size)
+      .def("clear", &Dispatcher::clear);
+
+  py::class_<Configured>(m, "Configured", "A launch configuration bound to a kernel: call it with the arguments.")
+      .def("__call__", &Configured::call);
+
+  m.def("resolve_stream", [](py::object s) { return resolve_stream(s.ptr()); }, py::arg("stream"),
+        "Raw handle of a stream argument (None: this thread's current stream).");
+}
+
+}  // namespace kb::native

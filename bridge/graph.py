@@ -1,0 +1,82 @@
+"""CUDA graphs captured from a stream: `with bridge.capture() as g: ...; g.replay()`.
+
+Why the keepalive list: a graph replays on buffers it only knows by address. Every argument of every
+bridge launch captured (and what keeps its memory alive) is recorded by the native launcher into the
+capture's registry and held by the Graph for as long as the graph exists.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from bridge import _native
+from bridge.stream import Stream, current_stream, use_stream
+
+
+class Graph:
+    """An instantiated CUDA graph; `replay(stream=None)` launches it (current stream by default)."""
+
+    def __init__(self) -> None:
+        self.graph: int = 0
+        self.graph_exec: int = 0
+        self.objects: list[Any] = []    # every buffer (and owner) the captured launches use
+        self.stream: Stream | None = None
+
+    def replay(self, stream: Stream | Any = None) -> None:
+        if not self.graph_exec:
+            raise RuntimeError("this graph has no executable yet: replay it after the capture block ends")
+        s = current_stream() if stream is None else (stream if isinstance(stream, Stream) else Stream(stream))
+        _native.graph_launch(self.graph_exec, s.handle)
+
+    def close(self) -> None:
+        """Free the graph and release the buffers it kept alive."""
+        if self.graph or self.graph_exec:
+            g, e = self.graph, self.graph_exec
+            self.graph = self.graph_exec = 0
+            _native.graph_destroy(g, e)
+        self.objects = []
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"<bridge.Graph exec={hex(self.graph_exec)} keeping {len(self.objects)} object(s)>"
+
+
+class capture:
+    """`with bridge.capture(stream=None) as g:` capture work on `stream` into Graph `g`.
+
+    With stream=None the current stream is used, or a new stream when the current one is the legacy
+    default stream (which cannot be captured); inside the block it is the current stream for bridge,
+    CuPy and PyTorch. Capture mode is thread-local.
+    """
+
+    def __init__(self, stream: Stream | Any = None) -> None:
+        if stream is None:
+            cur = current_stream()
+            stream = cur if cur.handle != 0 else Stream()
+        self.stream = stream if isinstance(stream, Stream) else Stream(stream)
+        if self.stream.handle == 0:
+            raise ValueError("capture(stream): the legacy default stream (handle 0) cannot be captured; "
+                             "use a bridge.Stream()")
+        self.graph = Graph()
+        self._use = use_stream(self.stream)
+
+    def __enter__(self) -> Graph:
+        _native.ensure_current(self.stream.device)
+        _native.capture_begin(self.stream.handle)
+        try:
+            self._use.__enter__()
+        except BaseException:
+            _native.capture_end(self.stream.handle, False)
+            raise
+        self.graph.stream = self.stream
+        return self.graph
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        self._use.__exit__(exc_type, *exc)
+        graph, exec_, objects = _native.capture_end(self.stream.handle, exc_type is None)
+        self.graph.graph, self.graph.graph_exec = int(graph), int(exec_)
+        self.graph.objects = list(objects)

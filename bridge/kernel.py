@@ -1,0 +1,171 @@
+"""`bridge.Kernel`: a CUfunction plus its LaunchContract, launched through the native Launcher.
+
+Why so thin: every check and the parameter packing run in C++ (`_native.Launcher`), so a launch costs
+a few microseconds of host time and there is exactly one validator. A kernel without a contract can only
+be launched through `unsafe_launch`, which states the argument types explicitly.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import threading
+from typing import Any
+
+import numpy as np
+
+from bridge import _native
+from bridge.device import Device
+from bridge.errors import MissingContractError
+
+
+def func_attrs(func: int) -> tuple[Any, dict[str, int]]:
+    """(`_native.FuncAttrs`, every attribute by name) of a CUfunction."""
+    values = dict(_native.func_attributes(func))
+    attrs = _native.FuncAttrs()
+    for key in ("max_threads_per_block", "static_smem", "num_regs", "max_dynamic_smem"):
+        setattr(attrs, key, values[key])
+    return attrs, values
+
+
+def _calibrate_temporaries() -> None:
+    """Tell the launcher which reference count marks an argument only the launch holds (a temporary,
+    kept alive until the launch completes), measured on this interpreter for both call paths: native
+    `launcher(*args)` / `kernel[g, b](*args)` calls, and `Kernel.__call__(*args)` handing its tuple over."""
+    o = object()
+
+    def through_python(*args: Any, grid: Any = None) -> list:
+        return _native.refcount_probe_tuple(args)
+
+    native_temp, native_named = _native.refcount_probe(object())[0], _native.refcount_probe(o)[0]
+    tuple_temp, tuple_named = through_python(object())[0], through_python(o)[0]
+    always = 1 << 62    # indistinguishable on this interpreter: keep every array alive (safe, slower)
+    _native.set_temporary_refcount(native_temp if native_temp < native_named else always,
+                                   tuple_temp if tuple_temp < tuple_named else always)
+
+
+_calibrate_temporaries()
+
+
+class Kernel:
+    """One kernel of a module. `k(*args, grid=, block=)`, `k[grid, block](*args)`, `k.launch(...)`."""
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        raise TypeError("kernels come from bridge.load_module(...).<name> or bridge.kernel_from_ptx(...)")
+
+    @classmethod
+    def _create(cls, module: Any, name: str, func: int, contract: Any, device: int) -> Kernel:
+        self = object.__new__(cls)
+        self.module, self.name, self.handle, self.contract, self.device = module, name, func, contract, device
+        self.attributes, self.attribute_values = func_attrs(func)
+        self.ptx_version = self.attribute_values["ptx_version"]
+        self.binary_version = self.attribute_values["binary_version"]
+        self._launcher = None
+        if contract is not None:
+            self._launcher = _native.Launcher(func, contract, Device(device).limits, self.attributes, device)
+        self._unsafe: dict[tuple, Any] = {}   # documented cache: argument signature -> loose Launcher
+        return self
+
+    @property
+    def launcher(self) -> Any:
+        """The native Launcher (MissingContractError when this kernel has no contract)."""
+        if self._launcher is None:
+            raise MissingContractError(
+                f"{self.name}: kernel has no launch contract; give one with load_module(..., "
+                f"contracts={{{self.name!r}: ...}}) or launch it with bridge.unsafe_launch",
+                kernel=self.name)
+        return self._launcher
+
+    def __call__(self, *args: Any, grid: Any = None, block: Any = None, shared_mem: int | None = None,
+                 stream: Any = None) -> None:
+        self.launcher.launch(args, grid, block, shared_mem, stream)
+
+    def launch(self, *args: Any, grid: Any = None, block: Any = None, stream: Any = None,
+               shared_mem: int | None = None) -> None:
+        self.launcher.launch(args, grid, block, shared_mem, stream)
+
+    def __getitem__(self, config: Any) -> Any:
+        """`k[grid, block]`, `k[grid, block, stream]`, `k[grid, block, stream, shared_mem]`."""
+        return self.launcher[config]
+
+    def __repr__(self) -> str:
+        state = "with contract" if self.contract is not None else "NO contract (unsafe_launch only)"
+        return f"<bridge.Kernel {self.name!r} on device {self.device}, {state}>"
+
+
+# --- unsafe launches --------------------------------------------------------------------------------
+
+_CTYPES = {
+    ctypes.c_bool: "bool", ctypes.c_int8: "i8", ctypes.c_int16: "i16", ctypes.c_int32: "i32",
+    ctypes.c_int64: "i64", ctypes.c_uint8: "u8", ctypes.c_uint16: "u16", ctypes.c_uint32: "u32",
+    ctypes.c_uint64: "u64", ctypes.c_float: "f32", ctypes.c_double: "f64",
+}
+_NUMPY = {"bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
+          "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "f16", "float32": "f32",
+          "float64": "f64", "bfloat16": "bf16"}
+
+
+def _loose_arg(i: int, a: Any) -> tuple[dict, Any]:
+    """(spec, value to pass) for one unsafe_launch argument."""
+    name = f"arg{i}"
+    if isinstance(a, (bool, int, float, complex)) and not isinstance(a, np.generic):
+        raise TypeError(f"unsafe_launch: argument #{i + 1} is a Python {type(a).__name__}, whose size in the "
+                        f"kernel is ambiguous; pass a NumPy scalar (e.g. np.int32({a!r})) or a ctypes value")
+    for ct, dt in _CTYPES.items():
+        if type(a) is ct:
+            return {"name": name, "kind": "scalar", "dtype": dt}, np.dtype(ct).type(a.value)
+    if isinstance(a, np.generic):
+        dt = _NUMPY.get(a.dtype.name)
+        if dt is None:
+            raise TypeError(f"unsafe_launch: argument #{i + 1}: NumPy scalars of dtype {a.dtype} cannot be passed")
+        return {"name": name, "kind": "scalar", "dtype": dt}, a
+    return ({"name": name, "kind": "array", "dtype": "any", "ndim": -1, "layout": "any", "align": 1,
+             "access": "read", "abi": "pointer"}, a)
+
+
+def unsafe_launch(kernel: Kernel, grid: Any, block: Any, *args: Any, shared_mem: int = 0,
+                  stream: Any = None) -> None:
+    """Launch `kernel` WITHOUT its contract (unsafe): arrays go as raw device pointers, scalars must be
+    NumPy scalars or ctypes values (their exact type is what the kernel receives). Device limits, host
+    memory and argument kinds are still checked; sizes, aliasing and bounds are not."""
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"unsafe_launch: expected a bridge.Kernel, got {type(kernel).__name__}")
+    specs, values = [], []
+    for i, a in enumerate(args):
+        spec, value = _loose_arg(i, a)
+        specs.append(spec)
+        values.append(value)
+    key = tuple((s["kind"], s["dtype"]) for s in specs)
+    launcher = kernel._unsafe.get(key)
+    if launcher is None:
+        contract = {"version": 1, "kernel": kernel.name, "domain": 3, "args": specs,
+                    "dynamic_smem": {"max": 1 << 30}}
+        from bridge.module import native_contract
+        launcher = _native.Launcher(kernel.handle, native_contract(json.dumps(contract), kernel.name),
+                                    Device(kernel.device).limits, kernel.attributes, kernel.device)
+        kernel._unsafe[key] = launcher
+    launcher.launch(tuple(values), grid, block, shared_mem, stream, keep_all=True)
+
+
+# --- kernels built from PTX text (the DSL's entry point) --------------------------------------------
+
+_from_ptx: dict[tuple[int, str, str, str], Kernel] = {}   # documented cache: (device, ptx hash, name, contract)
+_from_ptx_lock = threading.Lock()
+
+
+def kernel_from_ptx(ptx: str, name: str, contract_json: str, *, device: Device | int | None = None) -> Kernel:
+    """A contract-carrying Kernel from PTX text (cached per device, PTX, name and contract)."""
+    from bridge import _driver
+    from bridge.module import load_module
+    _driver.require()
+    dev = Device(device if device is not None else _driver.current_ordinal()).ordinal
+    key = (dev, hashlib.sha256(ptx.encode()).hexdigest(), name, contract_json)
+    k = _from_ptx.get(key)
+    if k is None:
+        with _from_ptx_lock:
+            k = _from_ptx.get(key)
+            if k is None:
+                mod = load_module(ptx.encode(), contracts={name: contract_json}, name=name, device=dev)
+                k = mod.get_kernel(name)
+                _from_ptx[key] = k
+    return k

@@ -1,0 +1,165 @@
+"""Driver modules: PTX text, cubin (ELF) or fatbin images loaded into a device's primary context.
+
+Why a cache per (device, content hash): loading is expensive and the same image (e.g. a DSL kernel's
+PTX) is requested again and again; the driver module is shared, contracts stay per Module object.
+Contracts come from the image's own metadata (`bridge.fatbin.embedded_contracts`, when that module is
+present) and from `contracts=`, which wins per kernel name.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import re
+import struct
+import threading
+from typing import Any, Mapping
+
+from bridge import _driver, _native
+from bridge.device import Device
+from bridge.errors import ContractDefinitionError
+
+FATBIN_MAGIC = 0xBA55ED50
+_ELF_MAGIC = b"\x7fELF"
+_PTX_DIRECTIVE = re.compile(rb"^\s*\.(version|target|entry|visible)\b", re.MULTILINE)
+
+_loaded: dict[tuple[int, str], int] = {}   # documented cache: (device, sha256) -> driver module handle
+_lock = threading.Lock()
+
+
+def module_kind(data: bytes) -> str:
+    """'ptx', 'cubin' or 'fatbin', from the leading bytes (not a file extension); ValueError otherwise."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"module image must be bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if len(data) >= 4 and struct.unpack("<I", data[:4])[0] == FATBIN_MAGIC:
+        return "fatbin"
+    if data[:4] == _ELF_MAGIC:
+        return "cubin"
+    head = data[:65536]
+    if b"\0" not in head.rstrip(b"\0") and _PTX_DIRECTIVE.search(head):
+        return "ptx"
+    raise ValueError(f"module image: expected PTX text (with .version/.target), a cubin (ELF magic 7f 45 4c 46) "
+                     f"or a fatbin (magic 0x{FATBIN_MAGIC:08X}); got {len(data)} bytes starting with "
+                     f"{data[:8]!r}")
+
+
+def read_image(path_or_bytes: str | bytes | bytearray | memoryview | os.PathLike) -> tuple[bytes, str]:
+    """(image bytes, display name) from a path, PTX source text or raw bytes."""
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        return bytes(path_or_bytes), "<bytes>"
+    if isinstance(path_or_bytes, str) and ("\n" in path_or_bytes or path_or_bytes.lstrip().startswith(".")):
+        return path_or_bytes.encode(), "<ptx text>"
+    if isinstance(path_or_bytes, (str, os.PathLike)):
+        path = os.fspath(path_or_bytes)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"load_module: no such module file: {path!r}")
+        with open(path, "rb") as f:
+            return f.read(), os.path.basename(path)
+    raise TypeError(f"load_module: expected a path, PTX text or bytes, got {type(path_or_bytes).__name__}")
+
+
+def embedded_contracts(data: bytes) -> dict[str, str]:
+    """Contracts carried by the image itself ({} when bridge.fatbin is absent or finds none)."""
+    try:
+        fatbin = importlib.import_module("bridge.fatbin")
+    except ImportError:
+        return {}
+    reader = getattr(fatbin, "embedded_contracts", None)
+    return dict(reader(data)) if reader is not None else {}
+
+
+def native_contract(value: Any, kernel: str) -> Any:
+    """A `_native.Contract` from a LaunchContract, a `_native.Contract` or contract JSON text."""
+    if isinstance(value, _native.Contract):
+        return value
+    for attr in ("native", "_native"):
+        inner = getattr(value, attr, None)
+        if isinstance(inner, _native.Contract):
+            return inner
+    if isinstance(value, Mapping):
+        import json
+        value = json.dumps(dict(value))
+    elif not isinstance(value, str) and hasattr(value, "to_json"):
+        value = value.to_json()
+    if not isinstance(value, str):
+        raise TypeError(f"contracts[{kernel!r}]: expected a LaunchContract or its JSON text, "
+                        f"got {type(value).__name__}")
+    return _native.Contract.from_json(value) if hasattr(_native.Contract, "from_json") else _native.Contract(value)
+
+
+class Module:
+    """A loaded driver module; `module.<kernel>` / `module.get_kernel(name)` give `bridge.Kernel`s."""
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        raise TypeError("use bridge.load_module(...) to load a module")
+
+    @classmethod
+    def _create(cls, handle: int, kind: str, device: int, name: str, contracts: dict[str, Any],
+                data: bytes) -> Module:
+        self = object.__new__(cls)
+        self.handle, self.kind, self.device, self.name = handle, kind, device, name
+        self.contracts = contracts        # kernel name -> _native.Contract
+        self._kernels: dict[str, Any] = {}
+        self._ptx_entries = _ptx_entries(data) if kind == "ptx" else None
+        return self
+
+    def get_kernel(self, name: str) -> Any:
+        """The kernel `name` of this module (AttributeError naming the module when it has none)."""
+        k = self._kernels.get(name)
+        if k is not None:
+            return k
+        func = _native.module_get_function(self.handle, name)
+        if func is None:
+            known = f"; it has {', '.join(self._ptx_entries)}" if self._ptx_entries else ""
+            raise AttributeError(f"module {self.name!r} has no kernel named {name!r}{known} "
+                                 f"(extern \"C\" kernels keep their name; C++ ones are mangled)")
+        from bridge.kernel import Kernel
+        k = Kernel._create(self, name, int(func), self.contracts.get(name), self.device)
+        self._kernels[name] = k
+        return k
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.get_kernel(name)
+
+    @property
+    def kernel_names(self) -> list[str]:
+        """Entry names when known (PTX), else the names that have contracts."""
+        return list(self._ptx_entries) if self._ptx_entries is not None else sorted(self.contracts)
+
+    def __repr__(self) -> str:
+        return f"<bridge.Module {self.name!r} ({self.kind}) on device {self.device}>"
+
+
+def _ptx_entries(data: bytes) -> list[str]:
+    return re.findall(r"\.entry\s+([A-Za-z_$][\w$]*)", data.decode("latin-1"))
+
+
+def load_module(path_or_bytes: str | bytes | os.PathLike, *, contracts: Mapping[str, Any] | None = None,
+                name: str | None = None, device: Device | int | None = None) -> Module:
+    """Load PTX text, a cubin or a fatbin (path, text or bytes) into the current device's primary context."""
+    data, display = read_image(path_or_bytes)
+    kind = module_kind(data)
+    _driver.require()
+    dev = Device(device if device is not None else _driver.current_ordinal()).ordinal
+    merged: dict[str, Any] = {}
+    for kname, text in embedded_contracts(data).items():
+        merged[kname] = native_contract(text, kname)
+    for kname, value in (contracts or {}).items():
+        if not isinstance(kname, str):
+            raise TypeError(f"contracts: keys must be kernel names (str), got {type(kname).__name__}")
+        merged[kname] = native_contract(value, kname)
+    for kname, c in merged.items():
+        cname = getattr(c, "kernel", kname)
+        if cname not in (kname, ""):
+            raise ContractDefinitionError(f"contracts[{kname!r}]: the contract names kernel {cname!r}",
+                                          kernel=kname)
+    key = (dev, hashlib.sha256(data).hexdigest())
+    with _lock:
+        handle = _loaded.get(key)
+        if handle is None:
+            handle = int(_native.module_load_data(dev, data))
+            _loaded[key] = handle
+    return Module._create(handle, kind, dev, name or display, merged, data)

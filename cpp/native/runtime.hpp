@@ -1,0 +1,66 @@
+// kernelbridge runtime state shared by the launch hot path (launcher.cpp), streams/events/graphs
+// (streams.cpp) and device-side fault records (faults.cpp).
+//
+// Why native: the launcher reads the per-thread current stream, the active captures and the fault
+// record of (stream, launcher) on every launch, without calling back into Python. All of it is guarded
+// by the GIL (every entry point holds it; long driver waits release it and touch no state meanwhile).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+#include "driver_api.hpp"
+
+namespace kb::rt {
+
+// --- per-thread current stream (bridge.current_stream / use_stream) --------------------------------
+uint64_t current_stream();
+void set_current_stream(uint64_t handle);
+
+// --- capture registry: streams being captured into a graph -----------------------------------------
+// True when some stream is being captured (a cheap check the launcher does on every launch).
+bool capture_active();
+// Keep `obj` referenced by the graph being captured on `stream` (no-op when `stream` is not captured).
+void capture_keep(uint64_t stream, pybind11::handle obj);
+bool stream_captured(uint64_t stream);
+
+// --- temporaries kept alive until the launch that uses them completes -------------------------------
+// Records an event on `stream` and keeps `objs` until it completes (polled by later launches/syncs).
+void keep_until_complete(uint64_t stream, int device, pybind11::list objs);
+// Release everything whose event has completed. Cheap when nothing is pending.
+void poll_keepalive();
+// Reference count at or below which a launch argument is a temporary (only the call holds it), not
+// counting the launcher's own keepalive reference. Calibrated at import per call path: arguments that
+// arrive through a native `f(*args)` call, and a tuple handed over by a Python `def f(*args)` wrapper.
+extern Py_ssize_t g_temporary_refcount_native;
+extern Py_ssize_t g_temporary_refcount_tuple;
+
+// --- cross-stream ordering ---------------------------------------------------------------------------
+// Make `consumer` wait (device side) for the work submitted so far on `producer` (event record + wait).
+void order_after(uint64_t producer, uint64_t consumer, int device);
+
+// --- device-side fault records (docs/architecture.md "fault_sites") -------------------------------
+struct FaultRecord {
+  volatile uint32_t flag;
+  volatile uint32_t site;
+  volatile int64_t index;
+  volatile int64_t extent;
+};
+static_assert(sizeof(FaultRecord) == 24, "fault record layout is part of the kernel ABI");
+
+// Device address of the record of (stream, launcher_id), allocated from the pinned pool on first use.
+// `info` (kept) and `kernel` describe the launcher for the KernelFault message.
+uint64_t fault_record(uint64_t stream, uint64_t launcher_id, int device, const std::string& kernel,
+                      pybind11::handle info);
+// Make sure `n` records are free without allocating (pinned allocations are not allowed in a capture).
+void reserve_fault_records(size_t n);
+// The launcher is gone: its records are checked once more at the next sync, then returned to the pool.
+void forget_launcher(uint64_t launcher_id);
+
+void register_streams(pybind11::module_& m);
+void register_faults(pybind11::module_& m);
+void register_modules(pybind11::module_& m);
+
+}  // namespace kb::rt

@@ -1,0 +1,108 @@
+"""Graph capture/replay keeps its buffers; device-side fault records become KernelFault at sync."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import bridge
+from bridge.errors import KernelFault
+
+from runtime_helpers import all_contracts, rt_ptx
+
+pytestmark = pytest.mark.gpu
+N = 2048 + 37
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return bridge.load_module(rt_ptx(), contracts=all_contracts(), name="rt_kernels")
+
+
+def test_capture_and_replay_follow_in_place_input_changes(mod, rng):
+    cp = pytest.importorskip("cupy")
+    a_np, b_np = (rng.standard_normal(N) * 10).astype(np.float32), (rng.standard_normal(N) * 10).astype(np.float32)
+    a, b, out = cp.asarray(a_np), cp.asarray(b_np), cp.full(N, -7.0, cp.float32)
+    tmp = bridge.empty((N,), "float32")
+    s = bridge.Stream()
+    with bridge.capture(s) as g:
+        mod.vecadd(a, b, tmp, N)
+        mod.vecadd(tmp, b, out, N)
+    assert g.graph_exec != 0 and len(g.objects) >= 6
+    np.testing.assert_array_equal(cp.asnumpy(out), np.full(N, -7.0, np.float32))   # captured, not run
+    for k in range(3):
+        new = (rng.standard_normal(N) * 10).astype(np.float32)
+        a.set(new)
+        cp.cuda.Device().synchronize()
+        g.replay(s)
+        s.synchronize()
+        np.testing.assert_allclose(cp.asnumpy(out), new + 2 * b_np, rtol=1e-5)
+
+
+def test_graph_keeps_temporaries_alive(mod, rng):
+    a_np = (rng.standard_normal(N) * 10).astype(np.float32)
+    out = bridge.full((N,), -7.0, "float32")
+    with bridge.capture() as g:
+        mod.vecadd(bridge.from_host(a_np), bridge.from_host(a_np), out, N)
+    gc.collect()
+    junk = [bridge.full((N,), 1e30, "float32") for _ in range(8)]
+    g.replay()
+    g.stream.synchronize()
+    np.testing.assert_allclose(out.to_host(), 2 * a_np, rtol=1e-6)
+    del junk
+
+
+def _checked(mod, data, out, idx, stream=None):
+    mod.checked_get(data, out, idx, grid=1, block=1, stream=stream)
+
+
+def test_fault_record_raises_kernel_fault_then_next_launch_works(mod, rng):
+    data_np = (rng.standard_normal(100) * 10).astype(np.float32)
+    data, out = bridge.from_host(data_np), bridge.full((1,), -7.0, "float32")
+    s = bridge.Stream()
+    _checked(mod, data, out, 42, s)
+    s.synchronize()
+    assert out.to_host()[0] == data_np[42]
+    _checked(mod, data, out, 1234, s)
+    with pytest.raises(KernelFault) as info:
+        s.synchronize()
+    e = info.value
+    assert (e.kernel, e.array, e.index, e.extent, e.file, e.line) == ("checked_get", "data", 1234, 100, "k.py", 12)
+    msg = str(e)
+    for part in ("checked_get", "'data'", "1234", "100", "k.py:12", "x = data[idx]"):
+        assert part in msg
+    s.synchronize()                          # cleared: no second report
+    _checked(mod, data, out, 7, s)           # the context survived: the next launch works
+    s.synchronize()
+    assert out.to_host()[0] == data_np[7]
+
+
+def test_fault_reported_by_device_and_event_synchronize(mod, rng):
+    data, out = bridge.from_host(np.arange(10, dtype=np.float32) + 1), bridge.full((1,), -7.0, "float32")
+    _checked(mod, data, out, -3)
+    with pytest.raises(KernelFault, match="index -3 out of bounds for array 'data' with extent 10"):
+        bridge.synchronize()
+    s = bridge.Stream()
+    _checked(mod, data, out, 10, s)
+    ev = s.record()
+    with pytest.raises(KernelFault, match="index 10"):
+        ev.synchronize()
+    _checked(mod, data, out, 9, s)
+    s.synchronize()
+    assert out.to_host()[0] == 10.0
+
+
+def test_fault_inside_a_replayed_graph(mod):
+    data, out = bridge.from_host(np.arange(16, dtype=np.float32) + 1), bridge.full((1,), -7.0, "float32")
+    s = bridge.Stream()
+    with bridge.capture(s) as g:
+        _checked(mod, data, out, 99, s)
+    s.synchronize()                                   # capturing ran nothing: no fault yet
+    g.replay(s)
+    with pytest.raises(KernelFault, match=r"checked_get: index 99 out of bounds for array 'data' with extent 16"):
+        s.synchronize()
+    g.replay(s)
+    with pytest.raises(KernelFault, match="index 99"):
+        bridge.synchronize()                           # device-wide sync reports it too
+    assert out.to_host()[0] == -7.0
