@@ -71,7 +71,7 @@ def signature_of(kernel: str, anns: Sequence[ParamAnnotation], args: Sequence[An
     order = sorted(range(len(anns)), key=lambda k: anns[k].kind != "array")
     for k in order:
         ann, value = anns[k], args[k]
-        where = f"{kernel}: argument '{ann.name}' (#{k + 1})"
+        where = f"{kernel}: argument '{ann.name}' (#{k})"   # 0-based, as the validator
         if ann.kind == "array":
             out[k] = _array_type(where, ann, value, typevars, k, kernel, E)
         else:
@@ -94,7 +94,7 @@ def _array_type(where: str, ann: ParamAnnotation, value: Any, typevars: dict, k:
     want = typevars.setdefault(ann.dtype, dtype) if ann.is_generic else ann.dtype
     if dtype != want:
         bound = " (bound by an earlier argument)" if ann.is_generic else ""
-        raise E.DTypeError(f"{where}: expected {_long(want)} array{bound}, got {text} array of "
+        raise E.DTypeError(f"{where}: expected {_long(want)} array{bound}, got {_long(dtype)} array of "
                            f"shape {tuple(shape)}", kernel=kernel, arg=k, arg_name=ann.name)
     if ndim != ann.ndim:
         raise E.NdimError(f"{where}: expected a {ann.ndim}-D array, got a {ndim}-D array of shape "

@@ -80,7 +80,7 @@ def test_typevar_binding_conflict_names_the_argument():
     from bridge.errors import DTypeError
     with pytest.raises(DTypeError) as info:
         k_generic.build(f32v(), f32v().astype(np.float64), np.float32(1))
-    assert "argument 'out' (#2)" in str(info.value) and "float32" in str(info.value)
+    assert "argument 'out' (#1)" in str(info.value) and "float32" in str(info.value)
     assert info.value.arg_name == "out"
 
 

@@ -58,7 +58,7 @@ def test_signature_records_dtype_layout_and_alignment(rng):
 
 def test_signature_errors_name_the_argument(rng):
     a = rand(rng)
-    with pytest.raises(bridge.DTypeError, match=r"argument 'b' \(#2\): expected float32 array, "
+    with pytest.raises(bridge.DTypeError, match=r"argument 'b' \(#1\): expected float32 array, "
                                                 r"got float64 array of shape \(1000,\)"):
         vecadd.signature(a, a.astype(np.float64), a)
     with pytest.raises(bridge.ArgumentCountError, match="expected 3 arguments"):

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""One command that proves the GPU claims on a GPU machine without network.
+
+    python3 scripts/gpu_check.py [--quick] [--no-install] [--results results]
+
+Installs the project in place (no network, no build isolation), runs the whole test suite with GPU
+tests required (a skipped GPU test fails the run), re-runs the GPU tests and the examples under
+compute-sanitizer (memcheck, racecheck, synccheck, initcheck), runs the benchmarks, writes JSON under
+the results folder, and prints a compact summary table as its LAST output.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ["examples/mixed_pipeline.py", "examples/torch_custom_op.py", "examples/graph_capture.py",
+            "examples/porting/run_porting.py"]
+BENCHMARKS = ["benchmarks/launch_overhead.py", "benchmarks/elementwise.py", "benchmarks/simt_parity.py",
+              "benchmarks/tile_ops.py", "benchmarks/compile_time.py", "benchmarks/intake.py"]
+SANITIZER_TOOLS = ["memcheck", "racecheck", "synccheck", "initcheck"]
+
+
+def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> tuple[int, float, str]:
+    """Run cmd, tee its output to log, return (rc, seconds, output)."""
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, **(env or {})})
+        out, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        out += f"\n[gpu_check] TIMEOUT after {timeout:.0f}s"
+        rc = 124
+    log.write_text(f"$ {' '.join(cmd)}\n{out}")
+    return rc, time.time() - t0, out
+
+
+def junit_counts(path: Path) -> dict:
+    if not path.exists():
+        return {"passed": 0, "failed": 1, "skipped": 0, "errors": 1, "note": "no junit report"}
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root)
+    tot = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    skipped_names = []
+    for s in suites:
+        for k in tot:
+            tot[k] += int(s.get(k, 0))
+        for case in s.iter("testcase"):
+            if case.find("skipped") is not None:
+                msg = case.find("skipped").get("message", "")
+                skipped_names.append(f"{case.get('classname')}::{case.get('name')}: {msg[:120]}")
+    passed = tot["tests"] - tot["failures"] - tot["errors"] - tot["skipped"]
+    return {"passed": passed, "failed": tot["failures"], "errors": tot["errors"],
+            "skipped": tot["skipped"], "skipped_tests": skipped_names}
+
+
+def sanitizer_errors(out: str) -> int | None:
+    m = re.findall(r"ERROR SUMMARY: (\d+) error", out)
+    return sum(int(x) for x in m) if m else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer sanitizer tools, shorter benchmarks")
+    ap.add_argument("--no-install", action="store_true")
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--skip", default="", help="comma list of steps to skip: tests,sanitize,examples,bench")
+    args = ap.parse_args()
+    res_dir = (ROOT / args.results).resolve()
+    logs = res_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    skip = set(filter(None, args.skip.split(",")))
+    py = sys.executable
+    summary: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": args.quick, "steps": {}}
+    env = {"PYTHONUNBUFFERED": "1", "KB_REQUIRE_GPU": "1"}
+
+    if not args.no_install:
+        rc, dt, out = sh([py, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-e", "."],
+                         logs / "install.log", 400)
+        summary["steps"]["install"] = {"rc": rc, "seconds": round(dt, 1)}
+        if rc != 0:
+            print(out[-3000:])
+            print("INSTALL FAILED")
+            return 1
+
+    rc, dt, out = sh([py, "-m", "bridge", "doctor"], logs / "doctor.log", 120)
+    summary["doctor"] = out.strip().splitlines()
+    summary["steps"]["doctor"] = {"rc": rc, "seconds": round(dt, 1)}
+
+    if "tests" not in skip:
+        junit = res_dir / "pytest.xml"
+        rc, dt, out = sh([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
+                         logs / "pytest.log", 420, env)
+        counts = junit_counts(junit)
+        summary["steps"]["tests"] = {"rc": rc, "seconds": round(dt, 1), **counts}
+
+    if "sanitize" not in skip and shutil.which("compute-sanitizer"):
+        tools = SANITIZER_TOOLS[:3] if args.quick else SANITIZER_TOOLS
+        for tool in tools:
+            cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "20"]
+            if tool == "memcheck":
+                cmd += ["--leak-check", "no"]
+            junit = res_dir / f"sanitize_{tool}.xml"
+            cmd += [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu and not nosanitize",
+                    f"--junitxml={junit}"]
+            rc, dt, out = sh(cmd, logs / f"sanitize_{tool}.log", 300,
+                             {**env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "KB_SANITIZER": tool})
+            summary["steps"][f"sanitize_{tool}"] = {"rc": rc, "seconds": round(dt, 1),
+                                                     "errors": sanitizer_errors(out),
+                                                     **junit_counts(junit)}
+    elif "sanitize" not in skip:
+        summary["steps"]["sanitize"] = {"rc": 127, "note": "compute-sanitizer not found"}
+
+    if "examples" not in skip:
+        for ex in EXAMPLES:
+            if not (ROOT / ex).exists():
+                summary["steps"][f"example:{ex}"] = {"rc": None, "note": "missing"}
+                continue
+            rc, dt, out = sh([py, ex], logs / (Path(ex).stem + ".log"), 180, env)
+            summary["steps"][f"example:{ex}"] = {"rc": rc, "seconds": round(dt, 1),
+                                                 "pass_line": "PASS" in out.splitlines()[-1] if out.strip() else False}
+            if rc == 0 and shutil.which("compute-sanitizer") and "sanitize" not in skip:
+                rc2, dt2, out2 = sh(["compute-sanitizer", "--tool", "memcheck", "--leak-check", "no", py, ex],
+                                    logs / (Path(ex).stem + "_memcheck.log"), 180, env)
+                summary["steps"][f"example:{ex}"]["memcheck_errors"] = sanitizer_errors(out2)
+                summary["steps"][f"example:{ex}"]["memcheck_rc"] = rc2
+
+    bench_rows: list[dict] = []
+    if "bench" not in skip:
+        for b in BENCHMARKS:
+            if not (ROOT / b).exists():
+                summary["steps"][f"bench:{b}"] = {"rc": None, "note": "missing"}
+                continue
+            jpath = res_dir / (Path(b).stem + ".json")
+            cmd = [py, b, "--json", str(jpath)] + (["--quick"] if args.quick else [])
+            rc, dt, out = sh(cmd, logs / (Path(b).stem + ".log"), 300, {"PYTHONUNBUFFERED": "1"})
+            summary["steps"][f"bench:{b}"] = {"rc": rc, "seconds": round(dt, 1)}
+            if jpath.exists():
+                try:
+                    bench_rows += json.loads(jpath.read_text()).get("bars", [])
+                except json.JSONDecodeError:
+                    pass
+    summary["bars"] = bench_rows
+    (res_dir / "gpu_check.json").write_text(json.dumps(summary, indent=2))
+    return print_summary(summary)
+
+
+def print_summary(s: dict) -> int:
+    ok = True
+    lines = ["", "=" * 78, f"kernelbridge GPU check  {s['date']}"]
+    gpu = [l for l in s.get("doctor", []) if "GPU" in l or "driver" in l.lower()]
+    lines += [f"  {l.strip()}" for l in gpu[:3]]
+    lines.append("-" * 78)
+    for name, st in s["steps"].items():
+        rc = st.get("rc")
+        bad = rc not in (0,) if rc is not None else True
+        if name == "tests":
+            bad = bad or st.get("failed", 0) or st.get("errors", 0)
+            detail = f"passed {st['passed']}, failed {st['failed']}, errors {st['errors']}, skipped {st['skipped']}"
+        elif name.startswith("sanitize_"):
+            errs = st.get("errors")
+            bad = bad or errs is None or errs > 0
+            detail = f"errors {errs}, tests passed {st.get('passed')} failed {st.get('failed')}"
+        elif name.startswith("example:"):
+            me = st.get("memcheck_errors")
+            bad = bad or (me not in (None, 0))
+            detail = st.get("note") or f"rc {rc}, memcheck errors {me}"
+        else:
+            detail = st.get("note") or f"rc {rc}"
+        ok = ok and not bad
+        lines.append(f"  {'FAIL' if bad else 'ok  '}  {name:<40} {detail}  ({st.get('seconds', '-')} s)")
+    if s["bars"]:
+        lines.append("-" * 78)
+        lines.append(f"  {'benchmark':<44}{'ours':>10}{'peer':>10}{'ratio':>8}  bar")
+        for r in s["bars"]:
+            passed = r.get("pass")
+            ok = ok and bool(passed)
+            lines.append(f"  {r['name'][:44]:<44}{r['ours']:>10.3g}{r['peer']:>10.3g}{r['ratio']:>8.3f}  "
+                         f"{r['bar']} {'PASS' if passed else 'FAIL'}")
+    lines.append("=" * 78)
+    lines.append(f"VERDICT: {'PASS' if ok else 'FAIL'}")
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
