@@ -35,3 +35,14 @@ def rng() -> np.random.Generator:
     """A fresh generator per test; seeds differ between runs unless KB_TEST_SEED is set."""
     seed = int(os.environ.get("KB_TEST_SEED", np.random.SeedSequence().entropy % (2**32)))
     return np.random.default_rng(seed)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """With KB_REQUIRE_GPU=1 (the GPU check), a skipped GPU test is a failure, whatever skipped it."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and "gpu" in item.keywords and os.environ.get("KB_REQUIRE_GPU") == "1":
+        report.outcome = "failed"
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.longrepr = f"GPU test skipped on the GPU machine (KB_REQUIRE_GPU=1): {reason}"
