@@ -1,0 +1,26 @@
+"""dsl.tile — the Tile programming model: per-tile code, partitions define the grid and the only
+writable region of each tile block; the compiler maps tile elements onto threads (docs/tile.md).
+
+    @tile.kernel
+    def add(a: tile.Array[f32], b: tile.Array[f32], out: tile.Partition[f32]):
+        t = tile.bid(0)
+        out.store(tile.load(a, t, out.tile_shape) + tile.load(b, t, out.tile_shape))
+
+    add(a, b, tile.partition(c, (1024,)))
+"""
+from __future__ import annotations
+
+from dsl.types import (bf16, boolean, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32,  # noqa: F401
+                       u64)
+from dsl.tile.api import INTRINSICS as _INTRINSICS
+from dsl.tile.api import Array, Constant  # noqa: F401
+from dsl.tile.errors import TileCompileError  # noqa: F401
+from dsl.tile.host import Partition, TileKernel, kernel, partition  # noqa: F401
+
+inf = float("inf")
+
+globals().update(_INTRINSICS)
+
+__all__ = ["kernel", "partition", "Partition", "Array", "Constant", "TileKernel", "TileCompileError",
+           "inf", "f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
+           "boolean", *sorted(_INTRINSICS)]

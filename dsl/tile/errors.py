@@ -1,0 +1,17 @@
+"""Compile errors of the tile language: the SIMT front end's `dsl.DslCompileError` (file:line:col,
+the source line, a caret, a hint), raised from tile IR locations."""
+from __future__ import annotations
+
+from dsl.errors import DslCompileError
+from dsl.ir.nodes import Loc
+
+
+class TileCompileError(DslCompileError):
+    """A mistake in a @tile.kernel body or its arguments, located in the source."""
+
+    def __init__(self, message: str, loc: Loc | None = None, hint: str = "") -> None:
+        if loc is None:
+            super().__init__(message, hint=hint)
+        else:
+            super().__init__(message, file=loc.file, line=loc.line, col=loc.col + 1,
+                             source_line=loc.text, hint=hint)

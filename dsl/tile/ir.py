@@ -1,0 +1,265 @@
+"""The tile IR: a small structured IR whose values are whole tiles with static shapes.
+
+The front end (dsl/tile/frontend.py) builds it with every shape and dtype resolved and every implicit
+broadcast made explicit (`Broadcast`), so the simulator (NumPy per tile block) and the lowering onto the
+SIMT IR (dsl/tile/lower.py) never infer anything. Every node carries a `dsl.ir.nodes.Loc`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dsl.ir.nodes import NOLOC, Loc
+from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType, TileType
+
+
+class TExpr:
+    type: TileType
+    loc: Loc
+
+
+@dataclass(eq=False)
+class TParam:
+    name: str
+    type: ArrayParamType | PartitionParamType | ScalarParamType
+    index: int
+
+
+@dataclass(eq=False)
+class TVar:
+    name: str
+    type: TileType
+
+
+@dataclass(eq=False)
+class Const(TExpr):
+    value: object            # Python int/float/bool
+    type: TileType           # shape ()
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class ScalarArg(TExpr):
+    param: TParam
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Read(TExpr):
+    var: TVar
+    loc: Loc = NOLOC
+
+    @property
+    def type(self) -> TileType:  # type: ignore[override]
+        return self.var.type
+
+
+@dataclass(eq=False)
+class BlockId(TExpr):
+    """tile.bid(axis): this tile block's coordinate along axis `axis` of the grid (i32 scalar)."""
+    axis: int
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class NumBlocks(TExpr):
+    axis: int
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class ArrayDim(TExpr):
+    """a.shape[axis] of an array or partition parameter (i32 scalar; extents must fit i32)."""
+    param: TParam
+    axis: int
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Load(TExpr):
+    """Tile `index` (in tile units) of `param`, shape `type.shape`; elements outside the array read
+    `padding`. `param` is an Array or a Partition (own tile only, index is then the block's tile)."""
+    param: TParam
+    index: list[TExpr]
+    padding: object
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class BinOp(TExpr):
+    """Elementwise: add sub mul truediv floordiv mod pow min max and_ or_ xor lshift rshift.
+    Operands already have the result's shape and dtype. floordiv/mod: Python (floor) semantics."""
+    op: str
+    lhs: TExpr
+    rhs: TExpr
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class UnaryOp(TExpr):
+    """neg, not_ (bool), invert (ints), abs."""
+    op: str
+    operand: TExpr
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Compare(TExpr):
+    """eq ne lt le gt ge; operands share shape and dtype; result dtype bool."""
+    op: str
+    lhs: TExpr
+    rhs: TExpr
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Math(TExpr):
+    """Float math (same names as dsl.ir.nodes.Math): sqrt rsqrt exp exp2 log log2 log1p sin cos tan
+    tanh erf pow floor ceil trunc; isnan isinf give bool."""
+    fn: str
+    args: list[TExpr]
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Where(TExpr):
+    cond: TExpr
+    then: TExpr
+    else_: TExpr
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Cast(TExpr):
+    operand: TExpr
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Broadcast(TExpr):
+    """NumPy broadcasting of `operand` to `type.shape` (operand's rank may be lower)."""
+    operand: TExpr
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Reduce(TExpr):
+    """op: sum max min argmax argmin along `axis` (None = all axes). sum accumulates f16/bf16 in
+    f32. argmax/argmin: first index of the extreme value, i32 (flat index when axis is None)."""
+    op: str
+    operand: TExpr
+    axis: int | None
+    keepdims: bool
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Reshape(TExpr):
+    operand: TExpr
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Permute(TExpr):
+    operand: TExpr
+    axes: tuple[int, ...]
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Matmul(TExpr):
+    """acc + a @ b over the last two axes; f16/bf16 inputs and tf32 (f32 inputs) with f32 result."""
+    a: TExpr
+    b: TExpr
+    acc: TExpr | None
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Full(TExpr):
+    value: object
+    type: TileType
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Arange(TExpr):
+    """0, 1, ..., n-1 as a 1-D tile."""
+    type: TileType
+    loc: Loc = NOLOC
+
+
+# --------------------------------------------------------------------------------------- statements
+class TStmt:
+    loc: Loc
+
+
+@dataclass(eq=False)
+class Assign(TStmt):
+    var: TVar
+    value: TExpr
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class Store(TStmt):
+    """Write `value` (shape == the partition's tile shape) to this block's own tile of `param`;
+    elements past the array's edge are skipped (edge masking)."""
+    param: TParam
+    value: TExpr
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class For(TStmt):
+    var: TVar                # i32 scalar
+    start: TExpr
+    stop: TExpr
+    step: TExpr
+    body: list[TStmt]
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class If(TStmt):
+    cond: TExpr              # bool scalar (uniform across the tile block)
+    then: list[TStmt]
+    else_: list[TStmt]
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
+class TileFunction:
+    name: str
+    params: list[TParam]
+    body: list[TStmt]
+    grid_param: TParam       # the partition that defines the grid
+    locals: list[TVar] = field(default_factory=list)
+    loc: Loc = NOLOC
+
+
+def walk_exprs(e: TExpr):
+    """Yield `e` and all sub-expressions (pre-order)."""
+    yield e
+    for name in ("operand", "lhs", "rhs", "cond", "then", "else_", "a", "b", "acc"):
+        sub = getattr(e, name, None)
+        if isinstance(sub, TExpr):
+            yield from walk_exprs(sub)
+    for name in ("args", "index"):
+        for sub in getattr(e, name, None) or ():
+            yield from walk_exprs(sub)

@@ -1,0 +1,173 @@
+"""How tile elements live in threads during lowering, and folding index arithmetic.
+
+Two layouts (flat index = row-major position in the tile):
+- "U" (uniform): every thread holds every element (scalars, small reduction results). elems[i] is
+  flat element i.
+- "D" (distributed): with T threads and N elements, thread t holds R = max(1, N // T) elements;
+  elems[r] is flat element (r*T + t) mod N. Consecutive threads hold consecutive elements, so global
+  loads and stores of row-major tiles coalesce. When N < T, threads t >= N hold duplicates and are
+  not the owners (they never store and never count twice in reductions).
+
+Index arithmetic is on i32 and folds when operands are Python ints ("static" values).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from dsl.ir import nodes as N
+from dsl.ir.types import I32, ScalarType
+
+Ix = "int | N.Expr"
+
+
+def log2(n: int) -> int:
+    return n.bit_length() - 1
+
+
+def c32(v: int) -> N.Const:
+    return N.Const(int(v), I32)
+
+
+def ir32(v) -> N.Expr:
+    return c32(v) if isinstance(v, int) else v
+
+
+def iadd(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    if isinstance(a, int) and a == 0:
+        return b
+    if isinstance(b, int) and b == 0:
+        return a
+    return N.BinOp("add", ir32(a), ir32(b), I32)
+
+
+def imul(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    if isinstance(b, int) and b == 1:
+        return a
+    if isinstance(a, int) and a == 1:
+        return b
+    if isinstance(b, int) and b == 0 or isinstance(a, int) and a == 0:
+        return 0
+    if isinstance(b, int) and b > 0 and b & (b - 1) == 0:
+        return N.BinOp("lshift", ir32(a), c32(log2(b)), I32)
+    return N.BinOp("mul", ir32(a), ir32(b), I32)
+
+
+def ishr(a, s: int):
+    if s == 0:
+        return a
+    if isinstance(a, int):
+        return a >> s
+    return N.BinOp("rshift", a, c32(s), I32)
+
+
+def iand(a, m: int):
+    if isinstance(a, int):
+        return a & m
+    return N.BinOp("and_", a, c32(m), I32)
+
+
+def strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+@dataclass
+class LV:
+    """A lowered tile value. layout "L" (lazy) has no elements yet: `make(coords_list)` emits the
+    elements at the given tile coordinates in whatever layout the consumer needs (loads, constants,
+    broadcasts), so a broadcast bias lands directly in an mma accumulator layout."""
+    layout: object              # "U" | "D" | "L" | MmaLayout
+    shape: tuple[int, ...]
+    dtype: ScalarType
+    elems: list[N.Expr]
+    make: Callable[[list], list[N.Expr]] | None = None
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+class Geometry:
+    """Flat index and coordinates of D-layout element r for a tile of `shape` with T threads."""
+
+    def __init__(self, threads: int, tid: N.Expr) -> None:
+        self.T = threads
+        self.tid = tid
+
+    def per_thread(self, size: int) -> int:
+        return max(1, size // self.T)
+
+    def flat(self, size: int, r: int):
+        if size >= self.T:
+            return iadd(r * self.T, self.tid)
+        return iand(self.tid, size - 1)
+
+    def coord(self, shape: tuple[int, ...], r: int, k: int):
+        """Coordinate k of element r: static when stride_k >= T (then it depends on r only)."""
+        size = 1
+        for s in shape:
+            size *= s
+        st = strides(shape)[k]
+        if shape[k] == 1:
+            return 0
+        if size >= self.T and st >= self.T:
+            return ((r * self.T) >> log2(st)) & (shape[k] - 1)
+        return iand(ishr(self.flat(size, r), log2(st)), shape[k] - 1)
+
+    def coords(self, shape: tuple[int, ...], r: int) -> list:
+        return [self.coord(shape, r, k) for k in range(len(shape))]
+
+    def owner(self, size: int):
+        """True (Python) when every thread owns its elements, else the i32 predicate expression."""
+        if size >= self.T:
+            return True
+        return N.Compare("lt", self.tid, c32(size))
+
+
+def flat_of(coords: list, shape: tuple[int, ...]):
+    acc = 0
+    for c, s in zip(coords, strides(shape)):
+        acc = iadd(acc, imul(c, s))
+    return acc
+
+
+class MmaLayout:
+    """Accumulator fragments of mma.sync m16n8: warps tile (BM, BN) as WM x WN; warp (wm, wn) owns a
+    (BM/WM, BN/WN) block of MT x NT fragments of 16x8; lane l holds, per fragment, rows l/4 and l/4+8
+    at columns 2*(l%4) and 2*(l%4)+1 (c0..c3). Element r = ((mt * NT) + nt) * 4 + c."""
+
+    def __init__(self, shape: tuple[int, int], threads: int, wm: int, wn: int) -> None:
+        self.shape = shape
+        self.threads = threads
+        self.wm, self.wn = wm, wn
+        self.mt = shape[0] // (wm * 16)
+        self.nt = shape[1] // (wn * 8)
+        self.coords: list = []       # filled by bind() once the lane/warp expressions exist
+
+    def bind(self, lane_row: N.Expr, lane_col: N.Expr, warp_row0: N.Expr, warp_col0: N.Expr) -> None:
+        """lane_row = lane/4, lane_col = 2*(lane%4), warp_row0/col0 = this warp's block origin."""
+        self.coords = []
+        for mt in range(self.mt):
+            for nt in range(self.nt):
+                for c in range(4):
+                    row = iadd(warp_row0, iadd(lane_row, mt * 16 + (8 if c >= 2 else 0)))
+                    col = iadd(warp_col0, iadd(lane_col, nt * 8 + (c & 1)))
+                    self.coords.append([row, col])
+
+    @property
+    def per_thread(self) -> int:
+        return self.mt * self.nt * 4
+
+    def __repr__(self) -> str:
+        return f"MmaLayout({self.shape}, warps {self.wm}x{self.wn})"

@@ -1,0 +1,650 @@
+"""Lowering of the tile IR onto the shared SIMT typed IR (dsl/ir/nodes.py), which the backend compiles.
+
+One tile block = one CUDA block of T threads; the grid is 1-D (x = linear tile id, unravelled into
+tile.bid(k) once at kernel start). Tile values are spread over threads in the layouts of
+dsl/tile/layout.py; elementwise ops are per element, relayouts (broadcast of distributed values,
+transpose, reductions that cross threads, matmul) go through shared memory between barriers, and
+reductions whose groups span whole thread sets use warp butterflies plus one shared-memory stage.
+"""
+from __future__ import annotations
+
+import math
+
+from dsl.ir import nodes as N
+from dsl.ir.types import BOOL, F32, I32, INDEX, ArrayType, ScalarType
+from dsl.tile import ir as T
+from dsl.tile.layout import (LV, Geometry, MmaLayout, c32, flat_of, iadd, iand, imul, ir32, ishr, log2,
+                             strides)
+from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType
+
+U_MAX = 32          # largest tile kept replicated in every thread
+GROUP_M = 8         # tile-row group of the L2-friendly block order of GEMM kernels
+_HALF = ("f16", "bf16")
+
+
+class LoweringError(Exception):
+    """The tile program needs something this lowering does not do (says what)."""
+
+
+def _is_half(t: ScalarType) -> bool:
+    return t.name in _HALF
+
+
+def _identity(op: str, t: ScalarType):
+    if op == "sum":
+        return 0.0 if t.is_float else 0
+    if op in ("max", "argmax"):
+        if t.is_float:
+            return -math.inf
+        return False if t == BOOL else (-(1 << (t.bits - 1)) if t.is_signed else 0)
+    if t.is_float:
+        return math.inf
+    return True if t == BOOL else (((1 << (t.bits - 1)) - 1) if t.is_signed else (1 << t.bits) - 1)
+
+
+class Lowerer:
+    def __init__(self, fn: T.TileFunction, threads: int, kernel_name: str,
+                 facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
+                 persistent: bool = False) -> None:
+        self.fn = fn
+        self.T = threads
+        self.kernel_name = kernel_name
+        self.body: list[N.Stmt] = []
+        self.stack: list[list[N.Stmt]] = [self.body]
+        self.locals: list[N.Var] = []
+        self.params: dict[int, N.Param] = {}
+        self.vars: dict[int, tuple[str, list[N.Var]]] = {}
+        self.scratch_allocs: dict[str, N.SharedAlloc] = {}
+        self.scratch_size: dict[str, int] = {}
+        self.counter = 0
+        self.facts = facts or {}
+        self.max_stages = max_stages
+        self.cc = cc                            # target compute capability (0: portable only)
+        self.persistent = persistent            # blocks loop over tiles (grid may be < tile count)
+        self.dyn_bytes = 0                      # dynamic shared bytes (tensor-core operand stages)
+        self.var_layouts: dict[int, object] = {}
+        self.mma_plans: dict[int, object] = {}
+        self.extra_shared: list[N.SharedAlloc] = []
+        self.relied: set[str] = set()          # params whose alignment/divisibility facts were used
+        self._lane_warp: tuple[N.Expr, N.Expr] | None = None
+
+    # ------------------------------------------------------------------------------ plumbing
+    def emit(self, s: N.Stmt) -> None:
+        self.stack[-1].append(s)
+
+    def new_var(self, t: ScalarType, hint: str = "t") -> N.Var:
+        self.counter += 1
+        v = N.Var(f"{hint}{self.counter}", t)
+        self.locals.append(v)
+        return v
+
+    def tmp(self, e: N.Expr, hint: str = "t") -> N.Expr:
+        """Materialise `e` in a fresh local (leaves stay inline)."""
+        if isinstance(e, (N.Const, N.ReadVar, N.ParamRef)):
+            return e
+        v = self.new_var(e.type, hint)  # type: ignore[arg-type]
+        self.emit(N.Assign(v, e))
+        return N.ReadVar(v)
+
+    def block_of(self, stmts_fn) -> list[N.Stmt]:
+        out: list[N.Stmt] = []
+        self.stack.append(out)
+        stmts_fn()
+        self.stack.pop()
+        return out
+
+    def scratch(self, dtype: ScalarType, n: int, slot: int = 0) -> N.Expr:
+        """Shared scratch buffer of >= n elements of `dtype` (one per (dtype, slot), sized at the
+        end). Every use is bracketed by barriers, so uses of one buffer never overlap in time."""
+        key = ("i32" if dtype == BOOL else dtype.name) + (f"_{slot}" if slot else "")
+        st = I32 if dtype == BOOL else dtype
+        alloc = self.scratch_allocs.get(key)
+        if alloc is None:
+            alloc = N.SharedAlloc(f"scratch_{key}",
+                                  ArrayType(st, 1, writable=True, space="shared", shape=(1,)))
+            self.scratch_allocs[key] = alloc
+        self.scratch_size[key] = max(self.scratch_size.get(key, 0), n)
+        return N.SharedArray(alloc)
+
+    def smem_store(self, buf: N.Expr, idx, value: N.Expr) -> None:
+        if value.type == BOOL:
+            value = N.Cast(value, I32)
+        self.emit(N.Store(buf, [N.Cast(ir32(idx), INDEX)], value, "unchecked", 0))
+
+    def smem_load(self, buf: N.Expr, idx, dtype: ScalarType) -> N.Expr:
+        st = buf.type.dtype  # type: ignore[attr-defined]
+        ld: N.Expr = N.Load(buf, [N.Cast(ir32(idx), INDEX)], "none", 0, st)
+        return N.Cast(ld, BOOL) if dtype == BOOL else ld
+
+    def sync(self) -> None:
+        self.emit(N.SyncThreads())
+
+    def guarded(self, cond, stmts_fn) -> None:
+        if cond is True:
+            stmts_fn()
+            return
+        self.emit(N.If(cond, self.block_of(stmts_fn), []))
+
+    # ------------------------------------------------------------------------------ entry
+    def lower(self) -> N.Function:
+        fn = self.fn
+        for p in fn.params:
+            ty = p.type
+            if isinstance(ty, ScalarParamType):
+                t: object = ty.dtype
+            else:
+                t = ArrayType(ty.dtype, ty.ndim, writable=isinstance(ty, PartitionParamType),
+                              layout=self.facts.get(p.name, {}).get("layout", "any"),
+                              aligned16=bool(self.facts.get(p.name, {}).get("aligned16", False)))
+            self.params[id(p)] = N.Param(p.name, t, len(self.params))  # type: ignore[arg-type]
+        tid = self.new_var(I32, "tid")
+        self.emit(N.Assign(tid, N.Cast(N.Special("tid.x"), I32)))
+        self.geo = Geometry(self.T, N.ReadVar(tid))
+        nb = self._num_blocks()
+        lin = self.tmp(N.Cast(N.Special("ctaid.x"), I32), "bid")
+        from dsl.tile.lower_mma import plan_all
+        plan_all(self, fn.body, self.max_stages)
+        if self.persistent:
+            # tile t = ctaid.x + i * nctaid.x: every tile visited by exactly one block, in order
+            total = c32(1)
+            for n in nb:
+                total = self.tmp(N.BinOp("mul", total, n, I32), "ntiles")
+            step = self.tmp(N.Cast(N.Special("nctaid.x"), I32), "nctas")
+            tv = self.new_var(I32, "tile")
+
+            def body() -> None:
+                self._block_ids(N.ReadVar(tv), nb)
+                self.stmts(fn.body)
+            self.emit(N.ForRange(tv, lin, total, step, self.block_of(body)))
+        else:
+            self._block_ids(lin, nb)
+            self.stmts(fn.body)
+        for key, alloc in self.scratch_allocs.items():
+            alloc.type = ArrayType(alloc.type.dtype, 1, writable=True, space="shared",
+                                   shape=(self.scratch_size[key],))
+        return N.Function(self.kernel_name, list(self.params.values()), N.VOID, self.body, True,
+                          fn.loc, locals=self.locals,
+                          shared=list(self.scratch_allocs.values()) + self.extra_shared,
+                          exact_block=(self.T, 1, 1), boundscheck=False)
+
+    def global_index(self, tile_index: N.Expr, tile_size: int, coord) -> N.Expr:
+        """tile_index * tile_size + coord in 64-bit (arrays may exceed 2^31 elements)."""
+        base = N.BinOp("mul", N.Cast(tile_index, INDEX), N.Const(tile_size, INDEX), INDEX)
+        if isinstance(coord, int) and coord == 0:
+            return self.tmp(base, "gi")
+        c = N.Const(coord, INDEX) if isinstance(coord, int) else N.Cast(coord, INDEX)
+        return self.tmp(N.BinOp("add", base, c, INDEX), "gi")
+
+    def lane_warp(self) -> tuple[N.Expr, N.Expr]:
+        """(lane id, warp id) locals, computed once at kernel start."""
+        if self._lane_warp is None:
+            self._lane_warp = (self.tmp(N.BinOp("and_", self.geo.tid, c32(31), I32), "lane"),
+                               self.tmp(N.BinOp("rshift", self.geo.tid, c32(5), I32), "warp"))
+        return self._lane_warp
+
+    def smem_bytes(self) -> int:
+        total = 0
+        for key, alloc in self.scratch_allocs.items():
+            total += self.scratch_size[key] * max(1, alloc.type.dtype.bits // 8)
+        return total
+
+    def pref(self, p: T.TParam) -> N.ParamRef:
+        return N.ParamRef(self.params[id(p)])
+
+    def _num_blocks(self) -> list[N.Expr]:
+        """Tile blocks per partition axis: ceil(extent / tile), computed once per kernel."""
+        gp = self.fn.grid_param
+        ts = gp.type.tile_shape  # type: ignore[union-attr]
+        nb = []
+        for k, t in enumerate(ts):
+            ext = N.ArrayLen(self.pref(gp), k)
+            n = N.BinOp("rshift", N.BinOp("add", ext, N.Const(t - 1, INDEX), INDEX),
+                        N.Const(log2(t), INDEX), INDEX)
+            nb.append(self.tmp(N.Cast(n, I32), "nblocks"))
+        self.nblocks = nb
+        return nb
+
+    def _block_ids(self, lin: N.Expr, nb: list[N.Expr]) -> None:
+        """tile.bid(k) from the linear tile id (row-major, or grouped for GEMM kernels)."""
+        if len(nb) == 2 and any(isinstance(e, T.Matmul) for e in _all_exprs(self.fn.body)):
+            self.bids = self._grouped_ids(lin, nb, GROUP_M)
+            return
+        bids: list[N.Expr] = [c32(0)] * len(nb)
+        for k in reversed(range(len(nb))):
+            if k == 0:
+                bids[k] = lin
+            else:
+                bids[k] = self.tmp(N.BinOp("mod", lin, nb[k], I32), "bid")
+                lin = self.tmp(N.BinOp("floordiv", lin, nb[k], I32), "bid")
+        self.bids = bids
+
+    def _grouped_ids(self, lin: N.Expr, nb: list[N.Expr], group: int) -> list[N.Expr]:
+        """2-D tile ids in groups of `group` tile rows (a bijection of the row-major order), so
+        consecutive blocks of a GEMM share A row panels and B column panels in L2."""
+        def op(o, a, b):
+            return self.tmp(N.BinOp(o, a, b, I32), "g")
+        per_group = op("mul", c32(group), nb[1])
+        gid = op("floordiv", lin, per_group)
+        first = op("mul", gid, c32(group))
+        size = op("min", op("sub", nb[0], first), c32(group))
+        inner = op("mod", lin, per_group)
+        return [op("add", first, op("mod", inner, size)), op("floordiv", inner, size)]
+
+    # ------------------------------------------------------------------------------ statements
+    def stmts(self, body: list[T.TStmt]) -> None:
+        for s in body:
+            if isinstance(s, T.Assign):
+                self.assign(s.var, self.expr(s.value))
+            elif isinstance(s, T.Store):
+                self.store(s)
+            elif isinstance(s, T.For) and id(s) in self.mma_plans:
+                from dsl.tile.lower_mma import lower_loop
+                lower_loop(self, self.mma_plans[id(s)])
+            elif isinstance(s, T.For):
+                start, stop, step = (self.scalar(e) for e in (s.start, s.stop, s.step))
+                var = self.new_var(I32, s.var.name)
+                self.vars[id(s.var)] = ("U", [var])
+                body_stmts = self.block_of(lambda: self.stmts(s.body))
+                self.emit(N.ForRange(var, start, stop, step, body_stmts, s.loc))
+            elif isinstance(s, T.If):
+                cond = self.scalar(s.cond)
+                then = self.block_of(lambda: self.stmts(s.then))
+                else_ = self.block_of(lambda: self.stmts(s.else_))
+                self.emit(N.If(cond, then, else_, s.loc))
+            else:  # pragma: no cover
+                raise LoweringError(f"unknown tile statement {type(s).__name__}")
+
+    def scalar(self, e: T.TExpr) -> N.Expr:
+        v = self.expr(e)
+        assert v.layout == "U" and len(v.elems) == 1
+        return self.tmp(v.elems[0])
+
+    def assign(self, tv: T.TVar, v: LV) -> None:
+        got = self.vars.get(id(tv))
+        if got is None:
+            layout = self.var_layouts.get(id(tv))
+            if layout is None:
+                layout = v.layout
+                if layout == "L" or (layout == "U" and v.size > U_MAX):
+                    layout = "D"
+            vs = [self.new_var(v.dtype, tv.name) for _ in range(self.count(layout, v.size))]
+            self.vars[id(tv)] = (layout, vs)
+            got = (layout, vs)
+        layout, vs = got
+        v = self.to_layout(v, layout)
+        vals = [self.tmp(e) if not isinstance(e, N.Const) else e for e in v.elems]
+        for var, e in zip(vs, vals):
+            self.emit(N.Assign(var, e))
+
+    def count(self, layout, size: int) -> int:
+        if layout == "U":
+            return size
+        if isinstance(layout, MmaLayout):
+            return layout.per_thread
+        return self.geo.per_thread(size)
+
+    def store(self, s: T.Store) -> None:
+        v = self.expr(s.value)
+        if not isinstance(v.layout, MmaLayout):
+            v = self.to_layout(v, "D")
+        p = s.param
+        ts = p.type.tile_shape  # type: ignore[union-attr]
+        arr = self.pref(p)
+        own = self.geo.owner(v.size) if v.layout == "D" else True
+        for e, coords in zip(v.elems, self.coords_of(v.layout, ts)):
+            idx = [self.global_index(self.bids[k], ts[k], c) for k, c in enumerate(coords)]
+            cond: N.Expr | None = None if own is True else own  # type: ignore[assignment]
+            for k, i in enumerate(idx):
+                c = N.Compare("lt", i, N.ArrayLen(arr, k))
+                cond = c if cond is None else N.Logical("and", cond, c)
+            st = N.Store(arr, idx, e, "unchecked", 0, s.loc)
+            self.emit(N.If(cond, [st], []) if cond is not None else st)
+
+    # ------------------------------------------------------------------------------ layouts
+    def coords_of(self, layout, shape: tuple[int, ...]) -> list[list]:
+        """Tile coordinates of each element a thread holds in `layout`."""
+        size = 1
+        for x in shape:
+            size *= x
+        if layout == "D":
+            return [self.geo.coords(shape, r) for r in range(self.geo.per_thread(size))]
+        if isinstance(layout, MmaLayout):
+            return layout.coords
+        st = strides(shape)
+        return [[(i // a) % b for a, b in zip(st, shape)] for i in range(size)]
+
+    def materialize(self, v: LV, layout) -> LV:
+        assert v.make is not None
+        made = v.make(self.coords_of(layout, v.shape))
+        elems = [e if isinstance(e, N.Const) else self.tmp(e) for e in made]
+        return LV(layout, v.shape, v.dtype, elems)
+
+    def to_layout(self, v: LV, layout) -> LV:
+        if v.layout is layout or v.layout == layout and isinstance(layout, str):
+            return v
+        if v.layout == "L":
+            if layout == "U" and v.size > U_MAX:
+                raise LoweringError(f"internal: replicating a tile of {v.size} elements")
+            return self.materialize(v, layout)
+        if layout == "U":
+            return self.replicate(v)
+        return self.gather(v, v.shape, lambda coords: flat_of(coords, v.shape), layout)
+
+    def concrete(self, v: LV) -> LV:
+        """A value with elements: lazy values become D; U and mma layouts stay."""
+        return self.to_layout(v, "D") if v.layout == "L" else v
+
+    def replicate(self, v: LV) -> LV:
+        """D → U: through shared memory, every thread reads every element."""
+        if v.size > U_MAX:
+            raise LoweringError(f"internal: replicating a tile of {v.size} elements")
+        buf = self.write_scratch(v)
+        elems = [self.tmp(self.smem_load(buf, i, v.dtype)) for i in range(v.size)]
+        self.sync()
+        return LV("U", v.shape, v.dtype, elems)
+
+    def write_scratch(self, v: LV, slot: int = 0) -> N.Expr:
+        v = self.concrete(v)
+        buf = self.scratch(v.dtype, v.size, slot)
+        if v.layout == "U":
+            def w():
+                for i, e in enumerate(v.elems):
+                    self.smem_store(buf, i, e)
+            self.guarded(N.Compare("eq", self.geo.tid, c32(0)), w)
+        elif isinstance(v.layout, MmaLayout):
+            for e, coords in zip(v.elems, v.layout.coords):
+                self.smem_store(buf, flat_of(coords, v.shape), e)
+        else:
+            def w2():
+                for r, e in enumerate(v.elems):
+                    self.smem_store(buf, self.geo.flat(v.size, r), e)
+            self.guarded(self.geo.owner(v.size), w2)
+        self.sync()
+        return buf
+
+    def gather(self, src: LV, shape: tuple[int, ...], index_of, target="D") -> LV:
+        """A `target`-layout value of `shape` whose element at coords c is src's flat element
+        index_of(c)."""
+        idxs = [index_of(c) for c in self.coords_of(target, shape)]
+        return LV(target, shape, src.dtype, self.gather_elems(src, idxs))
+
+    def gather_elems(self, src: LV, idxs: list) -> list[N.Expr]:
+        src = self.concrete(src)
+        if src.layout == "U" and all(isinstance(i, int) for i in idxs):
+            return [src.elems[i] for i in idxs]  # type: ignore[index]
+        if src.layout == "U" and len(src.elems) == 1:
+            return [src.elems[0]] * len(idxs)
+        if src.layout == "U" and len(src.elems) <= 4:
+            out = []
+            for i in idxs:
+                if isinstance(i, int):
+                    out.append(src.elems[i])
+                    continue
+                ix = self.tmp(i, "ix")
+                e = src.elems[-1]
+                for j in range(len(src.elems) - 2, -1, -1):
+                    e = N.IfExp(N.Compare("eq", ix, c32(j)), src.elems[j], e, src.dtype)
+                out.append(self.tmp(e))
+            return out
+        buf = self.write_scratch(src)
+        out = [self.tmp(self.smem_load(buf, i, src.dtype)) for i in idxs]
+        self.sync()
+        return out
+
+    def unify(self, *vals: LV) -> list[LV]:
+        if all(v.layout == "U" for v in vals):
+            return list(vals)
+        target: object = "D"
+        for v in vals:
+            if isinstance(v.layout, MmaLayout):
+                target = v.layout
+                break
+        return [self.to_layout(v, target) for v in vals]
+
+    # ------------------------------------------------------------------------------ expressions
+    def expr(self, e: T.TExpr) -> LV:
+        method = getattr(self, "x_" + type(e).__name__, None)
+        if method is None:
+            raise LoweringError(f"{e.loc}: tile operation {type(e).__name__} is not lowered to the GPU yet")
+        return method(e)
+
+    def x_Const(self, e: T.Const) -> LV:
+        return LV("U", (), e.type.dtype, [N.Const(e.value, e.type.dtype)])
+
+    def x_Full(self, e: T.Full) -> LV:
+        c = N.Const(e.value, e.type.dtype)
+        if e.type.size <= 1:
+            return LV("U", e.type.shape, e.type.dtype, [c])
+        return LV("L", e.type.shape, e.type.dtype, [], make=lambda cl: [c] * len(cl))
+
+    def x_ScalarArg(self, e: T.ScalarArg) -> LV:
+        return LV("U", (), e.type.dtype, [self.pref(e.param)])
+
+    def x_Read(self, e: T.Read) -> LV:
+        layout, vs = self.vars[id(e.var)]
+        return LV(layout, e.type.shape, e.type.dtype, [N.ReadVar(v) for v in vs])
+
+    def x_BlockId(self, e: T.BlockId) -> LV:
+        return LV("U", (), I32, [self.bids[e.axis]])
+
+    def x_NumBlocks(self, e: T.NumBlocks) -> LV:
+        return LV("U", (), I32, [self.nblocks[e.axis]])
+
+    def x_ArrayDim(self, e: T.ArrayDim) -> LV:
+        return LV("U", (), I32, [self.tmp(N.Cast(N.ArrayLen(self.pref(e.param), e.axis), I32))])
+
+    def x_Arange(self, e: T.Arange) -> LV:
+        return LV("L", e.type.shape, I32, [], make=lambda cl: [ir32(c[0]) for c in cl])
+
+    def x_Load(self, e: T.Load) -> LV:
+        shape = e.type.shape
+        dt = e.type.dtype
+        arr = self.pref(e.param)
+        base = [self.scalar(i) for i in e.index]
+
+        def make(coords_list: list) -> list[N.Expr]:
+            out = []
+            for coords in coords_list:
+                gidx = [self.global_index(base[k], shape[k], c) for k, c in enumerate(coords)]
+                cond: N.Expr | None = None
+                for k, g in enumerate(gidx):
+                    ok = N.Logical("and", N.Compare("ge", g, N.Const(0, INDEX)),
+                                   N.Compare("lt", g, N.ArrayLen(arr, k)))
+                    cond = ok if cond is None else N.Logical("and", cond, ok)
+                ld = N.Load(arr, gidx, "none", 0, dt, e.loc)
+                out.append(self.tmp(N.IfExp(cond, ld, N.Const(e.padding, dt), dt), "ld"))
+            return out
+        return LV("L", shape, dt, [], make=make)
+
+    def _elementwise(self, e: T.TExpr, operands: list[T.TExpr], make) -> LV:
+        vals = self.unify(*[self.expr(o) for o in operands])
+        n = len(vals[0].elems)
+        out = [self.tmp(make(*[v.elems[i] for v in vals])) for i in range(n)]
+        return LV(vals[0].layout, e.type.shape, e.type.dtype, out)
+
+    def x_BinOp(self, e: T.BinOp) -> LV:
+        dt = e.type.dtype
+        return self._elementwise(e, [e.lhs, e.rhs], lambda a, b: self.binop(e.op, a, b, dt))
+
+    def binop(self, op: str, a: N.Expr, b: N.Expr, dt: ScalarType) -> N.Expr:
+        if _is_half(dt):
+            r = self.binop(op, N.Cast(a, F32), N.Cast(b, F32), F32)
+            return N.Cast(r, dt)
+        if op in ("floordiv", "mod") and dt.is_float:
+            if op == "floordiv":
+                return N.Math("floor", [N.BinOp("truediv", a, b, dt)], dt)
+            a, b = self.tmp(a), self.tmp(b)
+            r = self.tmp(N.BinOp("mod", a, b, dt))
+            fix = N.Logical("and", N.Compare("ne", r, N.Const(0.0, dt)),
+                            N.Compare("ne", N.Compare("lt", r, N.Const(0.0, dt)),
+                                      N.Compare("lt", b, N.Const(0.0, dt))))
+            return N.IfExp(fix, N.BinOp("add", r, b, dt), r, dt)
+        if op in ("floordiv", "mod") and dt.is_signed:
+            a, b = self.tmp(a), self.tmp(b)
+            q = self.tmp(N.BinOp("floordiv", a, b, dt))
+            r = self.tmp(N.BinOp("mod", a, b, dt))
+            zero = N.Const(0, dt)
+            fix = N.Logical("and", N.Compare("ne", r, zero),
+                            N.Compare("ne", N.Compare("lt", r, zero), N.Compare("lt", b, zero)))
+            if op == "floordiv":
+                return N.IfExp(fix, N.BinOp("sub", q, N.Const(1, dt), dt), q, dt)
+            return N.IfExp(fix, N.BinOp("add", r, b, dt), r, dt)
+        if dt == BOOL:
+            if op in ("and_", "or_"):
+                return N.Logical("and" if op == "and_" else "or", a, b)
+            return N.Compare("ne", a, b)
+        return N.BinOp(op, a, b, dt)
+
+    def x_UnaryOp(self, e: T.UnaryOp) -> LV:
+        dt = e.type.dtype
+
+        def make(a):
+            if _is_half(dt) and e.op in ("neg", "abs"):
+                return N.Cast(N.UnaryOp(e.op, N.Cast(a, F32), F32), dt)
+            return N.UnaryOp(e.op, a, dt)
+        return self._elementwise(e, [e.operand], make)
+
+    def x_Compare(self, e: T.Compare) -> LV:
+        return self._elementwise(e, [e.lhs, e.rhs], lambda a, b: N.Compare(e.op, a, b))
+
+    def x_Math(self, e: T.Math) -> LV:
+        dt = e.type.dtype
+        src = e.args[0].type.dtype
+
+        def make(*args):
+            if _is_half(src):
+                r = N.Math(e.fn, [N.Cast(a, F32) for a in args], BOOL if dt == BOOL else F32)
+                return r if dt == BOOL else N.Cast(r, dt)
+            if e.fn == "rsqrt":
+                return N.Math("rsqrt", list(args), dt)
+            return N.Math(e.fn, list(args), dt)
+        return self._elementwise(e, e.args, make)
+
+    def x_Where(self, e: T.Where) -> LV:
+        dt = e.type.dtype
+        return self._elementwise(e, [e.cond, e.then, e.else_], lambda c, a, b: N.IfExp(c, a, b, dt))
+
+    def x_Cast(self, e: T.Cast) -> LV:
+        dt = e.type.dtype
+        return self._elementwise(e, [e.operand], lambda a: N.Cast(a, dt))
+
+    def x_Reshape(self, e: T.Reshape) -> LV:
+        v = self.expr(e.operand)
+        shape = e.type.shape
+        if v.layout == "L":
+            src_make, src_shape = v.make, v.shape
+
+            def make(cl):
+                return src_make([_unravel(flat_of(c, shape), src_shape) for c in cl])  # type: ignore[misc]
+            return LV("L", shape, v.dtype, [], make=make)
+        if isinstance(v.layout, MmaLayout):
+            v = self.to_layout(v, "D")
+        return LV(v.layout, shape, v.dtype, v.elems)
+
+    def x_Broadcast(self, e: T.Broadcast) -> LV:
+        v = self.expr(e.operand)
+        shape = e.type.shape
+        src = (1,) * (len(shape) - len(v.shape)) + v.shape
+        sst = strides(src)
+        lead = len(shape) - len(v.shape)
+
+        def index_of(coords):
+            acc = 0
+            for c, s_, st in zip(coords, src, sst):
+                if s_ != 1:
+                    acc = iadd(acc, imul(c, st))
+            return acc
+        if v.layout == "U" and e.type.size <= U_MAX:
+            elems = [v.elems[index_of(c)] for c in self.coords_of("U", shape)]  # type: ignore[index]
+            return LV("U", shape, v.dtype, elems)
+        if v.layout == "L":
+            src_make = v.make
+
+            def make_lazy(cl):
+                return src_make([[0 if s_ == 1 else c for c, s_ in zip(cs[lead:], v.shape)]  # type: ignore[misc]
+                                 for cs in cl])
+            return LV("L", shape, v.dtype, [], make=make_lazy)
+        return LV("L", shape, v.dtype, [], make=lambda cl: self.gather_elems(v, [index_of(c) for c in cl]))
+
+    def x_Permute(self, e: T.Permute) -> LV:
+        v = self.expr(e.operand)
+        sst = strides(v.shape)
+
+        def index_of(coords):
+            acc = 0
+            for k, c in enumerate(coords):
+                acc = iadd(acc, imul(c, sst[e.axes[k]]))
+            return acc
+        if v.layout == "U":
+            elems = [v.elems[index_of(c)] for c in self.coords_of("U", e.type.shape)]  # type: ignore[index]
+            return LV("U", e.type.shape, v.dtype, elems)
+        return self.gather(self.concrete(v), e.type.shape, index_of)
+
+    # ------------------------------------------------------------------------------ reductions
+    def x_Reduce(self, e: T.Reduce) -> LV:
+        from dsl.tile.lower_reduce import lower_reduce
+        return lower_reduce(self, e)
+
+    def x_Matmul(self, e: T.Matmul) -> LV:
+        from dsl.tile.lower_matmul import lower_matmul
+        return lower_matmul(self, e)
+
+
+def _unravel(flat, shape: tuple[int, ...]) -> list:
+    """Coordinates of a flat (row-major) index in `shape` (powers of two: shifts and masks)."""
+    return [iand(ishr(flat, log2(st)), sh - 1) if sh > 1 else 0 for st, sh in zip(strides(shape), shape)]
+
+
+def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, dict] | None = None,
+          info: dict | None = None, cc: int = 0, persistent: bool = False) -> N.Function:
+    """Tile IR → SIMT IR kernel with an exact block of `threads` threads (power of two, >= 32).
+    `facts`: per array parameter {"layout": "C"|"any", "aligned16": bool, "div8": bool} known at
+    launch. `info` receives "relied" (parameters whose facts the code relies on: the contract states
+    them) and "dynamic_smem" (bytes of dynamic shared memory the launch must provide)."""
+    if threads < 32 or threads & (threads - 1):
+        raise ValueError(f"threads must be a power of two >= 32, got {threads}")
+    from dsl.tile.lower_mma import MAX_STAGES, SMEM_LIMIT
+    lw = Lowerer(fn, threads, kernel_name, facts, max_stages=MAX_STAGES, cc=cc, persistent=persistent)
+    out = lw.lower()
+    if lw.smem_bytes() > SMEM_LIMIT:
+        raise LoweringError(f"{fn.name}: needs {lw.smem_bytes()} bytes of static shared memory for "
+                            f"relayouts (limit {SMEM_LIMIT}); use smaller tiles")
+    if info is not None:
+        info["relied"] = set(lw.relied)
+        info["dynamic_smem"] = lw.dyn_bytes
+    return out
+
+
+def pick_threads(fn: T.TileFunction, num_warps: int | None = None) -> int:
+    """Threads per block: num_warps*32 if given, else from the largest tile (about 8 elements per
+    thread, between 64 and 512)."""
+    if num_warps is not None:
+        return 32 * num_warps
+    biggest = 1
+    for e in _all_exprs(fn.body):
+        biggest = max(biggest, e.type.size)
+        if isinstance(e, T.Matmul):
+            return 256 if e.type.size >= 128 * 128 else 128
+    t = 64
+    while t < 512 and t * 8 < biggest:
+        t *= 2
+    return t
+
+
+def _all_exprs(body: list[T.TStmt]):
+    for s in body:
+        if isinstance(s, T.Assign):
+            yield from T.walk_exprs(s.value)
+        elif isinstance(s, T.Store):
+            yield from T.walk_exprs(s.value)
+        elif isinstance(s, T.For):
+            for x in (s.start, s.stop, s.step):
+                yield from T.walk_exprs(x)
+            yield from _all_exprs(s.body)
+        elif isinstance(s, T.If):
+            yield from T.walk_exprs(s.cond)
+            yield from _all_exprs(s.then)
+            yield from _all_exprs(s.else_)
+
+
+__all__ = ["lower", "pick_threads", "LoweringError", "Lowerer", "ArrayParamType", "ishr", "iand"]

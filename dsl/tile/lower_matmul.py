@@ -1,0 +1,41 @@
+"""Lowering of tile.matmul / tile.mma (portable path): both operands are staged in shared memory and
+each thread accumulates its own output elements in f32 with FMA over K.
+
+Correct on every architecture; the tensor-core path (mma.sync + ldmatrix + cp.async) is not built yet
+(see docs/tile.md, "Status"). f32 inputs are multiplied in full f32 here (the simulator rounds them
+to tf32 first, so results agree to tf32 accuracy).
+"""
+from __future__ import annotations
+
+from dsl.ir import nodes as N
+from dsl.ir.types import F32, I32
+from dsl.tile import ir as T
+from dsl.tile.layout import LV, c32, iadd, imul, ir32
+
+
+def lower_matmul(L, e: T.Matmul) -> LV:
+    a = L.concrete(L.expr(e.a))
+    b = L.concrete(L.expr(e.b))
+    (m, k), (_, n) = a.shape, b.shape
+    acc = L.to_layout(L.expr(e.acc), "D") if e.acc is not None else None
+    sa = L.write_scratch(a, slot=1)
+    sb = L.write_scratch(b, slot=2)
+    out = []
+    for r in range(L.geo.per_thread(m * n)):
+        row, col = L.geo.coords((m, n), r)
+        arow = L.tmp(ir32(imul(row, k)), "arow")
+        bcol = L.tmp(ir32(col), "bcol")
+        v = L.new_var(F32, "macc")
+        L.emit(N.Assign(v, acc.elems[r] if acc is not None else N.Const(0.0, F32)))
+        j = L.new_var(I32, "kk")
+
+        def body():
+            x = L.smem_load(sa, iadd(arow, N.ReadVar(j)), a.dtype)
+            y = L.smem_load(sb, iadd(imul(N.ReadVar(j), n), bcol), b.dtype)
+            x = N.Cast(x, F32) if a.dtype != F32 else x
+            y = N.Cast(y, F32) if b.dtype != F32 else y
+            L.emit(N.Assign(v, N.Math("fma", [x, y, N.ReadVar(v)], F32)))
+        L.emit(N.ForRange(j, c32(0), c32(k), c32(1), L.block_of(body)))
+        out.append(N.ReadVar(v))
+    L.sync()
+    return LV("D", (m, n), F32, out)

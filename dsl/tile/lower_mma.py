@@ -1,0 +1,298 @@
+"""Tensor-core lowering of the GEMM main loop (Ampere-style, also what sm_90 runs without wgmma):
+
+    for k in range(start, stop):
+        acc = tile.mma(tile.load(a, (i, k), (BM, BK)), tile.load(b, (k, j), (BK, BN)), acc)
+
+with f16/bf16 operands, C-contiguous 16-byte-aligned arrays whose rows are multiples of 8 elements
+(specialised at launch and stated in the contract). The loop becomes an S-stage cp.async pipeline
+into XOR-swizzled shared memory (conflict-free ldmatrix), ldmatrix.x4 (.trans for B) fragment loads
+and mma.sync.m16n8k16 with f32 accumulators that stay in registers (MmaLayout) across iterations.
+Anything else falls back to the portable path in lower_matmul.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsl.ir import nodes as N
+from dsl.ir import tile_nodes as TN
+from dsl.ir.types import BF16, F16, F32, I32, INDEX, U32, ArrayType, VOID
+from dsl.tile import ir as T
+from dsl.tile.layout import MmaLayout, c32, iadd, iand, imul, ir32, ishr, log2
+
+SMEM_LIMIT = 48 * 1024          # static shared memory per block
+DYN_LIMIT = 160 * 1024          # dynamic shared memory for operand stages (fits sm_80's 163 KiB opt-in)
+MAX_STAGES = 4
+
+
+@dataclass
+class MmaPlan:
+    loop: T.For
+    acc: T.TVar
+    a: T.Load
+    b: T.Load
+    bm: int
+    bn: int
+    bk: int
+    wm: int
+    wn: int
+    stages: int
+    layout: MmaLayout
+    kind: str = "mma"        # "mma" (mma.sync, sm_80+) | "wgmma" (sm_90 warpgroup MMA)
+
+
+def _reads(e: T.TExpr, var: T.TVar) -> bool:
+    return any(isinstance(x, T.Read) and x.var is var for x in T.walk_exprs(e))
+
+
+def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
+    if len(s.body) != 1 or not isinstance(s.body[0], T.Assign):
+        return None
+    asg = s.body[0]
+    m = asg.value
+    if not (isinstance(m, T.Matmul) and isinstance(m.acc, T.Read) and m.acc.var is asg.var
+            and isinstance(m.a, T.Load) and isinstance(m.b, T.Load)):
+        return None
+    a, b = m.a, m.b
+    if not (isinstance(s.step, T.Const) and s.step.value == 1):
+        return None
+    ka, kb = a.index[1], b.index[0]
+    if not (isinstance(ka, T.Read) and ka.var is s.var and isinstance(kb, T.Read) and kb.var is s.var):
+        return None
+    if _reads(a.index[0], s.var) or _reads(b.index[1], s.var) or _reads(a.index[0], asg.var) \
+            or _reads(b.index[1], asg.var):
+        return None
+    if a.type.dtype != b.type.dtype or a.type.dtype not in (F16, BF16):
+        return None
+    if a.padding != 0 or b.padding != 0:
+        return None
+    for p in (a.param, b.param):
+        f = L.facts.get(p.name, {})
+        if not (f.get("layout") == "C" and f.get("aligned16") and f.get("div8")):
+            return None
+    (bm, bk), (_, bn) = a.type.shape, b.type.shape
+    warps = L.T // 32
+    if L.cc >= 90 and warps == 8 and bm == 128 and bk in (32, 64) and bn in (64, 128, 256) \
+            and (bm * bk // 8) % L.T == 0 and (bk * bn // 8) % L.T == 0:
+        stages = min(max_stages, DYN_LIMIT // ((bm * bk + bk * bn) * 2))
+        if stages >= 2:
+            return MmaPlan(s, asg.var, a, b, bm, bn, bk, 8, 1, stages,
+                           MmaLayout((bm, bn), L.T, 8, 1), kind="wgmma")
+    wm, wn = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4)}.get(warps, (0, 0))
+    if not wm or bm % (wm * 16) or bn % (wn * 16) or bk % 16:
+        return None
+    if (bm * bk // 8) % L.T or (bk * bn // 8) % L.T:
+        return None
+    stage_bytes = (bm * bk + bk * bn) * 2
+    stages = max_stages
+    while stages > 1 and stages * stage_bytes > DYN_LIMIT:
+        stages -= 1
+    if stages < 2:
+        return None
+    return MmaPlan(s, asg.var, a, b, bm, bn, bk, wm, wn, stages, MmaLayout((bm, bn), L.T, wm, wn))
+
+
+def _swz(row, chunk, chunks_per_row: int):
+    """XOR swizzle of 16-byte chunks so 8 rows read by one ldmatrix hit 8 distinct bank groups."""
+    if chunks_per_row >= 8:
+        return N.BinOp("xor", ir32(chunk), ir32(iand(row, 7)), I32)
+    rows_per_128 = 8 // chunks_per_row
+    return N.BinOp("xor", ir32(chunk), ir32(iand(ishr(row, log2(rows_per_128)), chunks_per_row - 1)), I32)
+
+
+def plan_all(L, body: list[T.TStmt], max_stages: int) -> None:
+    """Find tensor-core GEMM loops, fix their accumulators' layout, bind the lane geometry."""
+    for s in body:
+        if isinstance(s, T.For):
+            plan = match(L, s, max_stages)
+            if plan is not None and id(plan.acc) not in L.var_layouts:
+                L.mma_plans[id(s)] = plan
+                L.var_layouts[id(plan.acc)] = plan.layout
+                lane, warp = L.lane_warp()
+                wm_i = L.tmp(N.BinOp("floordiv", warp, c32(plan.wn), I32), "wm")
+                wn_i = L.tmp(N.BinOp("mod", warp, c32(plan.wn), I32), "wn")
+                plan.layout.bind(L.tmp(ir32(ishr(lane, 2)), "lr"), L.tmp(ir32(imul(iand(lane, 3), 2)), "lc"),
+                                 L.tmp(ir32(imul(wm_i, plan.bm // plan.wm)), "wr0"),
+                                 L.tmp(ir32(imul(wn_i, plan.bn // plan.wn)), "wc0"))
+                plan.wm_i, plan.wn_i = wm_i, wn_i  # type: ignore[attr-defined]
+            else:
+                plan_all(L, s.body, max_stages)
+        elif isinstance(s, T.If):
+            plan_all(L, s.then, max_stages)
+            plan_all(L, s.else_, max_stages)
+
+
+def _asm(L, text: str, cons: str, args: list, ty=VOID, side=True) -> None:
+    L.emit(N.ExprStmt(TN.InlinePtx(text, cons, args, ty, side)))
+
+
+def lower_loop(L, plan: MmaPlan) -> None:
+    s = plan.loop
+    bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages
+    ca, cb = bk // 8, bn // 8
+    tname = "bf16" if plan.a.type.dtype == BF16 else "f16"
+    dt = plan.a.type.dtype
+    # operand stages live in dynamic shared memory (A stages, then B stages), 1024-byte aligned at run
+    # time so the hardware swizzle (address bits) matches the XOR pattern of the copy offsets
+    buf = N.SharedAlloc("gemm_operands", ArrayType(dt, 1, writable=True, space="shared", shape=(0,)))
+    L.dyn_bytes = max(L.dyn_bytes, (S * bm * bk + S * bk * bn) * 2 + 1024)
+    raw = L.tmp(TN.SharedAddress(TN.SharedBuffer(buf, 1024, dynamic=True), N.Const(0, INDEX)), "smem")
+    rounded = N.BinOp("add", raw, N.Const(1023, U32), U32)
+    base_a = L.tmp(N.BinOp("and_", rounded, N.Const(0xFFFFFC00, U32), U32), "sa0")
+    base_b = L.tmp(N.BinOp("add", base_a, N.Const(S * bm * bk * 2, U32), U32), "sb0")
+
+    def sa(elem: N.Expr) -> N.Expr:
+        return N.BinOp("add", base_a, N.BinOp("lshift", N.Cast(elem, U32), N.Const(1, U32), U32), U32)
+
+    def sb(elem: N.Expr) -> N.Expr:
+        return N.BinOp("add", base_b, N.BinOp("lshift", N.Cast(elem, U32), N.Const(1, U32), U32), U32)
+    wg = plan.kind == "wgmma"
+    A, B = L.pref(plan.a.param), L.pref(plan.b.param)
+    M = L.tmp(N.ArrayLen(A, 0), "M")
+    K = L.tmp(N.ArrayLen(A, 1), "K")
+    Nn = L.tmp(N.ArrayLen(B, 1), "N")
+    ia = L.tmp(N.Cast(L.scalar(plan.a.index[0]), INDEX), "ia")
+    jb = L.tmp(N.Cast(L.scalar(plan.b.index[1]), INDEX), "jb")
+    start, stop = L.scalar(s.start), L.scalar(s.stop)
+    kt_n = L.tmp(N.BinOp("max", N.BinOp("sub", stop, start, I32), c32(0), I32), "ktiles")
+    tid = L.geo.tid
+    lane, _ = L.lane_warp()
+
+    # per-thread copy descriptors (loop invariant)
+    a_desc, b_desc = [], []
+    for r in range(bm * ca // L.T):
+        q = iadd(r * L.T, tid)
+        row, ch = ishr(q, log2(ca)), iand(q, ca - 1)
+        off = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, ch, ca), 8))), "aoff")
+        grow = L.tmp(N.BinOp("add", N.BinOp("mul", ia, N.Const(bm, INDEX), INDEX),
+                             N.Cast(ir32(row), INDEX), INDEX), "agr")
+        gcol0 = L.tmp(N.Cast(ir32(imul(ch, 8)), INDEX), "agc")
+        a_desc.append((off, grow, gcol0))
+    for r in range(bk * cb // L.T):
+        q = iadd(r * L.T, tid)
+        krow, ch = ishr(q, log2(cb)), iand(q, cb - 1)
+        if wg:   # MN-major 128-byte swizzle atoms: [bn/64][bk][64]
+            off = L.tmp(ir32(iadd(imul(ishr(ch, 3), bk * 64),
+                                  iadd(imul(krow, 64), imul(_swz(krow, iand(ch, 7), 8), 8)))), "boff")
+        else:
+            off = L.tmp(ir32(iadd(imul(krow, bn), imul(_swz(krow, ch, cb), 8))), "boff")
+        gcol = L.tmp(N.BinOp("add", N.BinOp("mul", jb, N.Const(bn, INDEX), INDEX),
+                             N.Cast(ir32(imul(ch, 8)), INDEX), INDEX), "bgc")
+        grow0 = L.tmp(N.Cast(ir32(krow), INDEX), "bgr")
+        b_desc.append((off, grow0, gcol))
+
+    zero64 = N.Const(0, INDEX)
+
+    def issue(kt: N.Expr, stage: N.Expr) -> None:
+        kt64 = L.tmp(N.Cast(N.BinOp("add", kt, start, I32), INDEX), "kt")
+        abase = L.tmp(ir32(imul(stage, bm * bk)), "sab")
+        bbase = L.tmp(ir32(imul(stage, bk * bn)), "sbb")
+        for off, grow, gcol0 in a_desc:
+            gcol = N.BinOp("add", N.BinOp("mul", kt64, N.Const(bk, INDEX), INDEX), gcol0, INDEX)
+            gcol = L.tmp(gcol, "gc")
+            ok = L.tmp(N.Logical("and", N.Compare("lt", grow, M), N.Compare("lt", gcol, K)), "ok")
+            src = TN.GlobalAddress(A, [N.IfExp(ok, grow, zero64, INDEX), N.IfExp(ok, gcol, zero64, INDEX)])
+            dst = sa(N.BinOp("add", abase, off, I32))
+            size = N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)
+            _asm(L, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", [dst, src, size])
+        for off, grow0, gcol in b_desc:
+            grow = N.BinOp("add", N.BinOp("mul", kt64, N.Const(bk, INDEX), INDEX), grow0, INDEX)
+            grow = L.tmp(grow, "gr")
+            ok = L.tmp(N.Logical("and", N.Compare("lt", grow, K), N.Compare("lt", gcol, Nn)), "ok")
+            src = TN.GlobalAddress(B, [N.IfExp(ok, grow, zero64, INDEX), N.IfExp(ok, gcol, zero64, INDEX)])
+            dst = sb(N.BinOp("add", bbase, off, I32))
+            size = N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)
+            _asm(L, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", [dst, src, size])
+
+    def commit() -> None:
+        _asm(L, "cp.async.commit_group;", "", [])
+
+    # fragment address offsets (loop invariant): A rows per m-tile, B k-rows per 16-step
+    wtm, wtn = bm // plan.wm, bn // plan.wn
+    mt_n, nt_n = wtm // 16, wtn // 8
+    wr0 = L.tmp(ir32(imul(plan.wm_i, wtm)), "fa")  # type: ignore[attr-defined]
+    wc0 = L.tmp(ir32(imul(plan.wn_i, wtn // 8)), "fb")  # type: ignore[attr-defined]
+    sel8 = L.tmp(ir32(imul(iand(ishr(lane, 3), 1), 8)), "s8")
+    hi = L.tmp(ir32(ishr(lane, 4)), "hi")
+    lo7 = L.tmp(ir32(iand(lane, 7)), "l7")
+    a_off, b_off = {}, {}
+    for kk in range(0 if wg else bk // 16):
+        for mt in range(mt_n):
+            row = L.tmp(ir32(iadd(wr0, iadd(lo7, iadd(sel8, mt * 16)))), "ar")
+            chunk = iadd(hi, kk * 2)
+            a_off[kk, mt] = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, chunk, ca), 8))), "ao")
+        for np_ in range(nt_n // 2):
+            krow = L.tmp(ir32(iadd(lo7, iadd(sel8, kk * 16))), "kr")
+            chunk = L.tmp(ir32(iadd(wc0, iadd(hi, np_ * 2))), "nc")
+            b_off[kk, np_] = L.tmp(ir32(iadd(imul(krow, bn), imul(_swz(krow, chunk, cb), 8))), "bo")
+
+    layout, acc_vars = L.vars[id(plan.acc)]
+    assert layout is plan.layout
+
+    if wg:
+        from dsl.tile.lower_wgmma import compute_wgmma
+
+        def compute(stage: N.Expr) -> None:
+            compute_wgmma(L, plan, sa, sb, stage, acc_vars)
+    else:
+        compute = _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname)
+
+    # prologue: stages 0 .. S-2
+    for st in range(S - 1):
+        L.emit(N.If(N.Compare("lt", c32(st), kt_n), L.block_of(lambda st=st: issue(c32(st), c32(st))), []))
+        commit()
+    it = L.new_var(I32, "kit")
+
+    def body() -> None:
+        _asm(L, f"cp.async.wait_group {S - 2};", "", [])
+        if wg:   # make the cp.async (generic proxy) writes visible to wgmma (async proxy)
+            _asm(L, "fence.proxy.async.shared::cta;", "", [])
+        L.sync()
+        pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(S - 1), I32), "pre")
+        pst = L.tmp(N.BinOp("mod", pre, c32(S), I32), "pst")
+        L.emit(N.If(N.Compare("lt", pre, kt_n), L.block_of(lambda: issue(pre, pst)), []))
+        commit()
+        compute(L.tmp(N.BinOp("mod", N.ReadVar(it), c32(S), I32), "cst"))
+    L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(body), s.loc))
+    _asm(L, "cp.async.wait_group 0;", "", [])
+    L.sync()
+    L.relied.update({plan.a.param.name, plan.b.param.name})
+
+
+def _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname):
+    bm, bn, bk = plan.bm, plan.bn, plan.bk
+
+    def compute(stage: N.Expr) -> None:
+        abase = L.tmp(ir32(imul(stage, bm * bk)), "cab")
+        bbase = L.tmp(ir32(imul(stage, bk * bn)), "cbb")
+        quad = TN.tuple_of(U32, 4)
+        for kk in range(bk // 16):
+            afr, bfr = {}, {}
+            for mt in range(mt_n):
+                addr = sa(N.BinOp("add", abase, a_off[kk, mt], I32))
+                v = L.new_var(quad, "afr")
+                L.emit(N.Assign(v, TN.InlinePtx(
+                    "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0,$1,$2,$3}, [$4];",
+                    "=r,=r,=r,=r,r", [addr], quad, True)))
+                afr[mt] = [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
+            for np_ in range(nt_n // 2):
+                addr = sb(N.BinOp("add", bbase, b_off[kk, np_], I32))
+                v = L.new_var(quad, "bfr")
+                L.emit(N.Assign(v, TN.InlinePtx(
+                    "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0,$1,$2,$3}, [$4];",
+                    "=r,=r,=r,=r,r", [addr], quad, True)))
+                regs = [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
+                bfr[2 * np_], bfr[2 * np_ + 1] = regs[0:2], regs[2:4]
+            for mt in range(mt_n):
+                for nt in range(nt_n):
+                    base = (mt * nt_n + nt) * 4
+                    accs = acc_vars[base:base + 4]
+                    out = L.new_var(TN.tuple_of(F32, 4), "mma")
+                    L.emit(N.Assign(out, TN.InlinePtx(
+                        f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32 "
+                        "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+                        "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
+                        [*afr[mt], *bfr[nt], *[N.ReadVar(x) for x in accs]], TN.tuple_of(F32, 4), False)))
+                    for c, x in enumerate(accs):
+                        L.emit(N.Assign(x, N.TupleGet(N.ReadVar(out), c, F32)))
+
+    return compute

@@ -1,0 +1,60 @@
+"""sm_90 warpgroup MMA for the GEMM main loop of lower_mma.py (plan.kind == "wgmma").
+
+Shared-memory operands are read by the tensor cores through matrix descriptors: A is K-major with
+the 64-byte (BK = 32) or 128-byte (BK = 64) swizzle: one swizzle row per tile row; B is MN-major
+in 128-byte swizzle atoms
+([BN/64][BK][64], see the copy offsets in lower_mma.py). Two warpgroups each own 64 rows of the
+128-row tile; each k16 step is one `wgmma.mma_async m64nBNk16` per warpgroup, fenced, committed and
+waited for within the stage (the cp.async prefetch of later stages overlaps it).
+"""
+from __future__ import annotations
+
+from dsl.ir import nodes as N
+from dsl.ir import tile_nodes as TN
+from dsl.ir.types import BF16, F32, I32, U32, U64
+from dsl.tile.layout import c32, imul, ir32
+
+SWIZZLE_128B, SWIZZLE_64B = 1, 2
+
+
+def _desc(L, addr: N.Expr, lbo: int, sbo: int, mode: int) -> N.Expr:
+    """64-bit wgmma matrix descriptor: start address, leading/stride byte offsets (>> 4), swizzle."""
+    const = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (mode << 62)
+    start = N.BinOp("rshift", N.BinOp("and_", N.Cast(addr, U64), N.Const(0x3FFFF, U64), U64),
+                    N.Const(4, U64), U64)
+    return L.tmp(N.BinOp("or_", start, N.Const(const, U64), U64), "desc")
+
+
+def _asm(L, text: str) -> None:
+    L.emit(N.ExprStmt(TN.InlinePtx(text, "", [], N.VOID, True)))
+
+
+def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None:
+    """sa/sb: element index → shared address of the A/B stage buffers."""
+    bm, bn, bk = plan.bm, plan.bn, plan.bk
+    t = "bf16" if plan.a.type.dtype == BF16 else "f16"
+    _, warp = L.lane_warp()
+    wg = ir32(N.BinOp("rshift", warp, c32(2), I32))
+    a_elem = N.BinOp("add", ir32(imul(stage, bm * bk)), N.BinOp("mul", wg, c32(64 * bk), I32), I32)
+    a_base = L.tmp(sa(a_elem), "wa")
+    b_base = L.tmp(sb(ir32(imul(stage, bk * bn))), "wb")
+    regs = bn // 2
+    outs = ",".join(f"${i}" for i in range(regs))
+    text = ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; "
+            "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, $%d, $%d, p, 1, 1, 0, 1; }"
+            % (regs + 2, bn, t, t, outs, regs, regs + 1))
+    cons = ",".join(["=f"] * regs + ["l", "l", "r"] + [str(i) for i in range(regs)])
+    _asm(L, "wgmma.fence.sync.aligned;")
+    for kk in range(bk // 16):
+        a_addr = N.BinOp("add", a_base, N.Const(kk * 32, U32), U32)            # 16 elements of K
+        b_addr = N.BinOp("add", b_base, N.Const(kk * 16 * 128, U32), U32)      # 16 rows of 128 B
+        da = _desc(L, a_addr, 16, 8 * bk * 2, SWIZZLE_128B if bk == 64 else SWIZZLE_64B)
+        db = _desc(L, b_addr, bk * 128, 8 * 128, SWIZZLE_128B)
+        out = L.new_var(TN.tuple_of(F32, regs), "wgmma")
+        L.emit(N.Assign(out, TN.InlinePtx(text, cons, [da, db, N.Const(1, U32),
+                                                       *[N.ReadVar(v) for v in acc_vars]],
+                                          TN.tuple_of(F32, regs), True)))
+        for i, v in enumerate(acc_vars):
+            L.emit(N.Assign(v, N.TupleGet(N.ReadVar(out), i, F32)))
+    _asm(L, "wgmma.commit_group.sync.aligned;")
+    _asm(L, "wgmma.wait_group.sync.aligned 0;")

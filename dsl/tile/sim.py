@@ -1,0 +1,206 @@
+"""CPU simulator of the tile IR: one tile block at a time, every tile value IS a NumPy array.
+
+Semantics the GPU lowering must match: loads pad outside the array, stores skip outside it; f16/bf16
+math and sums run in f32 and round back; matmul accumulates in f32 (f32 inputs rounded to tf32 first);
+min/max ignore NaN like CUDA fminf/fmaxf; integer // and % floor like Python.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dsl.tile import ir as T
+from dsl.tile.types import PartitionParamType, np_dtype
+
+
+def _f32_compute(dtype: np.dtype) -> bool:
+    return dtype.itemsize == 2 and dtype.kind != "i" and dtype.kind != "u"
+
+
+def tf32_round(x: np.ndarray) -> np.ndarray:
+    """Round f32 values to tf32 (10 explicit mantissa bits, to nearest, ties away) like cvt.rna.tf32."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    finite = np.isfinite(x)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(finite, rounded, x).astype(np.float32)
+
+
+_MATH = {"sqrt": np.sqrt, "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2,
+         "log1p": np.log1p, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
+         "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "isnan": np.isnan, "isinf": np.isinf,
+         "rsqrt": lambda x: 1.0 / np.sqrt(x), "erf": np.vectorize(math.erf, otypes=[np.float64])}
+
+_BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
+        "floordiv": np.floor_divide, "mod": np.mod, "min": np.fmin, "max": np.fmax,
+        "and_": np.bitwise_and, "or_": np.bitwise_or, "xor": np.bitwise_xor,
+        "lshift": np.left_shift, "rshift": np.right_shift}
+_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+        "ge": np.greater_equal}
+
+
+class BlockInterpreter:
+    """Runs a TileFunction's body for one tile block."""
+
+    def __init__(self, fn: T.TileFunction, args: dict[int, object], grid: tuple[int, ...],
+                 coords: tuple[int, ...]) -> None:
+        self.fn = fn
+        self.args = args
+        self.grid = grid
+        self.coords = coords
+        self.env: dict[int, np.ndarray] = {}
+
+    def run(self) -> None:
+        self.block(self.fn.body)
+
+    def block(self, stmts: list[T.TStmt]) -> None:
+        for s in stmts:
+            if isinstance(s, T.Assign):
+                self.env[id(s.var)] = self.eval(s.value)
+            elif isinstance(s, T.Store):
+                self.store(s)
+            elif isinstance(s, T.For):
+                start, stop, step = (int(self.eval(e)) for e in (s.start, s.stop, s.step))
+                for i in range(start, stop, step):
+                    self.env[id(s.var)] = np.asarray(i, np.int32)
+                    self.block(s.body)
+            elif isinstance(s, T.If):
+                self.block(s.then if bool(self.eval(s.cond)) else s.else_)
+            else:  # pragma: no cover - the front end builds no other statements
+                raise TypeError(f"unknown tile statement {type(s).__name__}")
+
+    def store(self, s: T.Store) -> None:
+        out = self.args[s.param.index]
+        assert isinstance(out, np.ndarray)
+        ty = s.param.type
+        assert isinstance(ty, PartitionParamType)
+        val = self.eval(s.value)
+        dst, src = [], []
+        for k, ts in enumerate(ty.tile_shape):
+            lo = self.coords[k] * ts
+            hi = min(lo + ts, out.shape[k])
+            if hi <= lo:
+                return
+            dst.append(slice(lo, hi))
+            src.append(slice(0, hi - lo))
+        out[tuple(dst)] = val[tuple(src)].astype(out.dtype)
+
+    def load(self, e: T.Load) -> np.ndarray:
+        arr = self.args[e.param.index]
+        assert isinstance(arr, np.ndarray)
+        dt = np_dtype(e.type.dtype)
+        out = np.full(e.type.shape, e.padding, dtype=dt)
+        dst, src = [], []
+        for k, ts in enumerate(e.type.shape):
+            lo = int(self.eval(e.index[k])) * ts
+            a, b = max(lo, 0), min(lo + ts, arr.shape[k])
+            if b <= a:
+                return out
+            src.append(slice(a, b))
+            dst.append(slice(a - lo, b - lo))
+        out[tuple(dst)] = arr[tuple(src)]
+        return out
+
+    def eval(self, e: T.TExpr) -> np.ndarray:
+        dt = np_dtype(e.type.dtype)
+        if isinstance(e, (T.Const, T.Full)):
+            return np.full(e.type.shape, e.value, dtype=dt)
+        if isinstance(e, T.ScalarArg):
+            return np.asarray(self.args[e.param.index]).astype(dt)
+        if isinstance(e, T.Read):
+            return self.env[id(e.var)]
+        if isinstance(e, T.BlockId):
+            return np.asarray(self.coords[e.axis], np.int32)
+        if isinstance(e, T.NumBlocks):
+            return np.asarray(self.grid[e.axis], np.int32)
+        if isinstance(e, T.ArrayDim):
+            return np.asarray(np.shape(self.args[e.param.index])[e.axis], np.int32)
+        if isinstance(e, T.Load):
+            return self.load(e)
+        if isinstance(e, T.Arange):
+            return np.arange(e.type.shape[0], dtype=dt)
+        with np.errstate(all="ignore"):
+            return self._compute(e, dt)
+
+    def _compute(self, e: T.TExpr, dt: np.dtype) -> np.ndarray:
+        if isinstance(e, T.BinOp):
+            x, y = self.eval(e.lhs), self.eval(e.rhs)
+            if dt == np.bool_:
+                fn = {"and_": np.logical_and, "or_": np.logical_or, "xor": np.logical_xor}[e.op]
+                return fn(x, y)
+            if _f32_compute(dt):
+                return _BIN[e.op](x.astype(np.float32), y.astype(np.float32)).astype(dt)
+            if dt.kind in "iu" and e.op in ("floordiv", "mod"):
+                safe = np.where(y == 0, 1, y)
+                return np.where(y == 0, 0, _BIN[e.op](x, safe)).astype(dt)
+            if dt.kind in "iu" and e.op in ("lshift", "rshift"):
+                sh = (y & (dt.itemsize * 8 - 1)).astype(dt)
+                return _BIN[e.op](x, sh).astype(dt)
+            return np.asarray(_BIN[e.op](x, y)).astype(dt)
+        if isinstance(e, T.UnaryOp):
+            x = self.eval(e.operand)
+            if e.op == "neg":
+                return np.negative(x).astype(dt)
+            if e.op == "not_":
+                return np.logical_not(x)
+            if e.op == "invert":
+                return np.invert(x)
+            return np.abs(x).astype(dt)
+        if isinstance(e, T.Compare):
+            x, y = self.eval(e.lhs), self.eval(e.rhs)
+            return np.asarray(_CMP[e.op](x, y))
+        if isinstance(e, T.Math):
+            xs = [self.eval(a) for a in e.args]
+            wide = [x.astype(np.float64 if x.dtype == np.float64 else np.float32) for x in xs]
+            r = np.power(*wide) if e.fn == "pow" else _MATH[e.fn](*wide)
+            return np.asarray(r).astype(dt)
+        if isinstance(e, T.Where):
+            return np.where(self.eval(e.cond), self.eval(e.then), self.eval(e.else_)).astype(dt)
+        if isinstance(e, T.Cast):
+            x = self.eval(e.operand)
+            if dt == np.bool_:
+                return x != 0
+            if dt.kind in "iu" and x.dtype.kind == "f":
+                x = np.trunc(x.astype(np.float64))
+            return x.astype(dt)
+        if isinstance(e, T.Broadcast):
+            return np.broadcast_to(self.eval(e.operand), e.type.shape)
+        if isinstance(e, T.Reshape):
+            return np.reshape(self.eval(e.operand), e.type.shape)
+        if isinstance(e, T.Permute):
+            return np.transpose(self.eval(e.operand), e.axes)
+        if isinstance(e, T.Reduce):
+            return self.reduce(e, dt)
+        if isinstance(e, T.Matmul):
+            a, b = self.eval(e.a), self.eval(e.b)
+            a32, b32 = a.astype(np.float32), b.astype(np.float32)
+            if a.dtype == np.float32:
+                a32, b32 = tf32_round(a32), tf32_round(b32)
+            r = np.matmul(a32, b32)
+            if e.acc is not None:
+                r = r + self.eval(e.acc)
+            return r.astype(np.float32)
+        raise TypeError(f"unknown tile expression {type(e).__name__}")  # pragma: no cover
+
+    def reduce(self, e: T.Reduce, dt: np.dtype) -> np.ndarray:
+        x = self.eval(e.operand)
+        shape = e.type.shape
+        if e.op == "sum":
+            if _f32_compute(x.dtype):
+                r = x.astype(np.float32).sum(axis=e.axis)
+            else:
+                r = x.sum(axis=e.axis, dtype=x.dtype)
+        elif e.op in ("max", "min"):
+            ufunc = np.fmax if e.op == "max" else np.fmin
+            r = ufunc.reduce(x.reshape(-1) if e.axis is None else x, axis=0 if e.axis is None else e.axis)
+        else:
+            fn = np.argmax if e.op == "argmax" else np.argmin
+            r = fn(x, axis=e.axis)
+        return np.reshape(np.asarray(r), shape).astype(dt)
+
+
+def simulate(fn: T.TileFunction, args: dict[int, object], grid: tuple[int, ...]) -> None:
+    """Run every tile block of `grid` (partition tile counts per axis) in order."""
+    for coords in np.ndindex(*grid):
+        BlockInterpreter(fn, args, grid, tuple(int(c) for c in coords)).run()
+

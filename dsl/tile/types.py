@@ -1,0 +1,127 @@
+"""Types of the tile IR: tile values have a static shape and a scalar dtype; kernel parameters are
+read-only arrays, writable partitions (array + static tile shape), scalars or compile-time constants.
+
+Scalar dtypes are the shared `dsl.ir.types.ScalarType`s, so lowering onto the SIMT IR needs no mapping.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dsl.ir.types import BOOL, F16, F32, F64, I32, I64, SCALARS, ScalarType
+
+MAX_TILE_ELEMS = 1 << 20     # a tile larger than this is refused at compile time (registers/smem)
+
+
+@dataclass(frozen=True)
+class TileType:
+    """A tile value: `shape == ()` is a scalar (bid(), scalar arguments, full reductions)."""
+    dtype: ScalarType
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"tile<{self.dtype}, {self.shape}>" if self.shape else f"{self.dtype}"
+
+
+@dataclass(frozen=True)
+class ArrayParamType:
+    """`tile.Array[T, ndim]`: read-only global array, loadable at any tile index."""
+    dtype: ScalarType
+    ndim: int
+
+
+@dataclass(frozen=True)
+class PartitionParamType:
+    """`tile.Partition[T, ndim]` specialised with the host partition's tile shape: the only writable
+    region of tile block b is tile b of the partition."""
+    dtype: ScalarType
+    ndim: int
+    tile_shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ScalarParamType:
+    dtype: ScalarType
+
+
+@dataclass(frozen=True)
+class ConstParamType:
+    """`tile.Constant[...]`: the value is part of the specialisation key and folded at compile time."""
+    value: object
+
+
+def np_dtype(t: ScalarType) -> np.dtype:
+    """NumPy dtype standing for an IR scalar type (bf16 through ml_dtypes, imported only when used)."""
+    if t.name == "bf16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    if t.name == "bool":
+        return np.dtype(np.bool_)
+    names = {"f16": "float16", "f32": "float32", "f64": "float64"}
+    if t.name in names:
+        return np.dtype(names[t.name])
+    return np.dtype(("int" if t.kind == "int" else "uint") + str(t.bits))
+
+
+def scalar_of_numpy(dt: np.dtype) -> ScalarType | None:
+    """IR scalar type of a NumPy dtype, or None when it has none (complex, object, ...)."""
+    dt = np.dtype(dt)
+    if dt.name == "bfloat16":
+        return SCALARS["bf16"]
+    if dt.kind == "b":
+        return BOOL
+    if dt.kind == "f" and dt.itemsize in (2, 4, 8):
+        return {2: F16, 4: F32, 8: F64}[dt.itemsize]
+    if dt.kind in "iu" and dt.itemsize in (1, 2, 4, 8):
+        return SCALARS[("i" if dt.kind == "i" else "u") + str(8 * dt.itemsize)]
+    return None
+
+
+def as_scalar_type(obj: object) -> ScalarType | None:
+    """Resolve an annotation or dtype argument (ScalarType, dsl scalar marker, name, NumPy dtype)."""
+    if isinstance(obj, ScalarType):
+        return obj
+    for attr in ("ir", "ir_type", "scalar_type"):
+        inner = getattr(obj, attr, None)
+        if isinstance(inner, ScalarType):
+            return inner
+    if isinstance(obj, str):
+        if obj in SCALARS:
+            return SCALARS[obj]
+        aliases = {"float32": F32, "float16": F16, "float64": F64, "int32": I32, "int64": I64,
+                   "bfloat16": SCALARS["bf16"], "bool": BOOL}
+        if obj in aliases:
+            return aliases[obj]
+        try:
+            return scalar_of_numpy(np.dtype(obj))
+        except TypeError:
+            return None
+    if obj is float:
+        return F32
+    if obj is int:
+        return I32
+    if obj is bool:
+        return BOOL
+    name = getattr(obj, "name", None) or getattr(obj, "__name__", None)
+    if isinstance(name, str) and name in SCALARS:
+        return SCALARS[name]
+    try:
+        return scalar_of_numpy(np.dtype(obj))  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def is_pow2(n: int) -> bool:
+    return n > 0 and (n & (n - 1)) == 0

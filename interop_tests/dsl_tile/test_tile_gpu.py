@@ -1,0 +1,186 @@
+"""Tile kernels on the GPU (bridge arrays) against NumPy float64 references, bad launches refused
+before anything runs, and a tile → SIMT → CUDA C++ pipeline on one stream over the same buffers."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tile_kernels_lib as K
+
+import bridge
+from dsl import simt, tile
+from dsl.types import f32
+
+pytestmark = pytest.mark.gpu
+
+
+def dev(a: np.ndarray) -> bridge.Array:
+    return bridge.from_host(np.ascontiguousarray(a))
+
+
+def poisoned(rng, shape, dtype=np.float32):
+    host = (rng.standard_normal(shape) * 1e6 + 12345.0).astype(dtype)
+    return dev(host), host
+
+
+@pytest.mark.parametrize("n", [1, 1000, 1_000_003])
+def test_add(rng, n):
+    a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    out, _ = poisoned(rng, n)
+    K.add(dev(a), dev(b), tile.partition(out, (1024,)))
+    np.testing.assert_array_equal(out.to_host(), a + b)
+
+
+def test_saxpy(rng):
+    n = 777_777
+    x, y = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    out, _ = poisoned(rng, n)
+    K.saxpy(np.float32(-2.5), dev(x), dev(y), tile.partition(out, (2048,)))
+    np.testing.assert_allclose(out.to_host(), -2.5 * x.astype(np.float64) + y, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows,cols,tshape", [(4096, 1000, (1, 1024)), (300, 16384, (1, 16384)),
+                                              (1001, 200, (4, 256))])
+def test_row_softmax(rng, rows, cols, tshape):
+    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    out, _ = poisoned(rng, (rows, cols))
+    K.softmax(dev(x), tile.partition(out, tshape))
+    xd = x.astype(np.float64)
+    ref = np.exp(xd - xd.max(1, keepdims=True))
+    np.testing.assert_allclose(out.to_host(), ref / ref.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_layernorm(rng):
+    x = (rng.standard_normal((999, 700)) * 2 + 1).astype(np.float32)
+    w, b = (rng.standard_normal(700).astype(np.float32) for _ in range(2))
+    out, _ = poisoned(rng, x.shape)
+    K.layernorm(dev(x), dev(w), dev(b), np.float32(1e-5), tile.partition(out, (1, 1024)))
+    xd = x.astype(np.float64)
+    ref = (xd - xd.mean(1, keepdims=True)) / np.sqrt(xd.var(1, keepdims=True) + 1e-5) * w + b
+    np.testing.assert_allclose(out.to_host(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_full_array_sum_two_stage(rng):
+    n = (1 << 22) + 3
+    x = rng.uniform(-1, 2, n).astype(np.float32)
+    partial = bridge.zeros((-(-n // 8192),), "float32")
+    K.block_sum(dev(x), tile.partition(partial, (1,)), 8192)
+    total = bridge.zeros((1,), "float32")
+    K.block_sum(partial, tile.partition(total, (1,)), 1024)
+    ref = x.astype(np.float64).sum()
+    assert abs(total.to_host()[0] - ref) <= 1e-5 * np.abs(x).astype(np.float64).sum()
+
+
+def test_transpose(rng):
+    x = rng.standard_normal((1000, 777)).astype(np.float32)
+    out, _ = poisoned(rng, (777, 1000))
+    K.transpose(dev(x), tile.partition(out, (32, 32)))
+    np.testing.assert_array_equal(out.to_host(), x.T)
+
+
+def _tf32(x):
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32], ids=["f16", "bf16", "tf32"])
+def test_gemm(rng, dtype):
+    m, k, n = 300, 200, 170
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    c, _ = poisoned(rng, (m, n))
+    K.gemm(dev(a), dev(b), tile.partition(c, (64, 64)), 32)
+    if dtype is np.float32:
+        ref, tol = _tf32(a) @ _tf32(b), 5e-3
+    else:
+        ref, tol = a.astype(np.float64) @ b.astype(np.float64), 1e-3
+    np.testing.assert_allclose(c.to_host(), ref, rtol=tol, atol=tol * 10)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("tshape", [(128, 128), (64, 64), (128, 256)])
+def test_tensor_core_gemm_and_bias_relu_epilogue(rng, dtype, tshape):
+    """Rows of multiples of 8 elements: the tensor-core paths (mma.sync + ldmatrix + cp.async, and
+    wgmma on sm_90 for 128-row tiles) with ragged M and K."""
+    m, k, n = 300, 200, 176
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    bias = rng.standard_normal(n).astype(np.float32)
+    c, _ = poisoned(rng, (m, n))
+    args = (dev(a), dev(b), tile.partition(c, tshape), 32)
+    ptx = K.gemm.compile(args, bridge.current_device().arch).ptx
+    assert "mma.sync" in ptx or "wgmma.mma_async" in ptx
+    K.gemm(*args)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.to_host(), ref, rtol=1e-3, atol=1e-2)
+    K.gemm_bias_relu(dev(a), dev(b), dev(bias), tile.partition(c, tshape), 32)
+    np.testing.assert_allclose(c.to_host(), np.maximum(ref + bias, 0), rtol=1e-3, atol=1e-2)
+
+
+def test_gemm_bias_relu(rng):
+    m, k, n = 257, 129, 65
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    bias = rng.standard_normal(n).astype(np.float32)
+    c, _ = poisoned(rng, (m, n))
+    K.gemm_bias_relu(dev(a), dev(b), dev(bias), tile.partition(c, (64, 64)), 32)
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+    np.testing.assert_allclose(c.to_host(), ref, rtol=1e-3, atol=1e-2)
+
+
+def test_bad_dtype_is_refused_and_output_untouched(rng):
+    a = rng.standard_normal(1000).astype(np.float32)
+    out, host = poisoned(rng, 1000)
+    with pytest.raises(bridge.DTypeError, match="argument 'b'"):
+        K.add(dev(a), dev(a.astype(np.float64)), tile.partition(out, (1024,)))
+    np.testing.assert_array_equal(out.to_host(), host)
+
+
+def test_host_memory_is_refused_and_output_untouched(rng):
+    a = rng.standard_normal(1000).astype(np.float32)
+    out, host = poisoned(rng, 1000)
+    with pytest.raises(bridge.DeviceMismatchError) as info:
+        K.add(a, dev(a), tile.partition(out, (1024,)))
+    assert "'a'" in str(info.value)
+    np.testing.assert_array_equal(out.to_host(), host)
+
+
+@simt.kernel(block=256)
+def scale2(a: simt.Array[f32], out: simt.DisjointSlice[f32]):
+    i = simt.thread.index_1d()
+    out[i] = a[i] * 2.0
+
+
+def test_tile_simt_and_cpp_kernels_back_to_back_on_one_stream(rng):
+    n = 100_003
+    a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    da, db = dev(a), dev(b)
+    c = bridge.zeros((n,), "float32")
+    d = bridge.zeros((n,), "float32")
+    stream = bridge.Stream()
+    saxpy_cpp = bridge.cpp_kernels.load("saxpy").saxpy
+    K.add(da, db, tile.partition(c, (1024,)), stream=stream)     # c = a + b        (tile)
+    scale2(c, d, stream=stream)                                  # d = 2c           (SIMT)
+    saxpy_cpp(0.5, c, d, n, stream=stream)                       # d = 0.5c + d     (CUDA C++)
+    K.add(d, c, tile.partition(db, (1024,)), stream=stream)      # b = d + c        (tile again)
+    stream.synchronize()
+    cc = a.astype(np.float64) + b
+    dd = 0.5 * cc + 2 * cc
+    np.testing.assert_allclose(d.to_host(), dd, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(db.to_host(), dd + cc, rtol=1e-6, atol=1e-6)
+
+
+def test_persistent_kernels_cover_every_tile(rng):
+    softmax_p = tile.kernel(K.softmax.pyfunc, persistent=True)
+    x = (rng.standard_normal((20_000, 300)) * 3).astype(np.float32)  # more tiles than 2 x SMs
+    out, _ = poisoned(rng, x.shape)
+    softmax_p(dev(x), tile.partition(out, (1, 512)))
+    xd = x.astype(np.float64)
+    ref = np.exp(xd - xd.max(1, keepdims=True))
+    np.testing.assert_allclose(out.to_host(), ref / ref.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+    gemm_p = tile.kernel(K.gemm.pyfunc, persistent=True)
+    a = rng.standard_normal((2000, 256)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((256, 1000)).astype(ml_dtypes.bfloat16)
+    c, _ = poisoned(rng, (2000, 1000))
+    gemm_p(dev(a), dev(b), tile.partition(c, (128, 128)), 32)
+    np.testing.assert_allclose(c.to_host(), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-3, atol=1e-2)

@@ -1,0 +1,144 @@
+"""Every issue kernel compiles through tile IR → SIMT IR → llvmlite → PTX and assembles with ptxas
+for sm_80 and sm_90; the PTX shows the intended lowering (warp shuffles for row reductions, barriers
+around shared-memory staging, read-only global loads, an exact block size)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tile_kernels_lib as K
+
+from dsl import tile
+from dsl.backend.ptxas import assemble, find_ptxas
+
+z = np.zeros
+
+
+def cases():
+    f32 = np.float32
+    return {
+        "add": (K.add, (z(10, f32), z(10, f32), tile.partition(z(10, f32), (1024,)))),
+        "saxpy": (K.saxpy, (2.0, z(10, f32), z(10, f32), tile.partition(z(10, f32), (1024,)))),
+        "softmax": (K.softmax, (z((4, 100), f32), tile.partition(z((4, 100), f32), (1, 128)))),
+        "softmax_16k": (K.softmax, (z((4, 100), f32), tile.partition(z((4, 100), f32), (1, 16384)))),
+        "layernorm": (K.layernorm, (z((4, 100), f32), z(100, f32), z(100, f32), 1e-5,
+                                    tile.partition(z((4, 100), f32), (2, 128)))),
+        "block_sum": (K.block_sum, (z(10, f32), tile.partition(z(1, f32), (1,)), 4096)),
+        "transpose": (K.transpose, (z((4, 100), f32), tile.partition(z((100, 4), f32), (32, 32)))),
+        "gemm_f16": (K.gemm, (z((4, 4), np.float16), z((4, 4), np.float16),
+                              tile.partition(z((4, 4), f32), (64, 64)), 32)),
+        "gemm_bf16": (K.gemm, (z((4, 4), ml_dtypes.bfloat16), z((4, 4), ml_dtypes.bfloat16),
+                               tile.partition(z((4, 4), f32), (64, 64)), 32)),
+        "gemm_tf32": (K.gemm, (z((4, 4), f32), z((4, 4), f32), tile.partition(z((4, 4), f32), (64, 64)), 16)),
+        "gemm_bias_relu": (K.gemm_bias_relu, (z((4, 4), np.float16), z((4, 4), np.float16), z(4, f32),
+                                              tile.partition(z((4, 4), f32), (64, 64)), 32)),
+    }
+
+
+CASES = cases()
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kernel_assembles(name, arch):
+    kernel, args = CASES[name]
+    ck = kernel.compile(args, arch)
+    assert f".entry {ck.name}" in ck.ptx
+    assert f".reqntid {ck.threads}, 1, 1" in ck.ptx
+    usage, _ = assemble(ck.ptx, arch)
+    assert usage and usage[0].spill_stores == 0, usage
+
+
+def test_row_softmax_uses_warp_shuffles_and_one_barrier_stage():
+    kernel, args = CASES["softmax_16k"]
+    ptx = kernel.ptx(*args, arch="sm_90")
+    assert "shfl.sync.bfly" in ptx
+    assert "bar.sync" in ptx
+    assert "ld.global.nc" in ptx
+
+
+def test_transpose_stages_through_shared_memory():
+    kernel, args = CASES["transpose"]
+    ptx = kernel.ptx(*args, arch="sm_80")
+    assert ".shared" in ptx and "bar.sync" in ptx and "st.shared" in ptx
+
+
+def test_contract_names_arguments_access_and_block():
+    kernel, args = CASES["layernorm"]
+    c = json.loads(kernel.compile(args, "sm_90").contract_json)
+    assert c["kernel"] == "layernorm"
+    assert [a["name"] for a in c["args"]] == ["x", "w", "b", "eps", "out"]
+    assert c["args"][-1]["access"] == "write" and c["args"][0]["access"] == "read"
+    assert c["args"][3] == {"name": "eps", "kind": "scalar", "dtype": "f32"}
+    assert c["block"]["exact"][0] >= 32
+
+
+def test_one_dimensional_partition_contract_derives_the_grid():
+    kernel, args = CASES["add"]
+    c = json.loads(kernel.compile(args, "sm_90").contract_json)
+    threads = kernel.compile(args, "sm_90").threads
+    assert c["grid_from"] == {"arg": "out", "per_thread": [1024 // threads, 1, 1]}
+
+
+def test_contiguous_arguments_specialise_addressing():
+    a = np.zeros(10, np.float32)
+    strided = np.zeros(20, np.float32)[::2]
+    out = tile.partition(np.zeros(10, np.float32), (1024,))
+    c1 = json.loads(K.add.compile((a, a, out), "sm_90").contract_json)
+    c2 = json.loads(K.add.compile((strided, a, out), "sm_90").contract_json)
+    assert c1["args"][0]["layout"] == "C" and c2["args"][0]["layout"] == "any"
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("tshape", [(128, 128), (64, 64), (128, 256)])
+def test_aligned_gemm_uses_tensor_cores(arch, dtype, tshape):
+    a = np.zeros((256, 256), dtype)           # rows of 256 elements: 16-byte aligned, divisible by 8
+    args = (a, a, tile.partition(z((256, 256), np.float32), tshape), 32)
+    ck = K.gemm.compile(args, arch)
+    name = "bf16" if dtype is ml_dtypes.bfloat16 else "f16"
+    assert "cp.async.cg.shared.global" in ck.ptx and "cp.async.wait_group" in ck.ptx
+    if arch == "sm_90" and tshape[0] == 128:      # two warpgroups of 64 rows: Hopper wgmma
+        assert f"wgmma.mma_async.sync.aligned.m64n{tshape[1]}k16.f32.{name}.{name}" in ck.ptx
+        assert "fence.proxy.async.shared::cta" in ck.ptx and ".target sm_90a" in ck.ptx
+    else:
+        assert f"mma.sync.aligned.m16n8k16.row.col.f32.{name}.{name}.f32" in ck.ptx
+        assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ck.ptx
+    c = json.loads(ck.contract_json)
+    assert c["args"][0]["align"] == 16 and c["args"][0]["layout"] == "C"
+    assert c["requires"] == ["a.shape[1] % 8 == 0", "b.shape[1] % 8 == 0"]
+    stages = (tshape[0] * 32 + 32 * tshape[1]) * 2        # operand bytes per pipeline stage
+    assert c["dynamic_smem"]["exact"] >= 2 * stages + 1024 and c["dynamic_smem"]["exact"] == ck.dynamic_smem
+    usage = ptxas_usage(ck.ptx, "sm_90a" if ".target sm_90a" in ck.ptx else arch)
+    assert usage["spill"] == 0 and usage["smem"] <= 48 * 1024
+
+
+def ptxas_usage(ptx: str, arch: str) -> dict:
+    """ptxas -v for any target, including arch-specific ones (sm_90a) the shared helper maps away."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        proc = subprocess.run([find_ptxas(), f"-arch={arch}", "-v", src, "-o", os.path.join(tmp, "k.cubin")],
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    log = proc.stdout + proc.stderr
+    return {"spill": int(re.search(r"(\d+) bytes spill stores", log).group(1)),
+            "smem": int(re.search(r"(\d+) bytes smem", log).group(1)) if "bytes smem" in log else 0}
+
+
+def test_unaligned_or_f32_gemm_takes_the_portable_path():
+    odd = np.zeros((256, 250), np.float16)    # last extent not a multiple of 8
+    f = np.zeros((256, 256), np.float32)
+    for a, b in ((odd, np.zeros((250, 256), np.float16)), (f, f)):
+        ck = K.gemm.compile((a, b, tile.partition(z((256, 256), np.float32), (64, 64)), 32), "sm_90")
+        assert "mma.sync" not in ck.ptx and "fma.rn.f32" in ck.ptx
+        assert "requires" not in json.loads(ck.contract_json)

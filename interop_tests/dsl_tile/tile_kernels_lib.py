@@ -1,0 +1,82 @@
+"""The tile kernels the issue lists, shared by the simulator, PTX and GPU tests of dsl.tile."""
+from __future__ import annotations
+
+import math
+
+from dsl import tile
+from dsl.types import TypeVar, f32
+
+T = tile.Constant[int]
+E = TypeVar("E")          # GEMM input dtype, bound per launch (f16, bf16 or f32)
+
+
+@tile.kernel
+def add(a: tile.Array[f32], b: tile.Array[f32], out: tile.Partition[f32]):
+    t = tile.bid(0)
+    out.store(tile.load(a, t, out.tile_shape) + tile.load(b, t, out.tile_shape))
+
+
+@tile.kernel
+def saxpy(alpha: f32, x: tile.Array[f32], y: tile.Array[f32], out: tile.Partition[f32]):
+    t = tile.bid(0)
+    out.store(alpha * tile.load(x, t, out.tile_shape) + tile.load(y, t, out.tile_shape))
+
+
+@tile.kernel
+def softmax(x: tile.Array[f32, 2], out: tile.Partition[f32, 2]):
+    """Row softmax; the partition's tile is (rows_per_block, >= number of columns)."""
+    v = tile.load(x, (tile.bid(0), 0), out.tile_shape, padding=-math.inf)
+    m = tile.max(v, axis=1, keepdims=True)
+    e = tile.exp(v - m)
+    out.store(e / tile.sum(e, axis=1, keepdims=True))
+
+
+@tile.kernel
+def layernorm(x: tile.Array[f32, 2], w: tile.Array[f32, 1], b: tile.Array[f32, 1], eps: f32,
+              out: tile.Partition[f32, 2]):
+    """Row layernorm over the true column count (padding excluded from the statistics)."""
+    rows, cols = out.tile_shape
+    n = x.shape[1]
+    v = tile.load(x, (tile.bid(0), 0), (rows, cols))
+    mean = tile.sum(v, axis=1, keepdims=True) / n
+    inside = tile.arange(cols)[None, :] < n
+    d = tile.where(inside, v - mean, 0.0)
+    var = tile.sum(d * d, axis=1, keepdims=True) / n
+    y = d * tile.rsqrt(var + eps)
+    out.store(y * tile.load(w, 0, (cols,)) + tile.load(b, 0, (cols,)))
+
+
+@tile.kernel
+def block_sum(x: tile.Array[f32], out: tile.Partition[f32], block: T):
+    """Stage of a two-stage full sum: tile block t writes the sum of x[t*block:(t+1)*block]."""
+    out.store(tile.sum(tile.load(x, tile.bid(0), (block,))))
+
+
+@tile.kernel
+def transpose(x: tile.Array[f32, 2], out: tile.Partition[f32, 2]):
+    i, j = tile.bid(0), tile.bid(1)
+    tm, tn = out.tile_shape
+    out.store(tile.transpose(tile.load(x, (j, i), (tn, tm))))
+
+
+@tile.kernel
+def gemm(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Partition[f32, 2], bk: T):
+    """c = a @ b with f32 accumulation; a and b share one dtype (f16, bf16 or f32 → tf32)."""
+    bm, bn = c.tile_shape
+    i, j = tile.bid(0), tile.bid(1)
+    acc = tile.zeros((bm, bn), f32)
+    for k in range((a.shape[1] + bk - 1) // bk):
+        acc = tile.mma(tile.load(a, (i, k), (bm, bk)), tile.load(b, (k, j), (bk, bn)), acc)
+    c.store(acc)
+
+
+@tile.kernel
+def gemm_bias_relu(a: tile.Array[E, 2], b: tile.Array[E, 2], bias: tile.Array[f32, 1],
+                   c: tile.Partition[f32, 2], bk: T):
+    bm, bn = c.tile_shape
+    i, j = tile.bid(0), tile.bid(1)
+    acc = tile.zeros((bm, bn), f32)
+    for k in range((a.shape[1] + bk - 1) // bk):
+        acc = tile.mma(tile.load(a, (i, k), (bm, bk)), tile.load(b, (k, j), (bk, bn)), acc)
+    acc = acc + tile.load(bias, j, (bn,))[None, :]
+    c.store(tile.maximum(acc, 0.0))
