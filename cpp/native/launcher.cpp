@@ -344,12 +344,24 @@ class Dispatcher {
   void launch_tuple(py::handle args, const kb::LaunchConfig& cfg, uint64_t stream) {
     PyObject* const* objs = PySequence_Fast_ITEMS(args.ptr());
     const int n = static_cast<int>(PyTuple_GET_SIZE(args.ptr()));
-    std::vector<kb::ArgValue> vals(static_cast<size_t>(n));
-    std::vector<IntakeInfo> infos(static_cast<size_t>(n));
+    // No heap allocation on the hot path for up to kStackArgs arguments.
+    kb::ArgValue vals_stack[kStackArgs];
+    IntakeInfo infos_stack[kStackArgs];
     uint64_t key_stack[2 * kStackArgs];
+    std::vector<kb::ArgValue> vals_heap;
+    std::vector<IntakeInfo> infos_heap;
     std::vector<uint64_t> key_heap;
+    kb::ArgValue* vals = vals_stack;
+    IntakeInfo* infos = infos_stack;
     uint64_t* key = key_stack;
-    if (n > kStackArgs) { key_heap.resize(2 * static_cast<size_t>(n)); key = key_heap.data(); }
+    if (n > kStackArgs) {
+      vals_heap.resize(static_cast<size_t>(n));
+      infos_heap.resize(static_cast<size_t>(n));
+      key_heap.resize(2 * static_cast<size_t>(n));
+      vals = vals_heap.data();
+      infos = infos_heap.data();
+      key = key_heap.data();
+    }
     IntakeMemo memo;
     for (int i = 0; i < n; ++i) {
       PyObject* o = objs[i];
@@ -388,7 +400,7 @@ class Dispatcher {
       entries_.push_back(Entry{std::vector<uint64_t>(key, key + klen), l, target});
       last_ = static_cast<int>(entries_.size() - 1);
     }
-    target->launch_prepared(objs, n, vals.data(), infos.data(), cfg, stream, kb::rt::g_temporary_refcount_native);
+    target->launch_prepared(objs, n, vals, infos, cfg, stream, kb::rt::g_temporary_refcount_native);
   }
 
   size_t size() const { return entries_.size(); }
