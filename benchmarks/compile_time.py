@@ -1,6 +1,6 @@
 """Compile-time benchmark: cold compile of vecadd to PTX, and a disk-cache hit, each in a fresh process.
 
-    python benchmarks/compile_time.py [--repeat 5] [--arch sm_90]
+    python benchmarks/compile_time.py [--repeat 5] [--arch sm_90] [--json PATH] [--quick]
 
 Targets (docs/DESIGN): cold compile <= 150 ms, fresh-process cache hit <= 5 ms. Each measurement runs
 in its own subprocess with its own empty (cold) or pre-filled (hit) KB_CACHE_DIR; the time is that of
@@ -65,7 +65,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--json", help="write results here (rows and bars, as every benchmark)")
+    ap.add_argument("--quick", action="store_true", help="3 repetitions")
     args = ap.parse_args()
+    if args.quick:
+        args.repeat = min(args.repeat, 3)
     rows = []
     with tempfile.TemporaryDirectory(prefix="kb_bench_") as tmp:
         kdir = Path(tmp) / "k"
@@ -96,6 +100,16 @@ def main() -> int:
           "'+signature' is the front end's argument->signature step that kernel.compile() adds")
     stages = {k: statistics.median(x["stages"].get(k, 0) for x in cold) * 1e3 for k in cold[0]["stages"]}
     print("cold compile stages (median ms): " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import Report
+    rep = Report(f"compile time of a small kernel (vecadd to PTX, {args.arch}, fresh process)")
+    for name, med, lo, target, imp in rows:
+        rep.row(name, med * 1e3, "ms", min_ms=round(lo * 1e3, 2), target_ms=target * 1e3)
+        rep.bar(name, med * 1e3, target * 1e3, higher_is_better=False, bar=1.0,
+                peer_name=f"{target * 1e3:g} ms target")
+    for k, v in stages.items():
+        rep.row(f"cold compile stage: {k}", v, "ms")
+    rep.finish(args.json)
     return 0
 
 

@@ -120,7 +120,8 @@ def main() -> None:
         dsl_cupy = host_us(lambda: dsl_add(x, y, z, n1), n)
         rep.row("DSL simt kernel, CuPy arrays (validated)", dsl_cupy, "us")
         dsl_prepared = dsl_add[1, 32]
-        rep.row("DSL simt kernel[1, 32], CuPy arrays (validated)", host_us(lambda: dsl_prepared(x, y, z, n1), n), "us")
+        rep.row("DSL simt kernel[1, 32], CuPy arrays (validated)",
+                host_us(lambda: dsl_prepared(x, y, z, n1), n), "us")
         cp.cuda.Device().synchronize()
         rk = cp.RawModule(path=ptx_path).get_function("add")
         n32 = np.int32(1)

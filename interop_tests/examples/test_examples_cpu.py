@@ -1,0 +1,216 @@
+"""The examples and benchmarks stay runnable: they compile, answer --help, say 'no GPU' clearly (and
+write their JSON) on a machine without one, their CUDA C++ and DSL kernels compile, and the report
+tools render a page and a figure from benchmark JSON files. Catches what CI would otherwise miss until
+the GPU run."""
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bridge
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ["mixed_pipeline.py", "torch_custom_op.py", "graph_capture.py"]
+BENCHMARKS = ["launch_overhead.py", "elementwise.py", "simt_parity.py", "tile_ops.py", "intake.py",
+              "compile_time.py"]
+TOOLS = ["plot.py", "write_docs.py"]
+ALL = [f"examples/{f}" for f in EXAMPLES] + [f"benchmarks/{f}" for f in BENCHMARKS + TOOLS]
+EVERY_PY = sorted(str(p.relative_to(ROOT)) for d in ("examples", "benchmarks") for p in (ROOT / d).rglob("*.py"))
+NO_GPU = not bridge.gpu_available()
+
+
+def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def bench_module(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+@pytest.mark.parametrize("path", EVERY_PY)
+def test_file_compiles(path, tmp_path):
+    py_compile.compile(str(ROOT / path), cfile=str(tmp_path / "x.pyc"), doraise=True)
+
+
+@pytest.mark.parametrize("path", ALL)
+def test_help_runs(path):
+    p = run(path, "--help")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.startswith("usage:"), p.stdout[:500]
+
+
+@pytest.mark.skipif(not NO_GPU, reason="checks the no-GPU behaviour; a GPU is present")
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_without_gpu_fails_loudly(name):
+    p = run(f"examples/{name}")
+    assert p.returncode == 1, p.stdout + p.stderr
+    last = p.stdout.strip().splitlines()[-1]
+    assert "needs a CUDA GPU" in last and "PASS" not in last
+
+
+@pytest.mark.skipif(not NO_GPU, reason="checks the no-GPU behaviour; a GPU is present")
+@pytest.mark.parametrize("name", [b for b in BENCHMARKS if b != "compile_time.py"])
+def test_benchmark_without_gpu_writes_a_json_note(name, tmp_path):
+    out = tmp_path / "r.json"
+    p = run(f"benchmarks/{name}", "--json", str(out), "--quick")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "no GPU" in p.stdout
+    data = json.loads(out.read_text())
+    assert data["bars"] == [] and data["rows"] == []
+    assert any(n.startswith("no GPU") for n in data["notes"]), data["notes"]
+
+
+def test_compile_time_benchmark_writes_bars(tmp_path):
+    out = tmp_path / "c.json"
+    p = run("benchmarks/compile_time.py", "--json", str(out), "--quick", "--repeat", "1", timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    data = json.loads(out.read_text())
+    names = [b["name"] for b in data["bars"]]
+    assert names == ["cold compile (fresh process)", "disk-cache hit (fresh process)"]
+    assert all(b["ours"] > 0 for b in data["bars"])
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("module,symbol,kernels", [
+    ("elementwise", "CPP_SRC", {"add4"}),
+    ("simt_parity", "CPP_SRC", {"vecadd", "saxpy", "stencil5", "transpose", "block_sum", "histogram"}),
+    ("_bench_kit", "FILL_SRC", {"kb_fill"}),
+])
+def test_benchmark_cpp_compiles_with_its_contracts(module, symbol, kernels, tmp_path):
+    from bridge.fatbin import embedded_contracts
+    from bridge.module import native_contract
+    cu = tmp_path / "k.cu"
+    cu.write_text(getattr(bench_module(module), symbol))
+    cubin = tmp_path / "k.cubin"
+    subprocess.run(["nvcc", "-cubin", "-O3", "-std=c++17", "-arch=sm_90", "--fmad=false",
+                    f"-I{bridge.cpp_kernels.include_dir()}", str(cu), "-o", str(cubin)], check=True)
+    found = embedded_contracts(cubin.read_bytes())
+    assert set(found) == kernels
+    for name, text in found.items():
+        native_contract(text, name)        # parses: a bad contract raises ContractDefinitionError
+
+
+def test_elementwise_dsl_kernels_compile_to_vector_ptx():
+    e = bench_module("elementwise")
+    from dsl import tile
+    a = np.zeros((1 << 20) + 5, np.float32)
+    ptx = e.add_chunked.ptx(a, a, a.copy(), arch="sm_90")
+    assert "ld.global.nc.v4" in ptx and "st.global.v4" in ptx
+    for t in e.TILE_SHAPES:
+        assert ".entry" in e.tile_add.ptx(a, a, tile.partition(a.copy(), (t,)), arch="sm_90")
+
+
+def test_launch_overhead_dsl_kernel_has_no_runtime_checks():
+    lo = bench_module("launch_overhead")
+    a = np.zeros(1, np.float32)
+    contract = json.loads(lo.dsl_add.compile(a, a, a.copy(), np.int32(1), arch="sm_90").contract_json)
+    assert not contract.get("fault_sites")           # every access proven: no fault record parameter
+
+
+def test_mixed_pipeline_kernels_agree_with_numpy_in_the_simulator(rng):
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import mixed_pipeline as M
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    from dsl import tile
+    rows, cols = 13, 77
+    n = rows * cols
+    y = rng.standard_normal(n).astype(np.float32)
+    h = np.full(n, np.nan, np.float32)
+    M.half_square.simulate(y, h, grid=(-(-n // 256),), block=256)
+    p = np.full((rows, cols), np.nan, np.float32)
+    M.row_softmax.simulate(h.reshape(rows, cols), tile.partition(p, (1, 128)))
+    w = rng.random(cols).astype(np.float32)
+    got = (p.astype(np.float64) * w).sum(axis=1)
+    np.testing.assert_allclose(got, M.reference(np.zeros(n, np.float32), y, w, rows, cols), rtol=1e-5)
+
+
+def _fabricated_results(folder: Path, gpu: str | None = "Fake GPU") -> None:
+    """Benchmark JSONs shaped like a real run (written through _common.Report), with a GPU name."""
+    common = bench_module("_common")
+    specs = {
+        "elementwise": [("DSL SIMT chunk_1d(4)", 4400.0, "GB/s"), ("torch.add(out=)", 4350.0, "GB/s")],
+        "launch_overhead": [("bridge, CuPy arrays (validated)", 2.9, "us"), ("CuPy RawKernel", 4.4, "us")],
+        "simt_parity": [("vecadd [DSL]", 0.21, "ms"), ("vecadd [C++ nvcc -O3]", 0.2, "ms")],
+        "tile_ops": [("GEMM 8192^3 bf16: DSL tile gemm, tile 128x128x32", 510.0, "TFLOP/s"),
+                     ("GEMM 8192^3 bf16: torch.matmul", 690.0, "TFLOP/s"),
+                     ("sum 2^28 f32: cupy.sum", None, "GB/s")],
+    }
+    bars = []
+    for stem, rows in specs.items():
+        rep = common.Report(stem)
+        for name, value, unit in rows:
+            rep.row(name, value, unit)
+        rep.bar(f"{stem} bar", rows[0][1], rows[1][1], higher_is_better=unit != "us", bar=0.97, peer_name="peer")
+        rep.finish(str(folder / f"{stem}.json"))
+        data = json.loads((folder / f"{stem}.json").read_text())
+        data["info"].pop("gpu", None)
+        if gpu:
+            data["info"]["gpu"], data["info"]["cc"] = gpu, [9, 0]
+        (folder / f"{stem}.json").write_text(json.dumps(data))
+        bars += data["bars"]
+    check = {"date": "2026-11-30 12:00:00 UTC", "quick": False, "doctor": ["CUDA driver: 580.00 (fabricated)"],
+             "steps": {"tests": {"rc": 0, "seconds": 1.0, "passed": 3, "failed": 0, "errors": 0, "skipped": 0}},
+             "bars": bars}
+    (folder / "gpu_check.json").write_text(json.dumps(check))
+
+
+def test_plot_draws_a_fabricated_run(tmp_path):
+    pytest.importorskip("matplotlib")
+    res, docs = tmp_path / "results", tmp_path / "docs"
+    res.mkdir()
+    _fabricated_results(res)
+    p = run("benchmarks/plot.py", "--results", str(res), "--out", str(docs / "benchmarks.png"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (docs / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_write_docs_renders_a_fabricated_run(tmp_path):
+    res, docs = tmp_path / "results", tmp_path / "docs"
+    res.mkdir()
+    docs.mkdir()
+    _fabricated_results(res)
+    (docs / "benchmarks.png").write_bytes(b"\x89PNG\r\n\x1a\n")   # the page links the figure when it exists
+    p = run("benchmarks/write_docs.py", "--results", str(res), "--out", str(docs / "benchmarks.md"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    md = (docs / "benchmarks.md").read_text()
+    assert "Fake GPU (compute capability 9.0)" in md and "CUDA driver: 580.00 (fabricated)" in md
+    assert "| vecadd [C++ nvcc -O3] | 0.2 | ms |" in md
+    assert "![benchmarks](benchmarks.png)" in md
+    assert "| sum 2^28 f32: cupy.sum | — | GB/s |" in md
+
+
+def test_write_docs_refuses_results_without_a_gpu(tmp_path):
+    _fabricated_results(tmp_path, gpu=None)
+    p = run("benchmarks/write_docs.py", "--results", str(tmp_path), "--out", str(tmp_path / "b.md"))
+    assert p.returncode == 2 and "reports a GPU" in p.stderr
+    assert not (tmp_path / "b.md").exists()
+
+
+def test_benchmark_check_refuses_a_poisoned_or_inexact_output():
+    kit = bench_module("_bench_kit")
+    ref = np.arange(10, dtype=np.float32)
+    kit.check_close("exact", ref.copy(), ref)
+    poisoned = ref.copy()
+    poisoned[7] = np.nan
+    with pytest.raises(AssertionError, match=r"exact \[x\]: 1 of 10 elements differ .*flat index 7"):
+        kit.check_close("exact [x]", poisoned, ref)
+    with pytest.raises(AssertionError, match="flat index 3"):
+        kit.check_close("tol", ref + np.array([0, 0, 0, 1e-2] + [0] * 6, np.float32), ref.astype(np.float64),
+                        rtol=1e-4, atol=1e-6)
+    assert kit.input_sets(10 * 2**20) == 3 and kit.input_sets(1 << 30) == 1
