@@ -7,4 +7,5 @@ PYBIND11_MODULE(_native, m) {
   kb::native::register_arrays(m);
   kb::native::register_driver(m);
   kb::native::register_launch(m);
+  kb::native::register_cpp_example(m);
 }

@@ -65,6 +65,8 @@ class CallMixin:
             return self.call_cast(obj, node)
         if isinstance(obj, DeviceFunction):
             return self.call_device(obj, node)
+        if hasattr(type(obj), "_dsl_call_"):   # extern device functions (dsl/simt/extern.py)
+            return obj._dsl_call_(self, node)
         if isinstance(obj, SimtKernel):
             self.err(node.func, f"kernel '{obj.__name__}' cannot be called from a kernel",
                      "make the shared code a @simt.device function")

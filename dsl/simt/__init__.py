@@ -4,6 +4,7 @@ from dsl.simt.annotations import Array, ArraySpec, DisjointSlice
 from dsl.simt.intrinsics import (MATH, atomic, blockDim, blockIdx, gridDim, lane_id, shared,
                                  sync_threads, thread, threadIdx, unsafe, warp, warp_size)
 from dsl.simt.kernel import DeviceFunction, SimtKernel, device, kernel
+from dsl.simt.extern import ExternDevice, extern_device   # C++ __device__ functions (dsl/link.py)
 
 sqrt = MATH["sqrt"]
 rsqrt = MATH["rsqrt"]
@@ -28,4 +29,5 @@ copysign = MATH["copysign"]
 
 __all__ = ["kernel", "device", "Array", "DisjointSlice", "ArraySpec", "SimtKernel", "DeviceFunction",
            "thread", "threadIdx", "blockIdx", "blockDim", "gridDim", "lane_id", "warp_size",
-           "sync_threads", "shared", "atomic", "warp", "unsafe", *MATH]
+           "sync_threads", "shared", "atomic", "warp", "unsafe", "extern_device", "ExternDevice", *MATH]
+
