@@ -22,8 +22,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ["examples/mixed_pipeline.py", "examples/torch_custom_op.py", "examples/graph_capture.py",
-            "examples/porting/run_porting.py"]
+EXAMPLES = ["examples/quickstart.py", "examples/mixed_pipeline.py", "examples/torch_custom_op.py",
+            "examples/graph_capture.py", "examples/link_cpp_device.py", "examples/porting/run_porting.py"]
 BENCHMARKS = ["benchmarks/launch_overhead.py", "benchmarks/elementwise.py", "benchmarks/simt_parity.py",
               "benchmarks/tile_ops.py", "benchmarks/compile_time.py", "benchmarks/intake.py"]
 SANITIZER_TOOLS = ["memcheck", "racecheck", "synccheck", "initcheck"]
@@ -34,7 +34,8 @@ SANITIZE_FILES = ["interop_tests/runtime/test_gpu_launch_paths.py",
                   "interop_tests/dsl_sim/test_sim_agrees_with_gpu.py",
                   "interop_tests/dsl_codegen/test_codegen_e2e.py",
                   "interop_tests/dsl_tile/test_tile_gpu.py",
-                  "interop_tests/cpp/test_cpp_kernels_gpu.py"]
+                  "interop_tests/cpp/test_cpp_kernels_gpu.py",
+                  "interop_tests/cpp_link/test_linked_kernels_gpu.py"]
 
 
 def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> tuple[int, float, str]:
