@@ -191,12 +191,14 @@ class AccessMixin:
         if mode == "guarded":
             saved_block, saved_facts = self.block, self.facts
             self.block, self.facts = [], self.guard_facts(name, exprs)
+            self.guarded_depth = getattr(self, "guarded_depth", 0) + 1
             try:
                 value = self.store_value(base, exprs, value_fn, node, target)
                 self.emit(ir.Store(base.expr, exprs, value, "guarded", 0, loc))
                 body = self.block
             finally:
                 self.block, self.facts = saved_block, saved_facts
+                self.guarded_depth -= 1
             self.emit(ir.GuardedRegion(base.expr, exprs, body, loc))
             return
         if mode == "owned":

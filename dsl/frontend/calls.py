@@ -260,6 +260,12 @@ class CallMixin:
 
     def call_warp(self, op: str, node: ast.Call) -> Val:
         loc = self.loc(node)
+        if getattr(self, "guarded_depth", 0):
+            # Threads past the end skip the whole guarded statement, so only part of the warp would
+            # reach the shuffle/vote: undefined behaviour on the GPU (the simulator refuses it too).
+            self.err(node, f"simt.warp.{op}() inside a guarded DisjointSlice write: threads past the end "
+                     "skip the whole statement, so not every lane of the warp would take part",
+                     f"compute it into a local first (`v = simt.warp.{op}(...)`), then write `out[i] = v`")
         if op in ("ballot", "any", "all"):
             self.arity(node, 1)
             pred = self.to_bool(node.args[0])

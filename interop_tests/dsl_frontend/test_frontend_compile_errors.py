@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dsl import f32, i32, i64, simt, u8
+from dsl import DslCompileError, f32, i32, i64, simt, u8
 from interop_tests.dsl_frontend.frontend_helpers import expect_compile_error, f32v
 
 HERE = __file__
@@ -386,3 +386,34 @@ def test_kernel_typed_scalar_parameters_check_their_annotation():
         simt.Array[f32, 4]
     assert repr(simt.DisjointSlice[i32, 2]) == "simt.DisjointSlice[dsl.i32, 2]"
     assert i64(3) == np.int64(3)
+
+
+def test_warp_op_inside_a_guarded_write_is_refused_with_a_hint():
+    import numpy as np
+
+    @simt.kernel(block=256)
+    def k(a: simt.Array[f32], out: simt.DisjointSlice[f32]):
+        i = simt.thread.index_1d()
+        out[i] = simt.warp.sum(a[i])
+
+    x = np.ones(100, np.float32)
+    with pytest.raises(DslCompileError) as info:
+        k.build(x, x.copy())
+    msg = str(info.value)
+    assert "simt.warp.sum() inside a guarded DisjointSlice write" in msg
+    assert "compute it into a local first" in msg
+    assert "out[i] = simt.warp.sum(a[i])" in msg          # the source line is quoted
+
+
+def test_warp_op_computed_before_the_guarded_write_compiles():
+    import numpy as np
+
+    @simt.kernel(block=256)
+    def k(a: simt.Array[f32], out: simt.DisjointSlice[f32]):
+        i = simt.thread.index_1d()
+        j = i if i < len(a) else 0
+        v = simt.warp.sum(a[j])
+        out[i] = v
+
+    x = np.ones(100, np.float32)
+    assert k.build(x, x.copy()) is not None
