@@ -101,6 +101,8 @@ def main() -> int:
             print("INSTALL FAILED")
             return 1
 
+    rc, dt, out = sh([py, "-c", "import bridge; print(bridge.gpu_available())"], logs / "gpu.log", 60)
+    summary["gpu"] = out.strip().splitlines()[-1:] == ["True"]
     rc, dt, out = sh([py, "-m", "bridge", "doctor"], logs / "doctor.log", 120)
     summary["doctor"] = out.strip().splitlines()
     summary["steps"]["doctor"] = {"rc": rc, "seconds": round(dt, 1)}
@@ -165,8 +167,10 @@ def main() -> int:
 
 
 def print_summary(s: dict) -> int:
-    ok = True
+    ok = bool(s.get("gpu"))   # the check proves GPU claims: without a GPU it cannot pass
     lines = ["", "=" * 78, f"kernelbridge GPU check  {s['date']}"]
+    if not ok:
+        lines.append("  NO GPU: nothing was proven on a device (the verdict is FAIL)")
     gpu = [l for l in s.get("doctor", []) if "GPU" in l or "driver" in l.lower()]
     lines += [f"  {l.strip()}" for l in gpu[:3]]
     lines.append("-" * 78)
