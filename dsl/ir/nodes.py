@@ -374,7 +374,7 @@ class ForRange(Stmt):
 
 @dataclass(eq=False)
 class ChunkLoop(Stmt):
-    """for var in chunk: var takes start..start+n-1 (OwnedIndexType, read as INDEX). Guarded on
+    """for var in chunk: var (an INDEX Var) takes start..start+n-1. Guarded on
     `array` (the DisjointSlice the chunk indexes): the backend emits a vectorisable fast path when the
     whole chunk is in range and a per-element guarded path otherwise."""
     var: Var

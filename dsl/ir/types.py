@@ -93,12 +93,6 @@ class ChunkType(Type):
 
 
 @dataclass(frozen=True)
-class OwnedIndexType(Type):
-    """The loop variable of `for k in chunk`: a writable position owned by this thread."""
-    n: int
-
-
-@dataclass(frozen=True)
 class SlotType(Type):
     """Result of `out.get_mut(i)`: an optional handle that must be tested before `.set(v)`."""
     array: ArrayType

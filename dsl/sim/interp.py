@@ -58,7 +58,7 @@ class Storage:
                 self.data = [Storage(e, self.L) for e in elems]
             for st, v in zip(self.data, value):  # type: ignore[arg-type]
                 st.write(sel, v)
-        else:  # ChunkType / OwnedIndexType: an INDEX start or position
+        else:  # ChunkType: an INDEX start
             if self.data is None:
                 self.data = np.zeros(self.L, np.int64)
             self.data[sel] = value  # type: ignore[index]

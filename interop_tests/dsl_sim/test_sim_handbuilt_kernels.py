@@ -8,7 +8,7 @@ from sim_irkit import (BOOL, F32, I64, C, P, R, arr, bop, cmp, gid, guarded, ker
                        store)
 
 from dsl.ir import nodes as N
-from dsl.ir.types import I32, ArrayType, OwnedIndexType, SlotType
+from dsl.ir.types import I32, ArrayType, SlotType
 from dsl.sim import SimulationError, run
 
 
@@ -202,7 +202,7 @@ def test_bool_parameters_and_arrays(rng):
 def test_chunk_loop_owns_n_elements_per_thread_and_guards_the_tail(rng):
     """for k in chunk_1d(4): out[k] = a[k] * 2  — 4 elements per thread, the tail chunk partial."""
     a, out = params(("a", arr(F32)), ("out", arr(F32, writable=True)))
-    k = N.Var("k", OwnedIndexType(4))
+    k = N.Var("k", I64)
     body = [N.ChunkLoop(k, N.ChunkValue(4), P(out), [
         store(out, [R(k)], bop("mul", load(a, [R(k)]), N.Const(2.0, F32), F32), mode="guarded")])]
     n = 1001
