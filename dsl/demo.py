@@ -12,15 +12,13 @@ kernels on the CPU simulator and the C++ step through its NumPy reference — an
 """
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 from dsl import f32, simt, tile
+from dsl.backend.ptxas import assemble, find_ptxas
 
 ROWS, COLS = 777, 1000          # 777000 elements: not a multiple of any block or chunk
 ALPHA = 2.5
@@ -98,26 +96,21 @@ def run_cpu(x_h: np.ndarray, y_h: np.ndarray) -> np.ndarray:
     z = np.empty_like(y)
     s = np.empty((ROWS, COLS), np.float32)
     part = tile.partition(s, _tile_shape())
-    ptxas = shutil.which("ptxas")
+    have_ptxas = find_ptxas() is not None
     for arch in ("sm_80", "sm_90"):
         for name, ptx in (("tanh_residual", tanh_residual.ptx(y, z, arch=arch)),
                           ("row_softmax", row_softmax.ptx(z.reshape(ROWS, COLS), part, arch=arch))):
-            checked = _ptxas_ok(ptxas, ptx, arch) if ptxas else "ptxas not found: not assembled"
+            if have_ptxas:
+                assemble(ptx, arch)               # raises PtxasError with ptxas's log if it rejects it
+                checked = "assembled by ptxas"
+            else:
+                checked = "ptxas not found: not assembled"
             print(f"  {name:<14} -> PTX for {arch}: {len(ptx.splitlines())} lines, {checked}")
     t0 = time.perf_counter()
     tanh_residual.simulate(y, z)
     row_softmax.simulate(z.reshape(ROWS, COLS), part)
     print(f"  simulated both DSL kernels on the CPU in {time.perf_counter() - t0:.2f} s")
     return s
-
-
-def _ptxas_ok(ptxas: str, ptx: str, arch: str) -> str:
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(ptx)
-    p = subprocess.run([ptxas, f"-arch={arch}", f.name, "-o", "/dev/null"], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"ptxas rejected the PTX for {arch}:\n{p.stderr}")
-    return "assembled by ptxas"
 
 
 def _importable(name: str) -> bool:

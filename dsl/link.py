@@ -17,12 +17,13 @@ stays PTX (LLVM's NVPTX backend emits no NVVM LTO-IR), so calls into DSL code ar
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+
+from dsl.backend.toolkit import find_tool
 
 __all__ = ["LinkError", "LinkInput", "LinkedKernel", "available", "find_nvcc", "compile_cu", "link",
            "link_kernel", "load_linked", "export_device", "main"]
@@ -81,17 +82,8 @@ def _arch_number(arch: str | int) -> str:
 
 
 def find_nvcc() -> str | None:
-    """nvcc from $KB_NVCC, PATH, $CUDA_HOME/bin, $CUDA_PATH/bin or /usr/local/cuda/bin."""
-    env = os.environ.get("KB_NVCC")
-    if env and os.path.exists(env):
-        return env
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and os.path.exists(os.path.join(root, "bin", "nvcc")):
-            return os.path.join(root, "bin", "nvcc")
-    return None
+    """nvcc from $KB_NVCC, $CUDA_HOME/bin, $CUDA_PATH/bin, PATH or /usr/local/cuda/bin."""
+    return find_tool("nvcc")
 
 
 def _include_dir() -> str:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 from pathlib import Path
+
+from dsl.backend.toolkit import toolkit_roots
 
 REL = Path("nvvm") / "libdevice" / "libdevice.10.bc"
 
@@ -19,17 +20,9 @@ class LibdeviceNotFound(FileNotFoundError):
 
 
 def _candidates() -> list[Path]:
-    roots: list[Path] = []
-    for var in ("KB_LIBDEVICE",):
-        if os.environ.get(var):
-            return [Path(os.environ[var])]
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            roots.append(Path(os.environ[var]))
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        roots.append(Path(nvcc).resolve().parent.parent)
-    roots.append(Path("/usr/local/cuda"))
+    if os.environ.get("KB_LIBDEVICE"):
+        return [Path(os.environ["KB_LIBDEVICE"])]
+    roots = toolkit_roots()
     try:   # the pip wheel nvidia-cuda-nvcc ships nvvm/libdevice too
         import nvidia.cuda_nvcc as pkg  # type: ignore[import-not-found]
         roots.extend(Path(p) for p in pkg.__path__)

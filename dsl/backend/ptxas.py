@@ -4,15 +4,14 @@ Used by `kernel.inspect()`, `python -m dsl compile`, and the tests (every genera
 """
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dsl.backend.target import parse_arch
+from dsl.backend.toolkit import find_tool
 
 
 class PtxasNotFound(FileNotFoundError):
@@ -41,17 +40,7 @@ class ResourceUsage:
 
 
 def find_ptxas() -> str | None:
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root and (Path(root) / "bin" / "ptxas").is_file():
-            return str(Path(root) / "bin" / "ptxas")
-    found = shutil.which("ptxas")
-    if found:
-        return found
-    for p in ("/usr/local/bin/ptxas", "/usr/local/cuda/bin/ptxas"):
-        if Path(p).is_file():
-            return p
-    return None
+    return find_tool("ptxas")
 
 
 def assemble(ptx: str, arch: str | int, *, output: str | None = None, timeout: float = 60.0

@@ -1,22 +1,22 @@
 """SASS disassembly of a cubin with cuobjdump (or nvdisasm), when the CUDA toolkit has them."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from dsl.backend.ptxas import assemble
+from dsl.backend.toolkit import find_tool
 
 
 def available() -> bool:
-    return shutil.which("cuobjdump") is not None or shutil.which("nvdisasm") is not None
+    return find_tool("cuobjdump") is not None or find_tool("nvdisasm") is not None
 
 
 def disassemble(ptx: str, arch: str | int, timeout: float = 60.0) -> str | None:
     """SASS text for `ptx` assembled for `arch`, or None when no disassembler is installed."""
-    tool = shutil.which("cuobjdump")
-    alt = shutil.which("nvdisasm")
+    tool = find_tool("cuobjdump")
+    alt = find_tool("nvdisasm")
     if tool is None and alt is None:
         return None
     with tempfile.TemporaryDirectory(prefix="kb_sass_") as tmp:
