@@ -27,6 +27,7 @@ import llvmlite.ir as ir
 from dsl.backend import lltypes as T
 from dsl.backend.exprs import ExprMixin
 from dsl.backend.memory import MemoryMixin
+from dsl.backend.tile_codegen import TileNodesMixin
 from dsl.backend.values import ArrayVal, leaves, rebuild
 from dsl.ir import nodes as N
 from dsl.ir.types import ArrayType, ScalarType, TupleType, VoidType
@@ -64,7 +65,7 @@ class BuildOptions:
     invariant_loads: bool = True      # mark loads of read-only, non-overlapping arrays !invariant.load
 
 
-class ModuleBuilder(ExprMixin, MemoryMixin):
+class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
     def __init__(self, kernel: N.Function, options: BuildOptions | None = None):
         self.kernel = kernel
         self.opts = options or BuildOptions()

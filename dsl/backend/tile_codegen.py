@@ -1,7 +1,7 @@
-"""Code generation for dsl/ir/tile_nodes.py, added to the backend's ModuleBuilder by `install()`.
+"""Code generation for dsl/ir/tile_nodes.py: `TileNodesMixin`, one of ModuleBuilder's bases.
 
-The builder dispatches `visit_<NodeClass>`; these methods are attached to the class once (idempotent),
-so the shared pipeline (dsl.compiler.compile_ir) compiles tile-lowered kernels unchanged.
+The builder dispatches `visit_<NodeClass>`, so the shared pipeline (dsl.compiler.compile_ir) compiles
+tile-lowered kernels unchanged.
 """
 from __future__ import annotations
 
@@ -71,12 +71,9 @@ def visit_GlobalAddress(self, e: TN.GlobalAddress):
     return self.st.b.ptrtoint(gptr, T.I64)
 
 
-def install() -> None:
-    """Attach the visitors to ModuleBuilder (no-op when already attached)."""
-    from dsl.backend.builder import ModuleBuilder
-    for name, fn in (("visit_InlinePtx", visit_InlinePtx),
-                     ("visit_SharedAddress", visit_SharedAddress),
-                     ("visit_GlobalAddress", visit_GlobalAddress),
-                     ("visit_SharedBuffer", visit_SharedBuffer)):
-        if getattr(ModuleBuilder, name, None) is not fn:
-            setattr(ModuleBuilder, name, fn)
+class TileNodesMixin:
+    """Visitors of the tile-lowering IR nodes (InlinePtx, SharedAddress, GlobalAddress, SharedBuffer)."""
+    visit_InlinePtx = visit_InlinePtx
+    visit_SharedAddress = visit_SharedAddress
+    visit_GlobalAddress = visit_GlobalAddress
+    visit_SharedBuffer = visit_SharedBuffer

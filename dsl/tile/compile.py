@@ -63,9 +63,7 @@ def contract_for(fn: T.TileFunction, threads: int, facts: dict[str, dict], relie
 def compile_tile(fn: T.TileFunction, arch: str, num_warps: int | None = None,
                  facts: dict[str, dict] | None = None, persistent: bool = False) -> CompiledTile:
     """Compile one specialisation for `arch` ("sm_80", "sm_90", ...)."""
-    from dsl.backend.tile_codegen import install
     from dsl.compiler import compile_ir
-    install()
     facts = facts or {}
     threads = pick_threads(fn, num_warps)
     # one module per specialisation (bridge.kernel_from_ptx), so the entry keeps the Python name,
