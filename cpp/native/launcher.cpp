@@ -229,8 +229,13 @@ class Launcher {
       }
     }
     if (contract_.has_fault_buffer) {
-      const uint64_t rec = kb::rt::fault_record(stream, id_, device_, contract_.kernel, fault_info_);
-      put(&rec, 8, 8);
+      // The (stream, launcher) record is stable while this launcher lives: remember the last one
+      // instead of searching the process-wide table on every launch.
+      if (stream != fault_stream_) {
+        fault_rec_ = kb::rt::fault_record(stream, id_, device_, contract_.kernel, fault_info_);
+        fault_stream_ = stream;
+      }
+      put(&fault_rec_, 8, 8);
     }
 
     // Context: the device's primary context (CuPy and PyTorch use the same one).
@@ -329,6 +334,8 @@ class Launcher {
   int device_;
   uint64_t id_;
   CUcontext ctx_ = nullptr;
+  uint64_t fault_stream_ = UINT64_MAX;   // stream of fault_rec_ (UINT64_MAX: none yet)
+  uint64_t fault_rec_ = 0;               // device address of this launcher's record on fault_stream_
   py::object contract_obj_;
   py::object fault_info_;
   std::vector<Plan> plan_;
