@@ -237,6 +237,7 @@ class Array(_native.ArrayBase):
         producer = self._producer_stream()
         handle, device, _keep = memory.resolve(stream, self.device_id) if stream is not None else (
             producer, self.device_id, None)
+        _refuse_capture(handle, "to_host")
         memory.wait(producer, handle, device)
         drv = _driver.raw()
         with memory.on_device(device):
@@ -356,11 +357,24 @@ def zeros_like(a: Any, dtype: Any = None, *, device: int | None = None, stream: 
 
 
 def _is_pinned(ptr: int) -> bool:
-    """True when `ptr` is page-locked/registered host memory (the driver knows it)."""
+    """True when `ptr` is page-locked/registered host memory (the driver knows it).
+
+    cuPointerGetAttributes (plural) answers for pageable memory with a zero memory type instead of an
+    error, so the query leaves no API error behind (compute-sanitizer reports every failed call).
+    """
     drv = _driver.raw()
     attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-    err = drv.cuPointerGetAttribute(attr, drv.CUdeviceptr(ptr))[0]
-    return int(err) == 0
+    err, values = drv.cuPointerGetAttributes(1, [attr], drv.CUdeviceptr(ptr))
+    return int(err) == 0 and int(values[0]) != 0       # 0: pageable memory the driver does not know
+
+
+def _refuse_capture(handle: int, what: str) -> None:
+    """A host<->device copy cannot be part of a CUDA graph: replaying it would read (or write) a host
+    buffer that Python may have changed or freed, and a pageable copy is synchronous anyway."""
+    if handle > 2 and _native.stream_is_capturing(handle):     # 0-2: legacy/per-thread, never captured
+        raise RuntimeError(f"{what}: the stream is being captured into a CUDA graph, and a host<->device "
+                           f"copy cannot be captured; copy before `bridge.capture()` (or after it) and "
+                           f"pass device arrays into the captured launches")
 
 
 def _copy_from_host(out: Array, src: np.ndarray) -> None:
@@ -381,6 +395,8 @@ def from_host(np_array: Any, *, device: int | None = None, stream: Any = None) -
     """Explicit host -> device copy of a NumPy array (any strides) into a new C-contiguous Array."""
     src = np.ascontiguousarray(np.asarray(np_array))
     name = dtypes.normalize(src.dtype, arg="np_array")
+    handle, _, _keep = memory.resolve(stream, device)
+    _refuse_capture(handle, "from_host")
     out = empty(src.shape, name, device=device, stream=stream)
     if src.nbytes:
         _copy_from_host(out, src)

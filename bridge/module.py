@@ -109,7 +109,10 @@ class Module:
         k = self._kernels.get(name)
         if k is not None:
             return k
-        func = _native.module_get_function(self.handle, name)
+        if self._ptx_entries is not None and name not in self._ptx_entries:
+            func = None                    # known absent: no failing driver call (sanitizers report those)
+        else:
+            func = _native.module_get_function(self.handle, name)
         if func is None:
             known = f"; it has {', '.join(self._ptx_entries)}" if self._ptx_entries else ""
             raise AttributeError(f"module {self.name!r} has no kernel named {name!r}{known} "

@@ -218,7 +218,9 @@ void register_streams(py::module_& m) {
       return py::make_tuple(uint64_t{0}, uint64_t{0}, objs);
     }
     CUgraphExec exec = nullptr;
-    CUresult r = require().graphInstantiate(&exec, graph, 0);
+    // Arrays allocated inside the capture are graph allocations with a fixed address; auto-free lets the
+    // graph be replayed again while those arrays (kept by the Graph) still hold the previous launch's.
+    CUresult r = require().graphInstantiate(&exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
     if (r != CUDA_SUCCESS) {
       require().graphDestroy(graph);
       throw_cuda_error("graphInstantiate", r);

@@ -42,15 +42,31 @@ def test_capture_and_replay_follow_in_place_input_changes(mod, rng):
 
 def test_graph_keeps_temporaries_alive(mod, rng):
     a_np = (rng.standard_normal(N) * 10).astype(np.float32)
+    v = float(rng.uniform(1, 5))
+    a = bridge.from_host(a_np)
     out = bridge.full((N,), -7.0, "float32")
     with bridge.capture() as g:
-        mod.vecadd(bridge.from_host(a_np), bridge.from_host(a_np), out, N)
+        mod.vecadd(a, bridge.full((N,), v, "float32"), out, N)     # the filled array: only the graph holds it
     gc.collect()
     junk = [bridge.full((N,), 1e30, "float32") for _ in range(8)]
-    g.replay()
-    g.stream.synchronize()
-    np.testing.assert_allclose(out.to_host(), 2 * a_np, rtol=1e-6)
+    for _ in range(2):                     # a graph allocation is freed again before each relaunch
+        g.replay()
+        g.stream.synchronize()
+        np.testing.assert_allclose(out.to_host(), a_np + np.float32(v), rtol=1e-6)
+        mod.spin_fill(out, N, np.float32(-7.0), 0, stream=g.stream)     # poison: the next replay rewrites
     del junk
+
+
+def test_host_copies_inside_a_capture_are_refused(rng):
+    a_np = rng.standard_normal(N).astype(np.float32)
+    dev = bridge.full((N,), 3.0, "float32")
+    with pytest.raises(RuntimeError, match="from_host: the stream is being captured"):
+        with bridge.capture():
+            bridge.from_host(a_np)
+    with pytest.raises(RuntimeError, match="to_host: the stream is being captured"):
+        with bridge.capture() as g:
+            dev.to_host(stream=g.stream)
+    np.testing.assert_array_equal(dev.to_host(), np.full(N, 3.0, np.float32))   # nothing was written
 
 
 def _checked(mod, data, out, idx, stream=None):
