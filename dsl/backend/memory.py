@@ -67,9 +67,13 @@ class MemoryMixin:
         b = self.st.b
         rec = self.st.fault_record
         if rec is not None:
-            old = b.cmpxchg(rec, ir.Constant(T.I32, 0), ir.Constant(T.I32, 1), "monotonic", "monotonic")
+            # atom.cas (generic address) at the default .gpu scope, as CUDA's atomicCAS: LLVM's cmpxchg would be
+            # .sys scope, which the host does not need (it reads the record after the launch completes).
+            cas = ir.InlineAsm(ir.FunctionType(T.I32, [rec.type]), "atom.cas.b32 $0, [$1], 0, 1;",
+                               "=r,l,~{memory}", side_effect=True)
+            old = b.call(cas, [rec])
             won, done = self.new_block("fault.write"), self.new_block("fault.exit")
-            b.cbranch(b.extract_value(old, 1), won, done)
+            b.cbranch(b.icmp_unsigned("==", old, ir.Constant(T.I32, 0)), won, done)
             b.position_at_end(won)
             for off, val in ((FAULT_SITE_OFFSET, ir.Constant(T.I32, site)),
                              (FAULT_INDEX_OFFSET, index), (FAULT_EXTENT_OFFSET, extent)):
