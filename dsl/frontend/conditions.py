@@ -101,6 +101,9 @@ class ConditionFacts:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" \
                 and len(node.args) == 1 and isinstance(node.args[0], ast.Name):
             return self.expr(node)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)) and \
+                self.pure_value(node.left) is not None and self.pure_value(node.right) is not None:
+            return self.expr(node)      # index arithmetic: `by + ty + j`
         return None
 
     def fact_key(self, node: ast.expr, v: Any, stored: set[str]) -> tuple | None:
@@ -114,4 +117,6 @@ class ConditionFacts:
             return None
         if key[0] == "var" and not isinstance(node, ast.Name):
             return None
+        if key[0] == "bin" and any(isinstance(n, ast.Name) and n.id in stored for n in ast.walk(node)):
+            return None         # a term changes inside the region: the fact would go stale
         return key

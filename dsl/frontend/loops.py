@@ -101,6 +101,11 @@ class LoopMixin:
             if start_ok:
                 facts.nonneg.add(key)
             self.bound_fact(facts, key, stop, call.args[1 if nargs > 1 else 0], minus_one=False)
+            if start.weak and stop.weak and isinstance(start.const_value, int) and \
+                    isinstance(stop.const_value, int) and stop.const_value > start.const_value:
+                last = start.const_value + (stop.const_value - start.const_value - 1) // \
+                    step.const_value * step.const_value
+                facts.add_const(key, last + 1)      # range(0, 32, 8): j <= 24
         elif step.weak and step.const_value < 0 and stop.weak and stop.const_value >= -1:
             facts.nonneg.add(key)     # range(len(a) - 1, -1, -1): j > stop >= -1
             st = call.args[0]

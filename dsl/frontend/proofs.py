@@ -24,7 +24,11 @@ Extent = tuple[str, int]   # (array name, axis)
 
 
 def index_key(e: ir.Expr) -> tuple | None:
-    """Identity of an index expression for proofs (None: not tracked)."""
+    """Identity of an index expression for proofs (None: not tracked).
+
+    Sums and products of tracked values and constants get a structural key, so a guard written as
+    `if by + ty + j < a.shape[0]:` proves the access `a[by + ty + j, ...]` spelled the same way.
+    """
     if isinstance(e, ir.Cast) and isinstance(e.operand.type, irt.ScalarType) and e.operand.type.is_int:
         return index_key(e.operand)
     if isinstance(e, ir.TupleGet) and isinstance(e.value, ir.ThreadIndexValue):
@@ -33,7 +37,71 @@ def index_key(e: ir.Expr) -> tuple | None:
         return ("var", id(e.var))
     if isinstance(e, ir.Special):
         return ("reg", e.name)
+    if isinstance(e, ir.BinOp) and e.op in ("add", "mul"):
+        lhs, rhs = _operand_key(e.lhs), _operand_key(e.rhs)
+        if lhs is not None and rhs is not None:
+            return ("bin", e.op, lhs, rhs)
     return None
+
+
+def _operand_key(e: ir.Expr) -> tuple | None:
+    if isinstance(e, ir.Cast) and isinstance(e.operand.type, irt.ScalarType) and e.operand.type.is_int:
+        return _operand_key(e.operand)
+    if isinstance(e, ir.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return ("const", e.value)
+    return index_key(e)
+
+
+def pure_index_expr(e: ir.Expr) -> bool:
+    """Sums/products of registers, thread-index components, lengths and constants: a single-assigned
+    local holding one is bound to the expression itself, so proofs can see through the name."""
+    if isinstance(e, ir.Cast):
+        return isinstance(e.operand.type, irt.ScalarType) and e.operand.type.is_int and \
+            pure_index_expr(e.operand)
+    if isinstance(e, (ir.Special, ir.ArrayLen)):
+        return True
+    if isinstance(e, ir.TupleGet) and isinstance(e.value, ir.ThreadIndexValue):
+        return True
+    if isinstance(e, ir.Const):
+        return isinstance(e.value, int) and not isinstance(e.value, bool)
+    if isinstance(e, ir.BinOp) and e.op in ("add", "mul"):
+        return pure_index_expr(e.lhs) and pure_index_expr(e.rhs)
+    return False
+
+
+# Exclusive upper bounds used when nothing tighter is known. A length or a thread-index component is
+# below 2**49 (no GPU maps more bytes); a grid or block register is a 32-bit value.
+_EXTENT_BOUND = 1 << 49
+_REGISTER_BOUND = {"tid.x": 1024, "tid.y": 1024, "tid.z": 64, "ntid.x": 1025, "ntid.y": 1025,
+                   "ntid.z": 65, "laneid": 32, "warpsize": 33}
+
+
+def _upper(facts: "Facts", key: tuple) -> int | None:
+    """Exclusive upper bound of a keyed value, or None when unbounded."""
+    kind = key[0]
+    if kind == "const":
+        return key[1] + 1 if key[1] >= 0 else None
+    if kind == "bin":
+        a, b = _upper(facts, key[2]), _upper(facts, key[3])
+        if a is None or b is None:
+            return None
+        return a + b - 1 if key[1] == "add" else (a - 1) * (b - 1) + 1
+    bound = facts.below_const.get(key)
+    if bound is not None:
+        return bound
+    if kind == "reg":
+        return _REGISTER_BOUND.get(key[1], 1 << 32)
+    if kind == "tid" or facts.below_extent.get(key):
+        return _EXTENT_BOUND
+    return None
+
+
+def _nonneg_key(facts: "Facts", key: tuple) -> bool:
+    if key[0] == "const":
+        return key[1] >= 0
+    if key[0] == "bin":
+        return _nonneg_key(facts, key[2]) and _nonneg_key(facts, key[3])
+    return key[0] in ("reg", "tid") or key in facts.nonneg
 
 
 def nonnegative_expr(e: ir.Expr) -> bool:
@@ -142,10 +210,22 @@ def in_range(facts: Facts, rel: Relations, idx: ir.Expr, array: str, axis: int,
     key = index_key(idx)
     if key is None:
         return False
+    if key[0] == "bin":
+        # Every term non-negative and the sum/product provably below 2**(bits-1): no wrap-around,
+        # so the value the guard compared is the value used here.
+        bits = idx.type.bits if isinstance(idx.type, irt.ScalarType) else 64
+        ub = _upper(facts, key)
+        if not _nonneg_key(facts, key) or ub is None or ub > (1 << (bits - 1)):
+            return False
+        if static_extent is not None and static_extent >= 0:
+            return ub <= static_extent
+        return any(rel.at_most(ext, (array, axis)) for ext in facts.below_extent.get(key, ()))
     if not (key in facts.nonneg or nonnegative_expr(idx)):
         return False
     if static_extent is not None and static_extent >= 0:
         bound = facts.below_const.get(key)
+        if bound is None and key[0] == "reg":
+            bound = _REGISTER_BOUND.get(key[1])
         if bound is not None and bound <= static_extent:
             return True
         return False

@@ -7,6 +7,7 @@ from typing import Any
 from dsl.frontend import typing_rules as tr
 from dsl.frontend.conditions import ConditionFacts
 from dsl.frontend.exprs import BINOPS
+from dsl.frontend.proofs import pure_index_expr
 from dsl.frontend.values import PyObj, SlotBinding, TupleVal, Val
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
@@ -147,7 +148,9 @@ class StmtMixin(ConditionFacts):
         s = self.as_scalar(v) if not (isinstance(v, Val) and isinstance(v.type, irt.ThreadIndexType)) \
             else None
         single = self.assigned.get(name, 0) <= 1
-        pure = isinstance(s.expr, (ir.TupleGet, ir.Special, ir.ArrayLen)) if s is not None else False
+        pure = (isinstance(s.expr, (ir.TupleGet, ir.Special, ir.ArrayLen)) or
+                (isinstance(s.expr, ir.BinOp) and not s.weak and pure_index_expr(s.expr))) \
+            if s is not None else False
         if s is not None and not (pure and single):
             if s.weak and single:
                 self.bindings[name] = s          # a named constant: stays weak like a literal

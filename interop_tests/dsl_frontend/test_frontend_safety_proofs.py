@@ -239,3 +239,82 @@ def slot_truthy(a: simt.Array[f32], out: simt.DisjointSlice[f32]):
 def test_a_slot_tested_for_truth_may_be_set():
     (st,) = nodes_of(slot_truthy.build(f32v(), f32v()), ir.SlotSet)
     assert isinstance(st.slot, ir.GetMut)
+
+
+# ---- index arithmetic: sums and products of registers, loop variables and constants ------------------
+
+T = 32
+
+
+@simt.kernel(domain=2, block=(32, 8, 1))
+def tiled_transpose(a: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
+    with simt.unsafe():
+        tile = simt.shared.array((T, T + 1), f32)
+        tx = simt.threadIdx.x
+        ty = simt.threadIdx.y
+        bx = simt.blockIdx.x * T
+        by = simt.blockIdx.y * T
+        for j in range(0, T, 8):
+            if by + ty + j < a.shape[0] and bx + tx < a.shape[1]:
+                tile[ty + j, tx] = a[by + ty + j, bx + tx]
+        simt.sync_threads()
+        for j in range(0, T, 8):
+            if bx + ty + j < out.shape[0] and by + tx < out.shape[1]:
+                out[bx + ty + j, by + tx] = tile[tx, ty + j]
+
+
+def test_guarded_index_sums_and_the_exact_block_prove_the_tiled_transpose():
+    fn = tiled_transpose.build(np.ones((70, 45), np.float32), np.ones((45, 70), np.float32))
+    assert fn.fault_sites == []
+    assert checks(fn) == ["none", "none"]
+    assert {s.mode for s in nodes_of(fn, ir.Store)} == {"unchecked"}
+
+
+@simt.kernel(domain=2, block=(32, 16, 1))
+def tile_too_small(a: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
+    with simt.unsafe():
+        tile = simt.shared.array((T, T), f32)
+        ty = simt.threadIdx.y
+        for j in range(0, T, 8):
+            tile[ty + j, 0] = a[0, 0]   # SITE-TILE: ty + j reaches 15 + 24 = 39
+        simt.sync_threads()
+        i = simt.thread.index_2d()
+        out[i] = tile[0, 0]
+
+
+def test_a_sum_that_can_pass_the_static_extent_keeps_its_check():
+    fn = tile_too_small.build(np.ones((3, 3), np.float32), np.ones((3, 3), np.float32))
+    line = next(k for k in range(1, 600) if "SITE-TILE" in linecache.getline(__file__, k))
+    assert [s.loc.line for s in fn.fault_sites if s.array == "tile"] == [line]
+
+
+@simt.kernel(block=128)
+def scaled_gather(a: simt.Array[f32], out: simt.DisjointSlice[f32], k: i32, m: i32):
+    i = simt.thread.index_1d()
+    if i * k < len(a):
+        out[i] = a[i * k]          # SITE-UNBOUNDED: k is any i32, the product may wrap
+    s = simt.threadIdx.x + k
+    for j in range(4):
+        s = s + j
+        if s < len(a):
+            out[i] = a[s]          # SITE-REASSIGNED: a plain variable, checked as before
+
+
+def test_a_product_with_an_unbounded_scalar_keeps_its_check():
+    fn = scaled_gather.build(f32v(), f32v(), np.int32(3), np.int32(1))
+    line = next(k for k in range(1, 600) if "SITE-UNBOUNDED" in linecache.getline(__file__, k))
+    assert line in [s.loc.line for s in fn.fault_sites]
+
+
+@simt.kernel(block=128)
+def strided_pairs(a: simt.Array[f32], out: simt.DisjointSlice[f32]):
+    i = simt.thread.index_1d()
+    base = simt.blockIdx.x * 256
+    for j in range(2):
+        if base + simt.threadIdx.x * 2 + j < len(a):
+            out[i] = a[base + simt.threadIdx.x * 2 + j]
+
+
+def test_a_guarded_sum_with_products_of_registers_needs_no_check():
+    fn = strided_pairs.build(f32v(1000), f32v(1000))
+    assert [s.array for s in fn.fault_sites] == []
