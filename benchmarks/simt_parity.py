@@ -164,8 +164,9 @@ def make_cases(rng: np.random.Generator, mod: Any) -> list[Case]:
     u = hu[0][0].astype(np.float64)
     ref = u.copy()
     ref[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]) - u[1:-1, 1:-1]
+    # rows/cols are reassigned for the transpose below: the C++ lambdas bind them now.
     cases.append(Case("stencil5 (2-D)", lambda i: dss(du[i % k3][0], s1),
-                      lambda i: css(du[i % k3][0], s2, rows, cols), {"DSL": s1, "C++": s2}, ref,
+                      lambda i, rows=rows, cols=cols: css(du[i % k3][0], s2, rows, cols), {"DSL": s1, "C++": s2}, ref,
                       tol={"rtol": 1e-5, "atol": 1e-5}))
 
     rows, cols = 8191, 8193
@@ -175,7 +176,7 @@ def make_cases(rng: np.random.Generator, mod: Any) -> list[Case]:
     g = (cdiv(cols, 32), cdiv(rows, 32), 1)
     dtr, ctr = Z.transpose[g, (32, 8, 1)], mod.transpose[g, (32, 8, 1)]
     cases.append(Case("transpose (shared tiles)", lambda i: dtr(dt[i % k4][0], t1),
-                      lambda i: ctr(dt[i % k4][0], t2, rows, cols), {"DSL": t1, "C++": t2},
+                      lambda i, rows=rows, cols=cols: ctr(dt[i % k4][0], t2, rows, cols), {"DSL": t1, "C++": t2},
                       ht[0][0].T.astype(np.float64)))
 
     k5 = input_sets(n * 4)

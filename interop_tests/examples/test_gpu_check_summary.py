@@ -1,0 +1,66 @@
+"""scripts/gpu_check.py's summary: the verdict is correctness; missed performance bars are listed beside it;
+a step that did not run (or a run without a GPU) fails the check."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def summary(**steps) -> dict:
+    base = {"tests": {"rc": 0, "seconds": 1, "passed": 10, "failed": 0, "errors": 0, "skipped": 0},
+            "sanitize_memcheck": {"rc": 0, "seconds": 1, "errors": 0, "api_errors": 0, "passed": 3, "failed": 0}}
+    base.update(steps)
+    return {"date": "d", "gpu": True, "doctor": ["GPU 0: H200"], "steps": base,
+            "bars": [{"name": "launch", "ours": 5.0, "peer": 4.0, "ratio": 0.8, "bar": ">= 1x x", "pass": False},
+                     {"name": "add", "ours": 4.3, "peer": 4.3, "ratio": 1.0, "bar": ">= 0.97x y", "pass": True}]}
+
+
+def test_missed_bars_are_listed_but_do_not_fail_correctness(gpu_check, capsys):
+    assert gpu_check.print_summary(summary()) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == "VERDICT: PASS   performance bars met: 1/2 (missed: launch)"
+
+
+def test_a_failed_test_or_a_sanitizer_error_fails_the_check(gpu_check, capsys):
+    bad = {"rc": 1, "seconds": 1, "passed": 9, "failed": 1, "errors": 0, "skipped": 0}
+    assert gpu_check.print_summary(summary(tests=bad)) == 1
+    san = {"rc": 0, "seconds": 1, "errors": 2, "api_errors": 2, "passed": 3, "failed": 0}
+    assert gpu_check.print_summary(summary(sanitize_memcheck=san)) == 1
+    assert "errors 2 (API 2)" in capsys.readouterr().out
+
+
+def test_a_step_cut_by_the_time_budget_or_a_missing_gpu_fails(gpu_check, capsys):
+    cut = {"rc": None, "note": "not run: the check's time budget ran out"}
+    assert gpu_check.print_summary(summary(**{"bench:benchmarks/intake.py": cut})) == 1
+    s = summary()
+    s["gpu"] = False
+    assert gpu_check.print_summary(s) == 1
+    assert "NO GPU" in capsys.readouterr().out
+
+
+def test_sanitizer_counts_are_read_from_the_tool_output(gpu_check):
+    out = ("========= Program hit CUDA_ERROR_INVALID_VALUE (error 1) due to \"invalid argument\"\n"
+           "========= Invalid __global__ read of size 4 bytes\n========= ERROR SUMMARY: 2 errors\n")
+    assert gpu_check.sanitizer_errors(out) == 2 and gpu_check.sanitizer_api_errors(out) == 1
+    assert gpu_check.sanitizer_errors("no summary here") is None
+
+
+def test_an_example_whose_memcheck_run_timed_out_fails(gpu_check):
+    ok = {"rc": 0, "seconds": 1, "pass_line": True, "memcheck_errors": 0, "memcheck_rc": 0}
+    assert gpu_check.print_summary(summary(**{"example:e.py": ok})) == 0
+    timed_out = {**ok, "memcheck_errors": None, "memcheck_rc": 124}
+    assert gpu_check.print_summary(summary(**{"example:e.py": timed_out})) == 1
+    no_pass = {**ok, "pass_line": False}
+    assert gpu_check.print_summary(summary(**{"example:e.py": no_pass})) == 1
