@@ -76,7 +76,9 @@ class ConditionFacts:
         small, big = self.pure_value(lhs), self.pure_value(rhs)
         if isinstance(small, Val) and small.weak and isinstance(small.const_value, (int, float)):
             key = self.fact_key(rhs, big, stored)
-            if key is not None and small.const_value >= (0 if kind is ast.LtE else -1):
+            if key is not None and isinstance(small.const_value, int):
+                facts.add_lower(key, small.const_value + (0 if kind is ast.LtE else 1))
+            elif key is not None and small.const_value >= (0 if kind is ast.LtE else -1):
                 facts.nonneg.add(key)
             return
         key = self.fact_key(lhs, small, stored)
@@ -88,6 +90,12 @@ class ConditionFacts:
         if kind is ast.Lt and isinstance(big, Val) and isinstance(big.expr, ir.ArrayLen):
             from dsl.frontend.access import array_name
             facts.add_extent(key, (array_name(big.expr.array), big.expr.axis))
+            return
+        minus = _len_minus_const(big.expr) if isinstance(big, Val) else None
+        if minus is not None:
+            from dsl.frontend.access import array_name
+            length, d = minus        # key < len - d  (or <= len - d, i.e. < len - (d - 1))
+            facts.add_extent_minus(key, (array_name(length.array), length.axis), d if kind is ast.Lt else d - 1)
 
     def pure_value(self, node: ast.expr) -> Any:
         """Lower `node` only when it has no side effects (names, attributes, len(), shapes)."""
@@ -101,6 +109,9 @@ class ConditionFacts:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" \
                 and len(node.args) == 1 and isinstance(node.args[0], ast.Name):
             return self.expr(node)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and \
+                isinstance(node.right, ast.Constant) and self.pure_value(node.left) is not None:
+            return self.expr(node)      # `len(u) - 1`, `r - 1`
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)) and \
                 self.pure_value(node.left) is not None and self.pure_value(node.right) is not None:
             return self.expr(node)      # index arithmetic: `by + ty + j`
@@ -120,3 +131,20 @@ class ConditionFacts:
         if key[0] == "bin" and any(isinstance(n, ast.Name) and n.id in stored for n in ast.walk(node)):
             return None         # a term changes inside the region: the fact would go stale
         return key
+
+
+def _len_minus_const(e: ir.Expr) -> tuple[ir.ArrayLen, int] | None:
+    """`len(a) - d` / `a.shape[k] - d` (d an integer constant) -> (the length, d)."""
+    while isinstance(e, ir.Cast):
+        e = e.operand
+    if isinstance(e, ir.BinOp) and e.op in ("sub", "add"):
+        lhs, rhs = e.lhs, e.rhs
+        while isinstance(lhs, ir.Cast):
+            lhs = lhs.operand
+        while isinstance(rhs, ir.Cast):
+            rhs = rhs.operand
+        if isinstance(lhs, ir.ArrayLen) and isinstance(rhs, ir.Const) and isinstance(rhs.value, int) \
+                and not isinstance(rhs.value, bool):
+            d = rhs.value if e.op == "sub" else -rhs.value
+            return lhs, d
+    return None

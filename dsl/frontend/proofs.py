@@ -189,10 +189,25 @@ class Facts:
     below_const: dict[tuple, int] = field(default_factory=dict)
     nonneg: set[tuple] = field(default_factory=set)
     slots: set[int] = field(default_factory=set)     # ids of get_mut() slots known not None
+    at_least: dict[tuple, int] = field(default_factory=dict)              # key >= c  (`if r > 0:`)
+    below_extent_minus: dict[tuple, set[tuple[Extent, int]]] = field(default_factory=dict)  # key < ext - d
 
     def copy(self) -> "Facts":
         return Facts({k: set(v) for k, v in self.below_extent.items()}, dict(self.below_const),
-                     set(self.nonneg), set(self.slots))
+                     set(self.nonneg), set(self.slots), dict(self.at_least),
+                     {k: set(v) for k, v in self.below_extent_minus.items()})
+
+    def add_lower(self, key: tuple, bound: int) -> None:
+        self.at_least[key] = max(bound, self.at_least.get(key, bound))
+        if bound >= 0:
+            self.nonneg.add(key)
+
+    def add_extent_minus(self, key: tuple, ext: Extent, d: int) -> None:
+        if d <= 0:
+            if d == 0:
+                self.add_extent(key, ext)
+            return
+        self.below_extent_minus.setdefault(key, set()).add((ext, d))
 
     def add_extent(self, key: tuple, ext: Extent) -> None:
         self.below_extent.setdefault(key, set()).add(ext)
@@ -207,6 +222,9 @@ def in_range(facts: Facts, rel: Relations, idx: ir.Expr, array: str, axis: int,
     """Is `0 <= idx < array.shape[axis]` known here?"""
     if isinstance(idx, ir.Const):
         return static_extent is not None and 0 <= idx.value < static_extent
+    shifted = _offset_form(idx)
+    if shifted is not None and _offset_in_range(facts, rel, *shifted, array, axis, static_extent):
+        return True
     key = index_key(idx)
     if key is None:
         return False
@@ -230,3 +248,33 @@ def in_range(facts: Facts, rel: Relations, idx: ir.Expr, array: str, axis: int,
             return True
         return False
     return any(rel.at_most(ext, (array, axis)) for ext in facts.below_extent.get(key, ()))
+
+
+def _offset_form(idx: ir.Expr) -> tuple[tuple, int] | None:
+    """`k + c` / `k - c` with k a tracked value and c an integer constant -> (key of k, signed c)."""
+    while isinstance(idx, ir.Cast) and isinstance(idx.operand.type, irt.ScalarType) and idx.operand.type.is_int:
+        idx = idx.operand
+    if not (isinstance(idx, ir.BinOp) and idx.op in ("add", "sub")):
+        return None
+    c = _operand_key(idx.rhs)
+    base = index_key(idx.lhs)
+    if c is None or c[0] != "const" or base is None or base[0] == "bin":
+        return None
+    return base, (c[1] if idx.op == "add" else -c[1])
+
+
+def _offset_in_range(facts: Facts, rel: Relations, key: tuple, off: int, array: str, axis: int,
+                     static_extent: int | None) -> bool:
+    """0 <= key + off < extent from `key >= lo` and `key < ext - d` with d >= off (stencil neighbours:
+    `if r > 0 and r < len(u) - 1:` proves u[r - 1] and u[r + 1])."""
+    lo = facts.at_least.get(key)
+    if lo is None and (key in facts.nonneg or key[0] in ("reg", "tid")):
+        lo = 0
+    if lo is None or lo + off < 0:
+        return False
+    if static_extent is not None and static_extent >= 0:
+        ub = facts.below_const.get(key)
+        return ub is not None and ub + off <= static_extent
+    if off <= 0 and any(rel.at_most(ext, (array, axis)) for ext in facts.below_extent.get(key, ())):
+        return True
+    return any(d >= off and rel.at_most(ext, (array, axis)) for ext, d in facts.below_extent_minus.get(key, ()))

@@ -318,3 +318,40 @@ def strided_pairs(a: simt.Array[f32], out: simt.DisjointSlice[f32]):
 def test_a_guarded_sum_with_products_of_registers_needs_no_check():
     fn = strided_pairs.build(f32v(1000), f32v(1000))
     assert [s.array for s in fn.fault_sites] == []
+
+
+# ---- neighbours: `k - c` / `k + c` under `k >= lo` and `k < len - d` ---------------------------------
+
+@simt.kernel(domain=2, block=(16, 16, 1), requires=["u.shape == out.shape"])
+def five_point(u: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
+    ij = simt.thread.index_2d()
+    r = ij[0]
+    c = ij[1]
+    if r > 0 and r < u.shape[0] - 1 and c > 0 and c < u.shape[1] - 1:
+        out[ij] = 0.25 * (u[r - 1, c] + u[r + 1, c] + u[r, c - 1] + u[r, c + 1]) - u[r, c]
+    else:
+        out[ij] = u[r, c]
+
+
+def test_stencil_guards_prove_the_neighbour_loads():
+    fn = five_point.build(np.ones((9, 7), np.float32), np.ones((9, 7), np.float32))
+    assert fn.fault_sites == []
+    assert set(checks(fn)) == {"none"}
+
+
+@simt.kernel(block=128)
+def one_sided(u: simt.Array[f32], out: simt.DisjointSlice[f32]):
+    i = simt.thread.index_1d()
+    if i > 0 and i <= len(u) - 1:
+        out[i] = u[i - 1] + u[i + 1]     # SITE-RIGHT: i <= len - 1 leaves i + 1 == len possible
+    if i >= 0 and i < len(u) - 2:
+        out[i] = u[i + 2] - u[i - 1]     # SITE-LEFT: i may be 0
+
+
+def test_neighbours_the_guard_does_not_cover_keep_their_checks():
+    fn = one_sided.build(f32v(), f32v())
+    right = next(k for k in range(1, 800) if "SITE-RIGHT" in linecache.getline(__file__, k))
+    left = next(k for k in range(1, 800) if "SITE-LEFT" in linecache.getline(__file__, k))
+    # out[i] is not proven either (no relation between u and out); look at the u sites only
+    sites = sorted((s.loc.line, s.loc.col) for s in fn.fault_sites if s.array == "u")
+    assert [ln for ln, _ in sites] == [right, left]
