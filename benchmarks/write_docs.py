@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-ORDER = ["launch_overhead", "elementwise", "simt_parity", "tile_ops", "intake", "compile_time"]
+ORDER = ["launch_overhead", "launch_breakdown", "elementwise", "simt_parity", "tile_ops", "intake", "compile_time"]
 
 
 def fmt(v: object) -> str:
@@ -69,7 +69,8 @@ def steps(check: dict) -> list[str]:
     rows = []
     for name, st in check.get("steps", {}).items():
         detail = st.get("note") or ", ".join(f"{k} {v}" for k, v in st.items()
-                                             if k in ("passed", "failed", "errors", "skipped", "memcheck_errors"))
+                                             if k in ("passed", "failed", "errors", "api_errors", "skipped", "memcheck_errors",
+                                                      "memcheck_rc"))
         rows.append([name, st.get("rc"), st.get("seconds"), detail])
     return ["## Steps of the GPU check", "", *table(["step", "exit code", "seconds", "detail"], rows)]
 

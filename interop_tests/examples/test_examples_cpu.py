@@ -19,8 +19,8 @@ import bridge
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ["mixed_pipeline.py", "torch_custom_op.py", "graph_capture.py"]
-BENCHMARKS = ["launch_overhead.py", "elementwise.py", "simt_parity.py", "tile_ops.py", "intake.py",
-              "compile_time.py"]
+BENCHMARKS = ["launch_overhead.py", "launch_breakdown.py", "elementwise.py", "simt_parity.py", "tile_ops.py",
+              "intake.py", "compile_time.py"]
 TOOLS = ["plot.py", "write_docs.py"]
 ALL = [f"examples/{f}" for f in EXAMPLES] + [f"benchmarks/{f}" for f in BENCHMARKS + TOOLS]
 EVERY_PY = sorted(str(p.relative_to(ROOT)) for d in ("examples", "benchmarks") for p in (ROOT / d).rglob("*.py"))
