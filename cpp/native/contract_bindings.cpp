@@ -256,7 +256,9 @@ void register_limits(py::module_& m) {
           [](kb::DeviceLimits& d, py::handle v) { read_dims<int64_t>(v, d.max_grid, "max_grid"); })
       .def_readwrite("smem_per_block", &kb::DeviceLimits::smem_per_block)
       .def_readwrite("smem_per_block_optin", &kb::DeviceLimits::smem_per_block_optin)
-      .def_readwrite("sm_count", &kb::DeviceLimits::sm_count);
+      .def_readwrite("sm_count", &kb::DeviceLimits::sm_count)
+      .def_readwrite("host_memory", &kb::DeviceLimits::host_memory,
+                     "True for the CPU simulator: arrays must be host memory instead of device memory.");
   py::class_<kb::FuncAttrs>(m, "FuncAttrs", "Attributes of one compiled function (cuFuncGetAttribute).")
       .def(py::init<>())
       .def_readwrite("max_threads_per_block", &kb::FuncAttrs::max_threads_per_block)

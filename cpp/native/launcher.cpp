@@ -308,6 +308,21 @@ class Launcher {
     kb::rt::poll_keepalive();
   }
 
+  // Intake + validation only, never the driver: the CPU simulator's launches (limits.host_memory) go
+  // through the same validator as the GPU's. Returns the configuration the validator settled on.
+  py::tuple validate_only(py::tuple args, kb::LaunchConfig cfg) {
+    const int n = static_cast<int>(args.size());
+    std::vector<kb::ArgValue> vals(static_cast<size_t>(n));
+    std::vector<IntakeInfo> infos(static_cast<size_t>(n));
+    IntakeMemo memo;
+    for (int i = 0; i < n; ++i) read_arg(i, args[static_cast<size_t>(i)].ptr(), vals[i], infos[i], 0, memo);
+    kb::Error e = kb::validate(contract_, vals.data(), n, cfg, limits_, attrs_);
+    if (e) throw_contract_error(e, contract_.kernel);
+    return py::make_tuple(py::make_tuple(cfg.grid[0], cfg.grid[1], cfg.grid[2]),
+                          py::make_tuple(cfg.block[0], cfg.block[1], cfg.block[2]),
+                          cfg.smem < 0 ? int64_t{0} : cfg.smem, cfg.skip);
+  }
+
   void launch_tuple(py::handle args, const kb::LaunchConfig& cfg, uint64_t stream, Py_ssize_t temp_refcount) {
     PyObject* const* objs = PySequence_Fast_ITEMS(args.ptr());
     const int n = static_cast<int>(PyTuple_GET_SIZE(args.ptr()));
@@ -485,6 +500,12 @@ void register_launch(py::module_& m) {
              return Configured(self, make_given(grid, block, shared_mem, stream));
            }, py::arg("grid"), py::arg("block"), py::arg("stream") = py::none(),
            py::arg("shared_mem") = py::none())
+      .def("validate_only", [](Launcher& l, py::tuple args, py::object grid, py::object block,
+                               py::object shared_mem) {
+             return l.validate_only(args, make_given(grid, block, shared_mem, py::none()).cfg);
+           }, py::arg("args"), py::arg("grid") = py::none(), py::arg("block") = py::none(),
+           py::arg("shared_mem") = py::none(),
+           "Intake + validation without the driver -> (grid, block, shared_mem, skip); for the simulator.")
       .def("__getitem__", [](py::object self, py::object item) {
              return Configured(self, given_from_item(item));
            })

@@ -34,6 +34,19 @@ def _dims3(v: Any) -> tuple[int, int, int] | None:
     return tuple(t) + (1,) * (3 - len(t))  # type: ignore[return-value]
 
 
+# Shared memory per block the simulator grants (Hopper's opt-in maximum, 227 KiB).
+SIM_SHARED_BYTES = 227 * 1024
+
+
+def _host_view(a: Any) -> Any:
+    """NumPy arrays as bridge host views for the validator (bfloat16/float8 included); others as they are."""
+    import numpy as np
+    if isinstance(a, np.ndarray):
+        import bridge
+        return bridge.asarray(a)
+    return a
+
+
 class SimtKernel:
     """A SIMT kernel: call it like a function with arrays; it specialises per argument signature."""
 
@@ -46,6 +59,7 @@ class SimtKernel:
         self._ir: dict[tuple, Any] = {}
         self._compiled: dict[tuple, Any] = {}
         self._dispatcher: Any = None
+        self._sim_launchers: dict[int, tuple[Any, Any]] = {}   # id(IR function) -> (function, validator)
 
     # ------------------------------------------------------------------ signatures and IR
     @property
@@ -131,12 +145,42 @@ class SimtKernel:
         return tuple(grid)
 
     def simulate(self, *args: Any, grid: Any = None, block: Any = None, shared_mem: int = 0) -> None:
-        """Run on the CPU simulator with NumPy arrays (modified in place), GPU semantics."""
+        """Run on the CPU simulator with NumPy arrays (modified in place), GPU semantics.
+
+        The arguments and the launch configuration go through the same contract validator as a GPU
+        launch (with host memory standing in for device memory), so a bad call raises the same error
+        on both, and the grid and block are the ones a GPU launch would use.
+        """
         from dsl import sim
         fn = self.build(*args)
-        block3 = _dims3(block) or self.default_block()
-        grid3 = _dims3(grid) or self.derive_grid(fn, args, block3)
-        sim.run(fn, list(args), grid3, block3, shared_mem or self._contract_smem())
+        views = tuple(_host_view(a) for a in args)
+        g, b, smem, skip = self._sim_validator(fn).validate_only(
+            views, grid=grid, block=block, shared_mem=(shared_mem or None))
+        if not skip:
+            sim.run(fn, list(args), g, b, smem)
+
+    def _sim_validator(self, fn: Any) -> Any:
+        """A driver-less native Launcher over `fn`'s contract with simulator limits (cached per IR)."""
+        hit = self._sim_launchers.get(id(fn))
+        if hit is not None and hit[0] is fn:
+            return hit[1]
+        from bridge import _native
+        from bridge.module import native_contract
+        from dsl.frontend import contract_for
+        from dsl.sim.launch import MAX_BLOCK, MAX_THREADS
+        limits = _native.DeviceLimits()
+        limits.host_memory = True
+        limits.cc = 1000                      # the simulator runs kernels of any minimum arch
+        limits.max_threads_per_block = MAX_THREADS
+        limits.max_block = MAX_BLOCK
+        limits.smem_per_block = limits.smem_per_block_optin = SIM_SHARED_BYTES
+        attrs = _native.FuncAttrs()
+        attrs.max_threads_per_block = MAX_THREADS
+        attrs.max_dynamic_smem = SIM_SHARED_BYTES
+        contract = native_contract(contract_for(fn, self.options).to_json(), fn.name)
+        launcher = _native.Launcher(0, contract, limits, attrs, -1)
+        self._sim_launchers[id(fn)] = (fn, launcher)
+        return launcher
 
     def _contract_smem(self) -> int:
         sm = self.options.shared_mem

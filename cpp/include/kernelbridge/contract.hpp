@@ -108,6 +108,7 @@ struct DeviceLimits {
   int64_t smem_per_block = 49152;
   int64_t smem_per_block_optin = 49152;
   int sm_count = 0;
+  bool host_memory = false;        // the CPU simulator: host arrays stand in for device memory
 };
 
 struct FuncAttrs {

@@ -142,10 +142,14 @@ inline Error check_array(const LaunchContract& c, int k, const ArgValue& v, cons
   const ArrayView& a = v.array;
   if (sp.dtype != DType::any && a.dtype != sp.dtype) return arg_error(c, k, ErrorCode::dtype, spec_text(sp), value_text(v));
   if (sp.ndim >= 0 && a.ndim != sp.ndim) return arg_error(c, k, ErrorCode::ndim, spec_text(sp), value_text(v));
-  bool device_ok = a.device_type == DeviceType::cuda_managed ||
-                   (a.device_type == DeviceType::cuda && a.device_id == dev.device_id);
+  bool device_ok = dev.host_memory
+                       ? (a.device_type == DeviceType::cpu || a.device_type == DeviceType::cuda_host)
+                       : a.device_type == DeviceType::cuda_managed ||
+                             (a.device_type == DeviceType::cuda && a.device_id == dev.device_id);
   if (!device_ok)
-    return arg_error(c, k, ErrorCode::device_mismatch, "device memory on cuda:" + std::to_string(dev.device_id),
+    return arg_error(c, k, ErrorCode::device_mismatch,
+                     dev.host_memory ? std::string("host memory (a NumPy array) for the simulator")
+                                     : "device memory on cuda:" + std::to_string(dev.device_id),
                      device_text(a));
   if ((sp.layout == Layout::c_contig && !a.is_c_contiguous()) || (sp.layout == Layout::f_contig && !a.is_f_contiguous()))
     return arg_error(c, k, ErrorCode::layout, spec_text(sp),
