@@ -7,6 +7,10 @@ Installs the project in place (no network, no build isolation), runs the whole t
 tests required (a skipped GPU test fails the run), re-runs the GPU tests and the examples under
 compute-sanitizer (memcheck, racecheck, synccheck, initcheck), runs the benchmarks, writes JSON under
 the results folder, and prints a compact summary table as its LAST output.
+
+Everything runs under one deadline (--budget, 570 s): the suite and the four sanitizer passes side by
+side, then the examples and their memcheck runs side by side, then the benchmarks one at a time, alone
+on the GPU. The verdict (exit code) is correctness; performance bars are printed with it, met or missed.
 """
 from __future__ import annotations
 
