@@ -38,6 +38,7 @@ class MmaPlan:
     stages: int
     layout: MmaLayout
     kind: str = "mma"        # "mma" (mma.sync, sm_80+) | "wgmma" (sm_90 warpgroup MMA)
+    esize: int = 2           # operand element bytes: 2 (f16/bf16, m16n8k16) or 4 (f32 as tf32, m16n8k8)
 
 
 def _reads(e: T.TExpr, var: T.TVar) -> bool:
@@ -61,8 +62,11 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
     if _reads(a.index[0], s.var) or _reads(b.index[1], s.var) or _reads(a.index[0], asg.var) \
             or _reads(b.index[1], asg.var):
         return None
-    if a.type.dtype != b.type.dtype or a.type.dtype not in (F16, BF16):
+    if a.type.dtype != b.type.dtype or a.type.dtype not in (F16, BF16, F32):
         return None
+    esize = 4 if a.type.dtype == F32 else 2
+    epc = 16 // esize            # elements per 16-byte copy chunk
+    kstep = 32 // esize          # k of one mma: 16 (f16/bf16) or 8 (tf32), two chunks either way
     if a.padding != 0 or b.padding != 0:
         return None
     for p in (a.param, b.param):
@@ -71,24 +75,25 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
             return None
     (bm, bk), (_, bn) = a.type.shape, b.type.shape
     warps = L.T // 32
-    if L.cc >= 90 and warps == 8 and bm == 128 and bk in (32, 64) and bn in (64, 128, 256) \
+    if esize == 2 and L.cc >= 90 and warps == 8 and bm == 128 and bk in (32, 64) and bn in (64, 128, 256) \
             and (bm * bk // 8) % L.T == 0 and (bk * bn // 8) % L.T == 0:
         stages = min(max_stages, DYN_LIMIT // ((bm * bk + bk * bn) * 2))
         if stages >= 2:
             return MmaPlan(s, asg.var, a, b, bm, bn, bk, 8, 1, stages,
                            MmaLayout((bm, bn), L.T, 8, 1), kind="wgmma")
     wm, wn = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4)}.get(warps, (0, 0))
-    if not wm or bm % (wm * 16) or bn % (wn * 16) or bk % 16:
+    if not wm or bm % (wm * 16) or bn % (wn * 16) or bk % kstep:
         return None
-    if (bm * bk // 8) % L.T or (bk * bn // 8) % L.T:
+    if (bm * bk // epc) % L.T or (bk * bn // epc) % L.T:
         return None
-    stage_bytes = (bm * bk + bk * bn) * 2
+    stage_bytes = (bm * bk + bk * bn) * esize
     stages = max_stages
     while stages > 1 and stages * stage_bytes > DYN_LIMIT:
         stages -= 1
     if stages < 2:
         return None
-    return MmaPlan(s, asg.var, a, b, bm, bn, bk, wm, wn, stages, MmaLayout((bm, bn), L.T, wm, wn))
+    return MmaPlan(s, asg.var, a, b, bm, bn, bk, wm, wn, stages, MmaLayout((bm, bn), L.T, wm, wn),
+                   esize=esize)
 
 
 def _swz(row, chunk, chunks_per_row: int):
@@ -128,23 +133,25 @@ def _asm(L, text: str, cons: str, args: list, ty=VOID, side=True) -> None:
 def lower_loop(L, plan: MmaPlan) -> None:
     s = plan.loop
     bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages
-    ca, cb = bk // 8, bn // 8
-    tname = "bf16" if plan.a.type.dtype == BF16 else "f16"
+    es, epc = plan.esize, 16 // plan.esize      # element bytes, elements per 16-byte chunk
+    ca, cb = bk // epc, bn // epc               # 16-byte chunks per row of the A and B stages
+    tname = {BF16: "bf16", F16: "f16", F32: "tf32"}[plan.a.type.dtype]
     dt = plan.a.type.dtype
     # operand stages live in dynamic shared memory (A stages, then B stages), 1024-byte aligned at run
     # time so the hardware swizzle (address bits) matches the XOR pattern of the copy offsets
     buf = N.SharedAlloc("gemm_operands", ArrayType(dt, 1, writable=True, space="shared", shape=(0,)))
-    L.dyn_bytes = max(L.dyn_bytes, (S * bm * bk + S * bk * bn) * 2 + 1024)
+    L.dyn_bytes = max(L.dyn_bytes, (S * bm * bk + S * bk * bn) * es + 1024)
     raw = L.tmp(TN.SharedAddress(TN.SharedBuffer(buf, 1024, dynamic=True), N.Const(0, INDEX)), "smem")
     rounded = N.BinOp("add", raw, N.Const(1023, U32), U32)
     base_a = L.tmp(N.BinOp("and_", rounded, N.Const(0xFFFFFC00, U32), U32), "sa0")
-    base_b = L.tmp(N.BinOp("add", base_a, N.Const(S * bm * bk * 2, U32), U32), "sb0")
+    base_b = L.tmp(N.BinOp("add", base_a, N.Const(S * bm * bk * es, U32), U32), "sb0")
+    shift = N.Const(log2(es), U32)
 
     def sa(elem: N.Expr) -> N.Expr:
-        return N.BinOp("add", base_a, N.BinOp("lshift", N.Cast(elem, U32), N.Const(1, U32), U32), U32)
+        return N.BinOp("add", base_a, N.BinOp("lshift", N.Cast(elem, U32), shift, U32), U32)
 
     def sb(elem: N.Expr) -> N.Expr:
-        return N.BinOp("add", base_b, N.BinOp("lshift", N.Cast(elem, U32), N.Const(1, U32), U32), U32)
+        return N.BinOp("add", base_b, N.BinOp("lshift", N.Cast(elem, U32), shift, U32), U32)
     wg = plan.kind == "wgmma"
     A, B = L.pref(plan.a.param), L.pref(plan.b.param)
     M = L.tmp(N.ArrayLen(A, 0), "M")
@@ -162,10 +169,10 @@ def lower_loop(L, plan: MmaPlan) -> None:
     for r in range(bm * ca // L.T):
         q = iadd(r * L.T, tid)
         row, ch = ishr(q, log2(ca)), iand(q, ca - 1)
-        off = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, ch, ca), 8))), "aoff")
+        off = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, ch, ca), epc))), "aoff")
         grow = L.tmp(N.BinOp("add", N.BinOp("mul", ia, N.Const(bm, INDEX), INDEX),
                              N.Cast(ir32(row), INDEX), INDEX), "agr")
-        gcol0 = L.tmp(N.Cast(ir32(imul(ch, 8)), INDEX), "agc")
+        gcol0 = L.tmp(N.Cast(ir32(imul(ch, epc)), INDEX), "agc")
         a_desc.append((off, grow, gcol0))
     for r in range(bk * cb // L.T):
         q = iadd(r * L.T, tid)
@@ -174,9 +181,9 @@ def lower_loop(L, plan: MmaPlan) -> None:
             off = L.tmp(ir32(iadd(imul(ishr(ch, 3), bk * 64),
                                   iadd(imul(krow, 64), imul(_swz(krow, iand(ch, 7), 8), 8)))), "boff")
         else:
-            off = L.tmp(ir32(iadd(imul(krow, bn), imul(_swz(krow, ch, cb), 8))), "boff")
+            off = L.tmp(ir32(iadd(imul(krow, bn), imul(_swz(krow, ch, cb), epc))), "boff")
         gcol = L.tmp(N.BinOp("add", N.BinOp("mul", jb, N.Const(bn, INDEX), INDEX),
-                             N.Cast(ir32(imul(ch, 8)), INDEX), INDEX), "bgc")
+                             N.Cast(ir32(imul(ch, epc)), INDEX), INDEX), "bgc")
         grow0 = L.tmp(N.Cast(ir32(krow), INDEX), "bgr")
         b_desc.append((off, grow0, gcol))
 
@@ -215,11 +222,24 @@ def lower_loop(L, plan: MmaPlan) -> None:
     hi = L.tmp(ir32(ishr(lane, 4)), "hi")
     lo7 = L.tmp(ir32(iand(lane, 7)), "l7")
     a_off, b_off = {}, {}
-    for kk in range(0 if wg else bk // 16):
+    kstep = 32 // es
+    if es == 4:   # tf32 B fragments: b0 = B[k0 + t][n0 + g], b1 = B[k0 + t + 4][n0 + g] (t = lane%4, g = lane/4)
+        t4 = L.tmp(ir32(iand(lane, 3)), "t4")
+        g8 = L.tmp(ir32(ishr(lane, 2)), "g8")
+        wcol = L.tmp(ir32(iadd(imul(plan.wn_i, wtn), g8)), "wcol")  # type: ignore[attr-defined]
+    for kk in range(0 if wg else bk // kstep):
         for mt in range(mt_n):
             row = L.tmp(ir32(iadd(wr0, iadd(lo7, iadd(sel8, mt * 16)))), "ar")
             chunk = iadd(hi, kk * 2)
-            a_off[kk, mt] = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, chunk, ca), 8))), "ao")
+            a_off[kk, mt] = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, chunk, ca), epc))), "ao")
+        if es == 4:
+            for nt in range(nt_n):
+                col = L.tmp(ir32(iadd(wcol, nt * 8)), "bc")
+                for half in range(2):
+                    krow = L.tmp(ir32(iadd(t4, kk * 8 + half * 4)), "kr")
+                    b_off[kk, nt, half] = L.tmp(ir32(iadd(imul(krow, bn), iadd(
+                        imul(_swz(krow, ishr(col, 2), cb), 4), iand(col, 3)))), "bo")
+            continue
         for np_ in range(nt_n // 2):
             krow = L.tmp(ir32(iadd(lo7, iadd(sel8, kk * 16))), "kr")
             chunk = L.tmp(ir32(iadd(wc0, iadd(hi, np_ * 2))), "nc")
@@ -233,6 +253,8 @@ def lower_loop(L, plan: MmaPlan) -> None:
 
         def compute(stage: N.Expr) -> None:
             compute_wgmma(L, plan, sa, sb, stage, acc_vars)
+    elif es == 4:
+        compute = _mma_tf32_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n)
     else:
         compute = _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname)
 
@@ -289,6 +311,52 @@ def _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname):
                     out = L.new_var(TN.tuple_of(F32, 4), "mma")
                     L.emit(N.Assign(out, TN.InlinePtx(
                         f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32 "
+                        "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+                        "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
+                        [*afr[mt], *bfr[nt], *[N.ReadVar(x) for x in accs]], TN.tuple_of(F32, 4), False)))
+                    for c, x in enumerate(accs):
+                        L.emit(N.Assign(x, N.TupleGet(N.ReadVar(out), c, F32)))
+
+    return compute
+
+
+def _mma_tf32_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n):
+    """f32 operands on tf32 tensor cores: mma.sync m16n8k8. The A fragment is ldmatrix.x4 of the
+    swizzled rows (a 32-bit element is two b16 halves, so lane l gets row l/4, element l%4 of each
+    8x4 block: exactly a0..a3); B elements are read one by one (ldmatrix.trans would split them).
+    Every operand is rounded to tf32 (cvt.rna), as the simulator does."""
+    bm, bn, bk = plan.bm, plan.bn, plan.bk
+
+    def tf32(x: N.Expr) -> N.Expr:
+        return TN.InlinePtx("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], U32, False)
+
+    def compute(stage: N.Expr) -> None:
+        abase = L.tmp(ir32(imul(stage, bm * bk)), "cab")
+        bbase = L.tmp(ir32(imul(stage, bk * bn)), "cbb")
+        quad = TN.tuple_of(U32, 4)
+        for kk in range(bk // 8):
+            afr, bfr = {}, {}
+            for mt in range(mt_n):
+                addr = sa(N.BinOp("add", abase, a_off[kk, mt], I32))
+                v = L.new_var(quad, "afr")
+                L.emit(N.Assign(v, TN.InlinePtx(
+                    "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0,$1,$2,$3}, [$4];",
+                    "=r,=r,=r,=r,r", [addr], quad, True)))
+                afr[mt] = [L.tmp(tf32(N.TupleGet(N.ReadVar(v), i, U32)), "a32") for i in range(4)]
+            for nt in range(nt_n):
+                regs = []
+                for half in range(2):
+                    addr = sb(N.BinOp("add", bbase, b_off[kk, nt, half], I32))
+                    raw = L.tmp(TN.InlinePtx("ld.shared.b32 $0, [$1];", "=r,r", [addr], U32, True), "b32")
+                    regs.append(L.tmp(tf32(raw), "b32t"))
+                bfr[nt] = regs
+            for mt in range(mt_n):
+                for nt in range(nt_n):
+                    base = (mt * nt_n + nt) * 4
+                    accs = acc_vars[base:base + 4]
+                    out = L.new_var(TN.tuple_of(F32, 4), "mma")
+                    L.emit(N.Assign(out, TN.InlinePtx(
+                        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
                         "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
                         "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
                         [*afr[mt], *bfr[nt], *[N.ReadVar(x) for x in accs]], TN.tuple_of(F32, 4), False)))

@@ -117,6 +117,24 @@ def test_tensor_core_gemm_and_bias_relu_epilogue(rng, dtype, tshape):
     np.testing.assert_allclose(c.to_host(), np.maximum(ref + bias, 0), rtol=1e-3, atol=1e-2)
 
 
+@pytest.mark.parametrize("tshape", [(128, 128), (64, 64)])
+def test_f32_gemm_runs_on_tf32_tensor_cores(rng, tshape):
+    """f32 operands whose rows are multiples of 8: mma.sync m16n8k8 on tf32-rounded inputs (ragged M, K)."""
+    m, k, n = 300, 200, 176
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    c, _ = poisoned(rng, (m, n))
+    args = (dev(a), dev(b), tile.partition(c, tshape), 32)
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in \
+        K.gemm.compile(args, bridge.current_device().arch).ptx
+    K.gemm(*args)
+    ref = _tf32(a) @ _tf32(b)
+    np.testing.assert_allclose(c.to_host(), ref, rtol=1e-3, atol=1e-2)
+    K.gemm_bias_relu(dev(a), dev(b), dev(bias), tile.partition(c, tshape), 32)
+    np.testing.assert_allclose(c.to_host(), np.maximum(ref + bias, 0), rtol=1e-3, atol=1e-2)
+
+
 def test_gemm_bias_relu(rng):
     m, k, n = 257, 129, 65
     a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)

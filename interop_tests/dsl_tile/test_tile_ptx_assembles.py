@@ -121,6 +121,20 @@ def test_aligned_gemm_uses_tensor_cores(arch, dtype, tshape):
     assert usage["spill"] == 0 and usage["smem"] <= 48 * 1024
 
 
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("tshape", [(128, 128), (64, 64)])
+def test_aligned_f32_gemm_uses_tf32_tensor_cores(arch, tshape):
+    a = np.zeros((256, 256), np.float32)
+    ck = K.gemm.compile((a, a, tile.partition(z((256, 256), np.float32), tshape), 32), arch)
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ck.ptx
+    assert "cvt.rna.tf32.f32" in ck.ptx and "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ck.ptx
+    assert "cp.async.cg.shared.global" in ck.ptx and "wgmma" not in ck.ptx
+    stages = (tshape[0] * 32 + 32 * tshape[1]) * 4        # f32 operand bytes per pipeline stage
+    assert json.loads(ck.contract_json)["dynamic_smem"]["exact"] >= 2 * stages + 1024
+    assert ptxas_usage(ck.ptx, arch)["spill"] == 0
+
+
 def ptxas_usage(ptx: str, arch: str) -> dict:
     """ptxas -v for any target, including arch-specific ones (sm_90a) the shared helper maps away."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,10 +149,10 @@ def ptxas_usage(ptx: str, arch: str) -> dict:
             "smem": int(re.search(r"(\d+) bytes smem", log).group(1)) if "bytes smem" in log else 0}
 
 
-def test_unaligned_or_f32_gemm_takes_the_portable_path():
+def test_unaligned_gemm_takes_the_portable_path():
     odd = np.zeros((256, 250), np.float16)    # last extent not a multiple of 8
-    f = np.zeros((256, 256), np.float32)
-    for a, b in ((odd, np.zeros((250, 256), np.float16)), (f, f)):
+    odd32 = np.zeros((256, 250), np.float32)
+    for a, b in ((odd, np.zeros((250, 256), np.float16)), (odd32, np.zeros((250, 256), np.float32))):
         ck = K.gemm.compile((a, b, tile.partition(z((256, 256), np.float32), (64, 64)), 32), "sm_90")
         assert "mma.sync" not in ck.ptx and "fma.rn.f32" in ck.ptx
         assert "requires" not in json.loads(ck.contract_json)
