@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge import _native
+from bridge import _native, memory
 from bridge.stream import Stream, current_stream, use_stream
 
 
@@ -25,7 +25,15 @@ class Graph:
         if not self.graph_exec:
             raise RuntimeError("this graph has no executable yet: replay it after the capture block ends")
         s = current_stream() if stream is None else (stream if isinstance(stream, Stream) else Stream(stream))
-        _native.graph_launch(self.graph_exec, s.handle)
+        handle = int(s.handle)
+        arrays = [o for o in self.objects if isinstance(o, _native.ArrayBase)]
+        # The replay may run on another stream than the capture: order it after the streams that last
+        # produced its bridge arrays, as a launch would, and record it as their producer afterwards.
+        for producer in {int(a._stream) for a in arrays if a._stream is not None} - {handle}:
+            memory.wait(producer, handle, int(s.device))
+        _native.graph_launch(self.graph_exec, handle)
+        for a in arrays:
+            a._stream = handle
 
     def close(self) -> None:
         """Free the graph and release the buffers it kept alive."""

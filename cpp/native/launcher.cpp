@@ -277,7 +277,8 @@ class Launcher {
                    "launchKernel");
 
     // bridge.Arrays written by this launch were last produced on `stream` (later consumers order on it).
-    if (PyTypeObject* base = array_base_type()) {
+    // A captured launch runs nothing now: Graph.replay records the replay stream instead.
+    if (PyTypeObject* base = captured ? nullptr : array_base_type()) {
       for (int i = 0; i < n; ++i) {
         if (!contract_.args[i].writable() || !PyObject_TypeCheck(objs[i], base)) continue;
         ArrayBase* arr = py::handle(objs[i]).cast<ArrayBase*>();

@@ -9,7 +9,7 @@ import pytest
 import bridge
 from bridge.errors import KernelFault
 
-from runtime_helpers import all_contracts, rt_ptx
+from runtime_helpers import SPIN_CYCLES, all_contracts, rt_ptx
 
 pytestmark = pytest.mark.gpu
 N = 2048 + 37
@@ -55,6 +55,18 @@ def test_graph_keeps_temporaries_alive(mod, rng):
         np.testing.assert_allclose(out.to_host(), a_np + np.float32(v), rtol=1e-6)
         mod.spin_fill(out, N, np.float32(-7.0), 0, stream=g.stream)     # poison: the next replay rewrites
     del junk
+
+
+def test_a_replay_on_another_stream_is_ordered_after_producers_and_before_readers(mod, rng):
+    a, out = bridge.empty((N,), "float32"), bridge.full((N,), -7.0, "float32")
+    s_cap, s_in, s_run = bridge.Stream(), bridge.Stream(), bridge.Stream()
+    with bridge.capture(s_cap) as g:
+        mod.vecadd(a, a, out, N)
+    v = np.float32(rng.uniform(1, 3))
+    mod.spin_fill(a, N, v, SPIN_CYCLES * 20, stream=s_in)   # the input is still being written
+    g.replay(s_run)                                         # must wait for s_in
+    got = out.to_host()                                     # must wait for s_run (not the capture stream)
+    np.testing.assert_allclose(got, 2 * v * np.arange(1, N + 1, dtype=np.float32), rtol=1e-6)
 
 
 def test_host_copies_inside_a_capture_are_refused(rng):
