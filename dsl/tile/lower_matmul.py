@@ -1,9 +1,9 @@
 """Lowering of tile.matmul / tile.mma (portable path): both operands are staged in shared memory and
 each thread accumulates its own output elements in f32 with FMA over K.
 
-Correct on every architecture; the tensor-core path (mma.sync + ldmatrix + cp.async) is not built yet
-(see docs/tile.md, "Status"). f32 inputs are multiplied in full f32 here (the simulator rounds them
-to tf32 first, so results agree to tf32 accuracy).
+Correct on every architecture and for any layout; GEMM loops over aligned, C-contiguous operands take
+the tensor-core path instead (lower_mma.py). f32 inputs are multiplied in full f32 here (the simulator
+rounds them to tf32 first, so results agree to tf32 accuracy).
 """
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
     for k in range(start, stop):
         acc = tile.mma(tile.load(a, (i, k), (BM, BK)), tile.load(b, (k, j), (BK, BN)), acc)
 
-with f16/bf16 operands, C-contiguous 16-byte-aligned arrays whose rows are multiples of 8 elements
-(specialised at launch and stated in the contract). The loop becomes an S-stage cp.async pipeline
+with f16/bf16 operands (or f32, run as tf32 on mma.sync m16n8k8), C-contiguous 16-byte-aligned arrays
+whose rows are multiples of 8 elements (specialised at launch and stated in the contract). The loop becomes an S-stage cp.async pipeline
 into XOR-swizzled shared memory (conflict-free ldmatrix), ldmatrix.x4 (.trans for B) fragment loads
 and mma.sync.m16n8k16 with f32 accumulators that stay in registers (MmaLayout) across iterations.
 Anything else falls back to the portable path in lower_matmul.py.
