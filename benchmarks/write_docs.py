@@ -71,6 +71,8 @@ def steps(check: dict) -> list[str]:
         detail = st.get("note") or ", ".join(f"{k} {v}" for k, v in st.items()
                                              if k in ("passed", "failed", "errors", "api_errors", "skipped", "memcheck_errors",
                                                       "memcheck_rc"))
+        if st.get("failed_tests"):
+            detail += "; failed: " + ", ".join(t.rsplit(".", 1)[-1] for t in st["failed_tests"])
         rows.append([name, st.get("rc"), st.get("seconds"), detail])
     return ["## Steps of the GPU check", "", *table(["step", "exit code", "seconds", "detail"], rows)]
 

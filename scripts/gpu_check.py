@@ -66,7 +66,7 @@ def junit_counts(path: Path) -> dict:
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root)
     tot = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    skipped_names = []
+    skipped_names, failed_names = [], []
     for s in suites:
         for k in tot:
             tot[k] += int(s.get(k, 0))
@@ -74,9 +74,11 @@ def junit_counts(path: Path) -> dict:
             if case.find("skipped") is not None:
                 msg = case.find("skipped").get("message", "")
                 skipped_names.append(f"{case.get('classname')}::{case.get('name')}: {msg[:120]}")
+            if case.find("failure") is not None or case.find("error") is not None:
+                failed_names.append(f"{case.get('classname')}::{case.get('name')}")
     passed = tot["tests"] - tot["failures"] - tot["errors"] - tot["skipped"]
     return {"passed": passed, "failed": tot["failures"], "errors": tot["errors"],
-            "skipped": tot["skipped"], "skipped_tests": skipped_names}
+            "skipped": tot["skipped"], "skipped_tests": skipped_names, "failed_tests": failed_names}
 
 
 def sanitizer_errors(out: str) -> int | None:

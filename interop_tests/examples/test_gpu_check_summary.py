@@ -64,3 +64,15 @@ def test_an_example_whose_memcheck_run_timed_out_fails(gpu_check):
     assert gpu_check.print_summary(summary(**{"example:e.py": timed_out})) == 1
     no_pass = {**ok, "pass_line": False}
     assert gpu_check.print_summary(summary(**{"example:e.py": no_pass})) == 1
+
+
+def test_junit_counts_name_the_failed_tests(gpu_check, tmp_path):
+    xml = tmp_path / "r.xml"
+    xml.write_text('<testsuites><testsuite tests="3" failures="1" errors="0" skipped="1">'
+                   '<testcase classname="m.t" name="ok"/>'
+                   '<testcase classname="m.t" name="bad"><failure message="x"/></testcase>'
+                   '<testcase classname="m.t" name="skip"><skipped message="why"/></testcase>'
+                   '</testsuite></testsuites>')
+    c = gpu_check.junit_counts(xml)
+    assert (c["passed"], c["failed"], c["skipped"]) == (1, 1, 1)
+    assert c["failed_tests"] == ["m.t::bad"] and c["skipped_tests"] == ["m.t::skip: why"]
