@@ -304,18 +304,8 @@ def _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname):
                     "=r,=r,=r,=r,r", [addr], quad, True)))
                 regs = [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
                 bfr[2 * np_], bfr[2 * np_ + 1] = regs[0:2], regs[2:4]
-            for mt in range(mt_n):
-                for nt in range(nt_n):
-                    base = (mt * nt_n + nt) * 4
-                    accs = acc_vars[base:base + 4]
-                    out = L.new_var(TN.tuple_of(F32, 4), "mma")
-                    L.emit(N.Assign(out, TN.InlinePtx(
-                        f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32 "
-                        "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
-                        "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
-                        [*afr[mt], *bfr[nt], *[N.ReadVar(x) for x in accs]], TN.tuple_of(F32, 4), False)))
-                    for c, x in enumerate(accs):
-                        L.emit(N.Assign(x, N.TupleGet(N.ReadVar(out), c, F32)))
+            _emit_mmas(L, f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32", afr, bfr, acc_vars,
+                       mt_n, nt_n)
 
     return compute
 
@@ -350,17 +340,21 @@ def _mma_tf32_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n):
                     raw = L.tmp(TN.InlinePtx("ld.shared.b32 $0, [$1];", "=r,r", [addr], U32, True), "b32")
                     regs.append(L.tmp(tf32(raw), "b32t"))
                 bfr[nt] = regs
-            for mt in range(mt_n):
-                for nt in range(nt_n):
-                    base = (mt * nt_n + nt) * 4
-                    accs = acc_vars[base:base + 4]
-                    out = L.new_var(TN.tuple_of(F32, 4), "mma")
-                    L.emit(N.Assign(out, TN.InlinePtx(
-                        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                        "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
-                        "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
-                        [*afr[mt], *bfr[nt], *[N.ReadVar(x) for x in accs]], TN.tuple_of(F32, 4), False)))
-                    for c, x in enumerate(accs):
-                        L.emit(N.Assign(x, N.TupleGet(N.ReadVar(out), c, F32)))
+            _emit_mmas(L, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", afr, bfr, acc_vars, mt_n, nt_n)
 
     return compute
+
+
+def _emit_mmas(L, instr: str, afr: dict, bfr: dict, acc_vars: list, mt_n: int, nt_n: int) -> None:
+    """One mma per (m-tile, n-tile) of the warp: 4 A registers, 2 B registers, 4 f32 accumulators in place."""
+    for mt in range(mt_n):
+        for nt in range(nt_n):
+            base = (mt * nt_n + nt) * 4
+            accs = acc_vars[base:base + 4]
+            out = L.new_var(TN.tuple_of(F32, 4), "mma")
+            L.emit(N.Assign(out, TN.InlinePtx(
+                f"{instr} {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};",
+                "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
+                [*afr[mt], *bfr[nt], *[N.ReadVar(x) for x in accs]], TN.tuple_of(F32, 4), False)))
+            for c, x in enumerate(accs):
+                L.emit(N.Assign(x, N.TupleGet(N.ReadVar(out), c, F32)))
