@@ -395,8 +395,7 @@ def from_host(np_array: Any, *, device: int | None = None, stream: Any = None) -
     """Explicit host -> device copy of a NumPy array (any strides) into a new C-contiguous Array."""
     src = np.ascontiguousarray(np.asarray(np_array))
     name = dtypes.normalize(src.dtype, arg="np_array")
-    handle, _, _keep = memory.resolve(stream, device)
-    _refuse_capture(handle, "from_host")
+    _refuse_capture(memory.resolve(stream, device)[0], "from_host")
     out = empty(src.shape, name, device=device, stream=stream)
     if src.nbytes:
         _copy_from_host(out, src)

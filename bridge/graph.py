@@ -19,6 +19,7 @@ class Graph:
         self.graph: int = 0
         self.graph_exec: int = 0
         self.objects: list[Any] = []    # every buffer (and owner) the captured launches use
+        self._arrays: list[Any] = []    # the bridge arrays among them, once each (replay orders on them)
         self.stream: Stream | None = None
 
     def replay(self, stream: Stream | Any = None) -> None:
@@ -26,14 +27,17 @@ class Graph:
             raise RuntimeError("this graph has no executable yet: replay it after the capture block ends")
         s = current_stream() if stream is None else (stream if isinstance(stream, Stream) else Stream(stream))
         handle = int(s.handle)
-        arrays = [o for o in self.objects if isinstance(o, _native.ArrayBase)]
         # The replay may run on another stream than the capture: order it after the streams that last
         # produced its bridge arrays, as a launch would, and record it as their producer afterwards.
-        for producer in {int(a._stream) for a in arrays if a._stream is not None} - {handle}:
+        for producer in {int(a._stream) for a in self._arrays if a._stream is not None} - {handle}:
             memory.wait(producer, handle, int(s.device))
         _native.graph_launch(self.graph_exec, handle)
-        for a in arrays:
+        for a in self._arrays:
             a._stream = handle
+
+    def _keep(self, objects: list[Any]) -> None:
+        self.objects = objects
+        self._arrays = list({id(o): o for o in objects if isinstance(o, _native.ArrayBase)}.values())
 
     def close(self) -> None:
         """Free the graph and release the buffers it kept alive."""
@@ -41,7 +45,7 @@ class Graph:
             g, e = self.graph, self.graph_exec
             self.graph = self.graph_exec = 0
             _native.graph_destroy(g, e)
-        self.objects = []
+        self._keep([])
 
     def __del__(self) -> None:
         try:
@@ -87,4 +91,4 @@ class capture:
         self._use.__exit__(exc_type, *exc)
         graph, exec_, objects = _native.capture_end(self.stream.handle, exc_type is None)
         self.graph.graph, self.graph.graph_exec = int(graph), int(exec_)
-        self.graph.objects = list(objects)
+        self.graph._keep(list(objects))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from dsl.frontend.proofs import Facts, index_key
+from dsl.frontend.proofs import Facts, index_key, strip_int_casts
 from dsl.frontend.values import SlotBinding, Val
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
@@ -135,16 +135,10 @@ class ConditionFacts:
 
 def _len_minus_const(e: ir.Expr) -> tuple[ir.ArrayLen, int] | None:
     """`len(a) - d` / `a.shape[k] - d` (d an integer constant) -> (the length, d)."""
-    while isinstance(e, ir.Cast):
-        e = e.operand
+    e = strip_int_casts(e)
     if isinstance(e, ir.BinOp) and e.op in ("sub", "add"):
-        lhs, rhs = e.lhs, e.rhs
-        while isinstance(lhs, ir.Cast):
-            lhs = lhs.operand
-        while isinstance(rhs, ir.Cast):
-            rhs = rhs.operand
+        lhs, rhs = strip_int_casts(e.lhs), strip_int_casts(e.rhs)
         if isinstance(lhs, ir.ArrayLen) and isinstance(rhs, ir.Const) and isinstance(rhs.value, int) \
                 and not isinstance(rhs.value, bool):
-            d = rhs.value if e.op == "sub" else -rhs.value
-            return lhs, d
+            return lhs, (rhs.value if e.op == "sub" else -rhs.value)
     return None

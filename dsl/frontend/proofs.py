@@ -23,14 +23,20 @@ from dsl.ir import types as irt
 Extent = tuple[str, int]   # (array name, axis)
 
 
+def strip_int_casts(e: ir.Expr) -> ir.Expr:
+    """The operand under integer-to-integer casts (an index keeps its identity through them)."""
+    while isinstance(e, ir.Cast) and isinstance(e.operand.type, irt.ScalarType) and e.operand.type.is_int:
+        e = e.operand
+    return e
+
+
 def index_key(e: ir.Expr) -> tuple | None:
     """Identity of an index expression for proofs (None: not tracked).
 
     Sums and products of tracked values and constants get a structural key, so a guard written as
     `if by + ty + j < a.shape[0]:` proves the access `a[by + ty + j, ...]` spelled the same way.
     """
-    if isinstance(e, ir.Cast) and isinstance(e.operand.type, irt.ScalarType) and e.operand.type.is_int:
-        return index_key(e.operand)
+    e = strip_int_casts(e)
     if isinstance(e, ir.TupleGet) and isinstance(e.value, ir.ThreadIndexValue):
         return ("tid", e.value.ndim, e.k)
     if isinstance(e, ir.ReadVar):
@@ -45,8 +51,7 @@ def index_key(e: ir.Expr) -> tuple | None:
 
 
 def _operand_key(e: ir.Expr) -> tuple | None:
-    if isinstance(e, ir.Cast) and isinstance(e.operand.type, irt.ScalarType) and e.operand.type.is_int:
-        return _operand_key(e.operand)
+    e = strip_int_casts(e)
     if isinstance(e, ir.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
         return ("const", e.value)
     return index_key(e)
@@ -252,8 +257,7 @@ def in_range(facts: Facts, rel: Relations, idx: ir.Expr, array: str, axis: int,
 
 def _offset_form(idx: ir.Expr) -> tuple[tuple, int] | None:
     """`k + c` / `k - c` with k a tracked value and c an integer constant -> (key of k, signed c)."""
-    while isinstance(idx, ir.Cast) and isinstance(idx.operand.type, irt.ScalarType) and idx.operand.type.is_int:
-        idx = idx.operand
+    idx = strip_int_casts(idx)
     if not (isinstance(idx, ir.BinOp) and idx.op in ("add", "sub")):
         return None
     c = _operand_key(idx.rhs)

@@ -22,6 +22,7 @@ from dsl.sim.memory import MemRef, SharedSpace
 MAX_LANES = 1 << 17          # lanes per batch: bounds the memory of per-lane vectors (~1 MiB each)
 MAX_BLOCK = (1024, 1024, 64)
 MAX_THREADS = 1024
+MAX_SHARED_BYTES = 227 * 1024      # per block, as Hopper's opt-in maximum
 
 
 def run(fn: N.Function, args: list, grid, block, shared_mem: int = 0) -> None:

@@ -8,7 +8,6 @@ in the environment every call runs on the CPU simulator instead (host arrays, GP
 from __future__ import annotations
 
 import functools
-import math
 import os
 from typing import Any, Callable, Sequence
 
@@ -32,10 +31,6 @@ def _dims3(v: Any) -> tuple[int, int, int] | None:
         return None
     t = (v,) if isinstance(v, int) else tuple(v)
     return tuple(t) + (1,) * (3 - len(t))  # type: ignore[return-value]
-
-
-# Shared memory per block the simulator grants (Hopper's opt-in maximum, 227 KiB).
-SIM_SHARED_BYTES = 227 * 1024
 
 
 def _host_view(a: Any) -> Any:
@@ -117,33 +112,6 @@ class SimtKernel:
                 "metadata": ck.metadata}
 
     # ------------------------------------------------------------------ simulation
-    def default_block(self) -> tuple[int, int, int]:
-        if self.options.block is not None:
-            return self.options.block
-        n = self.options.launch_bounds or 256
-        if self.options.domain == 1:
-            return (min(n, 256), 1, 1)
-        if self.options.domain == 2:
-            return (16, 16, 1) if n >= 256 else (n, 1, 1)
-        return (8, 8, 4) if n >= 256 else (n, 1, 1)
-
-    def derive_grid(self, fn: Any, args: Sequence[Any], block: tuple[int, int, int]) -> tuple:
-        """Grid from the first DisjointSlice (the contract's grid_from rule)."""
-        from dsl.frontend.contract import contract_dict
-        d = contract_dict(fn, self.options)
-        gf = d.get("grid_from")
-        if gf is None:
-            raise TypeError(f"{self.__name__}: no grid given and the kernel has no DisjointSlice "
-                            "parameter to derive it from; pass grid=")
-        names = [p.name for p in fn.params]
-        shape = tuple(getattr(args[names.index(gf["arg"])], "shape"))
-        per = gf["per_thread"]
-        grid = [1, 1, 1]
-        for d_ in range(self.options.domain):
-            extent = shape[len(shape) - 1 - d_] if d_ < len(shape) else 1
-            grid[d_] = max(1, math.ceil(extent / (block[d_] * per[d_])))
-        return tuple(grid)
-
     def simulate(self, *args: Any, grid: Any = None, block: Any = None, shared_mem: int = 0) -> None:
         """Run on the CPU simulator with NumPy arrays (modified in place), GPU semantics.
 
@@ -167,24 +135,20 @@ class SimtKernel:
         from bridge import _native
         from bridge.module import native_contract
         from dsl.frontend import contract_for
-        from dsl.sim.launch import MAX_BLOCK, MAX_THREADS
+        from dsl.sim.launch import MAX_BLOCK, MAX_SHARED_BYTES, MAX_THREADS
         limits = _native.DeviceLimits()
         limits.host_memory = True
         limits.cc = 1000                      # the simulator runs kernels of any minimum arch
         limits.max_threads_per_block = MAX_THREADS
         limits.max_block = MAX_BLOCK
-        limits.smem_per_block = limits.smem_per_block_optin = SIM_SHARED_BYTES
+        limits.smem_per_block = limits.smem_per_block_optin = MAX_SHARED_BYTES
         attrs = _native.FuncAttrs()
         attrs.max_threads_per_block = MAX_THREADS
-        attrs.max_dynamic_smem = SIM_SHARED_BYTES
+        attrs.max_dynamic_smem = MAX_SHARED_BYTES
         contract = native_contract(contract_for(fn, self.options).to_json(), fn.name)
         launcher = _native.Launcher(0, contract, limits, attrs, -1)
         self._sim_launchers[id(fn)] = (fn, launcher)
         return launcher
-
-    def _contract_smem(self) -> int:
-        sm = self.options.shared_mem
-        return sm if isinstance(sm, int) else 0
 
     # ------------------------------------------------------------------ launches
     def _miss(self, args: tuple) -> Any:

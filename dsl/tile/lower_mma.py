@@ -253,8 +253,6 @@ def lower_loop(L, plan: MmaPlan) -> None:
 
         def compute(stage: N.Expr) -> None:
             compute_wgmma(L, plan, sa, sb, stage, acc_vars)
-    elif es == 4:
-        compute = _mma_tf32_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n)
     else:
         compute = _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname)
 
@@ -281,66 +279,52 @@ def lower_loop(L, plan: MmaPlan) -> None:
 
 
 def _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname):
+    """The per-stage mma.sync body. A fragments: ldmatrix.x4 of the swizzled rows, for both element
+    sizes (a 32-bit element is two b16 halves, so lane l gets row l/4, element l%4 of each 8x4 block:
+    exactly the tf32 a0..a3). B fragments: ldmatrix.x4.trans for 16-bit elements; for f32 (tf32,
+    m16n8k8) one 32-bit load per element, since .trans would split them. tf32 operands are rounded
+    with cvt.rna, as the simulator does."""
     bm, bn, bk = plan.bm, plan.bn, plan.bk
+    tf32 = plan.esize == 4
+    kstep = 8 if tf32 else 16
+    instr = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" if tf32 else
+             f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32")
+
+    def rna(x: N.Expr, hint: str) -> N.Expr:
+        return L.tmp(TN.InlinePtx("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], U32, False), hint)
 
     def compute(stage: N.Expr) -> None:
         abase = L.tmp(ir32(imul(stage, bm * bk)), "cab")
         bbase = L.tmp(ir32(imul(stage, bk * bn)), "cbb")
         quad = TN.tuple_of(U32, 4)
-        for kk in range(bk // 16):
+        for kk in range(bk // kstep):
             afr, bfr = {}, {}
             for mt in range(mt_n):
                 addr = sa(N.BinOp("add", abase, a_off[kk, mt], I32))
                 v = L.new_var(quad, "afr")
                 L.emit(N.Assign(v, TN.InlinePtx(
                     "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0,$1,$2,$3}, [$4];",
-                    "=r,=r,=r,=r,r", [addr], quad, True)))
-                afr[mt] = [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
-            for np_ in range(nt_n // 2):
-                addr = sb(N.BinOp("add", bbase, b_off[kk, np_], I32))
-                v = L.new_var(quad, "bfr")
-                L.emit(N.Assign(v, TN.InlinePtx(
-                    "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0,$1,$2,$3}, [$4];",
                     "=r,=r,=r,=r,r", [addr], quad, True)))
                 regs = [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
-                bfr[2 * np_], bfr[2 * np_ + 1] = regs[0:2], regs[2:4]
-            _emit_mmas(L, f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32", afr, bfr, acc_vars,
-                       mt_n, nt_n)
-
-    return compute
-
-
-def _mma_tf32_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n):
-    """f32 operands on tf32 tensor cores: mma.sync m16n8k8. The A fragment is ldmatrix.x4 of the
-    swizzled rows (a 32-bit element is two b16 halves, so lane l gets row l/4, element l%4 of each
-    8x4 block: exactly a0..a3); B elements are read one by one (ldmatrix.trans would split them).
-    Every operand is rounded to tf32 (cvt.rna), as the simulator does."""
-    bm, bn, bk = plan.bm, plan.bn, plan.bk
-
-    def tf32(x: N.Expr) -> N.Expr:
-        return TN.InlinePtx("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], U32, False)
-
-    def compute(stage: N.Expr) -> None:
-        abase = L.tmp(ir32(imul(stage, bm * bk)), "cab")
-        bbase = L.tmp(ir32(imul(stage, bk * bn)), "cbb")
-        quad = TN.tuple_of(U32, 4)
-        for kk in range(bk // 8):
-            afr, bfr = {}, {}
-            for mt in range(mt_n):
-                addr = sa(N.BinOp("add", abase, a_off[kk, mt], I32))
-                v = L.new_var(quad, "afr")
-                L.emit(N.Assign(v, TN.InlinePtx(
-                    "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0,$1,$2,$3}, [$4];",
-                    "=r,=r,=r,=r,r", [addr], quad, True)))
-                afr[mt] = [L.tmp(tf32(N.TupleGet(N.ReadVar(v), i, U32)), "a32") for i in range(4)]
-            for nt in range(nt_n):
-                regs = []
-                for half in range(2):
-                    addr = sb(N.BinOp("add", bbase, b_off[kk, nt, half], I32))
-                    raw = L.tmp(TN.InlinePtx("ld.shared.b32 $0, [$1];", "=r,r", [addr], U32, True), "b32")
-                    regs.append(L.tmp(tf32(raw), "b32t"))
-                bfr[nt] = regs
-            _emit_mmas(L, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", afr, bfr, acc_vars, mt_n, nt_n)
+                afr[mt] = [rna(r, "a32") for r in regs] if tf32 else regs
+            if tf32:
+                for nt in range(nt_n):
+                    regs = []
+                    for half in range(2):
+                        addr = sb(N.BinOp("add", bbase, b_off[kk, nt, half], I32))
+                        raw = L.tmp(TN.InlinePtx("ld.shared.b32 $0, [$1];", "=r,r", [addr], U32, True), "b32")
+                        regs.append(rna(raw, "b32t"))
+                    bfr[nt] = regs
+            else:
+                for np_ in range(nt_n // 2):
+                    addr = sb(N.BinOp("add", bbase, b_off[kk, np_], I32))
+                    v = L.new_var(quad, "bfr")
+                    L.emit(N.Assign(v, TN.InlinePtx(
+                        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0,$1,$2,$3}, [$4];",
+                        "=r,=r,=r,=r,r", [addr], quad, True)))
+                    regs = [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
+                    bfr[2 * np_], bfr[2 * np_ + 1] = regs[0:2], regs[2:4]
+            _emit_mmas(L, instr, afr, bfr, acc_vars, mt_n, nt_n)
 
     return compute
 
