@@ -190,13 +190,15 @@ class Array(_native.ArrayBase):
             raise ValueError(f"__dlpack__: invalid stream {stream}")
         else:
             consumer = stream
-        memory.wait(self._producer_stream(), consumer, self.device_id)
+        self._order_before(consumer)
 
-    def _producer_stream(self) -> int:
+    def _order_before(self, consumer: int) -> None:
+        """Make `consumer` wait for the bridge work on other streams that wrote these bytes (through
+        any object naming them) and for a foreign producer's own stream."""
+        lo, hi = self.extent
+        memory.order_use(lo, hi, consumer, self.device_id, False)
         if self._stream is not None:
-            return self._stream
-        from bridge.stream import current_stream
-        return int(current_stream().handle)
+            memory.wait(self._stream, consumer, self.device_id)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -207,7 +209,9 @@ class Array(_native.ArrayBase):
         if typestr is None:
             raise TypeError(f"{self.dtype_name} has no CUDA Array Interface typestr: exchange this array "
                             f"through DLPack instead (e.g. torch.from_dlpack(arr), cupy.from_dlpack(arr))")
-        stream = self._producer_stream()
+        from bridge.stream import current_stream
+        stream = int(current_stream().handle)   # ordered after every writer: the consumer syncs on it
+        self._order_before(stream)
         return {
             "shape": self.shape,
             "typestr": typestr,
@@ -234,11 +238,9 @@ class Array(_native.ArrayBase):
         return np.array(view, order="C")
 
     def _copy_to_host(self, raw: np.ndarray, lo: int, stream: Any) -> None:
-        producer = self._producer_stream()
-        handle, device, _keep = memory.resolve(stream, self.device_id) if stream is not None else (
-            producer, self.device_id, None)
+        handle, device, _keep = memory.resolve(stream, self.device_id)
         _refuse_capture(handle, "to_host")
-        memory.wait(producer, handle, device)
+        self._order_before(handle)
         drv = _driver.raw()
         with memory.on_device(device):
             _driver.call("cuMemcpyDtoHAsync", raw.ctypes.data, drv.CUdeviceptr(lo), raw.nbytes,
@@ -294,34 +296,43 @@ def _with_device(arr: Array, device: int) -> Array:
 
 
 def empty(shape: Any, dtype: Any = "float32", *, device: int | None = None, stream: Any = None) -> Array:
-    """Uninitialised device array, allocated (and later freed) in order on `stream`."""
+    """Uninitialised device array, allocated (and later freed) in order on `stream`.
+
+    Other streams' first use of it orders after the allocation through the memory log (by address),
+    so views, the parent and foreign arrays over the same bytes are all ordered alike."""
     shape = _shape_tuple(shape)
     name = dtypes.normalize(dtype)
     handle, dev, keep = memory.resolve(stream, device)
     item = dtypes.TABLE[name].itemsize
     alloc = memory.allocate(math.prod(shape) * item, device=dev, stream=handle, keep=keep)
     return Array(ptr=alloc.ptr, shape=list(shape), strides=list(_c_strides(shape, item)), dtype=name,
-                 device_type=_CUDA, device_id=dev, readonly=False, owner=alloc, stream=handle)
+                 device_type=_CUDA, device_id=dev, readonly=False, owner=alloc)
 
 
-def _memset(arr: Array, pattern: int) -> None:
-    """Fill every element with the bit pattern `pattern` (itemsize 1, 2 or 4), ordered on its stream."""
-    n = arr.size
+def _home_stream(arr: Array) -> int:
+    """The stream a fresh allocation's initial fill goes on: its allocation stream."""
+    owner = arr.owner
+    return int(owner.stream) if isinstance(owner, memory.DeviceAllocation) else 0
+
+
+def _memset(arr: Array, pattern: int, itemsize: int | None = None) -> None:
+    """Fill the array with the bit pattern `pattern` (unit 1, 2 or 4 bytes), ordered on its stream."""
+    unit = itemsize or arr.itemsize
+    n = arr.nbytes // unit
     if n == 0:
         return
     drv = _driver.raw()
-    fn = {1: "cuMemsetD8Async", 2: "cuMemsetD16Async", 4: "cuMemsetD32Async"}[arr.itemsize]
+    fn = {1: "cuMemsetD8Async", 2: "cuMemsetD16Async", 4: "cuMemsetD32Async"}[unit]
+    stream = _home_stream(arr)
     with memory.on_device(arr.device_id):
-        _driver.call(fn, drv.CUdeviceptr(arr.ptr), pattern, n, drv.CUstream(arr._stream))
+        _driver.call(fn, drv.CUdeviceptr(arr.ptr), pattern, n, drv.CUstream(stream))
+    memory.note_use(arr.ptr, arr.ptr + arr.nbytes, stream, arr.device_id, True)
 
 
 def zeros(shape: Any, dtype: Any = "float32", *, device: int | None = None, stream: Any = None) -> Array:
     """Device array of zeros (a stream-ordered memset)."""
     out = empty(shape, dtype, device=device, stream=stream)
-    if out.nbytes:
-        drv = _driver.raw()
-        with memory.on_device(out.device_id):
-            _driver.call("cuMemsetD8Async", drv.CUdeviceptr(out.ptr), 0, out.nbytes, drv.CUstream(out._stream))
+    _memset(out, 0, itemsize=1)
     return out
 
 
@@ -384,11 +395,13 @@ def _copy_from_host(out: Array, src: np.ndarray) -> None:
     the copy reads it asynchronously, so we wait for the stream before `src` can be released.
     """
     drv = _driver.raw()
-    handle = drv.CUstream(out._stream)
+    stream = _home_stream(out)
+    handle = drv.CUstream(stream)
     with memory.on_device(out.device_id):
         _driver.call("cuMemcpyHtoDAsync", drv.CUdeviceptr(out.ptr), src.ctypes.data, src.nbytes, handle)
         if _is_pinned(src.ctypes.data):
             _driver.call("cuStreamSynchronize", handle)
+    memory.note_use(out.ptr, out.ptr + out.nbytes, stream, out.device_id, True)
 
 
 def from_host(np_array: Any, *, device: int | None = None, stream: Any = None) -> Array:

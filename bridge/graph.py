@@ -19,7 +19,8 @@ class Graph:
         self.graph: int = 0
         self.graph_exec: int = 0
         self.objects: list[Any] = []    # every buffer (and owner) the captured launches use
-        self._arrays: list[Any] = []    # the bridge arrays among them, once each (replay orders on them)
+        self._foreign: list[Any] = []   # bridge arrays among them with a foreign producer stream
+        self._uses: list[tuple[int, int, int, bool]] = []   # (lo, hi, device, write) of every launch
         self.stream: Stream | None = None
 
     def replay(self, stream: Stream | Any = None) -> None:
@@ -27,17 +28,25 @@ class Graph:
             raise RuntimeError("this graph has no executable yet: replay it after the capture block ends")
         s = current_stream() if stream is None else (stream if isinstance(stream, Stream) else Stream(stream))
         handle = int(s.handle)
-        # The replay may run on another stream than the capture: order it after the streams that last
-        # produced its bridge arrays, as a launch would, and record it as their producer afterwards.
-        for producer in {int(a._stream) for a in self._arrays if a._stream is not None} - {handle}:
+        # The replay may run on another stream than the capture: order it, like each captured launch,
+        # after the streams that wrote (for its writes: also read) the same bytes, and record its uses.
+        for producer in {int(a._stream) for a in self._foreign} - {handle}:
             memory.wait(producer, handle, int(s.device))
+        for lo, hi, device, write in self._uses:
+            memory.order_use(lo, hi, handle, device, write)
         _native.graph_launch(self.graph_exec, handle)
-        for a in self._arrays:
-            a._stream = handle
+        for lo, hi, device, write in self._uses:
+            memory.note_use(lo, hi, handle, device, write)
 
-    def _keep(self, objects: list[Any]) -> None:
+    def _keep(self, objects: list[Any], uses: list[Any] = ()) -> None:
         self.objects = objects
-        self._arrays = list({id(o): o for o in objects if isinstance(o, _native.ArrayBase)}.values())
+        arrays = {id(o): o for o in objects if isinstance(o, _native.ArrayBase)}.values()
+        self._foreign = [a for a in arrays if a._stream is not None]
+        # one entry per (range, device), a write winning over a read of the same range
+        merged: dict[tuple[int, int, int], bool] = {}
+        for lo, hi, device, write in uses:
+            merged[(int(lo), int(hi), int(device))] = merged.get((int(lo), int(hi), int(device)), False) or bool(write)
+        self._uses = [(lo, hi, d, w) for (lo, hi, d), w in merged.items()]
 
     def close(self) -> None:
         """Free the graph and release the buffers it kept alive."""
@@ -89,6 +98,6 @@ class capture:
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         self._use.__exit__(exc_type, *exc)
-        graph, exec_, objects = _native.capture_end(self.stream.handle, exc_type is None)
+        graph, exec_, objects, uses = _native.capture_end(self.stream.handle, exc_type is None)
         self.graph.graph, self.graph.graph_exec = int(graph), int(exec_)
-        self.graph._keep(list(objects))
+        self.graph._keep(list(objects), list(uses))

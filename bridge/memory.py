@@ -11,11 +11,10 @@ import sys
 import weakref
 from typing import Any, Iterator
 
-from bridge import _driver
+from bridge import _driver, _native
 from bridge.errors import CudaError
 
 CU_STREAM_LEGACY = 0x1       # raw handle of the legacy default stream
-CU_STREAM_PER_THREAD = 0x2   # raw handle of the per-thread default stream
 
 
 @contextlib.contextmanager
@@ -68,18 +67,22 @@ def resolve(stream: Any, device: int | None) -> tuple[int, int, Any]:
 
 
 def wait(producer: int, consumer: int, device: int) -> None:
-    """Make `consumer` wait for the work queued so far on `producer` (event; the host never blocks)."""
-    same = {producer, consumer} <= {0, CU_STREAM_LEGACY}
-    if producer == consumer or same:
-        return
-    drv = _driver.raw()
-    with on_device(device):
-        event = _driver.call("cuEventCreate", drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
-        try:
-            _driver.call("cuEventRecord", event, drv.CUstream(producer))
-            _driver.call("cuStreamWaitEvent", drv.CUstream(consumer), event, 0)
-        finally:
-            _driver.call("cuEventDestroy", event)  # released once the wait has been satisfied
+    """Make `consumer` wait for the work queued so far on `producer` (event; the host never blocks).
+    A destroyed bridge stream is waited for through the event it recorded when it was destroyed."""
+    _native.order_after(producer, consumer, device)
+
+
+def order_use(lo: int, hi: int, stream: int, device: int, write: bool) -> None:
+    """Order work about to run on `stream` after bridge work on other streams that wrote the bytes
+    [lo, hi) (and, for a write, that read them): ordering follows memory, not Python objects."""
+    if hi > lo:
+        _native.order_use(lo, hi, stream, device, write)
+
+
+def note_use(lo: int, hi: int, stream: int, device: int, write: bool) -> None:
+    """Record that work just queued on `stream` wrote (or read) the bytes [lo, hi)."""
+    if hi > lo:
+        _native.note_use(lo, hi, stream, device, write)
 
 
 class DeviceAllocation:
@@ -102,15 +105,21 @@ class DeviceAllocation:
         self._finalizer()
 
 
-def _free(ptr: int, device: int, stream: int, _keep: Any) -> None:
+def _free(ptr: int, nbytes: int, device: int, stream: int, _keep: Any) -> None:
+    """Queue the free after every bridge use of the bytes on any stream (writes and reads), on the
+    allocation stream, or on the legacy default stream when the allocation stream was destroyed."""
     if sys.is_finalizing():  # the driver may already be torn down; the context teardown frees it
         return
+    if not _native.stream_alive(stream):
+        stream = CU_STREAM_LEGACY
     drv = _driver.raw()
     with on_device(device):
+        order_use(ptr, ptr + nbytes, stream, device, True)
+        _native.forget_range(ptr, ptr + nbytes)
         try:
             _driver.call("cuMemFreeAsync", drv.CUdeviceptr(ptr), drv.CUstream(stream))
         except CudaError:
-            # The allocation stream was destroyed (closed by its owner): free synchronously instead.
+            # The allocation stream was destroyed by its foreign owner: free synchronously instead.
             _driver.call("cuMemFree", drv.CUdeviceptr(ptr))
 
 
@@ -127,7 +136,9 @@ def allocate(nbytes: int, *, device: int, stream: int, keep: Any = None) -> Devi
     drv = _driver.raw()
     with on_device(device):
         alloc.ptr = int(_driver.call("cuMemAllocAsync", nbytes, drv.CUstream(stream)))
-    fin = weakref.finalize(alloc, _free, alloc.ptr, device, stream, keep)
+        # the bytes come into being on `stream`: other streams' first use orders after it
+        note_use(alloc.ptr, alloc.ptr + nbytes, stream, device, True)
+    fin = weakref.finalize(alloc, _free, alloc.ptr, nbytes, device, stream, keep)
     fin.atexit = False  # the context's teardown releases what is left at exit
     alloc._finalizer = fin
     return alloc

@@ -140,9 +140,14 @@ void cpp_example_saxpy(double a, py::handle x, py::handle y) {
   if (cfg.skip) return;
 
   kb::drv::ensure_current(device);
-  for (int i = 1; i <= 2; ++i)
+  // Order by memory (x read, y read and written), then after foreign producers' own streams.
+  for (int i = 1; i <= 2; ++i) {
+    uint64_t lo, hi;
+    args[i].array.extent(lo, hi);
+    kb::rt::order_use(lo, hi, stream, device, i == 2);
     if (infos[i].has_producer_stream && infos[i].producer_stream != stream)
       kb::rt::order_after(infos[i].producer_stream, stream, device);
+  }
   float fa = static_cast<float>(a);
   uint64_t px = args[1].array.ptr, py_ = args[2].array.ptr;
   int ni = static_cast<int>(n);
@@ -151,6 +156,11 @@ void cpp_example_saxpy(double a, py::handle x, py::handle y) {
         static_cast<unsigned>(cfg.grid[2]), static_cast<unsigned>(cfg.block[0]), static_cast<unsigned>(cfg.block[1]),
         static_cast<unsigned>(cfg.block[2]), 0u, reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream)),
         params, nullptr);
+  for (int i = 1; i <= 2; ++i) {
+    uint64_t lo, hi;
+    args[i].array.extent(lo, hi);
+    kb::rt::note_use(lo, hi, stream, device, i == 2);
+  }
   // The callers' objects stay referenced until the kernel is done with their memory.
   py::list keep;
   keep.append(x);

@@ -245,13 +245,18 @@ class Launcher {
     if (cur != ctx_) kb::drv::check(a.ctxSetCurrent(ctx_), "ctxSetCurrent");
 
     const bool captured = kb::rt::capture_active() && kb::rt::stream_captured(stream);
-    // Order after every producer stream that differs (event record + wait, no host block).
+    // Order after the streams that wrote (for writes: also read) these bytes, whichever object named
+    // them, and after each foreign producer's own stream (event record + wait, no host block).
     if (!captured) {
       uint64_t done[kStackArgs];
       int ndone = 0;
       for (int i = 0; i < n; ++i) {
+        if (vals[i].kind != kb::ArgKind::array) continue;
+        uint64_t lo, hi;
+        vals[i].array.extent(lo, hi);
+        kb::rt::order_use(lo, hi, stream, device_, contract_.args[i].writable());
         const IntakeInfo& inf = infos[i];
-        if (vals[i].kind != kb::ArgKind::array || !inf.has_producer_stream) continue;
+        if (!inf.has_producer_stream) continue;
         const uint64_t p = inf.producer_stream;
         if (p == stream || std::find(done, done + ndone, p) != done + ndone) continue;
         kb::rt::order_after(p, stream, device_);
@@ -276,15 +281,15 @@ class Launcher {
                                   reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream)), nullptr, extra),
                    "launchKernel");
 
-    // bridge.Arrays written by this launch were last produced on `stream` (later consumers order on it).
-    // A captured launch runs nothing now: Graph.replay records the replay stream instead.
-    if (PyTypeObject* base = captured ? nullptr : array_base_type()) {
-      for (int i = 0; i < n; ++i) {
-        if (!contract_.args[i].writable() || !PyObject_TypeCheck(objs[i], base)) continue;
-        ArrayBase* arr = py::handle(objs[i]).cast<ArrayBase*>();
-        arr->has_stream = true;
-        arr->stream = stream;
-      }
+    // Record what this launch touched, by memory. A captured launch runs nothing now: the graph
+    // remembers its ranges and Graph.replay orders and records them on the replay stream.
+    for (int i = 0; i < n; ++i) {
+      if (vals[i].kind != kb::ArgKind::array) continue;
+      uint64_t lo, hi;
+      vals[i].array.extent(lo, hi);
+      const bool write = contract_.args[i].writable();
+      if (captured) kb::rt::capture_use(stream, kb::rt::CapturedUse{lo, hi, device_, write});
+      else kb::rt::note_use(lo, hi, stream, device_, write);
     }
 
     // Lifetimes: a graph keeps every buffer it uses; otherwise keep temporaries until completion.
@@ -475,6 +480,7 @@ void register_launch(py::module_& m) {
   kb::rt::register_streams(m);
   kb::rt::register_faults(m);
   kb::rt::register_modules(m);
+  kb::rt::register_memory_order(m);
 
   py::class_<Launcher>(m, "Launcher",
                        "One compiled function + its contract: validated launches, all in C++.")

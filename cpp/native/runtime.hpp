@@ -41,6 +41,28 @@ extern Py_ssize_t g_temporary_refcount_tuple;
 // Make `consumer` wait (device side) for the work submitted so far on `producer` (event record + wait).
 void order_after(uint64_t producer, uint64_t consumer, int device);
 
+// --- ordering by memory (memory_order.cpp; docs/architecture.md "Memory ordering") ----------------
+// Make `stream` wait for bridge work on other streams that wrote [lo, hi) (write: or read it).
+void order_use(uint64_t lo, uint64_t hi, uint64_t stream, int device, bool write);
+// Work just submitted on `stream` wrote (or read) [lo, hi).
+void note_use(uint64_t lo, uint64_t hi, uint64_t stream, int device, bool write);
+// [lo, hi) was freed: forget its history.
+void forget_range(uint64_t lo, uint64_t hi);
+// A bridge stream was created / is about to be destroyed (its pending work gets a retired event).
+void stream_created(uint64_t stream, int device);
+void stream_retiring(uint64_t stream);
+// False for a destroyed bridge stream (its handle must not reach the driver again).
+bool stream_alive(uint64_t stream);
+
+// A byte range one captured launch used (Graph.replay orders and records it like a launch).
+struct CapturedUse {
+  uint64_t lo, hi;
+  int device;
+  bool write;
+};
+// Record a use of the launch being captured on `stream` (no-op when `stream` is not captured).
+void capture_use(uint64_t stream, const CapturedUse& use);
+
 // --- device-side fault records (docs/architecture.md "fault_sites") -------------------------------
 struct FaultRecord {
   volatile uint32_t flag;
@@ -62,5 +84,6 @@ void forget_launcher(uint64_t launcher_id);
 void register_streams(pybind11::module_& m);
 void register_faults(pybind11::module_& m);
 void register_modules(pybind11::module_& m);
+void register_memory_order(pybind11::module_& m);
 
 }  // namespace kb::rt

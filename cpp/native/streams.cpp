@@ -21,6 +21,7 @@ thread_local uint64_t t_current_stream = 0;   // 0 = legacy default stream
 struct Capture {
   uint64_t stream;
   py::list objects;   // everything the graph uses: kept by the Graph object afterwards
+  std::vector<CapturedUse> uses;   // the byte ranges its launches read and write
 };
 // Heap-allocated and never destroyed on purpose (they hold Python objects; see faults.cpp).
 std::vector<Capture>& g_captures = *new std::vector<Capture>();
@@ -32,7 +33,6 @@ struct Pending {
 };
 std::deque<Pending>& g_pending = *new std::deque<Pending>();
 std::vector<std::vector<CUevent>> g_event_pool;   // per device: free events (timing disabled)
-std::vector<CUevent> g_order_event;                // per device: event used only for record + wait
 
 CUstream as_stream(uint64_t h) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(h)); }
 CUevent as_event(uint64_t h) { return reinterpret_cast<CUevent>(static_cast<uintptr_t>(h)); }
@@ -76,6 +76,14 @@ void capture_keep(uint64_t stream, py::handle obj) {
     }
 }
 
+void capture_use(uint64_t stream, const CapturedUse& use) {
+  for (Capture& c : g_captures)
+    if (c.stream == stream) {
+      c.uses.push_back(use);
+      return;
+    }
+}
+
 void keep_until_complete(uint64_t stream, int device, py::list objs) {
   CUevent e = pooled_event(device);
   CUresult r = require().eventRecord(e, as_stream(stream));
@@ -99,18 +107,6 @@ void poll_keepalive() {
     g_pending.pop_front();
     objs = py::list();   // drop references only after the queue is consistent (dtors may re-enter)
   }
-}
-
-void order_after(uint64_t producer, uint64_t consumer, int device) {
-  if (producer == consumer) return;
-  if (device < 0) device = 0;
-  if (g_order_event.size() <= static_cast<size_t>(device)) g_order_event.resize(device + 1, nullptr);
-  CUevent& e = g_order_event[device];
-  if (e == nullptr) KB_CU(eventCreate, &e, CU_EVENT_DISABLE_TIMING);
-  // cuStreamWaitEvent waits for the event's most recent record at call time, so one event per device
-  // serves every ordering: re-recording it later does not affect waits already enqueued.
-  KB_CU(eventRecord, e, as_stream(producer));
-  KB_CU(streamWaitEvent, as_stream(consumer), e, 0);
 }
 
 namespace {
@@ -139,9 +135,13 @@ void register_streams(py::module_& m) {
     kb::drv::ensure_current(device);
     CUstream s = nullptr;
     KB_CU(streamCreate, &s, non_blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT);
+    stream_created(as_int(s), device);
     return as_int(s);
   }, py::arg("device"), py::arg("non_blocking") = true);
-  m.def("stream_destroy", [](uint64_t h) { KB_CU(streamDestroy, as_stream(h)); }, py::arg("handle"));
+  m.def("stream_destroy", [](uint64_t h) {
+    stream_retiring(h);   // later consumers of its work wait on an event, never on the dead handle
+    KB_CU(streamDestroy, as_stream(h));
+  }, py::arg("handle"));
   m.def("stream_synchronize", [](uint64_t h) {
     sync_released(require().streamSynchronize, as_stream(h), "streamSynchronize");
     poll_keepalive();
@@ -205,9 +205,11 @@ void register_streams(py::module_& m) {
   }, py::arg("stream"), "cuStreamBeginCapture (thread-local mode) and open the keepalive registry.");
   m.def("capture_end", [](uint64_t s, bool instantiate) {
     py::list objs;
+    py::list uses;
     for (size_t i = 0; i < g_captures.size(); ++i)
       if (g_captures[i].stream == s) {
         objs = g_captures[i].objects;
+        for (const CapturedUse& u : g_captures[i].uses) uses.append(py::make_tuple(u.lo, u.hi, u.device, u.write));
         g_captures.erase(g_captures.begin() + static_cast<long>(i));
         break;
       }
@@ -215,7 +217,7 @@ void register_streams(py::module_& m) {
     KB_CU(streamEndCapture, as_stream(s), &graph);
     if (!instantiate) {
       if (graph) KB_CU(graphDestroy, graph);
-      return py::make_tuple(uint64_t{0}, uint64_t{0}, objs);
+      return py::make_tuple(uint64_t{0}, uint64_t{0}, objs, uses);
     }
     CUgraphExec exec = nullptr;
     // Arrays allocated inside the capture are graph allocations with a fixed address; auto-free lets the
@@ -225,9 +227,10 @@ void register_streams(py::module_& m) {
       require().graphDestroy(graph);
       throw_cuda_error("graphInstantiate", r);
     }
-    return py::make_tuple(as_int(graph), as_int(exec), objs);
+    return py::make_tuple(as_int(graph), as_int(exec), objs, uses);
   }, py::arg("stream"), py::arg("instantiate") = true,
-     "End the capture; returns (graph, graph_exec, objects the graph uses).");
+     "End the capture; returns (graph, graph_exec, objects the graph uses, (lo, hi, device, write) of "
+     "every byte range its launches use).");
   m.def("stream_is_capturing", [](uint64_t s) {
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     KB_CU(streamIsCapturing, as_stream(s), &st);

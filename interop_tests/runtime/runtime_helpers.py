@@ -56,6 +56,14 @@ def spin_contract() -> str:
     })
 
 
+def spin_copy_contract() -> str:
+    return json.dumps({
+        "version": 1, "kernel": "spin_copy", "domain": 1, "block": {"max_threads": 1024},
+        "args": [arr("a"), arr("out", access="write"), scalar("n", "i32"), scalar("cycles", "i64")],
+        "requires": ["len(a) == len(out)", "n == len(out)"], "grid_from": {"arg": "out", "per_thread": [1, 1, 1]},
+    })
+
+
 def scale2d_contract() -> str:
     return json.dumps({
         "version": 1, "kernel": "scale2d", "domain": 2, "block": {"max_threads": 1024},
@@ -75,7 +83,8 @@ def smem_contract() -> str:
 
 
 def all_contracts() -> dict[str, str]:
-    return {"vecadd": vecadd_contract(), "spin_fill": spin_contract(), "scale2d": scale2d_contract(),
+    return {"vecadd": vecadd_contract(), "spin_fill": spin_contract(), "spin_copy": spin_copy_contract(),
+            "scale2d": scale2d_contract(),
             "smem_copy": smem_contract(), "checked_get": checked_get_contract(),
             "vecadd_lb256": vecadd_contract("vecadd_lb256", block={"max_threads": 1024})}
 

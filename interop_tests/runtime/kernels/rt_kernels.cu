@@ -32,6 +32,15 @@ extern "C" __global__ void spin_fill(float* out, int n, float v, long long cycle
   if (i < n) out[i] = v * (float)(i + 1);
 }
 
+// deliberately slow reader: spin `cycles` clock ticks, then out[i] = a[i]
+extern "C" __global__ void spin_copy(const float* a, float* out, int n, long long cycles) {
+  long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i];
+}
+
 // dynamic shared memory user: out[i] = a[i] staged through smem (block-sized)
 extern "C" __global__ void smem_copy(const float* a, float* out, int n) {
   extern __shared__ float buf[];

@@ -1,0 +1,265 @@
+// Ordering by memory: the process-wide MemoryLog (memory_log.hpp) driven by launches, exports, host
+// copies, frees and graph replays, and the event waits that make a consumer stream order after the
+// streams that wrote (or read) the same bytes. Never a host block.
+//
+// Streams that can die behind our back (foreign streams: torch, CuPy, raw handles) get an event
+// recorded right after each use; bridge-created streams and the default streams are recorded lazily,
+// when a consumer needs them. A bridge stream records a "retired" event just before it is destroyed,
+// so a later consumer waits on that event instead of touching a dead handle.
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "memory_log.hpp"
+#include "runtime.hpp"
+
+namespace py = pybind11;
+
+namespace kb::rt {
+namespace {
+
+CUstream as_stream(uint64_t h) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(h)); }
+CUevent as_event(uint64_t h) { return reinterpret_cast<CUevent>(static_cast<uintptr_t>(h)); }
+
+// Heap-allocated and never destroyed: static destructors must not call into a torn-down driver.
+MemoryLog& g_log = *new MemoryLog();
+std::unordered_map<uint64_t, int>& g_live = *new std::unordered_map<uint64_t, int>();  // bridge streams -> device
+std::unordered_map<uint64_t, EventPtr>& g_retired = *new std::unordered_map<uint64_t, EventPtr>();
+// Handles of destroyed bridge streams not re-created since (never passed to the driver again).
+std::unordered_set<uint64_t>& g_dead = *new std::unordered_set<uint64_t>();
+std::vector<std::vector<uint64_t>>& g_free_events = *new std::vector<std::vector<uint64_t>>();
+std::vector<CUevent>& g_lazy_event = *new std::vector<CUevent>();   // per device, record + wait only
+
+// The primary context of `device` current for a scope, the caller's restored after.
+class OnDevice {
+ public:
+  explicit OnDevice(int device) {
+    const kb::drv::Api& a = kb::drv::require();
+    CUcontext want = kb::drv::primary_context(device);
+    kb::drv::check(a.ctxGetCurrent(&saved_), "ctxGetCurrent");
+    if (saved_ != want) {
+      kb::drv::check(a.ctxSetCurrent(want), "ctxSetCurrent");
+      switched_ = true;
+    }
+  }
+  ~OnDevice() {
+    if (switched_) kb::drv::require().ctxSetCurrent(saved_);
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  CUcontext saved_ = nullptr;
+  bool switched_ = false;
+};
+
+void release_event(int device, uint64_t e) {
+  if (g_free_events.size() <= static_cast<size_t>(device)) g_free_events.resize(device + 1);
+  g_free_events[device].push_back(e);
+}
+
+// An event from the pool of `device` (whose context must be current), recorded on `stream`.
+EventPtr record_new(uint64_t stream, int device) {
+  if (device < 0) device = 0;
+  if (g_free_events.size() <= static_cast<size_t>(device)) g_free_events.resize(device + 1);
+  uint64_t h = 0;
+  if (!g_free_events[device].empty()) {
+    h = g_free_events[device].back();
+    g_free_events[device].pop_back();
+  } else {
+    CUevent e = nullptr;
+    KB_CU(eventCreate, &e, CU_EVENT_DISABLE_TIMING);
+    h = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(e));
+  }
+  CUresult r = kb::drv::require().eventRecord(as_event(h), as_stream(stream));
+  if (r != CUDA_SUCCESS) {
+    release_event(device, h);
+    kb::drv::throw_cuda_error("eventRecord", r);
+  }
+  auto ref = std::make_shared<EventRef>();
+  ref->handle = h;
+  ref->release = [device](uint64_t ev) { release_event(device, ev); };
+  return ref;
+}
+
+bool lazy_safe(uint64_t stream) { return stream <= 2 || g_live.count(stream) != 0; }
+
+// Make `consumer` wait for everything submitted so far on the live stream `producer`.
+void wait_live(uint64_t producer, int device, uint64_t consumer) {
+  if (device < 0) device = 0;
+  OnDevice on(device);
+  if (g_lazy_event.size() <= static_cast<size_t>(device)) g_lazy_event.resize(device + 1, nullptr);
+  CUevent& e = g_lazy_event[device];
+  if (e == nullptr) KB_CU(eventCreate, &e, CU_EVENT_DISABLE_TIMING);
+  // cuStreamWaitEvent waits for the record current at call time: one event per device serves all.
+  KB_CU(eventRecord, e, as_stream(producer));
+  KB_CU(streamWaitEvent, as_stream(consumer), e, 0);
+}
+
+// A lazily recorded use on a bridge stream that has since been destroyed (and not re-created).
+bool dead(const Use& u) { return !u.event && g_dead.count(u.stream) != 0; }
+
+void wait_for(const Use& u, uint64_t consumer) {
+  if (u.event) {
+    KB_CU(streamWaitEvent, as_stream(consumer), as_event(u.event->handle), 0);
+    return;
+  }
+  auto r = g_retired.find(u.stream);
+  if (r != g_retired.end()) KB_CU(streamWaitEvent, as_stream(consumer), as_event(r->second->handle), 0);
+  // A dead stream's work is covered by its retired event (or has completed, when that was dropped).
+  if (dead(u) || stream_captured(u.stream)) return;
+  wait_live(u.stream, u.device, consumer);
+}
+
+// True when the work of `u` has completed (queries never block; errors count as "not known done").
+bool use_done(const Use& u) {
+  const kb::drv::Api* a = kb::drv::api();
+  if (a == nullptr) return false;
+  if (u.event) return a->eventQuery(as_event(u.event->handle)) == CUDA_SUCCESS;
+  auto r = g_retired.find(u.stream);
+  if (r != g_retired.end() && a->eventQuery(as_event(r->second->handle)) != CUDA_SUCCESS) return false;
+  if (dead(u)) return true;
+  return a->streamQuery(as_stream(u.stream)) == CUDA_SUCCESS;
+}
+
+void install_pruner() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  g_log.set_pruner([](const Use& u) {
+    if (capture_active()) return false;   // no queries while a capture is open
+    return use_done(u);
+  });
+}
+
+}  // namespace
+
+void order_use(uint64_t lo, uint64_t hi, uint64_t stream, int device, bool write) {
+  if (g_log.size() == 0) return;
+  if (capture_active() && stream_captured(stream)) return;   // graph replays order themselves
+  std::vector<Use> waits;
+  g_log.hazards(lo, hi, stream, write, waits);
+  if (waits.empty()) return;
+  OnDevice on(device < 0 ? 0 : device);
+  for (const Use& u : waits) wait_for(u, stream);
+}
+
+void note_use(uint64_t lo, uint64_t hi, uint64_t stream, int device, bool write) {
+  if (lo >= hi) return;
+  if (!write && !g_log.read_matters(lo, hi, stream)) return;
+  if (capture_active() && stream_captured(stream)) return;   // nothing runs yet
+  install_pruner();
+  Use u;
+  u.stream = stream;
+  u.device = device < 0 ? 0 : device;
+  if (!lazy_safe(stream)) u.event = record_new(stream, u.device);
+  g_log.record(lo, hi, u, write);
+}
+
+void forget_range(uint64_t lo, uint64_t hi) { g_log.forget(lo, hi); }
+
+void order_after(uint64_t producer, uint64_t consumer, int device) {
+  if (same_stream(producer, consumer)) return;
+  if (capture_active() && stream_captured(consumer)) return;
+  Use u;
+  u.stream = producer;
+  u.device = device < 0 ? 0 : device;
+  wait_for(u, consumer);
+}
+
+void stream_created(uint64_t stream, int device) {
+  g_live[stream] = device;
+  g_dead.erase(stream);
+}
+
+void stream_retiring(uint64_t stream) {
+  auto it = g_live.find(stream);
+  if (it == g_live.end()) return;
+  const int device = it->second;
+  g_live.erase(it);
+  g_dead.insert(stream);
+  OnDevice on(device);
+  g_retired[stream] = record_new(stream, device);
+  // Keep the map small: a completed retired event says nothing a dead stream's uses still need.
+  const kb::drv::Api* a = kb::drv::api();
+  for (auto r = g_retired.begin(); r != g_retired.end();) {
+    if (r->first != stream && a && a->eventQuery(as_event(r->second->handle)) == CUDA_SUCCESS)
+      r = g_retired.erase(r);
+    else
+      ++r;
+  }
+}
+
+bool stream_alive(uint64_t stream) { return g_dead.count(stream) == 0; }
+
+namespace {
+
+py::list spans_of(const MemoryLog& log) {
+  py::list out;
+  for (const auto& kv : log.spans()) {
+    py::list readers;
+    for (const Use& r : kv.second.readers) readers.append(r.stream);
+    out.append(py::make_tuple(kv.first, kv.second.hi, kv.second.writer.stream, readers));
+  }
+  return out;
+}
+
+Use fake_use(uint64_t stream, py::object event) {
+  Use u;
+  u.stream = stream;
+  if (!event.is_none()) {
+    u.event = std::make_shared<EventRef>();
+    u.event->handle = event.cast<uint64_t>();
+  }
+  return u;
+}
+
+}  // namespace
+
+void register_memory_order(py::module_& m) {
+  // The bookkeeping alone, with made-up stream and event numbers: what CPU tests check.
+  py::class_<MemoryLog>(m, "MemoryLog", "The memory-ordering bookkeeping without a driver (for tests).")
+      .def(py::init<>())
+      .def("hazards", [](const MemoryLog& log, uint64_t lo, uint64_t hi, uint64_t stream, bool write) {
+             std::vector<Use> out;
+             log.hazards(lo, hi, stream, write, out);
+             py::list res;
+             for (const Use& u : out)
+               res.append(py::make_tuple(u.stream, u.event ? py::object(py::int_(u.event->handle)) : py::none()));
+             return res;
+           }, py::arg("lo"), py::arg("hi"), py::arg("stream"), py::arg("write"),
+           "[(stream, event or None)] that work on `stream` touching [lo, hi) must wait for.")
+      .def("record", [](MemoryLog& log, uint64_t lo, uint64_t hi, uint64_t stream, bool write, py::object event) {
+             log.record(lo, hi, fake_use(stream, event), write);
+           }, py::arg("lo"), py::arg("hi"), py::arg("stream"), py::arg("write"), py::arg("event") = py::none())
+      .def("forget", &MemoryLog::forget, py::arg("lo"), py::arg("hi"))
+      .def("prune", [](MemoryLog& log, py::set done) {
+             std::unordered_set<uint64_t> d;
+             for (py::handle h : done) d.insert(h.cast<uint64_t>());
+             log.prune([&d](const Use& u) { return d.count(u.stream) != 0; });
+           }, py::arg("done_streams"), "Drop uses on the streams given as completed.")
+      .def("spans", &spans_of, "[(lo, hi, writer stream, [reader streams])] in address order.")
+      .def("__len__", &MemoryLog::size);
+
+  m.def("order_use", [](uint64_t lo, uint64_t hi, uint64_t stream, int device, bool write) {
+    order_use(lo, hi, stream, device, write);
+  }, py::arg("lo"), py::arg("hi"), py::arg("stream"), py::arg("device"), py::arg("write"),
+     "Make `stream` wait (events, no host block) for bridge work on other streams that wrote the bytes "
+     "[lo, hi) (write=True: also that read them).");
+  m.def("note_use", [](uint64_t lo, uint64_t hi, uint64_t stream, int device, bool write) {
+    note_use(lo, hi, stream, device, write);
+  }, py::arg("lo"), py::arg("hi"), py::arg("stream"), py::arg("device"), py::arg("write"),
+     "Record that work just submitted on `stream` wrote (or read) the bytes [lo, hi).");
+  m.def("order_after", &order_after, py::arg("producer"), py::arg("consumer"), py::arg("device"),
+        "Make `consumer` wait for the work submitted so far on `producer` (a destroyed bridge stream: "
+        "for the work it had when it was destroyed).");
+  m.def("forget_range", &forget_range, py::arg("lo"), py::arg("hi"),
+        "Forget the history of [lo, hi) (the memory was freed).");
+  m.def("memory_log_size", [] { return g_log.size(); }, "Number of byte ranges with a known history.");
+  m.def("memory_log_spans", [] { return spans_of(g_log); },
+        "(lo, hi, writer stream, reader streams) of every tracked range (for tests and debugging).");
+  m.def("stream_alive", &stream_alive, py::arg("stream"),
+        "False for a bridge-created stream that has been destroyed (and not reused).");
+}
+
+}  // namespace kb::rt
