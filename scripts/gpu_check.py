@@ -38,6 +38,7 @@ MEMCHECK_EXAMPLE_ARGS = {"examples/porting/run_porting.py": ["--build", "build/p
 # AOT kernels): the sanitizers re-run these, not the whole suite, to stay inside the 10-minute budget.
 SANITIZE_FILES = ["interop_tests/runtime/test_gpu_launch_paths.py",
                   "interop_tests/runtime/test_gpu_graphs_and_faults.py",
+                  "interop_tests/runtime/test_gpu_memory_ordering.py",
                   "interop_tests/dsl_sim/test_sim_agrees_with_gpu.py",
                   "interop_tests/dsl_codegen/test_codegen_e2e.py",
                   "interop_tests/dsl_tile/test_tile_gpu.py",
