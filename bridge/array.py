@@ -84,7 +84,7 @@ class Array(_native.ArrayBase):
     def _view(self, ptr: int, shape: Sequence[int], strides: Sequence[int]) -> "Array":
         return Array(ptr=ptr, shape=list(shape), strides=list(strides), dtype=self.dtype_tag,
                      device_type=self.device_type, device_id=self.device_id, readonly=self.readonly,
-                     owner=self, stream=self._stream)
+                     owner=self, stream=self._stream, stream_generation=self._stream_generation)
 
     def __getitem__(self, index: Any) -> "Array":
         """Basic indexing (ints, slices, Ellipsis): always a view that keeps this array alive."""
@@ -198,7 +198,7 @@ class Array(_native.ArrayBase):
         lo, hi = self.extent
         memory.order_use(lo, hi, consumer, self.device_id, False)
         if self._stream is not None:
-            memory.wait(self._stream, consumer, self.device_id)
+            memory.wait(self._stream, consumer, self.device_id, self._stream_generation)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -292,7 +292,7 @@ def _pointer_device(ptr: int) -> int:
 def _with_device(arr: Array, device: int) -> Array:
     return Array(ptr=arr.ptr, shape=list(arr.shape), strides=list(arr.strides), dtype=arr.dtype_tag,
                  device_type=arr.device_type, device_id=device, readonly=arr.readonly, owner=arr.owner,
-                 stream=arr._stream)
+                 stream=arr._stream, stream_generation=arr._stream_generation)
 
 
 def empty(shape: Any, dtype: Any = "float32", *, device: int | None = None, stream: Any = None) -> Array:

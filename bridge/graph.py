@@ -30,8 +30,9 @@ class Graph:
         handle = int(s.handle)
         # The replay may run on another stream than the capture: order it, like each captured launch,
         # after the streams that wrote (for its writes: also read) the same bytes, and record its uses.
-        for producer in {int(a._stream) for a in self._foreign} - {handle}:
-            memory.wait(producer, handle, int(s.device))
+        for producer, gen in {(int(a._stream), int(a._stream_generation)) for a in self._foreign}:
+            if producer != handle:
+                memory.wait(producer, handle, int(s.device), gen)
         for lo, hi, device, write in self._uses:
             memory.order_use(lo, hi, handle, device, write)
         _native.graph_launch(self.graph_exec, handle)

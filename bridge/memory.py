@@ -66,10 +66,12 @@ def resolve(stream: Any, device: int | None) -> tuple[int, int, Any]:
     return handle, (device if device is not None else _driver.current_ordinal()), stream
 
 
-def wait(producer: int, consumer: int, device: int) -> None:
+def wait(producer: int, consumer: int, device: int, generation: int | None = None) -> None:
     """Make `consumer` wait for the work queued so far on `producer` (event; the host never blocks).
-    A destroyed bridge stream is waited for through the event it recorded when it was destroyed."""
-    _native.order_after(producer, consumer, device)
+    `generation` names which bridge stream of that handle (`_native.stream_generation` when the handle
+    was taken; None: the stream living now): a destroyed one is waited for through the event it
+    recorded when it was destroyed, never through whatever stream got its handle since."""
+    _native.order_after(producer, consumer, device, generation)
 
 
 def order_use(lo: int, hi: int, stream: int, device: int, write: bool) -> None:
@@ -105,12 +107,12 @@ class DeviceAllocation:
         self._finalizer()
 
 
-def _free(ptr: int, nbytes: int, device: int, stream: int, _keep: Any) -> None:
+def _free(ptr: int, nbytes: int, device: int, stream: int, generation: int, _keep: Any) -> None:
     """Queue the free after every bridge use of the bytes on any stream (writes and reads), on the
     allocation stream, or on the legacy default stream when the allocation stream was destroyed."""
     if sys.is_finalizing():  # the driver may already be torn down; the context teardown frees it
         return
-    if not _native.stream_alive(stream):
+    if not _native.stream_alive(stream, generation):
         stream = CU_STREAM_LEGACY
     drv = _driver.raw()
     with on_device(device):
@@ -138,7 +140,8 @@ def allocate(nbytes: int, *, device: int, stream: int, keep: Any = None) -> Devi
         alloc.ptr = int(_driver.call("cuMemAllocAsync", nbytes, drv.CUstream(stream)))
         # the bytes come into being on `stream`: other streams' first use orders after it
         note_use(alloc.ptr, alloc.ptr + nbytes, stream, device, True)
-    fin = weakref.finalize(alloc, _free, alloc.ptr, nbytes, device, stream, keep)
+    generation = _native.stream_generation(stream)
+    fin = weakref.finalize(alloc, _free, alloc.ptr, nbytes, device, stream, generation, keep)
     fin.atexit = False  # the context's teardown releases what is left at exit
     alloc._finalizer = fin
     return alloc

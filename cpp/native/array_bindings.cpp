@@ -5,6 +5,7 @@
 
 #include "intake.hpp"
 #include "native.hpp"
+#include "runtime.hpp"
 
 namespace py = pybind11;
 
@@ -23,6 +24,7 @@ ArrayBase from_intake(py::handle source, int64_t consumer_stream) {
   a.owner = std::move(info.keepalive);
   a.has_stream = info.has_producer_stream;
   a.stream = info.producer_stream;
+  if (a.has_stream) a.stream_generation = kb::rt::stream_generation(a.stream);   // the stream living now
   return a;
 }
 
@@ -37,7 +39,7 @@ kb::DType parse_dtype(const std::string& name) {
 
 ArrayBase from_raw(uint64_t ptr, const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
                    const std::string& dtype, int device_type, int device_id, bool readonly,
-                   py::object owner, py::object stream) {
+                   py::object owner, py::object stream, py::object stream_generation) {
   if (shape.size() > static_cast<size_t>(kMaxDims)) {
     throw py::value_error("shape: at most " + std::to_string(kMaxDims) + " dimensions are supported, got " +
                           std::to_string(shape.size()));
@@ -64,7 +66,12 @@ ArrayBase from_raw(uint64_t ptr, const std::vector<int64_t>& shape, const std::v
   a.view.device_id = device_id;
   a.view.readonly = readonly;
   a.owner = std::move(owner);
-  if (!stream.is_none()) { a.has_stream = true; a.stream = stream.cast<uint64_t>(); }
+  if (!stream.is_none()) {
+    a.has_stream = true;
+    a.stream = stream.cast<uint64_t>();
+    a.stream_generation = stream_generation.is_none() ? kb::rt::stream_generation(a.stream)
+                                                      : stream_generation.cast<uint64_t>();
+  }
   return a;
 }
 
@@ -88,7 +95,7 @@ stream=None) wraps memory described by hand (allocation, slicing). Strides are i
   cls.def(py::init(&from_intake), py::arg("source"), py::kw_only(), py::arg("consumer_stream") = -1)
       .def(py::init(&from_raw), py::kw_only(), py::arg("ptr"), py::arg("shape"), py::arg("strides"),
            py::arg("dtype"), py::arg("device_type"), py::arg("device_id"), py::arg("readonly"),
-           py::arg("owner"), py::arg("stream") = py::none())
+           py::arg("owner"), py::arg("stream") = py::none(), py::arg("stream_generation") = py::none())
       .def_property_readonly("ptr", [](const ArrayBase& a) { return a.view.ptr; })
       .def_property_readonly("shape", [](const ArrayBase& a) { return to_tuple(a.view.shape, a.view.ndim); })
       .def_property_readonly("strides", [](const ArrayBase& a) { return to_tuple(a.view.strides, a.view.ndim); })
@@ -117,8 +124,11 @@ stream=None) wraps memory described by hand (allocation, slicing). Strides are i
                     [](ArrayBase& a, py::object s) {
                       a.has_stream = !s.is_none();
                       a.stream = a.has_stream ? s.cast<uint64_t>() : 0;
+                      a.stream_generation = a.has_stream ? kb::rt::stream_generation(a.stream) : 0;
                     },
-                    "raw handle of the stream the data was last produced on (None: unknown)");
+                    "raw handle of a foreign producer's stream to order after (None: none)")
+      .def_property_readonly("_stream_generation", [](const ArrayBase& a) { return a.stream_generation; },
+                             "which bridge stream of that handle (0: a default or foreign stream)");
   g_array_base_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
 
   m.def("intake_view", [](py::handle obj, int64_t consumer_stream) { return from_intake(obj, consumer_stream); },

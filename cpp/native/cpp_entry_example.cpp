@@ -146,7 +146,7 @@ void cpp_example_saxpy(double a, py::handle x, py::handle y) {
     args[i].array.extent(lo, hi);
     kb::rt::order_use(lo, hi, stream, device, i == 2);
     if (infos[i].has_producer_stream && infos[i].producer_stream != stream)
-      kb::rt::order_after(infos[i].producer_stream, stream, device);
+      kb::rt::order_after(infos[i].producer_stream, stream, device, infos[i].producer_generation);
   }
   float fa = static_cast<float>(a);
   uint64_t px = args[1].array.ptr, py_ = args[2].array.ptr;

@@ -237,6 +237,7 @@ void from_array_base(PyObject* obj, kb::ArrayView& view, IntakeInfo& info) {
   info.keepalive = py::reinterpret_borrow<py::object>(obj);
   info.has_producer_stream = a.has_stream;
   info.producer_stream = a.stream;
+  info.producer_generation = a.stream_generation;
 }
 
 void from_cupy(PyObject* obj, kb::ArrayView& view, IntakeInfo& info, IntakeMemo* memo) {

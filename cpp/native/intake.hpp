@@ -17,6 +17,8 @@ struct IntakeInfo {
   pybind11::object keepalive;    // what must stay referenced while the view is used (obj, or a capsule owner)
   bool has_producer_stream = false;
   uint64_t producer_stream = 0;  // raw CUstream handle where the producer may still have work
+  // which bridge stream of that handle it is (kb::rt::stream_generation); ~0: the one living now
+  uint64_t producer_generation = ~uint64_t{0};
 };
 
 // Per-launch memo: the current CuPy / torch streams are looked up at most once per device per launch.
@@ -31,8 +33,9 @@ struct IntakeMemo {
 struct ArrayBase {
   kb::ArrayView view;
   pybind11::object owner;        // allocation, producer object or DLPack owner capsule (None: unowned)
-  bool has_stream = false;       // stream the data was last produced on, when known
+  bool has_stream = false;       // a foreign producer's stream to order after, when known
   uint64_t stream = 0;
+  uint64_t stream_generation = 0;   // kb::rt::stream_generation of `stream` when it was taken
 };
 
 // true: obj is array-like and `view` is filled. false: obj is not array-like (the caller treats it as a

@@ -259,7 +259,7 @@ class Launcher {
         if (!inf.has_producer_stream) continue;
         const uint64_t p = inf.producer_stream;
         if (p == stream || std::find(done, done + ndone, p) != done + ndone) continue;
-        kb::rt::order_after(p, stream, device_);
+        kb::rt::order_after(p, stream, device_, inf.producer_generation);
         if (ndone < kStackArgs) done[ndone++] = p;
       }
     }

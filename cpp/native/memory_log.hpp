@@ -33,6 +33,7 @@ using EventPtr = std::shared_ptr<EventRef>;
 struct Use {
   uint64_t stream = 0;
   int device = 0;
+  uint64_t generation = 0;   // which bridge stream of that handle (0: default or foreign stream)
   EventPtr event;
 };
 

@@ -5,9 +5,12 @@
 // Streams that can die behind our back (foreign streams: torch, CuPy, raw handles) get an event
 // recorded right after each use; bridge-created streams and the default streams are recorded lazily,
 // when a consumer needs them. A bridge stream records a "retired" event just before it is destroyed,
-// so a later consumer waits on that event instead of touching a dead handle.
+// so a later consumer waits on that event instead of touching a dead handle. The driver reuses
+// handles, so a bridge stream is named by (handle, generation): a use of a destroyed stream never
+// reaches whatever stream (ours or a foreign one) got its handle afterwards.
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "memory_log.hpp"
@@ -23,10 +26,18 @@ CUevent as_event(uint64_t h) { return reinterpret_cast<CUevent>(static_cast<uint
 
 // Heap-allocated and never destroyed: static destructors must not call into a torn-down driver.
 MemoryLog& g_log = *new MemoryLog();
-std::unordered_map<uint64_t, int>& g_live = *new std::unordered_map<uint64_t, int>();  // bridge streams -> device
-std::unordered_map<uint64_t, EventPtr>& g_retired = *new std::unordered_map<uint64_t, EventPtr>();
-// Handles of destroyed bridge streams not re-created since (never passed to the driver again).
-std::unordered_set<uint64_t>& g_dead = *new std::unordered_set<uint64_t>();
+struct Live {
+  int device;
+  uint64_t generation;
+};
+std::unordered_map<uint64_t, Live>& g_live = *new std::unordered_map<uint64_t, Live>();   // bridge streams
+struct GenHash {
+  size_t operator()(const std::pair<uint64_t, uint64_t>& k) const { return std::hash<uint64_t>()(k.first ^ (k.second << 40)); }
+};
+// (handle, generation) of destroyed bridge streams -> the event recorded just before the destroy
+std::unordered_map<std::pair<uint64_t, uint64_t>, EventPtr, GenHash>& g_retired =
+    *new std::unordered_map<std::pair<uint64_t, uint64_t>, EventPtr, GenHash>();
+uint64_t g_next_generation = 1;
 std::vector<std::vector<uint64_t>>& g_free_events = *new std::vector<std::vector<uint64_t>>();
 std::vector<CUevent>& g_lazy_event = *new std::vector<CUevent>();   // per device, record + wait only
 
@@ -84,6 +95,12 @@ EventPtr record_new(uint64_t stream, int device) {
 
 bool lazy_safe(uint64_t stream) { return stream <= 2 || g_live.count(stream) != 0; }
 
+// Generation of the live bridge stream `stream` (0: a default stream or a foreign one).
+uint64_t generation_of(uint64_t stream) {
+  auto it = g_live.find(stream);
+  return it == g_live.end() ? 0 : it->second.generation;
+}
+
 // Make `consumer` wait for everything submitted so far on the live stream `producer`.
 void wait_live(uint64_t producer, int device, uint64_t consumer) {
   if (device < 0) device = 0;
@@ -96,18 +113,24 @@ void wait_live(uint64_t producer, int device, uint64_t consumer) {
   KB_CU(streamWaitEvent, as_stream(consumer), e, 0);
 }
 
-// A lazily recorded use on a bridge stream that has since been destroyed (and not re-created).
-bool dead(const Use& u) { return !u.event && g_dead.count(u.stream) != 0; }
+// The incarnation `u` names is still the live stream of that handle (or a stream that never dies).
+bool current(const Use& u) {
+  if (u.stream <= 2 || u.generation == 0) return true;
+  auto it = g_live.find(u.stream);
+  return it != g_live.end() && it->second.generation == u.generation;
+}
 
 void wait_for(const Use& u, uint64_t consumer) {
   if (u.event) {
     KB_CU(streamWaitEvent, as_stream(consumer), as_event(u.event->handle), 0);
     return;
   }
-  auto r = g_retired.find(u.stream);
-  if (r != g_retired.end()) KB_CU(streamWaitEvent, as_stream(consumer), as_event(r->second->handle), 0);
-  // A dead stream's work is covered by its retired event (or has completed, when that was dropped).
-  if (dead(u) || stream_captured(u.stream)) return;
+  if (!current(u)) {   // destroyed: its retired event covers its work (dropped once it completed)
+    auto r = g_retired.find({u.stream, u.generation});
+    if (r != g_retired.end()) KB_CU(streamWaitEvent, as_stream(consumer), as_event(r->second->handle), 0);
+    return;
+  }
+  if (stream_captured(u.stream)) return;   // capture work does not run now
   wait_live(u.stream, u.device, consumer);
 }
 
@@ -116,9 +139,10 @@ bool use_done(const Use& u) {
   const kb::drv::Api* a = kb::drv::api();
   if (a == nullptr) return false;
   if (u.event) return a->eventQuery(as_event(u.event->handle)) == CUDA_SUCCESS;
-  auto r = g_retired.find(u.stream);
-  if (r != g_retired.end() && a->eventQuery(as_event(r->second->handle)) != CUDA_SUCCESS) return false;
-  if (dead(u)) return true;
+  if (!current(u)) {
+    auto r = g_retired.find({u.stream, u.generation});
+    return r == g_retired.end() || a->eventQuery(as_event(r->second->handle)) == CUDA_SUCCESS;
+  }
   return a->streamQuery(as_stream(u.stream)) == CUDA_SUCCESS;
 }
 
@@ -152,45 +176,47 @@ void note_use(uint64_t lo, uint64_t hi, uint64_t stream, int device, bool write)
   Use u;
   u.stream = stream;
   u.device = device < 0 ? 0 : device;
+  u.generation = generation_of(stream);
   if (!lazy_safe(stream)) u.event = record_new(stream, u.device);
   g_log.record(lo, hi, u, write);
 }
 
 void forget_range(uint64_t lo, uint64_t hi) { g_log.forget(lo, hi); }
 
-void order_after(uint64_t producer, uint64_t consumer, int device) {
+void order_after(uint64_t producer, uint64_t consumer, int device, uint64_t generation) {
   if (same_stream(producer, consumer)) return;
   if (capture_active() && stream_captured(consumer)) return;
   Use u;
   u.stream = producer;
   u.device = device < 0 ? 0 : device;
+  u.generation = generation == kLiveNow ? generation_of(producer) : generation;
   wait_for(u, consumer);
 }
 
-void stream_created(uint64_t stream, int device) {
-  g_live[stream] = device;
-  g_dead.erase(stream);
-}
+uint64_t stream_generation(uint64_t stream) { return generation_of(stream); }
+
+void stream_created(uint64_t stream, int device) { g_live[stream] = Live{device, g_next_generation++}; }
 
 void stream_retiring(uint64_t stream) {
   auto it = g_live.find(stream);
   if (it == g_live.end()) return;
-  const int device = it->second;
+  const Live live = it->second;
   g_live.erase(it);
-  g_dead.insert(stream);
-  OnDevice on(device);
-  g_retired[stream] = record_new(stream, device);
-  // Keep the map small: a completed retired event says nothing a dead stream's uses still need.
+  OnDevice on(live.device);
+  g_retired[{stream, live.generation}] = record_new(stream, live.device);
+  // Keep the map small: a retired event that completed says nothing the stream's uses still need.
   const kb::drv::Api* a = kb::drv::api();
   for (auto r = g_retired.begin(); r != g_retired.end();) {
-    if (r->first != stream && a && a->eventQuery(as_event(r->second->handle)) == CUDA_SUCCESS)
+    if (r->first.first != stream && a && a->eventQuery(as_event(r->second->handle)) == CUDA_SUCCESS)
       r = g_retired.erase(r);
     else
       ++r;
   }
 }
 
-bool stream_alive(uint64_t stream) { return g_dead.count(stream) == 0; }
+bool stream_alive(uint64_t stream, uint64_t generation) {
+  return generation == 0 || generation_of(stream) == generation;
+}
 
 namespace {
 
@@ -250,16 +276,21 @@ void register_memory_order(py::module_& m) {
     note_use(lo, hi, stream, device, write);
   }, py::arg("lo"), py::arg("hi"), py::arg("stream"), py::arg("device"), py::arg("write"),
      "Record that work just submitted on `stream` wrote (or read) the bytes [lo, hi).");
-  m.def("order_after", &order_after, py::arg("producer"), py::arg("consumer"), py::arg("device"),
-        "Make `consumer` wait for the work submitted so far on `producer` (a destroyed bridge stream: "
-        "for the work it had when it was destroyed).");
+  m.def("order_after", [](uint64_t producer, uint64_t consumer, int device, py::object generation) {
+          order_after(producer, consumer, device, generation.is_none() ? kLiveNow : generation.cast<uint64_t>());
+        }, py::arg("producer"), py::arg("consumer"), py::arg("device"), py::arg("generation") = py::none(),
+        "Make `consumer` wait for the work submitted so far on `producer`. generation: which bridge "
+        "stream of that handle (stream_generation at the time the handle was taken; None = the stream "
+        "living now); a destroyed one is waited for through the event it recorded when destroyed.");
+  m.def("stream_generation", &stream_generation, py::arg("stream"),
+        "Generation of the live bridge stream `stream` (0 for default and foreign streams).");
   m.def("forget_range", &forget_range, py::arg("lo"), py::arg("hi"),
         "Forget the history of [lo, hi) (the memory was freed).");
   m.def("memory_log_size", [] { return g_log.size(); }, "Number of byte ranges with a known history.");
   m.def("memory_log_spans", [] { return spans_of(g_log); },
         "(lo, hi, writer stream, reader streams) of every tracked range (for tests and debugging).");
-  m.def("stream_alive", &stream_alive, py::arg("stream"),
-        "False for a bridge-created stream that has been destroyed (and not reused).");
+  m.def("stream_alive", &stream_alive, py::arg("stream"), py::arg("generation"),
+        "False when the bridge stream (stream, generation) has been destroyed.");
 }
 
 }  // namespace kb::rt

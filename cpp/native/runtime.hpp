@@ -39,7 +39,11 @@ extern Py_ssize_t g_temporary_refcount_tuple;
 
 // --- cross-stream ordering ---------------------------------------------------------------------------
 // Make `consumer` wait (device side) for the work submitted so far on `producer` (event record + wait).
-void order_after(uint64_t producer, uint64_t consumer, int device);
+// `generation`: which bridge stream of that handle (stream_generation when the handle was taken);
+// kLiveNow for a handle the caller got just now (the stream living under it).
+constexpr uint64_t kLiveNow = ~uint64_t{0};
+void order_after(uint64_t producer, uint64_t consumer, int device, uint64_t generation = kLiveNow);
+uint64_t stream_generation(uint64_t stream);
 
 // --- ordering by memory (memory_order.cpp; docs/architecture.md "Memory ordering") ----------------
 // Make `stream` wait for bridge work on other streams that wrote [lo, hi) (write: or read it).
@@ -51,8 +55,8 @@ void forget_range(uint64_t lo, uint64_t hi);
 // A bridge stream was created / is about to be destroyed (its pending work gets a retired event).
 void stream_created(uint64_t stream, int device);
 void stream_retiring(uint64_t stream);
-// False for a destroyed bridge stream (its handle must not reach the driver again).
-bool stream_alive(uint64_t stream);
+// False when the bridge stream (stream, generation) has been destroyed.
+bool stream_alive(uint64_t stream, uint64_t generation);
 
 // A byte range one captured launch used (Graph.replay orders and records it like a launch).
 struct CapturedUse {

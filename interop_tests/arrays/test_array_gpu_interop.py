@@ -251,12 +251,14 @@ def test_allocation_on_foreign_and_bridge_streams(rng):
     torch = _torch()
     side = torch.cuda.Stream()
     x = bridge.empty(1001, "float32", stream=side)
-    assert x._stream == side.cuda_stream and x.device == side.device.index
+    assert x.owner.stream == side.cuda_stream and x.device == side.device.index
+    lo, hi = x.extent       # the bytes came into being on `side`: the memory log says so, by address
+    assert (lo, hi, side.cuda_stream, []) in bridge._native.memory_log_spans()
     from bridge.stream import Stream
     s = Stream()
     data = rng.standard_normal(999).astype(np.float32)
     y = bridge.from_host(data, stream=s)
-    assert y._stream == s.handle
+    assert y.owner.stream == s.handle and y._stream is None   # no per-object producer stream
     np.testing.assert_array_equal(y.to_host(stream=s), data)
     with pytest.raises(ValueError, match=f"belongs to device {s.device}"):
         bridge.empty(3, stream=s, device=s.device + 1)

@@ -77,4 +77,4 @@ def test_prune_drops_completed_uses_only():
 
 def test_runtime_log_is_reachable_and_empty_without_gpu_work():
     assert isinstance(_native.memory_log_size(), int)
-    assert _native.stream_alive(0) and _native.stream_alive(0xDEAD)
+    assert _native.stream_alive(0, 0) and _native.stream_alive(0xDEAD, 0)   # default / foreign: never "dead"
