@@ -99,7 +99,10 @@ class LaunchContract:
 
     block: int or tuple = exact block; launch_bounds: max threads per block; shared_mem: exact dynamic
     bytes or ("max", n); requires: relations such as "len(a) == len(out)"; inplace: pairs of argument
-    names allowed to overlap; grid_from: the array whose shape derives the grid when none is given.
+    names allowed to overlap; grid_from: the array whose shape derives the grid when none is given —
+    one thread per element (`per_thread` elements per thread along each axis), or with `grid_tile`
+    one block per tile of that shape (grid.x = number of tiles, at most `max_blocks_per_sm` * SMs
+    when that is > 0).
     """
 
     def __init__(self, kernel: str, args: Iterable[ArgSpec], domain: int = 1,
@@ -107,7 +110,8 @@ class LaunchContract:
                  shared_mem: int | tuple[str, int] = 0, min_cc: int = 0, requires: Iterable[str] = (),
                  inplace: Iterable[Sequence[str]] = (), grid_from: str | None = None,
                  per_thread: int | Sequence[int] = (1, 1, 1),
-                 fault_sites: Iterable[Mapping[str, Any]] = ()) -> None:
+                 fault_sites: Iterable[Mapping[str, Any]] = (), grid_tile: Sequence[int] | None = None,
+                 max_blocks_per_sm: int = 0) -> None:
         self.kernel = kernel
         self.args = tuple(args)
         for k, a in enumerate(self.args):
@@ -133,6 +137,8 @@ class LaunchContract:
         self.inplace = tuple(tuple(p) for p in inplace)
         self.grid_from = grid_from
         self.per_thread = _dims(per_thread, f"{kernel}: per_thread")
+        self.grid_tile = None if grid_tile is None else tuple(grid_tile)
+        self.max_blocks_per_sm = max_blocks_per_sm
         self.fault_sites = tuple(dict(s) for s in fault_sites)
         self._native = None
         self.native()  # parse now: a malformed contract fails here, not at the first launch
@@ -151,7 +157,11 @@ class LaunchContract:
         d["args"] = [a.to_dict() for a in self.args]
         d["requires"] = list(self.requires)
         d["inplace"] = [list(p) for p in self.inplace]
-        if self.grid_from is not None:
+        if self.grid_from is not None and self.grid_tile is not None:
+            d["grid_from"] = {"arg": self.grid_from, "tile": list(self.grid_tile)}
+            if self.max_blocks_per_sm:
+                d["grid_from"]["max_blocks_per_sm"] = self.max_blocks_per_sm
+        elif self.grid_from is not None:
             d["grid_from"] = {"arg": self.grid_from, "per_thread": list(self.per_thread)}
         if self.fault_sites:
             d["fault_sites"] = [dict(s) for s in self.fault_sites]
@@ -172,7 +182,8 @@ class LaunchContract:
         out = cls(c.kernel, [ArgSpec.from_dict(a) for a in c.args], domain=c.domain, block=block,
                   launch_bounds=c.max_threads or None, shared_mem=smem if smem_kind == "exact" else ("max", smem),
                   min_cc=c.min_cc, requires=c.requires, inplace=pairs, grid_from=c.grid_from,
-                  per_thread=c.per_thread, fault_sites=c.fault_sites)
+                  per_thread=c.per_thread, fault_sites=c.fault_sites, grid_tile=c.grid_tile,
+                  max_blocks_per_sm=c.max_blocks_per_sm)
         return out
 
     def native(self) -> Any:

@@ -13,6 +13,48 @@ namespace kb::native {
 namespace {
 
 PyTypeObject* g_array_base_type = nullptr;
+PyTypeObject* g_tiling_type = nullptr;
+
+Tiling make_tiling(py::handle array, py::handle tile_shape) {
+  Tiling t;
+  IntakeInfo info;
+  if (!intake(array.ptr(), t.view, info, -1)) {
+    throw py::type_error(std::string("tile.partition: argument 'array': expected an array, got ") +
+                         Py_TYPE(array.ptr())->tp_name);
+  }
+  t.array = py::reinterpret_borrow<py::object>(array);
+  t.ndim = t.view.ndim;
+  std::vector<int64_t> dims;
+  bool ok = true;
+  if (PyLong_Check(tile_shape.ptr()) && !PyBool_Check(tile_shape.ptr())) {
+    int overflow = 0;
+    dims.push_back(PyLong_AsLongLongAndOverflow(tile_shape.ptr(), &overflow));
+    ok = overflow == 0;
+  } else if (PyTuple_Check(tile_shape.ptr())) {
+    for (py::handle d : py::reinterpret_borrow<py::tuple>(tile_shape)) {
+      if (!PyLong_Check(d.ptr()) || PyBool_Check(d.ptr())) { ok = false; break; }
+      int overflow = 0;
+      dims.push_back(PyLong_AsLongLongAndOverflow(d.ptr(), &overflow));
+      if (overflow) { ok = false; break; }
+    }
+  } else {
+    ok = false;
+  }
+  if (ok && static_cast<int>(dims.size()) != t.ndim) ok = false;
+  for (int64_t d : dims) if (d <= 0 || (d & (d - 1)) != 0) ok = false;
+  if (!ok) {
+    throw py::value_error("tile.partition: argument 'tile_shape': expected a tuple of " + std::to_string(t.ndim) +
+                          " powers of two (one per array axis), got " + std::string(py::repr(tile_shape)));
+  }
+  for (int k = 0; k < t.ndim; ++k) t.tile[k] = dims[k];
+  return t;
+}
+
+py::tuple tiles_per_axis(const Tiling& t) {
+  py::tuple g(t.ndim);
+  for (int k = 0; k < t.ndim; ++k) g[k] = py::int_((t.view.shape[k] + t.tile[k] - 1) / t.tile[k]);
+  return g;
+}
 
 ArrayBase from_intake(py::handle source, int64_t consumer_stream) {
   ArrayBase a;
@@ -84,6 +126,7 @@ py::tuple to_tuple(const int64_t* v, int n) {
 }  // namespace
 
 PyTypeObject* array_base_type() { return g_array_base_type; }
+PyTypeObject* tiling_type() { return g_tiling_type; }
 
 void register_arrays(py::module_& m) {
   auto cls = py::class_<ArrayBase>(m, "ArrayBase", R"doc(
@@ -130,6 +173,24 @@ stream=None) wraps memory described by hand (allocation, slicing). Strides are i
       .def_property_readonly("_stream_generation", [](const ArrayBase& a) { return a.stream_generation; },
                              "which bridge stream of that handle (0: a default or foreign stream)");
   g_array_base_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+
+  auto tiling = py::class_<Tiling>(m, "Tiling", R"doc(
+An array cut into tiles of a static shape (native base of dsl.tile.Partition): Tiling(array, tile_shape).
+
+Launches pass the array itself (read again at every launch) and key specialisations on the tile shape.)doc");
+  tiling.def(py::init(&make_tiling), py::arg("array"), py::arg("tile_shape"))
+      .def_property_readonly("array", [](const Tiling& t) { return t.array; })
+      .def_property_readonly("tile_shape", [](const Tiling& t) { return to_tuple(t.tile, t.ndim); })
+      .def_property_readonly("shape", [](const Tiling& t) { return to_tuple(t.view.shape, t.ndim); })
+      .def_property_readonly("ndim", [](const Tiling& t) { return t.ndim; })
+      .def_property_readonly("dtype_tag", [](const Tiling& t) { return kb::dtype_name(t.view.dtype); })
+      .def_property_readonly("grid", &tiles_per_axis, "tiles per axis: ceil(shape[k] / tile_shape[k])")
+      .def_property_readonly("num_tiles", [](const Tiling& t) {
+        int64_t n = 1;
+        for (int k = 0; k < t.ndim; ++k) n *= (t.view.shape[k] + t.tile[k] - 1) / t.tile[k];
+        return n;
+      });
+  g_tiling_type = reinterpret_cast<PyTypeObject*>(tiling.ptr());
 
   m.def("intake_view", [](py::handle obj, int64_t consumer_stream) { return from_intake(obj, consumer_stream); },
         py::arg("obj"), py::arg("consumer_stream") = -1,

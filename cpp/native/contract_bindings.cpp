@@ -320,6 +320,13 @@ void register_contract_class(py::module_& m) {
         if (c.grid_from_arg < 0) return py::none();
         return py::str(c.args[c.grid_from_arg].name);
       })
+      .def_property_readonly("grid_tile", [](const C& c) -> py::object {
+        if (c.grid_tile.empty()) return py::none();
+        py::tuple t(c.grid_tile.size());
+        for (size_t k = 0; k < c.grid_tile.size(); ++k) t[k] = py::int_(c.grid_tile[k]);
+        return t;
+      }, "tile shape of a tile grid (one block per tile of grid_from), or None")
+      .def_property_readonly("max_blocks_per_sm", [](const C& c) { return c.max_blocks_per_sm; })
       .def_property_readonly("per_thread", [](const C& c) {
         return py::make_tuple(c.per_thread[0], c.per_thread[1], c.per_thread[2]);
       })

@@ -38,6 +38,18 @@ struct ArrayBase {
   uint64_t stream_generation = 0;   // kb::rt::stream_generation of `stream` when it was taken
 };
 
+// An array cut into tiles of a static shape (the tile model's partition). The Dispatcher passes the
+// array itself to the kernel and puts the tile shape into the argument signature key; the contract's
+// tile grid (grid_from.tile) gives one block per tile. The array is read again at every launch.
+struct Tiling {
+  pybind11::object array;
+  int ndim = 0;
+  int64_t tile[kMaxDims] = {};
+  kb::ArrayView view;            // the array as it was when the tiling was made (for its properties)
+};
+// The pybind11 type object of Tiling (set by register_arrays); nullptr before registration.
+PyTypeObject* tiling_type();
+
 // true: obj is array-like and `view` is filled. false: obj is not array-like (the caller treats it as a
 // scalar). Throws pybind11::error_already_set (bridge.errors.DTypeError, ValueError, BufferError,
 // TypeError) for malformed producers. consumer_stream: the raw stream the caller will use, passed to

@@ -184,8 +184,11 @@ class Launcher {
   // Launch `n` arguments already read (vals/infos) with the caller's configuration.
   // temp_refcount: an argument whose reference count (less our keepalive) is at most this is a
   // temporary only this call holds; it is kept alive until the launch completes.
+  // inner: optional per-argument flags for arrays taken out of a Tiling (held by it: a temporary when
+  // nothing else references them).
   void launch_prepared(PyObject* const* objs, int n, kb::ArgValue* vals, IntakeInfo* infos,
-                       kb::LaunchConfig cfg, uint64_t stream, Py_ssize_t temp_refcount) {
+                       kb::LaunchConfig cfg, uint64_t stream, Py_ssize_t temp_refcount,
+                       const uint8_t* inner = nullptr) {
     kb::Error e = kb::validate(contract_, vals, n, cfg, limits_, attrs_);
     if (e) throw_contract_error(e, contract_.kernel);
     if (cfg.skip) return;
@@ -305,7 +308,7 @@ class Launcher {
     for (int i = 0; i < n; ++i) {
       if (vals[i].kind != kb::ArgKind::array) continue;
       const Py_ssize_t refs = Py_REFCNT(objs[i]) - (infos[i].keepalive.ptr() == objs[i] ? 1 : 0);
-      if (refs > temp_refcount) continue;
+      if (refs > (inner && inner[i] ? 1 : temp_refcount)) continue;
       if (!any) { temps = py::list(); any = true; }
       temps.append(objs[i]);
       if (infos[i].keepalive) temps.append(infos[i].keepalive);
@@ -363,11 +366,27 @@ class Launcher {
   std::vector<PyTypeObject*> plan_types_;
 };
 
-// Maps an argument signature (type, dtype, ndim, C-contiguity, 16-byte alignment per argument) to a
-// Launcher; on a miss asks `miss_callback(args) -> Launcher` (the DSL specialises generic kernels).
+// Maps an argument signature (per argument: type, dtype, ndim, C-contiguity, 16-byte alignment, and
+// optionally last extent % 8 == 0) to a Launcher; on a miss asks `miss_callback(args) -> Launcher` (the
+// DSL specialises generic kernels). A plan per position lets the tile model use the same path:
+// kPartition positions take a Tiling (its array is launched, its tile shape joins the key), kConstant
+// positions join the key by value (hash + equality) and are not passed to the kernel.
 class Dispatcher {
  public:
-  explicit Dispatcher(py::object miss) : miss_(std::move(miss)) {}
+  enum Kind : uint8_t { kPass = 0, kPartition = 1, kConstant = 2 };
+  static constexpr int kKeyWords = 3;
+
+  Dispatcher(py::object miss, py::object plan, bool key_div8, py::object names, std::string kernel)
+      : miss_(std::move(miss)), key_div8_(key_div8), kernel_(std::move(kernel)) {
+    if (!plan.is_none())
+      for (py::handle k : plan) {
+        int v = k.cast<int>();
+        if (v < kPass || v > kConstant) throw py::value_error("Dispatcher plan: kinds are 0, 1 or 2");
+        plan_.push_back(static_cast<uint8_t>(v));
+      }
+    if (!names.is_none())
+      for (py::handle n : names) names_.push_back(n.cast<std::string>());
+  }
 
   void launch_tuple(py::handle args, const kb::LaunchConfig& cfg, uint64_t stream) {
     PyObject* const* objs = PySequence_Fast_ITEMS(args.ptr());
@@ -375,60 +394,125 @@ class Dispatcher {
     // No heap allocation on the hot path for up to kStackArgs arguments.
     kb::ArgValue vals_stack[kStackArgs];
     IntakeInfo infos_stack[kStackArgs];
-    uint64_t key_stack[2 * kStackArgs];
+    uint64_t key_stack[kKeyWords * kStackArgs];
+    PyObject* flat_stack[kStackArgs];
+    uint8_t inner_stack[kStackArgs];
+    PyObject* consts_stack[kStackArgs];
     std::vector<kb::ArgValue> vals_heap;
     std::vector<IntakeInfo> infos_heap;
     std::vector<uint64_t> key_heap;
+    std::vector<PyObject*> flat_heap, consts_heap;
+    std::vector<uint8_t> inner_heap;
     kb::ArgValue* vals = vals_stack;
     IntakeInfo* infos = infos_stack;
     uint64_t* key = key_stack;
+    PyObject** flat = flat_stack;
+    uint8_t* inner = inner_stack;
+    PyObject** consts = consts_stack;
     if (n > kStackArgs) {
       vals_heap.resize(static_cast<size_t>(n));
       infos_heap.resize(static_cast<size_t>(n));
-      key_heap.resize(2 * static_cast<size_t>(n));
+      key_heap.resize(kKeyWords * static_cast<size_t>(n));
+      flat_heap.resize(static_cast<size_t>(n));
+      inner_heap.resize(static_cast<size_t>(n));
+      consts_heap.resize(static_cast<size_t>(n));
       vals = vals_heap.data();
       infos = infos_heap.data();
       key = key_heap.data();
+      flat = flat_heap.data();
+      inner = inner_heap.data();
+      consts = consts_heap.data();
+    }
+    // a call whose arity differs from the plan cannot hit: the miss callback refuses it
+    const bool planned = !plan_.empty() && static_cast<int>(plan_.size()) == n;
+    if (!plan_.empty() && !planned) {
+      miss_(py::reinterpret_borrow<py::tuple>(args));
+      throw py::type_error(kernel_ + ": expected " + std::to_string(plan_.size()) + " arguments, got " +
+                           std::to_string(n));
     }
     IntakeMemo memo;
+    int nflat = 0, nconst = 0;
     for (int i = 0; i < n; ++i) {
       PyObject* o = objs[i];
-      kb::ArgValue& v = vals[i];
-      key[2 * i] = reinterpret_cast<uintptr_t>(Py_TYPE(o));
-      key[2 * i + 1] = 0;
+      uint64_t* k = key + kKeyWords * i;
+      k[0] = reinterpret_cast<uintptr_t>(Py_TYPE(o));
+      k[1] = k[2] = 0;
+      const uint8_t kind = planned ? plan_[i] : kPass;
+      if (kind == kConstant) {
+        Py_hash_t h = PyObject_Hash(o);
+        if (h == -1) {           // unhashable: the miss callback says so
+          PyErr_Clear();
+          k[1] = 3;
+        } else {
+          k[2] = static_cast<uint64_t>(h);
+        }
+        consts[nconst++] = o;
+        continue;
+      }
+      if (kind == kPartition) {
+        PyTypeObject* tt = tiling_type();
+        if (!tt || !PyObject_TypeCheck(o, tt)) {
+          k[1] = 4;              // not a partition: the miss callback says so
+          flat[nflat] = o;
+          vals[nflat] = kb::ArgValue{};
+          inner[nflat++] = 0;
+          continue;
+        }
+        const Tiling& t = py::handle(o).cast<const Tiling&>();
+        uint64_t bits = static_cast<uint64_t>(t.ndim);
+        for (int d = 0; d < t.ndim; ++d) bits = bits * 64 + static_cast<uint64_t>(__builtin_ctzll(t.tile[d]));
+        k[2] = bits;
+        o = t.array.ptr();
+        k[0] = reinterpret_cast<uintptr_t>(Py_TYPE(o));
+        inner[nflat] = 1;
+      } else {
+        inner[nflat] = 0;
+      }
+      flat[nflat] = o;
+      kb::ArgValue& v = vals[nflat];
+      IntakeInfo& info = infos[nflat];
+      ++nflat;
       if (argvalue_from_scalar(o, v)) {
         v.kind = kb::ArgKind::scalar;
         continue;
       }
-      if (!intake(o, v.array, infos[i], static_cast<int64_t>(stream), &memo)) {
+      bool is_array;
+      try {
+        is_array = intake(o, v.array, info, static_cast<int64_t>(stream), &memo);
+      } catch (py::error_already_set& e) {
+        rethrow_positional(e, i);
+      }
+      if (!is_array) {
         v.kind = kb::ArgKind::scalar;
         v.scalar_kind = kb::ArgValue::ScalarKind::none;
         v.type_name = Py_TYPE(o)->tp_name;
-        key[2 * i + 1] = 1;
+        k[1] |= 1;
         continue;
       }
       v.kind = kb::ArgKind::array;
-      key[2 * i + 1] = (uint64_t{1} << 40) | (static_cast<uint64_t>(v.array.dtype) << 16) |
-                       (static_cast<uint64_t>(static_cast<uint32_t>(v.array.ndim)) << 4) |
-                       (v.array.is_c_contiguous() ? 2u : 0u) | (v.array.ptr % 16 == 0 ? 1u : 0u);
+      const kb::ArrayView& a = v.array;
+      const bool div8 = key_div8_ && a.ndim > 0 && a.shape[a.ndim - 1] % 8 == 0;
+      k[1] |= (uint64_t{1} << 40) | (static_cast<uint64_t>(a.dtype) << 16) |
+              (static_cast<uint64_t>(static_cast<uint32_t>(a.ndim)) << 4) | (div8 ? 8u : 0u) |
+              (a.is_c_contiguous() ? 2u : 0u) | (a.ptr % 16 == 0 ? 1u : 0u);
     }
-    const size_t klen = 2 * static_cast<size_t>(n);
+    const size_t klen = kKeyWords * static_cast<size_t>(n);
     Launcher* target = nullptr;
-    if (last_ >= 0 && entries_[last_].key.size() == klen &&
-        std::equal(key, key + klen, entries_[last_].key.begin()))
-      target = entries_[last_].launcher;
+    if (last_ >= 0 && matches(entries_[last_], key, klen, consts, nconst)) target = entries_[last_].launcher;
     for (size_t j = 0; target == nullptr && j < entries_.size(); ++j)
-      if (entries_[j].key.size() == klen && std::equal(key, key + klen, entries_[j].key.begin())) {
+      if (matches(entries_[j], key, klen, consts, nconst)) {
         target = entries_[j].launcher;
         last_ = static_cast<int>(j);
       }
     if (target == nullptr) {
       py::object l = miss_(py::reinterpret_borrow<py::tuple>(args));
       target = l.cast<Launcher*>();
-      entries_.push_back(Entry{std::vector<uint64_t>(key, key + klen), l, target});
+      py::tuple kept(nconst);
+      for (int c = 0; c < nconst; ++c) kept[c] = py::reinterpret_borrow<py::object>(consts[c]);
+      entries_.push_back(Entry{std::vector<uint64_t>(key, key + klen), l, target, std::move(kept)});
       last_ = static_cast<int>(entries_.size() - 1);
     }
-    target->launch_prepared(objs, n, vals, infos, cfg, stream, kb::rt::g_temporary_refcount_native);
+    target->launch_prepared(flat, nflat, vals, infos, cfg, stream, kb::rt::g_temporary_refcount_native, inner);
   }
 
   size_t size() const { return entries_.size(); }
@@ -439,8 +523,44 @@ class Dispatcher {
     std::vector<uint64_t> key;
     py::object owner;
     Launcher* launcher;
+    py::tuple consts;          // constant arguments of this specialisation (compared by value)
   };
+
+  static bool matches(const Entry& e, const uint64_t* key, size_t klen, PyObject* const* consts, int nconst) {
+    if (e.key.size() != klen || !std::equal(key, key + klen, e.key.begin())) return false;
+    for (int c = 0; c < nconst; ++c) {
+      PyObject* mine = PyTuple_GET_ITEM(e.consts.ptr(), c);
+      if (mine == consts[c]) continue;
+      int eq = PyObject_RichCompareBool(mine, consts[c], Py_EQ);
+      if (eq < 0) { PyErr_Clear(); return false; }
+      if (!eq) return false;
+    }
+    return true;
+  }
+
+  // An intake failure before any Launcher is known: name the kernel and the argument.
+  [[noreturn]] void rethrow_positional(py::error_already_set& err, int i) {
+    std::string name = i < static_cast<int>(names_.size()) ? names_[i] : std::string("?");
+    std::string prefix = kernel_ + ": argument '" + name + "' (#" + std::to_string(i) + "): ";
+    py::object errors = py::module_::import("bridge.errors");
+    py::object base = errors.attr("LaunchContractError");
+    py::object cls = err.type();
+    std::string msg = py::str(err.value());
+    if (!PyObject_IsSubclass(cls.ptr(), base.ptr())) cls = errors.attr("ArgumentKindError");
+    py::object exc = cls(prefix + msg, py::arg("kernel") = kernel_, py::arg("arg") = i, py::arg("arg_name") = name);
+    PyObject* cause = err.value().ptr();
+    Py_XINCREF(cause);
+    PyException_SetCause(exc.ptr(), cause);
+    PyErr_Clear();
+    PyErr_SetObject(cls.ptr(), exc.ptr());
+    throw py::error_already_set();
+  }
+
   py::object miss_;
+  std::vector<uint8_t> plan_;
+  bool key_div8_ = false;
+  std::vector<std::string> names_;
+  std::string kernel_;
   std::vector<Entry> entries_;
   int last_ = -1;
 };
@@ -524,7 +644,12 @@ void register_launch(py::module_& m) {
 
   py::class_<Dispatcher>(m, "Dispatcher",
                          "Argument signature -> Launcher, computed in C++; miss_callback(args) on a miss.")
-      .def(py::init<py::object>(), py::arg("miss_callback"))
+      .def(py::init<py::object, py::object, bool, py::object, std::string>(), py::arg("miss_callback"),
+           py::arg("plan") = py::none(), py::arg("key_div8") = false, py::arg("names") = py::none(),
+           py::arg("kernel") = std::string("kernel"),
+           "plan: per position 0 (pass), 1 (a Tiling: launch its array, key on its tile shape) or 2 (a "
+           "constant: key by value, not passed); key_div8: also key arrays on last extent % 8 == 0; "
+           "names/kernel: for messages about arguments no Launcher has seen yet.")
       .def("__call__", [](Dispatcher& d, py::args args, py::object grid, py::object block,
                           py::object shared_mem, py::object stream) {
              Given g = make_given(grid, block, shared_mem, stream);

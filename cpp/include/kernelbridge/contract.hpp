@@ -79,6 +79,10 @@ struct LaunchContract {
   std::vector<std::pair<int, int>> inplace;    // arg indices
   int grid_from_arg = -1;                      // -1 = grid must be given
   int per_thread[3] = {1, 1, 1};
+  // Tile grids (grid_from.tile): one block per tile of grid_from_arg, flattened into grid.x; capped at
+  // max_blocks_per_sm * the device's SM count when that is > 0 (persistent kernels loop over tiles).
+  std::vector<int64_t> grid_tile;               // empty = one thread per element (per_thread)
+  int max_blocks_per_sm = 0;
   bool has_fault_buffer = false;              // true when fault_sites is not empty
   int version = 1;
   std::vector<FaultSite> fault_sites;

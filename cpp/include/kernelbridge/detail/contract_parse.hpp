@@ -285,8 +285,8 @@ class ContractReader {
   }
   bool grid_from(const json::Value& x) {
     if (!object(x, "grid_from")) return false;
-    static const char* keys[] = {"arg", "per_thread"};
-    if (!known_keys(x, "grid_from", keys, 2)) return false;
+    static const char* keys[] = {"arg", "per_thread", "tile", "max_blocks_per_sm"};
+    if (!known_keys(x, "grid_from", keys, 4)) return false;
     const json::Value* a = x.get("arg");
     if (!a) return fail("grid_from.arg", "missing (required)");
     int pos = array_name(*a, "grid_from.arg");
@@ -298,6 +298,26 @@ class ContractReader {
     c_.grid_from_arg = pos;
     if (const json::Value* p = x.get("per_thread")) {
       if (!dims(*p, "grid_from.per_thread", c_.per_thread, INT64_C(1) << 30)) return false;
+    }
+    if (const json::Value* t = x.get("tile")) {
+      if (x.get("per_thread")) return fail("grid_from", "give per_thread (threads over elements) or tile "
+                                                         "(one block per tile), not both", pos);
+      if (c_.domain != 1) return fail("grid_from.tile", "tile grids are 1-D (domain 1)", pos);
+      if (!list(*t, "grid_from.tile", 1, kMaxDims)) return false;
+      if (nd >= 0 && static_cast<int>(t->items.size()) != nd)
+        return fail("grid_from.tile", "'" + c_.args[pos].name + "' is declared " + std::to_string(nd) +
+                                          "-d, the tile shape has " + std::to_string(t->items.size()) + " axes", pos);
+      for (size_t d = 0; d < t->items.size(); ++d) {
+        int64_t v;
+        if (!integer(t->items[d], "grid_from.tile[" + std::to_string(d) + "]", 1, INT64_C(1) << 40, v)) return false;
+        c_.grid_tile.push_back(v);
+      }
+    }
+    if (const json::Value* m = x.get("max_blocks_per_sm")) {
+      if (c_.grid_tile.empty()) return fail("grid_from.max_blocks_per_sm", "only meaningful with a tile grid", pos);
+      int64_t v;
+      if (!integer(*m, "grid_from.max_blocks_per_sm", 0, 1024, v)) return false;
+      c_.max_blocks_per_sm = static_cast<int>(v);
     }
     return true;
   }
@@ -392,8 +412,15 @@ inline std::string contract_to_json(const LaunchContract& c) {
   if (c.grid_from_arg >= 0) {
     o += ",\"grid_from\":{\"arg\":";
     write_string(o, c.args[c.grid_from_arg].name);
-    o += ",\"per_thread\":";
-    detail::write_dims(o, c.per_thread, 3);
+    if (c.grid_tile.empty()) {
+      o += ",\"per_thread\":";
+      detail::write_dims(o, c.per_thread, 3);
+    } else {
+      o += ",\"tile\":[";
+      for (size_t k = 0; k < c.grid_tile.size(); ++k) o += (k ? "," : "") + std::to_string(c.grid_tile[k]);
+      o += ']';
+      if (c.max_blocks_per_sm > 0) o += ",\"max_blocks_per_sm\":" + std::to_string(c.max_blocks_per_sm);
+    }
     o += '}';
   }
   o += ",\"fault_sites\":[";

@@ -5,6 +5,7 @@
 // success path allocates nothing; messages are built only when a check fails.
 #pragma once
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -304,11 +305,22 @@ inline Error check_grid(const LaunchContract& c, const ArgValue* args, LaunchCon
       return config_error(c, ErrorCode::grid_size, "grid", "a grid (the contract has no grid_from to derive one)",
                           "none");
     const ArrayView& a = args[c.grid_from_arg].array;
-    for (int d = 0; d < 3; ++d) {
-      int axis = a.ndim - 1 - d;
-      int64_t ext = d < c.domain && axis >= 0 ? a.shape[axis] : 1;
-      int64_t per = sat_mul(cfg.block[d], c.per_thread[d]);
-      g[d] = d < c.domain ? (ext + per - 1) / per : 1;
+    if (!c.grid_tile.empty()) {
+      // one block per tile (flattened), capped for persistent kernels that loop over the tiles
+      int64_t tiles = 1;
+      for (int k = 0; k < a.ndim && k < static_cast<int>(c.grid_tile.size()); ++k)
+        tiles = sat_mul(tiles, (a.shape[k] + c.grid_tile[k] - 1) / c.grid_tile[k]);
+      if (c.max_blocks_per_sm > 0 && dev.sm_count > 0)
+        tiles = std::min<int64_t>(tiles, sat_mul(c.max_blocks_per_sm, dev.sm_count));
+      g[0] = tiles;
+      g[1] = g[2] = 1;
+    } else {
+      for (int d = 0; d < 3; ++d) {
+        int axis = a.ndim - 1 - d;
+        int64_t ext = d < c.domain && axis >= 0 ? a.shape[axis] : 1;
+        int64_t per = sat_mul(cfg.block[d], c.per_thread[d]);
+        g[d] = d < c.domain ? (ext + per - 1) / per : 1;
+      }
     }
     cfg.skip = a.size() == 0 || g[0] == 0 || g[1] == 0 || g[2] == 0;
   }
