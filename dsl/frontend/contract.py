@@ -6,17 +6,12 @@ Array access is read from the IR: a DisjointSlice that is also loaded (or update
 """
 from __future__ import annotations
 
-import ast
 from typing import Any, Callable
 
 from dsl.frontend.annotations import parse_signature_annotations
-from dsl.frontend.source import get_source
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
 from dsl.options import KernelOptions
-
-_TERMS = ("len", "shape", "size", "ndim")
-
 
 def _walk(node: Any):
     """Every IR node below `node` (device function bodies included)."""
@@ -116,21 +111,13 @@ def contract_for(fn: ir.Function, options: KernelOptions) -> Any:
 
 
 def validate_requires(pyfunc: Callable, options: KernelOptions) -> None:
-    """Each `requires=` relation must parse and name only parameters (reported at the `def`)."""
-    src = get_source(pyfunc)
-    names = {a.name for a in parse_signature_annotations(pyfunc)}
-    for text in options.requires:
-        try:
-            tree = ast.parse(text, mode="eval")
-        except SyntaxError as exc:
-            src.error(src.tree, f"requires=: cannot parse {text!r} ({exc.msg})",
-                      "write relations like \"len(a) == len(out)\" or \"a.shape == out.shape\"")
-        for n in ast.walk(tree):
-            if isinstance(n, ast.Name) and n.id not in names and n.id not in _TERMS:
-                src.error(src.tree, f"requires=: {text!r} names '{n.id}', which is not a parameter "
-                          f"of '{src.tree.name}'", f"parameters are: {', '.join(sorted(names))}")
-    for pair in options.inplace:
-        for name in pair:
-            if name not in names:
-                src.error(src.tree, f"inplace=: '{name}' is not a parameter of '{src.tree.name}'",
-                          f"parameters are: {', '.join(sorted(names))}")
+    """Each `requires=` relation must parse and name only parameters, each `inplace=` pair two
+    parameters. The decorator already checked this at the `def` (dsl/options.py); this repeats it
+    for options built by hand, with the same error at the same place."""
+    from dsl.frontend.decorator import raise_option_error
+    from dsl.options import OptionError, check_relations
+    names = tuple(a.name for a in parse_signature_annotations(pyfunc))
+    try:
+        check_relations(names, options.requires, options.inplace)
+    except OptionError as err:
+        raise_option_error(pyfunc, "simt.kernel", err)
