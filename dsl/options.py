@@ -194,6 +194,20 @@ def check_tile_options(num_warps: Any, persistent: Any) -> tuple[int | None, boo
     return (int(num_warps) if num_warps is not None else None), _check_bool("persistent", persistent)
 
 
+def check_symbol_names(pyfunc: Any) -> None:
+    """A kernel's name becomes its PTX entry symbol and its parameter names go into the launch
+    contract: both must be ASCII identifiers (LLVM aborts the process on a non-ASCII symbol)."""
+    code = getattr(pyfunc, "__code__", None)
+    if code is None:
+        return
+    hint = "kernel and parameter names become PTX symbols and contract names: use ASCII letters, digits and _"
+    if not code.co_name.isascii():
+        raise OptionError("", f"the kernel name {code.co_name!r} is not ASCII", hint, item=code.co_name)
+    for name in code.co_varnames[:code.co_argcount]:
+        if not name.isascii():
+            raise OptionError("", f"parameter name {name!r} is not ASCII", hint, item=name)
+
+
 def check_export(export: Any) -> str | None:
     """`@simt.device(export=)`: a C identifier (it becomes a PTX symbol)."""
     import re

@@ -40,7 +40,11 @@ def raise_option_error(pyfunc: Callable, decorator: str, err: OptionError) -> No
         code = getattr(pyfunc, "__code__", None)
         raise DslCompileError(message, file=getattr(code, "co_filename", "<unknown>"),
                               line=getattr(code, "co_firstlineno", 0), hint=hint) from None
-    node = _keyword(src.tree, err.option)
+    node = _keyword(src.tree, err.option) if err.option else None
+    if node is None and err.item is not None:      # a parameter named in the error: point at it
+        node = next((a for a in src.tree.args.args if a.arg == err.item), None)
+        if node is not None:
+            src.error(node, message, hint)
     src.error(_item(node, err.item) if node is not None else src.tree, message, hint)
 
 

@@ -11,7 +11,7 @@ import functools
 import os
 from typing import Any, Callable, Sequence
 
-from dsl.options import KernelOptions, OptionError, check_export, simt_options
+from dsl.options import KernelOptions, OptionError, check_export, check_symbol_names, simt_options
 from dsl.simt.signature import signature_of
 
 
@@ -229,6 +229,7 @@ def kernel(fn: Callable | None = None, *, block: int | Sequence[int] | None = No
         if not callable(f):
             raise TypeError(f"@simt.kernel decorates a function, got {f!r}")
         try:
+            check_symbol_names(f)
             options = simt_options(_param_names(f), **given)
         except OptionError as err:
             from dsl.frontend.decorator import raise_option_error

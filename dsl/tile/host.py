@@ -356,10 +356,11 @@ def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False):
     """`@tile.kernel`, `@tile.kernel(num_warps=8)` or `@tile.kernel(persistent=True)` (a grid of
     about two blocks per SM, each looping over tiles t = block, block + grid, ...; the same tile
     semantics, see docs/tile.md). The options are checked at the `def` (DslCompileError)."""
-    from dsl.options import OptionError, check_tile_options
+    from dsl.options import OptionError, check_symbol_names, check_tile_options
 
     def wrap(f) -> TileKernel:
         try:
+            check_symbol_names(f)
             warps, persist = check_tile_options(num_warps, persistent)
         except OptionError as err:
             from dsl.frontend.decorator import raise_option_error

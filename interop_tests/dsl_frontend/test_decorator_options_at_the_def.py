@@ -174,3 +174,31 @@ def test_a_device_export_name_must_be_a_c_identifier(export):
     assert "@simt.device 'scale': export= must be a C identifier" in info.value.message
     assert info.value.line == line_of("# DEVICE-DEF")
     assert simt.device(export="dsl_scale")(scale).export == "dsl_scale"
+
+
+def test_non_ascii_kernel_and_parameter_names_are_refused_at_the_def():
+    # LLVM aborts the process on a non-ASCII PTX symbol ("Symbol name with unsupported characters")
+    def café(a: simt.Array[f32], out: simt.DisjointSlice[f32]):   # NAME-DEF
+        i = simt.thread.index_1d()
+        out[i] = a[i]
+
+    def k(a: simt.Array[f32], ñout: simt.DisjointSlice[f32]):   # PARAM-DEF
+        i = simt.thread.index_1d()
+        ñout[i] = a[i]
+
+    def tadé(a: tile.Array[f32], out: tile.Partition[f32]):   # TILE-NAME-DEF
+        out.store(tile.load(a, tile.bid(0), out.tile_shape))
+
+    for deco, fn, marker, text in [
+            (simt.kernel, café, "# NAME-DEF", "@simt.kernel 'café': the kernel name 'café' is not ASCII"),
+            (simt.kernel(block=64), k, "# PARAM-DEF", "@simt.kernel 'k': parameter name 'ñout' is not ASCII"),
+            (tile.kernel, tadé, "# TILE-NAME-DEF", "@tile.kernel 'tadé': the kernel name 'tadé' is not ASCII")]:
+        with pytest.raises(DslCompileError) as info:
+            deco(fn)
+        e = info.value
+        assert e.message == text and e.line == line_of(marker), str(e)
+        assert "use ASCII letters, digits and _" in e.hint
+    line = line_of("# PARAM-DEF")            # the parameter case points at the parameter
+    with pytest.raises(DslCompileError) as info:
+        simt.kernel(k)
+    assert info.value.col == linecache.getline(HERE, line).index("ñout") + 1
