@@ -81,7 +81,7 @@ def check_shared_mem(v: Any) -> int | tuple[str, int]:
     """`shared_mem=`: bytes (an int >= 0) or ("max", n)."""
     hint = "give the dynamic shared memory in bytes (shared_mem=4096) or a maximum (shared_mem=(\"max\", 49152))"
     if isinstance(v, (tuple, list)):
-        if len(v) != 2 or v[0] != "max":
+        if len(v) != 2 or not (isinstance(v[0], str) and v[0] == "max"):
             raise OptionError("shared_mem", f"shared_mem= must be an int or (\"max\", n), got {v!r}", hint)
         return ("max", _check_int("shared_mem", v[1], 0, MAX_SHARED_MEM, hint))
     return _check_int("shared_mem", v, 0, MAX_SHARED_MEM, hint)
@@ -112,7 +112,8 @@ def _relations(v: Any, params: tuple[str, ...] | None) -> tuple[str, ...]:
         try:
             tree = ast.parse(text, mode="eval")
         except SyntaxError as exc:
-            raise OptionError("requires", f"requires=: cannot parse {text!r} ({exc.msg})", example,
+            shown = repr(text) if len(text) <= 80 else repr(text[:60]) + f"... ({len(text)} characters)"
+            raise OptionError("requires", f"requires=: cannot parse {shown} ({exc.msg})", example,
                               item=text) from None
         except (RecursionError, MemoryError, ValueError) as exc:
             raise OptionError("requires", f"requires=: relation {text[:60]!r}... ({len(text)} characters) "

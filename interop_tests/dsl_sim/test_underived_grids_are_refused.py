@@ -22,7 +22,8 @@ from dsl import f32, i32, simt
 
 PORTING = Path(__file__).resolve().parents[2] / "examples" / "porting" / "dsl_kernels.py"
 N_SUM, N_HIST = 100_000, 10_000
-REFUSED = r"{k}: grid: expected an explicit grid \(the contract has no grid_from.*pass grid=, e\.g\. {k}\(\.\.\., grid=n\)"
+REFUSED = (r"{k}: grid: expected an explicit grid \(the contract has no grid_from.*"
+           r"pass grid=, e\.g\. {k}\(\.\.\., grid=n\)")
 
 
 def porting_kernels():
