@@ -301,7 +301,11 @@ inline Error check_grid(const LaunchContract& c, const ArgValue* args, LaunchCon
   bool derived = g[0] == 0 && g[1] == 0 && g[2] == 0;
   if (derived) {
     if (c.grid_from_arg < 0)
-      return config_error(c, ErrorCode::grid_size, "grid", "a grid (the contract has no grid_from to derive one)",
+      return config_error(c, ErrorCode::grid_size, "grid",
+                          "an explicit grid (the contract has no grid_from: the kernel's threads range over no "
+                          "argument a grid could be derived from, e.g. it writes through atomics or shared "
+                          "memory); pass grid=, e.g. " + c.kernel + "(..., grid=n) or " + c.kernel +
+                              "[grid, block](...)",
                           "none");
     const ArrayView& a = args[c.grid_from_arg].array;
     for (int d = 0; d < 3; ++d) {
