@@ -23,6 +23,7 @@ Fatbin layout (little endian, as nvcc 11–13 write it):
 from __future__ import annotations
 
 import functools
+import json
 import re
 import struct
 from dataclasses import dataclass
@@ -296,11 +297,23 @@ def _verified(blobs: dict[str, bytes], sums: dict[str, int], where: str) -> dict
                 f"{name}: the contract in the {where} fails its checksum (stored 0x{sums[name]:016x}, "
                 f"computed 0x{computed:016x} over its {len(text)} bytes); the module is damaged: rebuild "
                 "it (the contract is not used)", kernel=name)
-        try:
-            out[name] = text.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ModuleFormatError(f"{name}: the contract in the {where} is not UTF-8 text") from None
+        out[name] = _named_contract(text, name, where)
     return out
+
+
+def _named_contract(text: bytes, name: str, where: str) -> str:
+    """The checksum covers the JSON, not the symbol name: the JSON must name the kernel it is stored for
+    (a damaged name shared by both symbols would otherwise move a contract onto another kernel)."""
+    try:
+        decoded = text.decode("utf-8")
+        obj = json.loads(decoded)
+    except ValueError:    # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ModuleFormatError(f"{name}: the contract in the {where} is not JSON text") from None
+    kernel = obj.get("kernel") if isinstance(obj, dict) else None
+    if kernel != name:
+        raise ContractIntegrityError(f"{name}: the contract stored for kernel {name!r} in the {where} names "
+                                     f"kernel {kernel!r}; the module is damaged: rebuild it", kernel=name)
+    return decoded
 
 
 # ---- ELF ---------------------------------------------------------------------------------------
