@@ -39,7 +39,7 @@ __all__ = [
 CONTRACT_SYMBOL_PREFIX = "__kb_contract_"
 CHECKSUM_SYMBOL_PREFIX = "__kb_checksum_"
 FATBIN_MAGIC = 0xBA55ED50
-MAX_ENTRY_BYTES = 1 << 31     # a compressed entry may not declare more (cuModuleLoadData's practical limit)
+MAX_ENTRY_BYTES = 1 << 31     # a compressed entry may not declare more (2 GiB: far above real entries)
 _LZ4_MAX_RATIO = 255          # an LZ4 block cannot expand more than ~255x (one length byte = 255 bytes)
 _ELF_MAGIC = b"\x7fELF"
 _KIND_NAMES = {1: "ptx", 2: "elf"}
@@ -57,7 +57,8 @@ class CompressedEntryError(ModuleFormatError):
 
 
 class ContractIntegrityError(ModuleFormatError):
-    """An embedded contract without its checksum, or whose checksum does not match: never used."""
+    """An embedded contract that cannot be trusted — no checksum (built before checksums), a checksum
+    that does not match, a checksum without a contract, or JSON naming another kernel: never used."""
 
     def __init__(self, message: str, *, kernel: str) -> None:
         super().__init__(message)
