@@ -73,6 +73,14 @@ class SharedMemoryError(LaunchContractError):
     pass
 
 
+class BlockSizeTypeError(BlockSizeError, TypeError):
+    """`block` is not an int or a tuple of 1 to 3 ints (a TypeError too, as Python code expects)."""
+
+
+class GridSizeTypeError(GridSizeError, TypeError):
+    """`grid` is not an int or a tuple of 1 to 3 ints (a TypeError too, as Python code expects)."""
+
+
 class ComputeCapabilityError(LaunchContractError):
     pass
 

@@ -2,35 +2,50 @@
 
 Architecture: a module file is a fatbin container, one ELF cubin, or PTX text. A fatbin is a header
 followed by entries (ELF cubins for given SM archs, PTX text, possibly compressed). The launch
-contracts of CUDA C++ kernels (cpp/include/kernelbridge/kernel_contract.cuh) live in each cubin as
-the initialised device globals `__kb_contract_<kernel>` (in the ELF symbol table, bytes in their
-section) and in PTX as `.global .b8 __kb_contract_<kernel>[N] = {...}`.
+contracts of CUDA C++ kernels (cpp/include/kernelbridge/kernel_contract.cuh) and of `python -m
+dsl.aot` modules live in each cubin as the initialised device globals `__kb_contract_<kernel>` (JSON
+text, NUL-terminated) and `__kb_checksum_<kernel>` (u64: FNV-1a 64 of that text), and in PTX as
+`.global .b8 __kb_contract_<kernel>[N] = {...}` and `.global .u64 __kb_checksum_<kernel> = <value>`.
+
+The bytes are untrusted: every parse path raises only ModuleFormatError (and its subclasses) for
+malformed data, decompression stops at the size an entry declares, and a contract is returned only
+when its checksum is present and matches (ContractIntegrityError otherwise, naming the kernel).
 
 Fatbin layout (little endian, as nvcc 11–13 write it):
   container header (16 bytes): u32 magic 0xBA55ED50, u16 version, u16 header size, u64 payload size
   entry header: u16 kind (1 PTX, 2 ELF), u16 version, u32 header size, u64 payload size (padded),
     u32 compressed size @16, u32 arch @28 (e.g. 90), u64 flags @40, u64 uncompressed size @56.
-  flags: 0x2000 = LZ4 block compression (decoded here), 0x8000 = zstd (decoded when a zstd module
-  is importable: `compression.zstd` of Python 3.14, `zstandard` or `pyzstd`; otherwise that entry
-  raises CompressedEntryError). kernelbridge's CMake function builds with `-compress-mode=none`.
+  flags: 0x2000 = LZ4 block compression (decoded by the `lz4` package when installed, else in pure
+  Python), 0x8000 = zstd (decoded when a zstd module is importable: `compression.zstd` of Python
+  3.14, `zstandard` or `pyzstd`; otherwise that entry raises CompressedEntryError).
+  kernelbridge's CMake function builds with `-compress-mode=none`.
 """
 from __future__ import annotations
 
+import functools
+import json
 import re
 import struct
 from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
 
 __all__ = [
-    "CONTRACT_SYMBOL_PREFIX", "FatbinEntry", "ModuleFormatError", "CompressedEntryError",
-    "module_format", "fatbin_entries", "embedded_contracts", "elf_contracts", "ptx_contracts",
+    "CONTRACT_SYMBOL_PREFIX", "CHECKSUM_SYMBOL_PREFIX", "MAX_ENTRY_BYTES", "FatbinEntry",
+    "ModuleFormatError", "CompressedEntryError", "ContractIntegrityError", "contract_checksum",
+    "ptx_contract_directives", "module_format", "fatbin_entries", "embedded_contracts", "elf_contracts",
+    "ptx_contracts",
 ]
 
 CONTRACT_SYMBOL_PREFIX = "__kb_contract_"
+CHECKSUM_SYMBOL_PREFIX = "__kb_checksum_"
 FATBIN_MAGIC = 0xBA55ED50
+MAX_ENTRY_BYTES = 1 << 31     # a compressed entry may not declare more (2 GiB: far above real entries)
+_LZ4_MAX_RATIO = 255          # an LZ4 block cannot expand more than ~255x (one length byte = 255 bytes)
 _ELF_MAGIC = b"\x7fELF"
 _KIND_NAMES = {1: "ptx", 2: "elf"}
 _FLAG_LZ4 = 0x2000
 _FLAG_ZSTD = 0x8000
+_U64 = (1 << 64) - 1
 
 
 class ModuleFormatError(ValueError):
@@ -39,6 +54,61 @@ class ModuleFormatError(ValueError):
 
 class CompressedEntryError(ModuleFormatError):
     """A fatbin entry uses a compression this Python cannot decode (zstd without a zstd module)."""
+
+
+class ContractIntegrityError(ModuleFormatError):
+    """An embedded contract that cannot be trusted — no checksum (built before checksums), a checksum
+    that does not match, a checksum without a contract, or JSON naming another kernel: never used."""
+
+    def __init__(self, message: str, *, kernel: str) -> None:
+        super().__init__(message)
+        self.kernel = kernel
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _typed_errors(what: str) -> Callable[[_F], _F]:
+    """Whatever slipped past the explicit checks of a parser becomes a ModuleFormatError."""
+    def wrap(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except ModuleFormatError:
+                raise
+            except (struct.error, IndexError, KeyError, UnicodeError, OverflowError, ValueError) as exc:
+                raise ModuleFormatError(f"{what}: malformed data ({type(exc).__name__}: {exc})") from None
+        return checked  # type: ignore[return-value]
+    return wrap
+
+
+def contract_checksum(text: str | bytes) -> int:
+    """FNV-1a 64 of the contract's bytes (UTF-8 for str), as kernelbridge/contract_checksum.hpp."""
+    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & _U64
+    return h
+
+
+_IDENT = re.compile(r"[A-Za-z_$][\w$]*", re.ASCII)
+
+
+def ptx_contract_directives(kernel: str, contract_json: str) -> str:
+    """The PTX globals that carry `contract_json` for `kernel`, in the format KB_CONTRACT's PTX has:
+    `.global .align 1 .b8 __kb_contract_<k>[N] = {...};` and `.global .align 8 .u64
+    __kb_checksum_<k> = <FNV-1a 64 as a signed decimal>;` (append them to a PTX module)."""
+    if not _IDENT.fullmatch(kernel):
+        raise ValueError(f"kernel: expected a PTX identifier, got {kernel!r}")
+    data = contract_json.encode("utf-8")
+    if b"\0" in data:
+        raise ValueError(f"{kernel}: contract JSON may not contain a NUL byte")
+    body = ", ".join(str(b) for b in data + b"\0")
+    s = contract_checksum(data)
+    signed = s - (1 << 64) if s >= 1 << 63 else s
+    return (f".global .align 1 .b8 {CONTRACT_SYMBOL_PREFIX}{kernel}[{len(data) + 1}] = {{{body}}};\n"
+            f".global .align 8 .u64 {CHECKSUM_SYMBOL_PREFIX}{kernel} = {signed};\n")
 
 
 @dataclass(frozen=True)
@@ -60,22 +130,36 @@ class FatbinEntry:
             return "lz4"
         return "none"
 
+    @property
+    def where(self) -> str:
+        return f"fatbin {self.kind} entry for arch {self.arch}"
+
+    @_typed_errors("fatbin entry")
     def data(self) -> bytes:
-        """The payload, decompressed."""
+        """The payload, decompressed — never more than the size its header declares."""
         if self.compression == "none":
             return self.raw
+        declared = self.uncompressed_size
+        if declared <= 0:
+            raise ModuleFormatError(f"{self.where}: {self.compression}-compressed, but its header "
+                                    "declares no uncompressed size")
+        if declared > MAX_ENTRY_BYTES:
+            raise ModuleFormatError(f"{self.where}: declares {declared} uncompressed bytes, more than "
+                                    f"the {MAX_ENTRY_BYTES} a module entry may have")
+        if self.compressed_size > len(self.raw):
+            raise ModuleFormatError(f"{self.where}: compressed size {self.compressed_size} is larger "
+                                    f"than its {len(self.raw)}-byte payload")
         packed = self.raw[: self.compressed_size] if self.compressed_size else self.raw
         if self.compression == "lz4":
-            out = _lz4_block_decode(packed, self.uncompressed_size)
+            out = _lz4_decode(packed, declared, self.where)
         else:
-            out = _zstd_decode(packed, self.kind, self.arch)
-        if self.uncompressed_size and len(out) != self.uncompressed_size:
-            raise ModuleFormatError(
-                f"fatbin {self.kind} entry for arch {self.arch}: decompressed to {len(out)} bytes, "
-                f"header says {self.uncompressed_size}")
+            out = _zstd_decode(packed, declared, self.where)
+        if len(out) != declared:
+            raise ModuleFormatError(f"{self.where}: decompressed to {len(out)} bytes, header says {declared}")
         return out
 
 
+@_typed_errors("data")
 def module_format(data: bytes | bytearray | memoryview | str) -> str:
     """'fatbin', 'elf' or 'ptx' — decided by the leading bytes, not by a file extension."""
     if isinstance(data, str):
@@ -93,6 +177,7 @@ def module_format(data: bytes | bytearray | memoryview | str) -> str:
         f"got leading bytes {head!r}")
 
 
+@_typed_errors("fatbin")
 def fatbin_entries(data: bytes | bytearray | memoryview) -> list[FatbinEntry]:
     """All entries of all fatbin containers in `data` (nvcc may concatenate containers)."""
     buf = bytes(data)
@@ -110,6 +195,8 @@ def fatbin_entries(data: bytes | bytearray | memoryview) -> list[FatbinEntry]:
                                     f"({end} > {len(buf)} bytes)")
         entries.extend(_container_entries(buf, start, end))
         pos = (end + 7) & ~7
+    if pos == 0:
+        raise ModuleFormatError(f"data: {len(buf)} bytes are too short for a fatbin container header")
     return entries
 
 
@@ -139,26 +226,35 @@ def _field(buf: bytes, entry: int, header_size: int, off: int, fmt: str) -> int:
 
 
 def embedded_contracts(data: bytes | bytearray | memoryview | str) -> dict[str, str]:
-    """Kernel name → contract JSON text, read from a fatbin, an ELF cubin or PTX text.
+    """Kernel name → contract JSON text (checksum verified), read from a fatbin, an ELF cubin or PTX.
 
-    Every entry of a fatbin is searched (ELF first, then PTX); entries that disagree about one
-    kernel's contract are an error. A module with no contracts returns {} (its kernels can then only
-    go through bridge.unsafe_launch). Raises ModuleFormatError for malformed data and
-    CompressedEntryError when an entry cannot be decompressed and no other entry could be read.
+    Fatbins: ELF entries are read first, then PTX entries; a compressed PTX entry is not decompressed
+    when an ELF entry for the same arch was read (nvcc builds both from the same source with the same
+    __CUDA_ARCH__, so they carry the same contracts). Entries that disagree about one kernel's
+    contract are an error (an arch-conditional KB_CONTRACT: the driver may run either entry). A module with no contracts returns {} (its kernels can
+    then only go through bridge.unsafe_launch). Raises ContractIntegrityError (naming the kernel)
+    for a contract whose checksum is missing or wrong, CompressedEntryError when an entry cannot be
+    decompressed and no other entry could be read, and ModuleFormatError for any other malformed data.
     """
     fmt = module_format(data)
     if fmt == "ptx":
-        text = data if isinstance(data, str) else bytes(data).decode("utf-8", errors="replace")
-        return ptx_contracts(text)
+        return ptx_contracts(data if isinstance(data, str) else bytes(data))
     if fmt == "elf":
         return elf_contracts(bytes(data))
-    entries = sorted(fatbin_entries(data), key=lambda e: e.kind != "elf")
+    return _fatbin_contracts(bytes(data))
+
+
+@_typed_errors("fatbin")
+def _fatbin_contracts(data: bytes) -> dict[str, str]:
+    entries = [e for e in fatbin_entries(data) if e.kind in ("elf", "ptx")]
+    entries.sort(key=lambda e: e.kind != "elf")
     found: dict[str, str] = {}
     undecodable: list[CompressedEntryError] = []
     read_any = False
+    elf_archs: set[int] = set()
     for entry in entries:
-        if entry.kind not in ("elf", "ptx"):
-            continue
+        if entry.kind == "ptx" and entry.compression != "none" and entry.arch in elf_archs:
+            continue      # same source, same __CUDA_ARCH__ as a cubin already read: same contracts
         try:
             payload = entry.data()
         except CompressedEntryError as exc:
@@ -166,170 +262,360 @@ def embedded_contracts(data: bytes | bytearray | memoryview | str) -> dict[str, 
             continue
         read_any = True
         if entry.kind == "elf":
-            got = elf_contracts(payload)
+            elf_archs.add(entry.arch)
+            got = _elf_contracts(payload, entry.where)
         else:
-            got = ptx_contracts(payload.rstrip(b"\0").decode("utf-8", errors="replace"))
+            got = _ptx_contracts(payload.rstrip(b"\0").decode("latin-1"), entry.where)
         for name, text in got.items():
             if found.setdefault(name, text) != text:
-                raise ModuleFormatError(f"{name}: the fatbin's {entry.kind} entry for arch {entry.arch} "
-                                        "carries a different contract than another entry")
+                raise ModuleFormatError(f"{name}: the {entry.where} carries a different contract than "
+                                        "another entry")
     if undecodable and not read_any:
         raise undecodable[0]
     return found
 
 
-# ---- ELF ---------------------------------------------------------------------------------------
-_SHT_SYMTAB, _SHT_NOBITS, _SHT_SYMTAB_SHNDX = 2, 8, 18
-_SHN_XINDEX = 0xFFFF
-
-
-def elf_contracts(elf: bytes) -> dict[str, str]:
-    """Contracts in one ELF cubin: the initialiser bytes of its `__kb_contract_*` symbols."""
-    sections = _elf_sections(elf)
+def _verified(blobs: dict[str, bytes], sums: dict[str, int], where: str) -> dict[str, str]:
+    """Contract texts whose stored checksum matches; ContractIntegrityError for any other."""
+    orphans = sorted(set(sums) - set(blobs))
+    if orphans:
+        name = orphans[0]
+        raise ContractIntegrityError(
+            f"{name}: the {where} carries a contract checksum ({CHECKSUM_SYMBOL_PREFIX}{name}) but no "
+            f"contract ({CONTRACT_SYMBOL_PREFIX}{name}); the module is damaged: rebuild it", kernel=name)
     out: dict[str, str] = {}
-    for sec in sections:
-        if sec["type"] != _SHT_SYMTAB:
-            continue
-        strtab = sections[sec["link"]]
-        shndx_table = next((s for s in sections
-                            if s["type"] == _SHT_SYMTAB_SHNDX and s["link"] == sec["index"]), None)
-        entsize = sec["entsize"] or 24
-        for k in range(sec["size"] // entsize):
-            name_off, _info, _other, shndx, value, size = struct.unpack_from(
-                "<IBBHQQ", elf, sec["offset"] + k * entsize)
-            name = _cstr(elf, strtab["offset"] + name_off)
-            if not name.startswith(CONTRACT_SYMBOL_PREFIX):
-                continue
-            if shndx == _SHN_XINDEX and shndx_table is not None:
-                shndx = struct.unpack_from("<I", elf, shndx_table["offset"] + 4 * k)[0]
-            if shndx == 0 or shndx >= len(sections):
-                raise ModuleFormatError(f"{name}: contract symbol is undefined in this cubin")
-            holder = sections[shndx]
-            if holder["type"] == _SHT_NOBITS:
-                raise ModuleFormatError(f"{name}: contract symbol has no initialiser (section without data)")
-            rel = value - holder["addr"] if holder["addr"] and value >= holder["addr"] else value
-            if rel + size > holder["size"]:
-                raise ModuleFormatError(f"{name}: contract symbol runs past its section")
-            blob = elf[holder["offset"] + rel: holder["offset"] + rel + size]
-            out[name[len(CONTRACT_SYMBOL_PREFIX):]] = blob.split(b"\0", 1)[0].decode("utf-8")
+    for name in sorted(blobs):
+        text = blobs[name].split(b"\0", 1)[0]
+        if name not in sums:
+            raise ContractIntegrityError(
+                f"{name}: the contract in the {where} has no checksum ({CHECKSUM_SYMBOL_PREFIX}{name}): "
+                "it was built before kernelbridge checked contract integrity, or the module is damaged; "
+                "rebuild it with the current kernelbridge/kernel_contract.cuh (or python -m dsl.aot)",
+                kernel=name)
+        computed = contract_checksum(text)
+        if computed != sums[name]:
+            raise ContractIntegrityError(
+                f"{name}: the contract in the {where} fails its checksum (stored 0x{sums[name]:016x}, "
+                f"computed 0x{computed:016x} over its {len(text)} bytes); the module is damaged: rebuild "
+                "it (the contract is not used)", kernel=name)
+        out[name] = _named_contract(text, name, where)
     return out
 
 
-def _elf_sections(elf: bytes) -> list[dict[str, int]]:
+def _named_contract(text: bytes, name: str, where: str) -> str:
+    """The checksum covers the JSON, not the symbol name: the JSON must name the kernel it is stored for
+    (a damaged name shared by both symbols would otherwise move a contract onto another kernel)."""
+    try:
+        decoded = text.decode("utf-8")
+        obj = json.loads(decoded)
+    except ValueError:    # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ModuleFormatError(f"{name}: the contract in the {where} is not JSON text") from None
+    kernel = obj.get("kernel") if isinstance(obj, dict) else None
+    if kernel != name:
+        raise ContractIntegrityError(f"{name}: the contract stored for kernel {name!r} in the {where} names "
+                                     f"kernel {kernel!r}; the module is damaged: rebuild it", kernel=name)
+    return decoded
+
+
+# ---- ELF ---------------------------------------------------------------------------------------
+_SHT_SYMTAB, _SHT_NOBITS, _SHT_SYMTAB_SHNDX = 2, 8, 18
+_SHN_XINDEX = 0xFFFF
+_SHDR_SIZE, _SYM_SIZE = 64, 24
+
+
+def elf_contracts(elf: bytes) -> dict[str, str]:
+    """Verified contracts in one ELF cubin: the initialiser bytes of its `__kb_contract_*` symbols,
+    each checked against its `__kb_checksum_*` symbol."""
+    return _elf_contracts(bytes(elf), "cubin")
+
+
+@_typed_errors("cubin")
+def _elf_contracts(elf: bytes, where: str) -> dict[str, str]:
+    blobs: dict[str, bytes] = {}
+    sums: dict[str, int] = {}
+    for name, blob in _elf_kb_symbols(elf, where):
+        if name.startswith(CONTRACT_SYMBOL_PREFIX):
+            key, table = name[len(CONTRACT_SYMBOL_PREFIX):], blobs
+            value: Any = blob
+        else:
+            if len(blob) != 8:
+                raise ModuleFormatError(f"{name}: the {where}'s checksum symbol has {len(blob)} bytes, not 8")
+            key, table, value = name[len(CHECKSUM_SYMBOL_PREFIX):], sums, struct.unpack("<Q", blob)[0]
+        if table.setdefault(key, value) != value:
+            raise ModuleFormatError(f"{name}: defined twice with different bytes in the {where}")
+    return _verified(blobs, sums, where)
+
+
+def _elf_kb_symbols(elf: bytes, where: str) -> list[tuple[str, bytes]]:
+    """(name, initialiser bytes) of every `__kb_contract_*` / `__kb_checksum_*` symbol."""
+    sections = _elf_sections(elf, where)
+    out = []
+    for sec in sections:
+        if sec["type"] != _SHT_SYMTAB:
+            continue
+        if sec["entsize"] not in (0, _SYM_SIZE) or sec["link"] >= len(sections):
+            raise ModuleFormatError(f"{where}: malformed symbol table (section {sec['index']})")
+        strtab = sections[sec["link"]]
+        shndx_table = next((s for s in sections
+                            if s["type"] == _SHT_SYMTAB_SHNDX and s["link"] == sec["index"]), None)
+        for k in range(sec["size"] // _SYM_SIZE):
+            name_off, _info, _other, shndx, value, size = struct.unpack_from(
+                "<IBBHQQ", elf, sec["offset"] + k * _SYM_SIZE)
+            name = _cstr(elf, strtab, name_off, where)
+            if not name.startswith((CONTRACT_SYMBOL_PREFIX, CHECKSUM_SYMBOL_PREFIX)):
+                continue
+            if shndx == _SHN_XINDEX and shndx_table is not None:
+                if 4 * k + 4 > shndx_table["size"]:
+                    raise ModuleFormatError(f"{where}: {name}: extended section index table too short")
+                shndx = struct.unpack_from("<I", elf, shndx_table["offset"] + 4 * k)[0]
+            if shndx == 0 or shndx >= len(sections):
+                raise ModuleFormatError(f"{name}: symbol is undefined in the {where}")
+            holder = sections[shndx]
+            if holder["type"] == _SHT_NOBITS:
+                raise ModuleFormatError(f"{name}: symbol has no initialiser in the {where} (section without data)")
+            rel = value - holder["addr"] if holder["addr"] and value >= holder["addr"] else value
+            if rel + size > holder["size"]:
+                raise ModuleFormatError(f"{name}: symbol runs past its section in the {where}")
+            out.append((name, elf[holder["offset"] + rel: holder["offset"] + rel + size]))
+    return out
+
+
+def _elf_sections(elf: bytes, where: str = "cubin") -> list[dict[str, int]]:
     if elf[:4] != _ELF_MAGIC:
-        raise ModuleFormatError("cubin: missing ELF magic")
+        raise ModuleFormatError(f"{where}: missing ELF magic")
+    if len(elf) < 64:
+        raise ModuleFormatError(f"{where}: {len(elf)} bytes are too short for an ELF header")
     if elf[4] != 2 or elf[5] != 1:
-        raise ModuleFormatError("cubin: expected a 64-bit little-endian ELF (CUDA cubin)")
+        raise ModuleFormatError(f"{where}: expected a 64-bit little-endian ELF (CUDA cubin)")
     shoff = struct.unpack_from("<Q", elf, 0x28)[0]
     shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
     if shnum == 0 and shoff:
+        if shoff + _SHDR_SIZE > len(elf):
+            raise ModuleFormatError(f"{where}: section header table runs past the end of the file")
         shnum = struct.unpack_from("<Q", elf, shoff + 0x20)[0]  # extended count in section 0's size
+    if shnum and shentsize < _SHDR_SIZE:
+        raise ModuleFormatError(f"{where}: section header entries of {shentsize} bytes (expected {_SHDR_SIZE})")
     if shoff + shnum * shentsize > len(elf):
-        raise ModuleFormatError("cubin: section header table runs past the end of the file")
+        raise ModuleFormatError(f"{where}: section header table runs past the end of the file")
     sections = []
     for i in range(shnum):
         (_name, typ, _flags, addr, offset, size, link, _info, _align, entsize) = struct.unpack_from(
             "<IIQQQQIIQQ", elf, shoff + i * shentsize)
         if typ != _SHT_NOBITS and offset + size > len(elf):
-            raise ModuleFormatError(f"cubin: section {i} runs past the end of the file")
+            raise ModuleFormatError(f"{where}: section {i} runs past the end of the file")
         sections.append({"index": i, "type": typ, "addr": addr, "offset": offset, "size": size,
                          "link": link, "entsize": entsize})
     return sections
 
 
-def _cstr(buf: bytes, off: int) -> str:
-    end = buf.find(b"\0", off)
-    return buf[off: end if end >= 0 else len(buf)].decode("utf-8", errors="replace")
+def _cstr(buf: bytes, strtab: dict[str, int], off: int, where: str) -> str:
+    """A NUL-terminated name inside the string table section `strtab`."""
+    if strtab["type"] == _SHT_NOBITS or off >= strtab["size"]:
+        raise ModuleFormatError(f"{where}: a symbol name lies outside its string table")
+    start, stop = strtab["offset"] + off, strtab["offset"] + strtab["size"]
+    end = buf.find(b"\0", start, stop)
+    return buf[start: end if end >= 0 else stop].decode("latin-1")
 
 
 # ---- PTX ---------------------------------------------------------------------------------------
+_PTX_GLOBAL = r"\.global\s+(?:\.align\s+\d+\s+)?"
 _PTX_CONTRACT = re.compile(
-    r"\.global\s+(?:\.align\s+\d+\s+)?\.[bsu]8\s+" + CONTRACT_SYMBOL_PREFIX
-    + r"([A-Za-z_$][\w$]*)\s*\[\s*\d*\s*\]\s*=\s*\{([^}]*)\}")
+    _PTX_GLOBAL + r"\.[bsu]8\s+" + CONTRACT_SYMBOL_PREFIX
+    + r"([A-Za-z_$][\w$]*)\s*\[\s*\d*\s*\]\s*=\s*\{([^}]*)\}", re.ASCII)
 _PTX_STRING = re.compile(
-    r"\.global\s+(?:\.align\s+\d+\s+)?\.[bsu]8\s+" + CONTRACT_SYMBOL_PREFIX
-    + r"([A-Za-z_$][\w$]*)\s*\[\s*\d*\s*\]\s*=\s*\"((?:[^\"\\]|\\.)*)\"")
+    _PTX_GLOBAL + r"\.[bsu]8\s+" + CONTRACT_SYMBOL_PREFIX
+    + r"([A-Za-z_$][\w$]*)\s*\[\s*\d*\s*\]\s*=\s*\"((?:[^\"\\]|\\.)*)\"", re.ASCII | re.DOTALL)
+_PTX_CHECKSUM = re.compile(
+    _PTX_GLOBAL + r"\.[bsu]64\s+" + CHECKSUM_SYMBOL_PREFIX
+    + r"([A-Za-z_$][\w$]*)\s*=\s*(-?(?:0[xX][0-9A-Fa-f]+|\d+))U?\s*;", re.ASCII)
+_PTX_ESCAPES = {"n": 10, "t": 9, "r": 13, "0": 0, "\\": 92, '"': 34, "'": 39}
 
 
-def ptx_contracts(ptx: str) -> dict[str, str]:
-    """Contracts in PTX text: `.global .b8 __kb_contract_<k>[N] = {...}` initialisers."""
-    out: dict[str, str] = {}
-    for m in _PTX_CONTRACT.finditer(ptx):
+def ptx_contracts(ptx: str | bytes) -> dict[str, str]:
+    """Verified contracts in PTX text: `.global .b8 __kb_contract_<k>[N] = {...}` initialisers, each
+    checked against its `.global .u64 __kb_checksum_<k> = <value>`."""
+    text = ptx.encode("utf-8", errors="replace").decode("latin-1") if isinstance(ptx, str) \
+        else bytes(ptx).decode("latin-1")
+    return _ptx_contracts(text, "PTX")
+
+
+@_typed_errors("PTX")
+def _ptx_contracts(text: str, where: str) -> dict[str, str]:
+    """`text` holds one character per byte (latin-1), so initialisers give back the exact bytes."""
+    if CONTRACT_SYMBOL_PREFIX not in text and CHECKSUM_SYMBOL_PREFIX not in text:
+        return {}         # the common case of foreign PTX, found without running the regexes
+    blobs: dict[str, bytes] = {}
+    sums: dict[str, int] = {}
+
+    def put(table: dict, name: str, value: Any, symbol: str) -> None:
+        if table.setdefault(name, value) != value:
+            raise ModuleFormatError(f"{symbol}{name}: declared twice with different values in the {where}")
+
+    for m in _PTX_CONTRACT.finditer(text):
+        put(blobs, m.group(1), _ptx_bytes(m.group(2), m.group(1), where), CONTRACT_SYMBOL_PREFIX)
+    for m in _PTX_STRING.finditer(text):  # string-literal initialisers (some PTX producers)
+        put(blobs, m.group(1), _ptx_unescape(m.group(2), m.group(1), where), CONTRACT_SYMBOL_PREFIX)
+    for m in _PTX_CHECKSUM.finditer(text):
+        value = int(m.group(2), 0)
+        if not -(1 << 63) <= value <= _U64:
+            raise ModuleFormatError(f"{CHECKSUM_SYMBOL_PREFIX}{m.group(1)}: {value} does not fit 64 bits")
+        put(sums, m.group(1), value & _U64, CHECKSUM_SYMBOL_PREFIX)
+    return _verified(blobs, sums, where)
+
+
+def _ptx_bytes(init: str, name: str, where: str) -> bytes:
+    out = bytearray()
+    for tok in init.split(","):
+        tok = tok.strip()
+        if not tok:
+            continue
         try:
-            blob = bytes(int(tok, 0) & 0xFF for tok in m.group(2).replace("\n", " ").split(",") if tok.strip())
-        except ValueError as exc:
-            raise ModuleFormatError(f"{CONTRACT_SYMBOL_PREFIX}{m.group(1)}: bad PTX initialiser ({exc})") from None
-        out[m.group(1)] = blob.split(b"\0", 1)[0].decode("utf-8")
-    for m in _PTX_STRING.finditer(ptx):  # string-literal initialisers (some PTX producers)
-        out.setdefault(m.group(1), m.group(2).encode("latin-1").decode("unicode_escape").split("\0", 1)[0])
-    return out
+            value = int(tok, 0)
+        except ValueError:
+            value = -1
+        if not 0 <= value <= 255:
+            raise ModuleFormatError(f"{CONTRACT_SYMBOL_PREFIX}{name}: bad byte {tok[:20]!r} in the {where}'s "
+                                    "initialiser")
+        out.append(value)
+    return bytes(out)
+
+
+def _ptx_unescape(literal: str, name: str, where: str) -> bytes:
+    """C-style escapes of a PTX string initialiser (\\n \\t \\r \\0 \\\\ \\" \\' \\xHH \\ooo)."""
+    out = bytearray()
+    i = 0
+    while i < len(literal):
+        c = literal[i]
+        i += 1
+        if c != "\\":
+            out.append(ord(c))
+            continue
+        e = literal[i: i + 1]
+        m = re.match(r"x[0-9A-Fa-f]{1,2}|[0-7]{1,3}", literal[i:])
+        if m:
+            tok = m.group(0)
+            value = int(tok[1:], 16) if tok[0] == "x" else int(tok, 8)
+            i += len(tok)
+        elif e in _PTX_ESCAPES:
+            value = _PTX_ESCAPES[e]
+            i += 1
+        else:
+            raise ModuleFormatError(f"{CONTRACT_SYMBOL_PREFIX}{name}: bad escape \\{e} in the {where}'s string")
+        if value > 255:
+            raise ModuleFormatError(f"{CONTRACT_SYMBOL_PREFIX}{name}: escape out of byte range in the {where}")
+        out.append(value)
+    return bytes(out)
 
 
 # ---- decompression -----------------------------------------------------------------------------
-def _lz4_block_decode(src: bytes, expected: int) -> bytes:
-    """LZ4 *block* format (no frame): sequences of token, literals, 2-byte offset, match length."""
+def _lz4_decode(packed: bytes, declared: int, where: str) -> bytes:
+    """At most `declared` bytes from an LZ4 block: the `lz4` package when importable, else Python."""
+    if declared > _LZ4_MAX_RATIO * len(packed) + 32:
+        raise ModuleFormatError(f"{where}: declares {declared} bytes from {len(packed)} LZ4 bytes, more "
+                                "than LZ4 can expand to")
+    try:
+        import lz4.block as lz4_block  # type: ignore[import-not-found]
+    except ImportError:
+        return _lz4_block_decode(packed, declared, where)
+    try:
+        # The output buffer is exactly `declared` bytes: data that would decode past it is refused.
+        return lz4_block.decompress(packed, uncompressed_size=declared)
+    except Exception as exc:  # LZ4BlockError, MemoryError, ...: all mean this entry is unusable
+        raise ModuleFormatError(f"{where}: corrupt LZ4 data ({type(exc).__name__}: {exc})") from None
+
+
+def _lz4_length(src: bytes, i: int, base: int, limit: int, where: str, what: str) -> tuple[int, int]:
+    """A literal or match length: the token's nibble plus 255-continued extension bytes."""
+    length = base
+    if base != 15:
+        return length, i
+    n = len(src)
+    while True:
+        if i >= n:
+            raise ModuleFormatError(f"{where}: truncated LZ4 {what} length")
+        b = src[i]
+        i += 1
+        length += b
+        if length > limit:
+            raise ModuleFormatError(f"{where}: LZ4 data decodes past the {limit} bytes its header declares")
+        if b != 255:
+            return length, i
+
+
+def _lz4_block_decode(src: bytes, expected: int, where: str = "fatbin") -> bytes:
+    """LZ4 *block* format (no frame): sequences of token, literals, 2-byte offset, match length.
+    Stops at `expected` bytes: a sequence that would write past them is refused, never allocated."""
     out = bytearray()
     i, n = 0, len(src)
+    past = f"{where}: LZ4 data decodes past the {expected} bytes its header declares"
     while i < n:
         token = src[i]
         i += 1
-        length = token >> 4
-        if length == 15:
-            while True:
-                if i >= n:
-                    raise ModuleFormatError("fatbin: truncated LZ4 literal length")
-                b = src[i]
-                i += 1
-                length += b
-                if b != 255:
-                    break
+        length, i = _lz4_length(src, i, token >> 4, expected, where, "literal")
+        if i + length > n:
+            raise ModuleFormatError(f"{where}: truncated LZ4 literals")
+        if len(out) + length > expected:
+            raise ModuleFormatError(past)
         out += src[i: i + length]
         i += length
-        if i >= n or (expected and len(out) >= expected):
+        if i >= n or len(out) == expected:
             break
         if i + 2 > n:
-            raise ModuleFormatError("fatbin: truncated LZ4 match offset")
+            raise ModuleFormatError(f"{where}: truncated LZ4 match offset")
         offset = src[i] | (src[i + 1] << 8)
         i += 2
-        mlen = token & 15
-        if mlen == 15:
-            while True:
-                if i >= n:
-                    raise ModuleFormatError("fatbin: truncated LZ4 match length")
-                b = src[i]
-                i += 1
-                mlen += b
-                if b != 255:
-                    break
+        mlen, i = _lz4_length(src, i, token & 15, expected, where, "match")
         mlen += 4
+        if offset == 0 or offset > len(out):
+            raise ModuleFormatError(f"{where}: LZ4 match offset points before the start of the data")
+        if len(out) + mlen > expected:
+            raise ModuleFormatError(past)
         start = len(out) - offset
-        if offset == 0 or start < 0:
-            raise ModuleFormatError("fatbin: LZ4 match offset points before the start of the data")
         if offset >= mlen:
             out += out[start: start + mlen]
         else:  # overlapping match: repeat the last `offset` bytes
             pattern = bytes(out[start:])
             out += (pattern * (mlen // offset + 1))[:mlen]
-    return bytes(out[:expected] if expected else out)
+    return bytes(out)
 
 
-def _zstd_decode(packed: bytes, kind: str, arch: int) -> bytes:
+def _zstd_decode(packed: bytes, declared: int, where: str) -> bytes:
+    """At most `declared` + 1 bytes of a zstd frame (one more shows the entry lies about its size)."""
+    limit = declared + 1
+    decoder = _zstd_decoder(where)
+    try:
+        return decoder(packed, limit)
+    except Exception as exc:  # each module's ZstdError, MemoryError, ...: this entry is unusable
+        raise ModuleFormatError(f"{where}: corrupt zstd data ({type(exc).__name__}: {exc})") from None
+
+
+def _zstd_decoder(where: str) -> Callable[[bytes, int], bytes]:
     try:  # Python 3.14+
         from compression import zstd  # type: ignore[import-not-found]
-        return zstd.decompress(packed)
+        return lambda data, limit: zstd.ZstdDecompressor().decompress(data, max_length=limit)
     except ImportError:
         pass
     try:
         import zstandard  # type: ignore[import-not-found]
-        return zstandard.ZstdDecompressor().decompressobj().decompress(packed)
+        return lambda data, limit: _read_up_to(zstandard.ZstdDecompressor().stream_reader(data), limit)
     except ImportError:
         pass
     try:
         import pyzstd  # type: ignore[import-not-found]
-        return pyzstd.decompress(packed)
+        return lambda data, limit: pyzstd.ZstdDecompressor().decompress(data, max_length=limit)
     except ImportError:
         pass
     raise CompressedEntryError(
-        f"fatbin {kind} entry for arch {arch} is zstd-compressed and no zstd decoder is importable "
+        f"{where} is zstd-compressed and no zstd decoder is importable "
         "(Python 3.14's compression.zstd, 'zstandard' or 'pyzstd'); rebuild with "
         "nvcc -compress-mode=none (kernelbridge_add_cuda_module does) or install 'zstandard'")
+
+
+def _read_up_to(reader: Any, limit: int) -> bytes:
+    out = bytearray()
+    while len(out) < limit:
+        chunk = reader.read(min(limit - len(out), 1 << 20))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)

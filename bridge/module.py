@@ -60,7 +60,9 @@ def read_image(path_or_bytes: str | bytes | bytearray | memoryview | os.PathLike
 
 
 def embedded_contracts(data: bytes) -> dict[str, str]:
-    """Contracts carried by the image itself ({} when bridge.fatbin is absent or finds none)."""
+    """Contracts carried by the image itself ({} when bridge.fatbin is absent or finds none), each
+    checksum-verified by the reader; its ModuleFormatError / ContractIntegrityError (a damaged or
+    pre-checksum contract, naming the kernel) propagates, so such a module is not loaded."""
     try:
         fatbin = importlib.import_module("bridge.fatbin")
     except ImportError:

@@ -1,10 +1,11 @@
 """`python -m dsl.aot module.py --arch sm_90 -o build/`: DSL kernels for C++ applications.
 
 Why: a C++ code base ports kernel by kernel. For every `@simt.kernel` in `module.py` this writes
-`<stem>.ptx` (and `<stem>.fatbin` with SASS for the arch + PTX, when nvcc is found) and
-`<stem>_kernels.h`, a header of typed launch functions (device pointers + sizes + stream) that
+`<stem>.<kernel>.ptx` (and `<stem>.<kernel>.fatbin` with SASS for the arch + PTX, when nvcc is found)
+and `<stem>_kernels.h`, a header of typed launch functions (device pointers + sizes + stream) that
 validate the launch contract through `kernelbridge/contract.hpp` before launching (see
-dsl/aot_header.py). Arrays are C-contiguous; generic kernels name their dtypes in a module-level
+dsl/aot_header.py). Each PTX/fatbin also carries its kernel's contract and checksum in the format of
+KB_CONTRACT (`__kb_contract_<k>`, `__kb_checksum_<k>`), so `bridge.load_module` finds it. Arrays are C-contiguous; generic kernels name their dtypes in a module-level
 `__aot__ = {"kernel": [dsl.f32, ...]}` (one dtype per parameter, the element dtype for arrays).
 """
 from __future__ import annotations
@@ -72,6 +73,15 @@ def signature_for(kernel: Any, dtypes: Sequence[Any] | None = None) -> tuple[lis
     return sig, tuple(params)
 
 
+def with_embedded_contract(ptx: str, symbol: str, contract_json: str) -> str:
+    """`ptx` plus the contract globals KB_CONTRACT would emit (`__kb_contract_<symbol>` and its
+    checksum `__kb_checksum_<symbol>`), so `bridge.load_module` of the PTX or of a fatbin built from
+    it finds the verified contract without side files."""
+    from bridge.fatbin import ptx_contract_directives
+    return (ptx.rstrip("\n") + "\n\n// kernelbridge launch contract of " + symbol + " (read by bridge.fatbin)\n"
+            + ptx_contract_directives(symbol, contract_json))
+
+
 def compile_module(path: str | os.PathLike, arch: str, out_dir: str | os.PathLike, *,
                    fatbin: bool | None = None, namespace: str | None = None) -> dict[str, Path]:
     """Compile every kernel of `path` for `arch`; write PTX (+ fatbin) and the header. Returns paths."""
@@ -88,7 +98,7 @@ def compile_module(path: str | os.PathLike, arch: str, out_dir: str | os.PathLik
     for k in kernels:
         sig, params = signature_for(k, table.get(k.__name__))
         ck = compile_kernel(k.pyfunc, sig, k.options, f"sm_{num}")
-        ptx_parts.append(ck.ptx)
+        ptx_parts.append(with_embedded_contract(ck.ptx, ck.name, ck.contract_json))
         grid_from = json.loads(ck.contract_json).get("grid_from") is not None
         infos.append(AotKernel(k.__name__, ck.name, ck.contract_json, params, grid_from))
     out = Path(out_dir)

@@ -2,9 +2,14 @@
 
 Location: `$KB_CACHE_DIR`, else `$XDG_CACHE_HOME/kernelbridge/dsl`, else `~/.cache/kernelbridge/dsl`.
 `KB_CACHE=0` disables it. Writes are atomic (temp file in the same directory + `os.replace`; the PTX is
-written before the JSON, and the JSON records the PTX's sha256), so a reader sees a complete entry or
-none. A corrupt or truncated entry is ignored (a miss) and overwritten by the rebuild. No pickle: both
-files are plain text.
+written before the JSON), so a reader sees a complete entry or none. No pickle: both files are text.
+
+Integrity: the contract in an entry is trusted by the launch validator, so the whole entry is hashed.
+`<key>.json` is exactly `{"entry_sha256": "<sha256 of BODY>", "entry": BODY}`, where BODY is the JSON
+text of {format, key, name, contract, metadata, ptx_sha256}; the reader hashes BODY's bytes as stored
+(not a re-serialisation) and the PTX's bytes against ptx_sha256. Any damage — one flipped bit anywhere
+in either file, truncation, a FIFO, device or directory in an entry's place — is a miss (never an
+error, never a hang, never a different contract), and the rebuild overwrites the entry.
 
 The key (see `cache_key`) covers everything the PTX depends on: the source text of the kernel and of
 the Python functions it references (device functions), the values of referenced globals and closure
@@ -20,12 +25,13 @@ import hashlib
 import inspect
 import json
 import os
+import stat
 import types
 from pathlib import Path
 from typing import Any, Callable
 
 DSL_VERSION = "0.1.0"
-FORMAT = 1
+FORMAT = 2          # 2: whole-entry sha256 (format 1 entries are misses)
 
 
 class CacheEntry:
@@ -179,19 +185,17 @@ class DiskCache:
         return self.dir / f"{key}.ptx", self.dir / f"{key}.json"
 
     def load(self, key: str) -> CacheEntry | None:
-        """The entry for `key`, or None when absent, unreadable, truncated or inconsistent."""
+        """The entry for `key`, or None when absent, unreadable, damaged or not a regular file."""
         ptx_path, json_path = self._paths(key)
-        try:
-            meta = json.loads(json_path.read_text())
-            ptx = ptx_path.read_text()
-        except (OSError, ValueError, UnicodeDecodeError):
+        meta = _verified_body(_read_regular(json_path))
+        if meta is None or meta.get("format") != FORMAT or meta.get("key") != key:
             return None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("key") != key:
-            return None
-        if meta.get("ptx_sha256") != hashlib.sha256(ptx.encode()).hexdigest():
+        ptx = _read_regular(ptx_path)
+        if ptx is None or meta.get("ptx_sha256") != hashlib.sha256(ptx).hexdigest():
             return None
         try:
-            return CacheEntry(ptx, str(meta["name"]), str(meta["contract"]), dict(meta["metadata"]))
+            return CacheEntry(ptx.decode("utf-8"), str(meta["name"]), str(meta["contract"]),
+                              dict(meta["metadata"]))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -199,13 +203,15 @@ class DiskCache:
         """Write the entry atomically; a failure to write (read-only dir, full disk) is not an error
         for the compile — the next compile simply misses again."""
         ptx_path, json_path = self._paths(key)
-        meta = {"format": FORMAT, "key": key, "name": entry.name, "contract": entry.contract_json,
-                "metadata": entry.metadata,
-                "ptx_sha256": hashlib.sha256(entry.ptx.encode()).hexdigest()}
+        ptx = entry.ptx.encode("utf-8")
+        body = json.dumps({"format": FORMAT, "key": key, "name": entry.name, "contract": entry.contract_json,
+                           "metadata": entry.metadata, "ptx_sha256": hashlib.sha256(ptx).hexdigest()},
+                          sort_keys=True).encode("utf-8")
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            _atomic_write(ptx_path, entry.ptx)
-            _atomic_write(json_path, json.dumps(meta, sort_keys=True))
+            _atomic_write(ptx_path, ptx)
+            _atomic_write(json_path, _ENTRY_HEAD + hashlib.sha256(body).hexdigest().encode() + _ENTRY_MID
+                          + body + _ENTRY_TAIL)
         except OSError:
             pass
 
@@ -220,12 +226,51 @@ class DiskCache:
         return n
 
 
-def _atomic_write(path: Path, text: str) -> None:
+_ENTRY_HEAD, _ENTRY_MID, _ENTRY_TAIL = b'{"entry_sha256": "', b'", "entry": ', b"}"
+
+
+def _verified_body(raw: bytes | None) -> dict | None:
+    """The entry's BODY as a dict when its sha256 matches the bytes stored, else None."""
+    if raw is None or not raw.startswith(_ENTRY_HEAD) or not raw.endswith(_ENTRY_TAIL):
+        return None
+    digest = raw[len(_ENTRY_HEAD): len(_ENTRY_HEAD) + 64]
+    rest = raw[len(_ENTRY_HEAD) + 64:]
+    if not rest.startswith(_ENTRY_MID):
+        return None
+    body = rest[len(_ENTRY_MID): -len(_ENTRY_TAIL)]
+    if hashlib.sha256(body).hexdigest().encode() != digest:
+        return None
+    try:
+        meta = json.loads(body)
+    except ValueError:            # JSONDecodeError, UnicodeDecodeError
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """The bytes of `path` when it is a regular file, else None — without blocking: a FIFO is opened
+    non-blocking and refused by fstat before any read, a device or directory likewise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
     import tempfile
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         try:

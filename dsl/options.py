@@ -1,7 +1,21 @@
-"""Options of one @simt.kernel / @tile.kernel: the launch contract facts plus compile switches."""
+"""Options of one @simt.kernel / @tile.kernel: the launch contract facts plus compile switches.
+
+`simt_options(...)` and `check_tile_options(...)` check what a decorator was given before anything
+uses it (LLVM aborts the process on attributes such as `.reqntid 0`), raising `OptionError`; the
+decorators turn that into a `DslCompileError` at the `def` (dsl/frontend/decorator.py). Kept free of
+heavy imports: this module is on the cache-hit path.
+"""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
+from typing import Any
+
+MAX_BLOCK = (1024, 1024, 64)     # CUDA's per-axis block limits (every supported arch)
+MAX_THREADS = 1024               # threads per block
+MIN_CC, MAX_CC = 50, 129         # compute capabilities sm_50 .. sm_12x (0 = no minimum)
+MAX_SHARED_MEM = (1 << 32) - 1   # the driver takes dynamic shared memory as an unsigned 32-bit count
+_TERMS = ("len", "shape", "size", "ndim")
 
 
 @dataclass(frozen=True)
@@ -16,3 +30,191 @@ class KernelOptions:
     boundscheck: bool = True                       # False removes run-time checks (unsafe)
     fastmath: bool = False                         # approximate math (ex2.approx etc.)
     extra: tuple[tuple[str, object], ...] = field(default_factory=tuple)
+    grid_from: str | None = None                   # the array a grid-less launch derives its grid from
+
+
+class OptionError(Exception):
+    """A decorator option is malformed. `option` names the keyword, `item` the offending element
+    (a relation text, a parameter name) when there is one, so the error can point at it."""
+
+    def __init__(self, option: str, message: str, hint: str = "", item: Any = None) -> None:
+        super().__init__(message)
+        self.option, self.message, self.hint, self.item = option, message, hint, item
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _kind(v: Any) -> str:
+    return f"{type(v).__name__} {v!r}" if not isinstance(v, (list, tuple)) else repr(v)
+
+
+def check_block(block: Any) -> tuple[int, int, int] | None:
+    """`block=`: an int or 1 to 3 ints, each >= 1, within CUDA's per-axis and total limits."""
+    if block is None:
+        return None
+    hint = "give the exact block as an int or a tuple of 1 to 3 ints, e.g. block=256 or block=(16, 16)"
+    dims = (block,) if not isinstance(block, (tuple, list)) else tuple(block)
+    if not 1 <= len(dims) <= 3 or not all(_is_int(d) for d in dims):
+        raise OptionError("block", f"block= must be an int or a tuple of 1 to 3 ints, got {_kind(block)}",
+                          hint)
+    full = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    for axis, (d, limit) in enumerate(zip(full, MAX_BLOCK)):
+        if not 1 <= d <= limit:
+            raise OptionError("block", f"block= {tuple(full)}: the {'xyz'[axis]} dimension must be in "
+                              f"[1, {limit}], got {d}", hint)
+    total = full[0] * full[1] * full[2]
+    if total > MAX_THREADS:
+        raise OptionError("block", f"block= {tuple(full)} has {total} threads, more than the "
+                          f"{MAX_THREADS} a block may have", "make the block smaller (x*y*z <= 1024)")
+    return full  # type: ignore[return-value]
+
+
+def _check_int(option: str, v: Any, lo: int, hi: int, hint: str) -> int:
+    if not _is_int(v) or not lo <= v <= hi:
+        raise OptionError(option, f"{option}= must be an int in [{lo}, {hi}], got {_kind(v)}", hint)
+    return int(v)
+
+
+def check_shared_mem(v: Any) -> int | tuple[str, int]:
+    """`shared_mem=`: bytes (an int >= 0) or ("max", n)."""
+    hint = "give the dynamic shared memory in bytes (shared_mem=4096) or a maximum (shared_mem=(\"max\", 49152))"
+    if isinstance(v, (tuple, list)):
+        if len(v) != 2 or not (isinstance(v[0], str) and v[0] == "max"):
+            raise OptionError("shared_mem", f"shared_mem= must be an int or (\"max\", n), got {v!r}", hint)
+        return ("max", _check_int("shared_mem", v[1], 0, MAX_SHARED_MEM, hint))
+    return _check_int("shared_mem", v, 0, MAX_SHARED_MEM, hint)
+
+
+def check_min_cc(v: Any) -> int:
+    hint = "give major*10 + minor of a real GPU, e.g. min_cc=80 (A100) or min_cc=90 (H100); 0 = any"
+    if _is_int(v) and v == 0:
+        return 0
+    return _check_int("min_cc", v, MIN_CC, MAX_CC, hint)
+
+
+def _check_bool(option: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise OptionError(option, f"{option}= must be True or False, got {_kind(v)}")
+    return v
+
+
+def _relations(v: Any, params: tuple[str, ...] | None) -> tuple[str, ...]:
+    """`requires=`: relation texts that parse and name only parameters (or len/shape/size/ndim)."""
+    import ast
+    texts = (v,) if isinstance(v, str) else v
+    if not isinstance(texts, (tuple, list)) or not all(isinstance(t, str) for t in texts):
+        raise OptionError("requires", f"requires= must be a string or a list of strings, got {v!r}",
+                          "write relations like requires=[\"len(a) == len(out)\"]")
+    example = "write relations like \"len(a) == len(out)\" or \"a.shape == out.shape\""
+    for text in texts:
+        try:
+            tree = ast.parse(text, mode="eval")
+        except SyntaxError as exc:
+            shown = repr(text) if len(text) <= 80 else repr(text[:60]) + f"... ({len(text)} characters)"
+            raise OptionError("requires", f"requires=: cannot parse {shown} ({exc.msg})", example,
+                              item=text) from None
+        except (RecursionError, MemoryError, ValueError) as exc:
+            raise OptionError("requires", f"requires=: relation {text[:60]!r}... ({len(text)} characters) "
+                              f"cannot be parsed ({type(exc).__name__}: {exc})",
+                              "split a long relation into several shorter ones", item=text) from None
+        if params is None:
+            continue
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Name) and n.id not in params and n.id not in _TERMS:
+                raise OptionError("requires", f"requires=: {text!r} names '{n.id}', which is not a "
+                                  "parameter", f"parameters are: {', '.join(params)}", item=text)
+    return tuple(texts)
+
+
+def _pairs(v: Any, params: tuple[str, ...] | None) -> tuple[tuple[str, str], ...]:
+    hint = "list pairs of parameter names, e.g. inplace=[(\"a\", \"out\")]"
+    if isinstance(v, str) or not isinstance(v, (tuple, list)):
+        raise OptionError("inplace", f"inplace= must be a list of (name, name) pairs, got {v!r}", hint)
+    out = []
+    for pair in v:
+        if isinstance(pair, str) or not isinstance(pair, (tuple, list)) or len(pair) != 2 or \
+                not all(isinstance(n, str) for n in pair):
+            raise OptionError("inplace", f"inplace=: {pair!r} is not a pair of parameter names", hint)
+        if pair[0] == pair[1]:
+            raise OptionError("inplace", f"inplace=: ({pair[0]!r}, {pair[1]!r}) pairs a parameter with "
+                              "itself", "an in-place pair names two different parameters", item=pair[0])
+        for name in pair:
+            if params is not None and name not in params:
+                raise OptionError("inplace", f"inplace=: '{name}' is not a parameter",
+                                  f"parameters are: {', '.join(params)}", item=name)
+        out.append((pair[0], pair[1]))
+    return tuple(out)
+
+
+def check_relations(params: tuple[str, ...], requires: Any, inplace: Any) -> None:
+    """`requires=` and `inplace=` against the parameter names (raises OptionError)."""
+    _relations(requires, params)
+    _pairs(inplace, params)
+
+
+def simt_options(params: tuple[str, ...] | None, *, block: Any = None, launch_bounds: Any = None,
+                 domain: Any = 1, shared_mem: Any = 0, min_cc: Any = 0, requires: Any = (),
+                 inplace: Any = (), boundscheck: Any = True, fastmath: Any = False,
+                 grid_from: Any = None) -> KernelOptions:
+    """Checked KernelOptions of a @simt.kernel (`params`: the parameter names, None when unknown).
+    Raises OptionError; whether `grid_from` names an array of enough axes is checked by the caller,
+    which can read the annotations."""
+    if not _is_int(domain) or domain not in (1, 2, 3):
+        raise OptionError("domain", f"domain= must be 1, 2 or 3, got {_kind(domain)}",
+                          "domain is the number of grid dimensions the kernel uses")
+    dims = check_block(block)
+    bounds = None
+    if launch_bounds is not None:
+        bounds = _check_int("launch_bounds", launch_bounds, 1, MAX_THREADS,
+                            "launch_bounds= is the most threads a block may have, e.g. 256")
+    if dims is not None and bounds is not None:
+        raise OptionError("launch_bounds", "give block= (exact) or launch_bounds= (maximum), not both",
+                          "remove one of them")
+    if grid_from is not None and not isinstance(grid_from, str):
+        raise OptionError("grid_from", f"grid_from= must be a parameter name, got {_kind(grid_from)}",
+                          "name the array the kernel's threads range over, e.g. grid_from=\"data\"")
+    if grid_from is not None and params is not None and grid_from not in params:
+        raise OptionError("grid_from", f"grid_from=: '{grid_from}' is not a parameter",
+                          f"parameters are: {', '.join(params)}")
+    return KernelOptions(block=dims, launch_bounds=bounds, domain=int(domain),
+                         shared_mem=check_shared_mem(shared_mem), min_cc=check_min_cc(min_cc),
+                         requires=_relations(requires, params), inplace=_pairs(inplace, params),
+                         boundscheck=_check_bool("boundscheck", boundscheck),
+                         fastmath=_check_bool("fastmath", fastmath), grid_from=grid_from)
+
+
+def check_tile_options(num_warps: Any, persistent: Any) -> tuple[int | None, bool]:
+    """`@tile.kernel(num_warps=, persistent=)`: num_warps a power of two in [1, 32] (None = chosen
+    per kernel), persistent a bool."""
+    if num_warps is not None and (not _is_int(num_warps) or not 1 <= num_warps <= 32 or
+                                  num_warps & (num_warps - 1)):
+        raise OptionError("num_warps", f"num_warps= must be a power of two in [1, 32], got {_kind(num_warps)}",
+                          "e.g. num_warps=4 (128 threads per tile block), or leave it out")
+    return (int(num_warps) if num_warps is not None else None), _check_bool("persistent", persistent)
+
+
+def check_symbol_names(pyfunc: Any) -> None:
+    """A kernel's name becomes its PTX entry symbol and its parameter names go into the launch
+    contract: both must be ASCII identifiers (LLVM aborts the process on a non-ASCII symbol)."""
+    code = getattr(pyfunc, "__code__", None)
+    if code is None:
+        return
+    hint = "kernel and parameter names become PTX symbols and contract names: use ASCII letters, digits and _"
+    if not code.co_name.isascii():
+        raise OptionError("", f"the kernel name {code.co_name!r} is not ASCII", hint, item=code.co_name)
+    for name in code.co_varnames[:code.co_argcount]:
+        if not name.isascii():
+            raise OptionError("", f"parameter name {name!r} is not ASCII", hint, item=name)
+
+
+def check_export(export: Any) -> str | None:
+    """`@simt.device(export=)`: a C identifier (it becomes a PTX symbol)."""
+    import re
+    if export is None:
+        return None
+    if not isinstance(export, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", export):
+        raise OptionError("export", f"export= must be a C identifier, got {_kind(export)}",
+                          "e.g. export=\"dsl_scale\" (letters, digits and _, not starting with a digit)")
+    return export

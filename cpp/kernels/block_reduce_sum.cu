@@ -1,6 +1,8 @@
 // block_reduce_sum: *out += sum(x). Grid-stride loads, warp shuffles, one shared slot per warp, and
 // one atomicAdd per block; out is accumulated into (zero it first for a plain sum). Exact block 256;
 // KB_GRID_FROM(x, 4) gives each thread about 4 elements, but any grid >= 1 is correct.
+// The grid is derived from x, the array the threads range over (the grid-stride loop starts at the
+// global thread id), never from out: one element would give one block (docs/cpp.md, KB_GRID_FROM).
 #include "kernelbridge/kernel_contract.cuh"
 
 namespace {

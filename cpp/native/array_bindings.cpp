@@ -107,8 +107,11 @@ ArrayBase from_raw(uint64_t ptr, const std::vector<int64_t>& shape, const std::v
   }
   a.view.device_id = device_id;
   a.view.readonly = readonly;
+  check_view_extent(a.view, "array");  // LayoutError: element count / byte extent / address range overflow
   a.owner = std::move(owner);
   if (!stream.is_none()) {
+    if (!PyLong_Check(stream.ptr()))
+      throw py::type_error(std::string("stream: expected an int handle or None, got ") + Py_TYPE(stream.ptr())->tp_name);
     a.has_stream = true;
     a.stream = stream.cast<uint64_t>();
     a.stream_generation = stream_generation.is_none() ? kb::rt::stream_generation(a.stream)

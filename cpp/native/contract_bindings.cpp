@@ -23,10 +23,11 @@ namespace kb::native {
 
 [[noreturn]] void throw_contract_error(const kb::Error& e, const std::string& kernel) {
   py::object make = py::module_::import("bridge.errors").attr("contract_error");
+  // utf8_str: the message quotes contract text and must never become a UnicodeDecodeError
   py::object arg = e.arg >= 0 ? py::object(py::int_(e.arg)) : py::object(py::none());
-  py::object name = e.arg_name.empty() ? py::object(py::none()) : py::object(py::str(e.arg_name));
-  py::object kern = kernel.empty() ? py::object(py::none()) : py::object(py::str(kernel));
-  py::object exc = make(static_cast<int>(e.code), e.message, kern, arg, name);
+  py::object name = e.arg_name.empty() ? py::object(py::none()) : py::object(utf8_str(e.arg_name));
+  py::object kern = kernel.empty() ? py::object(py::none()) : py::object(utf8_str(kernel));
+  py::object exc = make(static_cast<int>(e.code), utf8_str(e.message), kern, arg, name);
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
   throw py::error_already_set();
 }
@@ -182,7 +183,10 @@ ArrayDesc make_desc(uint64_t ptr, const std::vector<int64_t>& shape, py::object 
   }
   if (strides.is_none()) {
     int64_t s = a.itemsize();
-    for (int k = a.ndim - 1; k >= 0; --k) { a.strides[k] = s; s *= a.shape[k]; }
+    for (int k = a.ndim - 1; k >= 0; --k) {  // saturating: the validator refuses such extents (LayoutError)
+      a.strides[k] = s;
+      if (__builtin_mul_overflow(s, a.shape[k], &s)) s = INT64_MAX;
+    }
   } else {
     auto st = strides.cast<std::vector<int64_t>>();
     if (st.size() != shape.size())
@@ -376,12 +380,29 @@ py::tuple validate_py(const kb::LaunchContract& c, py::sequence args, py::object
   std::vector<IntakeInfo> infos(vals.size());
   for (size_t k = 0; k < vals.size(); ++k) {
     keep.push_back(args[k]);
-    arg_from_python(keep.back(), vals[k], infos[k]);
+    const int pos = static_cast<int>(k);
+    const std::string name = k < c.args.size() ? c.args[k].name : std::string("?");
+    try {
+      arg_from_python(keep.back(), vals[k], infos[k]);
+    } catch (py::error_already_set& e) {  // as in a launch: named, typed, the producer's error as __cause__
+      raise_for_argument(e, c.kernel, pos, name);
+    } catch (py::builtin_exception& e) {
+      e.set_error();
+      py::error_already_set err;
+      raise_for_argument(err, c.kernel, pos, name);
+    }
   }
   kb::LaunchConfig cfg;
-  read_dims<int64_t>(grid, cfg.grid, "grid");
-  read_dims<int>(block, cfg.block, "block");
-  cfg.smem = smem.is_none() ? -1 : smem.cast<int64_t>();
+  KernelName kname;
+  kname.name = &c.kernel;
+  int64_t given_block[3];
+  parse_launch_dims(grid.ptr(), "grid", cfg.grid, kname);
+  parse_launch_dims(block.ptr(), "block", given_block, kname);
+  for (int d = 0; d < 3; ++d) {
+    const int64_t v = given_block[d];
+    cfg.block[d] = static_cast<int>(v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : v);
+  }
+  cfg.smem = parse_shared_mem(smem.ptr(), kname, /*negative_ok=*/true);  // -1: the contract's, as None
   kb::Error e = kb::validate(c, vals.data(), static_cast<int>(vals.size()), cfg, dev, fn);
   if (e) throw_contract_error(e, c.kernel);
   int64_t b[3] = {cfg.block[0], cfg.block[1], cfg.block[2]};

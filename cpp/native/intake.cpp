@@ -23,8 +23,28 @@ PyObject* interned(const char* s) { return PyUnicode_InternFromString(s); }
 #define KB_NAME(var, text) static PyObject* var = interned(text)
 
 [[noreturn]] void throw_py(PyObject* type, const std::string& msg) {
-  PyErr_SetString(type, msg.c_str());
+  PyErr_SetObject(type, utf8_str(msg).ptr());
   throw py::error_already_set();
+}
+
+// Replace the pending Python error by `type`("what (<Original>: <text>)"), the original as __cause__.
+[[noreturn]] void throw_from_pending(PyObject* type, const std::string& what) {
+  py::error_already_set err;  // takes the pending error
+  if (!translatable(err)) throw err;
+  py::object orig = err.value();
+  py::object exc = py::reinterpret_steal<py::object>(
+      PyObject_CallOneArg(type, utf8_str(what + " (" + exception_text(orig.ptr()) + ")").ptr()));
+  if (!exc) throw py::error_already_set();
+  PyException_SetCause(exc.ptr(), orig.release().ptr());  // steals
+  PyErr_SetObject(type, exc.ptr());
+  throw py::error_already_set();
+}
+
+// bool(o), with a failing __bool__ as a TypeError naming `what`.
+bool truth(PyObject* o, const std::string& what) {
+  int t = PyObject_IsTrue(o);
+  if (t < 0) throw_from_pending(PyExc_TypeError, what + ": its truth value could not be read");
+  return t == 1;
 }
 
 // New reference or throw the pending Python error.
@@ -50,11 +70,18 @@ py::object call0(PyObject* obj, PyObject* method) {
 }
 
 int64_t as_i64(PyObject* o, const char* what) {
-  long long v = PyLong_AsLongLong(o);
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(o, &overflow);  // non-ints through __index__
   if (v == -1 && PyErr_Occurred()) {
-    PyErr_Clear();
-    throw_py(PyExc_TypeError, std::string(what) + ": expected an integer, got " + Py_TYPE(o)->tp_name);
+    if (!PyIndex_Check(o) || PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      throw_py(PyExc_TypeError, std::string(what) + ": expected an integer, got " + Py_TYPE(o)->tp_name);
+    }
+    throw_from_pending(PyExc_TypeError, std::string(what) + ": expected an integer, reading " +
+                                            Py_TYPE(o)->tp_name + " as one failed");
   }
+  if (overflow != 0)
+    throw_py(PyExc_ValueError, std::string(what) + ": expected a 64-bit integer, got one outside [-2**63, 2**63)");
   return v;
 }
 
@@ -99,11 +126,21 @@ void check_shape(const kb::ArrayView& v, const char* producer) {
   }
 }
 
+// Element strides -> byte strides, saturating instead of overflowing (check_view_extent then refuses
+// the view: its byte extent cannot fit int64 unless the axis has extent 1).
+int64_t byte_stride(int64_t elements, int64_t itemsize) {
+  int64_t r;
+  if (__builtin_mul_overflow(elements, itemsize, &r)) return elements < 0 ? INT64_MIN : INT64_MAX;
+  return r;
+}
+
+// C-contiguous byte strides. Saturates instead of overflowing: such a shape's byte extent does not fit
+// int64 and check_view_extent refuses it.
 void c_contiguous_strides(kb::ArrayView& v) {
   int64_t s = v.itemsize();
   for (int i = v.ndim - 1; i >= 0; --i) {
     v.strides[i] = s;
-    s *= v.shape[i] > 0 ? v.shape[i] : 1;
+    if (__builtin_mul_overflow(s, v.shape[i] > 0 ? v.shape[i] : 1, &s)) s = INT64_MAX;
   }
 }
 
@@ -194,6 +231,7 @@ struct LibType {
 
 LibType g_cupy{"cupy", "ndarray"};
 LibType g_torch{"torch", "Tensor"};
+LibType g_numpy{"numpy", "ndarray"};
 PointerDeviceFn g_pointer_device = nullptr;
 
 // Function objects looked up once: cupy.cuda.get_current_stream, torch._C._cuda_getCurrentRawStream.
@@ -261,7 +299,7 @@ bool from_torch(PyObject* obj, kb::ArrayView& view, IntakeInfo& info, IntakeMemo
   KB_NAME(s_is_cuda, "is_cuda"); KB_NAME(s_get_device, "get_device"); KB_NAME(s_device, "device");
   KB_NAME(s_type, "type"); KB_NAME(s_data_ptr, "data_ptr"); KB_NAME(s_shape, "shape");
   KB_NAME(s_stride, "stride"); KB_NAME(s_dtype, "dtype"); KB_NAME(s_is_conj, "is_conj");
-  bool cuda = PyObject_IsTrue(attr(obj, s_is_cuda).ptr()) == 1;
+  bool cuda = truth(attr(obj, s_is_cuda).ptr(), "torch tensor .is_cuda");
   int dev = 0;
   if (cuda) {
     dev = static_cast<int>(as_i64(call0(obj, s_get_device).ptr(), "torch get_device()"));
@@ -272,7 +310,7 @@ bool from_torch(PyObject* obj, kb::ArrayView& view, IntakeInfo& info, IntakeMemo
   view = kb::ArrayView{};
   view.dtype = torch_dtype(attr(obj, s_dtype).ptr());
   if ((view.dtype == kb::DType::c64 || view.dtype == kb::DType::c128) &&
-      PyObject_IsTrue(call0(obj, s_is_conj).ptr()) == 1) {
+      truth(call0(obj, s_is_conj).ptr(), "torch tensor .is_conj()")) {
     throw_py(PyExc_ValueError, "torch tensor has its conjugate bit set (a lazy conjugate view): call "
                                ".resolve_conj() first so the memory holds the values");
   }
@@ -282,13 +320,87 @@ bool from_torch(PyObject* obj, kb::ArrayView& view, IntakeInfo& info, IntakeMemo
   view.ndim = read_ints(attr(obj, s_shape).ptr(), view.shape, "torch tensor shape");
   read_ints(call0(obj, s_stride).ptr(), view.strides, "torch tensor stride()");
   int64_t item = view.itemsize();
-  for (int i = 0; i < view.ndim; ++i) view.strides[i] *= item;
+  for (int i = 0; i < view.ndim; ++i) view.strides[i] = byte_stride(view.strides[i], item);
   info.keepalive = py::reinterpret_borrow<py::object>(obj);
   if (cuda) {
     info.has_producer_stream = true;
     info.producer_stream = torch_current_stream(dev, memo);
   }
   return true;
+}
+
+// ---- NumPy -----------------------------------------------------------------------------------------
+
+// NumPy's PyArrayInterface, the C struct behind `__array_struct__` (NumPy's documented array interface
+// protocol). Of all ways to read pointer, shape, strides and flags it is the cheapest (one capsule, no
+// dict, no ctypes object), and it works for every array, where NumPy's own __dlpack__ refuses
+// non-native byte order, strides that are not multiples of the itemsize and ml_dtypes types.
+struct NpyArrayInterface {
+  int two;             // 2, a sanity check
+  int nd;
+  char typekind;
+  int itemsize;
+  int flags;
+  Py_ssize_t* shape;
+  Py_ssize_t* strides;  // in bytes
+  void* data;
+  PyObject* descr;
+};
+constexpr int kNpyWriteable = 0x0400;
+
+// ndarray's own `__array_struct__` and `dtype` getters (documented cache: looked up once, kept for the
+// process), so a subclass cannot describe other memory than the array's.
+struct NpyGetters {
+  PyObject* array_struct = nullptr;
+  PyObject* dtype = nullptr;
+  bool ready = false;
+  void init(PyTypeObject* ndarray) {
+    if (ready) return;
+    py::handle t(reinterpret_cast<PyObject*>(ndarray));
+    array_struct = py::object(t.attr("__array_struct__")).release().ptr();
+    dtype = py::object(t.attr("dtype")).release().ptr();
+    if (!Py_TYPE(array_struct)->tp_descr_get || !Py_TYPE(dtype)->tp_descr_get)
+      throw_py(PyExc_TypeError, "numpy.ndarray.__array_struct__ / .dtype are not descriptors");
+    ready = true;
+  }
+  static py::object get(PyObject* descr, PyObject* obj) {
+    PyObject* r = Py_TYPE(descr)->tp_descr_get(descr, obj, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    if (!r) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(r);
+  }
+};
+NpyGetters g_npy;
+
+void from_numpy(PyObject* obj, kb::ArrayView& view, IntakeInfo& info) {
+  g_npy.init(g_numpy.type);
+  view = kb::ArrayView{};
+  view.dtype = numpy_dtype(NpyGetters::get(g_npy.dtype, obj).ptr());  // refuses non-native byte order
+  py::object cap = NpyGetters::get(g_npy.array_struct, obj);
+  void* p = PyCapsule_CheckExact(cap.ptr()) ? PyCapsule_GetPointer(cap.ptr(), PyCapsule_GetName(cap.ptr())) : nullptr;
+  if (!p) {
+    PyErr_Clear();
+    throw_py(PyExc_TypeError, "numpy.ndarray: __array_struct__ did not return an array-interface capsule");
+  }
+  const auto* ai = static_cast<const NpyArrayInterface*>(p);
+  if (ai->two != 2 || ai->nd < 0 || ai->nd > kMaxDims || (ai->nd > 0 && (!ai->shape || !ai->strides))) {
+    throw_py(PyExc_ValueError, "numpy.ndarray with " + std::to_string(ai->nd) +
+                                   " dimensions: kernelbridge supports 0.." + std::to_string(kMaxDims));
+  }
+  if (ai->itemsize != view.itemsize()) {
+    unsupported_dtype("NumPy dtype " + std::string(py::repr(NpyGetters::get(g_npy.dtype, obj))) + " of " +
+                      std::to_string(ai->itemsize) + " bytes per element (kernelbridge's " +
+                      kb::dtype_long_name(view.dtype) + " has " + std::to_string(view.itemsize()) + ")");
+  }
+  view.ndim = ai->nd;
+  for (int i = 0; i < ai->nd; ++i) {
+    view.shape[i] = ai->shape[i];
+    view.strides[i] = ai->strides[i];
+  }
+  view.ptr = reinterpret_cast<uint64_t>(ai->data);
+  view.readonly = (ai->flags & kNpyWriteable) == 0;
+  view.device_type = kb::DeviceType::cpu;
+  view.device_id = 0;
+  info.keepalive = py::reinterpret_borrow<py::object>(obj);
 }
 
 // ---- DLPack ----------------------------------------------------------------------------------------
@@ -333,16 +445,19 @@ void fill_from_dltensor(const DLTensor& t, bool subbyte_padded, kb::ArrayView& v
     unsupported_dtype(given + " packed below one byte per element (only the padded form, one element "
                               "per byte, is supported)");
   }
+  if (t.ndim > 0 && !t.shape) throw_py(PyExc_BufferError, "DLPack tensor has no shape array");
   view.ndim = t.ndim;
   for (int i = 0; i < t.ndim; ++i) view.shape[i] = t.shape[i];
   check_shape(view, "DLPack tensor");
   if (t.strides) {
     int64_t item = view.itemsize();
-    for (int i = 0; i < t.ndim; ++i) view.strides[i] = t.strides[i] * item;
+    for (int i = 0; i < t.ndim; ++i) view.strides[i] = byte_stride(t.strides[i], item);
   } else {
     c_contiguous_strides(view);
   }
-  view.ptr = reinterpret_cast<uint64_t>(t.data) + t.byte_offset;
+  if (__builtin_add_overflow(reinterpret_cast<uint64_t>(t.data), t.byte_offset, &view.ptr))
+    raise_bridge_error("LayoutError", "DLPack tensor: data pointer " + std::to_string(reinterpret_cast<uint64_t>(t.data)) +
+                                          " + byte_offset " + std::to_string(t.byte_offset) + " overflows 64 bits");
   view.device_type = device_from_dlpack(t.device.device_type);
   view.device_id = t.device.device_id;
 }
@@ -410,7 +525,7 @@ void from_dlpack(PyObject* obj, PyObject* dlpack, kb::ArrayView& view, IntakeInf
   PyObject* cap = PyObject_Call(dlpack, no_args, kwargs.ptr());
   if (!cap && PyErr_ExceptionMatches(PyExc_TypeError)) {  // legacy producer without max_version
     PyErr_Clear();
-    PyDict_DelItem(kwargs.ptr(), s_max_version);
+    if (PyDict_DelItem(kwargs.ptr(), s_max_version) != 0) throw py::error_already_set();
     cap = PyObject_Call(dlpack, no_args, kwargs.ptr());
   }
   if (!cap) throw py::error_already_set();
@@ -443,6 +558,13 @@ void from_cai(PyObject* dict, kb::ArrayView& view, IntakeInfo& info) {
   PyObject* typestr = item("typestr", true);
   if (!PyUnicode_Check(typestr)) throw_py(PyExc_TypeError, "__cuda_array_interface__['typestr'] must be a str");
   const char* ts = PyUnicode_AsUTF8(typestr);
+  if (!ts) {  // e.g. a lone surrogate: not text any dtype could be named by
+    PyErr_Clear();
+    py::object shown = py::reinterpret_steal<py::object>(PyObject_ASCII(typestr));
+    if (!shown) throw py::error_already_set();
+    unsupported_dtype("CUDA Array Interface typestr " + std::string(PyUnicode_AsUTF8(shown.ptr())) +
+                      " (not valid text)");
+  }
   view.dtype = dtype_from_typestr(ts);
   if (view.dtype == kb::DType::invalid) unsupported_dtype(std::string("CUDA Array Interface typestr '") + ts + "'");
   view.ndim = read_ints(item("shape", true), view.shape, "__cuda_array_interface__['shape']");
@@ -460,7 +582,7 @@ void from_cai(PyObject* dict, kb::ArrayView& view, IntakeInfo& info) {
     throw_py(PyExc_TypeError, "__cuda_array_interface__['data'] must be a tuple (pointer, read_only)");
   }
   view.ptr = as_u64(PyTuple_GET_ITEM(data, 0), "__cuda_array_interface__['data'][0]");
-  view.readonly = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1)) == 1;
+  view.readonly = truth(PyTuple_GET_ITEM(data, 1), "__cuda_array_interface__['data'][1] (read-only flag)");
   view.device_type = kb::DeviceType::cuda;
   view.device_id = g_pointer_device && view.ptr ? g_pointer_device(view.ptr) : -1;
   PyObject* stream = version >= 3 ? item("stream", false) : nullptr;
@@ -485,7 +607,7 @@ void set_pointer_device_resolver(PointerDeviceFn fn) { g_pointer_device = fn; }
 [[noreturn]] void raise_bridge_error(const char* cls, const std::string& message) {
   static PyObject* errors = py::module_::import("bridge.errors").release().ptr();
   py::object c = py::handle(errors).attr(cls);
-  PyErr_SetObject(c.ptr(), py::str(message).ptr());
+  PyErr_SetObject(c.ptr(), utf8_str(message).ptr());
   throw py::error_already_set();
 }
 
@@ -591,16 +713,33 @@ bool intake(PyObject* obj, kb::ArrayView& view, IntakeInfo& info, int64_t consum
   }
   PyTypeObject* base = array_base_type();
   if (base && PyObject_TypeCheck(obj, base)) { from_array_base(obj, view, info); return true; }
-  if (g_cupy.matches(obj)) { from_cupy(obj, view, info, memo); return true; }
-  if (g_torch.matches(obj) && from_torch(obj, view, info, memo)) return true;
+  if (g_cupy.matches(obj)) {
+    from_cupy(obj, view, info, memo);
+    check_view_extent(view, "CuPy ndarray");
+    return true;
+  }
+  if (g_torch.matches(obj) && from_torch(obj, view, info, memo)) {
+    check_view_extent(view, "torch tensor");
+    return true;
+  }
+  if (g_numpy.matches(obj)) {
+    from_numpy(obj, view, info);
+    check_view_extent(view, "NumPy ndarray");
+    return true;
+  }
   KB_NAME(s_dlpack, "__dlpack__");
   py::object dl = opt_attr(obj, s_dlpack);
-  if (dl) { from_dlpack(obj, dl.ptr(), view, info, consumer_stream); return true; }
+  if (dl) {
+    from_dlpack(obj, dl.ptr(), view, info, consumer_stream);
+    check_view_extent(view, "DLPack tensor");
+    return true;
+  }
   KB_NAME(s_cai, "__cuda_array_interface__");
   py::object cai = opt_attr(obj, s_cai);
   if (cai) {
     from_cai(cai.ptr(), view, info);
     info.keepalive = py::reinterpret_borrow<py::object>(obj);
+    check_view_extent(view, "__cuda_array_interface__ array");
     return true;
   }
   return false;

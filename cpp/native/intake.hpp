@@ -76,6 +76,48 @@ const char* dtype_typestr(kb::DType t);  // nullptr when the type has no typestr
 // Raise a class of bridge.errors (e.g. "DTypeError") with `message`.
 [[noreturn]] void raise_bridge_error(const char* cls, const std::string& message);
 
+// ---- hardening helpers (shared by intake, the launcher and the contract bindings) -----------------------
+
+// Errors intake may translate: Exceptions other than MemoryError (KeyboardInterrupt, SystemExit and
+// MemoryError always propagate as they are).
+bool translatable(const pybind11::error_already_set& err);
+
+// "RuntimeError: boom" for an exception object, without ever raising.
+std::string exception_text(PyObject* exc);
+
+// `text` as a Python str, decoding bytes that are not UTF-8 as \xNN escapes: C++ messages quote user
+// bytes, and a message must never turn into a UnicodeDecodeError.
+pybind11::str utf8_str(const std::string& text);
+
+// LayoutError unless `view` passes kb::ArrayView::overflow_reason() (element count, byte extent and
+// address range within 64 bits); `producer` names where the view came from ("DLPack tensor", ...).
+void check_view_extent(const kb::ArrayView& view, const char* producer);
+
+// In a failed intake of argument `pos` of `kernel`: re-raise `err` as a LaunchContractError subclass
+// whose message starts "kernel: argument 'name' (#pos): ". A LaunchContractError keeps its class; any
+// other Exception becomes ArgumentKindError; the original is __cause__. MemoryError and BaseExceptions
+// that are not Exceptions (KeyboardInterrupt, ...) propagate unchanged.
+[[noreturn]] void raise_for_argument(pybind11::error_already_set& err, const std::string& kernel, int pos,
+                                     const std::string& name);
+
+// The kernel a launch configuration is for, computed only when an error message needs it: a known
+// name (a Launcher's contract), or the __name__ of a Dispatcher's miss-callback owner.
+struct KernelName {
+  const std::string* name = nullptr;
+  PyObject* miss_callback = nullptr;  // borrowed
+  std::string get() const;
+};
+
+// grid / block of a launch: None -> zeros (derive / default); an int -> (n, 1, 1); a tuple or list of
+// 1..3 ints, padded with 1. Integers beyond int64 saturate (the validator then reports the range).
+// Errors are GridSizeError / BlockSizeError naming the kernel (the *TypeError subclasses for a wrong
+// type or number of dimensions); what: "grid" or "block".
+void parse_launch_dims(PyObject* obj, const char* what, int64_t out[3], const KernelName& kernel);
+
+// shared_mem of a launch: None -> -1 (the contract's); else an int (SharedMemoryError otherwise),
+// non-negative unless negative_ok (_native.validate leaves negative values to the validator).
+int64_t parse_shared_mem(PyObject* obj, const KernelName& kernel, bool negative_ok = false);
+
 // DLPack export (dlpack_export.cpp): a "dltensor_versioned" or legacy "dltensor" capsule of `array`
 // (an ArrayBase instance) whose manager_ctx keeps `array` alive until the consumer's deleter runs.
 pybind11::capsule make_dlpack_capsule(pybind11::handle array, bool versioned, bool readonly_flag);

@@ -34,46 +34,20 @@ struct Given {
   py::object stream;   // None: this thread's current stream at call time
 };
 
-void parse_dims(py::handle obj, const char* what, int64_t out[3]) {
-  out[0] = out[1] = out[2] = 0;
-  if (obj.is_none()) return;
-  auto one = [&](py::handle v) -> int64_t {
-    if (!PyLong_Check(v.ptr()) && !PyIndex_Check(v.ptr()))
-      throw py::type_error(std::string(what) + " must be an int or a tuple of 1 to 3 ints, got " +
-                           Py_TYPE(v.ptr())->tp_name);
-    int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr())).ptr(),
-                                              &overflow);
-    if (overflow > 0) return LLONG_MAX;
-    if (overflow < 0) return LLONG_MIN;
-    return x;
-  };
-  if (PyTuple_Check(obj.ptr()) || PyList_Check(obj.ptr())) {
-    py::sequence seq = py::reinterpret_borrow<py::sequence>(obj);
-    const size_t n = seq.size();
-    if (n < 1 || n > 3)
-      throw py::type_error(std::string(what) + " must have 1 to 3 dimensions, got " + std::to_string(n));
-    for (size_t i = 0; i < 3; ++i) out[i] = i < n ? one(seq[i]) : 1;
-    return;
-  }
-  out[0] = one(obj);
-  out[1] = out[2] = 1;
+// grid / block / shared_mem as the caller gave them; errors are the contract's classes naming the
+// kernel (GridSizeError, BlockSizeError, SharedMemoryError: parse_launch_dims in intake_errors.cpp).
+void parse_dims(py::handle obj, const char* what, int64_t out[3], const KernelName& kernel) {
+  parse_launch_dims(obj.ptr(), what, out, kernel);
 }
 
-Given make_given(py::handle grid, py::handle block, py::handle smem, py::handle stream) {
+Given make_given(py::handle grid, py::handle block, py::handle smem, py::handle stream, const KernelName& kernel) {
   Given g;
   int64_t b[3];
-  parse_dims(grid, "grid", g.cfg.grid);
-  parse_dims(block, "block", b);
+  parse_dims(grid, "grid", g.cfg.grid, kernel);
+  parse_dims(block, "block", b, kernel);
   for (int i = 0; i < 3; ++i)
     g.cfg.block[i] = static_cast<int>(std::max<int64_t>(INT_MIN, std::min<int64_t>(INT_MAX, b[i])));
-  if (smem.is_none()) {
-    g.cfg.smem = -1;
-  } else {
-    if (!PyLong_Check(smem.ptr())) throw py::type_error("shared_mem must be an int (bytes)");
-    g.cfg.smem = smem.cast<int64_t>();
-    if (g.cfg.smem < 0) throw py::value_error("shared_mem must be >= 0 bytes");
-  }
+  g.cfg.smem = parse_shared_mem(smem.ptr(), kernel);
   g.stream = py::reinterpret_borrow<py::object>(stream);
   return g;
 }
@@ -98,21 +72,11 @@ uint64_t resolve_stream(PyObject* s) {
                                    "handle or None, got ") + Py_TYPE(s)->tp_name);
 }
 
-// Re-raise an intake failure so the message names the kernel and the argument.
+// Re-raise an intake failure so the message names the kernel and the argument (numbered as the
+// validator does); the producer's own error is kept as __cause__ (raise_for_argument, intake_errors.cpp).
 [[noreturn]] void rethrow_intake_error(py::error_already_set& err, const kb::LaunchContract& c, int i) {
   std::string name = i < static_cast<int>(c.args.size()) ? c.args[i].name : std::string("?");
-  std::string prefix = c.kernel + ": argument '" + name + "' (#" + std::to_string(i) + "): ";  // numbering as the validator
-  py::object errors = py::module_::import("bridge.errors");
-  py::object base = errors.attr("LaunchContractError");
-  py::object cls = err.type();
-  std::string msg = py::str(err.value());
-  if (!PyObject_IsSubclass(cls.ptr(), base.ptr())) cls = errors.attr("ArgumentKindError");
-  py::object exc = cls(prefix + msg, py::arg("kernel") = c.kernel, py::arg("arg") = i,
-                       py::arg("arg_name") = name);
-  err.restore();
-  PyErr_Clear();
-  PyErr_SetObject(cls.ptr(), exc.ptr());
-  throw py::error_already_set();
+  raise_for_argument(err, c.kernel, i, name);
 }
 
 }  // namespace
@@ -174,6 +138,10 @@ class Launcher {
       }
     } catch (py::error_already_set& e) {
       rethrow_intake_error(e, contract_, i);
+    } catch (py::builtin_exception& e) {  // pybind11's C++-side errors (cast_error, ...): the same treatment
+      e.set_error();
+      py::error_already_set err;
+      rethrow_intake_error(err, contract_, i);
     }
     if (i < static_cast<int>(plan_.size())) {
       plan_types_[i] = t;
@@ -517,6 +485,7 @@ class Dispatcher {
 
   size_t size() const { return entries_.size(); }
   void clear() { entries_.clear(); last_ = -1; }
+  const py::object& miss_callback() const { return miss_; }  // names the kernel in configuration errors
 
  private:
   struct Entry {
@@ -586,14 +555,22 @@ class Configured {
 };
 
 // kernel[grid, block], kernel[grid, block, stream], kernel[grid, block, stream, shared_mem]
-Given given_from_item(py::handle item) {
+Given given_from_item(py::handle item, const KernelName& kernel) {
   if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) < 2 || PyTuple_GET_SIZE(item.ptr()) > 4)
-    throw py::type_error("use kernel[grid, block], kernel[grid, block, stream] or "
+    throw py::type_error(kernel.get() + ": use kernel[grid, block], kernel[grid, block, stream] or "
                          "kernel[grid, block, stream, shared_mem]");
   py::tuple t = py::reinterpret_borrow<py::tuple>(item);
   py::object none = py::none();
   return make_given(t[0], t[1], t.size() > 3 ? py::object(t[3]) : none,
-                    t.size() > 2 ? py::object(t[2]) : none);
+                    t.size() > 2 ? py::object(t[2]) : none, kernel);
+}
+
+// The kernel a configuration error names: a Launcher's contract, or a Dispatcher's miss-callback owner.
+KernelName name_of(const Launcher& l) { KernelName k; k.name = &l.contract().kernel; return k; }
+KernelName name_of(const Dispatcher& d) { KernelName k; k.miss_callback = d.miss_callback().ptr(); return k; }
+KernelName name_of(py::handle self) {
+  if (py::isinstance<Launcher>(self)) return name_of(self.cast<const Launcher&>());
+  return name_of(self.cast<const Dispatcher&>());
 }
 
 void register_launch(py::module_& m) {
@@ -609,7 +586,7 @@ void register_launch(py::module_& m) {
            py::arg("device_id"), py::arg("fault_info") = py::none())
       .def("launch", [](Launcher& l, py::tuple args, py::object grid, py::object block, py::object smem,
                         py::object stream, bool keep_all) {
-             Given g = make_given(grid, block, smem, stream);
+             Given g = make_given(grid, block, smem, stream, name_of(l));
              l.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()),
                             keep_all ? PY_SSIZE_T_MAX : kb::rt::g_temporary_refcount_tuple);
            }, py::arg("args"), py::arg("grid") = py::none(), py::arg("block") = py::none(),
@@ -618,23 +595,23 @@ void register_launch(py::module_& m) {
            "current stream. keep_all: keep every array argument alive until the launch completes.")
       .def("__call__", [](Launcher& l, py::args args, py::object grid, py::object block,
                           py::object shared_mem, py::object stream) {
-             Given g = make_given(grid, block, shared_mem, stream);
+             Given g = make_given(grid, block, shared_mem, stream, name_of(l));
              l.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()), kb::rt::g_temporary_refcount_native);
            }, py::kw_only(), py::arg("grid") = py::none(), py::arg("block") = py::none(),
            py::arg("shared_mem") = py::none(), py::arg("stream") = py::none())
       .def("configure", [](py::object self, py::object grid, py::object block, py::object stream,
                            py::object shared_mem) {
-             return Configured(self, make_given(grid, block, shared_mem, stream));
+             return Configured(self, make_given(grid, block, shared_mem, stream, name_of(self)));
            }, py::arg("grid"), py::arg("block"), py::arg("stream") = py::none(),
            py::arg("shared_mem") = py::none())
       .def("validate_only", [](Launcher& l, py::tuple args, py::object grid, py::object block,
                                py::object shared_mem) {
-             return l.validate_only(args, make_given(grid, block, shared_mem, py::none()).cfg);
+             return l.validate_only(args, make_given(grid, block, shared_mem, py::none(), name_of(l)).cfg);
            }, py::arg("args"), py::arg("grid") = py::none(), py::arg("block") = py::none(),
            py::arg("shared_mem") = py::none(),
            "Intake + validation without the driver -> (grid, block, shared_mem, skip); for the simulator.")
       .def("__getitem__", [](py::object self, py::object item) {
-             return Configured(self, given_from_item(item));
+             return Configured(self, given_from_item(item, name_of(self)));
            })
       .def_property_readonly("kernel_name", [](const Launcher& l) { return l.contract().kernel; })
       .def_property_readonly("contract", &Launcher::contract_obj)
@@ -652,17 +629,17 @@ void register_launch(py::module_& m) {
            "names/kernel: for messages about arguments no Launcher has seen yet.")
       .def("__call__", [](Dispatcher& d, py::args args, py::object grid, py::object block,
                           py::object shared_mem, py::object stream) {
-             Given g = make_given(grid, block, shared_mem, stream);
+             Given g = make_given(grid, block, shared_mem, stream, name_of(d));
              d.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()));  // native call path
            }, py::kw_only(), py::arg("grid") = py::none(), py::arg("block") = py::none(),
            py::arg("shared_mem") = py::none(), py::arg("stream") = py::none())
       .def("configure", [](py::object self, py::object grid, py::object block, py::object stream,
                            py::object shared_mem) {
-             return Configured(self, make_given(grid, block, shared_mem, stream));
+             return Configured(self, make_given(grid, block, shared_mem, stream, name_of(self)));
            }, py::arg("grid"), py::arg("block"), py::arg("stream") = py::none(),
            py::arg("shared_mem") = py::none())
       .def("__getitem__", [](py::object self, py::object item) {
-             return Configured(self, given_from_item(item));
+             return Configured(self, given_from_item(item, name_of(self)));
            })
       .def("__len__", &Dispatcher::size)
       .def("clear", &Dispatcher::clear);

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from dsl.errors import DslCompileError
 from dsl.frontend.annotations import ParamAnnotation, parse_signature_annotations
 from dsl.frontend.context import BuildContext
 from dsl.frontend.contract import contract_dict, contract_for, validate_requires
@@ -32,4 +33,11 @@ def build_ir(pyfunc: Callable, signature: list[irt.Type], options: KernelOptions
     if is_kernel:
         validate_requires(pyfunc, options)
     ctx = BuildContext(options)
-    return lower_function(pyfunc, list(signature), ctx, is_kernel=is_kernel)
+    try:
+        return lower_function(pyfunc, list(signature), ctx, is_kernel=is_kernel)
+    except DslCompileError:
+        raise
+    except Exception as exc:   # noqa: BLE001 - outside any statement (parameters, facts): at the def
+        from dsl.frontend.source import get_source
+        from dsl.frontend.stmts import internal_error_text
+        get_source(pyfunc).error(None, *internal_error_text(exc))

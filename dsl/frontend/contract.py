@@ -1,21 +1,19 @@
 """The launch contract of a compiled kernel (docs/architecture.md, schema v1), built from its IR.
 
 Array access is read from the IR: a DisjointSlice that is also loaded (or updated atomically) is
-"readwrite", otherwise "write". The grid is derived from the first DisjointSlice parameter, with
-`per_thread = (n, 1, 1)` for kernels that use `simt.thread.chunk_1d(n)`.
+"readwrite", otherwise "write". `grid_from` comes from dsl/frontend/grid.py: the DisjointSlice the
+kernel stores at its ThreadIndex (or an explicit `grid_from=`), with `per_thread = (n, 1, 1)` for
+`simt.thread.chunk_1d(n)` kernels; a kernel with no such array has none and needs a grid at launch.
 """
 from __future__ import annotations
 
-import ast
 from typing import Any, Callable
 
 from dsl.frontend.annotations import parse_signature_annotations
-from dsl.frontend.source import get_source
+from dsl.frontend.grid import grid_source
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
 from dsl.options import KernelOptions
-
-_TERMS = ("len", "shape", "size", "ndim")
 
 
 def _walk(node: Any):
@@ -50,19 +48,10 @@ def _read_params(fn: ir.Function) -> set[str]:
     return names
 
 
-def _chunk(fn: ir.Function) -> int:
-    for st in fn.body:
-        for n in _walk(st):
-            if isinstance(n, ir.ChunkValue):
-                return n.n
-    return 1
-
-
 def contract_dict(fn: ir.Function, options: KernelOptions) -> dict[str, Any]:
     """The contract as the schema-v1 dict (what `contract_for(...).to_dict()` gives)."""
     read = _read_params(fn)
     args: list[dict[str, Any]] = []
-    grid_from = None
     for p in fn.params:
         t = p.type
         if isinstance(t, irt.ArrayType):
@@ -70,8 +59,6 @@ def contract_dict(fn: ir.Function, options: KernelOptions) -> dict[str, Any]:
             args.append({"name": p.name, "kind": "array", "dtype": t.dtype.name, "ndim": t.ndim,
                          "layout": t.layout, "align": 16 if t.aligned16 else t.dtype.itemsize,
                          "access": access, "abi": "view"})
-            if t.writable and grid_from is None:
-                grid_from = p.name
         else:
             args.append({"name": p.name, "kind": "scalar", "dtype": t.name})
     d: dict[str, Any] = {"version": 1, "kernel": fn.name, "domain": options.domain}
@@ -85,8 +72,9 @@ def contract_dict(fn: ir.Function, options: KernelOptions) -> dict[str, Any]:
     d["args"] = args
     d["requires"] = list(options.requires)
     d["inplace"] = [list(p) for p in options.inplace]
-    if grid_from is not None:
-        d["grid_from"] = {"arg": grid_from, "per_thread": [_chunk(fn), 1, 1]}
+    grid = grid_source(fn, options)
+    if grid is not None:
+        d["grid_from"] = {"arg": grid[0], "per_thread": [grid[1], 1, 1]}
     if fn.fault_sites:
         params = {p.name for p in fn.params}
         d["fault_sites"] = [_site(s, params) for s in fn.fault_sites]
@@ -116,21 +104,13 @@ def contract_for(fn: ir.Function, options: KernelOptions) -> Any:
 
 
 def validate_requires(pyfunc: Callable, options: KernelOptions) -> None:
-    """Each `requires=` relation must parse and name only parameters (reported at the `def`)."""
-    src = get_source(pyfunc)
-    names = {a.name for a in parse_signature_annotations(pyfunc)}
-    for text in options.requires:
-        try:
-            tree = ast.parse(text, mode="eval")
-        except SyntaxError as exc:
-            src.error(src.tree, f"requires=: cannot parse {text!r} ({exc.msg})",
-                      "write relations like \"len(a) == len(out)\" or \"a.shape == out.shape\"")
-        for n in ast.walk(tree):
-            if isinstance(n, ast.Name) and n.id not in names and n.id not in _TERMS:
-                src.error(src.tree, f"requires=: {text!r} names '{n.id}', which is not a parameter "
-                          f"of '{src.tree.name}'", f"parameters are: {', '.join(sorted(names))}")
-    for pair in options.inplace:
-        for name in pair:
-            if name not in names:
-                src.error(src.tree, f"inplace=: '{name}' is not a parameter of '{src.tree.name}'",
-                          f"parameters are: {', '.join(sorted(names))}")
+    """Each `requires=` relation must parse and name only parameters, each `inplace=` pair two
+    parameters. The decorator already checked this at the `def` (dsl/options.py); this repeats it
+    for options built by hand, with the same error at the same place."""
+    from dsl.frontend.decorator import raise_option_error
+    from dsl.options import OptionError, check_relations
+    names = tuple(a.name for a in parse_signature_annotations(pyfunc))
+    try:
+        check_relations(names, options.requires, options.inplace)
+    except OptionError as err:
+        raise_option_error(pyfunc, "simt.kernel", err)

@@ -135,8 +135,8 @@ class Relations:
         for text in requires:
             try:
                 tree = ast.parse(text, mode="eval").body
-            except SyntaxError:
-                continue   # reported by validate_requires
+            except (SyntaxError, RecursionError, MemoryError, ValueError):
+                continue   # reported at the def (dsl/options.py)
             self._add(tree)
 
     def _extent_terms(self, node: ast.expr) -> list[Extent] | None:

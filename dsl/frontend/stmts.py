@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from dsl.errors import DslCompileError
 from dsl.frontend import typing_rules as tr
 from dsl.frontend.conditions import ConditionFacts
 from dsl.frontend.exprs import BINOPS
@@ -40,6 +41,28 @@ UNSUPPORTED_STMT = {
 if hasattr(ast, "TryStar"):
     UNSUPPORTED_STMT[ast.TryStar] = UNSUPPORTED_STMT[ast.Try]
 EXITS = (ast.Return, ast.Break, ast.Continue)
+STATIC_SHARED_LIMIT = 48 * 1024
+
+
+def _product(shape: tuple[int, ...] | None) -> int:
+    n = 1
+    for e in shape or ():
+        n *= e
+    return n
+
+
+def internal_error_text(exc: Exception) -> tuple[str, str]:
+    """(message, hint) for an exception that escaped the lowering of one statement."""
+    if isinstance(exc, tr.TypeRuleError):
+        return exc.message, exc.hint
+    if isinstance(exc, RecursionError):
+        return ("this statement is nested too deeply for the DSL front end",
+                "split the expression into several statements using intermediate locals")
+    if isinstance(exc, ArithmeticError):
+        return (f"cannot evaluate a constant expression here ({type(exc).__name__}: {exc})",
+                "keep constants within the range of the types they are used as (i64, f64)")
+    return (f"the DSL front end failed on this statement ({type(exc).__name__}: {exc})",
+            "this is a bug in the DSL; rewrite the statement in a simpler form and please report it")
 
 
 def name_chain(node: ast.expr) -> bool:
@@ -64,7 +87,12 @@ class StmtMixin(ConditionFacts):
             method = getattr(self, "visit_" + type(st).__name__, None)
             if method is None:
                 self.err(st, f"{type(st).__name__} statements are not supported in kernels")
-            method(st)
+            try:
+                method(st)
+            except DslCompileError:
+                raise
+            except Exception as exc:   # noqa: BLE001 - nothing internal may escape the front end
+                self.err(st, *internal_error_text(exc))
             if isinstance(st, ast.If) and not st.orelse and st.body and isinstance(st.body[-1], EXITS):
                 self.add_condition_facts(self.facts, st.test, positive=False, region=stmts[k + 1:])
 
@@ -221,6 +249,18 @@ class StmtMixin(ConditionFacts):
         f = self.expr(value.func)
         return isinstance(f, PyObj) and isinstance(f.obj, Intrinsic) and f.obj.key.startswith("shared.")
 
+    def check_static_shared(self, call: ast.Call, t: irt.ArrayType) -> None:
+        """Static shared memory is limited to 48 KiB per block on every arch (more is dynamic)."""
+        total = t.dtype.itemsize
+        for e in t.shape or ():
+            total *= e
+        used = sum(a.type.dtype.itemsize * _product(a.type.shape) for a in self.shared
+                   if a.type.shape != (-1,))
+        if used + total > STATIC_SHARED_LIMIT:
+            self.err(call, f"static shared memory of {used + total} bytes exceeds the "
+                     f"{STATIC_SHARED_LIMIT} bytes (48 KiB) a block may declare statically",
+                     "use simt.shared.dynamic(dtype) with shared_mem= for more, or smaller arrays")
+
     def declare_shared(self, target: ast.Name, call: ast.Call) -> None:
         key = self.expr(call.func).obj.key
         if self.unsafe_depth == 0:
@@ -259,6 +299,8 @@ class StmtMixin(ConditionFacts):
         if self.assigned.get(target.id, 0) > 1 or target.id in self.bindings:
             self.err(target, f"'{target.id}' names shared memory and cannot be reassigned")
         t = irt.ArrayType(d.obj.ir, len(shape), True, "C", False, "shared", tuple(shape))
+        if shape != [-1]:
+            self.check_static_shared(call, t)
         alloc = ir.SharedAlloc(target.id, t, self.loc(call))
         self.shared.append(alloc)
         self.bindings[target.id] = alloc

@@ -11,7 +11,7 @@ import functools
 import os
 from typing import Any, Callable, Sequence
 
-from dsl.options import KernelOptions
+from dsl.options import KernelOptions, OptionError, check_export, check_symbol_names, simt_options
 from dsl.simt.signature import signature_of
 
 
@@ -26,11 +26,10 @@ def _simulating() -> bool:
     return os.environ.get("KB_SIMULATE", "") not in ("", "0")
 
 
-def _dims3(v: Any) -> tuple[int, int, int] | None:
-    if v is None:
-        return None
-    t = (v,) if isinstance(v, int) else tuple(v)
-    return tuple(t) + (1,) * (3 - len(t))  # type: ignore[return-value]
+def _param_names(f: Callable) -> tuple[str, ...] | None:
+    """Positional parameter names from the code object (no source needed); None for other callables."""
+    code = getattr(f, "__code__", None)
+    return tuple(code.co_varnames[:code.co_argcount]) if code is not None else None
 
 
 def _host_view(a: Any) -> Any:
@@ -212,38 +211,45 @@ class DeviceFunction:
         return f"<simt.device {self.__qualname__}>"
 
 
-def _normalise_shared(shared_mem: Any) -> int | tuple[str, int]:
-    if isinstance(shared_mem, tuple):
-        return ("max", int(shared_mem[1]))
-    return int(shared_mem)
-
-
 def kernel(fn: Callable | None = None, *, block: int | Sequence[int] | None = None,
            launch_bounds: int | None = None, domain: int = 1, shared_mem: Any = 0, min_cc: int = 0,
            requires: Sequence[str] = (), inplace: Sequence[Sequence[str]] = (),
-           boundscheck: bool = True, fastmath: bool = False) -> Any:
-    """Declare a SIMT kernel and its launch contract. Usable as `@simt.kernel` or `@simt.kernel(...)`."""
-    if domain not in (1, 2, 3):
-        raise ValueError(f"simt.kernel: domain must be 1, 2 or 3, got {domain!r}")
-    if block is not None and launch_bounds is not None:
-        raise ValueError("simt.kernel: give block= (exact) or launch_bounds= (maximum), not both")
-    if isinstance(requires, str):
-        requires = (requires,)
-    options = KernelOptions(block=_dims3(block), launch_bounds=launch_bounds, domain=domain,
-                            shared_mem=_normalise_shared(shared_mem), min_cc=min_cc,
-                            requires=tuple(requires), inplace=tuple(tuple(p) for p in inplace),
-                            boundscheck=boundscheck, fastmath=fastmath)
+           boundscheck: bool = True, fastmath: bool = False, grid_from: str | None = None) -> Any:
+    """Declare a SIMT kernel and its launch contract. Usable as `@simt.kernel` or `@simt.kernel(...)`.
+
+    The options are checked when the function is decorated: a bad one is a DslCompileError at the
+    `def` (never something LLVM sees). `grid_from=` names the array a launch without `grid=` derives
+    its grid from; without it the grid is derived only from the DisjointSlice the kernel writes at its
+    ThreadIndex (docs/dsl.md, "Grids")."""
+    given = dict(block=block, launch_bounds=launch_bounds, domain=domain, shared_mem=shared_mem,
+                 min_cc=min_cc, requires=requires, inplace=inplace, boundscheck=boundscheck,
+                 fastmath=fastmath, grid_from=grid_from)
 
     def wrap(f: Callable) -> SimtKernel:
         if not callable(f):
             raise TypeError(f"@simt.kernel decorates a function, got {f!r}")
+        try:
+            check_symbol_names(f)
+            options = simt_options(_param_names(f), **given)
+        except OptionError as err:
+            from dsl.frontend.decorator import raise_option_error
+            raise_option_error(f, "simt.kernel", err)
+        if options.grid_from is not None:
+            from dsl.frontend.decorator import check_grid_from
+            check_grid_from(f, options)
         return SimtKernel(f, options)
 
     return wrap(fn) if fn is not None else wrap
 
 
 def device(fn: Callable | None = None, *, export: str | None = None) -> Any:
-    """Declare a device function (callable from kernels). `export=` names a C symbol for C++ use."""
+    """Declare a device function (callable from kernels). `export=` names a C symbol for C++ use
+    (checked at the `def`: it must be a C identifier)."""
     def wrap(f: Callable) -> DeviceFunction:
-        return DeviceFunction(f, export)
+        try:
+            name = check_export(export)
+        except OptionError as err:
+            from dsl.frontend.decorator import raise_option_error
+            raise_option_error(f, "simt.device", err)
+        return DeviceFunction(f, name)
     return wrap(fn) if fn is not None else wrap

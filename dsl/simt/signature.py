@@ -25,14 +25,27 @@ def _long(t: irt.ScalarType | Any) -> str:
     return _LONG.get(getattr(t, "name", ""), str(t))
 
 
+class NotAnArray(TypeError):
+    """The object offers no array protocol at all (as opposed to offering one that fails)."""
+
+
+def _has(obj: Any, name: str) -> bool:
+    """hasattr that counts an attribute whose getter raises as present (its use then fails and says
+    why), instead of letting a hostile property's exception escape from a membership test."""
+    try:
+        return hasattr(obj, name)
+    except Exception:  # noqa: BLE001 - a property that raises: the object claims the protocol
+        return True
+
+
 def array_facts(obj: Any) -> tuple[irt.ScalarType | None, str, int, tuple[int, ...], bool, bool]:
-    """(dtype, dtype text, ndim, shape, c_contiguous, aligned16) of an array-like, or raise TypeError."""
+    """(dtype, dtype text, ndim, shape, c_contiguous, aligned16) of an array-like; NotAnArray when it
+    offers no array protocol; whatever the producer raises when it offers one that fails."""
     if isinstance(obj, np.ndarray):
         return (ir_scalar_from_dtype(obj.dtype), str(obj.dtype), obj.ndim, obj.shape,
                 bool(obj.flags.c_contiguous), obj.ctypes.data % 16 == 0)
-    if not (hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__") or
-            hasattr(obj, "dtype_tag")):
-        raise TypeError("not an array")
+    if not (_has(obj, "__dlpack__") or _has(obj, "__cuda_array_interface__") or _has(obj, "dtype_tag")):
+        raise NotAnArray("not an array")
     import bridge
     arr = obj if hasattr(obj, "dtype_tag") else bridge.asarray(obj)
     tag = arr.dtype_tag
@@ -55,8 +68,8 @@ def _scalar_type(value: Any) -> irt.ScalarType | None:
 
 
 def _is_arraylike(value: Any) -> bool:
-    return isinstance(value, np.ndarray) or hasattr(value, "__dlpack__") or \
-        hasattr(value, "__cuda_array_interface__") or hasattr(value, "dtype_tag")
+    return isinstance(value, np.ndarray) or _has(value, "__dlpack__") or \
+        _has(value, "__cuda_array_interface__") or _has(value, "dtype_tag")
 
 
 def signature_of(kernel: str, anns: Sequence[ParamAnnotation], args: Sequence[Any]) -> list[irt.Type]:
@@ -84,10 +97,16 @@ def _array_type(where: str, ann: ParamAnnotation, value: Any, typevars: dict, k:
     kind = "DisjointSlice" if ann.writable else "Array"
     try:
         dtype, text, ndim, shape, contiguous, aligned = array_facts(value)
-    except TypeError:
+    except NotAnArray:
         raise E.ArgumentKindError(f"{where}: expected an array (simt.{kind}), got "
                                   f"{type(value).__name__}", kernel=kernel, arg=k,
                                   arg_name=ann.name) from None
+    except (E.NoDeviceError, E.CudaError):
+        raise                     # the bridge's own: no GPU to ask where a CAI pointer lives
+    except Exception as exc:  # noqa: BLE001 - a hostile producer: the intake error, as the launcher says it
+        raise E.ArgumentKindError(f"{where}: {type(value).__name__} failed as an array producer "
+                                  f"({type(exc).__name__}: {exc})", kernel=kernel, arg=k,
+                                  arg_name=ann.name) from exc
     if dtype is None:
         raise E.DTypeError(f"{where}: arrays of dtype {text} are not supported by the DSL",
                            kernel=kernel, arg=k, arg_name=ann.name)

@@ -355,7 +355,16 @@ class TileKernel:
 def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False):
     """`@tile.kernel`, `@tile.kernel(num_warps=8)` or `@tile.kernel(persistent=True)` (a grid of
     about two blocks per SM, each looping over tiles t = block, block + grid, ...; the same tile
-    semantics, see docs/tile.md)."""
-    if fn is None:
-        return lambda f: TileKernel(f, num_warps, persistent)
-    return TileKernel(fn, num_warps, persistent)
+    semantics, see docs/tile.md). The options are checked at the `def` (DslCompileError)."""
+    from dsl.options import OptionError, check_symbol_names, check_tile_options
+
+    def wrap(f) -> TileKernel:
+        try:
+            check_symbol_names(f)
+            warps, persist = check_tile_options(num_warps, persistent)
+        except OptionError as err:
+            from dsl.frontend.decorator import raise_option_error
+            raise_option_error(f, "tile.kernel", err)
+        return TileKernel(f, warps, persist)
+
+    return wrap(fn) if fn is not None else wrap

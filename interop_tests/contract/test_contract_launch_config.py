@@ -75,7 +75,9 @@ CONFIG_ERRORS = [
      "kern: block (512, 1, 1): expected at most 384 threads (max_threads_per_block of the compiled function), "
      "got 512"),
     (dict(), None, 32, None, {}, {}, bridge.GridSizeError,
-     "kern: grid: expected a grid (the contract has no grid_from to derive one), got none"),
+     "kern: grid: expected an explicit grid (the contract has no grid_from: the kernel's threads range over no "
+     "argument a grid could be derived from, e.g. it writes through atomics or shared memory); pass grid=, e.g. "
+     "kern(..., grid=n) or kern[grid, block](...), got none"),
     (dict(), (0, 1, 1), 32, None, {}, {}, bridge.GridSizeError,
      "kern: grid (0, 1, 1): expected every dimension >= 1, got 0 in x"),
     (dict(), (1, 70000), 32, None, {}, {}, bridge.GridSizeError,

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from bridge.fatbin import (CompressedEntryError, ModuleFormatError, embedded_contracts, fatbin_entries,
-                           module_format)
+from bridge.fatbin import (CompressedEntryError, ContractIntegrityError, ModuleFormatError, embedded_contracts,
+                           fatbin_entries, module_format)
 
 SOURCE = r'''#include "kernelbridge/kernel_contract.cuh"
 extern "C" __global__ void __launch_bounds__(64) fill(float* y, float v, int n) {
@@ -99,15 +99,43 @@ def test_malformed_data_is_refused(build):
         embedded_contracts(bytes(cubin))
 
 
-def test_entries_that_disagree_are_refused(build):
+ARCH_CONDITIONAL = r'''#include "kernelbridge/kernel_contract.cuh"
+extern "C" __global__ void __launch_bounds__(64) fill(float* y, float v, int n) {
+  int i = blockIdx.x * 64 + threadIdx.x;
+  if (i < n) y[i] = v;
+}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+KB_CONTRACT(fill, KB_BLOCK(64), KB_ARGS(KB_ARRAY(y, f32, 1, write), KB_SCALAR(v, f32), KB_SCALAR(n, i32)));
+#else
+KB_CONTRACT(fill, KB_BLOCK(64), KB_ARGS(KB_ARRAY(y, f32, 1, write), KB_SCALAR(v, f32), KB_SCALAR(n, i32)),
+            KB_REQUIRES("len(y) == n"));
+#endif
+'''
+
+
+@pytest.mark.parametrize("compress", ["none", "speed"])
+def test_entries_that_disagree_are_refused(nvcc, include_dir, tmp_path, compress):
+    # an arch-conditional contract: the sm_80 cubin and the compute_90 PTX (which the driver JITs on
+    # sm_90+) carry different, individually valid contracts; neither may be picked silently
+    (tmp_path / "c.cu").write_text(ARCH_CONDITIONAL)
+    out = tmp_path / "c.fatbin"
+    subprocess.run([nvcc, "-fatbin", f"-compress-mode={compress}", "-std=c++17", f"-I{include_dir}", *GENCODE,
+                    str(tmp_path / "c.cu"), "-o", str(out)], check=True, capture_output=True, timeout=300)
+    with pytest.raises(ModuleFormatError,
+                       match="fill: the fatbin ptx entry for arch 90 carries a different contract than another"):
+        embedded_contracts(out.read_bytes())
+
+
+def test_edited_ptx_copy_of_a_contract_fails_its_checksum(build):
     fat = bytearray(build("-fatbin", "-compress-mode=none", *GENCODE))
     ptx = next(e for e in fatbin_entries(fat) if e.kind == "ptx")
     at = bytes(fat).index(ptx.raw)
-    # flip one digit of the PTX copy of the contract ("64" -> "65" in the block) — same length
+    # one digit of the PTX copy of the contract ("64" -> "65" in the block) — same length
     digits = ptx.raw.replace(b"123, 34, 101, 120, 97, 99, 116, 34, 58, 91, 54, 52",
                              b"123, 34, 101, 120, 97, 99, 116, 34, 58, 91, 54, 53", 1)
     assert digits != ptx.raw
     fat[at: at + len(digits)] = digits
-    with pytest.raises(ModuleFormatError,
-                       match="fill: the fatbin's ptx entry for arch 90 carries a different contract"):
+    with pytest.raises(ContractIntegrityError,
+                       match=r"fill: the contract in the fatbin ptx entry for arch 90 fails its checksum") as e:
         embedded_contracts(bytes(fat))
+    assert e.value.kernel == "fill"

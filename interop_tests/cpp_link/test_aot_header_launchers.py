@@ -104,3 +104,74 @@ def test_aot_launcher_runs_and_refuses_violation_gpu(tmp_path, nvcc_path):
     assert m and int(m.group(1)) == 2000 and m.group(2) == "x", out
     assert "offset_i32" in m.group(3) and "out[i] = x[i] + k" in m.group(3)
     assert "fault_cleared code=0" in out
+
+
+def _fnv1a64(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) % (1 << 64)
+    return h
+
+
+def test_aot_modules_carry_their_verified_contracts(tmp_path, nvcc_path):
+    """Each written PTX and fatbin embeds its kernel's contract + checksum in KB_CONTRACT's format."""
+    import json
+
+    from bridge.fatbin import embedded_contracts, fatbin_entries
+    assert _aot(tmp_path, "--fatbin").returncode == 0
+    header = (tmp_path / "aot_kernels_src_kernels.h").read_text()
+    for name in ("scale_add", "clamp2d", "offset_i32"):
+        declared = re.search(rf"^// {name}: contract (.*)$", header, re.MULTILINE).group(1)
+        ptx = (tmp_path / f"aot_kernels_src.{name}.ptx").read_bytes()
+        fat = (tmp_path / f"aot_kernels_src.{name}.fatbin").read_bytes()
+        assert embedded_contracts(ptx) == embedded_contracts(fat) == {name: declared}
+        assert json.loads(declared)["kernel"] == name
+        assert {e.kind for e in fatbin_entries(fat)} == {"elf", "ptx"}   # SASS carries it too
+        total = _fnv1a64(declared.encode())
+        signed = total - (1 << 64) if total >= 1 << 63 else total
+        assert f".global .align 8 .u64 __kb_checksum_{name} = {signed};".encode() in ptx
+
+
+CONTRACT_PROBE = r'''
+#include <cstdio>
+#include "aot_kernels_src_kernels.h"
+int main() {
+  const kb::LaunchContract* c = aot_kernels_src_kernels::detail::contracts();
+  for (int k = 0; k < 3; ++k) std::printf("contract %d: %s\n", k, c[k].kernel.c_str());
+  return 0;
+}
+'''
+
+
+def test_aot_header_refuses_a_contract_text_that_fails_its_checksum(tmp_path, nvcc_path):
+    """The header's own copy of each contract is checked before kb::parse_contract (no GPU needed)."""
+    assert _aot(tmp_path, "--ptx-only").returncode == 0
+    (tmp_path / "probe.cpp").write_text(CONTRACT_PROBE)
+
+    def probe() -> str:
+        exe = tmp_path / "probe"
+        r = subprocess.run([nvcc_path, "-std=c++17", f"-I{INCLUDE}", f"-I{tmp_path}", str(tmp_path / "probe.cpp"),
+                            "-o", str(exe)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, check=True).stdout
+
+    assert probe() == "contract 0: scale_add\ncontract 1: clamp2d\ncontract 2: offset_i32\n"
+    header = tmp_path / "aot_kernels_src_kernels.h"
+    text = header.read_text()
+    table = text.index("kContractJson[3] = {")
+    at = text.index('\\"kernel\\":\\"clamp2d\\",\\"domain\\":2', table)
+    header.write_text(text[:at] + text[at:].replace('\\"domain\\":2', '\\"domain\\":3', 1))
+    out = probe().splitlines()
+    assert out[0] == "contract 0: scale_add" and out[2] == "contract 2: offset_i32"
+    assert out[1] == ("contract 1: <invalid contract: the contract text of clamp2d in this header fails its "
+                      "checksum; regenerate it with python -m dsl.aot>")
+
+
+@pytest.mark.gpu
+def test_load_module_of_an_aot_fatbin_finds_the_contract_gpu(tmp_path, nvcc_path):
+    import bridge
+    assert _aot(tmp_path, "--fatbin").returncode == 0
+    mod = bridge.load_module(str(tmp_path / "aot_kernels_src.scale_add.fatbin"))
+    contract = mod.scale_add.contract
+    assert contract is not None and contract.kernel == "scale_add"
+    assert [a["name"] for a in contract.args] == ["x", "y", "a", "out"]

@@ -69,7 +69,9 @@ def test_miss_then_hit_returns_identical_ptx_and_contract(tmp_path, disk):
     assert second.name == first.name == "addone" and second.ir is None and first.ir is not None
     files = sorted(p.suffix for p in disk.dir.iterdir())
     assert files == [".json", ".ptx"]                      # plain text pair, nothing else
-    meta = json.loads(next(disk.dir.glob("*.json")).read_text())
+    stored = json.loads(next(disk.dir.glob("*.json")).read_text())     # still plain JSON
+    assert sorted(stored) == ["entry", "entry_sha256"]
+    meta = stored["entry"]
     assert meta["name"] == "addone" and json.loads(meta["contract"])["kernel"] == "addone"
 
 
@@ -121,10 +123,10 @@ def test_corrupt_entry_is_ignored_and_rebuilt(tmp_path, disk, damage):
         json_file.write_bytes(b"\x00\xff\xfe not json")
     elif damage == "delete_ptx":
         ptx_file.unlink()
-    else:
-        meta = json.loads(json_file.read_text())
-        meta["key"] = "0" * 64
-        json_file.write_text(json.dumps(meta))
+    else:   # an intact entry of another key, under this key's file names
+        disk.store("0" * 64, disk.load(json_file.stem))
+        os.replace(disk.dir / ("0" * 64 + ".json"), json_file)
+        os.replace(disk.dir / ("0" * 64 + ".ptx"), ptx_file)
     again = compile_kernel(k.pyfunc, sig(), k.options, "sm_90")
     assert again.metadata["cache"] == "miss"             # ignored, recompiled ...
     assert again.ptx == good.ptx

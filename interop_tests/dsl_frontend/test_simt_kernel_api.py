@@ -156,11 +156,14 @@ def test_kb_simulate_makes_calls_simulate(rng, monkeypatch):
     np.testing.assert_array_equal(out3, a + b)
 
 
-def test_decorator_validates_its_options():
-    with pytest.raises(ValueError, match="domain must be 1, 2 or 3"):
-        simt.kernel(domain=4)
-    with pytest.raises(ValueError, match="not both"):
-        simt.kernel(block=128, launch_bounds=256)
+def test_decorator_validates_its_options_at_the_def():
+    def body(a: simt.Array[f32], out: simt.DisjointSlice[f32]):
+        i = simt.thread.index_1d()
+        out[i] = a[i]
+    with pytest.raises(dsl.DslCompileError, match="domain= must be 1, 2 or 3, got int 4"):
+        simt.kernel(domain=4)(body)
+    with pytest.raises(dsl.DslCompileError, match="not both"):
+        simt.kernel(block=128, launch_bounds=256)(body)
 
 
 def test_device_function_cannot_run_on_the_host():

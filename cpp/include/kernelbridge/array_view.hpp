@@ -98,7 +98,13 @@ struct ArrayView {
   int32_t device_id = 0;
   bool readonly = false;
 
-  int64_t size() const { int64_t n = 1; for (int i = 0; i < ndim; ++i) n *= shape[i]; return n; }
+  // Element count. Wraps (defined, unsigned) instead of overflowing: intake and the validator refuse
+  // views for which overflow_reason() is not null, so a view in use never wraps.
+  int64_t size() const {
+    uint64_t n = 1;
+    for (int i = 0; i < ndim; ++i) n *= static_cast<uint64_t>(shape[i]);
+    return static_cast<int64_t>(n);
+  }
   int64_t itemsize() const { return dtype_itemsize(dtype); }
 
   bool is_c_contiguous() const {
@@ -119,6 +125,42 @@ struct ArrayView {
     }
     return true;
   }
+  // nullptr when the view is well formed for 64-bit arithmetic: no negative extent, the product of its
+  // non-zero extents fits int64 (as NumPy requires, empty arrays included) and, when it is not empty,
+  // its byte extent fits int64 and [lo, hi) fits the address space. Otherwise the reason: a view of
+  // shape (2**62, 2**62) must not pass as "size 0" (and so skip the aliasing check).
+  const char* overflow_reason() const {
+    uint64_t n = 1;
+    bool empty = false;
+    for (int i = 0; i < ndim; ++i) {
+      if (shape[i] < 0) return "it has a negative extent";
+      if (shape[i] == 0) empty = true;
+    }
+    for (int i = 0; i < ndim; ++i) {
+      if (shape[i] == 0) continue;
+      if (__builtin_mul_overflow(n, static_cast<uint64_t>(shape[i]), &n) || n > uint64_t{INT64_MAX})
+        return "its element count overflows int64";
+    }
+    if (empty) return nullptr;  // never dereferenced: strides and pointer do not matter
+    int64_t neg = 0, pos = 0;
+    for (int i = 0; i < ndim; ++i) {
+      if (shape[i] == 1) continue;
+      int64_t span;
+      if (__builtin_mul_overflow(shape[i] - 1, strides[i], &span)) return "its byte extent overflows int64";
+      if (span < 0 ? __builtin_add_overflow(neg, span, &neg) : __builtin_add_overflow(pos, span, &pos))
+        return "its byte extent overflows int64";
+    }
+    int64_t total;
+    if (__builtin_sub_overflow(pos, neg, &total) || __builtin_add_overflow(total, itemsize(), &total))
+      return "its byte extent overflows int64";
+    uint64_t below = static_cast<uint64_t>(-(neg + 1)) + 1;  // |neg| without overflowing at INT64_MIN
+    uint64_t hi;
+    if (neg != 0 && below > ptr) return "its address range starts below address 0";
+    if (__builtin_add_overflow(ptr, static_cast<uint64_t>(pos) + static_cast<uint64_t>(itemsize()), &hi))
+      return "its address range ends beyond the 64-bit address space";
+    return nullptr;
+  }
+
   // Half-open byte range [lo, hi) touched by the view; lo == hi for an empty array.
   void extent(uint64_t& lo, uint64_t& hi) const {
     if (size() == 0) { lo = hi = ptr; return; }

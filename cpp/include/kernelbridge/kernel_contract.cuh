@@ -17,8 +17,11 @@
 //     mismatch fails compilation with a static_assert naming kernel, argument and position. The kernel
 //     must also have C linkage (`extern "C"`): the contract is looked up by the unmangled name.
 //  2. Emits `extern "C" __device__ const char __kb_contract_<kernel>[]`, the contract as JSON text
-//     (schema v1 of docs/architecture.md, arrays with "abi": "pointer"). It travels inside the
-//     cubin/fatbin/PTX, where bridge.fatbin.embedded_contracts() and bridge.load_module() find it.
+//     (schema v1 of docs/architecture.md, arrays with "abi": "pointer"), and beside it
+//     `extern "C" __device__ const unsigned long long __kb_checksum_<kernel>`, the FNV-1a 64 checksum
+//     of that text computed at compile time (kernelbridge/contract_checksum.hpp). Both travel inside
+//     the cubin/fatbin/PTX, where bridge.fatbin.embedded_contracts() and bridge.load_module() find
+//     them; a contract whose checksum is missing or differs is refused there, never used.
 //
 // Clauses (any order, each at most once; omitted ones take the schema defaults):
 //   KB_DOMAIN(d)                      1, 2 or 3 (default 1)
@@ -43,6 +46,8 @@
 
 #include <cstddef>
 #include <type_traits>
+
+#include "contract_checksum.hpp"
 
 namespace kb {
 namespace contract_detail {
@@ -157,13 +162,20 @@ template <std::size_t N> constexpr bool json_plain(const char (&s)[N]) {
 
 // The `extern "C"` redeclaration through the kernel's own type fails to compile ("linkage
 // specification is incompatible with previous ...") when the kernel was declared without C linkage.
+// The JSON literal is expanded twice (same tokens, same text): once as the contract's bytes, once as
+// the argument of the compile-time checksum stored beside it.
 #define KB_CONTRACT(kernel, ...)                                                                   \
   extern "C" {                                                                                     \
   __global__ ::kb::contract_detail::same_t<decltype(kernel)> kernel;                               \
   }                                                                                                \
   KB__FEC(KB__CLAUSE_CHECK, kernel, __VA_ARGS__)                                                   \
-  extern "C" __device__ const char __kb_contract_##kernel[] =                                      \
-      "{\"version\":1,\"kernel\":\"" #kernel "\"" KB__FEC(KB__CLAUSE_JSON, kernel, __VA_ARGS__) "}"
+  extern "C" __device__ const char __kb_contract_##kernel[] = KB__JSON(kernel, __VA_ARGS__);       \
+  extern "C" __device__ const unsigned long long __kb_checksum_##kernel =                          \
+      ::std::integral_constant<unsigned long long,                                                 \
+                               ::kb::contract_checksum(KB__JSON(kernel, __VA_ARGS__))>::value
+
+#define KB__JSON(kernel, ...) \
+  "{\"version\":1,\"kernel\":\"" #kernel "\"" KB__FEC(KB__CLAUSE_JSON, kernel, __VA_ARGS__) "}"
 
 // ---- implementation --------------------------------------------------------------------------
 #define KB__STR(x) KB__STR_I(x)

@@ -30,6 +30,55 @@ struct Value {
   }
 };
 
+// ---- UTF-8 (RFC 8259 text is UTF-8; messages must never cut a character in half) ----------------------
+
+// Length (1..4) of the well-formed UTF-8 sequence at s[pos] (Unicode table 3-7), 0 when there is none.
+inline size_t utf8_seq_len(const std::string& s, size_t pos) {
+  if (pos >= s.size()) return 0;
+  const unsigned char c = static_cast<unsigned char>(s[pos]);
+  if (c < 0x80) return 1;
+  size_t n;
+  unsigned char lo = 0x80, hi = 0xBF;  // bounds of the second byte
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c >= 0xE0 && c <= 0xEF) { n = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+  else if (c >= 0xF0 && c <= 0xF4) { n = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+  else return 0;
+  if (pos + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    const unsigned char b = static_cast<unsigned char>(s[pos + k]);
+    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return 0;
+  }
+  return n;
+}
+
+// Offset of the first byte that is not part of well-formed UTF-8, or std::string::npos.
+inline size_t utf8_invalid_at(const std::string& s) {
+  for (size_t pos = 0; pos < s.size();) {
+    size_t n = utf8_seq_len(s, pos);
+    if (n == 0) return pos;
+    pos += n;
+  }
+  return std::string::npos;
+}
+
+// The character at s[pos] for a message: the whole code point, or "\xNN" for a byte that starts none.
+inline std::string utf8_char_at(const std::string& s, size_t pos) {
+  size_t n = utf8_seq_len(s, pos);
+  if (n > 0) return s.substr(pos, n);
+  if (pos >= s.size()) return std::string();
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(static_cast<unsigned char>(s[pos])));
+  return buf;
+}
+
+// Characters (not bytes) in s[0, pos): message columns count what an editor shows.
+inline size_t utf8_column(const std::string& s, size_t pos) {
+  size_t col = 0;
+  for (size_t k = 0; k < pos && k < s.size(); ++k)
+    if ((static_cast<unsigned char>(s[k]) & 0xC0) != 0x80) ++col;
+  return col;
+}
+
 inline const char* type_name(Value::Type t) {
   switch (t) {
     case Value::Type::null: return "null";
@@ -47,6 +96,12 @@ class Reader {
 
   // Parses the whole text; on failure returns false and sets `error`.
   bool parse(Value& out, std::string& error) {
+    pos_ = utf8_invalid_at(t_);
+    if (pos_ != std::string::npos) {
+      fail("invalid UTF-8 (byte " + utf8_char_at(t_, pos_) + ")");
+      error = err_;
+      return false;
+    }
     pos_ = 0;
     ws();
     if (!value(out, 0)) { error = err_; return false; }
@@ -64,7 +119,8 @@ class Reader {
   bool fail(const std::string& what) {
     size_t line = 1, col = 1;
     for (size_t k = 0; k < pos_ && k < t_.size(); ++k) {
-      if (t_[k] == '\n') { ++line; col = 1; } else { ++col; }
+      if (t_[k] == '\n') { line++; col = 1; }
+      else if ((static_cast<unsigned char>(t_[k]) & 0xC0) != 0x80) { ++col; }  // count characters, not bytes
     }
     err_ = what + " at line " + std::to_string(line) + ", column " + std::to_string(col);
     return false;
@@ -93,7 +149,7 @@ class Reader {
       case 'n': v.type = Value::Type::null; return literal("null");
       default:
         if (c == '-' || (c >= '0' && c <= '9')) return number(v);
-        return fail(std::string("unexpected character '") + c + "'");
+        return fail("unexpected character '" + utf8_char_at(t_, pos_) + "'");
     }
   }
   bool object(Value& v, int depth) {

@@ -4,11 +4,13 @@
 // error found when the contract is parsed, and evaluation at launch allocates nothing unless it fails.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "kernelbridge/contract.hpp"
+#include "kernelbridge/detail/json.hpp"
 
 namespace kb {
 
@@ -37,6 +39,11 @@ struct Relation {
 
 namespace detail {
 
+// Bounds on one relation, whatever its shape (left-deep chains like `a + 0 + 0 + ...` included): the
+// parser refuses deeper or larger trees, so every evaluator below recurses at most kMaxRelDepth deep.
+constexpr int kMaxRelDepth = 64;
+constexpr size_t kMaxRelNodes = 4096;
+
 enum CmpOp : uint8_t { cmp_eq, cmp_ne, cmp_lt, cmp_le, cmp_gt, cmp_ge };
 inline const char* cmp_text(uint8_t op) {
   static const char* t[] = {"==", "!=", "<", "<=", ">", ">="};
@@ -60,12 +67,13 @@ class RelationParser {
   bool parse(std::string& error) {
     r_.text = s_;
     r_.nodes.clear();
+    height_.clear();
     pos_ = 0;
     int root = conj();
     if (root >= 0) {
       skip_ws();
       if (peek("or") || peek("not")) root = fail("only 'and' may combine relations");
-      else if (pos_ < s_.size()) root = fail("unexpected '" + s_.substr(pos_, 1) + "'");
+      else if (pos_ < s_.size()) root = fail("unexpected '" + json::utf8_char_at(s_, pos_) + "'");
     }
     if (root >= 0 && r_.nodes[root].type != RelNode::Type::boolean)
       root = fail_at(0, "a relation must be a comparison (==, !=, <, <=, >, >=)");
@@ -83,7 +91,7 @@ class RelationParser {
   int depth_ = 0;
 
   int fail_at(size_t at, const std::string& what) {
-    if (err_.empty()) err_ = what + " (at column " + std::to_string(at + 1) + ")";
+    if (err_.empty()) err_ = what + " (at column " + std::to_string(json::utf8_column(s_, at) + 1) + ")";
     return -1;
   }
   int fail(const std::string& what) { return fail_at(pos_, what); }
@@ -111,7 +119,21 @@ class RelationParser {
     if (pos_ < s_.size() && ident_start(s_[pos_])) while (pos_ < s_.size() && ident_char(s_[pos_])) ++pos_;
     return s_.substr(b, pos_ - b);
   }
-  int add(RelNode n) { r_.nodes.push_back(std::move(n)); return static_cast<int>(r_.nodes.size()) - 1; }
+  std::vector<uint8_t> height_;  // per node: 1 + the height of its tallest child (bounded by kMaxRelDepth)
+
+  // Appends a node; -1 (an error) when the tree would get deeper than kMaxRelDepth or larger than
+  // kMaxRelNodes, so no later recursion over it can run away.
+  int add(RelNode n) {
+    int h = 1;
+    for (int k : n.kids) h = std::max(h, height_[static_cast<size_t>(k)] + 1);
+    if (h > kMaxRelDepth)
+      return fail("expression nested too deeply (more than " + std::to_string(kMaxRelDepth) + " levels of operators)");
+    if (r_.nodes.size() >= kMaxRelNodes)
+      return fail("relation too long (more than " + std::to_string(kMaxRelNodes) + " terms and operators)");
+    height_.push_back(static_cast<uint8_t>(h));
+    r_.nodes.push_back(std::move(n));
+    return static_cast<int>(r_.nodes.size()) - 1;
+  }
   int binary(RelNode::Op op, int a, int b, size_t begin) {
     RelNode n;
     n.op = op;
@@ -361,7 +383,7 @@ class RelationParser {
         n.op = RelNode::Op::scalar;
       }
     } else {
-      return fail(std::string("unexpected '") + ch + "'");
+      return fail("unexpected '" + json::utf8_char_at(s_, pos_) + "'");
     }
     n.end = static_cast<uint32_t>(pos_);
     return add(n);
@@ -384,8 +406,14 @@ inline bool floormod(int64_t a, int64_t b, int64_t& m, std::string* err) {
   return true;
 }
 
-// Evaluates node `i`. Returns false (with `err` when given) on an evaluation error.
-inline bool eval_relation(const Relation& r, int i, const ArgValue* args, RelValue& out, std::string* err) {
+// Evaluates node `i`. Returns false (with `err` when given) on an evaluation error. `depth` guards
+// hand-built Relations too (parsed ones are at most kMaxRelDepth deep).
+inline bool eval_relation(const Relation& r, int i, const ArgValue* args, RelValue& out, std::string* err,
+                          int depth = 0) {
+  if (depth > kMaxRelDepth || i < 0 || static_cast<size_t>(i) >= r.nodes.size()) {
+    if (err) *err = "relation nested too deeply or malformed";
+    return false;
+  }
   const RelNode& n = r.nodes[i];
   out.is_tuple = false;
   switch (n.op) {
@@ -422,14 +450,14 @@ inline bool eval_relation(const Relation& r, int i, const ArgValue* args, RelVal
       out.is_tuple = true;
       out.n = static_cast<int>(n.kids.size());
       for (size_t k = 0; k < n.kids.size(); ++k) {
-        if (!eval_relation(r, n.kids[k], args, x, err)) return false;
+        if (!eval_relation(r, n.kids[k], args, x, err, depth + 1)) return false;
         out.t[k] = x.v;
       }
       return true;
     }
     case RelNode::Op::neg: {
       RelValue x;
-      if (!eval_relation(r, n.kids[0], args, x, err)) return false;
+      if (!eval_relation(r, n.kids[0], args, x, err, depth + 1)) return false;
       if (x.v == INT64_MIN) { if (err) *err = "integer overflow"; return false; }
       out.v = -x.v;
       return true;
@@ -437,7 +465,8 @@ inline bool eval_relation(const Relation& r, int i, const ArgValue* args, RelVal
     case RelNode::Op::add: case RelNode::Op::sub: case RelNode::Op::mul:
     case RelNode::Op::floordiv: case RelNode::Op::mod: {
       RelValue a, b;
-      if (!eval_relation(r, n.kids[0], args, a, err) || !eval_relation(r, n.kids[1], args, b, err)) return false;
+      if (!eval_relation(r, n.kids[0], args, a, err, depth + 1) || !eval_relation(r, n.kids[1], args, b, err, depth + 1))
+        return false;
       bool ovf = false;
       switch (n.op) {
         case RelNode::Op::add: ovf = __builtin_add_overflow(a.v, b.v, &out.v); break;
@@ -453,10 +482,10 @@ inline bool eval_relation(const Relation& r, int i, const ArgValue* args, RelVal
       RelValue vals[2];
       RelValue* pa = &vals[0];
       RelValue* pb = &vals[1];
-      if (!eval_relation(r, n.kids[0], args, *pa, err)) return false;
+      if (!eval_relation(r, n.kids[0], args, *pa, err, depth + 1)) return false;
       out.v = 1;
       for (size_t k = 0; k < n.cmp_ops.size(); ++k) {
-        if (!eval_relation(r, n.kids[k + 1], args, *pb, err)) return false;
+        if (!eval_relation(r, n.kids[k + 1], args, *pb, err, depth + 1)) return false;
         const RelValue& a = *pa;
         const RelValue& b = *pb;
         bool ok;
@@ -485,7 +514,7 @@ inline bool eval_relation(const Relation& r, int i, const ArgValue* args, RelVal
       RelValue x;
       out.v = 1;
       for (int k : n.kids) {
-        if (!eval_relation(r, k, args, x, err)) return false;
+        if (!eval_relation(r, k, args, x, err, depth + 1)) return false;
         if (!x.v) { out.v = 0; return true; }
       }
       return true;
@@ -510,19 +539,21 @@ inline std::string rel_value_text(const RelValue& v) {
 }
 
 // The first false comparison under `i` (or -1), to explain a failed relation.
-inline int failing_comparison(const Relation& r, int i, const ArgValue* args) {
+inline int failing_comparison(const Relation& r, int i, const ArgValue* args, int depth = 0) {
+  if (depth > kMaxRelDepth) return -1;
   const RelNode& n = r.nodes[i];
   RelValue x;
   if (n.op == RelNode::Op::and_) {
-    for (int k : n.kids) { int f = failing_comparison(r, k, args); if (f >= 0) return f; }
+    for (int k : n.kids) { int f = failing_comparison(r, k, args, depth + 1); if (f >= 0) return f; }
     return -1;
   }
-  if (!eval_relation(r, i, args, x, nullptr) || !x.v) return i;
+  if (!eval_relation(r, i, args, x, nullptr, depth) || !x.v) return i;
   return -1;
 }
 
 // Leaf terms of the subtree `i` (argument terms only), in source order, without repeats.
-inline void collect_terms(const Relation& r, int i, std::vector<int>& out) {
+inline void collect_terms(const Relation& r, int i, std::vector<int>& out, int depth = 0) {
+  if (depth > kMaxRelDepth) return;
   const RelNode& n = r.nodes[i];
   if (n.is_term()) {
     for (int o : out) {
@@ -532,7 +563,7 @@ inline void collect_terms(const Relation& r, int i, std::vector<int>& out) {
     out.push_back(i);
     return;
   }
-  for (int k : n.kids) collect_terms(r, k, out);
+  for (int k : n.kids) collect_terms(r, k, out, depth + 1);
 }
 
 }  // namespace detail

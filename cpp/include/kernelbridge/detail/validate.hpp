@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "kernelbridge/contract.hpp"
 #include "kernelbridge/detail/relations.hpp"
@@ -152,6 +153,9 @@ inline Error check_array(const LaunchContract& c, int k, const ArgValue& v, cons
                      dev.host_memory ? std::string("host memory (a NumPy array) for the simulator")
                                      : "device memory on cuda:" + std::to_string(dev.device_id),
                      device_text(a));
+  if (const char* why = a.overflow_reason())  // intake refuses these; views built by hand (AOT, ArrayDesc) too
+    return arg_error(c, k, ErrorCode::layout, "an array whose element count and byte extent fit in 64 bits",
+                     value_text(v) + " with byte strides " + tuple_text(a.strides, a.ndim) + " (" + why + ")");
   if ((sp.layout == Layout::c_contig && !a.is_c_contiguous()) || (sp.layout == Layout::f_contig && !a.is_f_contiguous()))
     return arg_error(c, k, ErrorCode::layout, spec_text(sp),
                      value_text(v) + " with byte strides " + tuple_text(a.strides, a.ndim));
@@ -236,7 +240,109 @@ inline bool is_inplace_pair(const LaunchContract& c, int a, int b) {
   return false;
 }
 
+// Whether two different elements of `a` share bytes. Fast sufficient test first: with the axes sorted
+// by |stride|, each |stride| at least the span of the smaller axes plus the itemsize means every
+// element has its own bytes. Otherwise decide exactly: overlap <=> a non-zero integer vector x with
+// |x_d| < shape_d and |sum x_d * stride_d| < itemsize, found by a depth-first search that only tries
+// the x_d that can still reach the window. `budget` bounds that search; when it runs out the result
+// is SelfOverlap::unknown. On overlap, `x` holds such a vector (per axis of `a`).
+enum class SelfOverlap : uint8_t { none, overlap, unknown };
+__extension__ typedef __int128 OverlapWide;  // GCC/Clang (and nvcc's host compilers); no -pedantic warning
+
+struct OverlapSearch {
+  int n = 0;
+  int axis[kMaxDims];      // axes with extent > 1, largest |stride| first
+  int64_t stride[kMaxDims], count[kMaxDims], rest[kMaxDims];  // |stride|, extent - 1, span of the later axes
+  int64_t item = 1;
+  int64_t x[kMaxDims];
+  int64_t budget = 0;
+
+  // True when x[k..] can complete partial sum p (x[0..k) chosen; nonzero: some x[<k] != 0).
+  SelfOverlap run(int k, int64_t p, bool nonzero) {
+    if (k == n) return nonzero && p > -item && p < item ? SelfOverlap::overlap : SelfOverlap::none;
+    // Keep |p + x s| <= w, or the later axes cannot bring the sum back into the window:
+    // x in [ceil((-w - p) / s), floor((w - p) / s)], within [-count, count]. 128-bit: w + |p| may
+    // exceed int64 for extents near 2**63; p + x s itself stays within the byte extent.
+    const OverlapWide w = static_cast<OverlapWide>(item) - 1 + rest[k];
+    const OverlapWide s = stride[k];
+    OverlapWide lo = -floor_div(w + p, s);  // ceil((-w - p) / s)
+    OverlapWide hi = floor_div(w - p, s);
+    if (lo < -count[k]) lo = -count[k];
+    if (hi > count[k]) hi = count[k];
+    for (int64_t v = static_cast<int64_t>(lo); v <= hi; ++v) {
+      if (--budget < 0) return SelfOverlap::unknown;
+      x[k] = v;
+      SelfOverlap r = run(k + 1, p + v * stride[k], nonzero || v != 0);
+      if (r != SelfOverlap::none) return r;
+    }
+    return SelfOverlap::none;
+  }
+  static OverlapWide floor_div(OverlapWide a, OverlapWide b) {  // b > 0
+    OverlapWide q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+  }
+};
+
+// Precondition: a.overflow_reason() is null (check_array refuses other views first).
+inline SelfOverlap self_overlap(const ArrayView& a, int64_t x_out[kMaxDims], int64_t budget = int64_t{1} << 20) {
+  OverlapSearch q;
+  q.item = a.itemsize();
+  for (int d = 0; d < a.ndim; ++d) x_out[d] = 0;
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.shape[d] == 0) return SelfOverlap::none;  // no elements: nothing to share (strides unchecked)
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.shape[d] <= 1) continue;
+    int64_t s = a.strides[d] < 0 ? -a.strides[d] : a.strides[d];  // |stride| <= byte extent < 2**63 here
+    if (s == 0) { x_out[d] = 1; return SelfOverlap::overlap; }
+    int j = q.n++;
+    for (; j > 0 && q.stride[j - 1] > s; --j) {  // insertion sort, ascending |stride|
+      q.stride[j] = q.stride[j - 1]; q.count[j] = q.count[j - 1]; q.axis[j] = q.axis[j - 1];
+    }
+    q.stride[j] = s; q.count[j] = a.shape[d] - 1; q.axis[j] = d;
+  }
+  bool fast_ok = true;
+  for (int64_t span = 0, j = 0; j < q.n && fast_ok; ++j) {
+    fast_ok = q.stride[j] >= span + q.item;
+    span += q.count[j] * q.stride[j];
+  }
+  if (fast_ok) return SelfOverlap::none;
+  for (int j = 0; j < q.n / 2; ++j) {  // largest stride first: the early choices prune the most
+    std::swap(q.stride[j], q.stride[q.n - 1 - j]); std::swap(q.count[j], q.count[q.n - 1 - j]);
+    std::swap(q.axis[j], q.axis[q.n - 1 - j]);
+  }
+  for (int64_t r = 0, j = q.n - 1; j >= 0; --j) { q.rest[j] = r; r += q.count[j] * q.stride[j]; }
+  q.budget = budget;
+  SelfOverlap r = q.run(0, 0, false);
+  if (r == SelfOverlap::overlap)
+    for (int j = 0; j < q.n; ++j) {  // x was found for |stride|: flip it back on negative strides
+      const int d = q.axis[j];
+      x_out[d] = a.strides[d] < 0 ? -q.x[j] : q.x[j];
+    }
+  return r;
+}
+
+inline Error check_self_overlap(const LaunchContract& c, int k, const ArrayView& a) {
+  int64_t x[kMaxDims];
+  SelfOverlap r = self_overlap(a, x);
+  if (r == SelfOverlap::none) return Error();
+  std::string got = dtype_long_name(a.dtype) + std::string(" array of shape ") + tuple_text(a.shape, a.ndim) +
+                    " with byte strides " + tuple_text(a.strides, a.ndim);
+  if (r == SelfOverlap::overlap) {
+    int64_t i0[kMaxDims], i1[kMaxDims];  // two indices x apart, both in range
+    for (int d = 0; d < a.ndim; ++d) { i0[d] = x[d] < 0 ? -x[d] : 0; i1[d] = i0[d] + x[d]; }
+    if (std::lexicographical_compare(i1, i1 + a.ndim, i0, i0 + a.ndim)) std::swap(i0, i1);  // smaller first
+    got += ", whose elements " + tuple_text(i0, a.ndim) + " and " + tuple_text(i1, a.ndim) + " share bytes";
+  } else {
+    got += ", for which overlap could not be ruled out within the search bound";
+  }
+  return arg_error(c, k, ErrorCode::aliasing, "a writable array whose elements do not overlap each other", got);
+}
+
 inline Error check_aliasing(const LaunchContract& c, const ArgValue* args, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (c.args[i].kind != ArgKind::array || !c.args[i].writable() || args[i].array.size() <= 1) continue;
+    if (Error e = check_self_overlap(c, i, args[i].array)) return e;
+  }
   for (int i = 0; i < n; ++i) {
     if (c.args[i].kind != ArgKind::array || !c.args[i].writable() || args[i].array.size() == 0) continue;
     uint64_t lo1, hi1;
@@ -302,7 +408,11 @@ inline Error check_grid(const LaunchContract& c, const ArgValue* args, LaunchCon
   bool derived = g[0] == 0 && g[1] == 0 && g[2] == 0;
   if (derived) {
     if (c.grid_from_arg < 0)
-      return config_error(c, ErrorCode::grid_size, "grid", "a grid (the contract has no grid_from to derive one)",
+      return config_error(c, ErrorCode::grid_size, "grid",
+                          "an explicit grid (the contract has no grid_from: the kernel's threads range over no "
+                          "argument a grid could be derived from, e.g. it writes through atomics or shared "
+                          "memory); pass grid=, e.g. " + c.kernel + "(..., grid=n) or " + c.kernel +
+                              "[grid, block](...)",
                           "none");
     const ArrayView& a = args[c.grid_from_arg].array;
     if (!c.grid_tile.empty()) {

@@ -1,0 +1,156 @@
+"""Which array a launch without `grid=` derives its grid from (the contract's `grid_from`).
+
+A grid may be derived only from what the kernel's threads provably range over:
+- an explicit `@simt.kernel(grid_from="name")` (the author's statement), or
+- a DisjointSlice the kernel stores to at its own ThreadIndex (`out[i] = ...`, `out.get_mut(i).set()`
+  with `i = simt.thread.index_Nd()` of the kernel's domain), or at the index a `simt.thread.chunk_1d(n)`
+  loop owns (then each thread covers n elements: per_thread = n). Stores inside `@simt.device`
+  functions count when the slice is a kernel parameter passed down.
+Anything else (atomics, `with simt.unsafe():` writes, shared memory) gives no grid_from, so such a
+kernel must be launched with a grid: the validator refuses a launch without one (GridSizeError).
+
+When several slices are stored at the ThreadIndex, the grid must cover all of them: the first one whose
+extents bound every other's (proven from `requires=` relations, e.g. `a.shape == out.shape` or
+`len(a) <= len(b)`) is taken. When no relation proves that, the first stored slice is kept: the
+validator checks the relations the kernel states, so a kernel whose outputs may differ in length must
+state how (`requires=`) or be launched with `grid=`.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from dsl.frontend.proofs import Relations, strip_int_casts
+from dsl.ir import nodes as ir
+from dsl.ir import types as irt
+from dsl.options import KernelOptions
+
+Candidate = tuple[str, int]      # (kernel parameter name, elements per thread along x)
+
+
+def _exprs(e: ir.Expr) -> Iterator[ir.Expr]:
+    """Every expression below `e` (iteratively: expressions may be deep)."""
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        yield n
+        for value in vars(n).values():
+            if isinstance(value, ir.Expr):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, ir.Expr))
+
+
+def _stmt_exprs(s: ir.Stmt) -> list[ir.Expr]:
+    return [v for v in vars(s).values() if isinstance(v, ir.Expr)] + \
+        [x for v in vars(s).values() if isinstance(v, list) for x in v if isinstance(x, ir.Expr)]
+
+
+class _Finder:
+    """Walks a kernel body in program order, collecting the slices stored at the ThreadIndex."""
+
+    def __init__(self, domain: int) -> None:
+        self.domain = domain
+        self.found: list[Candidate] = []
+
+    def add(self, array: ir.Expr, per_thread: int, params: dict[int, str]) -> None:
+        if isinstance(array, ir.ParamRef) and id(array.param) in params:
+            self.found.append((params[id(array.param)], per_thread))
+
+    def at_thread_index(self, indices: list[ir.Expr]) -> bool:
+        n = len(indices)
+        for k, e in enumerate(indices):
+            e = strip_int_casts(e)
+            if not (isinstance(e, ir.TupleGet) and isinstance(e.value, ir.ThreadIndexValue)
+                    and e.k == k and e.value.ndim == n == self.domain):
+                return False
+        return n > 0
+
+    def body(self, stmts: list[ir.Stmt], params: dict[int, str], chunks: dict[int, int]) -> None:
+        for s in stmts:
+            for e in _stmt_exprs(s):
+                self.calls(e, params, chunks)
+            if isinstance(s, ir.Store) and s.mode == "guarded":
+                idx = [strip_int_casts(i) for i in s.indices]
+                if self.at_thread_index(idx):
+                    self.add(s.array, 1, params)
+                elif len(idx) == 1 and isinstance(idx[0], ir.ReadVar) and id(idx[0].var) in chunks:
+                    self.add(s.array, chunks[id(idx[0].var)], params)
+            elif isinstance(s, ir.SlotSet) and isinstance(s.slot, ir.GetMut) and \
+                    self.at_thread_index(s.slot.indices):
+                self.add(s.slot.array, 1, params)
+            elif isinstance(s, ir.ChunkLoop):
+                n = getattr(s.chunk.type, "n", 1)
+                self.body(s.body, params, {**chunks, id(s.var): n})
+                continue
+            for v in vars(s).values():
+                if isinstance(v, list) and v and isinstance(v[0], ir.Stmt):
+                    self.body(v, params, chunks)
+
+    def calls(self, e: ir.Expr, params: dict[int, str], chunks: dict[int, int]) -> None:
+        """Device-function calls under `e`: their stores count for the kernel parameters passed."""
+        for n in _exprs(e):
+            if isinstance(n, ir.Call) and n.callee.body:
+                inner = {id(p): params[id(a.param)] for p, a in zip(n.callee.params, n.args)
+                         if isinstance(a, ir.ParamRef) and id(a.param) in params}
+                if inner:
+                    self.body(n.callee.body, inner, {})
+
+
+def _statements(stmts: list[ir.Stmt]) -> Iterator[ir.Stmt]:
+    """Every statement of `stmts`, nested ones and those of called device functions included."""
+    seen: set[int] = set()
+    stack = list(reversed(stmts))
+    while stack:
+        s = stack.pop()
+        yield s
+        nested = [v for v in vars(s).values() if isinstance(v, list) and v and isinstance(v[0], ir.Stmt)]
+        for block in reversed(nested):
+            stack.extend(reversed(block))
+        for e in _stmt_exprs(s):
+            for n in _exprs(e):
+                if isinstance(n, ir.Call) and id(n.callee) not in seen:
+                    seen.add(id(n.callee))
+                    stack.extend(reversed(n.callee.body))
+
+
+def _chunk(fn: ir.Function) -> int:
+    """Elements per thread of the kernel's first `simt.thread.chunk_1d(n)` (1 without one)."""
+    for st in _statements(fn.body):
+        for e in _stmt_exprs(st):
+            for n in _exprs(e):
+                if isinstance(n, ir.ChunkValue):
+                    return n.n
+    return 1
+
+
+def _covers(c: Candidate, o: Candidate, rel: Relations, ndims: dict[str, int], domain: int) -> bool:
+    """Does the grid derived from c launch a thread for every element o's threads own?"""
+    (cn, cp), (on, op) = c, o
+    if cp > op:
+        return False
+    return all(rel.at_most((on, ndims[on] - 1 - d), (cn, ndims[cn] - 1 - d)) for d in range(domain))
+
+
+def grid_source(fn: ir.Function, options: KernelOptions) -> Candidate | None:
+    """(array, per_thread) a grid-less launch derives its grid from, or None: the launch needs a grid."""
+    if options.grid_from is not None:
+        return options.grid_from, _chunk(fn)
+    finder = _Finder(options.domain)
+    kernel_params = {id(p): p.name for p in fn.params
+                     if isinstance(p.type, irt.ArrayType) and p.type.writable}
+    finder.body(fn.body, kernel_params, {})
+    found: list[Candidate] = []
+    for name, per in finder.found:
+        prev = next((k for k, c in enumerate(found) if c[0] == name), None)
+        if prev is None:
+            found.append((name, per))
+        elif per < found[prev][1]:
+            found[prev] = (name, per)
+    if len(found) <= 1:
+        return found[0] if found else None
+    ndims = {p.name: p.type.ndim for p in fn.params if isinstance(p.type, irt.ArrayType)}
+    rel = Relations(options.requires, ndims)
+    for c in found:
+        if all(_covers(c, o, rel, ndims, options.domain) for o in found if o is not c):
+            return c
+    return found[0]
