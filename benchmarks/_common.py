@@ -74,6 +74,7 @@ class Report:
         self.bars: list[dict] = []
         self.missing: dict[str, str] = {}
         self.notes: list[str] = []
+        self.extra: dict = {}          # more raw data for the JSON (e.g. every round of a timing)
 
     def row(self, name: str, value: float | None, unit: str, **extra) -> None:
         self.rows.append({"name": name, "value": value, "unit": unit, **extra})
@@ -97,7 +98,7 @@ class Report:
         except Exception as exc:  # noqa: BLE001
             info["gpu_error"] = repr(exc)
         out = {"info": info, "rows": self.rows, "bars": self.bars, "missing": self.missing,
-               "notes": self.notes}
+               "notes": self.notes, **self.extra}
         if json_path:
             with open(json_path, "w") as f:
                 json.dump(out, f, indent=2)

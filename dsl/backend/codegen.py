@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dsl.backend.builder import BuildOptions, ModuleBuilder
 from dsl.backend.libdevice import link_libdevice
-from dsl.backend.target import initialise_llvm, parse_arch, target_machine
+from dsl.backend.target import initialise_llvm, target_machine
 from dsl.ir import nodes as N
 
 
@@ -30,7 +30,7 @@ def optimize(llvm_ir: LlvmIR, arch: str | int):
     """Parse + verify, link libdevice if used, run the -O3 new-pass-manager pipeline for `arch`."""
     import llvmlite.binding as llvm
     initialise_llvm()
-    tm = target_machine(parse_arch(arch))
+    tm = target_machine(arch)
     mod = llvm.parse_assembly(str(llvm_ir))
     mod.verify()
     mod.data_layout = str(tm.target_data)
@@ -43,4 +43,4 @@ def optimize(llvm_ir: LlvmIR, arch: str | int):
 
 
 def emit_ptx(module, arch: str | int) -> str:
-    return target_machine(parse_arch(arch)).emit_assembly(module)
+    return target_machine(arch).emit_assembly(module)

@@ -46,6 +46,13 @@ def ptx_version(arch: str | int) -> int:
     return PTX_VERSION[parse_arch(arch)]
 
 
+def canonical_arch(arch: str | int, specific: bool = False) -> str:
+    """'sm_XY', or 'sm_XYa' (the arch-specific target: instructions such as wgmma that only that
+    chip family runs) when `arch` says so or `specific` is set."""
+    cc = parse_arch(arch)
+    return f"sm_{cc}a" if specific or str(arch).strip().endswith("a") else f"sm_{cc}"
+
+
 def initialise_llvm() -> None:
     """Register the LLVM targets and asm printers once per process (llvmlite 0.50 needs both)."""
     global _initialised
@@ -57,15 +64,20 @@ def initialise_llvm() -> None:
             _initialised = True
 
 
-@functools.lru_cache(maxsize=None)   # explicit, documented cache: target machines are immutable
 def target_machine(arch: str | int):
-    """The llvmlite TargetMachine for `arch` at -O3 (cached per process). Fast-math is expressed per
-    instruction (`fast` flags, `__nv_fast_*`), not on the machine, so one machine serves both."""
+    """The llvmlite TargetMachine for `arch` ('sm_90', or 'sm_90a' for the arch-specific target) at
+    -O3. Fast-math is expressed per instruction (`fast` flags, `__nv_fast_*`), not on the machine,
+    so one machine serves both."""
+    return _target_machine(canonical_arch(arch))
+
+
+@functools.lru_cache(maxsize=None)   # explicit, documented cache: target machines are immutable
+def _target_machine(arch: str):
     import llvmlite.binding as llvm
     initialise_llvm()
     cc = parse_arch(arch)
     target = llvm.Target.from_triple(TRIPLE)
-    return target.create_target_machine(cpu=f"sm_{cc}", features=f"+ptx{PTX_VERSION[cc]}", opt=3,
+    return target.create_target_machine(cpu=arch, features=f"+ptx{PTX_VERSION[cc]}", opt=3,
                                         reloc="default", codemodel="default")
 
 

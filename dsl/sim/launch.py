@@ -19,10 +19,9 @@ from dsl.sim.interp import Machine
 from dsl.sim.lanes import LaneSpace
 from dsl.sim.memory import MemRef, SharedSpace
 
+from dsl.sim.limits import MAX_BLOCK, MAX_SHARED_BYTES, MAX_THREADS  # noqa: F401  (re-exported)
+
 MAX_LANES = 1 << 17          # lanes per batch: bounds the memory of per-lane vectors (~1 MiB each)
-MAX_BLOCK = (1024, 1024, 64)
-MAX_THREADS = 1024
-MAX_SHARED_BYTES = 227 * 1024      # per block, as Hopper's opt-in maximum
 
 
 def run(fn: N.Function, args: list, grid, block, shared_mem: int = 0) -> None:

@@ -8,22 +8,11 @@ in the environment every call runs on the CPU simulator instead (host arrays, GP
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any, Callable, Sequence
 
 from dsl.options import KernelOptions, OptionError, check_export, check_symbol_names, simt_options
+from dsl.runmode import simulating
 from dsl.simt.signature import signature_of
-
-
-try:   # the live dict behind os.environ (CPython): a membership test there costs ~50 ns, not ~1 us
-    _ENV_DATA: Any = os.environ._data  # type: ignore[attr-defined]
-    _SIM_KEY: Any = os.environ.encodekey("KB_SIMULATE")  # type: ignore[attr-defined]
-except AttributeError:
-    _ENV_DATA, _SIM_KEY = os.environ, "KB_SIMULATE"
-
-
-def _simulating() -> bool:
-    return os.environ.get("KB_SIMULATE", "") not in ("", "0")
 
 
 def _param_names(f: Callable) -> tuple[str, ...] | None:
@@ -100,15 +89,9 @@ class SimtKernel:
 
     def inspect(self, *args: Any, arch: str = "sm_90") -> dict:
         """Registers, spills and shared memory (`ptxas -v`), the contract, and SASS when available."""
-        from dsl.backend import sass
-        from dsl.backend.ptxas import assemble
+        from dsl.backend.inspect import inspect_ptx
         ck = self.compile(*args, arch=arch)
-        usages, log = assemble(ck.ptx, arch)
-        usage = next((u for u in usages if u.kernel == ck.name), usages[0] if usages else None)
-        return {"kernel": self.__name__, "symbol": ck.name, "arch": arch,
-                "resources": usage.as_dict() if usage else {}, "ptxas_log": log,
-                "contract": ck.contract_json, "sass": sass.disassemble(ck.ptx, arch),
-                "metadata": ck.metadata}
+        return inspect_ptx(self.__name__, ck.name, ck.ptx, ck.contract_json, ck.metadata, arch)
 
     # ------------------------------------------------------------------ simulation
     def simulate(self, *args: Any, grid: Any = None, block: Any = None, shared_mem: int = 0) -> None:
@@ -131,21 +114,9 @@ class SimtKernel:
         hit = self._sim_launchers.get(id(fn))
         if hit is not None and hit[0] is fn:
             return hit[1]
-        from bridge import _native
-        from bridge.module import native_contract
         from dsl.frontend import contract_for
-        from dsl.sim.launch import MAX_BLOCK, MAX_SHARED_BYTES, MAX_THREADS
-        limits = _native.DeviceLimits()
-        limits.host_memory = True
-        limits.cc = 1000                      # the simulator runs kernels of any minimum arch
-        limits.max_threads_per_block = MAX_THREADS
-        limits.max_block = MAX_BLOCK
-        limits.smem_per_block = limits.smem_per_block_optin = MAX_SHARED_BYTES
-        attrs = _native.FuncAttrs()
-        attrs.max_threads_per_block = MAX_THREADS
-        attrs.max_dynamic_smem = MAX_SHARED_BYTES
-        contract = native_contract(contract_for(fn, self.options).to_json(), fn.name)
-        launcher = _native.Launcher(0, contract, limits, attrs, -1)
+        from dsl.sim.validator import host_launcher
+        launcher = host_launcher(contract_for(fn, self.options).to_json(), fn.name)
         self._sim_launchers[id(fn)] = (fn, launcher)
         return launcher
 
@@ -167,7 +138,7 @@ class SimtKernel:
 
     def __call__(self, *args: Any, grid: Any = None, block: Any = None, shared_mem: int = 0,
                  stream: Any = None) -> None:
-        if _SIM_KEY in _ENV_DATA and _simulating():
+        if simulating():
             self.simulate(*args, grid=grid, block=block, shared_mem=shared_mem)
             return
         d = self._dispatcher or self.dispatcher
@@ -187,7 +158,7 @@ class SimtKernel:
                             "kernel[grid, block, stream, shared_mem]")
         grid, block = config[0], config[1]
         smem = config[3] if len(config) > 3 else 0
-        if _simulating():
+        if simulating():
             return lambda *args: self.simulate(*args, grid=grid, block=block, shared_mem=smem)
         return self.dispatcher[config]
 

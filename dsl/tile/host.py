@@ -1,114 +1,44 @@
-"""Host side of the tile model: `tile.partition(array, tile_shape)`, the `@tile.kernel` object, argument
-specialisation, simulation on NumPy arrays and launch through the bridge.
+"""Host side of the tile model: `tile.partition(array, tile_shape)` and the `@tile.kernel` object.
+
+A tile kernel goes through the same launch path as a SIMT kernel: the native Dispatcher keys a call
+on its arguments (a partition's tile shape and a constant's value included) and, on a hit, launches
+without leaving C++; the contract derives the grid (one block per tile), the block and the dynamic
+shared memory, and the one validator refuses bad calls. On a miss the kernel specialises
+(`signature`), compiles through the disk cache and hands the Dispatcher its Launcher. `simulate()`
+validates through the same validator (host memory standing in for device memory) before the tile
+simulator runs.
 """
 from __future__ import annotations
 
 import inspect
-import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from bridge.errors import (ArgumentCountError, ArgumentKindError, DTypeError, NdimError,
-                           ShapeRelationError)
+from bridge import _native
+from bridge.errors import ArgumentCountError, ArgumentKindError, DTypeError, NdimError
 
 from dsl.ir.types import ScalarType
-from dsl.tile import ir as T
+from dsl.runmode import simulating
 from dsl.tile.api import _Annot
-from dsl.tile.frontend import TileFrontend
-from dsl.tile.sim import simulate as _simulate
 from dsl.tile.types import (ArrayParamType, ConstParamType, PartitionParamType, ScalarParamType,
-                            as_scalar_type, is_pow2, np_dtype, scalar_of_numpy)
+                            as_scalar_type, np_dtype)
+
+_PASS, _PARTITION, _CONSTANT = 0, 1, 2   # Dispatcher plan kinds (cpp/native/launcher.cpp)
 
 
-def _dtype_of(array: object) -> ScalarType | None:
-    dt = getattr(array, "dtype", None)
-    if dt is None:
-        return None
-    st = as_scalar_type(dt)
-    if st is None:
-        st = as_scalar_type(str(dt).replace("torch.", ""))
-    return st
-
-
-def _is_c_contiguous(arr: object) -> bool:
-    """C-contiguity of NumPy, CuPy, torch or bridge arrays without copying anything."""
-    flag = getattr(arr, "is_c_contiguous", None)
-    if isinstance(flag, bool):
-        return flag
-    flags = getattr(arr, "flags", None)
-    if flags is not None:
-        try:
-            return bool(flags["C_CONTIGUOUS"])
-        except (KeyError, TypeError):
-            return bool(getattr(flags, "c_contiguous", False))
-    is_contig = getattr(arr, "is_contiguous", None)
-    if callable(is_contig):
-        return bool(is_contig())
-    cai = getattr(arr, "__cuda_array_interface__", None)
-    if isinstance(cai, dict):
-        return cai.get("strides") is None
-    return False
-
-
-def _data_pointer(arr: object) -> int | None:
-    """Address of the first element (NumPy, CUDA Array Interface producers, bridge arrays)."""
-    ptr = getattr(arr, "ptr", None)           # bridge.Array (also for dtypes CAI cannot name)
-    if isinstance(ptr, int):
-        return ptr
-    for attr in ("__cuda_array_interface__", "__array_interface__"):
-        try:
-            iface = getattr(arr, attr, None)
-        except Exception:  # noqa: BLE001 - e.g. torch CPU tensors raise for the CUDA interface
-            iface = None
-        if isinstance(iface, dict) and "data" in iface:
-            return int(iface["data"][0] or 0)
-    data_ptr = getattr(arr, "data_ptr", None)
-    if callable(data_ptr):
-        return int(data_ptr())
-    return None
-
-
-class Partition:
+class Partition(_native.Tiling):
     """`tile.partition(array, tile_shape)`: `array` cut into tiles of `tile_shape` (powers of two).
 
-    As a kernel argument it defines the grid (ceil(shape / tile) blocks per axis) and gives tile
-    block b write access to tile b only. `tile.Partition[T, ndim]` is the matching annotation.
+    As a kernel argument it defines the grid (one tile block per tile) and gives tile block b write
+    access to tile b only. `tile.Partition[T, ndim]` is the matching annotation. The array is viewed
+    through the one intake path (any DLPack / CAI producer, NumPy for the simulator) and read again
+    at every launch.
     """
-
-    def __init__(self, array: object, tile_shape: tuple[int, ...] | int) -> None:
-        if isinstance(tile_shape, int):
-            tile_shape = (tile_shape,)
-        shape = getattr(array, "shape", None)
-        if shape is None:
-            raise TypeError(f"tile.partition: argument 'array': expected an array, got "
-                            f"{type(array).__name__}")
-        shape = tuple(int(s) for s in shape)
-        if not isinstance(tile_shape, tuple) or len(tile_shape) != len(shape) or \
-                not all(isinstance(t, int) and is_pow2(t) for t in tile_shape):
-            raise ValueError(f"tile.partition: argument 'tile_shape': expected a tuple of {len(shape)} "
-                             f"powers of two (one per array axis), got {tile_shape!r}")
-        if _dtype_of(array) is None:
-            raise TypeError(f"tile.partition: argument 'array': unsupported dtype "
-                            f"{getattr(array, 'dtype', None)}")
-        self.array = array
-        self.tile_shape = tile_shape
-        self.shape = shape
 
     def __class_getitem__(cls, item) -> _Annot:
         return _Annot("Partition", item if isinstance(item, tuple) else (item,))
-
-    @property
-    def grid(self) -> tuple[int, ...]:
-        """Tile blocks per axis: ceil(shape[k] / tile_shape[k])."""
-        return tuple(-(-s // t) for s, t in zip(self.shape, self.tile_shape))
-
-    @property
-    def num_tiles(self) -> int:
-        n = 1
-        for g in self.grid:
-            n *= g
-        return n
 
     def __repr__(self) -> str:
         return f"tile.Partition(shape={self.shape}, tile_shape={self.tile_shape}, grid={self.grid})"
@@ -164,6 +94,16 @@ def _param_specs(pyfunc) -> list[_ParamSpec]:
     return specs
 
 
+def _view(array: object) -> Any:
+    """The one intake path's view of an array (NumPy host arrays included), or None."""
+    if isinstance(array, _native.ArrayBase):
+        return array
+    try:
+        return _native.ArrayBase(array)
+    except TypeError:
+        return None
+
+
 class TileKernel:
     """A @tile.kernel: specialises on argument dtypes/ndims/tile shapes/constants at first use."""
 
@@ -173,95 +113,121 @@ class TileKernel:
         self.num_warps = num_warps
         self.persistent = persistent
         self.specs = _param_specs(pyfunc)
-        self._ir_cache: dict[tuple, T.TileFunction] = {}      # signature → tile IR (explicit cache)
-        self._gpu_cache: dict[tuple, object] = {}             # (signature, arch) → compiled kernel
+        # documented caches: tile IR per signature, compiled kernels per (signature, facts, arch),
+        # host-memory validators per signature, and the native dispatcher
+        self._ir_cache: dict[tuple, Any] = {}
+        self._gpu_cache: dict[tuple, Any] = {}
+        self._sim_validators: dict[tuple, Any] = {}
+        self._dispatcher: Any = None
         self.__doc__ = pyfunc.__doc__
         self.__wrapped__ = pyfunc
 
     # -------------------------------------------------------------------------------- signatures
     def signature(self, args: tuple) -> tuple:
+        """The specialisation these arguments select (raises the bridge's typed errors)."""
         if len(args) != len(self.specs):
             raise ArgumentCountError(f"{self.name}: expected {len(self.specs)} arguments "
                                      f"({', '.join(s.name for s in self.specs)}), got {len(args)}",
                                      kernel=self.name)
         bindings: dict[object, ScalarType] = {}
-        sig: list = []
-        for i, (spec, arg) in enumerate(zip(self.specs, args)):
-            where = f"{self.name}: argument '{spec.name}' (#{i})"
-            info = {"kernel": self.name, "arg": i, "arg_name": spec.name}
-            if spec.kind == "const":
-                try:
-                    hash(arg)
-                except TypeError:
-                    raise TypeError(f"{where}: a tile.Constant must be hashable, got {arg!r}") from None
-                sig.append(ConstParamType(arg))
-                continue
-            if spec.kind == "scalar":
-                if not isinstance(arg, (int, float, bool, np.generic)):
-                    raise ArgumentKindError(f"{where}: expected a {spec.dtype} scalar, got "
-                                            f"{type(arg).__name__}", **info)
-                sig.append(ScalarParamType(spec.dtype))  # type: ignore[arg-type]
-                continue
-            if spec.kind == "partition":
-                if not isinstance(arg, Partition):
-                    raise ArgumentKindError(f"{where}: expected tile.partition(array, tile_shape), "
-                                            f"got {type(arg).__name__}", **info)
-                shape, array = arg.shape, arg.array
-            else:
-                if isinstance(arg, Partition):
-                    raise ArgumentKindError(f"{where}: expected a tile.Array (a plain array), got a "
-                                            f"Partition", **info)
-                shape = getattr(arg, "shape", None)
-                array = arg
-                if shape is None:
-                    raise ArgumentKindError(f"{where}: expected an array, got {type(arg).__name__}",
-                                            **info)
-            dt = _dtype_of(array)
-            want = spec.dtype
-            if _is_typevar(want):
-                want = bindings.setdefault(want, dt)  # type: ignore[arg-type]
-            want_st = as_scalar_type(want) if want is not None else dt
-            if dt != want_st:
-                raise DTypeError(f"{where}: expected {want_st} array, got {getattr(array, 'dtype', None)} "
-                                 f"array of shape {tuple(shape)}", **info)
-            ndim = len(shape)
-            if spec.ndim is not None and ndim != spec.ndim:
-                raise NdimError(f"{where}: expected a {spec.ndim}-d array, got shape {tuple(shape)}",
-                                **info)
-            if spec.kind == "partition":
-                sig.append(PartitionParamType(dt, ndim, arg.tile_shape))  # type: ignore[arg-type]
-            else:
-                sig.append(ArrayParamType(dt, ndim))  # type: ignore[arg-type]
-        return tuple(sig)
+        return tuple(self._param_type(i, spec, arg, bindings)
+                     for i, (spec, arg) in enumerate(zip(self.specs, args)))
 
-    def tile_ir(self, *args) -> T.TileFunction:
+    def _param_type(self, i: int, spec: _ParamSpec, arg: object, bindings: dict) -> object:
+        where = f"{self.name}: argument '{spec.name}' (#{i})"
+        info = {"kernel": self.name, "arg": i, "arg_name": spec.name}
+        if spec.kind == "const":
+            try:
+                hash(arg)
+            except TypeError:
+                raise TypeError(f"{where}: a tile.Constant must be hashable, got {arg!r}") from None
+            return ConstParamType(arg)
+        if spec.kind == "scalar":
+            if not isinstance(arg, (int, float, bool, np.generic)):
+                raise ArgumentKindError(f"{where}: expected a {spec.dtype} scalar, got "
+                                        f"{type(arg).__name__}", **info)
+            return ScalarParamType(spec.dtype)  # type: ignore[arg-type]
+        if spec.kind == "partition":
+            if not isinstance(arg, Partition):
+                raise ArgumentKindError(f"{where}: expected tile.partition(array, tile_shape), "
+                                        f"got {type(arg).__name__}", **info)
+            view = _view(arg.array)
+        else:
+            if isinstance(arg, Partition):
+                raise ArgumentKindError(f"{where}: expected a tile.Array (a plain array), got a "
+                                        f"Partition", **info)
+            view = _view(arg)
+            if view is None:
+                raise ArgumentKindError(f"{where}: expected an array, got {type(arg).__name__}",
+                                        **info)
+        dt = as_scalar_type(view.dtype_tag)
+        want = spec.dtype
+        if _is_typevar(want):
+            want = bindings.setdefault(want, dt)  # type: ignore[arg-type]
+        want_st = as_scalar_type(want) if want is not None else dt
+        if dt is None or dt != want_st:
+            raise DTypeError(f"{where}: expected {want_st} array, got {view.dtype_name} "
+                             f"array of shape {tuple(view.shape)}", **info)
+        if spec.ndim is not None and view.ndim != spec.ndim:
+            raise NdimError(f"{where}: expected a {spec.ndim}-d array, got shape {tuple(view.shape)}",
+                            **info)
+        if spec.kind == "partition":
+            return PartitionParamType(dt, view.ndim, arg.tile_shape)  # type: ignore[union-attr]
+        return ArrayParamType(dt, view.ndim)
+
+    def facts(self, args: tuple) -> dict[str, dict]:
+        """Per array parameter, what the compiler may specialise on (like Triton): C-contiguity,
+        16-byte alignment of the data pointer, last extent divisible by 8 — read through the one
+        intake path, the same facts the native Dispatcher keys on."""
+        out = {}
+        for spec, arg in zip(self.specs, args):
+            if spec.kind in ("array", "partition"):
+                view = _view(arg.array if isinstance(arg, Partition) else arg)
+                shape = tuple(view.shape)
+                out[spec.name] = {"layout": "C" if view.is_c_contiguous else "any",
+                                  "aligned16": view.ptr % 16 == 0,
+                                  "div8": bool(shape) and shape[-1] % 8 == 0}
+        return out
+
+    def tile_ir(self, *args) -> Any:
         """The tile IR of the specialisation for `args` (arrays may be NumPy stand-ins)."""
-        sig = self.signature(args)
+        return self._ir_for(self.signature(args))
+
+    def _ir_for(self, sig: tuple) -> Any:
         fn = self._ir_cache.get(sig)
         if fn is None:
-            fn = TileFrontend(self.pyfunc, list(sig), self.name).build()
-            self._ir_cache[sig] = fn
+            from dsl.tile.frontend import TileFrontend
+            fn = self._ir_cache[sig] = TileFrontend(self.pyfunc, list(sig), self.name).build()
         return fn
 
-    def grid(self, args: tuple) -> tuple[int, ...]:
-        """Tile blocks per axis, from the partitions (all partitions must agree)."""
-        parts = [(s.name, a) for s, a in zip(self.specs, args) if isinstance(a, Partition)]
-        if not parts:
-            raise TypeError(f"{self.name}: no tile.Partition argument: the partition defines the grid")
-        name0, p0 = parts[0]
-        for name, p in parts[1:]:
-            if p.grid != p0.grid:
-                raise ShapeRelationError(
-                    f"{self.name}: argument '{name}': partition grid {p.grid} differs from '{name0}' "
-                    f"grid {p0.grid}; every tile block must own one tile of each", kernel=self.name,
-                    arg_name=name)
-        return p0.grid
+    def ir(self, *args, arch: str = "sm_90") -> str:
+        """The typed IR this specialisation compiles to (the tile program lowered onto threads for
+        `arch`), printed like a SIMT kernel's `ir()`."""
+        from dsl.backend.target import parse_arch
+        from dsl.ir.printer import format_function
+        from dsl.tile.lower import lower, pick_threads
+        fn = self.tile_ir(*args)
+        return format_function(lower(fn, pick_threads(fn, self.num_warps), self.name, self.facts(args),
+                                     cc=parse_arch(arch), persistent=self.persistent))
+
+    def _flat(self, args: tuple) -> tuple:
+        """The kernel's launch arguments: partitions as their arrays, constants left out."""
+        return tuple(a.array if isinstance(a, Partition) else a
+                     for spec, a in zip(self.specs, args) if spec.kind != "const")
 
     # -------------------------------------------------------------------------------- CPU
     def simulate(self, *args) -> None:
-        """Run on the CPU: NumPy arrays in, partitions of NumPy arrays written in place."""
-        fn = self.tile_ir(*args)
-        grid = self.grid(args)
+        """Run on the CPU: NumPy arrays in, partitions of NumPy arrays written in place.
+
+        The call goes through the native validator first (host memory standing in for device
+        memory), so the simulator refuses what a GPU launch refuses, with the same error."""
+        sig = self.signature(args)
+        fn = self._ir_for(sig)
+        flat = self._flat(args)
+        _grid, _block, _smem, skip = self._sim_validator(sig, fn, args).validate_only(flat)
+        if skip:
+            return
+        from dsl.tile.sim import simulate as run_tiles
         bound: dict[int, object] = {}
         for i, (spec, arg) in enumerate(zip(self.specs, args)):
             if spec.kind == "const":
@@ -273,15 +239,24 @@ class TileKernel:
             if not isinstance(arr, np.ndarray):
                 raise TypeError(f"{self.name}: argument '{spec.name}' (#{i}): simulate() needs NumPy "
                                 f"arrays, got {type(arr).__name__}")
-            if spec.kind == "partition" and not arr.flags.writeable:
-                raise ValueError(f"{self.name}: argument '{spec.name}' (#{i}): the partition's array is "
-                                 f"read-only")
-            if scalar_of_numpy(arr.dtype) is None:
-                raise TypeError(f"{self.name}: argument '{spec.name}' (#{i}): unsupported dtype {arr.dtype}")
             bound[i] = arr
-        if 0 in grid:
-            return
-        _simulate(fn, bound, grid)
+        grid = next(a.grid for a in args if isinstance(a, Partition))
+        run_tiles(fn, bound, grid)
+
+    def _sim_validator(self, sig: tuple, fn: Any, args: tuple) -> Any:
+        """A driver-less native Launcher over this specialisation's contract (cached per signature)."""
+        facts = self.facts(args)
+        key = (sig, tuple(sorted((k, tuple(sorted(v.items()))) for k, v in facts.items())))
+        hit = self._sim_validators.get(key)
+        if hit is None:
+            import json
+            from dsl.sim.validator import host_launcher
+            from dsl.tile.compile import contract_for
+            from dsl.tile.lower import pick_threads
+            threads = pick_threads(fn, self.num_warps)
+            contract = contract_for(fn, threads, facts, set(), self.persistent)
+            hit = self._sim_validators[key] = host_launcher(json.dumps(contract), fn.name)
+        return hit
 
     def simulate_lowered(self, *args, num_warps: int | None = None, blocks: int | None = None) -> None:
         """Run the GPU lowering (the SIMT IR the backend compiles) on the SIMT CPU simulator: checks
@@ -294,14 +269,10 @@ class TileKernel:
         # inline-PTX paths (tensor cores) have no CPU semantics: simulate the portable lowering
         facts = {k: dict(v, aligned16=False) for k, v in self.facts(args).items()}
         simt_fn = lower(fn, threads, self.name, facts, persistent=self.persistent)
-        flat = [a.array if isinstance(a, Partition) else a
-                for spec, a in zip(self.specs, args) if spec.kind != "const"]
         specs = [s for s in self.specs if s.kind != "const"]
         flat = [np.asarray(a).astype(np_dtype(s.dtype))[()]  # type: ignore[arg-type]
-                if s.kind == "scalar" else a for s, a in zip(specs, flat)]
-        total = 1
-        for g in self.grid(args):
-            total *= g
+                if s.kind == "scalar" else a for s, a in zip(specs, self._flat(args))]
+        total = next(a.num_tiles for a in args if isinstance(a, Partition))
         if self.persistent and blocks is not None:
             total = min(total, blocks)
         if total:
@@ -312,41 +283,48 @@ class TileKernel:
         """PTX of the specialisation for `args` (NumPy stand-ins are fine; no GPU needed)."""
         return self.compile(args, arch).ptx
 
-    def facts(self, args: tuple) -> dict[str, dict]:
-        """Per array parameter, what the compiler may specialise on (like Triton): C-contiguity,
-        16-byte alignment of the data pointer, last extent divisible by 8."""
-        out = {}
-        for spec, arg in zip(self.specs, args):
-            if spec.kind in ("array", "partition"):
-                arr = arg.array if isinstance(arg, Partition) else arg
-                shape = tuple(getattr(arr, "shape", ()))
-                ptr = _data_pointer(arr)
-                out[spec.name] = {"layout": "C" if _is_c_contiguous(arr) else "any",
-                                  "aligned16": ptr is not None and ptr % 16 == 0,
-                                  "div8": bool(shape) and shape[-1] % 8 == 0}
-        return out
-
-    def layouts(self, args: tuple) -> dict[str, str]:
-        return {k: v["layout"] for k, v in self.facts(args).items()}
-
-    def compile(self, args: tuple, arch: str):
-        """Compile (cached per signature, layouts and arch) → dsl.tile.compile.CompiledTile."""
-        from dsl.tile.compile import compile_tile
+    def compile(self, args: tuple, arch: str) -> Any:
+        """Compile (cached per signature, facts and arch, in memory and on disk) →
+        dsl.tile.compile.CompiledTile."""
         sig = self.signature(args)
         facts = self.facts(args)
-        key = (sig, tuple((k, tuple(sorted(v.items()))) for k, v in sorted(facts.items())), arch)
+        key = (sig, tuple(sorted((k, tuple(sorted(v.items()))) for k, v in facts.items())), arch)
         ck = self._gpu_cache.get(key)
         if ck is None:
-            ck = compile_tile(self.tile_ir(*args), arch, num_warps=self.num_warps, facts=facts,
-                              persistent=self.persistent)
-            self._gpu_cache[key] = ck
+            from dsl.tile.compile import compile_cached
+            ck = self._gpu_cache[key] = compile_cached(self, sig, facts, arch)
         return ck
 
+    def inspect(self, *args, arch: str = "sm_90") -> dict:
+        """Registers, spills and shared memory (`ptxas -v`), the contract, and SASS when available."""
+        from dsl.backend.inspect import inspect_ptx
+        ck = self.compile(args, arch)
+        return inspect_ptx(self.name, ck.name, ck.ptx, ck.contract_json, ck.metadata, ck.metadata["arch"])
+
+    def _miss(self, args: tuple) -> Any:
+        """Dispatcher miss: specialise for these arguments, compile (disk cache first), return the
+        native Launcher (the Dispatcher keeps it)."""
+        import bridge
+        ck = self.compile(args, bridge.current_device().arch)
+        return bridge.kernel_from_ptx(ck.ptx, ck.name, ck.contract_json).launcher
+
+    @property
+    def dispatcher(self) -> Any:
+        if self._dispatcher is None:
+            plan = [_CONSTANT if s.kind == "const" else _PARTITION if s.kind == "partition" else _PASS
+                    for s in self.specs]
+            self._dispatcher = _native.Dispatcher(self._miss, plan=plan, key_div8=True,
+                                                  names=[s.name for s in self.specs], kernel=self.name)
+        return self._dispatcher
+
     def __call__(self, *args, stream: object = None) -> None:
-        if os.environ.get("KB_SIMULATE") == "1":
+        if simulating():
             return self.simulate(*args)
-        from dsl.tile.launch import launch
-        return launch(self, args, stream)
+        d = self._dispatcher or self.dispatcher
+        if stream is None:
+            d(*args)                     # the hot path: no keyword parsing in the extension
+        else:
+            d(*args, stream=stream)
 
     def __repr__(self) -> str:
         return f"<tile.kernel {self.name}>"

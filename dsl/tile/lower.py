@@ -62,6 +62,7 @@ class Lowerer:
         self.cc = cc                            # target compute capability (0: portable only)
         self.persistent = persistent            # blocks loop over tiles (grid may be < tile count)
         self.dyn_bytes = 0                      # dynamic shared bytes (tensor-core operand stages)
+        self.arch_specific = False              # uses sm_90a-only instructions (wgmma)
         self.var_layouts: dict[int, object] = {}
         self.mma_plans: dict[int, object] = {}
         self.extra_shared: list[N.SharedAlloc] = []
@@ -600,7 +601,8 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     """Tile IR → SIMT IR kernel with an exact block of `threads` threads (power of two, >= 32).
     `facts`: per array parameter {"layout": "C"|"any", "aligned16": bool, "div8": bool} known at
     launch. `info` receives "relied" (parameters whose facts the code relies on: the contract states
-    them) and "dynamic_smem" (bytes of dynamic shared memory the launch must provide)."""
+    them), "dynamic_smem" (bytes of dynamic shared memory the launch must provide) and
+    "arch_specific" (the code uses instructions of the arch-specific target, e.g. sm_90a's wgmma)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower_mma import MAX_STAGES, SMEM_LIMIT
@@ -612,6 +614,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     if info is not None:
         info["relied"] = set(lw.relied)
         info["dynamic_smem"] = lw.dyn_bytes
+        info["arch_specific"] = lw.arch_specific
     return out
 
 

@@ -153,6 +153,8 @@ def lower_loop(L, plan: MmaPlan) -> None:
     def sb(elem: N.Expr) -> N.Expr:
         return N.BinOp("add", base_b, N.BinOp("lshift", N.Cast(elem, U32), shift, U32), U32)
     wg = plan.kind == "wgmma"
+    if wg:
+        L.arch_specific = True      # warpgroup MMA exists only on the arch-specific target sm_90a
     A, B = L.pref(plan.a.param), L.pref(plan.b.param)
     M = L.tmp(N.ArrayLen(A, 0), "M")
     K = L.tmp(N.ArrayLen(A, 1), "K")

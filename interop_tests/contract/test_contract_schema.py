@@ -122,7 +122,15 @@ DEFINITION_ERRORS = [
     ("grid_from", {"arg": "out", "per_thread": [0]}, "vecadd: invalid contract: grid_from.per_thread[0]: expected an "
                                                      "integer in [1, 1073741824], got 0"),
     ("grid_from", {"arg": "out", "step": 1}, "vecadd: invalid contract: grid_from.step: unknown key (allowed: arg, "
-                                             "per_thread)"),
+                                             "per_thread, tile, max_blocks_per_sm)"),
+    ("grid_from", {"arg": "out", "tile": [0]}, "vecadd: invalid contract: grid_from.tile[0]: expected an integer in "
+                                              "[1, 1099511627776], got 0"),
+    ("grid_from", {"arg": "out", "tile": [4, 4]}, "vecadd: invalid contract: grid_from.tile: 'out' is declared 1-d, "
+                                                 "the tile shape has 2 axes"),
+    ("grid_from", {"arg": "out", "tile": [4], "per_thread": [1]}, "vecadd: invalid contract: grid_from: give "
+                                                                  "per_thread (threads over elements) or tile"),
+    ("grid_from", {"arg": "out", "max_blocks_per_sm": 2}, "vecadd: invalid contract: grid_from.max_blocks_per_sm: "
+                                                          "only meaningful with a tile grid"),
     ("fault_sites", [{"id": 1}, {"id": 1}], "vecadd: invalid contract: fault_sites[1].id: duplicate fault site id 1"),
     ("fault_sites", [{"id": 1, "array": 7}], "vecadd: invalid contract: fault_sites[0].array: expected a string, got a number"),
     ("fault_sites", [{"file": "x"}], "vecadd: invalid contract: fault_sites[0].id: missing (required)"),

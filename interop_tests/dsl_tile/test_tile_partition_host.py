@@ -40,7 +40,11 @@ def test_partitions_must_share_one_grid():
         o1.store(v)
         o2.store(v * 2.0)
     a = np.ones(100, np.float32)
-    with pytest.raises(ValueError, match="every tile block must own one tile of each"):
+    import bridge
+    # every tile block owns one tile of each partition: the one validator says so, as on the GPU
+    with pytest.raises(bridge.ShapeRelationError,
+                       match=r"two: argument 'o2' \(#2\): expected \(o2.shape\[0\] \+ 15\) // 16 == "
+                             r"\(o1.shape\[0\] \+ 15\) // 16, got o2.shape\[0\] = 50, o1.shape\[0\] = 100"):
         two.simulate(a, tile.partition(np.zeros(100, np.float32), (16,)),
                      tile.partition(np.zeros(50, np.float32), (16,)))
 

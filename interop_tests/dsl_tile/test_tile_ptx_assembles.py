@@ -80,11 +80,28 @@ def test_contract_names_arguments_access_and_block():
     assert c["block"]["exact"][0] >= 32
 
 
-def test_one_dimensional_partition_contract_derives_the_grid():
+def test_partition_contract_derives_the_grid_block_and_shared_memory():
     kernel, args = CASES["add"]
-    c = json.loads(kernel.compile(args, "sm_90").contract_json)
-    threads = kernel.compile(args, "sm_90").threads
-    assert c["grid_from"] == {"arg": "out", "per_thread": [1024 // threads, 1, 1]}
+    ck = kernel.compile(args, "sm_90")
+    c = json.loads(ck.contract_json)
+    assert c["grid_from"] == {"arg": "out", "tile": [1024]}        # one block per tile
+    assert c["block"] == {"exact": [ck.threads, 1, 1]}
+    kernel, args = CASES["gemm_f16"]
+    ck = kernel.compile(args, "sm_90")
+    c = json.loads(ck.contract_json)
+    assert c["grid_from"]["tile"] == list(args[2].tile_shape)      # 2-D tiles: flattened into grid.x
+    assert c.get("dynamic_smem", {"exact": 0}) == {"exact": ck.dynamic_smem}
+
+
+def test_contract_validator_derives_the_tile_grid_like_the_gpu_launch():
+    from dsl.sim.validator import host_launcher
+    a, b = z((130, 64), np.float16), z((64, 70), np.float16)
+    part, k = tile.partition(z((130, 70), np.float32), (64, 64)), 32
+    ck = K.gemm.compile((a, b, part, k), "sm_90")
+    assert part.num_tiles == 6
+    grid, block, smem, skip = host_launcher(ck.contract_json, "gemm").validate_only((a, b, part.array))
+    assert grid == (part.num_tiles, 1, 1) and block == (ck.threads, 1, 1) and not skip
+    assert smem == ck.dynamic_smem
 
 
 def test_contiguous_arguments_specialise_addressing():
