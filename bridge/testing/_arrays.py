@@ -48,10 +48,23 @@ def layouts_for(spec: dict, shape: tuple[int, ...], library: str) -> list[str]:
     return out
 
 
-def recipe(shape: tuple[int, ...], layout: str) -> Recipe:
+def _guard(rest: tuple[int, ...], itemsize: int) -> int:
+    """Rows of guard zone after a contiguous view: at least 64 bytes, so a kernel writing past the end
+    of its array writes into memory the checks can see."""
+    row = int(np.prod(rest, dtype=np.int64)) * itemsize
+    return 1 if row == 0 else max(1, -(-64 // row))
+
+
+def recipe(shape: tuple[int, ...], layout: str, itemsize: int = 4) -> Recipe:
+    """How to cut a view of `layout` out of a base. Contiguous views (C, F) are followed by a guard
+    zone in the base; strided ones have gaps between their elements."""
     nd = len(shape)
+    if nd == 0:
+        return Recipe((), (), None, "C")
     if layout == "F":
-        return Recipe(tuple(reversed(shape)), (), tuple(reversed(range(nd))), "F")
+        rev = tuple(reversed(shape))
+        base = (rev[0] + _guard(rev[1:], itemsize),) + rev[1:]
+        return Recipe(base, (slice(0, rev[0]),), tuple(reversed(range(nd))), "F")
     if layout == "strided":      # every other element of the last axis (and of the first, for 2-D+)
         base = list(shape)
         base[-1] = 2 * shape[-1]
@@ -66,7 +79,8 @@ def recipe(shape: tuple[int, ...], layout: str) -> Recipe:
         index[0] = slice(None, None, -1)
         index[-1] = slice(None, None, -1)
         return Recipe(tuple(shape), tuple(index), None, "reversed")
-    return Recipe(tuple(shape), (), None, "C")
+    base = (shape[0] + _guard(shape[1:], itemsize),) + tuple(shape[1:])
+    return Recipe(base, (slice(0, shape[0]),), None, "C")
 
 
 def numpy_dtype(name: str) -> np.dtype:

@@ -15,7 +15,7 @@ import numpy as np
 from bridge.errors import LaunchContractError, NoDeviceError
 from bridge.testing import _compare
 from bridge.testing._generate import Arguments, Request, UnsatisfiableContractError, generate
-from bridge.testing._sides import (IncompatibleContractsError, Side, joint_layouts, make_side,
+from bridge.testing._sides import (IncompatibleContractsError, Side, joint_layouts, key, make_side,
                                    outputs_of, project, run, structural_differences)
 
 
@@ -70,8 +70,8 @@ def check_compatible(reference: Any, candidate: Any, *, dtypes: Any = None,
     if diffs:
         raise IncompatibleContractsError(
             f"{cand.label} and {ref.label} have incompatible contracts: " + "; ".join(diffs), diffs)
-    layouts = joint_layouts(ref.contract, cand.contract)
     for src, dst in ((ref, cand), (cand, ref)):
+        layouts = joint_layouts(ref.contract, cand.contract, src.contract)
         for edge in (None, "one", "empty"):
             try:
                 args = generate(src.contract, Request(size=size, seed=seed, edge=edge, layouts=layouts))
@@ -140,11 +140,13 @@ def _run_side(side: Side, gen: Arguments, on_device: bool, library: str, grid: A
         raise EquivalenceError(f"{side.label} failed with {type(e).__name__}: {e}\n  {trial}: seed={gen.seed}, "
                                f"sizes {gen.describe()}\n  replay: {gen.replay()}", seed=gen.seed,
                                sizes=gen.sizes, edge=gen.edge) from e
-    outs = outputs_of(side, live, result, written)
+    local = {name: ({key(n): n for n in live.names}[key(name)]) for name in written}
+    outs = outputs_of(side, live, result, tuple(local.values()))
+    outs = {name: outs[local[name]] for name in written}
     if side.contract is not None:
         for name in written:
-            rec = live.records[name]
-            changed = _compare.outside_writes(rec.base, _to_host_base(live.bases[name]), rec.mask())
+            rec = live.records[local[name]]
+            changed = _compare.outside_writes(rec.base, _to_host_base(live.bases[local[name]]), rec.mask())
             if changed is not None:
                 raise EquivalenceError(f"{side.label} wrote outside argument '{name}': element {changed} of its "
                                        f"base allocation (layout {rec.recipe.layout}) changed\n  {trial}: "
@@ -183,14 +185,17 @@ def assert_equivalent(reference: Any, candidate: Any, *, trials: int = 3, size: 
     if not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials: expected an int >= 1, got {trials!r}")
     ref, cand, driver = _sides(reference, candidate, dtypes, options)
+    for side in (ref, cand):
+        if side.home == "none":
+            raise TypeError(f"assert_equivalent: the {side.label} is a contract, not something that runs; "
+                            f"pass the kernel (check_compatible compares contracts alone)")
     if ref.contract is not None and cand.contract is not None:
         check_compatible(reference, candidate, dtypes=dtypes, options=options)
-        layout_spec: Any = joint_layouts(ref.contract, cand.contract) if layouts == "mixed" else layouts
+        layout_spec: Any = joint_layouts(ref.contract, cand.contract, driver.contract) \
+            if layouts == "mixed" else layouts
     else:
         layout_spec = layouts
     on_device = _where(ref, cand, device)
-    if on_device and library == "torch" and layout_spec == "mixed":
-        layout_spec = {}
     base_seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else int(seed)
     written = tuple(a["name"] for a in driver.contract.args if a["kind"] == "array" and a.get("access") != "read")
     report = EquivalenceReport(ref.label, cand.label, written)
@@ -199,7 +204,7 @@ def assert_equivalent(reference: Any, candidate: Any, *, trials: int = 3, size: 
         try:
             gen = generate(driver.contract, Request(size=sz, seed=s, edge=edge, layouts=layout_spec,
                                                     values=values, shapes=shapes, scalars=scalars,
-                                                    library="numpy"))
+                                                    library="numpy", view_library=library))
         except UnsatisfiableContractError as e:
             if edge is None:
                 raise

@@ -150,8 +150,10 @@ class Arguments(Sequence):
         r = self.request or Request(size=self.size, seed=self.seed, edge=self.edge)
         extra = "".join(f", {k}={v!r}" for k, v in (("edge", r.edge), ("shapes", r.shapes), ("scalars", r.scalars))
                         if v)
-        if r.layouts != "mixed":
+        if r.layouts not in ("mixed", {}):
             extra += f", layouts={dict(r.layouts) if not isinstance(r.layouts, str) else r.layouts!r}"
+        if r.view_library == "torch" and r.library == "numpy":
+            extra += ", library='torch'"
         if not r.readonly:
             extra += ", readonly=False"
         if r.values:
@@ -200,6 +202,7 @@ class Request:
     values: Mapping[str, Any] | None = None
     grid: Any = None
     block: Any = None
+    view_library: str | None = None      # layouts must be viewable there (default: library)
 
 
 def _check_request(contract: Any, r: Request) -> dict[str, int]:
@@ -271,7 +274,7 @@ def _launch_config(contract: Any, r: Request, shapes: list[tuple[int, ...]], arg
 
 def _layout_choice(contract: Any, r: Request, i: int, shape: tuple[int, ...], rng: np.random.Generator) -> str:
     spec = contract.args[i]
-    allowed = _arrays.layouts_for(spec, shape, r.library)
+    allowed = _arrays.layouts_for(spec, shape, r.view_library or r.library)
     if not isinstance(r.layouts, str):
         want = r.layouts.get(spec["name"])
         if want is not None:
@@ -303,8 +306,8 @@ def _build(contract: Any, r: Request, ndims: dict[int, int], sized: dict, rng: n
             continue
         shape = tuple(sized[("dim", i, k)] for k in range(ndims[i]))
         layout = "C" if i in force_contiguous else _layout_choice(contract, r, i, shape, rng)
-        rec_recipe = _arrays.recipe(shape, layout)
         dt = _arrays.numpy_dtype(a["dtype"])
+        rec_recipe = _arrays.recipe(shape, layout, dt.itemsize)
         base = _arrays.aligned_empty(rec_recipe.base_shape, dt)
         base[...] = _arrays.random_values(rng, a["dtype"], rec_recipe.base_shape)
         given = overrides.get(name)

@@ -7,15 +7,23 @@ relations from the arrays both share (`len(x) == n`); anything else is an incomp
 """
 from __future__ import annotations
 
+import keyword
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import numpy as np
 
+from bridge import _native
 from bridge.errors import LaunchContractError
 from bridge.testing import _arrays, _solve
 from bridge.testing._generate import (Arguments, _validate, contract_of, suggested_block,
                                       suggested_grid)
+
+
+def key(name: str) -> str:
+    """The name arguments are matched by: `in_` (a Python keyword with PEP 8's trailing underscore,
+    as a DSL port must spell C++'s `in`) matches `in`."""
+    return name[:-1] if name.endswith("_") and keyword.iskeyword(name[:-1]) else name
 
 
 class IncompatibleContractsError(ValueError):
@@ -48,7 +56,7 @@ class Side:
     obj: Any                        # the kernel, or a plain Python callable
     label: str
     contract: Any                   # _native.Contract, or None for a plain callable
-    home: str                       # "host", "device" or "either"
+    home: str                       # "host", "device", "either" or "none" (a contract alone)
     grid: Any = None
     block: Any = None
     binds: bool = False             # has contract_call: builds its own call arguments and grid
@@ -73,6 +81,9 @@ def make_side(obj: Any, role: str, dtypes: Any, options: Mapping[str, Any] | Non
         obj, home = obj.kernel, "host"
     if isinstance(obj, configured):
         obj, grid, block = obj.kernel, obj.grid, obj.block
+    if isinstance(obj, (_native.Contract, str, Mapping)) or (hasattr(obj, "to_json") and hasattr(obj, "native")):
+        contract = contract_of(obj)
+        return Side(role, None, f"{role} contract of {contract.kernel}", contract, "none")
     label = f"{role} {describe(obj)}"
     if hasattr(obj, "launcher") and hasattr(obj, "contract"):
         if home == "host":
@@ -96,8 +107,8 @@ def _written(a: dict) -> bool:
 
 def structural_differences(ref: Side, cand: Side) -> list[str]:
     """Differences visible in the argument lists alone (relations are checked by `project`)."""
-    a = {x["name"]: (i, x) for i, x in enumerate(ref.contract.args)}
-    b = {x["name"]: (i, x) for i, x in enumerate(cand.contract.args)}
+    a = {key(x["name"]): (i, x) for i, x in enumerate(ref.contract.args)}
+    b = {key(x["name"]): (i, x) for i, x in enumerate(cand.contract.args)}
     out: list[str] = []
     for name in list(a) + [n for n in b if n not in a]:
         if name in a and name in b:
@@ -126,21 +137,22 @@ def structural_differences(ref: Side, cand: Side) -> list[str]:
     return out
 
 
-def joint_layouts(ref: Any, cand: Any) -> dict[str, str]:
-    """Per shared array, the layout both contracts accept (C or F when either requires it; C when
-    either requires more alignment than the element size)."""
+def joint_layouts(ref: Any, cand: Any, spelled_as: Any) -> dict[str, str]:
+    """Per shared array (named as in `spelled_as`, one of the two), the layout both contracts accept:
+    C or F when either requires it; C when either requires more alignment than the element size."""
+    names = {key(a["name"]): a["name"] for a in spelled_as.args}
     out: dict[str, str] = {}
-    b = {x["name"]: x for x in cand.args}
+    b = {key(x["name"]): x for x in cand.args}
     for x in ref.args:
-        y = b.get(x["name"])
+        y = b.get(key(x["name"]))
         if x["kind"] != "array" or y is None:
             continue
         item = _arrays.numpy_dtype(x["dtype"]).itemsize if x["dtype"] != "any" else 1
         layouts = {x.get("layout", "any"), y.get("layout", "any")} - {"any"}
         if len(layouts) == 1:
-            out[x["name"]] = layouts.pop()
+            out[names[key(x["name"])]] = layouts.pop()
         elif max(x.get("align", 0), y.get("align", 0)) > item:
-            out[x["name"]] = "C"
+            out[names[key(x["name"])]] = "C"
     return out
 
 
@@ -148,13 +160,13 @@ def project(args: Arguments, target: Any, source_label: str, target_label: str) 
     """`args` (generated for one contract) as a launch of `target`: arrays and scalars by name, and
     the integer scalars only `target` has solved from its relations. IncompatibleContractsError when
     `target` refuses the launch or leaves a scalar undetermined."""
-    src = dict(zip(args.names, args.values))
+    src = {key(n): v for n, v in zip(args.names, args.values)}
     names = [a["name"] for a in target.args]
-    ndims = {i: len(np.shape(src[a["name"]])) if a["name"] in src else max(a["ndim"], 1)
+    ndims = {i: len(np.shape(src[key(a["name"])])) if key(a["name"]) in src else max(a["ndim"], 1)
              for i, a in enumerate(target.args) if a["kind"] == "array"}
     fixed: dict[tuple, int] = {}
     for i, a in enumerate(target.args):
-        v = src.get(a["name"])
+        v = src.get(key(a["name"]))
         if a["kind"] == "array" and v is not None:
             fixed.update({("dim", i, k): int(n) for k, n in enumerate(np.shape(v))})
         elif a["kind"] == "scalar" and v is not None and a["dtype"] in _solve._INT_RANGE:
@@ -175,8 +187,8 @@ def project(args: Arguments, target: Any, source_label: str, target_label: str) 
         raise IncompatibleContractsError(f"{where}: relation {bad[0]!r} does not hold", bad)
     values = []
     for i, a in enumerate(target.args):
-        if a["name"] in src:
-            v = src[a["name"]]
+        if key(a["name"]) in src:
+            v = src[key(a["name"])]
             values.append(_arrays.numpy_dtype(a["dtype"]).type(v) if a["kind"] == "scalar" else v)
         else:
             values.append(_arrays.numpy_dtype(a["dtype"]).type(sized[("scalar", i)]))
@@ -192,12 +204,13 @@ def project(args: Arguments, target: Any, source_label: str, target_label: str) 
     for i, (n, v, a) in enumerate(zip(names, values, target.args)):
         if a["kind"] == "array":
             sizes[n] = tuple(np.shape(v))
-        elif ("scalar", i) in sized and (n in args.sizes or n not in src):
+        elif ("scalar", i) in sized and (n in args.sizes or key(n) not in src):
             sizes[n] = int(v)
+    rename = {key(n): n for n in names}
     return replace(args, kernel=target.kernel, contract=target, names=tuple(names), values=tuple(values),
                    sizes=sizes, grid=grid, block=block or suggested_block(target),
-                   records={n: r for n, r in args.records.items() if n in names},
-                   bases={n: b for n, b in args.bases.items() if n in names})
+                   records={rename[key(n)]: r for n, r in args.records.items() if key(n) in rename},
+                   bases={rename[key(n)]: b for n, b in args.bases.items() if key(n) in rename})
 
 
 def launch_config(side: Side, live: Arguments, grid: Any, block: Any) -> tuple[Any, Any]:
