@@ -51,6 +51,9 @@ class EquivalenceReport:
 def _sides(reference: Any, candidate: Any, dtypes: Any, options: Any) -> tuple[Side, Side, Side]:
     ref = make_side(reference, "reference", dtypes, options)
     cand = make_side(candidate, "candidate", dtypes, options)
+    unused = set(options or {}) - set(ref.options) - set(cand.options)
+    if unused:
+        raise TypeError(f"options {sorted(unused)} are taken by neither the {ref.label} nor the {cand.label}")
     if ref.contract is None and cand.contract is None:
         raise TypeError("assert_equivalent: at least one side must be a kernel with a launch contract "
                         "(the arguments are generated from it); both are plain Python functions")

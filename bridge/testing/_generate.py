@@ -43,7 +43,7 @@ def contract_of(obj: Any, *, dtypes: Mapping[str, Any] | None = None,
         return _native.Contract(json.dumps(dict(obj)))
     hook = getattr(obj, "launch_contract", None)
     if callable(hook):
-        return contract_of(hook(dtypes=dtypes, **dict(options or {})))
+        return contract_of(hook(dtypes=dtypes, **hook_options(hook, options, strict=True)))
     if hasattr(obj, "launcher") and hasattr(obj, "contract"):   # bridge.Kernel
         if obj.contract is None:
             raise MissingContractError(f"{obj.name}: kernel has no launch contract, so no launch can be "
@@ -52,6 +52,19 @@ def contract_of(obj: Any, *, dtypes: Mapping[str, Any] | None = None,
         return contract_of(obj.contract)
     raise TypeError(f"expected a kernel with a launch contract (bridge.Kernel, @simt.kernel, @tile.kernel), "
                     f"a bridge.LaunchContract, a _native.Contract or contract JSON, got {type(obj).__name__}")
+
+
+def hook_options(hook: Any, options: Mapping[str, Any] | None, strict: bool) -> dict[str, Any]:
+    """The options a kernel hook takes (a differential check gives both sides the same options, and a
+    SIMT kernel takes no tile_shapes); strict: an option the hook does not take is a TypeError."""
+    import inspect
+    try:
+        params = inspect.signature(hook).parameters
+    except (TypeError, ValueError):
+        return dict(options or {})
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()) or strict:
+        return dict(options or {})
+    return {k: v for k, v in (options or {}).items() if k in params}
 
 
 def host_limits() -> tuple[Any, Any]:
@@ -258,8 +271,12 @@ def _descs(contract: Any, ndims: dict[int, int], values: dict, scalars: list) ->
 
 
 def _validate(contract: Any, args: Sequence[Any], grid: Any, block: Any) -> tuple:
+    """The real validator, host memory standing in for device memory (NumPy arrays go through a
+    bridge host view, which also carries bfloat16 / float8 that DLPack cannot)."""
+    from bridge.array import asarray
     limits, attrs = host_limits()
-    return _native.validate(contract, list(args), grid=grid, block=block, limits=limits, attrs=attrs)
+    views = [asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+    return _native.validate(contract, views, grid=grid, block=block, limits=limits, attrs=attrs)
 
 
 def _launch_config(contract: Any, r: Request, shapes: list[tuple[int, ...]], args_for_callable: Any) -> tuple:
@@ -367,6 +384,8 @@ def generate(contract: Any, r: Request) -> Arguments:
         if sized is None:
             continue
         bad = _solve.failing(p, sized)
+        if r.edge == "empty" and not any(sized[v] == 0 for v in sized if v[0] == "dim"):
+            bad = bad or ["some array must be empty (the relations keep every array non-empty)"]
         if bad:
             for b in bad:
                 reasons[b] = reasons.get(b, 0) + 1
@@ -388,8 +407,8 @@ def generate(contract: Any, r: Request) -> Arguments:
         if found is not None:
             return found
     why = "; ".join(f"'{t}' failed {n}x" for t, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:4])
-    what = {"empty": "an empty launch (some array of size 0)", "one": "a launch with every free size 1"}.get(
-        r.edge or "", "a launch")
+    what = {"empty": "empty launch (some array of size 0)", "one": "launch with every free size 1"}.get(
+        r.edge or "", "launch")
     raise UnsatisfiableContractError(
         f"{kernel}: found no {what} that satisfies the contract (relations {list(contract.requires)}); "
         f"{why or 'no candidate was rejected by a relation'}" + (f"; the validator said: {last}" if last else ""),

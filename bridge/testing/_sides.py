@@ -8,7 +8,7 @@ relations from the arrays both share (`len(x) == n`); anything else is an incomp
 from __future__ import annotations
 
 import keyword
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -16,8 +16,8 @@ import numpy as np
 from bridge import _native
 from bridge.errors import LaunchContractError
 from bridge.testing import _arrays, _solve
-from bridge.testing._generate import (Arguments, _validate, contract_of, suggested_block,
-                                      suggested_grid)
+from bridge.testing._generate import (Arguments, _validate, contract_of, hook_options,
+                                      suggested_block, suggested_grid)
 
 
 def key(name: str) -> str:
@@ -60,6 +60,7 @@ class Side:
     grid: Any = None
     block: Any = None
     binds: bool = False             # has contract_call: builds its own call arguments and grid
+    options: dict = field(default_factory=dict)   # the hook options this kernel takes
 
 
 def describe(obj: Any) -> str:
@@ -90,8 +91,9 @@ def make_side(obj: Any, role: str, dtypes: Any, options: Mapping[str, Any] | Non
             raise TypeError(f"{label}: simulated() takes a DSL kernel; a module kernel runs on the GPU only")
         return Side(role, obj, label, contract_of(obj), "device", grid, block)
     if callable(getattr(obj, "launch_contract", None)):
-        return Side(role, obj, label, contract_of(obj, dtypes=dtypes, options=options), home or "either",
-                    grid, block, binds=callable(getattr(obj, "contract_call", None)))
+        opts = hook_options(obj.launch_contract, options, strict=False)
+        return Side(role, obj, label, contract_of(obj, dtypes=dtypes, options=opts), home or "either",
+                    grid, block, binds=callable(getattr(obj, "contract_call", None)), options=opts)
     if callable(obj):
         if home == "host" or grid is not None or block is not None:
             raise TypeError(f"{label}: configured()/simulated() take kernels, not Python functions")
@@ -232,7 +234,7 @@ def run(side: Side, live: Arguments, grid: Any, block: Any, on_host: bool,
     if side.contract is None:
         return side.obj(*args)
     if side.binds:                       # tile kernels: partitions define the grid
-        call = side.obj.contract_call(args, **dict(options or {}))
+        call = side.obj.contract_call(args, **hook_options(side.obj.contract_call, side.options, strict=False))
         (side.obj.simulate if on_host else side.obj)(*call)
     else:
         g, b = launch_config(side, live, grid, block)
