@@ -165,11 +165,27 @@ def _render(node: dict, subst: dict[str, str]) -> str:
     return f"{wrap(kids[0], p)} {_SYMBOLS[op]} {wrap(kids[1], p + 1)}"
 
 
+def _items(node: dict, n: int) -> list[dict]:
+    if node["op"] == "tuple":
+        return node["operands"]
+    return [{"op": "shape_k", "arg": node["arg"], "axis": k} for k in range(n)]
+
+
 def _atoms(tree: dict) -> list[tuple[dict, str, dict]]:
+    """Binary comparisons (chains and `and` split; `x.shape == (n, m)` split per axis)."""
     if tree["op"] == "and":
         return [a for k in tree["operands"] for a in _atoms(k)]
     kids = tree["operands"]
-    return [(kids[k], op, kids[k + 1]) for k, op in enumerate(tree["ops"])]
+    out = []
+    for k, op in enumerate(tree["ops"]):
+        a, b = kids[k], kids[k + 1]
+        lits = [x for x in (a, b) if x["op"] == "tuple"]
+        if op == "==" and lits and {a["op"], b["op"]} <= {"tuple", "shape"}:
+            n = len(lits[0]["operands"])
+            out.extend((x, "==", y) for x, y in zip(_items(a, n), _items(b, n)))
+        else:
+            out.append((a, op, b))
+    return out
 
 
 def rewrite_relations(contract: Any) -> tuple[list[str], dict[str, str]]:
