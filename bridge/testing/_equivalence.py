@@ -12,7 +12,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from bridge.errors import LaunchContractError, NoDeviceError
+from bridge.errors import (BlockSizeError, GridSizeError, LaunchContractError, NoDeviceError,
+                           SharedMemoryError)
 from bridge.testing import _compare
 from bridge.testing._generate import Arguments, Request, UnsatisfiableContractError, generate
 from bridge.testing._sides import (IncompatibleContractsError, Side, joint_layouts, key, make_side,
@@ -136,6 +137,9 @@ def _run_side(side: Side, gen: Arguments, on_device: bool, library: str, grid: A
     written = gen.written
     try:
         result = run(side, live, grid, block, on_host, options)
+    except (BlockSizeError, GridSizeError, SharedMemoryError) as e:       # the launch configuration
+        raise type(e)(f"{side.label}: the launch configuration was refused ({trial}, seed={gen.seed}, sizes "
+                      f"{gen.describe()}): {e}", kernel=e.kernel, arg=e.arg, arg_name=e.arg_name) from e
     except LaunchContractError as e:
         raise IncompatibleContractsError(f"{side.label} refused a generated launch ({trial}, seed={gen.seed}, "
                                          f"sizes {gen.describe()}): {e}", [str(e)]) from e
