@@ -106,7 +106,9 @@ def _where(ref: Side, cand: Side, device: bool | None) -> bool:
 
 
 def _launches(trials: int, size: int | Sequence[int], seed: int, edges: bool) -> list[tuple[int, int, str | None]]:
-    sizes = [size] if isinstance(size, int) else list(size)
+    sizes = [int(size)] if isinstance(size, (int, np.integer)) else [int(x) for x in size]
+    if not sizes or min(sizes) < 0:
+        raise ValueError(f"size: expected a non-negative int or a non-empty sequence of them, got {size!r}")
     out = [(sizes[t % len(sizes)], seed + t, None) for t in range(trials)]
     if edges:
         out += [(sizes[0], seed + trials, "one"), (sizes[0], seed + trials + 1, "empty")]

@@ -19,6 +19,7 @@ from bridge.testing import _arrays, _solve
 
 EDGES = (None, "one", "empty")
 _ATTEMPTS = 64
+_MAX_BYTES = 1 << 33             # one generated array at most (8 GiB)
 
 
 class UnsatisfiableContractError(ContractDefinitionError):
@@ -246,6 +247,14 @@ def _fixed(contract: Any, r: Request, names: dict[str, int]) -> tuple[dict, dict
             shapes.setdefault(name, np.shape(v))
     for name, shape in shapes.items():
         i = names[name]
+        spec = contract.args[i]
+        shape = tuple(shape)
+        if spec["kind"] != "array":
+            raise ValueError(f"{contract.kernel}: shapes: '{name}' (#{i}) is a scalar; give it in scalars=")
+        if (spec["ndim"] >= 0 and len(shape) != spec["ndim"]) or \
+                not all(isinstance(n, (int, np.integer)) and n >= 0 for n in shape):
+            raise ValueError(f"{contract.kernel}: shapes: argument '{name}' (#{i}): expected "
+                             f"{spec['ndim'] if spec['ndim'] >= 0 else 'some'} non-negative extents, got {shape!r}")
         ndims[i] = len(shape)
         for k, n in enumerate(shape):
             fixed[("dim", i, k)] = int(n)
@@ -325,6 +334,10 @@ def _build(contract: Any, r: Request, ndims: dict[int, int], sized: dict, rng: n
         layout = "C" if i in force_contiguous else _layout_choice(contract, r, i, shape, rng)
         dt = _arrays.numpy_dtype(a["dtype"])
         rec_recipe = _arrays.recipe(shape, layout, dt.itemsize)
+        if math.prod(rec_recipe.base_shape) * dt.itemsize > _MAX_BYTES:
+            raise ValueError(f"{contract.kernel}: argument '{name}' (#{i}) would take "
+                             f"{math.prod(rec_recipe.base_shape) * dt.itemsize} bytes (shape {shape}); "
+                             f"ask for a smaller size")
         base = _arrays.aligned_empty(rec_recipe.base_shape, dt)
         base[...] = _arrays.random_values(rng, a["dtype"], rec_recipe.base_shape)
         given = overrides.get(name)

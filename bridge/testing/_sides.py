@@ -38,10 +38,12 @@ class IncompatibleContractsError(ValueError):
 @dataclass(frozen=True)
 class configured:  # noqa: N801 - reads like a function at the call site
     """A kernel with its own launch configuration for `assert_equivalent`: `grid`/`block` are tuples
-    or callables of the sizes dict (`args.sizes`), e.g. `configured(k, grid=lambda s: (s["rows"],))`."""
+    or callables of the sizes dict (`args.sizes`), e.g. `configured(k, grid=lambda s: (s["rows"],))`;
+    `shared_mem`: dynamic shared memory bytes (an int or a callable of the sizes)."""
     kernel: Any
     grid: Any = None
     block: Any = None
+    shared_mem: Any = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Side:
     block: Any = None
     binds: bool = False             # has contract_call: builds its own call arguments and grid
     options: dict = field(default_factory=dict)   # the hook options this kernel takes
+    shared_mem: Any = None
 
 
 def describe(obj: Any) -> str:
@@ -74,14 +77,14 @@ def describe(obj: Any) -> str:
 
 
 def make_side(obj: Any, role: str, dtypes: Any, options: Mapping[str, Any] | None) -> Side:
-    grid = block = None
+    grid = block = smem = None
     home = None
     if isinstance(obj, configured):
-        obj, grid, block = obj.kernel, obj.grid, obj.block
+        obj, grid, block, smem = obj.kernel, obj.grid, obj.block, obj.shared_mem
     if isinstance(obj, simulated):
         obj, home = obj.kernel, "host"
     if isinstance(obj, configured):
-        obj, grid, block = obj.kernel, obj.grid, obj.block
+        obj, grid, block, smem = obj.kernel, obj.grid, obj.block, obj.shared_mem
     if isinstance(obj, (_native.Contract, str, Mapping)) or (hasattr(obj, "to_json") and hasattr(obj, "native")):
         contract = contract_of(obj)
         return Side(role, None, f"{role} contract of {contract.kernel}", contract, "none")
@@ -89,13 +92,14 @@ def make_side(obj: Any, role: str, dtypes: Any, options: Mapping[str, Any] | Non
     if hasattr(obj, "launcher") and hasattr(obj, "contract"):
         if home == "host":
             raise TypeError(f"{label}: simulated() takes a DSL kernel; a module kernel runs on the GPU only")
-        return Side(role, obj, label, contract_of(obj), "device", grid, block)
+        return Side(role, obj, label, contract_of(obj), "device", grid, block, shared_mem=smem)
     if callable(getattr(obj, "launch_contract", None)):
         opts = hook_options(obj.launch_contract, options, strict=False)
         return Side(role, obj, label, contract_of(obj, dtypes=dtypes, options=opts), home or "either",
-                    grid, block, binds=callable(getattr(obj, "contract_call", None)), options=opts)
+                    grid, block, binds=callable(getattr(obj, "contract_call", None)), options=opts,
+                    shared_mem=smem)
     if callable(obj):
-        if home == "host" or grid is not None or block is not None:
+        if home == "host" or grid is not None or block is not None or smem is not None:
             raise TypeError(f"{label}: configured()/simulated() take kernels, not Python functions")
         return Side(role, obj, label, None, "host")
     raise TypeError(f"{role}: expected a kernel (bridge.Kernel, @simt.kernel, @tile.kernel) or a Python "
@@ -238,7 +242,10 @@ def run(side: Side, live: Arguments, grid: Any, block: Any, on_host: bool,
         (side.obj.simulate if on_host else side.obj)(*call)
     else:
         g, b = launch_config(side, live, grid, block)
-        (side.obj.simulate if on_host else side.obj)(*args, grid=g, block=b)
+        kw = {}
+        if side.shared_mem is not None:
+            kw["shared_mem"] = side.shared_mem(live.sizes) if callable(side.shared_mem) else side.shared_mem
+        (side.obj.simulate if on_host else side.obj)(*args, grid=g, block=b, **kw)
     if not on_host:
         import bridge
         bridge.synchronize()

@@ -200,9 +200,12 @@ def test_a_write_past_the_end_of_an_output_is_caught_in_the_guard_zone():
 
 def test_bad_calls_are_typed_errors():
     k = ZOO_BY_NAME["vecadd"].kernel
-    with pytest.raises(bridge.NoDeviceError if not bridge.gpu_available() else ValueError):
-        T.assert_equivalent(vecadd_ref, k, device=True, trials=1) if not bridge.gpu_available() else \
-            T.assert_equivalent(vecadd_ref, T.simulated(k), device=True, trials=1)
+    with pytest.raises(ValueError, match=r"device=True, but both sides run on the host"):
+        T.assert_equivalent(vecadd_ref, T.simulated(k), device=True, trials=1)
+    if not bridge.gpu_available():
+        with pytest.raises(bridge.NoDeviceError,
+                           match=r"assert_equivalent needs a GPU \(device=True was given\), but none is usable"):
+            T.assert_equivalent(vecadd_ref, k, device=True, trials=1)
     with pytest.raises(TypeError, match=r"at least one side must be a kernel with a launch contract"):
         T.assert_equivalent(vecadd_ref, vecadd_ref)
     with pytest.raises(TypeError, match=r"is a contract, not something that runs"):
@@ -231,3 +234,23 @@ def test_kernels_without_a_derivable_grid_take_the_given_or_suggested_grid():
     with pytest.raises(T.EquivalenceError, match=r"argument 'h'"):    # one block covers 128 of ~1000 items
         T.assert_equivalent(ref, T.configured(hist, grid=(1,)), trials=1, seed=4, values=bins,
                             shapes={"h": (37,)}, edges=False)
+
+
+@simt.kernel(block=(64, 1, 1), shared_mem=("max", 1024), requires=["len(x) == len(out)"])
+def via_dynamic_smem(x: simt.Array[f32], out: simt.DisjointSlice[f32]):
+    i = simt.thread.index_1d()
+    with simt.unsafe():
+        buf = simt.shared.dynamic(f32)
+        t = simt.threadIdx.x
+        if i < len(x):
+            buf[t] = x[i]
+        simt.sync_threads()
+        if i < len(out):
+            out[i] = buf[t]
+
+
+def test_configured_passes_dynamic_shared_memory():
+    copy = lambda x, out: x      # noqa: E731
+    T.assert_equivalent(copy, T.configured(via_dynamic_smem, shared_mem=256), trials=1, seed=6)
+    with pytest.raises(T.EquivalenceError, match=r"failed with KernelFault: via_dynamic_smem: index 0 out of bounds for array 'buf' with extent 0"):
+        T.assert_equivalent(copy, via_dynamic_smem, trials=1, seed=6, edges=False)   # 0 bytes: buf is empty

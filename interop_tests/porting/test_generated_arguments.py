@@ -241,3 +241,7 @@ def test_generic_and_tile_kernels_need_their_choice_and_bad_requests_are_typed_e
         T.arguments(object())
     with pytest.raises(ValueError, match=r"library: expected one of numpy, bridge, cupy, torch"):
         T.arguments(CONTRACTS["cpp:saxpy"], library="jax")
+    with pytest.raises(ValueError, match=r"k: shapes: argument 'a' \(#0\): expected 1 non-negative extents, got \(3, 4\)"):
+        T.arguments(_contract([]), shapes={"a": (3, 4)})
+    with pytest.raises(ValueError, match=r"would take \d+ bytes .* ask for a smaller size"):
+        T.arguments(CONTRACTS["cpp:saxpy"], scalars={"n": 2**31 - 1})
