@@ -191,8 +191,10 @@ def assert_equivalent(reference: Any, candidate: Any, *, trials: int = 3, size: 
     default a suggested grid covering every array. values: name -> array or fn(rng, shape, dtype);
     shapes / scalars: fixed sizes (as for `arguments`), e.g. when a tile kernel cannot state a relation.
     """
-    if not isinstance(trials, int) or trials < 1:
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
         raise ValueError(f"trials: expected an int >= 1, got {trials!r}")
+    if library not in ("bridge", "cupy", "torch"):
+        raise ValueError(f"library: expected bridge, cupy or torch (device arrays), got {library!r}")
     ref, cand, driver = _sides(reference, candidate, dtypes, options)
     for side in (ref, cand):
         if side.home == "none":

@@ -212,6 +212,8 @@ def test_bad_calls_are_typed_errors():
         T.assert_equivalent(cpp_contract("saxpy"), PORTS["saxpy"][0])
     with pytest.raises(ValueError, match=r"trials: expected an int >= 1, got 0"):
         T.assert_equivalent(vecadd_ref, k, trials=0)
+    with pytest.raises(ValueError, match=r"library: expected bridge, cupy or torch \(device arrays\), got 'numpy'"):
+        T.assert_equivalent(vecadd_ref, k, library="numpy")
     with pytest.raises(TypeError, match=r"candidate: expected a kernel .* got int"):
         T.assert_equivalent(vecadd_ref, 3)
 

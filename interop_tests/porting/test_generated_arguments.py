@@ -245,3 +245,19 @@ def test_generic_and_tile_kernels_need_their_choice_and_bad_requests_are_typed_e
         T.arguments(_contract([]), shapes={"a": (3, 4)})
     with pytest.raises(ValueError, match=r"would take \d+ bytes .* ask for a smaller size"):
         T.arguments(CONTRACTS["cpp:saxpy"], scalars={"n": 2**31 - 1})
+
+
+def test_native_contract_exposes_the_parsed_relation_trees():
+    c = _native.Contract(json.dumps({"version": 1, "kernel": "k", "args": [
+        {"name": "a", "kind": "array", "dtype": "f32", "ndim": 2}, {"name": "n", "kind": "scalar", "dtype": "i32"}],
+        "requires": ["0 < n <= a.size - -1", "(a.shape[0], 3) == a.shape and n % 4 == 0"]}))
+    chain, conj = c.relation_trees
+    assert chain["op"] == "cmp" and chain["ops"] == ["<", "<="] and chain["text"] == "0 < n <= a.size - -1"
+    lit, n, sub = chain["operands"]
+    assert lit == {"op": "lit", "text": "0", "value": 0} and n == {"op": "scalar", "text": "n", "arg": "n"}
+    assert sub["op"] == "sub" and sub["operands"][0] == {"op": "size", "text": "a.size", "arg": "a"}
+    assert sub["operands"][1] == {"op": "neg", "text": "-1", "operands": [{"op": "lit", "text": "1", "value": 1}]}
+    assert conj["op"] == "and" and [k["op"] for k in conj["operands"]] == ["cmp", "cmp"]
+    tup = conj["operands"][0]["operands"][0]
+    assert tup["op"] == "tuple" and tup["operands"][0] == {"op": "shape_k", "text": "a.shape[0]", "arg": "a", "axis": 0}
+    assert c.requires == ["0 < n <= a.size - -1", "(a.shape[0], 3) == a.shape and n % 4 == 0"]
