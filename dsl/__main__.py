@@ -1,5 +1,8 @@
 """`python -m dsl compile path.py::kernel --arch sm_90 [--sig "f32[:],f32[:],f32[::1]"] [-o out.ptx]`
 
+Tool commands (dsl/cli.py, also the `kernelbridge` console script): `python -m dsl demo`,
+`python -m dsl doctor [--json]`, `python -m dsl cache info|list|clear|prune`.
+
 Compiles one @simt.kernel offline (no GPU needed) and prints the PTX (or writes it to -o) followed by
 the resource usage ptxas reports (registers, spills, shared memory) on stderr.
 
@@ -125,7 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--dump", help="comma-separated stages to dump to stderr (frontend, ir, llvm_ir, "
                                   "optimize, ptx, all)")
     c.add_argument("--no-cache", action="store_true", help="bypass the disk cache")
+    # --- tool commands: demo, doctor, cache (dsl/cli.py) ---
+    from dsl import cli
+    cli.add_commands(sub)
     args = ap.parse_args(argv)
+    if args.command in cli.TOOL_COMMANDS:
+        return cli.run_command(args)
+    # --- end of tool commands ---
     from dsl.backend.target import TargetError
     from dsl.errors import DslCompileError
     try:
