@@ -301,8 +301,10 @@ def cuda_version_of(version_text: str) -> tuple[int, int] | None:
 
 # ------------------------------------------------------------------ CMake entry (script mode)
 def _cmake_quote(text: str) -> str:
+    """A CMake quoted argument holding `text` literally (a ';' stays a list separator, as in any CMake
+    path variable)."""
     return '"' + text.replace("\\", "/" if os.name == "nt" else "\\\\").replace('"', '\\"').replace(
-        "$", "\\$").replace(";", "\\;") + '"'
+        "$", "\\$") + '"'
 
 
 def _cmake_main(argv: list[str]) -> int:
