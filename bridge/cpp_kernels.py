@@ -89,8 +89,7 @@ def status() -> str:
 def path(name: str) -> Path:
     """Installed fatbin of kernel module `name`; CppKernelsMissing says where it looked and why."""
     if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
-        raise ValueError(f"bridge.cpp_kernels.path: argument 'name' (#0): expected a kernel module name "
-                         f"such as {KERNELS[0]!r}, got {name!r}")
+        raise ValueError(f"name: expected a kernel module name such as {KERNELS[0]!r}, got {name!r}")
     searched = kernels_dirs()
     for d in searched:
         candidate = d / f"{name}.fatbin"
