@@ -1,6 +1,9 @@
 """`python -m dsl compile path.py::kernel --arch sm_90 [--sig "f32[:],f32[:],f32[::1]"] [-o out.ptx]`,
 `python -m dsl port kernels.cu --kernel saxpy` (dsl/port.py) and `python -m dsl new NAME` (dsl/scaffold.py).
 
+Tool commands (dsl/cli.py, also the `kernelbridge` console script): `python -m dsl demo`,
+`python -m dsl doctor [--json]`, `python -m dsl cache info|list|clear|prune`.
+
 Compiles one @simt.kernel offline (no GPU needed) and prints the PTX (or writes it to -o) followed by
 the resource usage ptxas reports (registers, spills, shared memory) on stderr.
 
@@ -139,7 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     nw.add_argument("--dir", default=".", help="where to create it (default .)")
     nw.add_argument("--arrays", choices=("cupy", "torch"), default="cupy", help="array library of the pipeline")
     nw.add_argument("--model", choices=("simt", "tile"), default="simt", help="DSL programming model")
+    # --- tool commands: demo, doctor, cache (dsl/cli.py) ---
+    from dsl import cli
+    cli.add_commands(sub)
     args = ap.parse_args(argv)
+    if args.command in cli.TOOL_COMMANDS:
+        return cli.run_command(args)
+    # --- end of tool commands ---
     from dsl.backend.target import TargetError
     from dsl.errors import DslCompileError
     from dsl.port import PortError
