@@ -6,16 +6,22 @@ embedded (see docs/cpp.md), so `load(name)` gives a module whose kernels launch 
     mod = bridge.cpp_kernels.load("saxpy")
     mod.saxpy(2.0, x, y, len(y))
 
+Without nvcc at install time the kernels are not built; `build_info()` / `status()` say so (pip hides
+the CMake warning) and `path()` / `load()` raise `CppKernelsMissing` naming what is missing and how to
+get it.
+
 `cmake_dir()` is where `kernelbridge.cmake` / `kernelbridgeConfig.cmake` live, for a user's own CMake
 project (`-Dkernelbridge_DIR=$(python -c "import bridge; print(bridge.cmake_dir())")`).
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KERNELS", "path", "load", "available", "kernels_dirs", "cmake_dir", "include_dir"]
+__all__ = ["KERNELS", "CppKernelsMissing", "path", "load", "available", "kernels_dirs", "build_info",
+           "status", "cmake_dir", "include_dir"]
 
 # The modules cpp/kernels/ provides; each holds one kernel of the same name.
 KERNELS: tuple[str, ...] = ("saxpy", "transpose", "block_reduce_sum", "legacy_softmax")
@@ -41,8 +47,47 @@ def available() -> list[str]:
     return sorted(found)
 
 
+class CppKernelsMissing(FileNotFoundError):
+    """A C++ kernel module is not installed; the message says why (e.g. no nvcc at build time) and how
+    to get it."""
+
+
+def build_info() -> dict | None:
+    """What the package build found and built (`bridge/_build_info.json`, written by CMake), or None
+    for a checkout that was never built or an unreadable record."""
+    for d in _package_dirs():
+        candidate = d / "_build_info.json"
+        if candidate.is_file():
+            try:
+                info = json.loads(candidate.read_text())
+            except (OSError, ValueError, UnicodeDecodeError):
+                return None
+            return info if isinstance(info, dict) else None
+    return None
+
+
+def status() -> str:
+    """One plain sentence: which C++ kernel modules are installed, or why none are and how to get them."""
+    have = available()
+    info = build_info() or {}
+    kernels = info.get("cpp_kernels") if isinstance(info.get("cpp_kernels"), dict) else {}
+    nvcc = info.get("nvcc") if isinstance(info.get("nvcc"), dict) else {}
+    if have:
+        built_with = (f" (built with nvcc {nvcc.get('version') or '?'} found by {nvcc.get('found_by')}, "
+                      f"sm {'/'.join(map(str, kernels.get('archs') or []))})" if nvcc.get("path") else "")
+        return f"C++ kernels installed: {', '.join(have)}{built_with}"
+    if kernels and not kernels.get("built", True):
+        return (f"C++ kernels NOT built: {kernels.get('reason') or 'nvcc was missing at build time'}. "
+                f"To get them: {kernels.get('hint') or 'install the CUDA toolkit'}, then reinstall "
+                "kernelbridge (pip install .)")
+    if not info:
+        return ("C++ kernels NOT installed: no build record (bridge/_build_info.json); install kernelbridge "
+                "with pip (pip install .) to build them")
+    return "C++ kernels NOT installed although the build recorded them: reinstall kernelbridge"
+
+
 def path(name: str) -> Path:
-    """Installed fatbin of kernel module `name`; FileNotFoundError says where it looked and why."""
+    """Installed fatbin of kernel module `name`; CppKernelsMissing says where it looked and why."""
     if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
         raise ValueError(f"name: expected a kernel module name such as {KERNELS[0]!r}, got {name!r}")
     searched = kernels_dirs()
@@ -51,10 +96,10 @@ def path(name: str) -> Path:
         if candidate.is_file():
             return candidate
     have = available()
-    hint = (f"installed modules: {', '.join(have)}" if have else
-            "no C++ kernel module is installed: the package was built without nvcc (reinstall with the "
-            "CUDA toolkit's bin/ on PATH; the build prints a 'nvcc NOT FOUND' warning)")
-    raise FileNotFoundError(f"name: no C++ kernel module {name!r} in {', '.join(map(str, searched))}; {hint}")
+    if have:
+        raise CppKernelsMissing(f"no C++ kernel module {name!r} in {', '.join(map(str, searched))}; "
+                                f"installed modules: {', '.join(have)}")
+    raise CppKernelsMissing(f"C++ kernel module {name!r} is not available: {status()}")
 
 
 def load(name: str, **kwargs: Any) -> Any:

@@ -1,4 +1,8 @@
-"""`python -m dsl compile path.py::kernel --arch sm_90 [--sig "f32[:],f32[:],f32[::1]"] [-o out.ptx]`
+"""`python -m dsl compile path.py::kernel --arch sm_90 [--sig "f32[:],f32[:],f32[::1]"] [-o out.ptx]`,
+`python -m dsl port kernels.cu --kernel saxpy` (dsl/port.py) and `python -m dsl new NAME` (dsl/scaffold.py).
+
+Tool commands (dsl/cli.py, also the `kernelbridge` console script): `python -m dsl demo`,
+`python -m dsl doctor [--json]`, `python -m dsl cache info|list|clear|prune`.
 
 Compiles one @simt.kernel offline (no GPU needed) and prints the PTX (or writes it to -o) followed by
 the resource usage ptxas reports (registers, spills, shared memory) on stderr.
@@ -125,12 +129,38 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--dump", help="comma-separated stages to dump to stderr (frontend, ir, llvm_ir, "
                                   "optimize, ptx, all)")
     c.add_argument("--no-cache", action="store_true", help="bypass the disk cache")
+    pt = sub.add_parser("port", help="write a DSL kernel with a C++ kernel's signature, and a test comparing them")
+    pt.add_argument("source", help="the .cu file holding the kernel (or a built .fatbin/.cubin/.ptx)")
+    pt.add_argument("--kernel", help="name of the extern \"C\" kernel with a KB_CONTRACT")
+    pt.add_argument("--module", help="read the contract from this built module instead of compiling the source")
+    pt.add_argument("-o", "--output", default=".", help="directory for <kernel>_port.py and its test (default .)")
+    pt.add_argument("--arch", default="sm_90", help="arch nvcc compiles the source for to read the contract")
+    pt.add_argument("-I", "--include", action="append", help="extra include directory for nvcc (repeatable)")
+    pt.add_argument("--force", action="store_true", help="overwrite existing port files")
+    nw = sub.add_parser("new", help="create a small mixed CUDA C++ + DSL project that builds and passes its tests")
+    nw.add_argument("name", help="project name (a Python identifier); the directory created")
+    nw.add_argument("--dir", default=".", help="where to create it (default .)")
+    nw.add_argument("--arrays", choices=("cupy", "torch"), default="cupy", help="array library of the pipeline")
+    nw.add_argument("--model", choices=("simt", "tile"), default="simt", help="DSL programming model")
+    # --- tool commands: demo, doctor, cache (dsl/cli.py) ---
+    from dsl import cli
+    cli.add_commands(sub)
     args = ap.parse_args(argv)
+    if args.command in cli.TOOL_COMMANDS:
+        return cli.run_command(args)
+    # --- end of tool commands ---
     from dsl.backend.target import TargetError
     from dsl.errors import DslCompileError
+    from dsl.port import PortError
     try:
+        if args.command == "port":
+            from dsl.port import cmd_port
+            return cmd_port(args)
+        if args.command == "new":
+            from dsl.scaffold import cmd_new
+            return cmd_new(args)
         return cmd_compile(args)
-    except (CliError, TargetError, ValueError) as e:
+    except (CliError, TargetError, ValueError, PortError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except DslCompileError as e:

@@ -225,6 +225,47 @@ class DiskCache:
                 pass
         return n
 
+    # -- inspection and pruning (`python -m dsl cache list|prune`) -------------------------------
+    def entries(self) -> list[dict]:
+        """Every entry on disk, newest first: key, kernel name, arch, bytes, mtime (seconds).
+        An entry whose JSON is missing or unreadable is listed with name None."""
+        by_key: dict[str, list[Path]] = {}
+        for p in list(self.dir.glob("*.ptx")) + list(self.dir.glob("*.json")):
+            by_key.setdefault(p.stem, []).append(p)
+        out = []
+        for key, files in by_key.items():
+            try:
+                stats = [f.stat() for f in files]
+                meta = json.loads((self.dir / f"{key}.json").read_text())
+            except (OSError, ValueError, UnicodeDecodeError):
+                meta = {}
+            if not stats:
+                continue
+            md = meta.get("metadata") if isinstance(meta, dict) else None
+            out.append({"key": key, "name": meta.get("name") if isinstance(meta, dict) else None,
+                        "arch": md.get("arch") if isinstance(md, dict) else None,
+                        "bytes": sum(st.st_size for st in stats), "mtime": max(st.st_mtime for st in stats)})
+        return sorted(out, key=lambda e: -e["mtime"])
+
+    def prune(self, max_bytes: int | None = None, max_age_s: float | None = None) -> int:
+        """Remove entries older than `max_age_s`, then the oldest until the rest fit in `max_bytes`.
+        Returns the number of entries removed."""
+        import time
+        now, kept, removed = time.time(), 0, 0
+        for e in self.entries():                      # newest first
+            old = max_age_s is not None and now - e["mtime"] > max_age_s
+            big = max_bytes is not None and kept + e["bytes"] > max_bytes
+            if not (old or big):
+                kept += e["bytes"]
+                continue
+            for suffix in (".json", ".ptx"):          # JSON first: a reader then sees a miss, not half
+                try:
+                    (self.dir / f"{e['key']}{suffix}").unlink()
+                except OSError:
+                    pass
+            removed += 1
+        return removed
+
 
 _ENTRY_HEAD, _ENTRY_MID, _ENTRY_TAIL = b'{"entry_sha256": "', b'", "entry": ', b"}"
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from dsl.backend.toolkit import find_tool
+from dsl.backend.toolkit import locate
 
 __all__ = ["LinkError", "LinkInput", "LinkedKernel", "available", "find_nvcc", "compile_cu", "link",
            "link_kernel", "load_linked", "export_device", "main"]
@@ -82,8 +82,9 @@ def _arch_number(arch: str | int) -> str:
 
 
 def find_nvcc() -> str | None:
-    """nvcc from $KB_NVCC, $CUDA_HOME/bin, $CUDA_PATH/bin, PATH or /usr/local/cuda/bin."""
-    return find_tool("nvcc")
+    """nvcc as the one toolkit locator finds it (bridge.toolkit: KB_NVCC, KB_CUDA_HOME, CUDA_HOME,
+    CUDA_PATH, PATH, NVIDIA wheels, /usr/local/cuda), or None."""
+    return locate("nvcc").path
 
 
 def _include_dir() -> str:
@@ -93,10 +94,10 @@ def _include_dir() -> str:
 def compile_cu(path: str | os.PathLike, arch: str | int, *, lto: bool = False,
                include_dirs: Sequence[str] = (), options: Sequence[str] = ()) -> LinkInput:
     """Compile one `.cu` file for `arch` as relocatable device code: LTO-IR (`lto`) or PTX."""
-    nvcc = find_nvcc()
+    found = locate("nvcc")
+    nvcc = found.path
     if nvcc is None:
-        raise LinkError(f"compiling {os.fspath(path)!r} needs nvcc: put the CUDA toolkit's bin directory "
-                        "on PATH or set KB_NVCC")
+        raise LinkError(f"compiling {os.fspath(path)!r} needs nvcc, which is {found.describe()}")
     num = _arch_number(arch)
     src = os.path.abspath(os.fspath(path))
     if not os.path.exists(src):

@@ -2,15 +2,49 @@
 
 On the GPU machine, set KB_REQUIRE_GPU=1 (the GPU check does): then a GPU test that would be skipped
 fails instead, so a skipped GPU test can never pass for a run.
+
+The DSL disk cache of a test run is a fresh temporary directory (KB_CACHE_DIR), never the user's: it is
+set in `pytest_configure`, before any test module compiles a kernel at import, and removed at the end.
 """
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import bridge
+
+
+_TEST_CACHE: dict[str, str] = {}   # this process's temporary cache dir (set once, in pytest_configure)
+
+
+def pytest_configure(config):
+    _TEST_CACHE["dir"] = tempfile.mkdtemp(prefix="kb_test_cache_")
+    _TEST_CACHE["previous"] = os.environ.get("KB_CACHE_DIR", "")
+    os.environ["KB_CACHE_DIR"] = _TEST_CACHE["dir"]
+
+
+def pytest_unconfigure(config):
+    if "dir" not in _TEST_CACHE:
+        return
+    shutil.rmtree(_TEST_CACHE.pop("dir"), ignore_errors=True)
+    previous = _TEST_CACHE.pop("previous", "")
+    if previous:
+        os.environ["KB_CACHE_DIR"] = previous
+    else:
+        os.environ.pop("KB_CACHE_DIR", None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kb_test_cache_dir() -> Path:
+    """The run's temporary DSL cache directory; subprocesses inherit it through KB_CACHE_DIR."""
+    path = Path(_TEST_CACHE["dir"])
+    assert os.environ.get("KB_CACHE_DIR") == str(path), "a test changed KB_CACHE_DIR for the session"
+    return path
 
 
 def pytest_collection_modifyitems(config, items):

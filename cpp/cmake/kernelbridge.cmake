@@ -19,8 +19,12 @@
 # COMPRESS_MODE defaults to none so that bridge.fatbin can read every entry without a zstd module
 # (only passed to nvcc >= 12.8, which knows the option).
 #
-# nvcc is found as: -DKERNELBRIDGE_NVCC=<path>, else CMAKE_CUDA_COMPILER, else `nvcc` on PATH,
-# $CUDA_HOME/bin, $CUDA_PATH/bin or /usr/local/cuda/bin.
+# nvcc is found by kernelbridge's one toolkit locator (bridge/toolkit.py, run with Python), the same one
+# the DSL and `python -m dsl doctor` use: -DKB_NVCC=<path> (or $KB_NVCC), else CMAKE_CUDA_COMPILER, else
+# KB_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, PATH, NVIDIA's wheels, /usr/local/cuda. Every KB_* override
+# (KB_CUDA_HOME, KB_NVCC, KB_CUDA_INCLUDE, ...) is read from the environment and from -D cache variables
+# alike. The old spelling -DKERNELBRIDGE_NVCC still works, with a deprecation warning.
+# kernelbridge_locate(<item> <var>) gives any item of the locator (nvcc, ptxas, cuda-include, ...).
 include_guard(GLOBAL)
 
 if(CMAKE_VERSION VERSION_LESS 3.20)
@@ -30,21 +34,102 @@ endif()
 get_filename_component(KERNELBRIDGE_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../include" ABSOLUTE)
 set(KERNELBRIDGE_DEFAULT_ARCHS 80 90)
 
-# kernelbridge_find_nvcc(<out-var>): path of nvcc, or <out-var>-NOTFOUND.
-function(kernelbridge_find_nvcc out_var)
-  if(KERNELBRIDGE_NVCC)
-    set(nvcc "${KERNELBRIDGE_NVCC}")
-  elseif(CMAKE_CUDA_COMPILER)
-    set(nvcc "${CMAKE_CUDA_COMPILER}")
-  else()
-    find_program(KERNELBRIDGE_NVCC_PROGRAM nvcc
-                 HINTS ENV CUDA_HOME ENV CUDA_PATH PATH_SUFFIXES bin
-                 PATHS /usr/local/cuda/bin)
-    set(nvcc "${KERNELBRIDGE_NVCC_PROGRAM}")
+# The locator script: bridge/cmake/../toolkit.py when installed, cpp/cmake/../../bridge/toolkit.py in a
+# source checkout.
+set(KERNELBRIDGE_TOOLKIT_PY "")
+foreach(_kb_candidate "${CMAKE_CURRENT_LIST_DIR}/../toolkit.py" "${CMAKE_CURRENT_LIST_DIR}/../../bridge/toolkit.py")
+  if(EXISTS "${_kb_candidate}")
+    get_filename_component(KERNELBRIDGE_TOOLKIT_PY "${_kb_candidate}" ABSOLUTE)
+    break()
   endif()
-  if(nvcc AND EXISTS "${nvcc}")
-    set(${out_var} "${nvcc}" PARENT_SCOPE)
+endforeach()
+set(KERNELBRIDGE_OVERRIDE_VARS KB_CUDA_HOME KB_NVCC KB_PTXAS KB_CUOBJDUMP KB_NVDISASM KB_COMPUTE_SANITIZER
+    KB_LIBDEVICE KB_CUDA_INCLUDE)
+
+# The Python that runs the locator: Python_EXECUTABLE / Python3_EXECUTABLE when the project has one.
+function(_kernelbridge_python out_var)
+  foreach(var Python_EXECUTABLE Python3_EXECUTABLE)
+    if(${var})
+      set(${out_var} "${${var}}" PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  set(${out_var} "${Python3_EXECUTABLE}" PARENT_SCOPE)
+endfunction()
+
+# kernelbridge_locate(<item> <var>): <var> = path of locator item <item> (nvcc, ptxas, cuobjdump,
+# nvdisasm, compute-sanitizer, libdevice, cuda-include) or <var>-NOTFOUND; <var>_BY = how it was found;
+# <var>_PROBLEM / <var>_HINT = what went wrong and how to get it. Remembered per configure run.
+function(kernelbridge_locate item var)
+  set(env "")
+  if(DEFINED KERNELBRIDGE_NVCC AND NOT DEFINED KB_NVCC)
+    get_property(warned GLOBAL PROPERTY _KERNELBRIDGE_NVCC_DEPRECATION)
+    if(NOT warned)
+      message(DEPRECATION "kernelbridge: KERNELBRIDGE_NVCC is deprecated, use KB_NVCC (the one spelling "
+                          "the DSL and CMake share)")
+      set_property(GLOBAL PROPERTY _KERNELBRIDGE_NVCC_DEPRECATION TRUE)
+    endif()
+    set(KB_NVCC "${KERNELBRIDGE_NVCC}")
+  endif()
+  foreach(name IN LISTS KERNELBRIDGE_OVERRIDE_VARS)
+    if(DEFINED ${name})
+      list(APPEND env "${name}=${${name}}")
+    endif()
+  endforeach()
+  string(MD5 key "${item};${env};$ENV{PATH};$ENV{CUDA_HOME};$ENV{CUDA_PATH}")
+  get_property(memo GLOBAL PROPERTY "_KERNELBRIDGE_LOCATED_${key}")
+  if(NOT memo)
+    _kernelbridge_python(python)
+    set(out "${CMAKE_BINARY_DIR}/CMakeFiles/kernelbridge_locate_${key}.cmake")
+    if(NOT python OR NOT KERNELBRIDGE_TOOLKIT_PY)
+      set(memo "" "not found" "no Python interpreter (or no bridge/toolkit.py) to run the toolkit locator"
+               "pass -DPython_EXECUTABLE=<python> or -DKB_NVCC=<path>")
+    else()
+      execute_process(
+        COMMAND "${CMAKE_COMMAND}" -E env ${env} "${python}" -c
+                "import importlib.util as u, sys; s = u.spec_from_file_location('kb_toolkit', sys.argv[1]); m = u.module_from_spec(s); sys.modules['kb_toolkit'] = m; s.loader.exec_module(m); sys.exit(m._cmake_main(sys.argv[2:]))"
+                "${KERNELBRIDGE_TOOLKIT_PY}" --cmake "${out}" "${item}"
+        WORKING_DIRECTORY "${CMAKE_BINARY_DIR}" RESULT_VARIABLE rc ERROR_VARIABLE err)
+      if(NOT rc EQUAL 0)
+        message(FATAL_ERROR "kernelbridge: the toolkit locator failed (${python} ${KERNELBRIDGE_TOOLKIT_PY}):\n${err}")
+      endif()
+      string(MAKE_C_IDENTIFIER "${item}" id)
+      string(TOUPPER "${id}" id)
+      include("${out}")
+      set(memo "${KB_LOCATED_${id}}" "${KB_LOCATED_${id}_BY}" "${KB_LOCATED_${id}_PROBLEM}"
+               "${KB_LOCATED_${id}_HINT}")
+    endif()
+    set_property(GLOBAL PROPERTY "_KERNELBRIDGE_LOCATED_${key}" "${memo}")
+  endif()
+  list(GET memo 0 path)
+  list(GET memo 1 by)
+  list(GET memo 2 problem)
+  list(GET memo 3 hint)
+  if(path)
+    set(${var} "${path}" PARENT_SCOPE)
   else()
+    set(${var} "${var}-NOTFOUND" PARENT_SCOPE)
+  endif()
+  set(${var}_BY "${by}" PARENT_SCOPE)
+  set(${var}_PROBLEM "${problem}" PARENT_SCOPE)
+  set(${var}_HINT "${hint}" PARENT_SCOPE)
+endfunction()
+
+# kernelbridge_find_nvcc(<out-var>): path of nvcc, or <out-var>-NOTFOUND (+ <out-var>_BY/_PROBLEM/_HINT).
+function(kernelbridge_find_nvcc out_var)
+  if(CMAKE_CUDA_COMPILER AND NOT DEFINED KB_NVCC AND NOT DEFINED KERNELBRIDGE_NVCC)
+    set(${out_var} "${CMAKE_CUDA_COMPILER}" PARENT_SCOPE)
+    set(${out_var}_BY "CMAKE_CUDA_COMPILER" PARENT_SCOPE)
+    set(${out_var}_PROBLEM "" PARENT_SCOPE)
+    set(${out_var}_HINT "" PARENT_SCOPE)
+    return()
+  endif()
+  kernelbridge_locate(nvcc found)
+  foreach(suffix "" _BY _PROBLEM _HINT)
+    set(${out_var}${suffix} "${found${suffix}}" PARENT_SCOPE)
+  endforeach()
+  if(NOT found)
     set(${out_var} "${out_var}-NOTFOUND" PARENT_SCOPE)
   endif()
 endfunction()
@@ -87,8 +172,8 @@ function(kernelbridge_add_cuda_module name)
 
   kernelbridge_find_nvcc(nvcc)
   if(NOT nvcc)
-    message(FATAL_ERROR "kernelbridge_add_cuda_module(${name}): nvcc not found; set -DKERNELBRIDGE_NVCC=<path> "
-                        "or put the CUDA toolkit's bin directory on PATH")
+    message(FATAL_ERROR "kernelbridge_add_cuda_module(${name}): nvcc not found (${nvcc_PROBLEM}); "
+                        "to get it: ${nvcc_HINT}")
   endif()
 
   # -gencode per arch (SASS), plus PTX for the numerically highest arch (forward compatibility).

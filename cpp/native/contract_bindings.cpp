@@ -294,6 +294,33 @@ void register_array_desc(py::module_& m) {
       });
 }
 
+// One parsed `requires` node as a nested dict (the ONE relation parser's tree, for tools such as
+// bridge.testing that solve relations for sizes): {"op", "text", ...operands}. Terms name their
+// argument; "cmp" lists its operands and the operators between them.
+py::dict relation_node(const kb::LaunchContract& c, const kb::Relation& r, int i) {
+  using Op = kb::RelNode::Op;
+  static const char* names[] = {"lit", "len", "shape_k", "shape", "size", "ndim", "scalar", "tuple",
+                                "neg", "add", "sub", "mul", "floordiv", "mod", "cmp", "and"};
+  const kb::RelNode& n = r.nodes[i];
+  py::dict d;
+  d["op"] = names[static_cast<int>(n.op)];
+  d["text"] = kb::detail::node_text(r, i);
+  if (n.op == Op::lit) d["value"] = n.k;
+  if (n.is_term()) d["arg"] = c.args[n.arg].name;
+  if (n.op == Op::shape_k) d["axis"] = n.k;
+  if (!n.kids.empty()) {
+    py::list kids;
+    for (int k : n.kids) kids.append(relation_node(c, r, k));
+    d["operands"] = kids;
+  }
+  if (n.op == Op::cmp) {
+    py::list ops;
+    for (uint8_t o : n.cmp_ops) ops.append(kb::detail::cmp_text(o));
+    d["ops"] = ops;
+  }
+  return d;
+}
+
 void register_contract_class(py::module_& m) {
   using C = kb::LaunchContract;
   py::class_<C, std::shared_ptr<C>>(m, "Contract", "A parsed launch contract (schema v1, docs/architecture.md).")
@@ -315,6 +342,11 @@ void register_contract_class(py::module_& m) {
         return l;
       })
       .def_property_readonly("requires", [](const C& c) { return c.requires_text; })
+      .def_property_readonly("relation_trees", [](const C& c) {
+        py::list l;
+        for (const auto& r : c.relations) l.append(relation_node(c, *r, r->root));
+        return l;
+      }, "The parsed `requires` relations, one nested dict per relation (same order as `requires`).")
       .def_property_readonly("inplace", [](const C& c) {
         py::list l;
         for (const auto& p : c.inplace) l.append(py::make_tuple(c.args[p.first].name, c.args[p.second].name));

@@ -7,10 +7,9 @@ that is neither a kernel nor exported is made internal, so -O3 inlines the used 
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
-from dsl.backend.toolkit import toolkit_roots
+from dsl.backend.toolkit import locate
 
 REL = Path("nvvm") / "libdevice" / "libdevice.10.bc"
 
@@ -19,26 +18,14 @@ class LibdeviceNotFound(FileNotFoundError):
     """No libdevice.10.bc was found; the message lists where we looked and how to point at one."""
 
 
-def _candidates() -> list[Path]:
-    if os.environ.get("KB_LIBDEVICE"):
-        return [Path(os.environ["KB_LIBDEVICE"])]
-    roots = toolkit_roots()
-    try:   # the pip wheel nvidia-cuda-nvcc ships nvvm/libdevice too
-        import nvidia.cuda_nvcc as pkg  # type: ignore[import-not-found]
-        roots.extend(Path(p) for p in pkg.__path__)
-    except ImportError:
-        pass
-    return [r / REL for r in roots]
-
-
 @functools.lru_cache(maxsize=1)      # explicit cache: the location does not change within a process
 def find_libdevice() -> Path:
-    tried = _candidates()
-    for path in tried:
-        if path.is_file():
-            return path
-    raise LibdeviceNotFound("libdevice.10.bc not found; looked at " + ", ".join(map(str, tried)) +
-                            ". Set KB_LIBDEVICE or CUDA_HOME to your CUDA toolkit.")
+    """libdevice.10.bc as the one toolkit locator finds it (bridge.toolkit: KB_LIBDEVICE, toolkit
+    roots, NVIDIA wheels)."""
+    found = locate("libdevice")
+    if found.path is None:
+        raise LibdeviceNotFound(f"libdevice.10.bc {found.describe()}")
+    return Path(found.path)
 
 
 @functools.lru_cache(maxsize=1)

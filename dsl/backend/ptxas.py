@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dsl.backend.target import parse_arch
-from dsl.backend.toolkit import find_tool
+from dsl.backend.toolkit import locate
 
 
 class PtxasNotFound(FileNotFoundError):
@@ -40,15 +40,17 @@ class ResourceUsage:
 
 
 def find_ptxas() -> str | None:
-    return find_tool("ptxas")
+    """ptxas as the one toolkit locator finds it (bridge.toolkit), or None."""
+    return locate("ptxas").path
 
 
 def assemble(ptx: str, arch: str | int, *, output: str | None = None, timeout: float = 60.0
              ) -> tuple[list[ResourceUsage], str]:
     """Assemble `ptx` for `arch`; returns (usage per entry, raw ptxas log). Raises PtxasError."""
-    exe = find_ptxas()
+    found = locate("ptxas")
+    exe = found.path
     if exe is None:
-        raise PtxasNotFound("ptxas not found: install the CUDA toolkit or set CUDA_HOME")
+        raise PtxasNotFound(f"ptxas {found.describe()}")
     sm = f"sm_{parse_arch(arch)}"
     with tempfile.TemporaryDirectory(prefix="kb_ptxas_") as tmp:
         src = Path(tmp) / "kernel.ptx"

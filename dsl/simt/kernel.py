@@ -165,6 +165,34 @@ class SimtKernel:
     def __repr__(self) -> str:
         return f"<simt.kernel {self.__qualname__}>"
 
+    # ------------------------------------------------------------------ contract hook (bridge.testing)
+    def launch_contract(self, *, dtypes: Any = None, layout: str = "any") -> Any:
+        """The LaunchContract of the specialisation for a stated dtype choice, without arrays: every
+        array of any strides (`layout="C"`: C-contiguous) and no alignment promise, so it is the most
+        general contract of this kernel. `dtypes` binds generic dtypes: {"T": f32} or {"T": "f32"}
+        (TypeVar name -> dtype). Used by bridge.testing to generate launches."""
+        from dsl.frontend.contract import contract_for
+        from dsl.ir.types import ArrayType
+        from dsl.types import ir_scalar_from_dtype
+        chosen = dict(dtypes or {})
+        sig = []
+        for ann in self.annotations:
+            dt = ann.dtype
+            if ann.is_generic:
+                name = getattr(dt, "__name__", None) or getattr(dt, "name", None)
+                if name not in chosen:
+                    raise TypeError(f"{self.__name__}: parameter '{ann.name}' has the generic dtype "
+                                    f"{name}: give dtypes={{{name!r}: ...}}")
+                dt = ir_scalar_from_dtype(chosen[name])
+                if dt is None:
+                    raise TypeError(f"{self.__name__}: dtypes[{name!r}]: not a DSL dtype: {chosen[name]!r}")
+            sig.append(ArrayType(dt, ann.ndim, ann.writable, layout, False) if ann.kind == "array" else dt)
+        fn = self._ir.get(tuple(sig))
+        if fn is None:
+            from dsl.frontend import build_ir
+            fn = self._ir[tuple(sig)] = build_ir(self.pyfunc, list(sig), self.options)
+        return contract_for(fn, self.options)
+
 
 class DeviceFunction:
     """A `@simt.device` function: callable from kernels and other device functions (inlined)."""

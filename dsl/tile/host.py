@@ -329,6 +329,72 @@ class TileKernel:
     def __repr__(self) -> str:
         return f"<tile.kernel {self.name}>"
 
+    # -------------------------------------------------------------------------------- contract hooks
+    # (bridge.testing): the contract of one specialisation without arrays, and the call that maps the
+    # contract's flat arguments (constants left out) onto this kernel's parameters.
+    _DEFAULT_TILES = {1: (256,), 2: (16, 16), 3: (4, 8, 8)}
+
+    def _choice(self, dtypes=None, ndims=None, tile_shapes=None, constants=None) -> list:
+        """Stand-in arguments for a stated choice: dtypes by TypeVar or parameter name, ndims and
+        tile_shapes by parameter name (default tiles 256 / 16x16 / 4x8x8), constants by name."""
+        dtypes, ndims = dict(dtypes or {}), dict(ndims or {})
+        tiles, consts = dict(tile_shapes or {}), dict(constants or {})
+        out = []
+        for spec in self.specs:
+            if spec.kind == "const":
+                if spec.name not in consts:
+                    raise TypeError(f"{self.name}: parameter '{spec.name}' is a tile.Constant: give "
+                                    f"options={{'constants': {{{spec.name!r}: ...}}}}")
+                out.append(consts[spec.name])
+                continue
+            dt = spec.dtype
+            if dt is None or _is_typevar(dt):
+                key = spec.name if dt is None else getattr(dt, "__name__", None) or getattr(dt, "name", None)
+                if key not in dtypes and spec.name not in dtypes:
+                    raise TypeError(f"{self.name}: parameter '{spec.name}' has a generic dtype: give "
+                                    f"dtypes={{{key!r}: ...}}")
+                dt = dtypes.get(key, dtypes.get(spec.name))
+            npdt = np_dtype(as_scalar_type(dt) or as_scalar_type(str(dt)))
+            if spec.kind == "scalar":
+                out.append(npdt.type(1))
+                continue
+            tile = tiles.get(spec.name)
+            nd = spec.ndim or ndims.get(spec.name) or (len(tile) if tile else 1)
+            arr = np.zeros((1,) * nd, npdt)
+            out.append(Partition(arr, tuple(tile or self._DEFAULT_TILES[nd])) if spec.kind == "partition" else arr)
+        return out
+
+    def launch_contract(self, *, dtypes=None, ndims=None, tile_shapes=None, constants=None,
+                        arch: str = "sm_90"):
+        """The LaunchContract of the specialisation for this choice, compiled without arrays: arrays
+        of any strides and alignment (the most general contract of the kernel)."""
+        from bridge.contract import LaunchContract
+        from dsl.tile.compile import compile_tile
+        args = self._choice(dtypes, ndims, tile_shapes, constants)
+        facts = {s.name: {"layout": "any", "aligned16": False, "div8": False}
+                 for s in self.specs if s.kind in ("array", "partition")}
+        ck = compile_tile(self.tile_ir(*args), arch, num_warps=self.num_warps, facts=facts,
+                          persistent=self.persistent)
+        return LaunchContract.from_json(ck.contract_json)
+
+    def contract_call(self, args, *, dtypes=None, ndims=None, tile_shapes=None, constants=None,
+                      arch: str = "sm_90") -> tuple:
+        """This kernel's call arguments for the contract's flat arguments `args` (partition arrays
+        wrapped in their tile shape, constants put back)."""
+        tiles, consts = dict(tile_shapes or {}), dict(constants or {})
+        flat = iter(args)
+        call = []
+        for spec in self.specs:
+            if spec.kind == "const":
+                call.append(consts[spec.name])
+            elif spec.kind == "partition":
+                arr = next(flat)
+                tile = tiles.get(spec.name) or self._DEFAULT_TILES[len(np.shape(arr))]
+                call.append(Partition(arr, tuple(tile)))
+            else:
+                call.append(next(flat))
+        return tuple(call)
+
 
 def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False):
     """`@tile.kernel`, `@tile.kernel(num_warps=8)` or `@tile.kernel(persistent=True)` (a grid of
