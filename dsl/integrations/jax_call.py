@@ -264,6 +264,7 @@ class _Call:
         from bridge import _driver, _native
         plan = self.plan
         dev = bridge.current_device()
+        _driver.ensure_current(dev.ordinal)     # the fault record below is allocated in its context
         args = self._args(self.standins())
         if plan.is_tile:
             from dsl.tile.launch import PERSISTENT_BLOCKS_PER_SM
