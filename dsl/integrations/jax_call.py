@@ -70,11 +70,19 @@ def check_faults() -> None:
     raise_faults(mod.take_faults())
 
 
+def _tracer(jax: Any) -> type:
+    """JAX's Tracer class (`jax.core.Tracer`; its private home where a release no longer exports it)."""
+    t = getattr(getattr(jax, "core", None), "Tracer", None)
+    if t is None:
+        from jax._src.core import Tracer as t  # type: ignore[no-redef]
+    return t
+
+
 def _on_gpu(jax: Any, arrays: Sequence[Any]) -> bool:
     """Where the call runs: the device of concrete input arrays, else JAX's default device
     (`jax.default_device(...)`), else its default backend."""
     for a in arrays:
-        if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer):
+        if isinstance(a, jax.Array) and not isinstance(a, _tracer(jax)):
             try:
                 return next(iter(a.devices())).platform in ("gpu", "cuda")
             except (AttributeError, StopIteration, RuntimeError):
@@ -107,7 +115,7 @@ class KernelCall:
             if p.is_array:
                 named[p.name] = v if hasattr(v, "shape") and hasattr(v, "dtype") else jnp.asarray(v)
                 continue
-            if isinstance(v, jax.core.Tracer):
+            if isinstance(v, _tracer(jax)):
                 raise E.ArgumentKindError(
                     f"{p.where(plan.name)}: a kernel scalar must be a concrete number when traced, got a traced "
                     f"value; make it static (jax.jit(..., static_argnums=...)) or bind it with static=",
