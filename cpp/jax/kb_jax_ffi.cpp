@@ -188,7 +188,18 @@ kb::Error prepare(const Entry& e, const std::vector<Buffer>& operands, const std
                     std::to_string(results.size()) + " results, fewer than its launch entry expects";
       return err;
     } else {
-      to_view(from[static_cast<size_t>(s.index)], e.device, s.kind == Slot::operand, vals[static_cast<size_t>(i)]);
+      const Buffer& b = from[static_cast<size_t>(s.index)];
+      if (b.dims.size() > static_cast<size_t>(kb::kMaxDims)) {
+        kb::Error err;
+        err.code = kb::ErrorCode::ndim;
+        err.arg = i;
+        err.arg_name = e.contract.args[static_cast<size_t>(i)].name;
+        err.message = e.contract.kernel + ": argument '" + err.arg_name + "' (#" + std::to_string(i) +
+                      "): expected at most " + std::to_string(kb::kMaxDims) + " dimensions, got an array of " +
+                      std::to_string(b.dims.size());
+        return err;
+      }
+      to_view(b, e.device, s.kind == Slot::operand, vals[static_cast<size_t>(i)]);
     }
   }
   out.cfg = e.cfg;

@@ -12,7 +12,7 @@ import pytest
 
 from bridge import _native
 from bridge.errors import (AlignmentError, AliasingError, ArgumentCountError, ContractDefinitionError, DTypeError,
-                           ScalarRangeError, ShapeRelationError)
+                           NdimError, ScalarRangeError, ShapeRelationError)
 from dsl import i32, simt
 
 ffi = pytest.importorskip("dsl.integrations._jax_ffi",
@@ -96,6 +96,11 @@ def test_misaligned_buffer_is_refused_for_a_kernel_specialised_on_alignment(shif
 def test_result_overlapping_an_operand_is_an_aliasing_error(shift_entry):
     with pytest.raises(AliasingError, match=r"shift: argument 'out' \(#1\): expected memory disjoint from argument 'x'"):
         ffi.pack(shift_entry, [(0x10000, [100], "i32")], [(0x10100, [100], "i32")])
+
+
+def test_buffer_of_more_than_eight_dimensions_is_refused(shift_entry):
+    with pytest.raises(NdimError, match=r"shift: argument 'x' \(#0\): expected at most 8 dimensions, got an array of 9"):
+        ffi.pack(shift_entry, [(0x10000, [1] * 9, "i32")], [(0x20000, [1], "i32")])
 
 
 def test_missing_buffers_are_an_argument_count_error(shift_entry):
