@@ -12,3 +12,17 @@ from dsl.types import (TypeVar, bf16, boolean, f16, f32, f64, i8, i16, i32, i64,
 __all__ = ["simt", "DslCompileError", "KernelFault", "TypeVar", "f16", "bf16", "f32", "f64", "i8",
            "i16", "i32", "i64", "u8", "u16", "u32", "u64", "boolean"]
 from dsl import tile  # noqa: E402,F401  (Tile DSL, dsl/tile/)
+
+
+_INTEGRATIONS = {"torch": "dsl.integrations.torch_op", "jax": "dsl.integrations.jax_call"}
+
+
+def __getattr__(name: str) -> object:
+    """`dsl.torch` / `dsl.jax` (docs/integrations.md), imported on first use: `import dsl` never imports
+    torch or jax, and neither needs to be installed until its integration is called."""
+    if name in _INTEGRATIONS:
+        import importlib
+        mod = importlib.import_module(_INTEGRATIONS[name])
+        globals()[name] = mod
+        return mod
+    raise AttributeError(f"module 'dsl' has no attribute {name!r}")

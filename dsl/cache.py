@@ -236,9 +236,9 @@ class DiskCache:
         for key, files in by_key.items():
             try:
                 stats = [f.stat() for f in files]
-                meta = json.loads((self.dir / f"{key}.json").read_text())
-            except (OSError, ValueError, UnicodeDecodeError):
-                meta = {}
+            except OSError:
+                continue
+            meta = _verified_body(_read_regular(self.dir / f"{key}.json")) or {}
             if not stats:
                 continue
             md = meta.get("metadata") if isinstance(meta, dict) else None

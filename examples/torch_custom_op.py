@@ -1,52 +1,41 @@
-"""A DSL kernel as a PyTorch custom op: `torch.library.custom_op` + `register_fake` (+ autograd), used
-inside an ordinary torch function, traced by `torch.compile`, and launched on torch's CURRENT stream.
+"""A DSL kernel as a PyTorch custom op, generated from its contract by `dsl.torch.custom_op`: used inside
+an ordinary torch function, traced by `torch.compile(fullgraph=True)` without a graph break, captured
+into a CUDA graph, differentiated through a backward kernel, and launched on torch's CURRENT stream.
 
     python examples/torch_custom_op.py
 
-The op is SiLU, x * sigmoid(x), computed by a `@simt.kernel`. Its launch goes on
-`bridge.Stream(torch.cuda.current_stream())`, so it is ordered with the torch ops around it on any
+The op is SiLU, x * sigmoid(x), computed by a `@simt.kernel`. The contract's relation
+`x.shape == out.shape` gives the output's shape (for the real and the fake implementation alike); the
+backward kernel is bound by parameter names (x, grad_out -> grad_x). Launches go on
+`bridge.Stream(torch.cuda.current_stream())`, so they are ordered with the torch ops around them on any
 stream torch is using (here a side stream), without a host synchronisation.
 """
 import argparse
 import sys
 
 import bridge
-from dsl import f32, simt
+import dsl
+from dsl import TypeVar, simt
+
+T = TypeVar("T")
 
 
-@simt.kernel(block=256, requires=["len(x) == len(out)"])
-def silu_kernel(x: simt.Array[f32], out: simt.DisjointSlice[f32]):
+@simt.kernel(block=256, requires=["x.shape == out.shape"])
+def silu_kernel(x: simt.Array[T], out: simt.DisjointSlice[T]):
     i = simt.thread.index_1d()
-    out[i] = x[i] / (1.0 + simt.exp(-x[i]))
+    out[i] = x[i] / (T(1) + simt.exp(-x[i]))
 
 
-def register(torch):  # no `from __future__ import annotations` here: torch reads the real annotations
-    """Define `kernelbridge_example::silu` (forward by the DSL kernel, fake for tracing, autograd)."""
+@simt.kernel(block=256, requires=["x.shape == grad_x.shape", "grad_out.shape == grad_x.shape"])
+def silu_grad_kernel(x: simt.Array[T], grad_out: simt.Array[T], grad_x: simt.DisjointSlice[T]):
+    i = simt.thread.index_1d()
+    # d/dx x*sig(x) = sig(x) * (1 + x * (1 - sig(x)))
+    grad_x[i] = grad_out[i] * (T(1) + x[i] * (T(1) - T(1) / (T(1) + simt.exp(-x[i])))) / (T(1) + simt.exp(-x[i]))
 
-    @torch.library.custom_op("kernelbridge_example::silu", mutates_args=())
-    def silu(x: torch.Tensor) -> torch.Tensor:
-        if not x.is_cuda or x.dtype != torch.float32:
-            raise TypeError(f"kernelbridge_example::silu: expected a float32 CUDA tensor, got {x.dtype} "
-                            f"on {x.device}")
-        xc = x.detach().contiguous()
-        out = torch.empty_like(xc)
-        silu_kernel(xc.view(-1), out.view(-1), stream=bridge.Stream(torch.cuda.current_stream(x.device)))
-        return out
 
-    @silu.register_fake
-    def _(x):
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        s = torch.sigmoid(x)
-        return grad * s * (1 + x * (1 - s))
-
-    silu.register_autograd(backward, setup_context=setup_context)
-    return silu
+def register():
+    """`kernelbridge_example::silu`: schema, fake, CPU/CUDA implementations and autograd, all generated."""
+    return dsl.torch.custom_op("kernelbridge_example::silu", silu_kernel, backward=silu_grad_kernel)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch.nn.functional as F
 
     torch.backends.cuda.matmul.allow_tf32 = False      # exact f32 matmuls on both sides of the check
-    silu = register(torch)
+    op = register()
+    silu = lambda t: op(t.reshape(-1)).reshape(t.shape)   # the kernel is 1-D; views are free
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(513, 300, device="cuda", generator=gen)
     w1 = torch.randn(300, 1000, device="cuda", generator=gen) / 17
@@ -80,16 +70,33 @@ def main(argv: list[str] | None = None) -> int:
     print(f"forward on a side stream: torch.ops.kernelbridge_example.silu matches F.silu "
           f"(max abs diff {(y - ref).abs().max().item():.2e})")
 
-    compiled = torch.compile(lambda t: mlp(t, silu), backend="eager", fullgraph=True)
-    yc = compiled(x)                                     # traced through register_fake, one graph
+    explanation = torch._dynamo.explain(lambda t: mlp(t, silu))(x)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    compiled = torch.compile(lambda t: mlp(t, silu), backend="aot_eager", fullgraph=True)
+    yc = compiled(x)                                     # traced through the generated fake, one graph
     torch.testing.assert_close(yc, ref, rtol=1e-4, atol=1e-4)
-    print("torch.compile(fullgraph=True): traced through the fake kernel, same result")
+    print(f"torch.compile(fullgraph=True): {explanation.graph_count} graph, "
+          f"{explanation.graph_break_count} graph breaks, same result")
+
+    static_x = x.clone()
+    warm = torch.cuda.Stream()
+    warm.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warm):                        # warm up outside the capture (compiles, loads)
+        mlp(static_x, silu)
+    torch.cuda.current_stream().wait_stream(warm)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = mlp(static_x, silu)
+    static_x.copy_(torch.randn(513, 300, device="cuda", generator=gen))
+    graph.replay()
+    torch.testing.assert_close(static_y, mlp(static_x, F.silu), rtol=1e-4, atol=1e-4)
+    print("CUDA graph: captured with the op inside, replayed on new input, same result as F.silu")
 
     xg, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
-    mlp(xg, silu).square().sum().backward()
+    mlp(xg, silu).square().sum().backward()              # backward: the generated op of silu_grad_kernel
     mlp(xr, F.silu).square().sum().backward()
     torch.testing.assert_close(xg.grad, xr.grad, rtol=1e-4, atol=1e-4)
-    print("autograd: gradients match F.silu's")
+    print("autograd: gradients through the backward kernel match F.silu's")
     bridge.synchronize()                                 # would raise a recorded bridge.KernelFault
     print("PASS")
     return 0

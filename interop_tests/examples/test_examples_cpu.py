@@ -18,7 +18,7 @@ import pytest
 import bridge
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ["mixed_pipeline.py", "torch_custom_op.py", "graph_capture.py"]
+EXAMPLES = ["mixed_pipeline.py", "torch_custom_op.py", "graph_capture.py", "jax_jit.py"]
 BENCHMARKS = ["launch_overhead.py", "launch_breakdown.py", "elementwise.py", "simt_parity.py", "tile_ops.py",
               "intake.py", "compile_time.py"]
 TOOLS = ["plot.py", "write_docs.py"]

@@ -1,0 +1,90 @@
+"""Kernel-side helpers the integrations share: NumPy stand-ins, which outputs a kernel reads, simulator
+limits. No torch or jax here.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from dsl.integrations._plan import OpPlan, Param
+from dsl.types import is_typevar
+
+
+def host_dtype(name: str) -> np.dtype:
+    """NumPy dtype of a DSL element type name (bfloat16 from ml_dtypes)."""
+    from bridge import dtypes
+    return dtypes.to_numpy(name)
+
+
+def param_dtype(plan: OpPlan, p: Param, binding: Mapping[Any, str]) -> str | None:
+    if p.name in plan.out_dtypes:
+        return plan.output_dtype(p, binding)
+    if is_typevar(p.dtype):
+        return binding.get(p.dtype)
+    return p.dtype
+
+
+def standin(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A C-contiguous, 16-byte aligned NumPy array standing for a device array of `shape` (the pages of a
+    large one are never touched, so it costs address space only)."""
+    dt = host_dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    raw = np.empty(n * dt.itemsize + 16, np.uint8)
+    off = (-raw.ctypes.data) % 16
+    return raw[off:off + n * dt.itemsize].view(dt).reshape(shape)
+
+
+_READS: dict[tuple, frozenset[str]] = {}   # documented cache: (kernel id, dtypes, tiles) -> outputs it reads
+
+
+def outputs_read(plan: OpPlan, binding: Mapping[Any, str], tiles: Mapping[str, tuple],
+                 scalars: Mapping[str, Any]) -> frozenset[str]:
+    """Names of the allocated outputs the kernel also READS (contract access "readwrite"): those are
+    zero-filled, so a kernel that accumulates into its output starts from 0, never from garbage."""
+    if not plan.outputs:
+        return frozenset()
+    key = (id(plan.kernel), tuple(sorted((str(k), v) for k, v in binding.items())),
+           tuple(sorted(tiles.items())), tuple(sorted((k, repr(v)) for k, v in scalars.items())))
+    hit = _READS.get(key)
+    if hit is not None:
+        return hit
+    args: list[Any] = []
+    for p in plan.params:
+        if p.is_array:
+            dt = param_dtype(plan, p, binding) or "f32"
+            args.append(np.zeros((1,) * (p.ndim if p.ndim is not None else len(tiles.get(p.name, (1,)))),
+                                 host_dtype(dt)))
+        else:
+            args.append(scalars.get(p.name, 0))
+    names = {p.name for p in plan.outputs}
+    if plan.is_tile:
+        from dsl.tile import partition
+        args = [partition(a, tiles[p.name]) if p.kind == "partition" else a for p, a in zip(plan.params, args)]
+        try:
+            from dsl.tile.compile import _reads_partition
+            fn = plan.kernel.tile_ir(*args)
+            read = frozenset(q.name for q in fn.params if q.name in names and _reads_partition(fn, q))
+        except ImportError:                     # no such helper any more: zero every output (safe)
+            read = frozenset(names)
+    else:
+        contract = plan.kernel.contract(*args)
+        read = frozenset(a.name for a in contract.args if a.name in names and a.access == "readwrite")
+    _READS[key] = read
+    return read
+
+
+def sim_limits() -> tuple[Any, Any]:
+    """(DeviceLimits, FuncAttrs) of the CPU simulator, as SimtKernel.simulate validates with."""
+    from bridge import _native
+    from dsl.sim.launch import MAX_BLOCK, MAX_SHARED_BYTES, MAX_THREADS
+    limits = _native.DeviceLimits()
+    limits.host_memory = True
+    limits.cc = 1000
+    limits.max_threads_per_block = MAX_THREADS
+    limits.max_block = MAX_BLOCK
+    limits.smem_per_block = limits.smem_per_block_optin = MAX_SHARED_BYTES
+    attrs = _native.FuncAttrs()
+    attrs.max_threads_per_block = MAX_THREADS
+    attrs.max_dynamic_smem = MAX_SHARED_BYTES
+    return limits, attrs
