@@ -6,7 +6,7 @@ way: a dunder that raises, a number that is not an int, a sequence that lies abo
 """
 from __future__ import annotations
 
-__all__ = ["HostileError", "RaisingIndex", "RaisingBool", "RaisingInt", "FloatLike", "LyingSeq",
+__all__ = ["HostileError", "HostileConfigError", "RaisingIndex", "RaisingDim", "RaisingBool", "RaisingInt", "FloatLike", "LyingSeq",
            "RaisingIter", "IntSubclass", "StrSubclass"]
 
 
@@ -30,6 +30,23 @@ class RaisingIndex:
 
     def __hash__(self) -> int:
         return 1
+
+
+class HostileConfigError(Exception):
+    """What a hostile launch-configuration value raises: the issue wants the contract's typed error
+    (BlockSizeError, GridSizeError, SharedMemoryError) instead, so this one is never allowed through."""
+
+
+class RaisingDim(RaisingIndex):
+    """A grid/block/shared-memory value whose __index__ raises."""
+
+    def __index__(self) -> int:
+        raise HostileConfigError("__index__ of a launch dimension refused")
+
+    __int__ = __index__
+
+    def __repr__(self) -> str:
+        return "RaisingDim()"
 
 
 class RaisingBool:

@@ -13,7 +13,7 @@ import copy
 import json
 from typing import Any
 
-from interop_tests.fuzz.hostile import FloatLike, HostileError, IntSubclass, RaisingIndex
+from interop_tests.fuzz.hostile import FloatLike, HostileError, IntSubclass, RaisingDim, RaisingIndex
 from interop_tests.fuzz.targets import Oracle
 
 TIMEOUT = 8.0
@@ -235,7 +235,7 @@ SCALARS: list[Any] = [0, 1, -1, 3, 7, 255, 256, 2**31, 2**63 - 1, 2**63, 2**64, 
                       ("np", "float32", 1.0), ("np", "int64", -5), ("np", "uint64", 2**64 - 1), ("np", "bool_", True),
                       ("np", "float16", 65504.0)]
 DIM_ATOMS: list[Any] = [1, 2, 32, 64, 128, 256, 1024, 1025, 0, -1, 2**31, 2**64, -0.0, 64.0, True, None, "64",
-                        RaisingIndex(), IntSubclass(32), ("np", "int64", 64), ("np", "uint64", 2**64 - 1)]
+                        RaisingDim(), IntSubclass(32), ("np", "int64", 64), ("np", "uint64", 2**64 - 1)]
 
 
 def _dims(rng, clean: bool) -> Any:
@@ -276,7 +276,7 @@ def generate(rng) -> dict:
                   rng.choice([0, 1, 32, 2**31 - 1])}
         if rng.random() < 0.3:
             limits["host_memory"] = True
-    smem = rng.choice([None, None, 0, 1024, 49153, -1, 2**40, 1.5, RaisingIndex(), ("np", "int32", 4)])
+    smem = rng.choice([None, None, 0, 1024, 49153, -1, 2**40, 1.5, RaisingDim(), ("np", "int32", 4)])
     if clean:
         smem = rng.choice([None, 0, 1024, 49153])
     return {"text": text, "args": call_args, "grid": _dims(rng, clean), "block": _dims(rng, clean), "smem": smem,

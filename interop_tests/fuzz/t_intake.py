@@ -21,8 +21,8 @@ import ctypes
 import gc
 from typing import Any
 
-from interop_tests.fuzz.hostile import (HostileError, IntSubclass, LyingSeq, RaisingBool, RaisingIndex,
-                                        RaisingInt, RaisingIter, StrSubclass)
+from interop_tests.fuzz.hostile import (HostileError, IntSubclass, LyingSeq, RaisingBool, RaisingDim,
+                                        RaisingIndex, RaisingInt, RaisingIter, StrSubclass)
 from interop_tests.fuzz.targets import Oracle
 
 TIMEOUT = 8.0
@@ -139,8 +139,8 @@ def _object(rng) -> tuple:
     return ("misc", rng.choice(MISC))
 
 
-LAUNCH_DIMS: list[Any] = [None, None, None, 128, (128, 1, 1), 64, (64, 1, 1, 1), 64.0, RaisingIndex(),
-                          (RaisingIndex(),), -1, 0, 2**64, "128", (16, 16), (32, 32, 1)]
+LAUNCH_DIMS: list[Any] = [None, None, None, 128, (128, 1, 1), 64, (64, 1, 1, 1), 64.0, RaisingDim(),
+                          (RaisingDim(),), -1, 0, 2**64, "128", (16, 16), (32, 32, 1)]
 
 
 def generate(rng, variant: str) -> dict:
@@ -151,7 +151,7 @@ def generate(rng, variant: str) -> dict:
         wild = rng.random() < 0.4       # else a configuration that is fine, so the object decides
         spec["grid"] = rng.choice(LAUNCH_DIMS) if wild else None
         spec["block"] = rng.choice(LAUNCH_DIMS) if wild else None
-        spec["shared_mem"] = rng.choice([None, None, None, 0, -1, 2**40, 1.5, RaisingIndex(), "8"]) if wild else None
+        spec["shared_mem"] = rng.choice([None, None, None, 0, -1, 2**40, 1.5, RaisingDim(), "8"]) if wild else None
         spec["n"] = rng.choice([1, 4, 10, 1000])
         if rng.random() < 0.25:         # a host array that fits, through every way of handing it over
             shape = [spec["n"]] if spec["kernel"] == "scale" else [spec["n"], 3]
