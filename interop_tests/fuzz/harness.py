@@ -12,7 +12,8 @@ Knobs (environment; docs/fuzzing.md):
 - `KB_FUZZ_SEED`      the seed of every target (default: a fixed seed per target, see `target_seed`);
                       `random` draws a fresh one (printed in every failure);
 - `KB_FUZZ_MEMORY_MB` address-space limit of a worker (default 6144);
-- `KB_FUZZ_RSS_MB`    peak-memory growth of one input that counts as a finding (default 384).
+- `KB_FUZZ_RSS_MB`    peak-memory growth of one input that counts as a finding (default 384);
+- `KB_FUZZ_RECYCLE_MB` resident memory after which a worker is replaced (default 2048; long runs).
 
 Input `i` of a target is a pure function of (target, seed, i): `input_rng`, so a failure replays
 with `python -m interop_tests.fuzz.replay <target> <i> --seed <seed>`.
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_SECONDS = 5.0
+DEFAULT_SECONDS = 9.0
 MAX_REPORTED = 6            # distinct findings printed in a failure message
 REPR_LIMIT = 1500           # characters of an input's repr in a failure message
 
@@ -207,6 +208,7 @@ class _Worker:
         env.setdefault("OMP_NUM_THREADS", "1")
         env["KB_FUZZ_MEMORY_MB"] = str(_env_int("KB_FUZZ_MEMORY_MB", 6144))
         env["KB_FUZZ_RSS_MB"] = str(_env_int("KB_FUZZ_RSS_MB", 384))
+        env["KB_FUZZ_RECYCLE_MB"] = str(_env_int("KB_FUZZ_RECYCLE_MB", 2048))
         self.stderr_path = stderr_path
         self.stderr = open(stderr_path, "w+b")
         self.proc = subprocess.Popen([sys.executable, "-m", "interop_tests.fuzz.worker", target],
@@ -332,6 +334,9 @@ class Runner:
                 continue
             while pending:
                 status, msg = worker.reader.next(self.timeout)
+                if status == "frame" and msg == ("recycle",):
+                    worker = self._respawn(worker, report, stderr_path)
+                    break
                 if status == "frame":
                     index, spec = pending.pop(0)
                     assert msg[0] == "done" and msg[1] == index, f"worker protocol out of step: {msg!r}"

@@ -14,6 +14,9 @@ depends on a rounding decision the bound cannot settle (a comparison within the 
 cast near an integer, a possible overflow, a possible zero divisor) are not compared; every other
 element must agree within the bound, NaN for NaN. A mismatch is an Oracle finding naming the first
 differing elements.
+
+`differential_gpu` (GPU machine only) runs the same kernels on the device instead of the simulator
+and checks them against the same reference.
 """
 from __future__ import annotations
 
@@ -34,6 +37,10 @@ FUNCS = ("sqrt", "rsqrt", "exp", "exp2", "log", "log2", "log1p", "sin", "cos", "
          "trunc")
 ULPS = 4.0                                  # allowance of a transcendental, in ulps of its result
 CMPS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+def variant(name: str) -> str:
+    return "gpu" if name == "differential_gpu" else "sim"
 
 
 # ------------------------------------------------------------------------------- generation
@@ -71,7 +78,7 @@ def _node(rng, depth: int, t: str, inputs: list[str]) -> tuple:
     return ("sel", rng.choice(CMPS), left, right, _node(rng, depth - 1, t, inputs), _node(rng, depth - 1, t, inputs))
 
 
-def generate(rng) -> dict:
+def generate(rng, variant: str = "sim") -> dict:
     inputs = [rng.choice(TYPES) for _ in range(rng.randint(1, 3))]
     out = rng.choice(TYPES)
     block = rng.choice([32, 64, 128, 256])
@@ -291,16 +298,28 @@ def warm() -> None:
     t_dsl_source.warm()
 
 
-def execute(spec: dict) -> str:
+def _on_gpu(k, xs: list[np.ndarray], out: np.ndarray, grid: tuple | None) -> np.ndarray:
+    import bridge
+    dev = [bridge.from_host(x) for x in xs]
+    dout = bridge.from_host(out)
+    k(*dev, dout, grid=grid)
+    bridge.synchronize()
+    return dout.to_host()
+
+
+def execute(spec: dict, variant: str = "sim") -> str:
     from interop_tests.fuzz.t_dsl_source import _module_from, assemble_or_report
     k = _module_from(kernel_source(spec)).k
     xs = inputs_for(spec)
     out = np.full(spec["n"], -7, NP[spec["out"]])
-    ptx = k.ptx(*xs, out, arch="sm_80")
-    if spec["ptxas"]:
-        assemble_or_report(ptx)
     grid = None if spec["grid"] == "derived" else (-(-spec["n"] // spec["block"]),)
-    k.simulate(*xs, out, grid=grid)
+    if variant == "gpu":
+        out = _on_gpu(k, xs, out, grid)
+    else:
+        ptx = k.ptx(*xs, out, arch="sm_80")
+        if spec["ptxas"]:
+            assemble_or_report(ptx)
+        k.simulate(*xs, out, grid=grid)
     with np.errstate(all="ignore"):
         ref = evaluate(spec["expr"], xs, spec["inputs"])
         ref = _cast(ref, spec["out"]) if ref.t != spec["out"] else ref
@@ -308,6 +327,6 @@ def execute(spec: dict) -> str:
     return f"{int((~ref.amb).sum())}/{spec['n']} elements compared"
 
 
-def allowed(exc: BaseException, spec: dict) -> bool:
+def allowed(exc: BaseException, spec: dict, variant: str = "sim") -> bool:
     return False        # every generated kernel is well typed and every launch is valid
 

@@ -218,6 +218,7 @@ class SetupRefused(Exception):
 
 
 _DIR: Path | None = None
+_WRITTEN: list[Path] = []               # the last mutant files (their source lines stay readable)
 
 
 def _module_from(source: str) -> types.ModuleType:
@@ -227,6 +228,11 @@ def _module_from(source: str) -> types.ModuleType:
     digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     path = _DIR / f"mutant_{digest}_{os.getpid()}.py"
     path.write_text(source, encoding="utf-8", errors="surrogatepass")
+    if path in _WRITTEN:
+        _WRITTEN.remove(path)
+    _WRITTEN.append(path)
+    while len(_WRITTEN) > 64:          # a long run must not fill the temp directory
+        _WRITTEN.pop(0).unlink(missing_ok=True)
     try:
         code = compile(source, str(path), "exec")
     except (SyntaxError, ValueError) as exc:

@@ -22,10 +22,12 @@ TARGETS: dict[str, str] = {
     "dsl_source": "interop_tests.fuzz.t_dsl_source",
     "decorator": "interop_tests.fuzz.t_decorator",
     "differential": "interop_tests.fuzz.t_differential",
+    "differential_gpu": "interop_tests.fuzz.t_differential",   # the same kernels on the device (GPU tests)
     "selftest": "interop_tests.fuzz.t_selftest",     # the harness's own tests: crashes on request
 }
 
-# what the test suite runs (selftest is exercised by test_fuzz_harness.py instead)
+# what the CPU test suite runs (selftest is exercised by test_fuzz_harness.py, differential_gpu by a
+# GPU test)
 SUITE: tuple[str, ...] = ("contract", "intake_asarray", "intake_launch", "modules", "dsl_source",
                           "decorator", "differential")
 

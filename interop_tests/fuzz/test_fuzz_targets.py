@@ -3,6 +3,8 @@ seed, in a crash-isolating worker. A failure lists every distinct finding with i
 replay command and the input's repr (docs/fuzzing.md)."""
 from __future__ import annotations
 
+import pytest
+
 from interop_tests.fuzz.harness import run_target
 
 # Inputs a target must get through in its budget, and results that must be good: a generator that
@@ -11,11 +13,11 @@ MIN_INPUTS = {"contract": 200, "intake_asarray": 100, "intake_launch": 100, "mod
               "decorator": 20, "differential": 10}
 
 
-def _run(target: str) -> None:
+def _run(target: str, minimum: int | None = None) -> None:
     report = run_target(target)
     print(report.summary())
     assert not report.findings, report.failure_text()
-    assert report.inputs >= MIN_INPUTS[target] and report.ok > 0, \
+    assert report.inputs >= (MIN_INPUTS[target] if minimum is None else minimum) and report.ok > 0, \
         f"the fuzzer did too little to count: {report.summary()}"
 
 
@@ -46,3 +48,9 @@ def test_decorator_options_are_checked_at_the_def_and_never_reach_llvm():
 def test_random_expression_kernels_agree_with_a_float64_reference_on_the_simulator():
     _run("differential")
 
+
+
+@pytest.mark.gpu
+def test_random_expression_kernels_agree_with_a_float64_reference_on_the_gpu():
+    """The differential target's kernels launched on the device (libdevice math, real rounding)."""
+    _run("differential_gpu", minimum=10)

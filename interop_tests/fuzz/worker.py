@@ -2,7 +2,8 @@
 
 Protocol (harness.py): the worker sends ("ready",), then reads batches [(index, spec), ...] from stdin
 and answers each input with ("done", index, status, title, detail), status one of ok | allowed |
-exception | oracle | memory. Its own stdout is the protocol pipe; anything the code under test prints
+exception | oracle | memory. After a `memory` finding, or with ("recycle",) once its resident memory
+passes KB_FUZZ_RECYCLE_MB (long runs), it exits and the parent starts a fresh one. Its own stdout is the protocol pipe; anything the code under test prints
 goes to stderr, which the parent keeps per input (the worker truncates it before each input) so a
 crash report shows what the crashing input printed. A crash needs no cooperation: the parent sees
 the pipe close and blames the input it was waiting for.
@@ -28,6 +29,15 @@ def _limit_memory() -> None:
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0   # KiB on Linux
+
+
+def _rss_mb() -> float:
+    """Current resident memory (Linux /proc; 0 elsewhere, which disables recycling)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _fresh_stderr() -> None:
@@ -80,6 +90,7 @@ def main(argv: list[str]) -> int:
     target = load(argv[1])
     target.warm()                     # imports and one-time set-up, before the first input's clock
     rss_limit = float(os.environ.get("KB_FUZZ_RSS_MB", "384"))
+    recycle_mb = float(os.environ.get("KB_FUZZ_RECYCLE_MB", "2048"))
     write_frame(proto, ("ready",))
     stdin = sys.stdin.buffer
     while True:
@@ -92,6 +103,9 @@ def main(argv: list[str]) -> int:
             write_frame(proto, ("done", index, status, title, detail))
             if status == "memory":
                 return 0              # a fresh worker has a fresh peak-memory mark
+            if _rss_mb() > recycle_mb:   # caches of a long run: make way for a fresh worker
+                write_frame(proto, ("recycle",))
+                return 0
 
 
 if __name__ == "__main__":
