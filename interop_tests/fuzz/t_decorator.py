@@ -89,6 +89,9 @@ def generate(rng) -> dict:
     if "block" in chosen and "launch_bounds" in chosen and chosen["block"][0] != "None" \
             and chosen["launch_bounds"][0] != "None":
         verdicts.append(B)               # give one or neither
+    index_dims = {"copy1d": "1", "copy2d": "2", "dynamic_shared": "1"}.get(body)
+    if index_dims and chosen.get("domain", ("1", G))[0] != index_dims:
+        verdicts.append(E)               # a domain the body's ThreadIndex contradicts: the def may say so
     block = chosen.get("block", ("None", G))[0]
     if block.startswith("(") and chosen.get("domain", ("1", G))[0] == "1" and block not in ("(128, 1, 1)",
                                                                                             "(1024, 1, 1)", "(1,)"):

@@ -18,7 +18,6 @@ import struct
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from interop_tests.fuzz.targets import Oracle
 

@@ -66,7 +66,10 @@ def test_peak_memory_growth_of_one_input_is_a_finding(monkeypatch):
 
 
 def test_inputs_are_a_function_of_target_seed_and_index():
+    from interop_tests.fuzz import t_modules
     for name in SUITE:
+        if name == "modules" and not t_modules.bases():
+            continue                  # nothing to mutate here (no nvcc, no installed fatbins)
         t = load(name)
         a = [t.generate(input_rng(name, 99, i)) for i in range(12)]
         b = [t.generate(input_rng(name, 99, i)) for i in range(12)]
@@ -113,4 +116,4 @@ def test_the_suite_runs_every_target_but_the_selftest():
 def test_a_worker_past_its_memory_budget_is_replaced_without_a_finding(monkeypatch):
     monkeypatch.setenv("KB_FUZZ_RECYCLE_MB", "1")          # every worker is over it after one input
     r = Runner("selftest", specs=[("ok", k) for k in range(4)], seconds=60).run()
-    assert (r.ok, r.findings, r.restarts) == (4, [], 4)
+    assert (r.ok, r.findings, r.restarts) == (4, [], 3)   # replaced before inputs 1, 2 and 3
