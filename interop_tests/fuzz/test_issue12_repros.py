@@ -376,6 +376,9 @@ BODY_ERRORS = {   # kernel body lines (after `i = ...`), lines the error may poi
     "literal_past_i64_then_augmented": (["j = 9223372036854775808", "j += 1"], (5, 6), "9223372036854775808"),
     "int_cast_of_an_infinite_literal": (["u = i32(1e309)"], (5,), "i32"),        # found by the fuzz suite
     "bool_range_bound": (["for j in range(False, 8):", "    pass"], (5,), "range"),  # found by the fuzz suite
+    # found by the fuzz suite: the element count overflows 64 bits and LLVM cannot parse the array type
+    "shared_array_past_2_64_elements": (["with simt.unsafe():", "    buf = simt.shared.array((32, 2**63), f32)",
+                                         "    buf[0, 0] = 1.0"], (5, 6), "shared"),
 }
 for _case, (_body, _, _) in BODY_ERRORS.items():
     snippet(f"body_error[{_case}]", DEF_AND_COMPILE.format(source=(
