@@ -11,9 +11,11 @@ launch-contract errors (for signature mismatches); never a crash, an LLVM abort 
 from __future__ import annotations
 
 import ast
+import atexit
 import copy
 import hashlib
 import os
+import shutil
 import tempfile
 import types
 from pathlib import Path
@@ -225,6 +227,7 @@ def _module_from(source: str) -> types.ModuleType:
     global _DIR
     if _DIR is None:
         _DIR = Path(tempfile.mkdtemp(prefix="kb_fuzz_src_"))
+        atexit.register(shutil.rmtree, _DIR, True)
     digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     path = _DIR / f"mutant_{digest}_{os.getpid()}.py"
     path.write_text(source, encoding="utf-8", errors="surrogatepass")

@@ -13,6 +13,7 @@ for .ptx()), the exception's class and MRO, its message, and the class of its ca
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,7 +49,7 @@ def attempt(stage, fn, **extra):
 
 def kernel_module(source):
     """Write `source` to a file and execute it (the DSL reads kernels from files)."""
-    path = os.path.join(tempfile.mkdtemp(), "repro_kernel.py")
+    path = os.path.join(tempfile.mkdtemp(dir=os.environ.get("KB_REPRO_TMP")), "repro_kernel.py")
     with open(path, "w") as f:
         f.write(source)
     module = types.ModuleType("repro_kernel")
@@ -92,11 +93,12 @@ class ReproChild:
 
     def __init__(self, timeout: float = 300) -> None:
         self.timeout, self.proc, self.reader = timeout, None, None
-        self.stderr_path = Path(tempfile.mkdtemp(prefix="kb_repro_")) / "child.stderr"
+        self.tmp = Path(tempfile.mkdtemp(prefix="kb_repro_"))      # the child's files; removed at the end
+        self.stderr_path = self.tmp / "child.stderr"
         self.isolated = os.environ.get("KB_REPRO_ISOLATED") == "1"
 
     def _start(self) -> None:
-        env = dict(os.environ, KB_CACHE="0", PYTHONPATH=str(REPO))
+        env = dict(os.environ, KB_CACHE="0", PYTHONPATH=str(REPO), KB_REPRO_TMP=str(self.tmp))
         self.stderr = open(self.stderr_path, "w+b")
         self.proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", DRIVER], cwd=REPO, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
@@ -140,6 +142,7 @@ def reports():
     child = ReproChild()
     yield child
     child.close()
+    shutil.rmtree(child.tmp, ignore_errors=True)
 
 
 def outcome(child: ReproChild, name: str) -> dict:
