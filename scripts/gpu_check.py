@@ -166,7 +166,7 @@ def main() -> int:
             cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "200"]
             if tool == "memcheck":
                 cmd += ["--leak-check", "no"]
-            cmd += [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu and not nosanitize",
+            cmd += [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "gpu and not nosanitize",
                     f"--junitxml={res_dir / f'sanitize_{tool}.xml'}", *files]
             jobs.append((f"sanitize_{tool}", cmd, logs / f"sanitize_{tool}.log", phase1,
                          {**env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "KB_SANITIZER": tool}))
