@@ -237,8 +237,7 @@ class _Call:
         plan = self.plan
         args = self._args(self.standins())
         if plan.is_tile:
-            plan.kernel.signature(tuple(args))
-            plan.kernel.grid(tuple(args))
+            plan.kernel.validate_host(*args)
             return
         import bridge
         from bridge import _native
@@ -275,8 +274,9 @@ class _Call:
         _driver.ensure_current(dev.ordinal)     # the fault record below is allocated in its context
         args = self._args(self.standins())
         if plan.is_tile:
-            from dsl.tile.launch import PERSISTENT_BLOCKS_PER_SM
-            total = int(np.prod(plan.kernel.grid(tuple(args)), dtype=np.int64))
+            from dsl.tile.compile import PERSISTENT_BLOCKS_PER_SM
+            from dsl.tile.host import Partition
+            total = next(a.num_tiles for a in args if isinstance(a, Partition))   # one block per tile
             if total == 0:
                 return -1
             ck = plan.kernel.compile(tuple(args), dev.arch)

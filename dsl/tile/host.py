@@ -216,6 +216,12 @@ class TileKernel:
                      for spec, a in zip(self.specs, args) if spec.kind != "const")
 
     # -------------------------------------------------------------------------------- CPU
+    def validate_host(self, *args) -> tuple:
+        """Validate a call with host (NumPy) arrays through the native validator, as `simulate()`
+        does, without running it; returns (grid, block, shared_mem, skip)."""
+        sig = self.signature(args)
+        return self._sim_validator(sig, self._ir_for(sig), args).validate_only(self._flat(args))
+
     def simulate(self, *args) -> None:
         """Run on the CPU: NumPy arrays in, partitions of NumPy arrays written in place.
 
@@ -223,8 +229,7 @@ class TileKernel:
         memory), so the simulator refuses what a GPU launch refuses, with the same error."""
         sig = self.signature(args)
         fn = self._ir_for(sig)
-        flat = self._flat(args)
-        _grid, _block, _smem, skip = self._sim_validator(sig, fn, args).validate_only(flat)
+        _grid, _block, _smem, skip = self.validate_host(*args)
         if skip:
             return
         from dsl.tile.sim import simulate as run_tiles
