@@ -247,6 +247,32 @@ std::shared_ptr<kb::LaunchContract> contract_from_json(const std::string& text) 
   return c;
 }
 
+// Contract(json): text (str, or UTF-8 bytes). A str that cannot be encoded as UTF-8 (a lone
+// surrogate) is a malformed contract like any other, not a pybind11 argument-type error.
+std::shared_ptr<kb::LaunchContract> contract_from_object(py::handle obj) {
+  if (PyUnicode_Check(obj.ptr())) {
+    Py_ssize_t n = 0;
+    const char* s = PyUnicode_AsUTF8AndSize(obj.ptr(), &n);
+    if (s == nullptr) {
+      PyErr_Clear();
+      Py_ssize_t len = PyUnicode_GetLength(obj.ptr()), at = 0;
+      for (; at < len; ++at) {
+        Py_UCS4 ch = PyUnicode_ReadChar(obj.ptr(), at);
+        if (ch >= 0xD800 && ch <= 0xDFFF) break;
+      }
+      kb::Error e;
+      e.code = kb::ErrorCode::contract_definition;
+      e.message = "invalid contract: the JSON text cannot be encoded as UTF-8 (a lone surrogate at "
+                  "character " + std::to_string(at) + ")";
+      throw_contract_error(e, "");
+    }
+    return contract_from_json(std::string(s, static_cast<size_t>(n)));
+  }
+  if (PyBytes_Check(obj.ptr())) return contract_from_json(obj.cast<std::string>());
+  throw py::type_error(std::string("Contract(json): expected the contract's JSON text (str), got ") +
+                       Py_TYPE(obj.ptr())->tp_name);
+}
+
 void register_limits(py::module_& m) {
   py::class_<kb::DeviceLimits>(m, "DeviceLimits", "Live limits of one device, as the validator uses them.")
       .def(py::init<>())
@@ -324,7 +350,7 @@ py::dict relation_node(const kb::LaunchContract& c, const kb::Relation& r, int i
 void register_contract_class(py::module_& m) {
   using C = kb::LaunchContract;
   py::class_<C, std::shared_ptr<C>>(m, "Contract", "A parsed launch contract (schema v1, docs/architecture.md).")
-      .def(py::init(&contract_from_json), py::arg("json"))
+      .def(py::init(&contract_from_object), py::arg("json"))
       .def_property_readonly("kernel", [](const C& c) { return c.kernel; })
       .def_property_readonly("domain", [](const C& c) { return c.domain; })
       .def_property_readonly("block_exact", [](const C& c) -> py::object {

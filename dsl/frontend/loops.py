@@ -61,7 +61,7 @@ class LoopMixin:
             self.err(call, f"range() takes 1 to 3 arguments, got {len(call.args)}")
         vals = [self.scalar(a, "a range() bound") for a in call.args]
         for a, v in zip(call.args, vals):
-            if not (v.scalar.is_int or v.scalar.kind == "bool"):  # type: ignore[union-attr]
+            if not v.scalar.is_int:  # type: ignore[union-attr]   (a bool is no loop bound)
                 self.err(a, f"range() bounds must be integers, got {v.scalar}",
                          "convert with i32(...) / i64(...)")
         from dsl.frontend.values import weak_const

@@ -21,15 +21,6 @@ def _param_names(f: Callable) -> tuple[str, ...] | None:
     return tuple(code.co_varnames[:code.co_argcount]) if code is not None else None
 
 
-def _host_view(a: Any) -> Any:
-    """NumPy arrays as bridge host views for the validator (bfloat16/float8 included); others as they are."""
-    import numpy as np
-    if isinstance(a, np.ndarray):
-        import bridge
-        return bridge.asarray(a)
-    return a
-
-
 class SimtKernel:
     """A SIMT kernel: call it like a function with arrays; it specialises per argument signature."""
 
@@ -103,9 +94,8 @@ class SimtKernel:
         """
         from dsl import sim
         fn = self.build(*args)
-        views = tuple(_host_view(a) for a in args)
         g, b, smem, skip = self._sim_validator(fn).validate_only(
-            views, grid=grid, block=block, shared_mem=(shared_mem or None))
+            args, grid=grid, block=block, shared_mem=(shared_mem or None))
         if not skip:
             sim.run(fn, list(args), g, b, smem)
 

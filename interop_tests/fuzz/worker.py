@@ -27,7 +27,25 @@ def _limit_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
+def _reset_peak() -> None:
+    """Start a new peak-RSS window (Linux: `5` into /proc/self/clear_refs resets VmHWM), so one input's
+    growth shows even when an earlier import peaked higher. Elsewhere the process peak is used."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def _peak_rss_mb() -> float:
+    """Peak resident memory since the last _reset_peak (VmHWM), else of the whole process."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0          # kB
+    except (OSError, ValueError, IndexError):
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0   # KiB on Linux
 
 
@@ -53,7 +71,8 @@ def _fresh_stderr() -> None:
 def run_one(target, spec, timeout: float, rss_limit_mb: float) -> tuple[str, str, str]:
     """(status, title, detail) of one input, never raising."""
     from interop_tests.fuzz.targets import Oracle
-    before = _peak_rss_mb()
+    _reset_peak()
+    before = _rss_mb() or _peak_rss_mb()
     faulthandler.dump_traceback_later(max(1.0, timeout - 1.0), exit=False)   # a hang shows its stack
     try:
         summary = target.execute(spec)
