@@ -27,5 +27,7 @@ from bridge.stream import Event, Stream, current_stream, synchronize, use_stream
 from bridge.module import Module, load_module  # noqa: E402
 from bridge.kernel import Kernel, kernel_from_ptx, unsafe_launch  # noqa: E402
 from bridge.graph import Graph, capture  # noqa: E402
+# profiling: opt-in NVTX ranges per launch
+from bridge.profiling import nvtx_status, set_nvtx  # noqa: E402
 # contract: Python-side builder of launch contracts (parsed by the one native validator)
 from bridge.contract import ArgSpec, LaunchContract  # noqa: E402

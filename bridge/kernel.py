@@ -30,18 +30,24 @@ def func_attrs(func: int) -> tuple[Any, dict[str, int]]:
 
 def _calibrate_temporaries() -> None:
     """Tell the launcher which reference count marks an argument only the launch holds (a temporary,
-    kept alive until the launch completes), measured on this interpreter for both call paths: native
-    `launcher(*args)` / `kernel[g, b](*args)` calls, and `Kernel.__call__(*args)` handing its tuple over."""
+    kept alive until the launch completes), measured on this interpreter for each call path: native
+    `launcher(*args)` / `kernel[g, b](*args)` calls, `Kernel.__call__(*args)` handing its tuple over, and
+    a `fastcall(*args)` from a Python `*args` wrapper (what `Kernel.__call__` and DSL kernels use)."""
     o = object()
 
     def through_python(*args: Any, grid: Any = None) -> list:
         return _native.refcount_probe_tuple(args)
 
+    def through_fast(*args: Any) -> list:
+        return _native.refcount_probe_fast(*args)
+
     native_temp, native_named = _native.refcount_probe(object())[0], _native.refcount_probe(o)[0]
     tuple_temp, tuple_named = through_python(object())[0], through_python(o)[0]
+    fast_temp, fast_named = through_fast(object())[0], through_fast(o)[0]
     always = 1 << 62    # indistinguishable on this interpreter: keep every array alive (safe, slower)
     _native.set_temporary_refcount(native_temp if native_temp < native_named else always,
-                                   tuple_temp if tuple_temp < tuple_named else always)
+                                   tuple_temp if tuple_temp < tuple_named else always,
+                                   fast_temp if fast_temp < fast_named else always)
 
 
 _calibrate_temporaries()
@@ -49,6 +55,8 @@ _calibrate_temporaries()
 
 class Kernel:
     """One kernel of a module. `k(*args, grid=, block=)`, `k[grid, block](*args)`, `k.launch(...)`."""
+
+    _fast: Any = None     # the launcher's fastcall (set by _create when the kernel has a contract)
 
     def __init__(self, *_: Any, **__: Any) -> None:
         raise TypeError("kernels come from bridge.load_module(...).<name> or bridge.kernel_from_ptx(...)")
@@ -61,8 +69,10 @@ class Kernel:
         self.ptx_version = self.attribute_values["ptx_version"]
         self.binary_version = self.attribute_values["binary_version"]
         self._launcher = None
+        self._fast = None             # the launcher's fastcall: `k(*args)` with no keyword
         if contract is not None:
             self._launcher = _native.Launcher(func, contract, Device(device).limits, self.attributes, device)
+            self._fast = self._launcher.fastcall
         self._unsafe: dict[tuple, Any] = {}   # documented cache: argument signature -> loose Launcher
         return self
 
@@ -76,13 +86,20 @@ class Kernel:
                 kernel=self.name)
         return self._launcher
 
-    def __call__(self, *args: Any, grid: Any = None, block: Any = None, shared_mem: int | None = None,
-                 stream: Any = None) -> None:
+    def __call__(self, *args: Any, **kw: Any) -> None:
+        """`k(*args, grid=, block=, shared_mem=, stream=)`; without keywords, one C call.
+
+        Both branches hand the launcher THIS call's argument tuple: an extra wrapper level would hide
+        temporaries (arrays only the call holds) from the launcher, which keeps those alive."""
+        if not kw and self._fast is not None:
+            self._fast(*args)
+            return
+        grid, block, shared_mem, stream = launch_options(self.name, kw)
         self.launcher.launch(args, grid, block, shared_mem, stream)
 
     def launch(self, *args: Any, grid: Any = None, block: Any = None, stream: Any = None,
                shared_mem: int | None = None) -> None:
-        self.launcher.launch(args, grid, block, shared_mem, stream)
+        self.launcher.launch(args, grid, block, shared_mem, stream)   # the tuple-call threshold applies
 
     def __getitem__(self, config: Any) -> Any:
         """`k[grid, block]`, `k[grid, block, stream]`, `k[grid, block, stream, shared_mem]`."""
@@ -91,6 +108,18 @@ class Kernel:
     def __repr__(self) -> str:
         state = "with contract" if self.contract is not None else "NO contract (unsafe_launch only)"
         return f"<bridge.Kernel {self.name!r} on device {self.device}, {state}>"
+
+
+_OPTIONS = ("grid", "block", "shared_mem", "stream")
+
+
+def launch_options(kernel: str, kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """(grid, block, shared_mem, stream) from a launch call's keywords; TypeError for any other."""
+    unknown = set(kw) - set(_OPTIONS)
+    if unknown:
+        raise TypeError(f"{kernel}: unexpected keyword argument(s) {', '.join(sorted(unknown))}; a launch "
+                        f"takes {', '.join(_OPTIONS)}")
+    return kw.get("grid"), kw.get("block"), kw.get("shared_mem"), kw.get("stream")
 
 
 # --- unsafe launches --------------------------------------------------------------------------------

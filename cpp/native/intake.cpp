@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "intake_fast.hpp"
 #include "kernelbridge/dlpack/dlpack.h"
 
 namespace py = pybind11;
@@ -243,6 +244,13 @@ py::object dotted(const char* module, std::initializer_list<const char*> path) {
 
 uint64_t cupy_current_stream(int dev, IntakeMemo* memo) {
   if (memo) for (int i = 0; i < memo->n_cupy; ++i) if (memo->cupy_dev[i] == dev) return memo->cupy_stream[i];
+  uint64_t fast_h = 0;
+  if (fast::cupy_stream(dev, fast_h)) {
+    if (memo && memo->n_cupy < IntakeMemo::kSlots) {
+      memo->cupy_dev[memo->n_cupy] = dev; memo->cupy_stream[memo->n_cupy++] = fast_h;
+    }
+    return fast_h;
+  }
   static PyObject* get = dotted("cupy", {"cuda", "get_current_stream"}).release().ptr();  // kept for the process
   KB_NAME(s_ptr, "ptr");
   PyObject* s = PyObject_CallOneArg(get, py::int_(dev).ptr());
@@ -257,6 +265,13 @@ uint64_t cupy_current_stream(int dev, IntakeMemo* memo) {
 
 uint64_t torch_current_stream(int dev, IntakeMemo* memo) {
   if (memo) for (int i = 0; i < memo->n_torch; ++i) if (memo->torch_dev[i] == dev) return memo->torch_stream[i];
+  uint64_t fast_h = 0;
+  if (fast::torch_stream(dev, fast_h)) {
+    if (memo && memo->n_torch < IntakeMemo::kSlots) {
+      memo->torch_dev[memo->n_torch] = dev; memo->torch_stream[memo->n_torch++] = fast_h;
+    }
+    return fast_h;
+  }
   static PyObject* get = dotted("torch", {"_C", "_cuda_getCurrentRawStream"}).release().ptr();  // kept for the process
   PyObject* s = PyObject_CallOneArg(get, py::int_(dev).ptr());
   if (!s) throw py::error_already_set();
@@ -296,6 +311,14 @@ void from_cupy(PyObject* obj, kb::ArrayView& view, IntakeInfo& info, IntakeMemo*
 
 // false: a torch tensor on a device this fast path does not read (it then goes through __dlpack__).
 bool from_torch(PyObject* obj, kb::ArrayView& view, IntakeInfo& info, IntakeMemo* memo) {
+  if (fast::torch_view(obj, view)) {     // the C shim: no Python attribute reads
+    info.keepalive = py::reinterpret_borrow<py::object>(obj);
+    if (view.device_type == kb::DeviceType::cuda) {
+      info.has_producer_stream = true;
+      info.producer_stream = torch_current_stream(view.device_id, memo);
+    }
+    return true;
+  }
   KB_NAME(s_is_cuda, "is_cuda"); KB_NAME(s_get_device, "get_device"); KB_NAME(s_device, "device");
   KB_NAME(s_type, "type"); KB_NAME(s_data_ptr, "data_ptr"); KB_NAME(s_shape, "shape");
   KB_NAME(s_stride, "stride"); KB_NAME(s_dtype, "dtype"); KB_NAME(s_is_conj, "is_conj");

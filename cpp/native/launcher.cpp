@@ -7,8 +7,16 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#if defined(__has_include)
+#if __has_include(<nvtx3/nvToolsExt.h>)
+#include <nvtx3/nvToolsExt.h>   // header-only: a profiler injects itself at run time, nothing is linked
+#define KB_HAVE_NVTX 1
+#endif
+#endif
 
 #include "errors.hpp"
 #include "intake.hpp"
@@ -23,6 +31,13 @@ namespace kb::native {
 namespace {
 
 constexpr int kStackArgs = 16;
+
+// Opt-in NVTX ranges around each launch, named after the kernel (KB_NVTX=1 or bridge.set_nvtx(True)).
+bool g_nvtx = [] {
+  const char* v = std::getenv("KB_NVTX");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}();
+uint64_t g_nvtx_ranges = 0;   // ranges pushed (tests read it)
 constexpr size_t kMaxParamBytes = 32764;   // CUDA >= 12.1 kernel parameter limit
 std::atomic<uint64_t> g_next_launcher_id{1};
 
@@ -245,6 +260,15 @@ class Launcher {
     size_t size = off;
     void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                      CU_LAUNCH_PARAM_END};
+#ifdef KB_HAVE_NVTX
+    struct Range {
+      bool on;
+      Range(bool o, const std::string& name) : on(o) {
+        if (on) { nvtxRangePushA(name.c_str()); ++g_nvtx_ranges; }
+      }
+      ~Range() { if (on) nvtxRangePop(); }
+    } range(g_nvtx, contract_.kernel);
+#endif
     kb::drv::check(a.launchKernel(func_, static_cast<unsigned>(cfg.grid[0]), static_cast<unsigned>(cfg.grid[1]),
                                   static_cast<unsigned>(cfg.grid[2]), static_cast<unsigned>(cfg.block[0]),
                                   static_cast<unsigned>(cfg.block[1]), static_cast<unsigned>(cfg.block[2]),
@@ -301,8 +325,12 @@ class Launcher {
   }
 
   void launch_tuple(py::handle args, const kb::LaunchConfig& cfg, uint64_t stream, Py_ssize_t temp_refcount) {
-    PyObject* const* objs = PySequence_Fast_ITEMS(args.ptr());
-    const int n = static_cast<int>(PyTuple_GET_SIZE(args.ptr()));
+    launch_objs(PySequence_Fast_ITEMS(args.ptr()), static_cast<int>(PyTuple_GET_SIZE(args.ptr())), cfg, stream,
+                temp_refcount);
+  }
+
+  void launch_objs(PyObject* const* objs, int n, const kb::LaunchConfig& cfg, uint64_t stream,
+                   Py_ssize_t temp_refcount) {
     if (n <= kStackArgs) {
       kb::ArgValue vals[kStackArgs];
       IntakeInfo infos[kStackArgs];
@@ -357,8 +385,13 @@ class Dispatcher {
   }
 
   void launch_tuple(py::handle args, const kb::LaunchConfig& cfg, uint64_t stream) {
-    PyObject* const* objs = PySequence_Fast_ITEMS(args.ptr());
-    const int n = static_cast<int>(PyTuple_GET_SIZE(args.ptr()));
+    launch_objs(PySequence_Fast_ITEMS(args.ptr()), static_cast<int>(PyTuple_GET_SIZE(args.ptr())), args, cfg,
+                stream, kb::rt::g_temporary_refcount_native);
+  }
+
+  // `args`: the arguments as a tuple when the caller has one (the miss callback takes it), else empty.
+  void launch_objs(PyObject* const* objs, int n, py::handle args, const kb::LaunchConfig& cfg, uint64_t stream,
+                   Py_ssize_t temp_refcount) {
     // No heap allocation on the hot path for up to kStackArgs arguments.
     kb::ArgValue vals_stack[kStackArgs];
     IntakeInfo infos_stack[kStackArgs];
@@ -394,7 +427,7 @@ class Dispatcher {
     // a call whose arity differs from the plan cannot hit: the miss callback refuses it
     const bool planned = !plan_.empty() && static_cast<int>(plan_.size()) == n;
     if (!plan_.empty() && !planned) {
-      miss_(py::reinterpret_borrow<py::tuple>(args));
+      miss_(as_tuple(objs, n, args));
       throw py::type_error(kernel_ + ": expected " + std::to_string(plan_.size()) + " arguments, got " +
                            std::to_string(n));
     }
@@ -473,14 +506,14 @@ class Dispatcher {
         last_ = static_cast<int>(j);
       }
     if (target == nullptr) {
-      py::object l = miss_(py::reinterpret_borrow<py::tuple>(args));
+      py::object l = miss_(as_tuple(objs, n, args));
       target = l.cast<Launcher*>();
       py::tuple kept(nconst);
       for (int c = 0; c < nconst; ++c) kept[c] = py::reinterpret_borrow<py::object>(consts[c]);
       entries_.push_back(Entry{std::vector<uint64_t>(key, key + klen), l, target, std::move(kept)});
       last_ = static_cast<int>(entries_.size() - 1);
     }
-    target->launch_prepared(flat, nflat, vals, infos, cfg, stream, kb::rt::g_temporary_refcount_native, inner);
+    target->launch_prepared(flat, nflat, vals, infos, cfg, stream, temp_refcount, inner);
   }
 
   size_t size() const { return entries_.size(); }
@@ -494,6 +527,13 @@ class Dispatcher {
     Launcher* launcher;
     py::tuple consts;          // constant arguments of this specialisation (compared by value)
   };
+
+  static py::tuple as_tuple(PyObject* const* objs, int n, py::handle args) {
+    if (args && PyTuple_Check(args.ptr())) return py::reinterpret_borrow<py::tuple>(args);
+    py::tuple t(n);
+    for (int i = 0; i < n; ++i) t[i] = py::reinterpret_borrow<py::object>(objs[i]);
+    return t;
+  }
 
   static bool matches(const Entry& e, const uint64_t* key, size_t klen, PyObject* const* consts, int nconst) {
     if (e.key.size() != klen || !std::equal(key, key + klen, e.key.begin())) return false;
@@ -533,6 +573,79 @@ class Dispatcher {
   std::vector<Entry> entries_;
   int last_ = -1;
 };
+
+// `launcher.fastcall` / `dispatcher.fastcall`: a plain CPython METH_FASTCALL function bound to the
+// target, for the hot path of `k(*args)` (no keyword arguments: the derived grid and block, the
+// contract's shared memory, the current stream). It skips pybind11's argument conversion, which costs
+// more than the rest of a cached launch's Python-side work.
+namespace {
+
+struct FastTarget {
+  PyObject* owner;         // strong reference: the Launcher or Dispatcher Python object
+  Launcher* launcher;
+  Dispatcher* dispatcher;
+};
+constexpr const char* kFastCapsule = "kernelbridge.fastcall";
+
+void fast_target_free(PyObject* cap) {
+  auto* t = static_cast<FastTarget*>(PyCapsule_GetPointer(cap, kFastCapsule));
+  if (t) {
+    Py_XDECREF(t->owner);
+    delete t;
+  }
+}
+
+PyObject* fastcall_impl(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  auto* t = static_cast<FastTarget*>(PyCapsule_GetPointer(self, kFastCapsule));
+  if (t == nullptr) return nullptr;
+  try {
+    kb::LaunchConfig cfg;
+    cfg.smem = -1;                                  // the contract's exact dynamic shared memory
+    const uint64_t stream = kb::rt::current_stream();
+    const int n = static_cast<int>(nargs);
+    if (t->launcher) t->launcher->launch_objs(args, n, cfg, stream, kb::rt::g_temporary_refcount_fast);
+    else t->dispatcher->launch_objs(args, n, py::handle(), cfg, stream, kb::rt::g_temporary_refcount_fast);
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef g_fastcall_def = {"fastcall", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fastcall_impl)),
+                              METH_FASTCALL, "Launch with derived grid and block on the current stream."};
+
+py::object make_fastcall(py::handle owner, Launcher* l, Dispatcher* d) {
+  auto* t = new FastTarget{owner.inc_ref().ptr(), l, d};
+  PyObject* cap = PyCapsule_New(t, kFastCapsule, fast_target_free);
+  if (cap == nullptr) {
+    Py_DECREF(t->owner);
+    delete t;
+    throw py::error_already_set();
+  }
+  PyObject* fn = PyCFunction_New(&g_fastcall_def, cap);
+  Py_DECREF(cap);
+  if (fn == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(fn);
+}
+
+PyObject* refcount_probe_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  PyObject* out = PyList_New(nargs);
+  if (out == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < nargs; ++i) PyList_SET_ITEM(out, i, PyLong_FromSsize_t(Py_REFCNT(args[i])));
+  return out;
+}
+PyMethodDef g_probe_fast_def = {"refcount_probe_fast",
+                                reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(refcount_probe_fast)),
+                                METH_FASTCALL, "Reference counts of the arguments as a fastcall launch sees them."};
+
+}  // namespace
 
 // `kernel[grid, block, stream, shared_mem]`: a configuration bound to a Launcher or Dispatcher.
 class Configured {
@@ -617,7 +730,11 @@ void register_launch(py::module_& m) {
       .def_property_readonly("contract", &Launcher::contract_obj)
       .def_property_readonly("device_id", &Launcher::device)
       .def_property_readonly("launcher_id", &Launcher::id)
-      .def_property_readonly("max_dynamic_smem", [](const Launcher& l) { return l.attrs().max_dynamic_smem; });
+      .def_property_readonly("max_dynamic_smem", [](const Launcher& l) { return l.attrs().max_dynamic_smem; })
+      .def_property_readonly("fastcall", [](py::object self) {
+             return make_fastcall(self, self.cast<Launcher*>(), nullptr);
+           }, "A plain C function launching positional arguments with the derived configuration on the "
+              "current stream (what `Kernel.__call__` uses when no keyword is given).");
 
   py::class_<Dispatcher>(m, "Dispatcher",
                          "Argument signature -> Launcher, computed in C++; miss_callback(args) on a miss.")
@@ -641,12 +758,31 @@ void register_launch(py::module_& m) {
       .def("__getitem__", [](py::object self, py::object item) {
              return Configured(self, given_from_item(item, name_of(self)));
            })
+      .def_property_readonly("fastcall", [](py::object self) {
+             return make_fastcall(self, nullptr, self.cast<Dispatcher*>());
+           }, "A plain C function launching positional arguments with the derived configuration on the "
+              "current stream (what DSL kernels' `__call__` uses when no keyword is given).")
       .def("__len__", &Dispatcher::size)
       .def("clear", &Dispatcher::clear);
 
   py::class_<Configured>(m, "Configured", "A launch configuration bound to a kernel: call it with the arguments.")
       .def("__call__", &Configured::call);
 
+  m.def("set_nvtx", [](bool on) {
+#ifdef KB_HAVE_NVTX
+    g_nvtx = on;
+#else
+    if (on) throw py::value_error("NVTX ranges: this build of bridge._native has no NVTX headers (nvtx3)");
+#endif
+  }, py::arg("on"), "Opt in to (or out of) an NVTX range per launch, named after the kernel.");
+  m.def("nvtx_status", [] {
+#ifdef KB_HAVE_NVTX
+    return py::make_tuple(true, g_nvtx, g_nvtx_ranges);
+#else
+    return py::make_tuple(false, false, uint64_t{0});
+#endif
+  }, "(NVTX compiled in, ranges on, ranges pushed so far).");
+  m.add_object("refcount_probe_fast", py::reinterpret_steal<py::object>(PyCFunction_New(&g_probe_fast_def, nullptr)));
   m.def("resolve_stream", [](py::object s) { return resolve_stream(s.ptr()); }, py::arg("stream"),
         "Raw handle of a stream argument (None: this thread's current stream).");
 }

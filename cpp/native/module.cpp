@@ -1,4 +1,5 @@
 // bridge._native: the parts of the runtime that must be fast or shared with C++ (see docs/architecture.md).
+#include "intake_fast.hpp"
 #include "native.hpp"
 
 PYBIND11_MODULE(_native, m) {
@@ -8,4 +9,5 @@ PYBIND11_MODULE(_native, m) {
   kb::native::register_driver(m);
   kb::native::register_launch(m);
   kb::native::register_cpp_example(m);
+  kb::native::fast::register_fast_intake(m);
 }

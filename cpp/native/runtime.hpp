@@ -36,6 +36,8 @@ void poll_keepalive();
 // arrive through a native `f(*args)` call, and a tuple handed over by a Python `def f(*args)` wrapper.
 extern Py_ssize_t g_temporary_refcount_native;
 extern Py_ssize_t g_temporary_refcount_tuple;
+// ... and for a `fastcall` reached through a Python `def f(*args): fastcall(*args)` wrapper.
+extern Py_ssize_t g_temporary_refcount_fast;
 
 // --- cross-stream ordering ---------------------------------------------------------------------------
 // Make `consumer` wait (device side) for the work submitted so far on `producer` (event record + wait).

@@ -56,6 +56,7 @@ CUevent pooled_event(int device) {
 
 Py_ssize_t g_temporary_refcount_native = 2;
 Py_ssize_t g_temporary_refcount_tuple = 1;
+Py_ssize_t g_temporary_refcount_fast = 1;
 
 uint64_t current_stream() { return t_current_stream; }
 void set_current_stream(uint64_t handle) { t_current_stream = handle; }
@@ -250,10 +251,11 @@ void register_streams(py::module_& m) {
     for (const Pending& p : g_pending) n += p.objects.size();
     return n;
   }, "Objects still kept alive for launches that have not completed (polls first).");
-  m.def("set_temporary_refcount", [](Py_ssize_t native_call, Py_ssize_t tuple_call) {
+  m.def("set_temporary_refcount", [](Py_ssize_t native_call, Py_ssize_t tuple_call, Py_ssize_t fast_call) {
     g_temporary_refcount_native = native_call;
     g_temporary_refcount_tuple = tuple_call;
-  }, py::arg("native_call"), py::arg("tuple_call"),
+    g_temporary_refcount_fast = fast_call;
+  }, py::arg("native_call"), py::arg("tuple_call"), py::arg("fast_call") = 1,
      "Reference counts at or below which a launch argument is a temporary the bridge keeps alive: for "
      "native f(*args) calls and for Launcher.launch(args) from a Python *args wrapper.");
   m.def("refcount_probe", [](py::args args) {

@@ -11,7 +11,8 @@ import functools
 from typing import Any, Callable, Sequence
 
 from dsl.options import KernelOptions, OptionError, check_export, check_symbol_names, simt_options
-from dsl.runmode import simulating
+from bridge.kernel import launch_options
+from dsl.runmode import _ENV_DATA, _SIM_KEY, simulating
 from dsl.simt.signature import signature_of
 
 
@@ -33,6 +34,7 @@ class SimtKernel:
         self._ir: dict[tuple, Any] = {}
         self._compiled: dict[tuple, Any] = {}
         self._dispatcher: Any = None
+        self._fast: Any = None            # the dispatcher's fastcall (`k(*args)` without keywords)
         self._sim_launchers: dict[int, tuple[Any, Any]] = {}   # id(IR function) -> (function, validator)
 
     # ------------------------------------------------------------------ signatures and IR
@@ -126,16 +128,23 @@ class SimtKernel:
             self._dispatcher = _native.Dispatcher(self._miss)
         return self._dispatcher
 
-    def __call__(self, *args: Any, grid: Any = None, block: Any = None, shared_mem: int = 0,
-                 stream: Any = None) -> None:
+    def __call__(self, *args: Any, **kw: Any) -> None:
+        """`k(*args, grid=, block=, shared_mem=, stream=)`. Without keywords (and without KB_SIMULATE)
+        this is one C call: the dispatcher's fastcall, on this call's own argument tuple (the launcher
+        recognises temporaries by their reference counts, so no wrapper level may be added)."""
+        if not kw and _SIM_KEY not in _ENV_DATA:
+            (self._fast or self._fastcall())(*args)
+            return
+        grid, block, shared_mem, stream = launch_options(self.__name__, kw)
         if simulating():
-            self.simulate(*args, grid=grid, block=block, shared_mem=shared_mem)
+            self.simulate(*args, grid=grid, block=block, shared_mem=shared_mem or 0)
             return
         d = self._dispatcher or self.dispatcher
-        if grid is None and block is None and not shared_mem and stream is None:
-            d(*args)                      # the hot path: no keyword parsing in the extension
-        else:
-            d(*args, grid=grid, block=block, shared_mem=shared_mem or None, stream=stream)
+        d(*args, grid=grid, block=block, shared_mem=shared_mem or None, stream=stream)
+
+    def _fastcall(self) -> Any:
+        self._fast = self.dispatcher.fastcall
+        return self._fast
 
     def launch(self, *args: Any, grid: Any = None, block: Any = None, stream: Any = None,
                shared_mem: int = 0) -> None:

@@ -20,7 +20,7 @@ from bridge import _native
 from bridge.errors import ArgumentCountError, ArgumentKindError, DTypeError, NdimError
 
 from dsl.ir.types import ScalarType
-from dsl.runmode import simulating
+from dsl.runmode import _ENV_DATA, _SIM_KEY, simulating
 from dsl.tile.api import _Annot
 from dsl.tile.types import (ArrayParamType, ConstParamType, PartitionParamType, ScalarParamType,
                             as_scalar_type, np_dtype)
@@ -119,6 +119,7 @@ class TileKernel:
         self._gpu_cache: dict[tuple, Any] = {}
         self._sim_validators: dict[tuple, Any] = {}
         self._dispatcher: Any = None
+        self._fast: Any = None            # the dispatcher's fastcall (`k(*args)` without keywords)
         self.__doc__ = pyfunc.__doc__
         self.__wrapped__ = pyfunc
 
@@ -322,14 +323,23 @@ class TileKernel:
                                                   names=[s.name for s in self.specs], kernel=self.name)
         return self._dispatcher
 
-    def __call__(self, *args, stream: object = None) -> None:
+    def __call__(self, *args, **kw) -> None:
+        """`k(*args, stream=None)`. Without keywords (and without KB_SIMULATE) one C call: the
+        dispatcher's fastcall on this call's own argument tuple (see SimtKernel.__call__)."""
+        if not kw and _SIM_KEY not in _ENV_DATA:
+            (self._fast or self._fastcall())(*args)
+            return
+        if set(kw) - {"stream"}:
+            raise TypeError(f"{self.name}: unexpected keyword argument(s) {', '.join(sorted(set(kw) - {'stream'}))}; "
+                            f"a tile launch takes stream=")
         if simulating():
             return self.simulate(*args)
         d = self._dispatcher or self.dispatcher
-        if stream is None:
-            d(*args)                     # the hot path: no keyword parsing in the extension
-        else:
-            d(*args, stream=stream)
+        d(*args, stream=kw.get("stream"))
+
+    def _fastcall(self) -> Any:
+        self._fast = self.dispatcher.fastcall
+        return self._fast
 
     def __repr__(self) -> str:
         return f"<tile.kernel {self.name}>"

@@ -175,7 +175,7 @@ def test_temporaries_live_until_the_launch_completes(mod, rng):
 
 
 @pytest.mark.nosanitize     # reads stream idleness as "kernel not done"; sanitizers add their own stream work
-@pytest.mark.parametrize("path", ["kernel_call", "configured_call", "launch_method"])
+@pytest.mark.parametrize("path", ["kernel_call", "fast_call", "configured_call", "launch_method"])
 def test_only_temporaries_are_kept_alive(mod, rng, path):
     s = bridge.Stream()
     a, b = bridge.from_host(host(N, rng)), bridge.from_host(host(N, rng))
@@ -188,6 +188,11 @@ def test_only_temporaries_are_kept_alive(mod, rng, path):
         mod.vecadd(a, b, out, N, stream=s)                                   # named arrays: nothing kept
         assert _native.pending_keepalive_count() == 0
         mod.vecadd(a, _temporary(refs, host(N, rng), s), out, N, stream=s)   # one temporary
+    elif path == "fast_call":          # no keyword: Kernel.__call__ goes through the launcher's fastcall
+        with bridge.use_stream(s):
+            mod.vecadd(a, b, out, N)
+            assert _native.pending_keepalive_count() == 0
+            mod.vecadd(a, _temporary(refs, host(N, rng), s), out, N)
     elif path == "configured_call":
         cfg(a, b, out, N)
         assert _native.pending_keepalive_count() == 0
