@@ -25,20 +25,13 @@ from typing import Any
 import llvmlite.ir as ir
 
 from dsl.backend import lltypes as T
+from dsl.backend.errors import CodegenError
 from dsl.backend.exprs import ExprMixin
 from dsl.backend.memory import MemoryMixin
 from dsl.backend.tile_codegen import TileNodesMixin
 from dsl.backend.values import ArrayVal, leaves, rebuild
 from dsl.ir import nodes as N
 from dsl.ir.types import ArrayType, ScalarType, TupleType, VoidType
-
-
-class CodegenError(Exception):
-    """The IR holds something the code generator cannot lower (a frontend/verifier bug)."""
-
-    def __init__(self, msg: str, loc: N.Loc = N.NOLOC):
-        super().__init__(f"{loc}: {msg}" if loc is not N.NOLOC else msg)
-        self.loc = loc
 
 
 @dataclass
