@@ -32,6 +32,9 @@ from typing import Any, Callable
 
 DSL_VERSION = "0.1.0"
 FORMAT = 2          # 2: whole-entry sha256 (format 1 entries are misses)
+# Key text is hashed as UTF-8 keeping lone surrogates: a source path that is not UTF-8 (Python decodes
+# it with surrogate escapes) must give a key, not a UnicodeEncodeError.
+_UTF8, _KEEP = "utf-8", "surrogatepass"
 
 
 class CacheEntry:
@@ -67,9 +70,9 @@ def toolchain_fingerprint() -> str:
     lib_dir = Path(llvmlite.__file__).parent / "binding"
     for p in sorted(lib_dir.glob("libllvmlite*")):
         st = p.stat()
-        h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+        h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode(_UTF8, _KEEP))
     for rel, size, mtime in sorted(_source_stats(os.path.dirname(__file__), "")):
-        h.update(f"{rel}:{size}:{mtime}".encode())
+        h.update(f"{rel}:{size}:{mtime}".encode(_UTF8, _KEEP))
     return h.hexdigest()
 
 
@@ -144,8 +147,8 @@ def source_fingerprint(pyfunc: Callable) -> str:
         except (OSError, TypeError):
             src = repr(code.co_code) + repr(code.co_consts)
         h.update(f"\0fn {fn.__module__}.{fn.__qualname__} {code.co_filename}:{code.co_firstlineno}\n"
-                 .encode())
-        h.update(src.encode())
+                 .encode(_UTF8, _KEEP))
+        h.update(src.encode(_UTF8, _KEEP))
         scope: dict[str, Any] = {}
         if fn.__closure__:
             for name, cell in zip(code.co_freevars, fn.__closure__):
@@ -163,17 +166,17 @@ def source_fingerprint(pyfunc: Callable) -> str:
                 continue
             inner = _unwrap(val)
             if inner is not None:
-                h.update(f"\0ref {name} -> fn\n".encode())
+                h.update(f"\0ref {name} -> fn\n".encode(_UTF8, _KEEP))
                 todo.append(inner)
             else:
-                h.update(f"\0ref {name} = {_value_key(val)}\n".encode())
+                h.update(f"\0ref {name} = {_value_key(val)}\n".encode(_UTF8, _KEEP))
     return h.hexdigest()
 
 
 def cache_key(pyfunc: Callable, signature: Any, options: Any, arch: str) -> str:
     parts = [source_fingerprint(pyfunc), _type_key(list(signature)), _type_key(options), str(arch),
              toolchain_fingerprint()]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    return hashlib.sha256("\n".join(parts).encode(_UTF8, _KEEP)).hexdigest()
 
 
 # ---------------------------------------------------------------------------- store

@@ -74,7 +74,8 @@ def build_options(options: KernelOptions, arch: str):
     from dsl.backend.builder import BuildOptions
     from dsl.backend.target import parse_arch
     pairs = frozenset(frozenset(p) for p in options.inplace)
-    return BuildOptions(arch_cc=parse_arch(arch), fastmath=options.fastmath, inplace=pairs)
+    return BuildOptions(arch_cc=parse_arch(arch), fastmath=options.fastmath, inplace=pairs,
+                        lineinfo=options.lineinfo)
 
 
 def _llvm_ir(fn, ctx: CompileContext):

@@ -8,6 +8,7 @@ heavy imports: this module is on the cache-hit path.
 from __future__ import annotations
 
 import numbers
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ class KernelOptions:
     fastmath: bool = False                         # approximate math (ex2.approx etc.)
     extra: tuple[tuple[str, object], ...] = field(default_factory=tuple)
     grid_from: str | None = None                   # the array a grid-less launch derives its grid from
+    lineinfo: bool = True                          # PTX line tables (.file/.loc) for profilers/sanitizers
 
 
 class OptionError(Exception):
@@ -100,6 +102,18 @@ def _check_bool(option: str, v: Any) -> bool:
     return v
 
 
+_OFF = ("0", "false", "no", "off")
+
+
+def check_lineinfo(v: Any) -> bool:
+    """`lineinfo=`: True or False; None (the default) reads `KB_LINEINFO` (0/false/no/off turn line
+    tables off, anything else or unset leaves them on). Resolved when the decorator is applied, so
+    the value is part of the kernel's options and of its cache key."""
+    if v is None:
+        return os.environ.get("KB_LINEINFO", "1").strip().lower() not in _OFF
+    return _check_bool("lineinfo", v)
+
+
 def _relations(v: Any, params: tuple[str, ...] | None) -> tuple[str, ...]:
     """`requires=`: relation texts that parse and name only parameters (or len/shape/size/ndim)."""
     import ast
@@ -157,7 +171,7 @@ def check_relations(params: tuple[str, ...], requires: Any, inplace: Any) -> Non
 def simt_options(params: tuple[str, ...] | None, *, block: Any = None, launch_bounds: Any = None,
                  domain: Any = 1, shared_mem: Any = 0, min_cc: Any = 0, requires: Any = (),
                  inplace: Any = (), boundscheck: Any = True, fastmath: Any = False,
-                 grid_from: Any = None) -> KernelOptions:
+                 grid_from: Any = None, lineinfo: Any = None) -> KernelOptions:
     """Checked KernelOptions of a @simt.kernel (`params`: the parameter names, None when unknown).
     Raises OptionError; whether `grid_from` names an array of enough axes is checked by the caller,
     which can read the annotations."""
@@ -182,7 +196,8 @@ def simt_options(params: tuple[str, ...] | None, *, block: Any = None, launch_bo
                          shared_mem=check_shared_mem(shared_mem), min_cc=check_min_cc(min_cc),
                          requires=_relations(requires, params), inplace=_pairs(inplace, params),
                          boundscheck=_check_bool("boundscheck", boundscheck),
-                         fastmath=_check_bool("fastmath", fastmath), grid_from=grid_from)
+                         fastmath=_check_bool("fastmath", fastmath), grid_from=grid_from,
+                         lineinfo=check_lineinfo(lineinfo))
 
 
 def check_tile_options(num_warps: Any, persistent: Any) -> tuple[int | None, bool]:

@@ -25,20 +25,14 @@ from typing import Any
 import llvmlite.ir as ir
 
 from dsl.backend import lltypes as T
+from dsl.backend.debuginfo import LineTables
+from dsl.backend.errors import CodegenError
 from dsl.backend.exprs import ExprMixin
 from dsl.backend.memory import MemoryMixin
 from dsl.backend.tile_codegen import TileNodesMixin
 from dsl.backend.values import ArrayVal, leaves, rebuild
 from dsl.ir import nodes as N
 from dsl.ir.types import ArrayType, ScalarType, TupleType, VoidType
-
-
-class CodegenError(Exception):
-    """The IR holds something the code generator cannot lower (a frontend/verifier bug)."""
-
-    def __init__(self, msg: str, loc: N.Loc = N.NOLOC):
-        super().__init__(f"{loc}: {msg}" if loc is not N.NOLOC else msg)
-        self.loc = loc
 
 
 @dataclass
@@ -55,6 +49,7 @@ class FnState:
     ret_slot: Any = None
     fault_record: ir.Value | None = None
     known: set[tuple[Any, N.Var]] = field(default_factory=set)   # (array key, var) proven in range
+    scope: Any = None                 # the function's DISubprogram (None: no line table)
 
 
 @dataclass
@@ -63,6 +58,7 @@ class BuildOptions:
     fastmath: bool = False
     inplace: frozenset[frozenset[str]] = frozenset()   # parameter-name pairs that may overlap
     invariant_loads: bool = True      # mark loads of read-only, non-overlapping arrays !invariant.load
+    lineinfo: bool = False            # emit line tables (.file/.loc); off: the PTX has no debug trace
 
 
 class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
@@ -78,10 +74,13 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
         self._invariant_md = None
         self.kernel_symbol = kernel.name
         self.keep: set[str] = set()
+        self.lines: LineTables | None = None    # set by build() when opts.lineinfo
 
     # ------------------------------------------------------------------ entry point
     def build(self) -> ir.Module:
         self._module_flags()
+        if self.opts.lineinfo and self.kernel.loc is not N.NOLOC:
+            self.lines = LineTables(self.module, self.kernel.loc.file)
         self._emit_kernel(self.kernel)
         while self._pending:
             self._emit_device(self._pending.pop())
@@ -239,6 +238,11 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
         alloca_b.branch(body)
         alloca_b.position_at_start(entry)
         self.st = FnState(fn, llfn, ir.IRBuilder(body), alloca_b)
+        if self.lines is not None:
+            # code no statement owns (parameter set-up, the return block) belongs to the `def` line
+            self.st.scope = self.lines.subprogram(fn, llfn)
+            if self.st.scope is not None:
+                self.st.b.debug_metadata = self.lines.location(fn.loc, self.st.scope, fn.loc.file)
 
     def _finish_void(self) -> None:
         if not self.st.b.block.is_terminated:
@@ -261,7 +265,16 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
         method = getattr(self, "visit_" + type(s).__name__, None)
         if method is None:
             raise CodegenError(f"no code generation for statement {type(s).__name__}", s.loc)
-        method(s)
+        st = self.st
+        if st.scope is None or s.loc is N.NOLOC:
+            method(s)                     # a statement without a location keeps the enclosing one
+            return
+        outer = st.b.debug_metadata       # every instruction the statement emits carries its line;
+        st.b.debug_metadata = self.lines.location(s.loc, st.scope, st.fn.loc.file)
+        try:                              # what follows a nested body (branches) is the parent's
+            method(s)
+        finally:
+            st.b.debug_metadata = outer
 
     # ------------------------------------------------------------------ variables
     def assign(self, var: N.Var, value: Any) -> None:

@@ -8,6 +8,7 @@ import llvmlite.ir as ir
 
 from dsl.backend import intrinsics as X
 from dsl.backend import lltypes as T
+from dsl.backend.errors import CodegenError
 from dsl.backend.values import SlotVal, TupleVal, leaves
 from dsl.ir import nodes as N
 from dsl.ir.types import F32, ScalarType
@@ -20,7 +21,6 @@ class ExprMixin:
     def expr(self, e: N.Expr) -> Any:
         method = getattr(self, "visit_" + type(e).__name__, None)
         if method is None:
-            from dsl.backend.builder import CodegenError
             raise CodegenError(f"no code generation for expression {type(e).__name__}", e.loc)
         return method(e)
 
@@ -111,7 +111,6 @@ class ExprMixin:
             return self.math_llvm("floor", t, [b.fdiv(a, b_, flags=fm)])
         if op == "mod":                       # C fmod: the sign of the dividend
             return self.math_call("fmod", t, [a, b_])
-        from dsl.backend.builder import CodegenError
         raise CodegenError(f"operator {op!r} is not defined on {t}", loc)
 
     def int_binop(self, op: str, t: ScalarType, a, c, loc):
@@ -125,7 +124,6 @@ class ExprMixin:
             return b.select(cmp, a, c)
         if op in ("floordiv", "mod"):
             return self.int_divmod(op, t, a, c)
-        from dsl.backend.builder import CodegenError
         raise CodegenError(f"operator {op!r} is not defined on {t}", loc)
 
     def int_divmod(self, op: str, t: ScalarType, a, d):
@@ -225,7 +223,6 @@ class ExprMixin:
             if not t.is_signed:
                 return v
             return b.select(b.icmp_signed("<", v, ir.Constant(v.type, 0)), b.sub(ir.Constant(v.type, 0), v), v)
-        from dsl.backend.builder import CodegenError
         raise CodegenError(f"unknown unary operator {e.op!r}", e.loc)
 
     _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -317,7 +314,6 @@ class ExprMixin:
         args = [self.expr(a) for a in e.args]
         impl = X.MATH.get(e.fn)
         if impl is None:
-            from dsl.backend.builder import CodegenError
             raise CodegenError(f"unknown math function {e.fn!r}", e.loc)
         if impl.kind == "fcmp":
             return self.float_predicate(e.fn, args[0])

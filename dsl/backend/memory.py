@@ -13,6 +13,7 @@ import llvmlite.ir as ir
 
 from dsl.backend import intrinsics as X
 from dsl.backend import lltypes as T
+from dsl.backend.errors import CodegenError
 from dsl.backend.values import ArrayVal, SlotVal
 from dsl.ir import nodes as N
 from dsl.ir.types import ArrayType, ChunkType, ScalarType
@@ -228,7 +229,6 @@ class MemoryMixin:
         kind = "float" if t.is_float else t.kind
         op = X.ATOMIC_RMW[e.op].get(kind)
         if op is None:
-            from dsl.backend.builder import CodegenError
             raise CodegenError(f"atomic {e.op} is not defined on {t}", e.loc)
         return b.atomic_rmw(op, ptr, args[0], X.ATOMIC_ORDERING)
 

@@ -81,7 +81,7 @@ def contract_for(fn, threads: int, facts: dict[str, dict], relied: set[str],
 
 
 def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, dict] | None = None,
-                 persistent: bool = False) -> CompiledTile:
+                 persistent: bool = False, lineinfo: bool = True) -> CompiledTile:
     """Compile one specialisation for `arch` ("sm_80", "sm_90", ...). The target is the
     arch-specific one (sm_90a) exactly when the lowering used its instructions (wgmma)."""
     from dsl.backend.target import canonical_arch, parse_arch
@@ -99,8 +99,8 @@ def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, d
         contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
     target = canonical_arch(arch, specific=info["arch_specific"])
     contract_json = json.dumps(contract)
-    ck = compile_ir(simt_fn, KernelOptions(block=(threads, 1, 1), boundscheck=False), target,
-                    contract_json=contract_json)
+    ck = compile_ir(simt_fn, KernelOptions(block=(threads, 1, 1), boundscheck=False, lineinfo=lineinfo),
+                    target, contract_json=contract_json)
     meta = dict(ck.metadata, arch=target)
     return CompiledTile(ck.ptx, fn.name, contract_json, threads, simt_fn, meta,
                         dynamic_smem=info["dynamic_smem"])
@@ -115,14 +115,14 @@ def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str) -> Com
     if disk is not None:
         t0 = time.perf_counter()
         key = cache_key(kernel.pyfunc, [("tile", *sig), sorted(facts.items())],
-                        ("tile", kernel.num_warps, kernel.persistent), arch)
+                        ("tile", kernel.num_warps, kernel.persistent, kernel.lineinfo), arch)
         hit = disk.load(key)
         if hit is not None:
             meta = dict(hit.metadata, cache="disk", key=key, hit_seconds=round(time.perf_counter() - t0, 6))
             return CompiledTile(hit.ptx, hit.name, hit.contract_json, int(meta["threads"]), None, meta,
                                 dynamic_smem=int(meta.get("dynamic_smem", 0)))
     ck = compile_tile(kernel._ir_for(sig), arch, num_warps=kernel.num_warps, facts=facts,
-                      persistent=kernel.persistent)
+                      persistent=kernel.persistent, lineinfo=kernel.lineinfo)
     ck.metadata.update(threads=ck.threads, dynamic_smem=ck.dynamic_smem, cache="miss")
     if disk is not None:
         disk.store(key, CacheEntry(ck.ptx, ck.name, ck.contract_json, ck.metadata))

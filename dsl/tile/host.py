@@ -107,11 +107,13 @@ def _view(array: object) -> Any:
 class TileKernel:
     """A @tile.kernel: specialises on argument dtypes/ndims/tile shapes/constants at first use."""
 
-    def __init__(self, pyfunc, num_warps: int | None = None, persistent: bool = False) -> None:
+    def __init__(self, pyfunc, num_warps: int | None = None, persistent: bool = False,
+                 lineinfo: bool = True) -> None:
         self.pyfunc = pyfunc
         self.name = pyfunc.__name__
         self.num_warps = num_warps
         self.persistent = persistent
+        self.lineinfo = lineinfo          # PTX line tables (docs/dsl.md, "Line info")
         self.specs = _param_specs(pyfunc)
         # documented caches: tile IR per signature, compiled kernels per (signature, facts, arch),
         # host-memory validators per signature, and the native dispatcher
@@ -411,19 +413,22 @@ class TileKernel:
         return tuple(call)
 
 
-def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False):
+def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False,
+           lineinfo: bool | None = None):
     """`@tile.kernel`, `@tile.kernel(num_warps=8)` or `@tile.kernel(persistent=True)` (a grid of
     about two blocks per SM, each looping over tiles t = block, block + grid, ...; the same tile
-    semantics, see docs/tile.md). The options are checked at the `def` (DslCompileError)."""
-    from dsl.options import OptionError, check_symbol_names, check_tile_options
+    semantics, see docs/tile.md). `lineinfo=` as for @simt.kernel (default on unless
+    `KB_LINEINFO=0`). The options are checked at the `def` (DslCompileError)."""
+    from dsl.options import OptionError, check_lineinfo, check_symbol_names, check_tile_options
 
     def wrap(f) -> TileKernel:
         try:
             check_symbol_names(f)
             warps, persist = check_tile_options(num_warps, persistent)
+            lines = check_lineinfo(lineinfo)
         except OptionError as err:
             from dsl.frontend.decorator import raise_option_error
             raise_option_error(f, "tile.kernel", err)
-        return TileKernel(f, warps, persist)
+        return TileKernel(f, warps, persist, lines)
 
     return wrap(fn) if fn is not None else wrap

@@ -68,9 +68,12 @@ class Lowerer:
         self.extra_shared: list[N.SharedAlloc] = []
         self.relied: set[str] = set()          # params whose alignment/divisibility facts were used
         self._lane_warp: tuple[N.Expr, N.Expr] | None = None
+        self.cur_loc = fn.loc                  # the tile statement being lowered (line tables)
 
     # ------------------------------------------------------------------------------ plumbing
     def emit(self, s: N.Stmt) -> None:
+        if s.loc is N.NOLOC:              # every SIMT statement maps to the tile line it lowers
+            s.loc = self.cur_loc
         self.stack[-1].append(s)
 
     def new_var(self, t: ScalarType, hint: str = "t") -> N.Var:
@@ -233,7 +236,9 @@ class Lowerer:
 
     # ------------------------------------------------------------------------------ statements
     def stmts(self, body: list[T.TStmt]) -> None:
+        outer = self.cur_loc
         for s in body:
+            self.cur_loc = s.loc if s.loc is not N.NOLOC else outer
             if isinstance(s, T.Assign):
                 self.assign(s.var, self.expr(s.value))
             elif isinstance(s, T.Store):
@@ -254,6 +259,7 @@ class Lowerer:
                 self.emit(N.If(cond, then, else_, s.loc))
             else:  # pragma: no cover
                 raise LoweringError(f"unknown tile statement {type(s).__name__}")
+        self.cur_loc = outer
 
     def scalar(self, e: T.TExpr) -> N.Expr:
         v = self.expr(e)
