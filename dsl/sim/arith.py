@@ -17,20 +17,15 @@ Why a module of its own: these rules are what makes the simulator agree with the
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
+from bridge import dtypes
 from dsl.ir.types import ScalarType
 from dsl.vocab import host
 from dsl.vocab import math as vocab
 
-_NP: dict[str, np.dtype] = {
-    "bool": np.dtype(np.bool_), "i8": np.dtype(np.int8), "i16": np.dtype(np.int16),
-    "i32": np.dtype(np.int32), "i64": np.dtype(np.int64), "u8": np.dtype(np.uint8),
-    "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
-    "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "f32": np.dtype(np.float32),
-    "f64": np.dtype(np.float64),
-}
+# IR scalar name -> the NumPy dtype that stores it: the DSL rows of the one dtype table.
+_NP: dict[str, np.dtype] = {row.name: dtypes.to_numpy(row.name) for row in dtypes.kernel_rows()}
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
