@@ -1,10 +1,12 @@
 """The one table of element types, shared by arrays, contracts, the DSL and the interop code.
 
 Each row says how one kernelbridge dtype is spelled everywhere it crosses a boundary: the contract name
-("f32"), the NumPy/torch name ("float32"), its DLPack (code, bits), its CUDA Array Interface typestr and
-the NumPy type that holds it on the host (ml_dtypes for bfloat16 and the float8 family).
-The C++ side (cpp/include/kernelbridge/array_view.hpp, cpp/native/intake.cpp) must agree with this
-table; interop_tests/arrays/test_dtype_table.py checks that it does.
+("f32"), the NumPy/torch name ("float32"), its DLPack (code, bits), its CUDA Array Interface typestr,
+the NumPy type that holds it on the host (ml_dtypes for bfloat16 and the float8 family), its kind
+(bool/int/uint/float/complex), and — for the types DSL kernels use — the C type AOT headers declare.
+dsl reads this table (dsl/ir/types.py, dsl/types.py, the AOT header, the simulators); bridge never
+imports dsl. The C++ side (cpp/include/kernelbridge/array_view.hpp, cpp/native/intake.cpp) must agree
+with this table; interop_tests/arrays/test_dtype_table.py checks that it does.
 """
 from __future__ import annotations
 
@@ -33,6 +35,23 @@ class DType:
     typestr: str | None       # CUDA Array Interface / NumPy typestr (little-endian), None if it has none
     numpy: str                # attribute of numpy (native types) or of ml_dtypes (extended types)
     torch: str | None         # attribute of the torch module, None when torch has no such type
+    kind: str                 # "bool" | "int" | "uint" | "float" | "complex"
+    c_type: str | None = None  # C type of an element in AOT headers; None: not a DSL kernel type
+
+    @property
+    def kernel(self) -> bool:
+        """True for the element types DSL kernels take (the typed IR's scalar types)."""
+        return self.c_type is not None
+
+    @property
+    def ir_bits(self) -> int:
+        """Width in the typed IR (bool is one bit there; eight in memory and in DLPack)."""
+        return 1 if self.kind == "bool" else self.bits
+
+    @property
+    def cpp_enum(self) -> str:
+        """Enumerator of kb::DType (array_view.hpp): the name, `bool_` for the C++ keyword."""
+        return "bool_" if self.name == "bool" else self.name
 
     @property
     def extended(self) -> bool:
@@ -43,35 +62,42 @@ class DType:
 # DLPack codes (dlpack.h v1.1): Int=0 UInt=1 Float=2 Bfloat=4 Complex=5 Bool=6, float8 7..14, float6 15/16,
 # float4 17.
 _ROWS = (
-    DType("bool", "bool", 1, 8, 6, "|b1", "bool_", "bool"),
-    DType("i8", "int8", 1, 8, 0, "|i1", "int8", "int8"),
-    DType("i16", "int16", 2, 16, 0, "<i2", "int16", "int16"),
-    DType("i32", "int32", 4, 32, 0, "<i4", "int32", "int32"),
-    DType("i64", "int64", 8, 64, 0, "<i8", "int64", "int64"),
-    DType("u8", "uint8", 1, 8, 1, "|u1", "uint8", "uint8"),
-    DType("u16", "uint16", 2, 16, 1, "<u2", "uint16", "uint16"),
-    DType("u32", "uint32", 4, 32, 1, "<u4", "uint32", "uint32"),
-    DType("u64", "uint64", 8, 64, 1, "<u8", "uint64", "uint64"),
-    DType("f16", "float16", 2, 16, 2, "<f2", "float16", "float16"),
-    DType("bf16", "bfloat16", 2, 16, 4, None, "bfloat16", "bfloat16"),
-    DType("f32", "float32", 4, 32, 2, "<f4", "float32", "float32"),
-    DType("f64", "float64", 8, 64, 2, "<f8", "float64", "float64"),
-    DType("c64", "complex64", 8, 64, 5, "<c8", "complex64", "complex64"),
-    DType("c128", "complex128", 16, 128, 5, "<c16", "complex128", "complex128"),
-    DType("f8e3m4", "f8e3m4", 1, 8, 7, None, "float8_e3m4", None),
-    DType("f8e4m3", "f8e4m3", 1, 8, 8, None, "float8_e4m3", None),
-    DType("f8e4m3fn", "f8e4m3fn", 1, 8, 10, None, "float8_e4m3fn", "float8_e4m3fn"),
-    DType("f8e4m3fnuz", "f8e4m3fnuz", 1, 8, 11, None, "float8_e4m3fnuz", "float8_e4m3fnuz"),
-    DType("f8e5m2", "f8e5m2", 1, 8, 12, None, "float8_e5m2", "float8_e5m2"),
-    DType("f8e5m2fnuz", "f8e5m2fnuz", 1, 8, 13, None, "float8_e5m2fnuz", "float8_e5m2fnuz"),
-    DType("f8e8m0fnu", "f8e8m0fnu", 1, 8, 14, None, "float8_e8m0fnu", "float8_e8m0fnu"),
-    DType("f6e2m3fn", "f6e2m3fn", 1, 6, 15, None, "float6_e2m3fn", None),
-    DType("f6e3m2fn", "f6e3m2fn", 1, 6, 16, None, "float6_e3m2fn", None),
-    DType("f4e2m1fn", "f4e2m1fn", 1, 4, 17, None, "float4_e2m1fn", None),
+    DType("bool", "bool", 1, 8, 6, "|b1", "bool_", "bool", "bool", "bool"),
+    DType("i8", "int8", 1, 8, 0, "|i1", "int8", "int8", "int", "int8_t"),
+    DType("i16", "int16", 2, 16, 0, "<i2", "int16", "int16", "int", "int16_t"),
+    DType("i32", "int32", 4, 32, 0, "<i4", "int32", "int32", "int", "int32_t"),
+    DType("i64", "int64", 8, 64, 0, "<i8", "int64", "int64", "int", "int64_t"),
+    DType("u8", "uint8", 1, 8, 1, "|u1", "uint8", "uint8", "uint", "uint8_t"),
+    DType("u16", "uint16", 2, 16, 1, "<u2", "uint16", "uint16", "uint", "uint16_t"),
+    DType("u32", "uint32", 4, 32, 1, "<u4", "uint32", "uint32", "uint", "uint32_t"),
+    DType("u64", "uint64", 8, 64, 1, "<u8", "uint64", "uint64", "uint", "uint64_t"),
+    # 16-bit floats are raw 16-bit storage in AOT headers (C++ has no portable half type)
+    DType("f16", "float16", 2, 16, 2, "<f2", "float16", "float16", "float", "uint16_t"),
+    DType("bf16", "bfloat16", 2, 16, 4, None, "bfloat16", "bfloat16", "float", "uint16_t"),
+    DType("f32", "float32", 4, 32, 2, "<f4", "float32", "float32", "float", "float"),
+    DType("f64", "float64", 8, 64, 2, "<f8", "float64", "float64", "float", "double"),
+    DType("c64", "complex64", 8, 64, 5, "<c8", "complex64", "complex64", "complex"),
+    DType("c128", "complex128", 16, 128, 5, "<c16", "complex128", "complex128", "complex"),
+    DType("f8e3m4", "f8e3m4", 1, 8, 7, None, "float8_e3m4", None, "float"),
+    DType("f8e4m3", "f8e4m3", 1, 8, 8, None, "float8_e4m3", None, "float"),
+    DType("f8e4m3fn", "f8e4m3fn", 1, 8, 10, None, "float8_e4m3fn", "float8_e4m3fn", "float"),
+    DType("f8e4m3fnuz", "f8e4m3fnuz", 1, 8, 11, None, "float8_e4m3fnuz", "float8_e4m3fnuz", "float"),
+    DType("f8e5m2", "f8e5m2", 1, 8, 12, None, "float8_e5m2", "float8_e5m2", "float"),
+    DType("f8e5m2fnuz", "f8e5m2fnuz", 1, 8, 13, None, "float8_e5m2fnuz", "float8_e5m2fnuz", "float"),
+    DType("f8e8m0fnu", "f8e8m0fnu", 1, 8, 14, None, "float8_e8m0fnu", "float8_e8m0fnu", "float"),
+    DType("f6e2m3fn", "f6e2m3fn", 1, 6, 15, None, "float6_e2m3fn", None, "float"),
+    DType("f6e3m2fn", "f6e3m2fn", 1, 6, 16, None, "float6_e3m2fn", None, "float"),
+    DType("f4e2m1fn", "f4e2m1fn", 1, 4, 17, None, "float4_e2m1fn", None, "float"),
 )
 
 TABLE: dict[str, DType] = {row.name: row for row in _ROWS}
 NAMES: tuple[str, ...] = tuple(TABLE)
+KERNEL_NAMES: tuple[str, ...] = tuple(row.name for row in _ROWS if row.kernel)   # DSL element types
+
+
+def kernel_rows() -> tuple[DType, ...]:
+    """The rows of the types DSL kernels take, in table order."""
+    return tuple(row for row in _ROWS if row.kernel)
 
 
 

@@ -6,7 +6,6 @@ be launched through `unsafe_launch`, which states the argument types explicitly.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import threading
@@ -14,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from bridge import _native
+from bridge import _native, dtypes
 from bridge.device import Device
 from bridge.errors import MissingContractError
 
@@ -124,14 +123,11 @@ def launch_options(kernel: str, kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]
 
 # --- unsafe launches --------------------------------------------------------------------------------
 
-_CTYPES = {
-    ctypes.c_bool: "bool", ctypes.c_int8: "i8", ctypes.c_int16: "i16", ctypes.c_int32: "i32",
-    ctypes.c_int64: "i64", ctypes.c_uint8: "u8", ctypes.c_uint16: "u16", ctypes.c_uint32: "u32",
-    ctypes.c_uint64: "u64", ctypes.c_float: "f32", ctypes.c_double: "f64",
-}
-_NUMPY = {"bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
-          "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "f16", "float32": "f32",
-          "float64": "f64", "bfloat16": "bf16"}
+# Scalars unsafe_launch passes: the kernel types of the dtype table (bridge/dtypes.py). ctypes has no
+# 16-bit float, so f16/bf16 scalars come as NumPy scalars only.
+_CTYPES = {np.ctypeslib.as_ctypes_type(dtypes.to_numpy(row.name)): row.name
+           for row in dtypes.kernel_rows() if row.itemsize != 2 or row.kind != "float"}
+_NUMPY = {row.long_name: row.name for row in dtypes.kernel_rows()}
 
 
 def _loose_arg(i: int, a: Any) -> tuple[dict, Any]:

@@ -53,9 +53,9 @@ def load_kernel(spec: str) -> Any:
 
 def parse_sig(text: str, annotations: list) -> list:
     """Parse --sig against the kernel's parameter annotations into IR types."""
+    from bridge import dtypes
     from dsl.ir.types import SCALARS, ArrayType
-    aliases = {"boolean": "bool", "float32": "f32", "float64": "f64", "float16": "f16",
-               "bfloat16": "bf16"}
+    aliases = {"boolean": "bool", **{r.long_name: r.name for r in dtypes.kernel_rows()}}
     parts = [p.strip() for p in re.split(r",(?![^\[]*\])", text) if p.strip()]
     if len(parts) != len(annotations):
         raise CliError(f"--sig gives {len(parts)} types but the kernel has {len(annotations)} parameters")

@@ -13,15 +13,13 @@ import json
 import re
 from dataclasses import dataclass
 
+from bridge import dtypes
 from bridge.fatbin import contract_checksum
 
-# C type of an element / scalar per DSL dtype (f16/bf16 arrays are raw 16-bit storage).
-C_TYPES = {"bool": "bool", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
-           "u8": "uint8_t", "u16": "uint16_t", "u32": "uint32_t", "u64": "uint64_t",
-           "f16": "uint16_t", "bf16": "uint16_t", "f32": "float", "f64": "double"}
-KB_DTYPES = {"bool": "bool_", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64", "u8": "u8",
-             "u16": "u16", "u32": "u32", "u64": "u64", "f16": "f16", "bf16": "bf16", "f32": "f32",
-             "f64": "f64"}
+# C type of an element / scalar per DSL dtype (f16/bf16 arrays are raw 16-bit storage) and its
+# kb::DType enumerator: columns of the one dtype table, bridge/dtypes.py.
+C_TYPES = {row.name: row.c_type for row in dtypes.kernel_rows()}
+KB_DTYPES = {row.name: row.cpp_enum for row in dtypes.kernel_rows()}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ error, never a hang, never a different contract), and the rebuild overwrites the
 The key (see `cache_key`) covers everything the PTX depends on: the source text of the kernel and of
 the Python functions it references (device functions), the values of referenced globals and closure
 cells, the signature, the options, the arch, the DSL version (including a fingerprint of the dsl
-package sources) and the llvmlite/LLVM build. It is computed without importing llvmlite.binding, so a
+package sources), the math rows registered at run time (dsl.vocab.register_math) and the llvmlite/LLVM
+build. It is computed without importing llvmlite.binding, so a
 cache hit in a fresh process stays within a few milliseconds.
 """
 from __future__ import annotations
@@ -176,6 +177,10 @@ def source_fingerprint(pyfunc: Callable) -> str:
 def cache_key(pyfunc: Callable, signature: Any, options: Any, arch: str) -> str:
     parts = [source_fingerprint(pyfunc), _type_key(list(signature)), _type_key(options), str(arch),
              toolchain_fingerprint()]
+    from dsl.vocab.math import fingerprint as math_rows
+    registered = math_rows()        # math rows added at run time ('' without any: keys unchanged)
+    if registered:
+        parts.append(registered)
     return hashlib.sha256("\n".join(parts).encode(_UTF8, _KEEP)).hexdigest()
 
 

@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bridge import dtypes
+from dsl.types import PUBLIC_NAME
+
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-DSL_TYPES = {"bool": "boolean", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64", "u8": "u8",
-             "u16": "u16", "u32": "u32", "u64": "u64", "f16": "f16", "bf16": "bf16", "f32": "f32",
-             "f64": "f64"}
+# contract dtype name -> the dsl name a port imports (the dtype table's kernel rows; bool is `boolean`)
+DSL_TYPES = {row.name: PUBLIC_NAME.get(row.name, row.name) for row in dtypes.kernel_rows()}
 MODULE_SUFFIXES = (".fatbin", ".cubin", ".ptx")
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
 _PREC = {"add": 1, "sub": 1, "mul": 2, "floordiv": 2, "mod": 2, "neg": 3}

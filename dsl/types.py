@@ -9,24 +9,21 @@ import typing
 
 import numpy as np
 
+from bridge import dtypes as _dtypes
 from dsl.ir import types as irt
 
 
 class ScalarDType:
     """A DSL scalar type: annotation (`x: f32`), cast (`f32(v)`) and key into the typed IR."""
 
-    def __init__(self, ir: irt.ScalarType, numpy_name: str) -> None:
+    def __init__(self, ir: irt.ScalarType) -> None:
         self.ir = ir
         self.name = ir.name
-        self._numpy_name = numpy_name
 
     @property
     def numpy_dtype(self) -> np.dtype:
-        """The host dtype (bf16 uses ml_dtypes.bfloat16)."""
-        if self.name == "bf16":
-            import ml_dtypes
-            return np.dtype(ml_dtypes.bfloat16)
-        return np.dtype(self._numpy_name)
+        """The host dtype, from the one dtype table (bf16 uses ml_dtypes.bfloat16)."""
+        return _dtypes.to_numpy(self.name)
 
     def __call__(self, value: object) -> object:
         return self.numpy_dtype.type(value)
@@ -35,29 +32,22 @@ class ScalarDType:
         return f"dsl.{self.name}"
 
     def __reduce__(self) -> str:
-        return self.name
+        return PUBLIC_NAME.get(self.name, self.name)
 
 
-f16 = ScalarDType(irt.F16, "float16")
-bf16 = ScalarDType(irt.BF16, "bfloat16")
-f32 = ScalarDType(irt.F32, "float32")
-f64 = ScalarDType(irt.F64, "float64")
-i8 = ScalarDType(irt.I8, "int8")
-i16 = ScalarDType(irt.I16, "int16")
-i32 = ScalarDType(irt.I32, "int32")
-i64 = ScalarDType(irt.I64, "int64")
-u8 = ScalarDType(irt.U8, "uint8")
-u16 = ScalarDType(irt.U16, "uint16")
-u32 = ScalarDType(irt.U32, "uint32")
-u64 = ScalarDType(irt.U64, "uint64")
-boolean = ScalarDType(irt.BOOL, "bool")
-
-ALL: tuple[ScalarDType, ...] = (f16, bf16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, boolean)
+# One public type per DSL row of bridge/dtypes.py, named like the row (bool is `boolean`: `bool` is
+# Python's). The names below are spelled out so that `from dsl import f32` is visible to readers and
+# tools; interop_tests/vocab/test_dtype_table_derivations.py checks they are exactly the table's rows.
+PUBLIC_NAME = {"bool": "boolean"}
+ALL: tuple[ScalarDType, ...] = tuple(ScalarDType(t) for t in irt.SCALARS.values())
+BY_NAME: dict[str, ScalarDType] = {PUBLIC_NAME.get(t.name, t.name): t for t in ALL}
 BY_IR: dict[irt.ScalarType, ScalarDType] = {t.ir: t for t in ALL}
-_NUMPY_NAMES = {"float16": irt.F16, "float32": irt.F32, "float64": irt.F64, "int8": irt.I8,
-                "int16": irt.I16, "int32": irt.I32, "int64": irt.I64, "uint8": irt.U8,
-                "uint16": irt.U16, "uint32": irt.U32, "uint64": irt.U64, "bool": irt.BOOL,
-                "bfloat16": irt.BF16}
+_BY_NUMPY_NAME = {row.long_name: irt.SCALARS[row.name] for row in _dtypes.kernel_rows()}
+
+f16, bf16, f32, f64 = BY_NAME["f16"], BY_NAME["bf16"], BY_NAME["f32"], BY_NAME["f64"]
+i8, i16, i32, i64 = BY_NAME["i8"], BY_NAME["i16"], BY_NAME["i32"], BY_NAME["i64"]
+u8, u16, u32, u64 = BY_NAME["u8"], BY_NAME["u16"], BY_NAME["u32"], BY_NAME["u64"]
+boolean = BY_NAME["boolean"]
 
 
 class TypeVar:
@@ -90,4 +80,4 @@ def ir_scalar_from_dtype(dtype: object) -> irt.ScalarType | None:
         name = np.dtype(dtype).name  # type: ignore[arg-type]
     except TypeError:
         return None
-    return _NUMPY_NAMES.get(name)
+    return _BY_NUMPY_NAME.get(name)

@@ -19,11 +19,14 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from bridge import dtypes
+
 Var = tuple
 
-_INT_RANGE = {"bool": (0, 1), "i8": (-2**7, 2**7 - 1), "i16": (-2**15, 2**15 - 1),
-              "i32": (-2**31, 2**31 - 1), "i64": (-2**63, 2**63 - 1), "u8": (0, 2**8 - 1),
-              "u16": (0, 2**16 - 1), "u32": (0, 2**32 - 1), "u64": (0, 2**64 - 1)}
+# value range of each integer (and bool) kernel dtype of the dtype table
+_INT_RANGE = {r.name: (0, 1) if r.kind == "bool" else
+              (0, 2**r.bits - 1) if r.kind == "uint" else (-2**(r.bits - 1), 2**(r.bits - 1) - 1)
+              for r in dtypes.kernel_rows() if r.kind in ("bool", "int", "uint")}
 _CMP = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
         "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 _FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}

@@ -99,16 +99,16 @@ class ExprMixin:
         if op in ("add", "sub", "mul"):       # native half/bfloat ops: identical to f32-then-round
             return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul}[op](a, b_, flags=fm)
         if op in ("min", "max"):
-            return self.math_llvm("minnum" if op == "min" else "maxnum", t, [a, b_])
+            return self.math_llvm(X.float_op_intrinsic("fmin" if op == "min" else "fmax"), t, [a, b_])
         if op == "copysign":
-            return self.math_llvm("copysign", t, [a, b_])
+            return self.math_llvm(X.float_op_intrinsic("copysign"), t, [a, b_])
         if t.name in _HALF:                   # everything else in f32, rounded back once
             r = self.float_binop(op, F32, b.fpext(a, T.scalar(F32)), b.fpext(b_, T.scalar(F32)), loc)
             return b.fptrunc(r, T.scalar(t))
         if op == "truediv":
             return b.fdiv(a, b_, flags=fm)
         if op == "floordiv":                  # Python semantics on floats: floor(a / b)
-            return self.math_llvm("floor", t, [b.fdiv(a, b_, flags=fm)])
+            return self.math_llvm(X.float_op_intrinsic("floor"), t, [b.fdiv(a, b_, flags=fm)])
         if op == "mod":                       # C fmod: the sign of the dividend
             return self.math_call("fmod", t, [a, b_])
         raise CodegenError(f"operator {op!r} is not defined on {t}", loc)
@@ -174,7 +174,7 @@ class ExprMixin:
             e32 = self.int_resize(exp, exp_t, T.I32)
             work = F32 if t.name in _HALF else t
             x = b.fpext(base, T.scalar(F32)) if t.name in _HALF else base
-            r = self.call(X.POW_INT[work.name], T.scalar(work), [x, e32])
+            r = self.call(X.pow_int(work.name), T.scalar(work), [x, e32])
             return b.fptrunc(r, T.scalar(t)) if t.name in _HALF else r
         return self.int_power(t, base, self.int_resize(exp, exp_t, base.type), exp_t.is_signed)
 
@@ -219,7 +219,7 @@ class ExprMixin:
             return b.xor(v, ir.Constant(v.type, -1))
         if e.op == "abs":
             if t.is_float:
-                return self.math_llvm("fabs", t, [v])
+                return self.math_llvm(X.float_op_intrinsic("fabs"), t, [v])
             if not t.is_signed:
                 return v
             return b.select(b.icmp_signed("<", v, ir.Constant(v.type, 0)), b.sub(ir.Constant(v.type, 0), v), v)
@@ -312,11 +312,11 @@ class ExprMixin:
     def visit_Math(self, e: N.Math):
         t: ScalarType = e.type
         args = [self.expr(a) for a in e.args]
-        impl = X.MATH.get(e.fn)
+        impl = X.math_lowering(e.fn)
         if impl is None:
             raise CodegenError(f"unknown math function {e.fn!r}", e.loc)
         if impl.kind == "fcmp":
-            return self.float_predicate(e.fn, args[0])
+            return self.float_predicate(impl.name, args[0])
         if impl.kind == "llvm":
             return self.math_llvm(impl.name, t, args)
         return self.math_call(e.fn, t, args)
@@ -326,7 +326,8 @@ class ExprMixin:
         if fn == "isnan":
             return b.fcmp_unordered("uno", v, v)
         inf = ir.Constant(v.type, float("inf"))
-        return b.fcmp_ordered("==", self.call(f"llvm.fabs.{_fname(v.type)}", v.type, [v]), inf)
+        fabs = f"llvm.{X.float_op_intrinsic('fabs')}.{_fname(v.type)}"
+        return b.fcmp_ordered("==", self.call(fabs, v.type, [v]), inf)
 
     def math_llvm(self, name: str, t: ScalarType, args):
         ty = T.scalar(t)
@@ -335,7 +336,8 @@ class ExprMixin:
     def math_call(self, fn: str, t: ScalarType, args):
         """libdevice call; half types go through f32 and are rounded back once."""
         b = self.st.b
-        impl = X.MATH[fn]
+        impl = X.math_lowering(fn)
+        assert impl is not None, fn
         if t.name in _HALF:
             wide = [b.fpext(a, T.scalar(F32)) for a in args]
             return b.fptrunc(self.math_call(fn, F32, wide), T.scalar(t))

@@ -1,11 +1,13 @@
 """ONE declarative table of what the code generator maps to NVPTX intrinsics, libdevice or LLVM ops.
 
 The builder looks names up here; nothing else in the backend spells an intrinsic name. Each entry says
-why it is implemented that way (accuracy matches CUDA: libdevice is what nvcc links).
+why it is implemented that way (accuracy matches CUDA: libdevice is what nvcc links). Math functions
+are the rows of the one math table, dsl/vocab/math.py; this module only reads it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dsl.vocab import math as _vocab
+from dsl.vocab.math import Lowering
 
 # ---------------------------------------------------------------------------- special registers
 # IR Special.name -> NVVM intrinsic returning i32 (widened to INDEX by the builder).
@@ -21,55 +23,33 @@ BARRIER = "llvm.nvvm.barrier0"       # bar.sync 0 (LLVM 22 still accepts and low
 EXIT = "llvm.nvvm.exit"              # PTX `exit`: a failed bounds check ends the thread, never `trap`
 
 # ---------------------------------------------------------------------------- math
-@dataclass(frozen=True)
-class MathImpl:
-    """How one IR Math.fn is computed.
-
-    kind: "llvm" (an exact LLVM intrinsic: `llvm.<name>.<type>`), "libdevice" (`__nv_<name>` for f64,
-    `__nv_<name>f` for f32), "fcmp" (a predicate built from comparisons). f16/bf16 operands are widened
-    to f32, computed, and rounded back (as CUDA's scalar half math does).
-    fast: the libdevice function used instead under options.fastmath (f32 only), if any.
-    """
-    kind: str
-    name: str
-    nargs: int = 1
-    fast: str | None = None
+# How each IR Math.fn is computed is its row's `lowering` in the math table (dsl/vocab/math.py):
+# "llvm" (an exact LLVM intrinsic `llvm.<name>.<type>`), "libdevice" (`__nv_<name>` for f64,
+# `__nv_<name>f` for f32; `fast` replaces it under options.fastmath, f32 only) or "fcmp" (a predicate
+# built from comparisons). f16/bf16 operands of libdevice functions are widened to f32, computed, and
+# rounded back (as CUDA's scalar half math does).
+def math_lowering(fn: str) -> Lowering | None:
+    """The lowering of math function `fn`, None when the table has no such row."""
+    row = _vocab.get(fn)
+    return None if row is None else row.lowering
 
 
-MATH: dict[str, MathImpl] = {
-    "sqrt": MathImpl("llvm", "sqrt"),          # sqrt.rn: correctly rounded like CUDA's sqrtf
-    "fabs": MathImpl("llvm", "fabs"),
-    "floor": MathImpl("llvm", "floor"),
-    "ceil": MathImpl("llvm", "ceil"),
-    "trunc": MathImpl("llvm", "trunc"),
-    "fma": MathImpl("llvm", "fma", 3),         # fma.rn
-    "copysign": MathImpl("llvm", "copysign", 2),
-    "fmin": MathImpl("llvm", "minnum", 2),     # IEEE minNum like fminf: a NaN operand is ignored
-    "fmax": MathImpl("llvm", "maxnum", 2),
-    "rsqrt": MathImpl("libdevice", "rsqrt"),
-    "exp": MathImpl("libdevice", "exp", fast="__nv_fast_expf"),
-    "exp2": MathImpl("libdevice", "exp2"),
-    "log": MathImpl("libdevice", "log", fast="__nv_fast_logf"),
-    "log2": MathImpl("libdevice", "log2", fast="__nv_fast_log2f"),
-    "log1p": MathImpl("libdevice", "log1p"),
-    "sin": MathImpl("libdevice", "sin", fast="__nv_fast_sinf"),
-    "cos": MathImpl("libdevice", "cos", fast="__nv_fast_cosf"),
-    "tan": MathImpl("libdevice", "tan", fast="__nv_fast_tanf"),
-    "tanh": MathImpl("libdevice", "tanh"),
-    "erf": MathImpl("libdevice", "erf"),
-    "pow": MathImpl("libdevice", "pow", 2, fast="__nv_fast_powf"),
-    "fmod": MathImpl("libdevice", "fmod", 2),  # float `%` (C semantics: sign of the dividend)
-    "isnan": MathImpl("fcmp", "isnan"),
-    "isinf": MathImpl("fcmp", "isinf"),
-}
-# pow with an integer exponent on a float base: libdevice's exact repeated-multiplication variants.
-POW_INT = {"f32": "__nv_powif", "f64": "__nv_powi"}
+def libdevice_name(impl: Lowering, bits: int, fastmath: bool) -> str:
+    return impl.libdevice_name(bits, fastmath)
 
 
-def libdevice_name(impl: MathImpl, bits: int, fastmath: bool) -> str:
-    if bits == 32 and fastmath and impl.fast:
-        return impl.fast
-    return f"__nv_{impl.name}" + ("f" if bits == 32 else "")
+def pow_int(work: str) -> str:
+    """libdevice's float ** int (exact repeated multiplication; exponent i32): __nv_powif / __nv_powi."""
+    row = _vocab.get("pow")
+    assert row is not None and row.int_exponent
+    return Lowering("libdevice", row.int_exponent).libdevice_name(32 if work == "f32" else 64)
+
+
+# The LLVM intrinsics behind float min/max and abs operators: the fmin/fmax/fabs rows' lowerings.
+def float_op_intrinsic(fn: str) -> str:
+    low = math_lowering(fn)
+    assert low is not None and low.kind == "llvm", fn
+    return low.name
 
 
 # ---------------------------------------------------------------------------- atomics

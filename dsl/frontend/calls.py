@@ -1,32 +1,38 @@
 """Calls: the one table of simt intrinsics, Python builtins, math functions, casts, device functions.
 
-The table INTRINSICS maps an intrinsic key (dsl/simt/intrinsics.py) to the method that lowers it.
+INTRINSICS maps an intrinsic key (dsl/simt/intrinsics.py) to the method that lowers it; keys
+"math.<name>" are the rows of the math table (dsl/vocab/math.py), which also gives the arity, the
+typing rule and the Python `math` aliases. BUILTINS maps Python builtins to their methods.
 """
 from __future__ import annotations
 
 import ast
 import builtins
-import math
 from typing import Any
 
 from dsl.frontend import typing_rules as tr
 from dsl.frontend.values import PyObj, SlotBinding, TupleVal, Val, weak_const
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
+from dsl.simt import intrinsics as si
 from dsl.simt.intrinsics import Intrinsic, Register
 from dsl.types import ScalarDType
+from dsl.vocab import math as vocab
 
-MATH_ARITY = {"pow": 2, "fma": 3, "copysign": 2}
-PY_MATH = {getattr(math, n): n for n in ("sqrt", "exp", "log", "log2", "log1p", "sin", "cos", "tan",
-                                         "tanh", "erf", "pow", "floor", "ceil", "trunc", "isnan",
-                                         "isinf", "copysign", "exp2", "fma") if hasattr(math, n)}
-PY_MATH[math.fabs] = "fabs"
 ATOMIC_FLOAT_OK = {"add", "exch"}
-INTRINSICS = {
+INTRINSICS: dict[str, str] = {
     "thread.index_1d": "call_index", "thread.index_2d": "call_index", "thread.index_3d": "call_index",
     "thread.chunk_1d": "call_chunk", "lane_id": "call_lane_id", "sync_threads": "call_sync_misplaced",
     "unsafe": "call_unsafe_misplaced", "shared.array": "call_shared_misplaced",
     "shared.dynamic": "call_shared_misplaced",
+    **{i.key: "call_atomic" for i in vars(si.atomic).values() if isinstance(i, Intrinsic)},
+    **{i.key: "call_warp" for i in vars(si.warp).values() if isinstance(i, Intrinsic)},
+}
+BUILTINS: dict[Any, str] = {
+    builtins.len: "call_len", builtins.min: "call_minmax", builtins.max: "call_minmax",
+    builtins.abs: "call_abs", builtins.bool: "call_bool", builtins.int: "call_unsized",
+    builtins.float: "call_unsized", builtins.range: "call_range_misplaced",
+    builtins.print: "call_print",
 }
 
 
@@ -53,14 +59,9 @@ class CallMixin:
     def call_object(self, obj: Any, node: ast.Call) -> Any:
         from dsl.simt.kernel import DeviceFunction, SimtKernel
         if isinstance(obj, Intrinsic):
-            key = obj.key
-            if key.startswith("math."):
-                return self.math_call(key[5:], self.scalars(node.args), node)
-            if key.startswith("atomic."):
-                return self.call_atomic(key[7:], node)
-            if key.startswith("warp."):
-                return self.call_warp(key[5:], node)
-            return getattr(self, INTRINSICS[key])(key, node)
+            if obj.key.startswith("math."):
+                return self.call_math(obj.key, node)
+            return getattr(self, INTRINSICS[obj.key])(obj.key, node)
         if isinstance(obj, ScalarDType):
             return self.call_cast(obj, node)
         if isinstance(obj, DeviceFunction):
@@ -72,26 +73,15 @@ class CallMixin:
                      "make the shared code a @simt.device function")
         if isinstance(obj, Register):
             self.err(node.func, f"simt.{obj.public} is a value, not a function", "drop the ()")
-        if obj in PY_MATH:
-            return self.math_call(PY_MATH[obj], self.scalars(node.args), node)
-        if obj is builtins.len:
-            return self.call_len(node)
-        if obj in (builtins.min, builtins.max):
-            return self.call_minmax(obj.__name__, node)
-        if obj is builtins.abs:
-            return self.call_abs(node)
-        if obj is builtins.bool:
-            self.arity(node, 1)
-            return Val(self.to_bool(node.args[0]))
-        if obj in (builtins.int, builtins.float):
-            self.err(node.func, f"{obj.__name__}() has no fixed width in kernels",
-                     "cast with a dsl type: i32(x), i64(x), f32(x) or f64(x)")
-        if obj is builtins.range:
-            self.err(node, "range() can only be used as the iterable of a `for` loop",
-                     "write `for i in range(n):`")
-        if obj is builtins.print:
-            self.err(node, "print() is not supported in kernels",
-                     "write values into an output array, or run kernel.simulate(...) and inspect it")
+        try:
+            py_math = vocab.python_functions().get(obj)
+            handler = BUILTINS.get(obj)
+        except TypeError:                      # an unhashable object: not a function we know
+            py_math = handler = None
+        if py_math is not None:
+            return self.math_call(py_math, self.scalars(node.args), node)
+        if handler is not None:
+            return getattr(self, handler)(obj, node)
         name = getattr(obj, "__name__", repr(obj))
         if getattr(obj, "__module__", None) == "builtins" or isinstance(obj, type):
             self.err(node.func, f"the Python builtin '{name}' is not supported in kernels",
@@ -132,7 +122,23 @@ class CallMixin:
             return Val(tr.const_of(v.const_value, t, loc))
         return Val(tr.cast(v.expr, t, loc))
 
-    def call_len(self, node: ast.Call) -> Val:
+    def call_bool(self, obj: Any, node: ast.Call) -> Val:
+        self.arity(node, 1)
+        return Val(self.to_bool(node.args[0]))
+
+    def call_unsized(self, obj: Any, node: ast.Call) -> Val:
+        self.err(node.func, f"{obj.__name__}() has no fixed width in kernels",
+                 "cast with a dsl type: i32(x), i64(x), f32(x) or f64(x)")
+
+    def call_range_misplaced(self, obj: Any, node: ast.Call) -> Val:
+        self.err(node, "range() can only be used as the iterable of a `for` loop",
+                 "write `for i in range(n):`")
+
+    def call_print(self, obj: Any, node: ast.Call) -> Val:
+        self.err(node, "print() is not supported in kernels",
+                 "write values into an output array, or run kernel.simulate(...) and inspect it")
+
+    def call_len(self, obj: Any, node: ast.Call) -> Val:
         self.arity(node, 1)
         v = self.expr(node.args[0])
         if isinstance(v, TupleVal):
@@ -141,7 +147,8 @@ class CallMixin:
             self.err(node.args[0], f"len() needs an array, got {self.describe(v)}")
         return self.extent(v, 0, self.loc(node))
 
-    def call_minmax(self, name: str, node: ast.Call) -> Val:
+    def call_minmax(self, obj: Any, node: ast.Call) -> Val:
+        name = obj.__name__
         if len(node.args) < 2:
             self.err(node, f"{name}() needs at least two numbers in kernels")
         vals = self.scalars(node.args)
@@ -157,7 +164,7 @@ class CallMixin:
                                   self.rule(node, tr.convert, v, t, loc), t, loc))
         return result
 
-    def call_abs(self, node: ast.Call) -> Val:
+    def call_abs(self, obj: Any, node: ast.Call) -> Val:
         self.arity(node, 1)
         v = self.scalar(node.args[0], "the argument of abs()")
         if v.weak:
@@ -165,13 +172,22 @@ class CallMixin:
         t = v.scalar if v.scalar.kind != "bool" else irt.I64  # type: ignore[union-attr]
         return Val(ir.UnaryOp("abs", tr.cast(v.expr, t, self.loc(node)), t, self.loc(node)))
 
+    def call_math(self, key: str, node: ast.Call) -> Val:
+        """`simt.<name>(...)`: a row of the math table (which may have been removed since)."""
+        name = key[len("math."):]
+        if vocab.get(name) is None:
+            self.err(node.func, f"simt.{name} is no longer a math function (it was removed from the "
+                     "math table, dsl/vocab/math.py)")
+        return self.math_call(name, self.scalars(node.args), node)
+
     def math_call(self, fn: str, args: list[Val], node: ast.AST) -> Val:
-        """Math on f32/f64 (ints convert like `/`, f16/bf16 compute in f32 and convert back)."""
-        if fn == "fabs":
-            fn = "abs_float"
-        want = MATH_ARITY.get(fn, 1)
-        if len(args) != want:
-            self.err(node, f"{fn}() takes {want} argument{'s' if want > 1 else ''}, got {len(args)}")
+        """Math on f32/f64 (ints convert like `/`, f16/bf16 compute in f32 and convert back); the
+        arity and result typing come from the function's row in dsl/vocab/math.py."""
+        row = vocab.get(fn)
+        assert row is not None, fn
+        if len(args) != row.arity:
+            self.err(node, f"{fn}() takes {row.arity} argument{'s' if row.arity > 1 else ''}, "
+                     f"got {len(args)}")
         loc = self.loc(node)
         if all(v.weak for v in args):
             t = irt.F32
@@ -185,9 +201,7 @@ class CallMixin:
             self.err(node, f"{fn}() needs a number, got bool")
         ct = tr.math_arg_type(t)
         exprs = [self.rule(node, tr.convert, v, ct, loc) for v in args]
-        if fn == "abs_float":
-            return Val(ir.UnaryOp("abs", exprs[0], ct, loc))
-        if fn in ("isnan", "isinf"):
+        if row.typing == vocab.PREDICATE:
             return Val(ir.Math(fn, exprs, irt.BOOL, loc))
         result: ir.Expr = ir.Math(fn, exprs, ct, loc)
         if t.is_float and t != ct:
@@ -228,7 +242,8 @@ class CallMixin:
                  f"write `buf = simt.{key}(...)` inside `with simt.unsafe():`")
 
     # ------------------------------------------------------------------ atomics and warp ops
-    def call_atomic(self, op: str, node: ast.Call) -> Val:
+    def call_atomic(self, key: str, node: ast.Call) -> Val:
+        op = key.removeprefix("atomic.")
         want = 4 if op == "cas" else 3
         if len(node.args) != want:
             self.err(node, f"simt.atomic.{op}(array, index, {'compare, value' if op == 'cas' else 'value'})"
@@ -258,7 +273,8 @@ class CallMixin:
         check, site = self.check_mode(base, exprs, node)
         return Val(ir.Atomic(op, base.expr, exprs, args, check, site, t.dtype, self.loc(node)))
 
-    def call_warp(self, op: str, node: ast.Call) -> Val:
+    def call_warp(self, key: str, node: ast.Call) -> Val:
+        op = key.removeprefix("warp.")
         loc = self.loc(node)
         if getattr(self, "guarded_depth", 0):
             # Threads past the end skip the whole guarded statement, so only part of the warp would

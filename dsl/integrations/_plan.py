@@ -14,14 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from bridge import dtypes
 from bridge import errors as E
 from dsl.integrations._relations import ShapeRule, derive_shapes
 from dsl.types import is_typevar
 
-LONG = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8",
-        "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
-        "u32": "uint32", "u64": "uint64", "bool": "bool"}
-DSL_DTYPES = frozenset(LONG)     # element types DSL kernels take (dsl.ir.types.SCALARS)
+LONG = {row.name: row.long_name for row in dtypes.kernel_rows()}   # "f32" -> "float32"
+DSL_DTYPES = frozenset(LONG)     # element types DSL kernels take (the dtype table's kernel rows)
 
 
 @dataclass(frozen=True)

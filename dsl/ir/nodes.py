@@ -227,8 +227,8 @@ class Special(Expr):
 
 @dataclass(eq=False)
 class Math(Expr):
-    """Math function on floats with CUDA accuracy (libdevice): sqrt rsqrt exp exp2 log log2 log1p sin
-    cos tan tanh erf pow fma floor ceil trunc copysign fabs fmin fmax; predicates isnan isinf (bool)."""
+    """Math function on floats with CUDA accuracy: `fn` is a row of the math table, dsl/vocab/math.py
+    (sqrt, exp, pow, fma, ...); predicates (isnan, isinf) have type bool."""
     fn: str
     args: list[Expr]
     type: ScalarType

@@ -1,10 +1,13 @@
 """Types of the typed kernel IR. Immutable and hashable: they key caches and specialisations.
 
-This module imports nothing else from `dsl` (see docs/dsl.md, "stages").
+This module imports nothing else from `dsl` (see docs/dsl.md, "stages"); its scalar types are the DSL
+rows of the one dtype table, bridge/dtypes.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from bridge import dtypes as _dtypes
 
 
 class Type:
@@ -37,22 +40,12 @@ class ScalarType(Type):
         return self.name
 
 
-BOOL = ScalarType("bool", "bool", 1)
-I8 = ScalarType("i8", "int", 8)
-I16 = ScalarType("i16", "int", 16)
-I32 = ScalarType("i32", "int", 32)
-I64 = ScalarType("i64", "int", 64)
-U8 = ScalarType("u8", "uint", 8)
-U16 = ScalarType("u16", "uint", 16)
-U32 = ScalarType("u32", "uint", 32)
-U64 = ScalarType("u64", "uint", 64)
-F16 = ScalarType("f16", "float", 16)
-BF16 = ScalarType("bf16", "float", 16)
-F32 = ScalarType("f32", "float", 32)
-F64 = ScalarType("f64", "float", 64)
-
-SCALARS: dict[str, ScalarType] = {t.name: t for t in (BOOL, I8, I16, I32, I64, U8, U16, U32, U64,
-                                                      F16, BF16, F32, F64)}
+# One ScalarType per DSL element type of the one dtype table (bridge/dtypes.py: rows with a C type).
+SCALARS: dict[str, ScalarType] = {row.name: ScalarType(row.name, row.kind, row.ir_bits)
+                                  for row in _dtypes.kernel_rows()}
+BOOL, I8, I16, I32, I64 = (SCALARS[n] for n in ("bool", "i8", "i16", "i32", "i64"))
+U8, U16, U32, U64 = (SCALARS[n] for n in ("u8", "u16", "u32", "u64"))
+F16, BF16, F32, F64 = (SCALARS[n] for n in ("f16", "bf16", "f32", "f64"))
 INDEX = I64            # type of indices, lengths, ThreadIndex components
 
 

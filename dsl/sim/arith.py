@@ -10,26 +10,22 @@ Why a module of its own: these rules are what makes the simulator agree with the
   everything out (0, or -1 for a negative signed value shifted right).
 - float -> int casts truncate and saturate like PTX `cvt.rzi` (NaN -> 0); int -> int wraps.
 - min / max on floats ignore a NaN operand (PTX min.f32 / fminf); comparisons are ordered except `ne`.
-- fma is rounded once like fma.rn (exact product + a round-to-odd sum; see `fma`).
-- Other math functions are computed in f64 and rounded once (erf via Python's math): exact ops stay
-  correctly rounded; transcendentals agree with libdevice within its error bounds, not bit for bit.
+- Math functions are the rows of dsl/vocab/math.py, evaluated by dsl/vocab/host.py with the rule the
+  tile simulator uses too: in f64, rounded once to the operand type (f16/bf16 through f32); fma is
+  rounded once like fma.rn. Exact ops stay correctly rounded; transcendentals agree with libdevice
+  within its error bounds, not bit for bit.
 """
 from __future__ import annotations
 
-import math
-
-import ml_dtypes
 import numpy as np
 
+from bridge import dtypes
 from dsl.ir.types import ScalarType
+from dsl.vocab import host
+from dsl.vocab import math as vocab
 
-_NP: dict[str, np.dtype] = {
-    "bool": np.dtype(np.bool_), "i8": np.dtype(np.int8), "i16": np.dtype(np.int16),
-    "i32": np.dtype(np.int32), "i64": np.dtype(np.int64), "u8": np.dtype(np.uint8),
-    "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
-    "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "f32": np.dtype(np.float32),
-    "f64": np.dtype(np.float64),
-}
+# IR scalar name -> the NumPy dtype that stores it: the DSL rows of the one dtype table.
+_NP: dict[str, np.dtype] = {row.name: dtypes.to_numpy(row.name) for row in dtypes.kernel_rows()}
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
@@ -265,81 +261,12 @@ def _float_to_int(x, dst: ScalarType):
 
 
 # ----------------------------------------------------------------------------------------- math
-_UNARY_MATH = {
-    "sqrt": np.sqrt, "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2,
-    "log1p": np.log1p, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
-    "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "fabs": np.abs,
-}
-_BINARY_MATH = {"pow": np.power, "copysign": np.copysign, "fmin": np.fmin, "fmax": np.fmax,
-                "fmod": np.fmod}
-_erf = np.frompyfunc(math.erf, 1, 1)
-
-
 def math_fn(fn: str, args: list, t: ScalarType):
-    """IR Math `fn`; `t` is the result type (bool for isnan / isinf)."""
-    if fn in ("isnan", "isinf"):
-        a = np.asarray(args[0])
-        if a.dtype.kind not in "fc":
-            a = a.astype(_F32)
-        return np.isnan(a) if fn == "isnan" else np.isinf(a)
-    if fn == "fma":
-        return fma(*[as_type(a, t).astype(_F32 if _narrow(t) else np_dtype(t)) for a in args]).astype(
-            np_dtype(t))
-    # Everything else in f64, rounded once to the result type: exact ops (sqrt, floor, fmod, ...) stay
-    # correctly rounded, transcendentals land within libdevice's error bounds (NumPy's own f32
-    # kernels can be 2+ ulp off).
-    xs = [as_type(a, t).astype(_F64) for a in args]
-    if fn in _UNARY_MATH:
-        r = _UNARY_MATH[fn](xs[0])
-    elif fn in _BINARY_MATH:
-        r = _BINARY_MATH[fn](xs[0], xs[1])
-    elif fn == "rsqrt":
-        r = 1.0 / np.sqrt(xs[0])
-    elif fn == "erf":
-        r = _erf(xs[0]).astype(_F64)
-    else:
+    """IR Math `fn`; `t` is the result type (bool for isnan / isinf). The row of the math table is
+    evaluated by dsl.vocab.host: in f64, rounded once to `t` (f16/bf16 through f32), fma exactly."""
+    row = vocab.get(fn)
+    if row is None:
         raise NotImplementedError(f"simulator: math function {fn!r}")
-    return to_bf16(r) if t.name == "bf16" else np.asarray(r).astype(np_dtype(t))
-
-
-# ------------------------------------------------------------------------------------------ fma
-def _two_sum(a, b):
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
-
-
-def _two_prod(a, b):
-    """a*b = p + e exactly (Dekker/Veltkamp; exact unless the product over- or underflows)."""
-    p = a * b
-    split = 134217729.0                       # 2^27 + 1
-    ta, tb = split * a, split * b
-    ah, bh = ta - (ta - a), tb - (tb - b)
-    al, bl = a - ah, b - bh
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
-
-
-def _round_to_odd_sum(x, y):
-    """x + y rounded to odd (truncate toward zero, then set the last bit when inexact)."""
-    s, e = _two_sum(x, y)
-    away = (e != 0) & (np.sign(e) != np.sign(s)) & np.isfinite(s)
-    s = np.where(away, np.nextafter(s, 0.0), s)
-    odd = s.view(np.uint64) | ((e != 0) & np.isfinite(s)).astype(np.uint64)
-    return odd.view(_F64)
-
-
-def fma(a, b, c):
-    """Fused multiply-add rounded once, like PTX fma.rn. f32 (and narrower): the f64 product is exact,
-    the f64 sum is rounded to odd, so rounding to f32 is correct. f64: exact product by Dekker's
-    TwoProduct, then the Boldo-Melquiond correctly rounded 3-term sum (exact barring over/underflow)."""
-    a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
-    if a.dtype != _F64:
-        shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
-        prod = np.broadcast_to(a.astype(_F64) * b.astype(_F64), shape)
-        return _round_to_odd_sum(prod, np.broadcast_to(c.astype(_F64), shape)).astype(a.dtype)
-    ph, pl = _two_prod(a, b)
-    uh, ul = _two_sum(c, pl)
-    th, tl = _two_sum(ph, uh)
-    r = th + _round_to_odd_sum(tl, ul)
-    plain = a * b + c
-    return np.where(np.isfinite(r) & np.isfinite(plain), r, plain)
+    if row.typing == vocab.PREDICATE:
+        return host.evaluate(fn, args, _F64)
+    return host.evaluate(fn, [as_type(a, t) for a in args], np_dtype(t))

@@ -1,33 +1,24 @@
 """dsl.simt — per-thread kernels in the spirit of cuda-oxide: ThreadIndex, DisjointSlice, contracts,
 and an explicit `unsafe` escape hatch. See docs/dsl.md for the language reference."""
 from dsl.simt.annotations import Array, ArraySpec, DisjointSlice
-from dsl.simt.intrinsics import (MATH, atomic, blockDim, blockIdx, gridDim, lane_id, shared,
+from dsl.simt.intrinsics import (atomic, blockDim, blockIdx, gridDim, lane_id, math_intrinsic, shared,
                                  sync_threads, thread, threadIdx, unsafe, warp, warp_size)
+from dsl.vocab import math as _vocab
 from dsl.simt.kernel import DeviceFunction, SimtKernel, device, kernel
 from dsl.simt.extern import ExternDevice, extern_device   # C++ __device__ functions (dsl/link.py)
 
-sqrt = MATH["sqrt"]
-rsqrt = MATH["rsqrt"]
-exp = MATH["exp"]
-exp2 = MATH["exp2"]
-log = MATH["log"]
-log2 = MATH["log2"]
-log1p = MATH["log1p"]
-sin = MATH["sin"]
-cos = MATH["cos"]
-tan = MATH["tan"]
-tanh = MATH["tanh"]
-erf = MATH["erf"]
-pow = MATH["pow"]  # noqa: A001 - the DSL's pow, as in CUDA
-fma = MATH["fma"]
-floor = MATH["floor"]
-ceil = MATH["ceil"]
-trunc = MATH["trunc"]
-isnan = MATH["isnan"]
-isinf = MATH["isinf"]
-copysign = MATH["copysign"]
+# simt.sqrt, simt.exp, ...: every row of the math table (dsl/vocab/math.py).
+globals().update({_n: math_intrinsic(_n) for _n in _vocab.names()})
+_MATH_NAMES = _vocab.names()
 
 __all__ = ["kernel", "device", "Array", "DisjointSlice", "ArraySpec", "SimtKernel", "DeviceFunction",
            "thread", "threadIdx", "blockIdx", "blockDim", "gridDim", "lane_id", "warp_size",
-           "sync_threads", "shared", "atomic", "warp", "unsafe", "extern_device", "ExternDevice", *MATH]
+           "sync_threads", "shared", "atomic", "warp", "unsafe", "extern_device", "ExternDevice", *_MATH_NAMES]
 
+
+def __getattr__(name: str) -> object:
+    """Math rows registered after import (dsl.vocab.register_math) are `simt.<name>` too."""
+    obj = math_intrinsic(name)
+    if obj is None:
+        raise AttributeError(f"module 'dsl.simt' has no attribute {name!r}")
+    return obj

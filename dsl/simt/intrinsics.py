@@ -2,9 +2,12 @@
 
 Each is an `Intrinsic` with a `key` ("thread.index_1d", "atomic.add", "math.sqrt", ...). The front end
 recognises them by that key (dsl/frontend/calls.py holds the one table of what each key lowers to);
-calling one from ordinary Python raises a clear error instead of doing something half-right.
+calling one from ordinary Python raises a clear error instead of doing something half-right. The math
+functions (`simt.sqrt`, ...) are not listed here: they are the rows of dsl/vocab/math.py.
 """
 from __future__ import annotations
+
+from dsl.vocab import math as _vocab
 
 
 class Intrinsic:
@@ -70,6 +73,16 @@ lane_id = Intrinsic("lane_id")
 sync_threads = Intrinsic("sync_threads")
 unsafe = Intrinsic("unsafe")
 
-MATH_NAMES = ("sqrt", "rsqrt", "exp", "exp2", "log", "log2", "log1p", "sin", "cos", "tan", "tanh",
-              "erf", "pow", "fma", "floor", "ceil", "trunc", "isnan", "isinf", "copysign")
-MATH: dict[str, Intrinsic] = {n: Intrinsic(f"math.{n}") for n in MATH_NAMES}
+# simt.<math function>: one object per row of the math table (dsl/vocab/math.py), made on first use.
+# An explicit cache (rows are only ever added or removed by dsl.vocab.register_math / unregister_math).
+_MATH_OBJECTS: dict[str, Intrinsic] = {}
+
+
+def math_intrinsic(name: str) -> Intrinsic | None:
+    """`simt.<name>` for a row of the math table, None when the table has no such row."""
+    if _vocab.get(name) is None:
+        return None
+    obj = _MATH_OBJECTS.get(name)
+    if obj is None:
+        obj = _MATH_OBJECTS[name] = Intrinsic(f"math.{name}")
+    return obj

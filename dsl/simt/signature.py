@@ -13,12 +13,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from dsl.frontend.annotations import ParamAnnotation
+from bridge import dtypes as _dtypes
 from dsl.ir import types as irt
 from dsl.types import ScalarDType, ir_scalar_from_dtype
 
-_LONG = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8",
-         "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
-         "u32": "uint32", "u64": "uint64", "bool": "bool"}
+_LONG = {row.name: row.long_name for row in _dtypes.kernel_rows()}   # "f32" -> "float32"
 
 
 def _long(t: irt.ScalarType | Any) -> str:

@@ -24,3 +24,12 @@ globals().update(_INTRINSICS)
 __all__ = ["kernel", "partition", "Partition", "Array", "Constant", "TileKernel", "TileCompileError",
            "inf", "f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
            "boolean", *sorted(_INTRINSICS)]
+
+
+def __getattr__(name: str) -> object:
+    """Math rows registered after import (dsl.vocab.register_math) are `tile.<name>` too."""
+    from dsl.tile.api import math_intrinsic
+    obj = math_intrinsic(name)
+    if obj is None:
+        raise AttributeError(f"module 'dsl.tile' has no attribute {name!r}")
+    return obj

@@ -3,9 +3,10 @@ mean nothing in plain Python: calling one outside a kernel raises a TypeError sa
 """
 from __future__ import annotations
 
-import math as _math
+from collections.abc import Iterator, Mapping
 
 from dsl.ir.types import SCALARS, ScalarType
+from dsl.vocab import math as _vocab
 
 
 class Intrinsic:
@@ -38,17 +39,51 @@ _DOCS = {
     "zeros": "zeros(shape, dtype=f32)", "full": "full(shape, value, dtype=None)",
     "arange": "arange(n, dtype=i32)", "broadcast_to": "broadcast_to(x, shape)",
     "expand_dims": "expand_dims(x, axis)", "maximum": "maximum(a, b)", "minimum": "minimum(a, b)",
+    "abs": "abs(x): elementwise absolute value (integers too; unsigned unchanged)",
 }
-_MATH = ("sqrt", "rsqrt", "exp", "exp2", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf",
-         "pow", "floor", "ceil", "trunc", "abs", "isnan", "isinf")
+# tile.<math function>: one object per row of the math table (dsl/vocab/math.py), made on first use.
+# An explicit cache (rows are only ever added or removed by dsl.vocab.register_math / unregister_math).
+_MATH_OBJECTS: dict[str, Intrinsic] = {}
+
+
+def math_intrinsic(name: str) -> Intrinsic | None:
+    """`tile.<name>` for a row of the math table, None when the table has no such row."""
+    row = _vocab.get(name)
+    if row is None:
+        return None
+    obj = _MATH_OBJECTS.get(name)
+    if obj is None:
+        obj = _MATH_OBJECTS[name] = Intrinsic(name, f"{name}({', '.join(row.params)}): {row.doc}; "
+                                                    "elementwise, CUDA accuracy")
+    return obj
+
 
 INTRINSICS: dict[str, Intrinsic] = {n: Intrinsic(n, d) for n, d in _DOCS.items()}
-INTRINSICS.update({n: Intrinsic(n, f"{n}(x): elementwise, CUDA accuracy") for n in _MATH})
+INTRINSICS.update({n: math_intrinsic(n) for n in _vocab.names()})  # type: ignore[misc]
+
+
+class _PythonMath(Mapping):
+    """Python `math` function -> tile name: the math table's aliases (a live view, so rows
+    registered later count too)."""
+
+    def __getitem__(self, fn: object) -> str:
+        return _vocab.python_functions()[fn]
+
+    def __contains__(self, fn: object) -> bool:
+        try:
+            return fn in _vocab.python_functions()
+        except TypeError:             # unhashable: not a function of `math`
+            return False
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(_vocab.python_functions())
+
+    def __len__(self) -> int:
+        return len(_vocab.python_functions())
+
 
 # functions of Python's `math` module accepted in kernels, mapped to tile math names
-PY_MATH = {getattr(_math, n): n for n in ("sqrt", "exp", "exp2", "log", "log2", "log1p", "sin", "cos",
-                                            "tan", "tanh", "erf", "pow", "floor", "ceil", "trunc",
-                                            "isnan", "isinf", "fabs") if hasattr(_math, n)}
+PY_MATH: Mapping = _PythonMath()
 
 # scalar dtypes, re-exported as tile.f32 etc. (the same objects as dsl.ir.types)
 DTYPES: dict[str, ScalarType] = dict(SCALARS)

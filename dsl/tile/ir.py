@@ -121,8 +121,8 @@ class Compare(TExpr):
 
 @dataclass(eq=False)
 class Math(TExpr):
-    """Float math (same names as dsl.ir.nodes.Math): sqrt rsqrt exp exp2 log log2 log1p sin cos tan
-    tanh erf pow floor ceil trunc; isnan isinf give bool."""
+    """Float math: `fn` is a row of the math table, dsl/vocab/math.py (the names of dsl.ir.nodes.Math);
+    predicates (isnan, isinf) give bool."""
     fn: str
     args: list[TExpr]
     type: TileType

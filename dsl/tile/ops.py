@@ -11,6 +11,7 @@ from dsl.ir.nodes import Loc
 from dsl.ir.types import BF16, BOOL, F16, F32, I32, ScalarType, promote
 from dsl.tile import ir as T
 from dsl.tile.types import MAX_TILE_ELEMS, TileType, is_pow2
+from dsl.vocab import math as vocab
 
 
 class TileTypeError(Exception):
@@ -159,28 +160,43 @@ def unary(op: str, x: T.TExpr, loc: Loc) -> T.TExpr:
     return T.UnaryOp(op, x, x.type, loc)
 
 
-FLOAT_MATH = ("sqrt", "rsqrt", "exp", "exp2", "log", "log2", "log1p", "sin", "cos", "tan", "tanh",
-              "erf", "floor", "ceil", "trunc")
+def _unify_all(args: list, loc: Loc) -> list[T.TExpr]:
+    """_unify for any number of operands: literals take the first tile's dtype, then promote and
+    broadcast together."""
+    first = next((a for a in args if isinstance(a, T.TExpr)), None)
+    like = first.type.dtype if first is not None else None
+    es = [a if isinstance(a, T.TExpr) else literal(a, like, loc) for a in args]
+    dt, shape = es[0].type.dtype, es[0].type.shape
+    for e in es[1:]:
+        dt, shape = promote(dt, e.type.dtype), broadcast_shapes(shape, e.type.shape)
+    return [broadcast(cast(e, dt, loc), shape, loc) for e in es]
 
 
 def math_fn(fn: str, args: list, loc: Loc) -> T.TExpr:
-    if fn == "abs":
-        return unary("abs", _expr(args[0], None, loc), loc)
-    if fn == "pow":
-        x, y = _unify(args[0], args[1], loc)
+    """A row of the math table (dsl/vocab/math.py) on tiles. Integer operands become f32, except that
+    ROUNDING rows (floor, ...) pass them through and PREDICATE rows (isnan, ...) are False on them;
+    the result has the operands' float dtype (bool for predicates)."""
+    row = vocab.get(fn)
+    if row is None:
+        raise TileTypeError(f"tile.{fn} is not a math function (dsl/vocab/math.py)")
+    if len(args) != row.arity:
+        raise TileTypeError(f"tile.{fn} takes {row.arity} argument{'s' if row.arity > 1 else ''}, "
+                            f"got {len(args)}")
+    if row.arity == 1:
+        x = _expr(args[0], F32, loc)
         if not x.type.dtype.is_float:
-            x, y = cast(x, F32, loc), cast(y, F32, loc)
-        return T.Math("pow", [x, y], x.type, loc)
-    x = _expr(args[0], F32, loc)
-    if not x.type.dtype.is_float:
-        if fn in ("isnan", "isinf"):
-            return T.Full(False, TileType(BOOL, x.type.shape), loc)
-        if fn in ("floor", "ceil", "trunc"):
-            return x
-        x = cast(x, F32, loc)
-    if fn in ("isnan", "isinf"):
-        return T.Math(fn, [x], TileType(BOOL, x.type.shape), loc)
-    return T.Math(fn, [x], x.type, loc)
+            if row.typing == vocab.PREDICATE:
+                return T.Full(False, TileType(BOOL, x.type.shape), loc)
+            if row.typing == vocab.ROUNDING:
+                return x
+            x = cast(x, F32, loc)
+        xs = [x]
+    else:
+        xs = _unify_all(args, loc)
+        if not xs[0].type.dtype.is_float:
+            xs = [cast(x, F32, loc) for x in xs]
+    dt = BOOL if row.typing == vocab.PREDICATE else xs[0].type.dtype
+    return T.Math(fn, xs, TileType(dt, xs[0].type.shape), loc)
 
 
 def where(c: T.TExpr, a: object, b: object, loc: Loc) -> T.TExpr:

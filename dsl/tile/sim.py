@@ -1,17 +1,18 @@
 """CPU simulator of the tile IR: one tile block at a time, every tile value IS a NumPy array.
 
-Semantics the GPU lowering must match: loads pad outside the array, stores skip outside it; f16/bf16
-math and sums run in f32 and round back; matmul accumulates in f32 (f32 inputs rounded to tf32 first);
-min/max ignore NaN like CUDA fminf/fmaxf; integer // and % floor like Python.
+Semantics the GPU lowering must match: loads pad outside the array, stores skip outside it; math is
+the math table's (dsl/vocab/host.py: f64, rounded once to the operand type, f16/bf16 through f32 —
+the same numbers as the SIMT simulator); f16/bf16 sums run in f32 and round back; matmul accumulates
+in f32 (f32 inputs rounded to tf32 first); min/max ignore NaN like CUDA fminf/fmaxf; integer // and %
+floor like Python.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from dsl.tile import ir as T
 from dsl.tile.types import PartitionParamType, np_dtype
+from dsl.vocab import host
 
 
 def _f32_compute(dtype: np.dtype) -> bool:
@@ -25,11 +26,6 @@ def tf32_round(x: np.ndarray) -> np.ndarray:
     rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
     return np.where(finite, rounded, x).astype(np.float32)
 
-
-_MATH = {"sqrt": np.sqrt, "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2,
-         "log1p": np.log1p, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
-         "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "isnan": np.isnan, "isinf": np.isinf,
-         "rsqrt": lambda x: 1.0 / np.sqrt(x), "erf": np.vectorize(math.erf, otypes=[np.float64])}
 
 _BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
         "floordiv": np.floor_divide, "mod": np.mod, "min": np.fmin, "max": np.fmax,
@@ -150,10 +146,9 @@ class BlockInterpreter:
             x, y = self.eval(e.lhs), self.eval(e.rhs)
             return np.asarray(_CMP[e.op](x, y))
         if isinstance(e, T.Math):
+            # the math table's one numerics rule (dsl/vocab/host.py), shared with the SIMT simulator
             xs = [self.eval(a) for a in e.args]
-            wide = [x.astype(np.float64 if x.dtype == np.float64 else np.float32) for x in xs]
-            r = np.power(*wide) if e.fn == "pow" else _MATH[e.fn](*wide)
-            return np.asarray(r).astype(dt)
+            return host.evaluate(e.fn, xs, np_dtype(e.args[0].type.dtype)).astype(dt)
         if isinstance(e, T.Where):
             return np.where(self.eval(e.cond), self.eval(e.then), self.eval(e.else_)).astype(dt)
         if isinstance(e, T.Cast):

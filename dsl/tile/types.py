@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dsl.ir.types import BOOL, F16, F32, F64, I32, I64, SCALARS, ScalarType
+from bridge import dtypes as _dtypes
+from dsl.ir.types import BOOL, F32, I32, SCALARS, ScalarType
 
 MAX_TILE_ELEMS = 1 << 20     # a tile larger than this is refused at compile time (registers/smem)
 
@@ -63,30 +64,17 @@ class ConstParamType:
 
 
 def np_dtype(t: ScalarType) -> np.dtype:
-    """NumPy dtype standing for an IR scalar type (bf16 through ml_dtypes, imported only when used)."""
-    if t.name == "bf16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    if t.name == "bool":
-        return np.dtype(np.bool_)
-    names = {"f16": "float16", "f32": "float32", "f64": "float64"}
-    if t.name in names:
-        return np.dtype(names[t.name])
-    return np.dtype(("int" if t.kind == "int" else "uint") + str(t.bits))
+    """NumPy dtype standing for an IR scalar type (the one dtype table; bf16 through ml_dtypes)."""
+    return _dtypes.to_numpy(t.name)
+
+
+# NumPy dtype name -> IR scalar type, for the DSL rows of the dtype table (bridge/dtypes.py).
+_BY_NUMPY_NAME = {row.long_name: SCALARS[row.name] for row in _dtypes.kernel_rows()}
 
 
 def scalar_of_numpy(dt: np.dtype) -> ScalarType | None:
     """IR scalar type of a NumPy dtype, or None when it has none (complex, object, ...)."""
-    dt = np.dtype(dt)
-    if dt.name == "bfloat16":
-        return SCALARS["bf16"]
-    if dt.kind == "b":
-        return BOOL
-    if dt.kind == "f" and dt.itemsize in (2, 4, 8):
-        return {2: F16, 4: F32, 8: F64}[dt.itemsize]
-    if dt.kind in "iu" and dt.itemsize in (1, 2, 4, 8):
-        return SCALARS[("i" if dt.kind == "i" else "u") + str(8 * dt.itemsize)]
-    return None
+    return _BY_NUMPY_NAME.get(np.dtype(dt).name)
 
 
 def as_scalar_type(obj: object) -> ScalarType | None:
@@ -100,10 +88,8 @@ def as_scalar_type(obj: object) -> ScalarType | None:
     if isinstance(obj, str):
         if obj in SCALARS:
             return SCALARS[obj]
-        aliases = {"float32": F32, "float16": F16, "float64": F64, "int32": I32, "int64": I64,
-                   "bfloat16": SCALARS["bf16"], "bool": BOOL}
-        if obj in aliases:
-            return aliases[obj]
+        if obj in _BY_NUMPY_NAME:                 # the table's long names: "float32", "bfloat16"
+            return _BY_NUMPY_NAME[obj]
         try:
             return scalar_of_numpy(np.dtype(obj))
         except TypeError:
