@@ -225,10 +225,9 @@ class TileKernel:
         if hit is None:
             import json
             from dsl.sim.validator import host_launcher
-            from dsl.tile.compile import contract_for
+            from dsl.tile.compile import validator_contract
             from dsl.tile.lower import pick_threads
-            threads = pick_threads(fn, self.num_warps)
-            contract = contract_for(fn, threads, facts, set(), self.persistent)
+            contract = validator_contract(fn, pick_threads(fn, self.num_warps), facts, self.persistent)
             hit = self._sim_validators[key] = host_launcher(json.dumps(contract), fn.name)
         return hit
 
