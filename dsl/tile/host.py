@@ -234,22 +234,34 @@ class TileKernel:
     def simulate_lowered(self, *args, num_warps: int | None = None, blocks: int | None = None) -> None:
         """Run the GPU lowering (the SIMT IR the backend compiles) on the SIMT CPU simulator: checks
         the thread mapping, shared-memory staging and warp reductions without a GPU. `blocks`: the
-        grid of a persistent kernel (default: one block per tile)."""
+        grid of a persistent kernel (default: one block per tile). The launch is validated first
+        against the lowered kernel's own contract (the one builder, the one native validator), as a
+        GPU launch of it would be."""
+        import json
         from dsl.sim.launch import run
+        from dsl.sim.validator import host_launcher
+        from dsl.tile.compile import contract_for
         from dsl.tile.lower import lower, pick_threads
         fn = self.tile_ir(*args)
         threads = pick_threads(fn, num_warps if num_warps is not None else self.num_warps)
         # inline-PTX paths (tensor cores) have no CPU semantics: simulate the portable lowering
         facts = {k: dict(v, aligned16=False) for k, v in self.facts(args).items()}
-        simt_fn = lower(fn, threads, self.name, facts, persistent=self.persistent)
+        info: dict = {}
+        simt_fn = lower(fn, threads, self.name, facts, info, persistent=self.persistent)
+        contract = contract_for(simt_fn, fn, facts, info["relied"], self.persistent)
+        if info["dynamic_smem"]:
+            contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
         sig = [t for s, t in zip(self.specs, self.signature(args)) if s.kind != "const"]
-        flat = [np.asarray(a).astype(np_dtype(t.dtype))[()] if isinstance(t, ScalarParamType) else a
-                for t, a in zip(sig, self._flat(args))]
-        total = next(a.num_tiles for a in args if isinstance(a, Partition))
-        if self.persistent and blocks is not None:
-            total = min(total, blocks)
-        if total:
-            run(simt_fn, flat, (total, 1, 1), (threads, 1, 1))
+        flat = tuple(np.asarray(a).astype(np_dtype(t.dtype))[()] if isinstance(t, ScalarParamType) else a
+                     for t, a in zip(sig, self._flat(args)))
+        tiles = next(a.num_tiles for a in args if isinstance(a, Partition))
+        grid = None                                # derived by the validator: one block per tile
+        if self.persistent and tiles:
+            grid = tiles if blocks is None else \
+                min(tiles, blocks) if isinstance(blocks, int) and not isinstance(blocks, bool) else blocks
+        g, b, smem, skip = host_launcher(json.dumps(contract), self.name).validate_only(flat, grid=grid)
+        if not skip:
+            run(simt_fn, list(flat), g, b, smem)
 
     # -------------------------------------------------------------------------------- GPU
     def ptx(self, *args, arch: str = "sm_90") -> str:
