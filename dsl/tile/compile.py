@@ -94,9 +94,10 @@ def _reads_partition(fn, p) -> bool:
 
 
 def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, dict] | None = None,
-                 persistent: bool = False) -> CompiledTile:
+                 persistent: bool = False, dump: Any = None) -> CompiledTile:
     """Compile one specialisation for `arch` ("sm_80", "sm_90", ...). The target is the
-    arch-specific one (sm_90a) exactly when the lowering used its instructions (wgmma)."""
+    arch-specific one (sm_90a) exactly when the lowering used its instructions (wgmma). `dump`:
+    pipeline stages to dump, as `dsl.compiler.compile_ir` takes them."""
     from dsl.backend.target import canonical_arch, parse_arch
     from dsl.compiler import compile_ir
     from dsl.options import KernelOptions
@@ -113,7 +114,7 @@ def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, d
     target = canonical_arch(arch, specific=info["arch_specific"])
     contract_json = json.dumps(contract)
     ck = compile_ir(simt_fn, KernelOptions(block=(threads, 1, 1), boundscheck=False), target,
-                    contract_json=contract_json)
+                    contract_json=contract_json, dump=dump)
     meta = dict(ck.metadata, arch=target)
     return CompiledTile(ck.ptx, fn.name, contract_json, threads, simt_fn, meta,
                         dynamic_smem=info["dynamic_smem"])
