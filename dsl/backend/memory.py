@@ -234,34 +234,47 @@ class MemoryMixin:
 
     # ------------------------------------------------------------------ shared memory
     def visit_SharedArray(self, e: N.SharedArray):
+        """The one shared-memory allocator of both front ends. A static allocation is an internal
+        `.shared` array of its shape; every dynamic one is a view of the one `extern` symbol
+        DYNAMIC_SMEM_SYMBOL (aligned to the largest alignment asked for) whose length is the launch's
+        dynamic shared memory (%dynamic_smem_size)."""
         alloc = e.alloc
         t: ArrayType = alloc.type
+        dynamic = alloc.dynamic
         gv = self._shared.get(id(alloc))
-        dynamic = t.shape is None or -1 in t.shape
         if gv is None:
-            if dynamic:
-                gv = self.module.globals.get(DYNAMIC_SMEM_SYMBOL)
-                if gv is None:
-                    gv = ir.GlobalVariable(self.module, ir.ArrayType(T.I8, 0), DYNAMIC_SMEM_SYMBOL,
-                                           addrspace=T.SHARED_AS)
-                    gv.linkage = "external"
-            else:
-                count = 1
-                for d in t.shape:
-                    count *= d
-                gv = ir.GlobalVariable(self.module, ir.ArrayType(T.memory(t.dtype), count),
-                                       f"{self.kernel.name}.smem.{alloc.name}.{len(self._shared)}",
-                                       addrspace=T.SHARED_AS)
-                gv.linkage = "internal"
-                gv.initializer = ir.Constant(gv.value_type, ir.Undefined)
-            gv.align = 16
-            gv.type = T.SHARED_PTR    # llvmlite types globals as typed pointers; LLVM 22 is opaque
+            gv = self._dynamic_smem(alloc.align) if dynamic else self._static_smem(alloc)
             self._shared[id(alloc)] = gv
-        ptr = gv
         if dynamic:
             size = self.st.b.zext(self.sreg("dynamic_smem_size"), T.I64)
             extents = [self.st.b.udiv(size, ir.Constant(T.I64, t.dtype.itemsize))]
         else:
             extents = [ir.Constant(T.I64, d) for d in t.shape]
         one = ir.Constant(T.I64, 1)
-        return ArrayVal(t, alloc.name, ptr, extents, [one] * len(extents), key=alloc)
+        return ArrayVal(t, alloc.name, gv, extents, [one] * len(extents), key=alloc)
+
+    def _static_smem(self, alloc: N.SharedAlloc) -> ir.GlobalVariable:
+        t: ArrayType = alloc.type
+        count = 1
+        for d in t.shape:
+            count *= d
+        gv = ir.GlobalVariable(self.module, ir.ArrayType(T.memory(t.dtype), count),
+                               f"{self.kernel.name}.smem.{alloc.name}.{len(self._shared)}",
+                               addrspace=T.SHARED_AS)
+        gv.linkage = "internal"
+        gv.initializer = ir.Constant(gv.value_type, ir.Undefined)
+        gv.align = alloc.align
+        gv.type = T.SHARED_PTR    # llvmlite types globals as typed pointers; LLVM 22 is opaque
+        return gv
+
+    def _dynamic_smem(self, align: int) -> ir.GlobalVariable:
+        gv = self.module.globals.get(DYNAMIC_SMEM_SYMBOL)
+        if gv is None:
+            gv = ir.GlobalVariable(self.module, ir.ArrayType(T.I8, 0), DYNAMIC_SMEM_SYMBOL,
+                                   addrspace=T.SHARED_AS)
+            gv.linkage = "external"
+            gv.align = align
+            gv.type = T.SHARED_PTR
+        else:
+            gv.align = max(gv.align or 0, align)
+        return gv

@@ -52,6 +52,8 @@ def assemble(ptx: str, arch: str | int, *, output: str | None = None, timeout: f
     if exe is None:
         raise PtxasNotFound(f"ptxas {found.describe()}")
     sm = f"sm_{parse_arch(arch)}"
+    if isinstance(arch, str) and arch.endswith("a"):
+        sm += "a"                 # an arch-specific target (sm_90a: wgmma) assembles only for itself
     with tempfile.TemporaryDirectory(prefix="kb_ptxas_") as tmp:
         src = Path(tmp) / "kernel.ptx"
         src.write_text(ptx)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from dsl.backend import lltypes as T
-from dsl.backend.values import ArrayVal, TupleVal
+from dsl.backend.values import TupleVal
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import ScalarType, TupleType, VoidType
 
@@ -33,30 +33,6 @@ def visit_InlinePtx(self, e: TN.InlinePtx):
     return res
 
 
-def visit_SharedBuffer(self, e: TN.SharedBuffer):
-    t = e.alloc.type
-    cache = self.__dict__.setdefault("_tile_buffers", {})
-    gv = cache.get(id(e.alloc))
-    count = 1
-    for d in t.shape:
-        count *= d
-    if gv is None and e.dynamic:
-        gv = ir.GlobalVariable(self.module, ir.ArrayType(T.I8, 0), "__kb_tile_dyn_smem",
-                               addrspace=T.SHARED_AS)
-        gv.linkage = "external"
-        gv.align = e.align
-        cache[id(e.alloc)] = gv
-    if gv is None:
-        gv = ir.GlobalVariable(self.module, ir.ArrayType(T.memory(t.dtype), count),
-                               f"{self.kernel.name}.tile.{e.alloc.name}", addrspace=T.SHARED_AS)
-        gv.linkage = "internal"
-        gv.initializer = ir.Constant(gv.value_type, ir.Undefined)
-        gv.align = e.align
-        cache[id(e.alloc)] = gv
-    one = ir.Constant(T.I64, 1)
-    return ArrayVal(t, e.alloc.name, gv, [ir.Constant(T.I64, count)], [one], key=e.alloc)
-
-
 def visit_SharedAddress(self, e: TN.SharedAddress):
     arr = self.expr(e.array)
     idx = self.expr(e.index)
@@ -72,8 +48,8 @@ def visit_GlobalAddress(self, e: TN.GlobalAddress):
 
 
 class TileNodesMixin:
-    """Visitors of the tile-lowering IR nodes (InlinePtx, SharedAddress, GlobalAddress, SharedBuffer)."""
+    """Visitors of the tile-lowering IR nodes (InlinePtx, SharedAddress, GlobalAddress); shared memory
+    is allocated by MemoryMixin.visit_SharedArray for both front ends."""
     visit_InlinePtx = visit_InlinePtx
     visit_SharedAddress = visit_SharedAddress
     visit_GlobalAddress = visit_GlobalAddress
-    visit_SharedBuffer = visit_SharedBuffer

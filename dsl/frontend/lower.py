@@ -22,6 +22,7 @@ from dsl.frontend.stmts import StmtMixin
 from dsl.frontend.typing_rules import TypeRuleError
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
+from dsl.typevars import TypeVarMismatch, bind_dtype, typevar_name
 
 
 def assigned_names(nodes: list[ast.stmt] | ast.AST) -> dict[str, int]:
@@ -189,16 +190,15 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, AccessMixin):
             self.bind_typevar(node, ann, t)
 
     def bind_typevar(self, node: ast.AST, ann: ParamAnnotation, dtype: irt.ScalarType) -> None:
-        if not ann.is_generic:
-            if ann.dtype != dtype:
+        """The one binder (dsl/typevars.py); a mismatch is a compile error at the parameter."""
+        try:
+            bind_dtype(self.typevars, ann.dtype, dtype)
+        except TypeVarMismatch as m:
+            if m.typevar is None:
                 self.err(node, f"parameter '{ann.name}' is declared with dtype {ann.dtype} but the "
                          f"signature gives {dtype}")
-            return
-        bound = self.typevars.setdefault(ann.dtype, dtype)
-        if bound != dtype:
-            tv = getattr(ann.dtype, "__name__", None) or getattr(ann.dtype, "name", "?")
-            self.err(node, f"type variable {tv} is {bound} from an earlier parameter but "
-                     f"'{ann.name}' gives {dtype}",
+            self.err(node, f"type variable {typevar_name(m.typevar)} is {m.expected} from an earlier parameter "
+                     f"but '{ann.name}' gives {dtype}",
                      "pass arguments of the same dtype, or use separate TypeVars")
 
     def first_store(self, name: str) -> ast.AST:

@@ -414,9 +414,20 @@ class SyncThreads(Stmt):
 # ------------------------------------------------------------------------------------ containers
 @dataclass(eq=False)
 class SharedAlloc:
+    """One shared-memory allocation of a kernel, the only kind both front ends use (SIMT
+    `simt.shared.array` / `simt.shared.dynamic`, the tile lowering's scratch buffers and tensor-core
+    operand stages). Static: `type.shape` is its fixed shape. Dynamic: `type.shape == (-1,)`: a view
+    of the kernel's dynamic shared memory (the one `extern` symbol every dynamic allocation aliases;
+    its length comes from the launch). `align`: byte alignment of the start (static buffers; for
+    dynamic ones the extern symbol gets the largest alignment any of them asks for)."""
     name: str
     type: ArrayType          # space="shared", static shape (or (-1,) for dynamic)
     loc: Loc = NOLOC
+    align: int = 16
+
+    @property
+    def dynamic(self) -> bool:
+        return self.type.shape is None or -1 in self.type.shape
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """IR nodes the tile lowering needs beyond the SIMT set: inline PTX (tensor-core mma.sync, ldmatrix,
 cp.async) and raw addresses of shared / global elements to feed it. Additive: nothing in
-dsl/ir/nodes.py changes; code generation lives in dsl/backend/tile_codegen.py.
+dsl/ir/nodes.py changes; code generation lives in dsl/backend/tile_codegen.py. Shared memory itself is
+the SIMT node (`nodes.SharedAlloc` / `nodes.SharedArray`, with its alignment): one node and one
+allocator for both front ends.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsl.ir.nodes import NOLOC, Expr, Loc, SharedAlloc
+from dsl.ir.nodes import NOLOC, Expr, Loc
 from dsl.ir.types import U32, U64, ScalarType, TupleType, Type
 
 
@@ -23,20 +25,6 @@ class InlinePtx(Expr):
     type: Type
     side_effects: bool = False
     loc: Loc = NOLOC
-
-
-@dataclass(eq=False)
-class SharedBuffer(Expr):
-    """A static shared-memory buffer with a chosen alignment (tensor-core operand tiles need 1024-byte
-    alignment so hardware swizzling matches the address-based XOR pattern). Type: the alloc's."""
-    alloc: SharedAlloc
-    align: int = 1024
-    dynamic: bool = False    # the kernel's dynamic shared memory (size given at launch)
-    loc: Loc = NOLOC
-
-    @property
-    def type(self) -> Type:  # type: ignore[override]
-        return self.alloc.type
 
 
 @dataclass(eq=False)

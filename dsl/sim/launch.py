@@ -25,22 +25,20 @@ MAX_LANES = 1 << 17          # lanes per batch: bounds the memory of per-lane ve
 
 
 def run(fn: N.Function, args: list, grid, block, shared_mem: int = 0) -> None:
-    """Run kernel `fn` with `grid` x `block` threads on NumPy `args` (arrays are modified in place).
+    """Run ONE VALIDATED launch of kernel `fn` with `grid` x `block` threads on NumPy `args` (arrays
+    are modified in place).
 
-    Raises bridge.errors.KernelFault after the launch when a run-time bounds check failed (first fault
-    wins), dsl.sim.SimulationError for behaviour undefined on the GPU, and the bridge's
-    LaunchContractError subclasses for bad arguments or launch dimensions.
+    Callers validate first, through the one native validator with host memory standing in for
+    device memory (dsl/sim/validator.py): `SimtKernel.simulate`, `TileKernel.simulate_lowered` and
+    `simulate` below for hand-built IR. So `run` keeps only conversion (arrays to the simulator's
+    memory model, scalars to their typed NumPy values) and cheap asserts, no second set of checks.
+    Raises bridge.errors.KernelFault after the launch when a run-time bounds check failed (first
+    fault wins) and dsl.sim.SimulationError for behaviour undefined on the GPU.
     """
-    from bridge import errors as E  # lazy: dsl.sim imports without the runtime
-    if not isinstance(fn, N.Function) or not fn.is_kernel:
-        raise TypeError(f"run: expected a kernel dsl.ir.nodes.Function, got {type(fn).__name__}")
-    grid3 = _dims(fn, grid, "grid", E)
-    block3 = _dims(fn, block, "block", E)
-    _check_block(fn, block3, E)
-    if not isinstance(shared_mem, numbers.Integral) or shared_mem < 0:
-        raise E.SharedMemoryError(f"{fn.name}: shared_mem must be a non-negative int (bytes), "
-                                  f"got {shared_mem!r}")
-    params = _bind(fn, args, E)
+    assert isinstance(fn, N.Function) and fn.is_kernel, f"run: not a kernel: {fn!r}"
+    grid3, block3 = _dim3(grid), _dim3(block)
+    assert len(args) == len(fn.params), f"{fn.name}: {len(args)} arguments for {len(fn.params)} parameters"
+    params = _bind(fn, list(args))
     fault = FaultRecord(fn.name, collect_sites(fn))
     threads = block3[0] * block3[1] * block3[2]
     nblocks = grid3[0] * grid3[1] * grid3[2]
@@ -54,83 +52,61 @@ def run(fn: N.Function, args: list, grid, block, shared_mem: int = 0) -> None:
         raise fault.exception()
 
 
-def _dims(fn: N.Function, v, what: str, E) -> tuple[int, int, int]:
-    err = E.GridSizeError if what == "grid" else E.BlockSizeError
-    vals = (v,) if isinstance(v, numbers.Integral) else tuple(v) if isinstance(v, (tuple, list)) else None
-    if vals is None or not 1 <= len(vals) <= 3 or not all(isinstance(x, numbers.Integral) for x in vals):
-        raise err(f"{fn.name}: {what} must be an int or a tuple of 1 to 3 ints (x, y, z), got {v!r}")
-    dims = tuple(int(x) for x in vals) + (1,) * (3 - len(vals))
-    if min(dims) < 1:
-        raise err(f"{fn.name}: every {what} dimension must be >= 1, got {dims}")
-    return dims  # type: ignore[return-value]
+def simulate(fn: N.Function, args: list, grid=None, block=None, shared_mem: int = 0) -> None:
+    """Validate a launch of the (hand-built or front-end-built) kernel `fn` through the native
+    validator — over the contract the one IR-level builder (dsl/contracts.py) gives `fn`: its block
+    (`exact_block` / `max_threads`), any dynamic shared memory the simulator has, no derived grid —
+    then `run` it. Bad arguments or dimensions raise the bridge's LaunchContractError subclasses, the
+    same classes and texts as a GPU launch, and nothing runs."""
+    import json
+    from dsl.contracts import build_contract
+    from dsl.sim.validator import host_launcher
+    contract = build_contract(fn, block=fn.exact_block, launch_bounds=fn.max_threads,
+                              dynamic_smem=("max", MAX_SHARED_BYTES))
+    g, b, smem, skip = host_launcher(json.dumps(contract), fn.name).validate_only(
+        tuple(args), grid=grid, block=block, shared_mem=shared_mem or None)
+    if not skip:
+        run(fn, list(args), g, b, smem)
 
 
-def _check_block(fn: N.Function, block: tuple[int, int, int], E) -> None:
-    threads = block[0] * block[1] * block[2]
-    for ax, (d, lim) in enumerate(zip(block, MAX_BLOCK)):
-        if d > lim:
-            raise E.BlockSizeError(f"{fn.name}: block dimension {'xyz'[ax]} = {d} exceeds {lim}")
-    if threads > MAX_THREADS:
-        raise E.BlockSizeError(f"{fn.name}: block {block} has {threads} threads, more than {MAX_THREADS}")
-    if fn.exact_block is not None and tuple(fn.exact_block) != block:
-        raise E.BlockSizeError(f"{fn.name}: kernel requires block {tuple(fn.exact_block)}, got {block}")
-    if fn.max_threads is not None and threads > fn.max_threads:
-        raise E.BlockSizeError(f"{fn.name}: block {block} has {threads} threads, more than the "
-                               f"kernel's launch bound {fn.max_threads}")
+def _dim3(v) -> tuple[int, int, int]:
+    """A validated grid or block (an int or 1 to 3 ints) as 3 ints."""
+    dims = (int(v),) if isinstance(v, numbers.Integral) else tuple(int(x) for x in v)
+    assert 1 <= len(dims) <= 3 and min(dims) >= 1, f"not a validated launch dimension: {v!r}"
+    return dims + (1,) * (3 - len(dims))  # type: ignore[return-value]
 
 
-def _bind(fn: N.Function, args: list, E) -> dict[int, object]:
-    """Parameter id -> MemRef (arrays, no copy) or typed NumPy scalar."""
-    args = list(args)
-    if len(args) != len(fn.params):
-        raise E.ArgumentCountError(f"{fn.name}: expected {len(fn.params)} arguments "
-                                   f"({', '.join(p.name for p in fn.params)}), got {len(args)}")
+def _bind(fn: N.Function, args: list) -> dict[int, object]:
+    """Parameter id -> MemRef (arrays, no copy) or typed NumPy scalar (conversion only: the
+    validator has checked kinds, dtypes, ndims, layouts, read-only flags and scalar ranges)."""
     out: dict[int, object] = {}
     for k, (p, a) in enumerate(zip(fn.params, args)):
-        where = f"{fn.name}: argument '{p.name}' (#{k})"
         if isinstance(p.type, ArrayType):
-            out[id(p)] = _bind_array(p.type, a, p.name, where, E)
-        elif isinstance(p.type, ScalarType):
-            out[id(p)] = _bind_scalar(p.type, a, where, E)
+            out[id(p)] = _memref(fn, k, p, a)
         else:
-            raise E.ArgumentKindError(f"{where}: parameter type {p.type} cannot be simulated")
+            assert isinstance(p.type, ScalarType), f"{fn.name}: parameter type {p.type} cannot be simulated"
+            out[id(p)] = _scalar(p.type, a)
     return out
 
 
-def _bind_array(t: ArrayType, a, name: str, where: str, E) -> MemRef:
-    want = arith.np_dtype(t.dtype)
+def _memref(fn: N.Function, k: int, p: N.Param, a) -> MemRef:
+    """The simulator reads and writes the caller's NumPy array itself. Other host arrays pass the
+    validator (any DLPack / CAI producer) but have no NumPy memory to run on: a typed refusal."""
     if not isinstance(a, np.ndarray):
-        raise E.ArgumentKindError(f"{where}: expected a NumPy {want} array, got {type(a).__name__}")
-    if a.dtype != want:
-        raise E.DTypeError(f"{where}: expected {want} array, got {a.dtype} array of shape {a.shape}")
-    if a.ndim != t.ndim:
-        raise E.NdimError(f"{where}: expected a {t.ndim}-d array, got {a.ndim}-d of shape {a.shape}")
-    if t.layout == "C" and not a.flags.c_contiguous:
-        raise E.LayoutError(f"{where}: expected a C-contiguous array (the kernel was specialised for "
-                            f"one), got strides {a.strides}")
-    if t.writable and not a.flags.writeable:
-        raise E.ReadOnlyError(f"{where}: the kernel writes this array but it is read-only")
-    return MemRef(name, a, t.dtype, shared=False)
+        from bridge import errors as E  # lazy: dsl.sim imports without the runtime
+        raise E.ArgumentKindError(f"{fn.name}: argument '{p.name}' (#{k}): the simulator needs a NumPy array, got "
+                                  f"{type(a).__name__}", kernel=fn.name, arg=k, arg_name=p.name)
+    assert a.dtype == arith.np_dtype(p.type.dtype) and a.ndim == p.type.ndim, f"{fn.name}: unvalidated '{p.name}'"
+    return MemRef(p.name, a, p.type.dtype, shared=False)
 
 
-def _bind_scalar(t: ScalarType, a, where: str, E):
+def _scalar(t: ScalarType, a):
     if isinstance(a, np.ndarray) and a.ndim == 0:
         a = a[()]
     if t.kind == "bool":
-        if not isinstance(a, (bool, np.bool_)):
-            raise E.ArgumentKindError(f"{where}: expected a bool, got {type(a).__name__}")
         return np.bool_(a)
     if t.is_int:
-        if isinstance(a, (bool, np.bool_)) or not isinstance(a, numbers.Integral):
-            raise E.ArgumentKindError(f"{where}: expected an int ({t.name}), got {type(a).__name__}")
-        info = np.iinfo(arith.np_dtype(t))
-        if not info.min <= int(a) <= info.max:
-            raise E.ScalarRangeError(f"{where}: {int(a)} does not fit {t.name} "
-                                     f"[{info.min}, {info.max}]")
         return arith.np_dtype(t).type(int(a))
-    if not isinstance(a, (numbers.Real, np.floating)) or isinstance(a, (bool, np.bool_)):
-        if not (isinstance(a, np.generic) and a.dtype == arith.np_dtype(t)):
-            raise E.ArgumentKindError(f"{where}: expected a float ({t.name}), got {type(a).__name__}")
     if t.name == "bf16":
         return arith.to_bf16(np.asarray(float(a)))[()]
     return np.asarray(a).astype(arith.np_dtype(t))[()]

@@ -40,9 +40,11 @@ class SimtKernel:
     # ------------------------------------------------------------------ signatures and IR
     @property
     def annotations(self) -> list:
+        """What each parameter declares (dsl/annotations.py: no front end import, so the first launch
+        in a fresh process with a warm cache stays on the light path)."""
         if self._anns is None:
-            from dsl.frontend import parse_signature_annotations
-            self._anns = parse_signature_annotations(self.pyfunc)
+            from dsl.annotations import parse_annotations
+            self._anns = parse_annotations(self.pyfunc, "simt", "kernel")
         return self._anns
 
     def signature(self, *args: Any) -> list:

@@ -12,10 +12,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dsl.frontend.annotations import ParamAnnotation
 from bridge import dtypes as _dtypes
+from dsl.annotations import ParamAnnotation
 from dsl.ir import types as irt
 from dsl.types import ScalarDType, ir_scalar_from_dtype
+from dsl.typevars import TypeVarMismatch, bind_dtype
 
 _LONG = {row.name: row.long_name for row in _dtypes.kernel_rows()}   # "f32" -> "float32"
 
@@ -109,11 +110,12 @@ def _array_type(where: str, ann: ParamAnnotation, value: Any, typevars: dict, k:
     if dtype is None:
         raise E.DTypeError(f"{where}: arrays of dtype {text} are not supported by the DSL",
                            kernel=kernel, arg=k, arg_name=ann.name)
-    want = typevars.setdefault(ann.dtype, dtype) if ann.is_generic else ann.dtype
-    if dtype != want:
-        bound = " (bound by an earlier argument)" if ann.is_generic else ""
-        raise E.DTypeError(f"{where}: expected {_long(want)} array{bound}, got {_long(dtype)} array of "
-                           f"shape {tuple(shape)}", kernel=kernel, arg=k, arg_name=ann.name)
+    try:
+        bind_dtype(typevars, ann.dtype, dtype)
+    except TypeVarMismatch as m:
+        bound = " (bound by an earlier argument)" if m.typevar is not None else ""
+        raise E.DTypeError(f"{where}: expected {_long(m.expected)} array{bound}, got {_long(dtype)} array of "
+                           f"shape {tuple(shape)}", kernel=kernel, arg=k, arg_name=ann.name) from None
     if ndim != ann.ndim:
         raise E.NdimError(f"{where}: expected a {ann.ndim}-D array, got a {ndim}-D array of shape "
                           f"{tuple(shape)}", kernel=kernel, arg=k, arg_name=ann.name)
@@ -129,7 +131,7 @@ def _scalar_param(where: str, ann: ParamAnnotation, value: Any, typevars: dict, 
     if t is None:
         raise E.ArgumentKindError(f"{where}: expected a number, got {type(value).__name__}",
                                   kernel=kernel, arg=k, arg_name=ann.name)
-    want: irt.ScalarType = typevars.setdefault(ann.dtype, t) if ann.is_generic else ann.dtype  # type: ignore
+    want: irt.ScalarType = bind_dtype(typevars, ann.dtype, t, exact=False)
     if t.is_float and not want.is_float:
         raise E.DTypeError(f"{where}: expected {_long(want)}, got a float ({value!r})", kernel=kernel,
                            arg=k, arg_name=ann.name)

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from dsl.cache import CacheEntry, DiskCache, cache_enabled, cache_key
-from dsl.tile.types import PartitionParamType, ScalarParamType
+from dsl.tile.types import PartitionParamType
 
 PERSISTENT_BLOCKS_PER_SM = 2      # grid of a persistent tile kernel: this many blocks per SM
 
@@ -34,56 +34,70 @@ class CompiledTile:
         return f"CompiledTile(name={self.name!r}, threads={self.threads}, metadata={self.metadata!r})"
 
 
-def _reads_partition(fn, p) -> bool:
-    from dsl.tile import ir as T
-    from dsl.tile.lower import _all_exprs
-    return any(isinstance(e, T.Load) and e.param is p for e in _all_exprs(fn.body))
-
-
 def _tile_count(p, ax: int) -> str:
     t = p.type.tile_shape[ax]
     return f"({p.name}.shape[{ax}] + {t - 1}) // {t}" if t > 1 else f"{p.name}.shape[{ax}]"
 
 
-def contract_for(fn, threads: int, facts: dict[str, dict], relied: set[str],
-                 persistent: bool = False) -> dict:
-    """The LaunchContract (docs/architecture.md schema v1) of a lowered tile kernel."""
-    args = []
-    for p in fn.params:
-        ty = p.type
-        if isinstance(ty, ScalarParamType):
-            args.append({"name": p.name, "kind": "scalar", "dtype": ty.dtype.name})
-            continue
-        access = "read"
-        if isinstance(ty, PartitionParamType):
-            access = "readwrite" if _reads_partition(fn, p) else "write"
-        f = facts.get(p.name, {})
-        aligned = p.name in relied and f.get("aligned16")
-        args.append({"name": p.name, "kind": "array", "dtype": ty.dtype.name, "ndim": ty.ndim,
-                     "layout": f.get("layout", "any"), "align": 16 if aligned else ty.dtype.itemsize,
-                     "access": access, "abi": "view"})
-    c: dict = {"version": 1, "kernel": fn.name, "domain": 1, "block": {"exact": [threads, 1, 1]},
-               "args": args}
+def tile_requires(fn, facts: dict[str, dict], relied: set[str]) -> list[str]:
+    """The tile model's relations: a last extent divisible by 8 where the lowering relied on it, and
+    one tile grid for every partition (each tile block owns one tile of each)."""
     requires = [f"{p.name}.shape[{p.type.ndim - 1}] % 8 == 0" for p in fn.params
                 if p.name in relied and facts.get(p.name, {}).get("div8")]
     gp = fn.grid_param
     assert isinstance(gp.type, PartitionParamType)
-    for p in fn.params:   # every tile block owns one tile of each partition: one tile grid for all
+    for p in fn.params:
         if p is gp or not isinstance(p.type, PartitionParamType):
             continue
         requires += [f"{_tile_count(p, ax)} == {_tile_count(gp, ax)}" for ax in range(gp.type.ndim)]
-    if requires:
-        c["requires"] = requires
-    c["grid_from"] = {"arg": gp.name, "tile": list(gp.type.tile_shape)}
+    return requires
+
+
+def contract_for(simt_fn, fn, facts: dict[str, dict], relied: set[str], persistent: bool = False,
+                 reads: set[str] | None = None) -> dict:
+    """The LaunchContract (docs/architecture.md schema v1) of the tile kernel `fn` lowered to
+    `simt_fn`: the one IR-level builder (dsl/contracts.py) with the tile model's inputs — the grid of
+    the first partition (`grid_from.tile`), the tile relations, and 16-byte alignment stated only
+    where the lowering relied on it. The block is the lowered kernel's exact block. `reads`: the
+    parameters the kernel reads when `simt_fn` has no body (the simulator's validator)."""
+    from dsl.contracts import build_contract
+    requires = tile_requires(fn, facts, relied)
+    gp = fn.grid_param
+    grid = {"arg": gp.name, "tile": list(gp.type.tile_shape)}
     if persistent:
-        c["grid_from"]["max_blocks_per_sm"] = PERSISTENT_BLOCKS_PER_SM
-    return c
+        grid["max_blocks_per_sm"] = PERSISTENT_BLOCKS_PER_SM
+    aligned = {n for n in relied if facts.get(n, {}).get("aligned16")}
+    return build_contract(simt_fn, block=simt_fn.exact_block, requires=requires or None, grid_from=grid,
+                          reads=reads, aligned=aligned)
+
+
+def validator_contract(fn, threads: int, facts: dict[str, dict], persistent: bool = False) -> dict:
+    """The contract the simulator validates against, without lowering the body: the lowered
+    kernel's signature (dsl/tile/lower.py lowered_params) and the partitions the tile IR reads, no
+    relied-on facts (the simulator relies on none)."""
+    from dsl.ir import nodes as N
+    from dsl.tile.lower import lowered_params
+    header = N.Function(fn.name, lowered_params(fn, facts), N.VOID, [], True, exact_block=(threads, 1, 1))
+    return contract_for(header, fn, facts, set(), persistent, reads=tile_reads(fn))
+
+
+def tile_reads(fn) -> set[str]:
+    """Parameters the tile IR loads from (partitions included: `out.load()`)."""
+    from dsl.tile import ir as T
+    from dsl.tile.lower import _all_exprs
+    return {e.param.name for e in _all_exprs(fn.body) if isinstance(e, T.Load)}
+
+
+def _reads_partition(fn, p) -> bool:
+    """Does the tile kernel read partition `p` (dsl/integrations/_kernels.py asks)?"""
+    return p.name in tile_reads(fn)
 
 
 def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, dict] | None = None,
-                 persistent: bool = False, lineinfo: bool = True) -> CompiledTile:
+                 persistent: bool = False, lineinfo: bool = True, dump: Any = None) -> CompiledTile:
     """Compile one specialisation for `arch` ("sm_80", "sm_90", ...). The target is the
-    arch-specific one (sm_90a) exactly when the lowering used its instructions (wgmma)."""
+    arch-specific one (sm_90a) exactly when the lowering used its instructions (wgmma). `dump`:
+    pipeline stages to dump, as `dsl.compiler.compile_ir` takes them."""
     from dsl.backend.target import canonical_arch, parse_arch
     from dsl.compiler import compile_ir
     from dsl.options import KernelOptions
@@ -94,13 +108,13 @@ def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, d
     # which is also the contract's "kernel" (the bridge checks they agree)
     info: dict = {}
     simt_fn = lower(fn, threads, fn.name, facts, info, cc=parse_arch(arch), persistent=persistent)
-    contract = contract_for(fn, threads, facts, info["relied"], persistent)
-    if info["dynamic_smem"]:
+    contract = contract_for(simt_fn, fn, facts, info["relied"], persistent)
+    if info["dynamic_smem"]:     # after grid_from, where tile contracts have always had it
         contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
     target = canonical_arch(arch, specific=info["arch_specific"])
     contract_json = json.dumps(contract)
     ck = compile_ir(simt_fn, KernelOptions(block=(threads, 1, 1), boundscheck=False, lineinfo=lineinfo),
-                    target, contract_json=contract_json)
+                    target, contract_json=contract_json, dump=dump)
     meta = dict(ck.metadata, arch=target)
     return CompiledTile(ck.ptx, fn.name, contract_json, threads, simt_fn, meta,
                         dynamic_smem=info["dynamic_smem"])

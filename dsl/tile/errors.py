@@ -1,5 +1,6 @@
 """Compile errors of the tile language: the SIMT front end's `dsl.DslCompileError` (file:line:col,
-the source line, a caret, a hint), raised from tile IR locations."""
+the source line, a caret, a hint), raised from tile IR locations through the one source/caret
+convention (`dsl.frontend.source.error_position`)."""
 from __future__ import annotations
 
 from dsl.errors import DslCompileError
@@ -12,6 +13,6 @@ class TileCompileError(DslCompileError):
     def __init__(self, message: str, loc: Loc | None = None, hint: str = "") -> None:
         if loc is None:
             super().__init__(message, hint=hint)
-        else:
-            super().__init__(message, file=loc.file, line=loc.line, col=loc.col + 1,
-                             source_line=loc.text, hint=hint)
+            return
+        from dsl.frontend.source import error_position
+        super().__init__(message, hint=hint, **error_position(loc))

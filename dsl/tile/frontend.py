@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import ast
 import builtins
-import inspect
 import math
-import textwrap
 from dataclasses import dataclass
 
-from dsl.ir.nodes import Loc
+from dsl.frontend.source import Source, Span, get_source
 from dsl.ir.types import BOOL, I32, ScalarType
 from dsl.tile import ir as T
 from dsl.tile import ops
@@ -47,17 +45,6 @@ class Method:
     receiver: object
 
 
-def source_of(pyfunc) -> tuple[ast.FunctionDef, str, int, list[str]]:
-    """AST of `pyfunc`, its file, first line and raw source lines (for carets)."""
-    src = textwrap.dedent(inspect.getsource(pyfunc))
-    file = inspect.getsourcefile(pyfunc) or "<tile>"
-    first = pyfunc.__code__.co_firstlineno
-    tree = ast.parse(src)
-    fdef = tree.body[0]
-    assert isinstance(fdef, ast.FunctionDef)
-    return fdef, file, first, src.splitlines()
-
-
 def _assigned_names(fdef: ast.FunctionDef) -> dict[str, int]:
     counts: dict[str, int] = {}
     for node in ast.walk(fdef):
@@ -77,7 +64,8 @@ def _assigned_names(fdef: ast.FunctionDef) -> dict[str, int]:
 class TileFrontend:
     def __init__(self, pyfunc, signature: list, name: str | None = None) -> None:
         self.pyfunc = pyfunc
-        self.fdef, self.file, self.first, self.lines = source_of(pyfunc)
+        self.src: Source = get_source(pyfunc)      # the SIMT front end's source, positions and carets
+        self.fdef = self.src.tree
         self.signature = signature
         self.name = name or pyfunc.__name__
         self.globals = dict(pyfunc.__globals__)
@@ -90,10 +78,10 @@ class TileFrontend:
         self.body_stack: list[list[T.TStmt]] = []
 
     # ---------------------------------------------------------------------------------- helpers
-    def loc(self, node: ast.AST) -> Loc:
-        line = getattr(node, "lineno", 1)
-        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-        return Loc(self.file, self.first + line - 1, getattr(node, "col_offset", 0), text)
+    def loc(self, node: ast.AST) -> Span:
+        """Position of `node` in the user's file, as the SIMT front end gives it (the Span keeps the
+        construct's extent, so errors raised later from the IR location get the same caret)."""
+        return self.src.span(node)
 
     def err(self, node: ast.AST, msg: str) -> TileCompileError:
         return TileCompileError(msg, self.loc(node))

@@ -10,8 +10,6 @@ simulator runs.
 """
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,11 +17,14 @@ import numpy as np
 from bridge import _native
 from bridge.errors import ArgumentCountError, ArgumentKindError, DTypeError, NdimError
 
+from dsl.annotations import ParamAnnotation, parse_annotations
 from dsl.ir.types import ScalarType
 from dsl.runmode import _ENV_DATA, _SIM_KEY, simulating
 from dsl.tile.api import _Annot
 from dsl.tile.types import (ArrayParamType, ConstParamType, PartitionParamType, ScalarParamType,
-                            as_scalar_type, np_dtype)
+                            as_scalar_type, np_dtype, scalar_of_numpy)
+from dsl.types import is_typevar as _is_typevar
+from dsl.typevars import TypeVarMismatch, bind_dtype
 
 _PASS, _PARTITION, _CONSTANT = 0, 1, 2   # Dispatcher plan kinds (cpp/native/launcher.cpp)
 
@@ -49,49 +50,14 @@ def partition(array: object, tile_shape: tuple[int, ...] | int) -> Partition:
     return Partition(array, tile_shape)
 
 
-@dataclass(frozen=True)
-class _ParamSpec:
-    name: str
-    kind: str            # "array" | "partition" | "scalar" | "const"
-    dtype: object        # annotation's dtype (ScalarType, TypeVar, or None)
-    ndim: int | None
-
-
-def _is_typevar(obj: object) -> bool:
-    from dsl.types import is_typevar
-    return is_typevar(obj)
-
-
-def _param_specs(pyfunc) -> list[_ParamSpec]:
-    sig = inspect.signature(pyfunc)
-    try:
-        hints = dict(pyfunc.__annotations__)
-    except AttributeError:  # pragma: no cover
-        hints = {}
-    specs = []
-    for name in sig.parameters:
-        ann = hints.get(name, inspect.Parameter.empty)
-        if isinstance(ann, str):
-            ann = eval(ann, pyfunc.__globals__)  # noqa: S307 - the user's own annotation text
-        if ann is inspect.Parameter.empty:
-            raise TypeError(f"{pyfunc.__name__}: parameter '{name}' needs an annotation "
-                            f"(tile.Array[T], tile.Partition[T], a scalar type or tile.Constant)")
-        if ann is Partition:
-            ann = _Annot("Partition")
-        if isinstance(ann, _Annot):
-            dtype = ann.args[0] if ann.args else None
-            ndim = ann.args[1] if len(ann.args) > 1 else None
-            kind = {"Array": "array", "Partition": "partition", "Constant": "const"}[ann.kind]
-            if kind != "const" and dtype is not None and not _is_typevar(dtype) \
-                    and as_scalar_type(dtype) is None:
-                raise TypeError(f"{pyfunc.__name__}: parameter '{name}': {dtype!r} is not a dtype")
-            specs.append(_ParamSpec(name, kind, None if kind == "const" else dtype, ndim))
-            continue
-        st = as_scalar_type(ann) if not _is_typevar(ann) else None
-        if st is None:
-            raise TypeError(f"{pyfunc.__name__}: parameter '{name}': unsupported annotation {ann!r}")
-        specs.append(_ParamSpec(name, "scalar", st, None))
-    return specs
+def _value_type(value: object) -> ScalarType:
+    """The dtype a scalar argument's value has (what binds a TypeVar-typed scalar parameter): its
+    NumPy dtype, bool, i64 for Python ints, f64 for Python floats (as SIMT signatures do)."""
+    if isinstance(value, np.generic):
+        return scalar_of_numpy(value.dtype) or as_scalar_type("f64")  # type: ignore[return-value]
+    if isinstance(value, bool):
+        return as_scalar_type("bool")  # type: ignore[return-value]
+    return as_scalar_type("i64" if isinstance(value, int) else "f64")  # type: ignore[return-value]
 
 
 def _view(array: object) -> Any:
@@ -114,7 +80,7 @@ class TileKernel:
         self.num_warps = num_warps
         self.persistent = persistent
         self.lineinfo = lineinfo          # PTX line tables (docs/dsl.md, "Line info")
-        self.specs = _param_specs(pyfunc)
+        self.specs: list[ParamAnnotation] = parse_annotations(pyfunc, "tile", "kernel")
         # documented caches: tile IR per signature, compiled kernels per (signature, facts, arch),
         # host-memory validators per signature, and the native dispatcher
         self._ir_cache: dict[tuple, Any] = {}
@@ -127,16 +93,19 @@ class TileKernel:
 
     # -------------------------------------------------------------------------------- signatures
     def signature(self, args: tuple) -> tuple:
-        """The specialisation these arguments select (raises the bridge's typed errors)."""
+        """The specialisation these arguments select (raises the bridge's typed errors). TypeVars
+        bind through the one binder (dsl/typevars.py), from arrays first, then from scalars."""
         if len(args) != len(self.specs):
             raise ArgumentCountError(f"{self.name}: expected {len(self.specs)} arguments "
                                      f"({', '.join(s.name for s in self.specs)}), got {len(args)}",
                                      kernel=self.name)
         bindings: dict[object, ScalarType] = {}
-        return tuple(self._param_type(i, spec, arg, bindings)
-                     for i, (spec, arg) in enumerate(zip(self.specs, args)))
+        out: list[object] = [None] * len(args)
+        for i in sorted(range(len(args)), key=lambda k: self.specs[k].kind not in ("array", "partition")):
+            out[i] = self._param_type(i, self.specs[i], args[i], bindings)
+        return tuple(out)
 
-    def _param_type(self, i: int, spec: _ParamSpec, arg: object, bindings: dict) -> object:
+    def _param_type(self, i: int, spec: ParamAnnotation, arg: object, bindings: dict) -> object:
         where = f"{self.name}: argument '{spec.name}' (#{i})"
         info = {"kernel": self.name, "arg": i, "arg_name": spec.name}
         if spec.kind == "const":
@@ -149,7 +118,7 @@ class TileKernel:
             if not isinstance(arg, (int, float, bool, np.generic)):
                 raise ArgumentKindError(f"{where}: expected a {spec.dtype} scalar, got "
                                         f"{type(arg).__name__}", **info)
-            return ScalarParamType(spec.dtype)  # type: ignore[arg-type]
+            return ScalarParamType(bind_dtype(bindings, spec.dtype, _value_type(arg), exact=False))
         if spec.kind == "partition":
             if not isinstance(arg, Partition):
                 raise ArgumentKindError(f"{where}: expected tile.partition(array, tile_shape), "
@@ -164,13 +133,13 @@ class TileKernel:
                 raise ArgumentKindError(f"{where}: expected an array, got {type(arg).__name__}",
                                         **info)
         dt = as_scalar_type(view.dtype_tag)
-        want = spec.dtype
-        if _is_typevar(want):
-            want = bindings.setdefault(want, dt)  # type: ignore[arg-type]
-        want_st = as_scalar_type(want) if want is not None else dt
-        if dt is None or dt != want_st:
-            raise DTypeError(f"{where}: expected {want_st} array, got {view.dtype_name} "
-                             f"array of shape {tuple(view.shape)}", **info)
+        if dt is None:
+            raise DTypeError(f"{where}: arrays of dtype {view.dtype_name} are not supported by the DSL", **info)
+        try:
+            bind_dtype(bindings, spec.dtype, dt)
+        except TypeVarMismatch as m:
+            raise DTypeError(f"{where}: expected {m.expected} array, got {view.dtype_name} "
+                             f"array of shape {tuple(view.shape)}", **info) from None
         if spec.ndim is not None and view.ndim != spec.ndim:
             raise NdimError(f"{where}: expected a {spec.ndim}-d array, got shape {tuple(view.shape)}",
                             **info)
@@ -241,7 +210,7 @@ class TileKernel:
             if spec.kind == "const":
                 continue
             if spec.kind == "scalar":
-                bound[i] = np.asarray(arg).astype(np_dtype(spec.dtype))  # type: ignore[arg-type]
+                bound[i] = np.asarray(arg).astype(np_dtype(sig[i].dtype))
                 continue
             arr = arg.array if isinstance(arg, Partition) else arg
             if not isinstance(arr, np.ndarray):
@@ -259,32 +228,43 @@ class TileKernel:
         if hit is None:
             import json
             from dsl.sim.validator import host_launcher
-            from dsl.tile.compile import contract_for
+            from dsl.tile.compile import validator_contract
             from dsl.tile.lower import pick_threads
-            threads = pick_threads(fn, self.num_warps)
-            contract = contract_for(fn, threads, facts, set(), self.persistent)
+            contract = validator_contract(fn, pick_threads(fn, self.num_warps), facts, self.persistent)
             hit = self._sim_validators[key] = host_launcher(json.dumps(contract), fn.name)
         return hit
 
     def simulate_lowered(self, *args, num_warps: int | None = None, blocks: int | None = None) -> None:
         """Run the GPU lowering (the SIMT IR the backend compiles) on the SIMT CPU simulator: checks
         the thread mapping, shared-memory staging and warp reductions without a GPU. `blocks`: the
-        grid of a persistent kernel (default: one block per tile)."""
+        grid of a persistent kernel (default: one block per tile). The launch is validated first
+        against the lowered kernel's own contract (the one builder, the one native validator), as a
+        GPU launch of it would be."""
+        import json
         from dsl.sim.launch import run
+        from dsl.sim.validator import host_launcher
+        from dsl.tile.compile import contract_for
         from dsl.tile.lower import lower, pick_threads
         fn = self.tile_ir(*args)
         threads = pick_threads(fn, num_warps if num_warps is not None else self.num_warps)
         # inline-PTX paths (tensor cores) have no CPU semantics: simulate the portable lowering
         facts = {k: dict(v, aligned16=False) for k, v in self.facts(args).items()}
-        simt_fn = lower(fn, threads, self.name, facts, persistent=self.persistent)
-        specs = [s for s in self.specs if s.kind != "const"]
-        flat = [np.asarray(a).astype(np_dtype(s.dtype))[()]  # type: ignore[arg-type]
-                if s.kind == "scalar" else a for s, a in zip(specs, self._flat(args))]
-        total = next(a.num_tiles for a in args if isinstance(a, Partition))
-        if self.persistent and blocks is not None:
-            total = min(total, blocks)
-        if total:
-            run(simt_fn, flat, (total, 1, 1), (threads, 1, 1))
+        info: dict = {}
+        simt_fn = lower(fn, threads, self.name, facts, info, persistent=self.persistent)
+        contract = contract_for(simt_fn, fn, facts, info["relied"], self.persistent)
+        if info["dynamic_smem"]:
+            contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
+        sig = [t for s, t in zip(self.specs, self.signature(args)) if s.kind != "const"]
+        flat = tuple(np.asarray(a).astype(np_dtype(t.dtype))[()] if isinstance(t, ScalarParamType) else a
+                     for t, a in zip(sig, self._flat(args)))
+        tiles = next(a.num_tiles for a in args if isinstance(a, Partition))
+        grid = None                                # derived by the validator: one block per tile
+        if self.persistent and tiles:
+            grid = tiles if blocks is None else \
+                min(tiles, blocks) if isinstance(blocks, int) and not isinstance(blocks, bool) else blocks
+        g, b, smem, skip = host_launcher(json.dumps(contract), self.name).validate_only(flat, grid=grid)
+        if not skip:
+            run(simt_fn, list(flat), g, b, smem)
 
     # -------------------------------------------------------------------------------- GPU
     def ptx(self, *args, arch: str = "sm_90") -> str:

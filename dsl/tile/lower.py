@@ -132,15 +132,8 @@ class Lowerer:
     # ------------------------------------------------------------------------------ entry
     def lower(self) -> N.Function:
         fn = self.fn
-        for p in fn.params:
-            ty = p.type
-            if isinstance(ty, ScalarParamType):
-                t: object = ty.dtype
-            else:
-                t = ArrayType(ty.dtype, ty.ndim, writable=isinstance(ty, PartitionParamType),
-                              layout=self.facts.get(p.name, {}).get("layout", "any"),
-                              aligned16=bool(self.facts.get(p.name, {}).get("aligned16", False)))
-            self.params[id(p)] = N.Param(p.name, t, len(self.params))  # type: ignore[arg-type]
+        for p, q in zip(fn.params, lowered_params(fn, self.facts)):
+            self.params[id(p)] = q
         tid = self.new_var(I32, "tid")
         self.emit(N.Assign(tid, N.Cast(N.Special("tid.x"), I32)))
         self.geo = Geometry(self.T, N.ReadVar(tid))
@@ -602,6 +595,23 @@ def _unravel(flat, shape: tuple[int, ...]) -> list:
     return [iand(ishr(flat, log2(st)), sh - 1) if sh > 1 else 0 for st, sh in zip(strides(shape), shape)]
 
 
+def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> list[N.Param]:
+    """The SIMT IR parameters of a tile kernel (constants are not parameters): arrays read-only,
+    partitions writable, with the launch facts' layout and alignment; scalars as they are."""
+    facts = facts or {}
+    out = []
+    for p in fn.params:
+        ty = p.type
+        if isinstance(ty, ScalarParamType):
+            t: object = ty.dtype
+        else:
+            f = facts.get(p.name, {})
+            t = ArrayType(ty.dtype, ty.ndim, writable=isinstance(ty, PartitionParamType),
+                          layout=f.get("layout", "any"), aligned16=bool(f.get("aligned16", False)))
+        out.append(N.Param(p.name, t, len(out)))  # type: ignore[arg-type]
+    return out
+
+
 def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, dict] | None = None,
           info: dict | None = None, cc: int = 0, persistent: bool = False) -> N.Function:
     """Tile IR → SIMT IR kernel with an exact block of `threads` threads (power of two, >= 32).
@@ -656,4 +666,4 @@ def _all_exprs(body: list[T.TStmt]):
             yield from _all_exprs(s.else_)
 
 
-__all__ = ["lower", "pick_threads", "LoweringError", "Lowerer", "ArrayParamType", "ishr", "iand"]
+__all__ = ["lower", "lowered_params", "pick_threads", "LoweringError", "Lowerer", "ArrayParamType", "ishr", "iand"]

@@ -139,9 +139,11 @@ def lower_loop(L, plan: MmaPlan) -> None:
     dt = plan.a.type.dtype
     # operand stages live in dynamic shared memory (A stages, then B stages), 1024-byte aligned at run
     # time so the hardware swizzle (address bits) matches the XOR pattern of the copy offsets
-    buf = N.SharedAlloc("gemm_operands", ArrayType(dt, 1, writable=True, space="shared", shape=(0,)))
+    buf = N.SharedAlloc("gemm_operands", ArrayType(dt, 1, writable=True, space="shared", shape=(-1,)),
+                        align=1024)
+    L.extra_shared.append(buf)
     L.dyn_bytes = max(L.dyn_bytes, (S * bm * bk + S * bk * bn) * es + 1024)
-    raw = L.tmp(TN.SharedAddress(TN.SharedBuffer(buf, 1024, dynamic=True), N.Const(0, INDEX)), "smem")
+    raw = L.tmp(TN.SharedAddress(N.SharedArray(buf), N.Const(0, INDEX)), "smem")
     rounded = N.BinOp("add", raw, N.Const(1023, U32), U32)
     base_a = L.tmp(N.BinOp("and_", rounded, N.Const(0xFFFFFC00, U32), U32), "sa0")
     base_b = L.tmp(N.BinOp("add", base_a, N.Const(S * bm * bk * es, U32), U32), "sb0")

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from sim_irkit import C, P, R, arr, bop, cmp, gid, guarded, kernel, load, loc, params, sp, store
 
-from bridge.errors import BlockSizeError, DTypeError, KernelFault, ScalarRangeError
+from bridge.errors import (AliasingError, ArgumentKindError, BlockSizeError, DTypeError, GridSizeError,
+                           KernelFault, ScalarRangeError)
 from dsl.ir import nodes as N
 from dsl.ir.types import F32, I32, I64, U32, ArrayType
-from dsl.sim import SimulationError, run
+from dsl.sim import SimulationError, run, simulate
 
 
 def gather_ir(check: str = "fault") -> N.Function:
@@ -180,13 +181,41 @@ def test_shared_memory_block_reduction_with_atomic(rng):
     assert tot[0] == x.sum()
 
 
-def test_launch_arguments_are_validated():
+def test_launch_arguments_of_hand_built_ir_are_validated_by_the_native_validator():
+    """dsl.sim.simulate validates through the one validator (over the IR-level contract), so
+    hand-built kernels get the GPU's error classes and texts; nothing runs on a refusal."""
+    fn = gather_ir()
+    good = [np.ones(4, np.float32), np.zeros(4, np.int64), np.full(4, -7.0, np.float32)]
+    with pytest.raises(DTypeError, match=r"gather: argument 'idx' \(#1\): expected 1-D int64 array, got int32"):
+        simulate(fn, [good[0], np.zeros(4, np.int32), good[2]], grid=1, block=32)
+    with pytest.raises(BlockSizeError, match=r"block \(64, 32, 1\): expected at most 1024 threads"):
+        simulate(fn, good, grid=1, block=(64, 32))
+    with pytest.raises(GridSizeError, match="expected an explicit grid"):
+        simulate(fn, good, block=32)
+    with pytest.raises(AliasingError, match=r"argument 'out' \(#2\): expected memory disjoint from argument 'a'"):
+        simulate(fn, [good[2], good[1], good[2]], grid=1, block=32)
+    n, = params(("n", I32))
+    with pytest.raises(ScalarRangeError, match=r"argument 'n' \(#0\): expected int32 scalar in"):
+        simulate(kernel("s", [n], []), [2**40], grid=1, block=1)
+    assert (good[2] == -7.0).all()
+    simulate(fn, good, grid=1, block=32)
+    assert (good[2] == 1.0).all()
+
+
+def test_run_takes_a_validated_launch_and_only_converts():
+    """run() keeps conversion (NumPy arrays to its memory, scalars to their dtype) and no second set of
+    checks: what it cannot convert is a typed refusal, an unvalidated launch an assertion."""
     fn = gather_ir()
     good = [np.ones(4, np.float32), np.zeros(4, np.int64), np.zeros(4, np.float32)]
-    with pytest.raises(DTypeError, match=r"argument 'idx' \(#1\): expected int64"):
-        run(fn, [good[0], np.zeros(4, np.int32), good[2]], grid=1, block=32)
-    with pytest.raises(BlockSizeError, match="more than 1024"):
-        run(fn, good, grid=1, block=(64, 32))
-    n, = params(("n", I32))
-    with pytest.raises(ScalarRangeError, match="does not fit i32"):
-        run(kernel("s", [n], []), [2**40], grid=1, block=1)
+    with pytest.raises(ArgumentKindError, match=r"gather: argument 'a' \(#0\): the simulator needs a NumPy array, "
+                                                r"got list"):
+        run(fn, [[1.0] * 4, good[1], good[2]], (1, 1, 1), (32, 1, 1))
+    with pytest.raises(AssertionError, match="unvalidated 'idx'"):
+        run(fn, [good[0], np.zeros(4, np.int32), good[2]], 1, 32)
+    with pytest.raises(AssertionError, match="not a validated launch dimension"):
+        run(fn, good, 0, 32)
+    n, out = params(("n", I32), ("out", arr(I32, writable=True)))
+    k = kernel("put", [n, out], [store(out, [C(0)], N.ParamRef(n))])
+    o = np.zeros(1, np.int32)
+    run(k, [7, o], 1, 1)                        # a Python int becomes the i32 the kernel declares
+    assert o[0] == 7
