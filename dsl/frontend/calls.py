@@ -12,6 +12,7 @@ from typing import Any
 
 from dsl.frontend import typing_rules as tr
 from dsl.frontend.values import PyObj, SlotBinding, TupleVal, Val, weak_const
+from dsl.typevars import TypeVarMismatch, bind_dtype
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
 from dsl.simt import intrinsics as si
@@ -332,11 +333,12 @@ class CallMixin:
                 dt = ann.dtype if not ann.is_generic else typevars.get(ann.dtype, s.scalar)
                 expr = self.rule(a, tr.implicit, s, dt, self.loc(a), f"argument '{ann.name}'")
                 t = dt
-            if ann.is_generic:
-                if typevars.setdefault(ann.dtype, dt) != dt:
+            try:                       # the one binder (dsl/typevars.py), as launch signatures use
+                bind_dtype(typevars, ann.dtype, dt)
+            except TypeVarMismatch as mismatch:
+                if ann.is_generic:
                     self.err(a, f"argument '{ann.name}' binds {ann.dtype} to {dt}, but an earlier "
-                             f"argument bound it to {typevars[ann.dtype]}")
-            elif ann.dtype != dt:
+                             f"argument bound it to {mismatch.expected}")
                 self.err(a, f"argument '{ann.name}' of '{fn.__name__}' must have dtype {ann.dtype}, "
                          f"got {dt}")
             args.append(expr)
