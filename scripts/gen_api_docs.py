@@ -86,7 +86,7 @@ def _members(cls: type) -> list[tuple[str, Any]]:
     """Public methods and properties defined in Python by `cls` or its project base classes."""
     seen: dict[str, Any] = {}
     for klass in cls.__mro__:
-        if klass is object or not klass.__module__.split(".")[0] in ("bridge", "dsl"):
+        if klass is object or klass.__module__.split(".")[0] not in ("bridge", "dsl"):
             continue
         for name, value in vars(klass).items():
             if name.startswith("_") and name not in ("__call__", "__getitem__"):
@@ -123,7 +123,7 @@ def _entry_class(qual: str, cls: type) -> list[str]:
             # a classmethod's signature without `cls`, as callers write it
             sig = signature(getattr(cls, name) if kind == "classmethod " else fn) or "(...)"
             mdoc = _doc(fn)
-            lines += [f"- {kind}`{name}{sig}`" + (f"\n\n  " + mdoc.replace("\n", "\n  ") if mdoc else ""), ""]
+            lines += [f"- {kind}`{name}{sig}`" + ("\n\n  " + mdoc.replace("\n", "\n  ") if mdoc else ""), ""]
     return lines
 
 
