@@ -152,7 +152,7 @@ def test_a_tile_dispatcher_miss_is_a_specialisation_naming_tile_shape_and_facts(
     for n in (256, 250):
         a = np.zeros(n, np.float32)
         assert k._miss((a, tile.partition(np.zeros(n, np.float32), (128,)))) is no_gpu_launcher
-    first, second, warn = caplog.records
+    first, second, warn = _records(caplog, "kernelbridge.specialise")
     assert "PartitionParamType(dtype=f32, ndim=1, tile_shape=(128,))" in first.kb_signature
     assert "'div8': True" in first.kb_signature and "'div8': False" in second.kb_signature
     assert warn.levelno == logging.WARNING
@@ -185,7 +185,8 @@ def test_an_owner_that_cannot_be_weakly_referenced_is_logged_but_never_breaks_a_
     assert observe.specialised(owner, "k", ("f32",), "sm_90") == 1
     assert observe.specialised(owner, "k", ("f32",), "sm_90") == 1
     assert observe.specialisations(owner) == 0
-    assert [r.getMessage() for r in caplog.records] == ["kernel k: specialisation #1 for sm_90: (f32)"] * 2
+    assert [r.getMessage() for r in _records(caplog, "kernelbridge.specialise")] == \
+        ["kernel k: specialisation #1 for sm_90: (f32)"] * 2
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -246,7 +247,7 @@ def test_real_launches_with_new_dtypes_specialise_and_warn_past_the_limit(caplog
         k(x, out, dt(3))
         k(x, out, dt(3))                                   # a hit: no new record
         np.testing.assert_array_equal(out.to_host(), np.arange(300, dtype=dt) * 3)
-    recs = caplog.records
+    recs = _records(caplog, "kernelbridge.specialise")
     assert [r.kb_count for r in recs if r.levelno == logging.DEBUG] == [1, 2, 3]
     (warn,) = [r for r in recs if r.levelno == logging.WARNING]
     assert warn.getMessage().startswith("kernel _scale has specialised 3 times")
