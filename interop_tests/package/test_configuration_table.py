@@ -37,17 +37,22 @@ _CMAKE_IF_NOT = re.compile(r"""\bif\(\s*NOT\s+(KB_\w+)\s*\)""")
 _CMAKE_PARSE = re.compile(r"""cmake_parse_arguments\(\s*(?:PARSE_ARGV\s+\d+\s+)?KB\s+((?:"[^"]*"\s*){3})""")
 
 
+# where the project's code lives (shared/, build outputs and virtual environments are not the project's)
+SOURCE_ROOTS = ("bridge", "dsl", "cpp", "scripts", "benchmarks", "examples", "interop_tests")
+
+
 def _tracked(*patterns: str) -> list[Path]:
-    """The repository's source files matching `patterns` (git's view, new files included; a plain walk
-    without build outputs when this is not a git checkout)."""
+    """The project's source files matching `patterns`: git's view (new files included), or a plain walk
+    of SOURCE_ROOTS when this copy is not a git checkout (the GPU machine gets a copy of the tree)."""
     try:
         out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *patterns],
                              cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError):
-        skip = ("build", ".git", "results")
-        out = [p.relative_to(REPO).as_posix() for pat in patterns for p in REPO.rglob(pat)
-               if p.relative_to(REPO).parts[0] not in skip]
-    return sorted({REPO / p for p in out if (REPO / p).is_file()})
+        out = [p.relative_to(REPO).as_posix() for pat in patterns for root in SOURCE_ROOTS
+               for p in (REPO / root).rglob(pat)]
+        out += [pat.lstrip("*") for pat in patterns if (REPO / pat.lstrip("*")).is_file()]
+    keep = [p for p in out if p.split("/", 1)[0] in SOURCE_ROOTS or "/" not in p]
+    return sorted({REPO / p for p in keep if (REPO / p).is_file()})
 
 
 def _cmake_reads(text: str) -> set[str]:
