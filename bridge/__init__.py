@@ -5,9 +5,9 @@
 from __future__ import annotations
 
 from bridge.errors import (
-    AliasingError, AlignmentError, ArgumentCountError, ArgumentKindError, BlockSizeError,
+    AliasingError, AlignmentError, ArgumentCountError, ArgumentKindError, BlockSizeError, BlockSizeTypeError,
     ComputeCapabilityError, ContractDefinitionError, CudaError, DeviceMismatchError, DTypeError,
-    GridSizeError, KernelFault, LaunchContractError, LayoutError, MissingContractError, NdimError,
+    GridSizeError, GridSizeTypeError, KernelFault, LaunchContractError, LayoutError, MissingContractError, NdimError,
     NoDeviceError, ReadOnlyError, ScalarRangeError, SharedMemoryError, ShapeRelationError,
 )
 from bridge._driver import available as gpu_available, reason as gpu_unavailable_reason
@@ -31,3 +31,24 @@ from bridge.graph import Graph, capture  # noqa: E402
 from bridge.profiling import nvtx_status, set_nvtx  # noqa: E402
 # contract: Python-side builder of launch contracts (parsed by the one native validator)
 from bridge.contract import ArgSpec, LaunchContract  # noqa: E402
+
+# `from bridge import *` exports exactly these (interop_tests/runtime/test_package_surface.py keeps the list
+# true and docs/api.md documents each).
+__all__ = [
+    # errors (bridge/errors.py)
+    "LaunchContractError", "ArgumentCountError", "ArgumentKindError", "DTypeError", "NdimError",
+    "ShapeRelationError", "LayoutError", "AlignmentError", "ReadOnlyError", "AliasingError",
+    "DeviceMismatchError", "ScalarRangeError", "BlockSizeError", "BlockSizeTypeError", "GridSizeError",
+    "GridSizeTypeError", "SharedMemoryError", "ComputeCapabilityError", "ContractDefinitionError",
+    "MissingContractError", "CudaError", "NoDeviceError", "KernelFault",
+    # machine
+    "gpu_available", "gpu_unavailable_reason", "Device", "current_device", "device_count",
+    # arrays
+    "Array", "asarray", "empty", "empty_like", "from_host", "full", "zeros", "zeros_like", "dtypes",
+    # streams and graphs
+    "Stream", "Event", "current_stream", "synchronize", "use_stream", "Graph", "capture",
+    # modules, kernels, contracts
+    "Module", "load_module", "Kernel", "kernel_from_ptx", "unsafe_launch", "LaunchContract", "ArgSpec",
+    # the package's CUDA C++ kernels and contracts inside modules
+    "cpp_kernels", "cmake_dir", "fatbin",
+]

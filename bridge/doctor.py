@@ -24,7 +24,7 @@ FORMAT = 1
 TOOLS = ("nvcc", "ptxas", "cuobjdump", "nvdisasm", "compute-sanitizer")
 FULL_DOCTOR = "python -m dsl doctor"
 
-# Every KB_* setting this version reads, and what it does (the doctor lists the ones in effect).
+# Every KB_* environment setting this version reads, and what it does (the doctor lists the ones in effect).
 SETTINGS: dict[str, str] = {
     "KB_CUDA_HOME": "CUDA toolkit root for kernelbridge ('none': ignore installed toolkits)",
     "KB_NVCC": "nvcc executable", "KB_PTXAS": "ptxas executable", "KB_CUOBJDUMP": "cuobjdump executable",
@@ -34,7 +34,13 @@ SETTINGS: dict[str, str] = {
     "KB_DUMP": "DSL compiler stages dumped", "KB_DUMP_DIR": "directory of DSL stage dumps",
     "KB_SIMULATE": "run DSL kernels on the CPU simulator", "KB_REQUIRE_GPU": "tests: skipped GPU tests fail",
     "KB_TEST_SEED": "tests: random seed", "KB_SANITIZER": "gpu_check: compute-sanitizer tools to run",
-}
+    "KB_MAX_SPECIALISATIONS": "specialisations of one DSL kernel before a warning",
+    "KB_NVTX": "NVTX ranges per launch", "KB_FUZZ_SECONDS": "fuzz: seconds per target",
+    "KB_FUZZ_SEED": "fuzz: seed", "KB_FUZZ_MEMORY_MB": "fuzz: worker address-space limit",
+    "KB_FUZZ_RSS_MB": "fuzz: memory growth of one input that is a finding",
+    "KB_FUZZ_RECYCLE_MB": "fuzz: worker memory before replacement",
+    "KB_REPRO_ISOLATED": "tests: one interpreter per reproducer",
+}   # docs/configuration.md is the full table (interop_tests/package/test_configuration_table.py)
 
 
 @dataclass

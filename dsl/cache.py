@@ -31,7 +31,8 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-DSL_VERSION = "0.1.0"
+from bridge import __version__ as DSL_VERSION   # the one version source (pyproject reads it too)
+
 FORMAT = 2          # 2: whole-entry sha256 (format 1 entries are misses)
 # Key text is hashed as UTF-8 keeping lone surrogates: a source path that is not UTF-8 (Python decodes
 # it with surrogate escapes) must give a key, not a UnicodeEncodeError.

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from dsl.cache import CacheEntry, DiskCache, cache_enabled, cache_key
+from dsl.observe import compiled
 from dsl.options import KernelOptions
 
 
@@ -178,6 +179,7 @@ def compile_kernel(pyfunc: Callable, signature: Sequence[Any], options: KernelOp
 
     `cache`: True (the default directory), a DiskCache, or False. With `dump`, the disk cache is not
     read (so every stage runs and is dumped) but is still written."""
+    start = time.perf_counter()
     options = options or KernelOptions()
     dumps = parse_dump(dump)
     disk = None
@@ -189,6 +191,7 @@ def compile_kernel(pyfunc: Callable, signature: Sequence[Any], options: KernelOp
         hit = disk.load(key)
         if hit is not None:
             meta = dict(hit.metadata, cache="disk", key=key)
+            compiled("simt", hit.name, arch, "disk", time.perf_counter() - start, key)   # dsl/observe.py
             return CompiledKernel(hit.ptx, hit.name, hit.contract_json, None, meta)
     ctx = CompileContext(pyfunc, list(signature), options, arch, dumps,
                          kernel_name=getattr(pyfunc, "__name__", "kernel"))
@@ -200,4 +203,5 @@ def compile_kernel(pyfunc: Callable, signature: Sequence[Any], options: KernelOp
         key = key or cache_key(pyfunc, signature, options, arch)
         disk.store(key, CacheEntry(ptx, fn.name, contract, meta))
         meta = dict(meta, key=key)
+    compiled("simt", fn.name, arch, "miss" if disk is not None else "off", time.perf_counter() - start, key)
     return CompiledKernel(ptx, fn.name, contract, fn, meta)

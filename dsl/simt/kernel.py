@@ -8,12 +8,16 @@ in the environment every call runs on the CPU simulator instead (host arrays, GP
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from dsl.observe import specialised
 from dsl.options import KernelOptions, OptionError, check_export, check_symbol_names, simt_options
 from bridge.kernel import launch_options
 from dsl.runmode import _ENV_DATA, _SIM_KEY, simulating
 from dsl.simt.signature import signature_of
+
+if TYPE_CHECKING:
+    from dsl.backend.inspect import KernelInfo
 
 
 def _param_names(f: Callable) -> tuple[str, ...] | None:
@@ -61,7 +65,7 @@ class SimtKernel:
         return fn
 
     def ir(self, *args: Any) -> str:
-        """The typed IR for these arguments, printed (for debugging)."""
+        """The typed IR for these arguments as text (returned, not printed; like `ptx()`)."""
         from dsl.ir.printer import format_function
         return format_function(self.build(*args))
 
@@ -82,8 +86,9 @@ class SimtKernel:
         from dsl.frontend import contract_for
         return contract_for(self.build(*args), self.options)
 
-    def inspect(self, *args: Any, arch: str = "sm_90") -> dict:
-        """Registers, spills and shared memory (`ptxas -v`), the contract, and SASS when available."""
+    def inspect(self, *args: Any, arch: str = "sm_90") -> KernelInfo:
+        """Registers, spills and shared memory (`ptxas -v`), the contract, and SASS when available:
+        a KernelInfo (`print(info)` for a short report)."""
         from dsl.backend.inspect import inspect_ptx
         ck = self.compile(*args, arch=arch)
         return inspect_ptx(self.__name__, ck.name, ck.ptx, ck.contract_json, ck.metadata, arch)
@@ -121,6 +126,7 @@ class SimtKernel:
         from bridge.device import current_device
         cc = current_device().cc
         ck = self.compile(*args, arch=f"sm_{cc[0]}{cc[1]}")
+        specialised(self, self.__name__, self.signature(*args), ck.metadata.get("arch"))   # dsl/observe.py
         return bridge.kernel_from_ptx(ck.ptx, ck.name, ck.contract_json).launcher
 
     @property

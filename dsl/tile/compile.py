@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from dsl.cache import CacheEntry, DiskCache, cache_enabled, cache_key
+from dsl.observe import compiled
 from dsl.tile.types import PartitionParamType
 
 PERSISTENT_BLOCKS_PER_SM = 2      # grid of a persistent tile kernel: this many blocks per SM
@@ -124,6 +125,7 @@ def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str) -> Com
     """`compile_tile` behind the disk cache SIMT kernels use (same key discipline: the kernel's source
     and what it references, the signature and facts, the options, the arch, the toolchain). A hit
     needs neither the tile front end nor LLVM."""
+    start = time.perf_counter()
     disk = DiskCache() if cache_enabled() else None
     key = None
     if disk is not None:
@@ -133,6 +135,7 @@ def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str) -> Com
         hit = disk.load(key)
         if hit is not None:
             meta = dict(hit.metadata, cache="disk", key=key, hit_seconds=round(time.perf_counter() - t0, 6))
+            compiled("tile", hit.name, arch, "disk", time.perf_counter() - start, key)   # dsl/observe.py
             return CompiledTile(hit.ptx, hit.name, hit.contract_json, int(meta["threads"]), None, meta,
                                 dynamic_smem=int(meta.get("dynamic_smem", 0)))
     ck = compile_tile(kernel._ir_for(sig), arch, num_warps=kernel.num_warps, facts=facts,
@@ -141,5 +144,6 @@ def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str) -> Com
     if disk is not None:
         disk.store(key, CacheEntry(ck.ptx, ck.name, ck.contract_json, ck.metadata))
         ck.metadata["key"] = key
+    compiled("tile", ck.name, arch, "miss" if disk is not None else "off", time.perf_counter() - start, key)
     return ck
 

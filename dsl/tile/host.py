@@ -10,7 +10,7 @@ simulator runs.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,12 +19,16 @@ from bridge.errors import ArgumentCountError, ArgumentKindError, DTypeError, Ndi
 
 from dsl.annotations import ParamAnnotation, parse_annotations
 from dsl.ir.types import ScalarType
+from dsl.observe import specialised
 from dsl.runmode import _ENV_DATA, _SIM_KEY, simulating
 from dsl.tile.api import _Annot
 from dsl.tile.types import (ArrayParamType, ConstParamType, PartitionParamType, ScalarParamType,
                             as_scalar_type, np_dtype, scalar_of_numpy)
 from dsl.types import is_typevar as _is_typevar
 from dsl.typevars import TypeVarMismatch, bind_dtype
+
+if TYPE_CHECKING:
+    from dsl.backend.inspect import KernelInfo
 
 _PASS, _PARTITION, _CONSTANT = 0, 1, 2   # Dispatcher plan kinds (cpp/native/launcher.cpp)
 
@@ -174,7 +178,7 @@ class TileKernel:
 
     def ir(self, *args, arch: str = "sm_90") -> str:
         """The typed IR this specialisation compiles to (the tile program lowered onto threads for
-        `arch`), printed like a SIMT kernel's `ir()`."""
+        `arch`) as text, like a SIMT kernel's `ir()` (returned, not printed)."""
         from dsl.backend.target import parse_arch
         from dsl.ir.printer import format_function
         from dsl.tile.lower import lower, pick_threads
@@ -283,8 +287,9 @@ class TileKernel:
             ck = self._gpu_cache[key] = compile_cached(self, sig, facts, arch)
         return ck
 
-    def inspect(self, *args, arch: str = "sm_90") -> dict:
-        """Registers, spills and shared memory (`ptxas -v`), the contract, and SASS when available."""
+    def inspect(self, *args, arch: str = "sm_90") -> KernelInfo:
+        """Registers, spills and shared memory (`ptxas -v`), the contract, and SASS when available:
+        a KernelInfo (`print(info)` for a short report)."""
         from dsl.backend.inspect import inspect_ptx
         ck = self.compile(args, arch)
         return inspect_ptx(self.name, ck.name, ck.ptx, ck.contract_json, ck.metadata, ck.metadata["arch"])
@@ -294,6 +299,7 @@ class TileKernel:
         native Launcher (the Dispatcher keeps it)."""
         import bridge
         ck = self.compile(args, bridge.current_device().arch)
+        specialised(self, self.name, (*self.signature(args), self.facts(args)), ck.metadata.get("arch"))  # observe
         return bridge.kernel_from_ptx(ck.ptx, ck.name, ck.contract_json).launcher
 
     @property

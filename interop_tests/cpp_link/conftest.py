@@ -17,7 +17,7 @@ def _missing(what: str) -> None:
     pytest.skip(f"{what} not found")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")     # a lookup: module-scoped build fixtures use it too
 def nvcc_path() -> str:
     path = link.find_nvcc()
     if path is None:
@@ -31,7 +31,7 @@ def nvjitlink() -> None:
         _missing("nvJitLink (pip install nvidia-nvjitlink)")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def cmake_path() -> str:
     path = shutil.which("cmake")
     if path is None:

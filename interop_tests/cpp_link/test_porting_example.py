@@ -24,21 +24,32 @@ def _build(tmp: Path, step: int, nvcc: str, cmake: str) -> subprocess.CompletedP
     return subprocess.run([cmake, "--build", str(bdir), "-j", "2"], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("step", [0, 1, 2, 3])
-def test_porting_example_builds_with_cmake(tmp_path, nvcc_path, cmake_path, step):
-    r = _build(tmp_path, step, nvcc_path, cmake_path)
+@pytest.fixture(scope="module")
+def step0(tmp_path_factory, nvcc_path, cmake_path) -> Path:
+    """The all-C++ step built once for the tests that read it (a build takes seconds)."""
+    tmp = tmp_path_factory.mktemp("porting")
+    r = _build(tmp, 0, nvcc_path, cmake_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    bdir = tmp_path / f"step{step}"
+    return tmp / "step0"
+
+
+@pytest.mark.parametrize("step", [0, 1, 2, 3])
+def test_porting_example_builds_with_cmake(tmp_path, nvcc_path, cmake_path, step, request):
+    if step == 0:
+        bdir = request.getfixturevalue("step0")
+    else:
+        r = _build(tmp_path, step, nvcc_path, cmake_path)
+        assert r.returncode == 0, r.stdout + r.stderr
+        bdir = tmp_path / f"step{step}"
     assert (bdir / "porting_kernels.fatbin").stat().st_size > 0
     if step > 0:
         header = (bdir / "aot" / "dsl_kernels_kernels.h").read_text()
         assert "Status blur3x3(" in header and "kb::validate" in header
 
 
-def test_porting_kernels_carry_parseable_contracts(tmp_path, nvcc_path, cmake_path):
+def test_porting_kernels_carry_parseable_contracts(step0):
     from bridge import _native, fatbin
-    assert _build(tmp_path, 0, nvcc_path, cmake_path).returncode == 0
-    data = (tmp_path / "step0" / "porting_kernels.fatbin").read_bytes()
+    data = (step0 / "porting_kernels.fatbin").read_bytes()
     contracts = fatbin.embedded_contracts(data)
     assert sorted(contracts) == ["blur3x3", "histogram256", "normalize"]
     for text in contracts.values():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dsl
-from dsl import f32, f64, i32, simt
+from dsl import f32, f64, simt
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
 from interop_tests.dsl_frontend.frontend_helpers import f32v, nodes_of

@@ -10,7 +10,7 @@ import pytest
 
 import bridge
 import dsl
-from dsl import f32, f64, i32, simt
+from dsl import f32, simt
 from dsl.ir import types as irt
 
 N = 1000  # not a multiple of the block

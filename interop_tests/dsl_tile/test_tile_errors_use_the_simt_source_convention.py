@@ -38,11 +38,11 @@ def nested_kernels():
     @simt.kernel
     def simt_bad(a: simt.Array[f32], out: simt.DisjointSlice[f32]):
         i = simt.thread.index_1d()
-        out[i] = a[i] + undefined_name      # marker-simt-1
+        out[i] = a[i] + undefined_name      # marker-simt-1  # noqa: F821 (the compile error under test)
 
     @tile.kernel
     def tile_bad_name(a: tile.Array[f32], out: tile.Partition[f32]):
-        out.store(tile.load(a, tile.bid(0), out.tile_shape) + undefined_name)   # marker-tile-1
+        out.store(tile.load(a, tile.bid(0), out.tile_shape) + undefined_name)   # marker-tile-1  # noqa: F821
 
     @tile.kernel
     def tile_bad_shapes(a: tile.Array[f32, 2], out: tile.Partition[f32, 2]):
