@@ -51,4 +51,6 @@ __all__ = [
     "Module", "load_module", "Kernel", "kernel_from_ptx", "unsafe_launch", "LaunchContract", "ArgSpec",
     # the package's CUDA C++ kernels and contracts inside modules
     "cpp_kernels", "cmake_dir", "fatbin",
+    # profiling
+    "set_nvtx", "nvtx_status",
 ]

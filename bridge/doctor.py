@@ -35,7 +35,7 @@ SETTINGS: dict[str, str] = {
     "KB_SIMULATE": "run DSL kernels on the CPU simulator", "KB_REQUIRE_GPU": "tests: skipped GPU tests fail",
     "KB_TEST_SEED": "tests: random seed", "KB_SANITIZER": "gpu_check: compute-sanitizer tools to run",
     "KB_MAX_SPECIALISATIONS": "specialisations of one DSL kernel before a warning",
-    "KB_NVTX": "NVTX ranges per launch", "KB_FUZZ_SECONDS": "fuzz: seconds per target",
+    "KB_NVTX": "NVTX ranges per launch", "KB_LINEINFO": "PTX line tables of DSL kernels (0: off)", "KB_FAST_INTAKE": "fast torch/CuPy intake paths (0: off)", "KB_FUZZ_SECONDS": "fuzz: seconds per target",
     "KB_FUZZ_SEED": "fuzz: seed", "KB_FUZZ_MEMORY_MB": "fuzz: worker address-space limit",
     "KB_FUZZ_RSS_MB": "fuzz: memory growth of one input that is a finding",
     "KB_FUZZ_RECYCLE_MB": "fuzz: worker memory before replacement",

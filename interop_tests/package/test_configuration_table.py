@@ -19,9 +19,8 @@ DOC = REPO / "docs" / "configuration.md"
 
 # read by the code, but not a setting anyone sets: the reason is the documentation of the exception
 INTERNAL = {"KB_REPRO_TMP": "test_issue12_repros.py hands its temporary directory to its child process"}
-# documented before the code that reads it lands (the NVTX ranges are the native launcher's, issue
-# "Fit the ecosystem" item 5): drop the entry when `getenv("KB_NVTX")` exists
-PENDING = {"KB_NVTX"}
+# documented before the code that reads it lands (none now)
+PENDING: set[str] = set()
 # set by scripts/gpu_check.py for its sanitizer runs and known to the doctor, read by nothing
 SET_NOT_READ = {"KB_SANITIZER"}
 
