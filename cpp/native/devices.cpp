@@ -35,7 +35,7 @@ bool can_access_peer(int device, int peer) {
 
 }  // namespace
 
-int stream_device(uint64_t stream) {
+int stream_device(uint64_t stream, bool ask_driver) {
   if (stream <= 2) return -1;
   if (!g_stream_device_override.empty()) {
     auto it = g_stream_device_override.find(stream);
@@ -43,8 +43,10 @@ int stream_device(uint64_t stream) {
   }
   const int live = live_stream_device(stream);
   if (live >= 0) return live;
+  // A foreign handle: only the driver knows, and only a multi-GPU process needs to ask (with one
+  // device every stream is device 0's, and a made-up handle never reaches the driver).
   const kb::drv::Api* a = kb::drv::api();
-  if (a == nullptr) return -1;
+  if (!ask_driver || a == nullptr || kb::drv::device_count() < 2) return -1;
   CUcontext ctx = nullptr;
   if (a->streamGetCtx(as_stream(stream), &ctx) != CUDA_SUCCESS) return -1;
   return kb::drv::context_device(ctx);
@@ -64,9 +66,11 @@ bool enable_peer(int device, int peer) {
 }
 
 void register_devices(py::module_& m) {
-  m.def("stream_device", [](uint64_t stream) { return stream_device(stream); }, py::arg("stream"),
-        "Device ordinal of a stream handle: a bridge stream's, a foreign stream's through its context; "
-        "-1 for the default streams 0, 1, 2 (each device has its own) and when unknown.");
+  m.def("stream_device", [](uint64_t stream, bool ask_driver) { return stream_device(stream, ask_driver); },
+        py::arg("stream"), py::arg("ask_driver") = false,
+        "Device ordinal of a stream handle: a bridge stream's; with ask_driver (multi-GPU only) a foreign "
+        "stream's through its context (the handle must be a live stream); -1 for the default streams "
+        "0, 1, 2 (each device has its own) and when unknown.");
   m.def("can_access_peer", [](int device, int peer) { return can_access_peer(device, peer); },
         py::arg("device"), py::arg("peer"), "cuDeviceCanAccessPeer (True for the same device).");
   m.def("enable_peer_access", [](int device, int peer) { return enable_peer(device, peer); },

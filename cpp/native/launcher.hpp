@@ -267,9 +267,9 @@ class Launcher {
     }
     kb::Error e = kb::validate(contract_, vals, n, cfg, *lim, attrs_);
     if (e) throw_contract_error(e, contract_.kernel);
+    if (cfg.skip) return;                    // nothing to launch: no stream or peer is touched
     check_stream_device(vals, n, stream);
     if (peer && with_peers.peer_mask != 0) enable_peers(vals, n);
-    if (cfg.skip) return;
     if (cfg.smem < 0) cfg.smem = 0;
     const kb::drv::Api& a = kb::drv::require();
     // Context: the device's primary context (CuPy and PyTorch use the same one), for this launch only

@@ -90,10 +90,10 @@ void reserve_fault_records(size_t n);
 void forget_launcher(uint64_t launcher_id);
 
 // --- devices (devices.cpp; docs/architecture.md "Devices") ---------------------------------------
-// Device of `stream`: a bridge stream's own, a foreign stream's through its context; -1 for the
-// default streams (0, 1, 2: every device has its own, named by whichever context is current) and when
-// it cannot be known (no driver).
-int stream_device(uint64_t stream);
+// Device of `stream`: a bridge stream's own, a foreign stream's through its context (ask_driver, and
+// only with several devices); -1 for the default streams (0, 1, 2: every device has its own, named by
+// whichever context is current) and when it cannot be known (no driver).
+int stream_device(uint64_t stream, bool ask_driver = true);
 // memory_order.cpp: the device of a live bridge stream, -1 for any other handle.
 int live_stream_device(uint64_t stream);
 // Peer access from `device` to memory of `peer` (enabled once per pair, explicitly asked for by a

@@ -162,12 +162,13 @@ void register_streams(py::module_& m) {
   }, py::arg("handle"), py::arg("device") = -1,
      "cuStreamSynchronize with the GIL released (fault records: take_faults); device >= 0: in that "
      "device's context (a default stream 0-2 is that device's).");
-  m.def("stream_query", [](uint64_t h) {
+  m.def("stream_query", [](uint64_t h, int device) {
+    MaybeOnDevice on(device);
     CUresult r = require().streamQuery(as_stream(h));
     if (r == CUDA_ERROR_NOT_READY) return false;
     check(r, "streamQuery");
     return true;
-  }, py::arg("handle"));
+  }, py::arg("handle"), py::arg("device") = -1, "cuStreamQuery; device >= 0: in that device's context.");
   m.def("stream_wait_event", [](uint64_t s, uint64_t e, int device) {
     MaybeOnDevice on(device);
     KB_CU(streamWaitEvent, as_stream(s), as_event(e), 0);
