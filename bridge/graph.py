@@ -40,16 +40,16 @@ class Graph:
         handle = int(s.handle)
         # The replay may run on another stream than the capture: order it, like each captured launch,
         # after the streams that wrote (for its writes: also read) the same bytes, and record its uses.
-        with memory.on_device(self.device):
-            for producer, gen, pdev in {(int(a._stream), int(a._stream_generation), int(a.device_id))
-                                        for a in self._foreign}:
-                if producer != handle:
-                    memory.wait(producer, handle, pdev, gen, consumer_device=self.device)
-            for lo, hi, _device, write in self._uses:
-                memory.order_use(lo, hi, handle, self.device, write)
-            _native.graph_launch(self.graph_exec, handle, self.device)
-            for lo, hi, _device, write in self._uses:
-                memory.note_use(lo, hi, handle, self.device, write)
+        # (every call names the graph's device: a default-stream handle means that device's stream)
+        for producer, gen, pdev in {(int(a._stream), int(a._stream_generation), int(a.device_id))
+                                    for a in self._foreign}:
+            if producer != handle:
+                memory.wait(producer, handle, pdev, gen, consumer_device=self.device)
+        for lo, hi, _device, write in self._uses:
+            memory.order_use(lo, hi, handle, self.device, write)
+        _native.graph_launch(self.graph_exec, handle, self.device)
+        for lo, hi, _device, write in self._uses:
+            memory.note_use(lo, hi, handle, self.device, write)
 
     def _keep(self, objects: list[Any], uses: list[Any] = ()) -> None:
         self.objects = objects

@@ -194,6 +194,11 @@ void order_after(uint64_t producer, uint64_t consumer, int device, uint64_t gene
   u.stream = producer;
   u.device = device < 0 ? 0 : device;
   u.generation = generation == kLiveNow ? generation_of(producer) : generation;
+  if (consumer <= 2 && consumer_device >= 0) {   // a default stream: the consumer device's own
+    OnDevice on(consumer_device);
+    wait_for(u, consumer);
+    return;
+  }
   wait_for(u, consumer);
 }
 

@@ -44,7 +44,8 @@ extern Py_ssize_t g_temporary_refcount_fast;
 // `generation`: which bridge stream of that handle (stream_generation when the handle was taken);
 // kLiveNow for a handle the caller got just now (the stream living under it).
 constexpr uint64_t kLiveNow = ~uint64_t{0};
-// `device`: the producer's; `consumer_device`: the consumer's (-1: the same), whose context is current.
+// `device`: the producer's; `consumer_device`: the consumer's (-1: the same as the producer's, and a
+// default-stream consumer 0-2 means the current context's; >= 0: that device's).
 void order_after(uint64_t producer, uint64_t consumer, int device, uint64_t generation = kLiveNow,
                  int consumer_device = -1);
 uint64_t stream_generation(uint64_t stream);
