@@ -88,8 +88,6 @@ class Kernel:
             return self
         return self.module.on_device(dev).get_kernel(self.name)
 
-
-
     @property
     def launcher(self) -> Any:
         """The native Launcher (MissingContractError when this kernel has no contract)."""

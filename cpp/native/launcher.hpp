@@ -325,7 +325,7 @@ class Launcher {
     router_ = std::move(router);
     routes_.clear();
   }
-  py::object router() const { return router_; }
+  py::object router() const { return router_ ? router_ : py::object(py::none()); }
 
   // Intake + validation only, never the driver: the CPU simulator's launches (limits.host_memory) go
   // through the same validator as the GPU's. Returns the configuration the validator settled on.

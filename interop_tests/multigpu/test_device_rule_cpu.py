@@ -138,7 +138,9 @@ def test_router_sends_a_launch_on_another_device_to_that_devices_launcher():
         return on_1
 
     here = launcher_on(0)
+    assert here.router is None
     here.router = router
+    assert here.router is router
     for _ in range(2):
         with pytest.raises(ShapeRelationError, match=r"^vecadd_there: "):
             here(*arrays_on(1), 36)
