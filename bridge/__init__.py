@@ -8,7 +8,7 @@ from bridge.errors import (
     AliasingError, AlignmentError, ArgumentCountError, ArgumentKindError, BlockSizeError, BlockSizeTypeError,
     ComputeCapabilityError, ContractDefinitionError, CudaError, DeviceMismatchError, DTypeError,
     GridSizeError, GridSizeTypeError, KernelFault, LaunchContractError, LayoutError, MissingContractError, NdimError,
-    NoDeviceError, ReadOnlyError, ScalarRangeError, SharedMemoryError, ShapeRelationError,
+    NoDeviceError, PeerAccessError, ReadOnlyError, ScalarRangeError, SharedMemoryError, ShapeRelationError,
 )
 from bridge._driver import available as gpu_available, reason as gpu_unavailable_reason
 
@@ -23,6 +23,7 @@ from bridge import dtypes  # noqa: E402
 from bridge.array import Array, asarray, empty, empty_like, from_host, full, zeros, zeros_like  # noqa: E402
 # runtime core: devices, streams (shared with CuPy/torch), modules, kernels, graphs
 from bridge.device import Device, current_device, device_count  # noqa: E402
+from bridge.memory import copy_peer  # noqa: E402
 from bridge.stream import Event, Stream, current_stream, synchronize, use_stream  # noqa: E402
 from bridge.module import Module, load_module  # noqa: E402
 from bridge.kernel import Kernel, kernel_from_ptx, unsafe_launch  # noqa: E402
@@ -40,11 +41,11 @@ __all__ = [
     "ShapeRelationError", "LayoutError", "AlignmentError", "ReadOnlyError", "AliasingError",
     "DeviceMismatchError", "ScalarRangeError", "BlockSizeError", "BlockSizeTypeError", "GridSizeError",
     "GridSizeTypeError", "SharedMemoryError", "ComputeCapabilityError", "ContractDefinitionError",
-    "MissingContractError", "CudaError", "NoDeviceError", "KernelFault",
+    "MissingContractError", "PeerAccessError", "CudaError", "NoDeviceError", "KernelFault",
     # machine
     "gpu_available", "gpu_unavailable_reason", "Device", "current_device", "device_count",
     # arrays
-    "Array", "asarray", "empty", "empty_like", "from_host", "full", "zeros", "zeros_like", "dtypes",
+    "copy_peer", "Array", "asarray", "empty", "empty_like", "from_host", "full", "zeros", "zeros_like", "dtypes",
     # streams and graphs
     "Stream", "Event", "current_stream", "synchronize", "use_stream", "Graph", "capture",
     # modules, kernels, contracts

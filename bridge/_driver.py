@@ -22,7 +22,6 @@ _lock = threading.Lock()
 _init_state: bool | None = None      # None: not tried; True: ok; False: failed (see _init_reason)
 _init_reason = ""
 _primary: dict[int, int] = {}        # documented cache: device ordinal -> retained primary context handle
-_tls = threading.local()             # per thread: ordinal whose primary context is current
 
 
 def _init() -> bool:
@@ -114,27 +113,40 @@ def primary_context(ordinal: int) -> int:
 
 def ensure_current(ordinal: int = 0) -> None:
     """Make the primary context of `ordinal` current on this thread (cheap when it already is)."""
-    if getattr(_tls, "ordinal", None) == ordinal:
-        return
     ctx = primary_context(ordinal)
-    cur = call("cuCtxGetCurrent")
-    if int(cur) != ctx:
+    if int(call("cuCtxGetCurrent")) != ctx:
         call("cuCtxSetCurrent", _drv.CUcontext(ctx))
-    _tls.ordinal = ordinal
+
+
+def current_context() -> int:
+    """Handle of the context current on this thread (0 when none is, or without a driver)."""
+    return int(call("cuCtxGetCurrent")) if _init() else 0
+
+
+def restore_context(saved: int) -> None:
+    """Make the saved context `saved` current again. When none was current (0), device 0's primary
+    context may stay (what CUDA's lazy initialisation makes current anyway); any other is removed, so
+    the current device reads as before (the native ScopedDevice follows the same rule)."""
+    cur = int(call("cuCtxGetCurrent"))
+    if cur == saved or (saved == 0 and cur == _primary.get(0)):
+        return
+    call("cuCtxSetCurrent", _drv.CUcontext(saved))
 
 
 def current_ordinal() -> int:
-    """Device ordinal of the context current on this thread (0 when none is current yet)."""
-    o = getattr(_tls, "ordinal", None)
-    if o is not None:
-        return o
+    """Device ordinal of the context current on this thread (0 when none is current yet).
+
+    Asked of the driver every time: launches and other per-device calls switch contexts natively
+    for their duration, so no Python-side record of "the current device" could be trusted."""
     if not _init():
         return 0
-    cur = call("cuCtxGetCurrent")
-    if int(cur) == 0:
+    cur = int(call("cuCtxGetCurrent"))
+    if cur == 0:
         return 0
-    dev = call("cuCtxGetDevice")
-    return int(dev)
+    for ordinal, ctx in list(_primary.items()):
+        if ctx == cur:
+            return ordinal
+    return int(call("cuCtxGetDevice"))
 
 
 def raw() -> Any:

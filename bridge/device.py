@@ -1,11 +1,16 @@
-"""CUDA devices: identity, live limits for launch contracts, and the current device.
+"""CUDA devices: identity, live limits for launch contracts, the current device, peer access.
 
 Why cached per ordinal: a device's attributes never change in a process, and every contract check
 needs its limits; they are read once through `bridge._driver` into a `_native.DeviceLimits`.
 Only primary contexts are used (the ones CuPy and PyTorch use), so pointers are shared with them.
+
+The current device changes only when asked (`Device.make_current()`, `with bridge.Device(n):`): a
+launch, allocation, copy or synchronisation for device n makes n's context current for its own
+duration and restores the caller's (docs/architecture.md "Devices").
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -31,6 +36,7 @@ _ATTRS = {
 
 _cache: dict[int, Device] = {}    # documented cache: ordinal -> Device (attributes never change)
 _cache_lock = threading.Lock()
+_tls = threading.local()          # per thread: stack of _Scope objects of open `with Device(n):` blocks
 
 
 def device_count() -> int:
@@ -107,6 +113,34 @@ class Device:
         from bridge.stream import synchronize
         synchronize(self)
 
+    def __enter__(self) -> Device:
+        """`with bridge.Device(n):` device n is current inside for bridge, PyTorch and CuPy (those two
+        when already imported; never imports them); a bridge current stream of another device gives
+        way to n's legacy default stream. Everything is restored on exit; blocks nest."""
+        scope = _Scope(self.ordinal)
+        scope.enter()
+        _tls.__dict__.setdefault("stack", []).append(scope)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        stack = getattr(_tls, "stack", None)
+        if stack:
+            stack.pop().exit()
+
+    def can_access_peer(self, peer: Device | int) -> bool:
+        """True when kernels on this device can access memory of `peer` (cuDeviceCanAccessPeer)."""
+        _driver.require()
+        return bool(_native.can_access_peer(self.ordinal, Device(peer).ordinal))
+
+    def enable_peer_access(self, peer: Device | int) -> None:
+        """Let kernels on this device access memory of `peer` (once per pair; launches with
+        `peer_access=True` do this for the devices they name). PeerAccessError when impossible."""
+        from bridge.errors import PeerAccessError
+        other = Device(peer)
+        if not _native.enable_peer_access(self.ordinal, other.ordinal):
+            raise PeerAccessError(f"device {self.ordinal} cannot access memory of device {other.ordinal} "
+                                  f"(cuDeviceCanAccessPeer says no); copy with bridge.copy_peer instead")
+
     def __int__(self) -> int:
         return self.ordinal
 
@@ -153,3 +187,49 @@ def resolve_device(device: Device | int | None) -> int:
     if isinstance(index, int):
         return index
     raise TypeError(f"device must be a bridge.Device, an int ordinal or None, got {type(device).__name__}")
+
+
+class _Scope:
+    """What `with Device(n):` changed on this thread, to undo it on exit (innermost first)."""
+
+    def __init__(self, ordinal: int) -> None:
+        self.ordinal = ordinal
+        self.ctx: int | None = None        # the driver context current before
+        self.stream: int | None = None     # the bridge current stream handle, when it was replaced
+        self.torch: int | None = None      # torch's current device before
+        self.cupy: Any = None              # the cupy.cuda.Device entered
+
+    def enter(self) -> None:
+        from bridge.stream import current_stream
+        cur = current_stream()            # (its device as known before the switch)
+        self.ctx = _driver.current_context()
+        try:
+            _driver.ensure_current(self.ordinal)
+            if cur.handle > 2 and int(cur.device) != self.ordinal:
+                self.stream = int(_native.set_current_stream_handle(0))
+            torch = sys.modules.get("torch")
+            cuda = getattr(torch, "cuda", None)
+            if cuda is not None and cuda.is_available():
+                self.torch = int(cuda.current_device())
+                cuda.set_device(self.ordinal)
+            cupy = sys.modules.get("cupy")
+            if cupy is not None:
+                dev = cupy.cuda.Device(self.ordinal)
+                dev.__enter__()
+                self.cupy = dev
+        except BaseException:
+            self.exit()
+            raise
+
+    def exit(self) -> None:
+        try:
+            if self.cupy is not None:
+                self.cupy.__exit__(None, None, None)
+            if self.torch is not None:
+                sys.modules["torch"].cuda.set_device(self.torch)
+            if self.stream is not None:
+                _native.set_current_stream_handle(self.stream)
+        finally:
+            if self.ctx is not None:
+                _driver.restore_context(self.ctx)
+            self.ctx = self.stream = self.torch = self.cupy = None

@@ -54,7 +54,12 @@ class AliasingError(LaunchContractError):
 
 
 class DeviceMismatchError(LaunchContractError):
-    """Host memory where device memory is needed, or memory of another device."""
+    """Host memory where device memory is needed, memory of another device, or a stream, event or graph
+    of another device than the work it is used for (docs/architecture.md "Devices")."""
+
+
+class PeerAccessError(DeviceMismatchError):
+    """A launch with `peer_access=True` names memory of a device its own device cannot reach."""
 
 
 class ScalarRangeError(LaunchContractError, OverflowError):

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge import _native, memory
+from bridge import _driver, _native, memory
+from bridge.errors import DeviceMismatchError
 from bridge.stream import Stream, current_stream, use_stream
 
 
 class Graph:
-    """An instantiated CUDA graph; `replay(stream=None)` launches it (current stream by default)."""
+    """An instantiated CUDA graph; `replay(stream=None)` launches it (current stream by default) on a
+    stream of the device it was captured on (`device`)."""
 
     def __init__(self) -> None:
         self.graph: int = 0
@@ -22,22 +24,32 @@ class Graph:
         self._foreign: list[Any] = []   # bridge arrays among them with a foreign producer stream
         self._uses: list[tuple[int, int, int, bool]] = []   # (lo, hi, device, write) of every launch
         self.stream: Stream | None = None
+        self.device: int = 0            # the capture stream's device: replays run there only
 
     def replay(self, stream: Stream | Any = None) -> None:
         if not self.graph_exec:
             raise RuntimeError("this graph has no executable yet: replay it after the capture block ends")
         s = current_stream() if stream is None else (stream if isinstance(stream, Stream) else Stream(stream))
+        if s.handle <= 2 and stream is None:
+            s = Stream(s.handle, device=self.device)     # the default stream of the graph's device
+        if int(s.device) != self.device:
+            raise DeviceMismatchError(
+                f"Graph.replay: argument 'stream' (#0): expected a stream of cuda:{self.device} (where the "
+                f"graph was captured), got a stream of cuda:{s.device}; capture the work again on a stream "
+                f"of cuda:{s.device}", kernel="Graph.replay", arg=0, arg_name="stream")
         handle = int(s.handle)
         # The replay may run on another stream than the capture: order it, like each captured launch,
         # after the streams that wrote (for its writes: also read) the same bytes, and record its uses.
-        for producer, gen in {(int(a._stream), int(a._stream_generation)) for a in self._foreign}:
+        # (every call names the graph's device: a default-stream handle means that device's stream)
+        for producer, gen, pdev in {(int(a._stream), int(a._stream_generation), int(a.device_id))
+                                    for a in self._foreign}:
             if producer != handle:
-                memory.wait(producer, handle, int(s.device), gen)
-        for lo, hi, device, write in self._uses:
-            memory.order_use(lo, hi, handle, device, write)
-        _native.graph_launch(self.graph_exec, handle)
-        for lo, hi, device, write in self._uses:
-            memory.note_use(lo, hi, handle, device, write)
+                memory.wait(producer, handle, pdev, gen, consumer_device=self.device)
+        for lo, hi, _device, write in self._uses:
+            memory.order_use(lo, hi, handle, self.device, write)
+        _native.graph_launch(self.graph_exec, handle, self.device)
+        for lo, hi, _device, write in self._uses:
+            memory.note_use(lo, hi, handle, self.device, write)
 
     def _keep(self, objects: list[Any], uses: list[Any] = ()) -> None:
         self.objects = objects
@@ -87,18 +99,30 @@ class capture:
         self._use = use_stream(self.stream)
 
     def __enter__(self) -> Graph:
-        _native.ensure_current(self.stream.device)
-        _native.capture_begin(self.stream.handle)
+        # The capture stream's device is current inside the block (allocations and foreign ops there
+        # land on it); the caller's context comes back at the end.
+        self._saved_ctx = _driver.current_context()
+        _driver.ensure_current(self.stream.device)
+        try:
+            _native.capture_begin(self.stream.handle, self.stream.device)
+        except BaseException:
+            _driver.restore_context(self._saved_ctx)
+            raise
         try:
             self._use.__enter__()
         except BaseException:
             _native.capture_end(self.stream.handle, False)
+            _driver.restore_context(self._saved_ctx)
             raise
         self.graph.stream = self.stream
+        self.graph.device = int(self.stream.device)
         return self.graph
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        self._use.__exit__(exc_type, *exc)
-        graph, exec_, objects, uses = _native.capture_end(self.stream.handle, exc_type is None)
-        self.graph.graph, self.graph.graph_exec = int(graph), int(exec_)
-        self.graph._keep(list(objects), list(uses))
+        try:
+            self._use.__exit__(exc_type, *exc)
+            graph, exec_, objects, uses = _native.capture_end(self.stream.handle, exc_type is None)
+            self.graph.graph, self.graph.graph_exec = int(graph), int(exec_)
+            self.graph._keep(list(objects), list(uses))
+        finally:
+            _driver.restore_context(self._saved_ctx)

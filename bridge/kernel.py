@@ -3,12 +3,16 @@
 Why so thin: every check and the parameter packing run in C++ (`_native.Launcher`), so a launch costs
 a few microseconds of host time and there is exactly one validator. A kernel without a contract can only
 be launched through `unsafe_launch`, which states the argument types explicitly.
+
+A kernel launches on the device of its arrays, else of its stream, else on the current device
+(docs/architecture.md "Devices"): its Launcher's router loads the module on that device on first use.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -71,9 +75,17 @@ class Kernel:
         self._fast = None             # the launcher's fastcall: `k(*args)` with no keyword
         if contract is not None:
             self._launcher = _native.Launcher(func, contract, Device(device).limits, self.attributes, device)
+            self._launcher.router = _router(self)
             self._fast = self._launcher.fastcall
         self._unsafe: dict[tuple, Any] = {}   # documented cache: argument signature -> loose Launcher
         return self
+
+    def on_device(self, device: Device | int) -> Kernel:
+        """This kernel loaded on `device` (its module is loaded there once; this object for its own)."""
+        dev = Device(device).ordinal
+        if dev == self.device:
+            return self
+        return self.module.on_device(dev).get_kernel(self.name)
 
     @property
     def launcher(self) -> Any:
@@ -86,19 +98,24 @@ class Kernel:
         return self._launcher
 
     def __call__(self, *args: Any, **kw: Any) -> None:
-        """`k(*args, grid=, block=, shared_mem=, stream=)`; without keywords, one C call.
+        """`k(*args, grid=, block=, shared_mem=, stream=, peer_access=False)`; without keywords, one C call.
 
         Both branches hand the launcher THIS call's argument tuple: an extra wrapper level would hide
-        temporaries (arrays only the call holds) from the launcher, which keeps those alive."""
+        temporaries (arrays only the call holds) from the launcher, which keeps those alive.
+        `peer_access=True` lets the launch use arrays of other devices (peer access is enabled for them;
+        PeerAccessError when impossible); it runs on the stream's device, else the first array's."""
         if not kw and self._fast is not None:
             self._fast(*args)
             return
+        peer = _peer_option(self.name, kw)
         grid, block, shared_mem, stream = launch_options(self.name, kw)
-        self.launcher.launch(args, grid, block, shared_mem, stream)
+        self.launcher.launch(args, grid, block, shared_mem, stream, peer_access=peer)
 
     def launch(self, *args: Any, grid: Any = None, block: Any = None, stream: Any = None,
-               shared_mem: int | None = None) -> None:
-        self.launcher.launch(args, grid, block, shared_mem, stream)   # the tuple-call threshold applies
+               shared_mem: int | None = None, peer_access: bool = False) -> None:
+        _check_peer_flag(self.name, peer_access)
+        self.launcher.launch(args, grid, block, shared_mem, stream,   # the tuple-call threshold applies
+                             peer_access=peer_access)
 
     def __getitem__(self, config: Any) -> Any:
         """`k[grid, block]`, `k[grid, block, stream]`, `k[grid, block, stream, shared_mem]`."""
@@ -110,6 +127,35 @@ class Kernel:
 
 
 _OPTIONS = ("grid", "block", "shared_mem", "stream")
+
+
+def _router(kernel: Kernel, pick: Any = None) -> Any:
+    """The native Launcher's router for `kernel`: device -> the Launcher of the same kernel loaded on
+    that device (`pick(kernel_there)`, default its contract Launcher). Holds the kernel weakly, so the
+    Launcher does not keep its own Kernel alive through the router."""
+    ref = weakref.ref(kernel)
+
+    def route(device: int) -> Any:
+        k = ref()
+        if k is None:
+            raise RuntimeError("the kernel of this launcher no longer exists")
+        there = k.on_device(device)
+        return pick(there) if pick is not None else there.launcher
+    return route
+
+
+def _check_peer_flag(kernel: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{kernel}: peer_access must be True or False, got {value!r}")
+
+
+def _peer_option(kernel: str, kw: dict[str, Any]) -> bool:
+    """Take `peer_access=` out of a launch call's keywords (bridge kernels take it besides _OPTIONS)."""
+    if "peer_access" not in kw:
+        return False
+    value = kw.pop("peer_access")
+    _check_peer_flag(kernel, value)
+    return value
 
 
 def launch_options(kernel: str, kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
@@ -160,6 +206,12 @@ def unsafe_launch(kernel: Kernel, grid: Any, block: Any, *args: Any, shared_mem:
         spec, value = _loose_arg(i, a)
         specs.append(spec)
         values.append(value)
+    _loose_launcher(kernel, specs).launch(tuple(values), grid, block, shared_mem, stream, keep_all=True)
+
+
+def _loose_launcher(kernel: Kernel, specs: list[dict]) -> Any:
+    """The contract-less Launcher of `kernel` for these argument specs (cached per kernel), routed like
+    the kernel's own: a launch with another device's arrays (or stream) uses the kernel loaded there."""
     key = tuple((s["kind"], s["dtype"]) for s in specs)
     launcher = kernel._unsafe.get(key)
     if launcher is None:
@@ -168,8 +220,10 @@ def unsafe_launch(kernel: Kernel, grid: Any, block: Any, *args: Any, shared_mem:
         from bridge.module import native_contract
         launcher = _native.Launcher(kernel.handle, native_contract(json.dumps(contract), kernel.name),
                                     Device(kernel.device).limits, kernel.attributes, kernel.device)
+        if getattr(kernel, "module", None) is not None:
+            launcher.router = _router(kernel, lambda k: _loose_launcher(k, specs))
         kernel._unsafe[key] = launcher
-    launcher.launch(tuple(values), grid, block, shared_mem, stream, keep_all=True)
+    return launcher
 
 
 # --- kernels built from PTX text (the DSL's entry point) --------------------------------------------
@@ -179,7 +233,8 @@ _from_ptx_lock = threading.Lock()
 
 
 def kernel_from_ptx(ptx: str, name: str, contract_json: str, *, device: Device | int | None = None) -> Kernel:
-    """A contract-carrying Kernel from PTX text (cached per device, PTX, name and contract)."""
+    """A contract-carrying Kernel from PTX text, loaded on `device` (default: the current device; cached
+    per device, PTX, name and contract). The DSL compiles the PTX for that device's arch."""
     from bridge import _driver
     from bridge.module import load_module
     _driver.require()

@@ -2,6 +2,8 @@
 
 Why a cache per (device, content hash): loading is expensive and the same image (e.g. a DSL kernel's
 PTX) is requested again and again; the driver module is shared, contracts stay per Module object.
+A module is loaded on one device; `Module.on_device(n)` loads the same image on device n, and a
+kernel launched with device n's arrays (or stream) does that itself (docs/architecture.md "Devices").
 Contracts come from the image's own metadata (`bridge.fatbin.embedded_contracts`, when that module is
 present) and from `contracts=`, which wins per kernel name.
 """
@@ -104,7 +106,25 @@ class Module:
         self.contracts = contracts        # kernel name -> _native.Contract
         self._kernels: dict[str, Any] = {}
         self._ptx_entries = _ptx_entries(data) if kind == "ptx" else None
+        self._data = data                 # the image, to load it on other devices (on_device)
+        self._family: dict[int, Module] = {device: self}   # this image with these contracts, per device
+        self._family_lock = threading.Lock()
         return self
+
+    def on_device(self, device: Device | int) -> Module:
+        """This module (same image, same contracts) loaded on `device` (once; this object for its own)."""
+        dev = Device(device).ordinal
+        mod = self._family.get(dev)
+        if mod is not None:
+            return mod
+        with self._family_lock:
+            mod = self._family.get(dev)
+            if mod is None:
+                mod = Module._create(_load_image(dev, self._data), self.kind, dev, self.name, self.contracts,
+                                     self._data)
+                mod._family, mod._family_lock = self._family, self._family_lock
+                self._family[dev] = mod
+        return mod
 
     def get_kernel(self, name: str) -> Any:
         """The kernel `name` of this module (AttributeError naming the module when it has none)."""
@@ -144,7 +164,8 @@ def _ptx_entries(data: bytes) -> list[str]:
 
 def load_module(path_or_bytes: str | bytes | os.PathLike, *, contracts: Mapping[str, Any] | None = None,
                 name: str | None = None, device: Device | int | None = None) -> Module:
-    """Load PTX text, a cubin or a fatbin (path, text or bytes) into the current device's primary context."""
+    """Load PTX text, a cubin or a fatbin (path, text or bytes) into the primary context of `device`
+    (default: the current device); its kernels load it on other devices where they are launched."""
     data, display = read_image(path_or_bytes)
     kind = module_kind(data)
     _driver.require()
@@ -161,10 +182,15 @@ def load_module(path_or_bytes: str | bytes | os.PathLike, *, contracts: Mapping[
         if cname not in (kname, ""):
             raise ContractDefinitionError(f"contracts[{kname!r}]: the contract names kernel {cname!r}",
                                           kernel=kname)
+    return Module._create(_load_image(dev, data), kind, dev, name or display, merged, data)
+
+
+def _load_image(dev: int, data: bytes) -> int:
+    """Driver module handle of `data` on device `dev` (loaded once per device and content)."""
     key = (dev, hashlib.sha256(data).hexdigest())
     with _lock:
         handle = _loaded.get(key)
         if handle is None:
             handle = int(_native.module_load_data(dev, data))
             _loaded[key] = handle
-    return Module._create(handle, kind, dev, name or display, merged, data)
+    return handle

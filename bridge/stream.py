@@ -3,6 +3,10 @@
 Why native state: the current stream lives in the extension's thread-local storage so the C++ launch
 path reads it without Python. `use_stream` also makes the stream current for CuPy and PyTorch when they
 are already imported (never imports them), so their ops and bridge launches stay in one order.
+
+Streams and events belong to one device: an event records only on its device's streams, and a stream
+waits for another device's event or stream only when told so (`cross_device=True`); the default
+streams (handles 0, 1, 2) exist on every device and mean the one of the stream's `device`.
 """
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from typing import Any, Iterator
 
 from bridge import _native
 from bridge.device import Device, resolve_device
-from bridge.errors import KernelFault
+from bridge.errors import DeviceMismatchError, KernelFault
 
 _tls = threading.local()     # per thread: stack of Streams made current by use_stream
 
@@ -38,12 +42,14 @@ class Stream:
             if obj < 0:
                 raise ValueError(f"stream handle must be >= 0, got {obj}")
             self.handle = obj
+            dev = _known_device(obj, device)
         elif _is_torch_stream(obj):
             self.handle, dev, self._torch = int(obj.cuda_stream), obj.device.index, obj
         elif _is_cupy_stream(obj):
             self.handle, dev, self._cupy = int(obj.ptr), getattr(obj, "device_id", None), obj
         elif hasattr(obj, "__cuda_stream__"):
             self.handle = _handle_from_protocol(obj)
+            dev = _known_device(self.handle, device)
         else:
             raise TypeError(f"Stream(obj): expected None, a bridge.Stream, a CuPy or torch stream, an object "
                             f"with __cuda_stream__ or an int handle, got {type(obj).__name__}")
@@ -65,27 +71,39 @@ class Stream:
         ev.record(self)
         return ev
 
-    def wait(self, event_or_stream: Event | Stream | Any) -> None:
-        """Make future work on this stream wait for `event_or_stream` (device side, no host block)."""
+    def wait(self, event_or_stream: Event | Stream | Any, *, cross_device: bool = False) -> None:
+        """Make future work on this stream wait for `event_or_stream` (device side, no host block).
+
+        An event or stream of another device is refused (DeviceMismatchError) unless `cross_device=True`
+        says that waiting for another GPU's work is meant."""
         if isinstance(event_or_stream, Event):
-            _native.stream_wait_event(self.handle, event_or_stream.handle)
+            self._check_device("wait", "event_or_stream", event_or_stream.device, "an event", cross_device)
+            _native.stream_wait_event(self.handle, event_or_stream.handle, self.device)
             return
         other = event_or_stream if isinstance(event_or_stream, Stream) else Stream(event_or_stream)
-        if other.handle == self.handle:
+        self._check_device("wait", "event_or_stream", other.device, "a stream", cross_device)
+        if other.handle == self.handle and other.device == self.device:
             return
         ev = Event(device=other.device, timing=False)
         ev.record(other)
-        _native.stream_wait_event(self.handle, ev.handle)
+        _native.stream_wait_event(self.handle, ev.handle, self.device)
+
+    def _check_device(self, method: str, arg: str, device: int, what: str, allowed: bool = False) -> None:
+        if allowed or int(device) == int(self.device):
+            return
+        raise DeviceMismatchError(
+            f"Stream.{method}: argument {arg!r} (#0): expected {what} of cuda:{self.device} (this stream's "
+            f"device), got {what} of cuda:{device}; pass cross_device=True to order this stream after "
+            f"another device's work", kernel=f"Stream.{method}", arg=0, arg_name=arg)
 
     def synchronize(self) -> None:
         """Block until this stream's work is done, then raise KernelFault for any fault it recorded."""
-        _native.ensure_current(self.device)
-        _native.stream_synchronize(self.handle)
+        _native.stream_synchronize(self.handle, self.device)
         raise_faults(_native.take_faults(self.handle, self.device))
 
     def query(self) -> bool:
         """True when all work submitted to this stream has completed."""
-        return bool(_native.stream_query(self.handle))
+        return bool(_native.stream_query(self.handle, self.device))
 
     def close(self) -> None:
         """Destroy a stream this object created (wrapped streams are never destroyed)."""
@@ -101,7 +119,9 @@ class Stream:
                 pass
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Stream) and other.handle == self.handle
+        if not isinstance(other, Stream) or other.handle != self.handle:
+            return False
+        return self.handle > 2 or other.device == self.device   # default streams: one per device
 
     def __hash__(self) -> int:
         return hash(self.handle)
@@ -120,8 +140,16 @@ class Event:
         self.stream: int | None = None    # handle of the stream last recorded on
 
     def record(self, stream: Stream | Any = None) -> Event:
+        """Record on `stream` (the current stream by default), which must belong to this event's device."""
         s = current_stream() if stream is None else (stream if isinstance(stream, Stream) else Stream(stream))
-        _native.event_record(self.handle, s.handle)
+        if s.handle <= 2 and stream is None:
+            s = Stream(s.handle, device=self.device)   # the default stream of this event's device
+        if int(s.device) != int(self.device):
+            raise DeviceMismatchError(
+                f"Event.record: argument 'stream' (#0): expected a stream of cuda:{self.device} (the event's "
+                f"device), got a stream of cuda:{s.device}; create the event with Event(device={s.device}) "
+                f"or use stream.record()", kernel="Event.record", arg=0, arg_name="stream")
+        _native.event_record(self.handle, s.handle, self.device)
         self.stream = s.handle
         return self
 
@@ -225,6 +253,18 @@ def _handle_from_protocol(obj: Any) -> int:
     if not isinstance(handle, int) or isinstance(handle, bool) or handle < 0:
         raise TypeError(f"Stream(obj): {type(obj).__name__}.__cuda_stream__() returned a bad handle {handle!r}")
     return handle
+
+
+def _known_device(handle: int, device: Any) -> int | None:
+    """The device a raw stream handle belongs to, when the runtime can tell (None: use `device` or the
+    current device). A stated `device=` that contradicts it is refused."""
+    found = int(_native.stream_device(handle)) if handle > 2 else -1
+    if found < 0:
+        return None
+    if device is not None and resolve_device(device) != found:
+        raise DeviceMismatchError(f"Stream({hex(handle)}, device={resolve_device(device)}): the stream belongs "
+                                  f"to cuda:{found}", arg=1, arg_name="device")
+    return found
 
 
 def _is_torch_stream(obj: Any) -> bool:

@@ -1,4 +1,5 @@
-"""Shared fixtures: the `gpu` marker skips with a visible reason when no CUDA device is present.
+"""Shared fixtures: the `gpu` marker skips with a visible reason when no CUDA device is present, and
+the `multigpu` marker when fewer than two are ("needs 2 GPUs, found N").
 
 On the GPU machine, set KB_REQUIRE_GPU=1 (the GPU check does): then a GPU test that would be skipped
 fails instead, so a skipped GPU test can never pass for a run.
@@ -47,7 +48,34 @@ def kb_test_cache_dir() -> Path:
     return path
 
 
+def _gpus_required() -> int:
+    """KB_REQUIRE_GPUS=n: the machine must have n devices, so a multigpu test may not be skipped."""
+    try:
+        return int(os.environ.get("KB_REQUIRE_GPUS", "0"))
+    except ValueError:
+        return 0
+
+
+def _is_multigpu(item) -> bool:
+    # the marker, not item.keywords: those also hold the names of the test's folders (interop_tests/multigpu)
+    return item.get_closest_marker("multigpu") is not None
+
+
+def _multigpu_skip_reason() -> str | None:
+    """Why a `multigpu` test cannot run here ('needs 2 GPUs, found N'), None when it can."""
+    found = bridge.device_count()
+    return None if found >= 2 else f"needs 2 GPUs, found {found}"
+
+
 def pytest_collection_modifyitems(config, items):
+    # multigpu tests: skipped with a visible reason on machines with fewer than two devices (not a
+    # failure under KB_REQUIRE_GPU=1: the GPU check reports them as not run; KB_REQUIRE_GPUS=2 fails them)
+    multi = _multigpu_skip_reason()
+    if multi is not None and _gpus_required() < 2:
+        skip_multi = pytest.mark.skip(reason=multi)
+        for item in items:
+            if _is_multigpu(item):
+                item.add_marker(skip_multi)
     if bridge.gpu_available():
         return
     reason = f"no CUDA device: {bridge.gpu_unavailable_reason()}"
@@ -55,11 +83,13 @@ def pytest_collection_modifyitems(config, items):
         return  # pytest_runtest_setup below fails them instead
     skip = pytest.mark.skip(reason=reason)
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords and not _is_multigpu(item):
             item.add_marker(skip)
 
 
 def pytest_runtest_setup(item):
+    if _is_multigpu(item) and _gpus_required() >= 2 and _multigpu_skip_reason() is not None:
+        pytest.fail(f"KB_REQUIRE_GPUS={_gpus_required()} but this multigpu test {_multigpu_skip_reason()}")
     if "gpu" in item.keywords and not bridge.gpu_available() and os.environ.get("KB_REQUIRE_GPU") == "1":
         pytest.fail(f"KB_REQUIRE_GPU=1 but no CUDA device: {bridge.gpu_unavailable_reason()}")
 
@@ -76,6 +106,12 @@ def pytest_runtest_makereport(item, call):
     """With KB_REQUIRE_GPU=1 (the GPU check), a skipped GPU test is a failure, whatever skipped it."""
     outcome = yield
     report = outcome.get_result()
+    if report.skipped and _is_multigpu(item):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if _gpus_required() >= 2:
+            report.outcome = "failed"
+            report.longrepr = f"multigpu test skipped with KB_REQUIRE_GPUS={_gpus_required()}: {reason}"
+        return   # fewer than two devices: not run (never a pass, never a KB_REQUIRE_GPU failure)
     if report.skipped and "gpu" in item.keywords and os.environ.get("KB_REQUIRE_GPU") == "1":
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)

@@ -11,6 +11,11 @@ the results folder, and prints a compact summary table as its LAST output.
 Everything runs under one deadline (--budget, 570 s): the suite and the four sanitizer passes side by
 side, then the examples and their memcheck runs side by side, then the benchmarks one at a time, alone
 on the GPU. The verdict (exit code) is correctness; performance bars are printed with it, met or missed.
+
+Multi-GPU: with 2 or more GPUs the suite runs with KB_REQUIRE_GPUS=2 (a skipped multigpu test fails),
+the sanitizers cover the multi-GPU tests, and the multi-GPU examples (one of them under torchrun) and
+benchmark run too. With fewer, every multi-GPU step is reported as NOT RUN ("needs 2 GPUs, found N"),
+never as passed, and multigpu tests the suite skipped are counted apart as not run.
 """
 from __future__ import annotations
 
@@ -44,7 +49,13 @@ SANITIZE_FILES = ["interop_tests/runtime/test_gpu_launch_paths.py",
                   "interop_tests/dsl_codegen/test_codegen_e2e.py",
                   "interop_tests/dsl_tile/test_tile_gpu.py",
                   "interop_tests/cpp/test_cpp_kernels_gpu.py",
-                  "interop_tests/cpp_link/test_linked_kernels_gpu.py"]
+                  "interop_tests/cpp_link/test_linked_kernels_gpu.py",
+                  "interop_tests/multigpu/test_devices_gpu.py",
+                  "interop_tests/multigpu/test_two_gpus.py"]   # multigpu tests: not run with < 2 GPUs
+# Run only with 2 or more GPUs (else reported as not run); "torchrun": started by torch.distributed.run.
+MULTI_GPU_EXAMPLES = {"examples/multi_gpu_split.py": "plain", "examples/torchrun_allreduce.py": "torchrun"}
+MULTI_GPU_BENCHMARKS = ["benchmarks/allreduce_pipeline.py"]
+MULTI_GPU_SKIP = "needs 2 GPUs"          # the reason multigpu tests are skipped with (interop_tests/conftest.py)
 
 
 def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> tuple[int, float, str]:
@@ -68,7 +79,7 @@ def junit_counts(path: Path) -> dict:
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root)
     tot = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    skipped_names, failed_names = [], []
+    skipped_names, failed_names, not_run = [], [], 0
     for s in suites:
         for k in tot:
             tot[k] += int(s.get(k, 0))
@@ -76,11 +87,13 @@ def junit_counts(path: Path) -> dict:
             if case.find("skipped") is not None:
                 msg = case.find("skipped").get("message", "")
                 skipped_names.append(f"{case.get('classname')}::{case.get('name')}: {msg[:120]}")
+                not_run += MULTI_GPU_SKIP in msg
             if case.find("failure") is not None or case.find("error") is not None:
                 failed_names.append(f"{case.get('classname')}::{case.get('name')}")
     passed = tot["tests"] - tot["failures"] - tot["errors"] - tot["skipped"]
     return {"passed": passed, "failed": tot["failures"], "errors": tot["errors"],
-            "skipped": tot["skipped"], "skipped_tests": skipped_names, "failed_tests": failed_names}
+            "skipped": tot["skipped"], "not_run_multigpu": not_run, "skipped_tests": skipped_names,
+            "failed_tests": failed_names}
 
 
 def sanitizer_errors(out: str) -> int | None:
@@ -145,6 +158,17 @@ def main() -> int:
 
     rc, dt, out = sh([py, "-c", "import bridge; print(bridge.gpu_available())"], logs / "gpu.log", 60)
     summary["gpu"] = out.strip().splitlines()[-1:] == ["True"]
+    gpus = count_gpus(py, logs)
+    summary["gpus"] = gpus
+    multi = gpus >= 2
+    if multi:
+        env["KB_REQUIRE_GPUS"] = "2"      # a multigpu test skipped here fails the run
+    else:
+        why = f"not run: {MULTI_GPU_SKIP}, found {gpus}"
+        for ex in MULTI_GPU_EXAMPLES:
+            summary["steps"][f"example:{ex}"] = {"rc": None, "not_run": why}
+        for b in MULTI_GPU_BENCHMARKS:
+            summary["steps"][f"bench:{b}"] = {"rc": None, "not_run": why}
     rc, dt, out = sh([py, "-m", "bridge", "doctor"], logs / "doctor.log", 120)
     summary["doctor"] = out.strip().splitlines()
     summary["steps"]["doctor"] = {"rc": rc, "seconds": round(dt, 1)}
@@ -184,6 +208,15 @@ def main() -> int:
     if "examples" not in skip:
         left = max(20.0, clock.left(bench_reserve))
         ex_jobs = []
+        if multi:
+            for ex, how in MULTI_GPU_EXAMPLES.items():
+                cmd = [py, ex] if how == "plain" else [py, "-m", "torch.distributed.run", "--standalone",
+                                                       f"--nproc_per_node={gpus}", ex]
+                ex_jobs.append((ex, cmd, logs / (Path(ex).stem + ".log"), left, env))
+                if how == "plain" and sanitizer and "sanitize" not in skip:
+                    ex_jobs.append((ex + "#memcheck", ["compute-sanitizer", "--tool", "memcheck", "--leak-check",
+                                                       "no", "--target-processes", "application-only", py, ex],
+                                    logs / (Path(ex).stem + "_memcheck.log"), left, env))
         for ex in EXAMPLES:
             if not (ROOT / ex).exists():
                 summary["steps"][f"example:{ex}"] = {"rc": None, "note": "missing"}
@@ -198,7 +231,7 @@ def main() -> int:
                                                    *MEMCHECK_EXAMPLE_ARGS.get(ex, [])],
                                 logs / (Path(ex).stem + "_memcheck.log"), left, env))
         done = run_many(ex_jobs)
-        for ex in EXAMPLES:
+        for ex in EXAMPLES + (list(MULTI_GPU_EXAMPLES) if multi else []):
             if ex not in done:
                 continue
             rc, dt, out = done[ex]
@@ -212,7 +245,7 @@ def main() -> int:
     # Phase 3: benchmarks, one at a time, alone on the GPU.
     bench_rows: list[dict] = []
     if "bench" not in skip:
-        for b in BENCHMARKS:
+        for b in BENCHMARKS + (MULTI_GPU_BENCHMARKS if multi else []):
             if not (ROOT / b).exists():
                 summary["steps"][f"bench:{b}"] = {"rc": None, "note": "missing"}
                 continue
@@ -234,9 +267,17 @@ def main() -> int:
     return print_summary(summary)
 
 
+def count_gpus(py: str, logs: Path) -> int:
+    """Number of CUDA devices the project sees (0 when it cannot tell)."""
+    rc, _, out = sh([py, "-c", "import bridge; print(bridge.device_count())"], logs / "gpus.log", 60)
+    last = out.strip().splitlines()[-1:] if rc == 0 else []
+    return int(last[0]) if last and last[0].isdigit() else 0
+
+
 def print_summary(s: dict) -> int:
     ok = bool(s.get("gpu"))   # the check proves GPU claims: without a GPU it cannot pass
     lines = ["", "=" * 78, f"kernelbridge GPU check  {s['date']}"]
+    not_run: list[str] = []
     if not ok:
         lines.append("  NO GPU: nothing was proven on a device (the verdict is FAIL)")
     gpu = [l for l in s.get("doctor", []) if "GPU" in l or "driver" in l.lower()]
@@ -244,10 +285,17 @@ def print_summary(s: dict) -> int:
     lines.append("-" * 78)
     for name, st in s["steps"].items():
         rc = st.get("rc")
+        if st.get("not_run"):        # could not run on this machine (e.g. one GPU): said, never passed
+            not_run.append(name)
+            lines.append(f"  NOT RUN  {name:<38} {st['not_run']}")
+            continue
         bad = rc not in (0,) if rc is not None else True
         if name == "tests":
             bad = bad or st.get("failed", 0) or st.get("errors", 0)
             detail = f"passed {st['passed']}, failed {st['failed']}, errors {st['errors']}, skipped {st['skipped']}"
+            if st.get("not_run_multigpu"):
+                detail += f" (of which NOT RUN, {MULTI_GPU_SKIP}: {st['not_run_multigpu']})"
+                not_run.append(f"{st['not_run_multigpu']} multigpu tests")
         elif name.startswith("sanitize_"):
             errs = st.get("errors")
             bad = bad or errs is None or errs > 0
@@ -277,7 +325,8 @@ def print_summary(s: dict) -> int:
     # outputs); performance bars are targets, reported beside it and never hidden.
     lines.append(f"VERDICT: {'PASS' if ok else 'FAIL'}   performance bars met: "
                  f"{len(s['bars']) - len(missed)}/{len(s['bars'])}"
-                 + (f" (missed: {'; '.join(missed)})" if missed else ""))
+                 + (f" (missed: {'; '.join(missed)})" if missed else "")
+                 + (f"   NOT RUN here ({s.get('gpus', '?')} GPU(s)): {'; '.join(not_run)}" if not_run else ""))
     print("\n".join(lines))
     return 0 if ok else 1
 

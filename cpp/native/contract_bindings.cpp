@@ -287,6 +287,8 @@ void register_limits(py::module_& m) {
       .def_readwrite("smem_per_block", &kb::DeviceLimits::smem_per_block)
       .def_readwrite("smem_per_block_optin", &kb::DeviceLimits::smem_per_block_optin)
       .def_readwrite("sm_count", &kb::DeviceLimits::sm_count)
+      .def_readwrite("peer_mask", &kb::DeviceLimits::peer_mask,
+                     "Bit d set: arrays on cuda:d are accepted too (peer access enabled for the launch).")
       .def_readwrite("host_memory", &kb::DeviceLimits::host_memory,
                      "True for the CPU simulator: arrays must be host memory instead of device memory.");
   py::class_<kb::FuncAttrs>(m, "FuncAttrs", "Attributes of one compiled function (cuFuncGetAttribute).")

@@ -50,6 +50,7 @@ void load() {
       {"cuDevicePrimaryCtxRetain", reinterpret_cast<void**>(&g_api.devicePrimaryCtxRetain)},
       {"cuCtxGetCurrent", reinterpret_cast<void**>(&g_api.ctxGetCurrent)},
       {"cuCtxSetCurrent", reinterpret_cast<void**>(&g_api.ctxSetCurrent)},
+      {"cuCtxGetDevice", reinterpret_cast<void**>(&g_api.ctxGetDevice)},
       {"cuCtxSynchronize", reinterpret_cast<void**>(&g_api.ctxSynchronize)},
       {"cuStreamCreate", reinterpret_cast<void**>(&g_api.streamCreate)},
       {"cuStreamDestroy", reinterpret_cast<void**>(&g_api.streamDestroy)},
@@ -80,6 +81,9 @@ void load() {
       {"cuGraphExecDestroy", reinterpret_cast<void**>(&g_api.graphExecDestroy)},
       {"cuGraphDestroy", reinterpret_cast<void**>(&g_api.graphDestroy)},
       {"cuPointerGetAttribute", reinterpret_cast<void**>(&g_api.pointerGetAttribute)},
+      {"cuStreamGetCtx", reinterpret_cast<void**>(&g_api.streamGetCtx)},
+      {"cuDeviceCanAccessPeer", reinterpret_cast<void**>(&g_api.deviceCanAccessPeer)},
+      {"cuCtxEnablePeerAccess", reinterpret_cast<void**>(&g_api.ctxEnablePeerAccess)},
   };
   // Explicit versioned names for the dlsym fallback (drivers without cuGetProcAddress_v2).
   auto fallback_name = [](const std::string& n) -> std::string {
@@ -193,6 +197,55 @@ void ensure_current(int ordinal) {
   if (cur != want) check(g_api.ctxSetCurrent(want), "ctxSetCurrent");
 }
 
+int device_count() {
+  static int n = [] {
+    const Api* a = api();
+    int c = 0;
+    if (a == nullptr || a->deviceGetCount(&c) != CUDA_SUCCESS) c = 0;
+    return c;
+  }();
+  return n;
+}
+
+int current_device() {
+  const Api* a = api();
+  if (a == nullptr) return -1;
+  CUcontext cur = nullptr;
+  if (a->ctxGetCurrent(&cur) != CUDA_SUCCESS || cur == nullptr) return -1;
+  return context_device(cur);
+}
+
+int context_device(CUcontext ctx) {
+  const Api* a = api();
+  if (a == nullptr || ctx == nullptr) return -1;
+  {
+    std::lock_guard<std::mutex> lock(g_primary_mutex);
+    for (size_t i = 0; i < g_primary.size(); ++i)
+      if (g_primary[i] == ctx) return static_cast<int>(i);
+  }
+  // Not a primary context we retained: ask the driver with `ctx` current for a moment.
+  CUcontext cur = nullptr;
+  if (a->ctxGetCurrent(&cur) != CUDA_SUCCESS) return -1;
+  if (cur != ctx && a->ctxSetCurrent(ctx) != CUDA_SUCCESS) return -1;
+  CUdevice dev = -1;
+  const bool ok = a->ctxGetDevice(&dev) == CUDA_SUCCESS;
+  if (cur != ctx) a->ctxSetCurrent(cur);
+  return ok ? static_cast<int>(dev) : -1;
+}
+
+ScopedDevice::ScopedDevice(int ordinal, CUcontext known) {
+  CUcontext want = known != nullptr ? known : primary_context(ordinal < 0 ? 0 : ordinal);
+  check(g_api.ctxGetCurrent(&saved_), "ctxGetCurrent");
+  if (saved_ == want) return;
+  check(g_api.ctxSetCurrent(want), "ctxSetCurrent");
+  // Nothing was current: device 0 may stay (the runtime's default); any other device is undone.
+  restore_ = saved_ != nullptr || ordinal > 0;
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (restore_) g_api.ctxSetCurrent(saved_);
+}
+
 }  // namespace kb::drv
 
 namespace kb::native {
@@ -221,6 +274,9 @@ void register_driver(py::module_& m) {
   }, "cuDriverGetVersion (e.g. 13000).");
   m.def("ensure_current", [](int ordinal) { kb::drv::ensure_current(ordinal); }, py::arg("ordinal"),
         "Make the device's primary context current on this thread.");
+  m.def("current_device", [] { return kb::drv::current_device(); },
+        "Ordinal of the device whose context is current on this thread (-1: none, or no driver).");
+  m.def("device_count", [] { return kb::drv::device_count(); }, "Number of CUDA devices (0 without a driver).");
 }
 
 }  // namespace kb::native

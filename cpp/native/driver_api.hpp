@@ -25,6 +25,7 @@ struct Api {
   decltype(&::cuDevicePrimaryCtxRetain) devicePrimaryCtxRetain;
   decltype(&::cuCtxGetCurrent) ctxGetCurrent;
   decltype(&::cuCtxSetCurrent) ctxSetCurrent;
+  decltype(&::cuCtxGetDevice) ctxGetDevice;
   decltype(&::cuCtxSynchronize) ctxSynchronize;
   decltype(&::cuStreamCreate) streamCreate;
   decltype(&::cuStreamDestroy) streamDestroy;
@@ -55,6 +56,9 @@ struct Api {
   decltype(&::cuGraphExecDestroy) graphExecDestroy;
   decltype(&::cuGraphDestroy) graphDestroy;
   decltype(&::cuPointerGetAttribute) pointerGetAttribute;
+  decltype(&::cuStreamGetCtx) streamGetCtx;
+  decltype(&::cuDeviceCanAccessPeer) deviceCanAccessPeer;
+  decltype(&::cuCtxEnablePeerAccess) ctxEnablePeerAccess;
 };
 
 // The resolved API, or nullptr when there is no usable driver (then unavailable_reason() says why).
@@ -75,6 +79,30 @@ inline void check(CUresult r, const char* call) {
 CUcontext primary_context(int ordinal);
 // Make the primary context of `ordinal` current on this thread if it is not already.
 void ensure_current(int ordinal);
+
+// Number of devices (cached; 0 without a driver).
+int device_count();
+// Ordinal of the device whose context is current on this thread; -1 when none is (or no driver).
+int current_device();
+// Ordinal of the device owning `ctx` (-1 when unknown); never changes the current context for long.
+int context_device(CUcontext ctx);
+
+// The primary context of `ordinal` current for a scope (multi-GPU: work for one device never leaves
+// another device current behind it). The caller's context is restored at the end; when none was
+// current, device 0's stays current (what the runtime's lazy initialisation would make current) and
+// any other device's is removed again, so `current_device()` never changes as a side effect.
+class ScopedDevice {
+ public:
+  // `known`: the primary context of `ordinal` when the caller has it already (saves the lookup).
+  explicit ScopedDevice(int ordinal, CUcontext known = nullptr);
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  CUcontext saved_ = nullptr;
+  bool restore_ = false;
+};
 
 }  // namespace kb::drv
 

@@ -86,14 +86,15 @@ void forget_launcher(uint64_t launcher_id) {
 
 void register_faults(py::module_& m) {
   m.def("take_faults", [](py::object stream, int device) {
-    // Called right after a synchronisation of `stream` (None: every stream of `device`).
+    // Called right after a synchronisation of `stream` (None: every stream of `device`). The default
+    // streams (0, 1, 2) exist once per device: there the device tells whose records these are.
     const bool all = stream.is_none();
     const uint64_t h = all ? 0 : stream.cast<uint64_t>();
     py::list out;
     std::vector<Entry> keep;
     keep.reserve(g_entries.size());
     for (Entry& e : g_entries) {
-      const bool mine = all ? e.device == device : e.stream == h;
+      const bool mine = all ? e.device == device : e.stream == h && (h > 2 || e.device == device);
       if (!mine) {
         keep.push_back(std::move(e));
         continue;
@@ -110,8 +111,13 @@ void register_faults(py::module_& m) {
     g_entries.swap(keep);
     return out;
   }, py::arg("stream"), py::arg("device") = 0,
-     "Read and clear the set fault records of `stream` (None: all of `device`): a list of "
-     "(kernel, fault_info, site, index, extent, stream).");
+     "Read and clear the set fault records of `stream` (None: all of `device`; a default stream 0-2: "
+     "the one of `device`): a list of (kernel, fault_info, site, index, extent, stream).");
+  m.def("fault_record_devices", [] {
+    py::list out;
+    for (const Entry& e : g_entries) out.append(py::make_tuple(e.stream, e.device, e.kernel));
+    return out;
+  }, "(stream, device, kernel) of every fault record in use (for tests and debugging).");
   m.def("fault_record_count", [] { return g_entries.size(); },
         "Number of (stream, launcher) fault records in use.");
 }

@@ -127,6 +127,7 @@ void register_launch(py::module_& m) {
   kb::rt::register_faults(m);
   kb::rt::register_modules(m);
   kb::rt::register_memory_order(m);
+  kb::rt::register_devices(m);
 
   py::class_<Launcher>(m, "Launcher",
                        "One compiled function + its contract: validated launches, all in C++.")
@@ -134,20 +135,23 @@ void register_launch(py::module_& m) {
            py::arg("func_handle"), py::arg("contract"), py::arg("limits"), py::arg("attrs"),
            py::arg("device_id"), py::arg("fault_info") = py::none())
       .def("launch", [](Launcher& l, py::tuple args, py::object grid, py::object block, py::object smem,
-                        py::object stream, bool keep_all) {
+                        py::object stream, bool keep_all, bool peer_access) {
              Given g = make_given(grid, block, smem, stream, name_of(l));
              l.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()),
-                            keep_all ? PY_SSIZE_T_MAX : kb::rt::g_temporary_refcount_tuple);
+                            keep_all ? PY_SSIZE_T_MAX : kb::rt::g_temporary_refcount_tuple, peer_access);
            }, py::arg("args"), py::arg("grid") = py::none(), py::arg("block") = py::none(),
            py::arg("smem") = py::none(), py::arg("stream") = py::none(), py::arg("keep_all") = false,
+           py::arg("peer_access") = false,
            "Validate and launch `args` (the tuple of a Python *args wrapper); stream None = this thread's "
-           "current stream. keep_all: keep every array argument alive until the launch completes.")
+           "current stream. keep_all: keep every array argument alive until the launch completes. "
+           "peer_access: arrays of other devices are accepted (peer access is enabled for them).")
       .def("__call__", [](Launcher& l, py::args args, py::object grid, py::object block,
-                          py::object shared_mem, py::object stream) {
+                          py::object shared_mem, py::object stream, bool peer_access) {
              Given g = make_given(grid, block, shared_mem, stream, name_of(l));
-             l.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()), kb::rt::g_temporary_refcount_native);
+             l.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()), kb::rt::g_temporary_refcount_native,
+                            peer_access);
            }, py::kw_only(), py::arg("grid") = py::none(), py::arg("block") = py::none(),
-           py::arg("shared_mem") = py::none(), py::arg("stream") = py::none())
+           py::arg("shared_mem") = py::none(), py::arg("stream") = py::none(), py::arg("peer_access") = false)
       .def("configure", [](py::object self, py::object grid, py::object block, py::object stream,
                            py::object shared_mem) {
              Given g = make_given(grid, block, shared_mem, stream, name_of(self));
@@ -167,6 +171,9 @@ void register_launch(py::module_& m) {
       .def_property_readonly("kernel_name", [](const Launcher& l) { return l.contract().kernel; })
       .def_property_readonly("contract", &Launcher::contract_obj)
       .def_property_readonly("device_id", &Launcher::device)
+      .def_property("router", &Launcher::router, &Launcher::set_router,
+                    "None, or a callable device -> Launcher of this kernel on that device: a launch whose "
+                    "device (docs/architecture.md \"Devices\") is another goes to that Launcher.")
       .def_property_readonly("launcher_id", &Launcher::id)
       .def_property_readonly("max_dynamic_smem", [](const Launcher& l) { return l.attrs().max_dynamic_smem; })
       .def_property_readonly("fastcall", [](py::object self) {
@@ -176,18 +183,20 @@ void register_launch(py::module_& m) {
 
   py::class_<Dispatcher>(m, "Dispatcher",
                          "Argument signature -> Launcher, computed in C++; miss_callback(args) on a miss.")
-      .def(py::init<py::object, py::object, bool, py::object, std::string>(), py::arg("miss_callback"),
+      .def(py::init<py::object, py::object, bool, py::object, std::string, bool>(), py::arg("miss_callback"),
            py::arg("plan") = py::none(), py::arg("key_div8") = false, py::arg("names") = py::none(),
-           py::arg("kernel") = std::string("kernel"),
+           py::arg("kernel") = std::string("kernel"), py::arg("pass_device") = false,
            "plan: per position 0 (pass), 1 (a Tiling: launch its array, key on its tile shape) or 2 (a "
            "constant: key by value, not passed); key_div8: also key arrays on last extent % 8 == 0; "
-           "names/kernel: for messages about arguments no Launcher has seen yet.")
+           "names/kernel: for messages about arguments no Launcher has seen yet. The key includes the "
+           "launch device; pass_device: the callback is miss_callback(args, device) and must return a "
+           "Launcher of that device.")
       .def("__call__", [](Dispatcher& d, py::args args, py::object grid, py::object block,
-                          py::object shared_mem, py::object stream) {
+                          py::object shared_mem, py::object stream, bool peer_access) {
              Given g = make_given(grid, block, shared_mem, stream, name_of(d));
-             d.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()));  // native call path
+             d.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()), peer_access);  // native call path
            }, py::kw_only(), py::arg("grid") = py::none(), py::arg("block") = py::none(),
-           py::arg("shared_mem") = py::none(), py::arg("stream") = py::none())
+           py::arg("shared_mem") = py::none(), py::arg("stream") = py::none(), py::arg("peer_access") = false)
       .def("configure", [](py::object self, py::object grid, py::object block, py::object stream,
                            py::object shared_mem) {
              Given g = make_given(grid, block, shared_mem, stream, name_of(self));

@@ -10,7 +10,9 @@
 #include <atomic>
 #include <climits>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #if defined(__has_include)
@@ -114,6 +116,61 @@ inline uint64_t resolve_stream(PyObject* s) {
   raise_for_argument(err, c.kernel, i, name);
 }
 
+// --- devices (docs/architecture.md "Devices") ------------------------------------------------------
+inline uint64_t device_bit(int d) { return d >= 0 && d < 64 ? uint64_t{1} << d : 0; }
+
+inline bool is_device_array(const kb::ArgValue& v) {
+  return v.kind == kb::ArgKind::array && v.array.device_type == kb::DeviceType::cuda && v.array.device_id >= 0;
+}
+
+// First device array among the arguments (-1: none).
+inline int first_device_array(const kb::ArgValue* vals, int n) {
+  for (int i = 0; i < n; ++i)
+    if (is_device_array(vals[i])) return i;
+  return -1;
+}
+
+// Bit d set for every cuda:d an array argument lives on.
+inline uint64_t array_devices(const kb::ArgValue* vals, int n) {
+  uint64_t m = 0;
+  for (int i = 0; i < n; ++i)
+    if (is_device_array(vals[i])) m |= device_bit(vals[i].array.device_id);
+  return m;
+}
+
+// The device a launch runs on: its arrays' (the first device array's; the validator refuses arrays of
+// other devices unless peer access is on), else its stream's, else the current device (device 0 when
+// none is current). With peer access the arrays may span devices, so the stream's device comes first.
+inline int launch_device(const kb::ArgValue* vals, int n, uint64_t stream, bool peer) {
+  const int first = peer ? -1 : first_device_array(vals, n);
+  if (first >= 0) return vals[first].array.device_id;
+  const int sd = kb::rt::stream_device(stream);
+  if (sd >= 0) return sd;
+  if (peer) {
+    const int any = first_device_array(vals, n);
+    if (any >= 0) return vals[any].array.device_id;
+  }
+  const int cur = kb::drv::current_device();
+  return cur >= 0 ? cur : 0;
+}
+
+// Raise bridge.errors.<cls>(message, kernel=, arg=, arg_name=) (a DeviceMismatchError or subclass).
+[[noreturn]] inline void throw_device_error(const char* cls, const std::string& message, const std::string& kernel,
+                                            int arg, const std::string& arg_name) {
+  py::object type = py::module_::import("bridge.errors").attr(cls);
+  py::object a = arg >= 0 ? py::object(py::int_(arg)) : py::object(py::none());
+  py::object exc = type(py::str(message), py::arg("kernel") = kernel, py::arg("arg") = a,
+                        py::arg("arg_name") = py::str(arg_name));
+  PyErr_SetObject(type.ptr(), exc.ptr());
+  throw py::error_already_set();
+}
+
+inline std::string hex_handle(uint64_t h) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 }  // namespace launch_detail
 using namespace launch_detail;  // NOLINT: the classes below and launcher.cpp use these names
 
@@ -189,23 +246,38 @@ class Launcher {
   // temp_refcount: an argument whose reference count (less our keepalive) is at most this is a
   // temporary only this call holds; it is kept alive until the launch completes.
   // inner: optional per-argument flags for arrays taken out of a Tiling (held by it: a temporary when
-  // nothing else references them).
+  // nothing else references them). peer: the launch may read and write other devices' arrays through
+  // peer access (enabled here for the devices it names; docs/architecture.md "Devices").
   void launch_prepared(PyObject* const* objs, int n, kb::ArgValue* vals, IntakeInfo* infos,
                        kb::LaunchConfig cfg, uint64_t stream, Py_ssize_t temp_refcount,
-                       const uint8_t* inner = nullptr) {
-    kb::Error e = kb::validate(contract_, vals, n, cfg, limits_, attrs_);
+                       const uint8_t* inner = nullptr, bool peer = false) {
+    if (router_ && !router_.is_none()) {   // a kernel that loads itself on the device where it is launched
+      const int d = launch_device(vals, n, stream, peer);
+      if (d != device_) {
+        routed(d).launch_prepared(objs, n, vals, infos, cfg, stream, temp_refcount, inner, peer);
+        return;
+      }
+    }
+    kb::DeviceLimits with_peers;
+    const kb::DeviceLimits* lim = &limits_;
+    if (peer) {
+      with_peers = limits_;
+      with_peers.peer_mask = array_devices(vals, n) & ~device_bit(device_);
+      lim = &with_peers;
+    }
+    kb::Error e = kb::validate(contract_, vals, n, cfg, *lim, attrs_);
     if (e) throw_contract_error(e, contract_.kernel);
-    if (cfg.skip) return;
+    if (cfg.skip) return;                    // nothing to launch: no stream or peer is touched
+    check_stream_device(vals, n, stream);
+    if (peer && with_peers.peer_mask != 0) enable_peers(vals, n);
     if (cfg.smem < 0) cfg.smem = 0;
     const kb::drv::Api& a = kb::drv::require();
+    // Context: the device's primary context (CuPy and PyTorch use the same one), for this launch only
+    // (the fault-record pool, events and waits below are created in it); the caller's is restored.
+    if (ctx_ == nullptr) ctx_ = kb::drv::primary_context(device_);
+    kb::drv::ScopedDevice on(device_, ctx_);
     alignas(16) unsigned char buf[kMaxParamBytes + 16];
     size_t size = pack(vals, n, stream, buf);
-
-    // Context: the device's primary context (CuPy and PyTorch use the same one).
-    if (ctx_ == nullptr) ctx_ = kb::drv::primary_context(device_);
-    CUcontext cur = nullptr;
-    kb::drv::check(a.ctxGetCurrent(&cur), "ctxGetCurrent");
-    if (cur != ctx_) kb::drv::check(a.ctxSetCurrent(ctx_), "ctxSetCurrent");
 
     const Capture capture = capture_of(stream);
     if (capture == Capture::none) order_before(vals, infos, n, stream);
@@ -234,6 +306,27 @@ class Launcher {
     keep_alive(objs, vals, infos, n, stream, capture == Capture::bridge, temp_refcount, inner);
   }
 
+  // The Launcher of the same kernel on device `d` (asked of the router once, then kept).
+  Launcher& routed(int d) {
+    for (auto& r : routes_)
+      if (r.first == d) return *r.second.cast<Launcher*>();
+    py::object l = router_(d);
+    if (!py::isinstance<Launcher>(l))
+      throw py::type_error(contract_.kernel + ": the device router must return a Launcher, got " +
+                           std::string(Py_TYPE(l.ptr())->tp_name));
+    Launcher* target = l.cast<Launcher*>();
+    if (target->device() != d)
+      throw py::value_error(contract_.kernel + ": the device router returned a Launcher of cuda:" +
+                            std::to_string(target->device()) + " for a launch on cuda:" + std::to_string(d));
+    routes_.emplace_back(d, l);
+    return *target;
+  }
+  void set_router(py::object router) {
+    router_ = std::move(router);
+    routes_.clear();
+  }
+  py::object router() const { return router_ ? router_ : py::object(py::none()); }
+
   // Intake + validation only, never the driver: the CPU simulator's launches (limits.host_memory) go
   // through the same validator as the GPU's. Returns the configuration the validator settled on.
   py::tuple validate_only(py::tuple args, kb::LaunchConfig cfg) {
@@ -249,25 +342,26 @@ class Launcher {
                           cfg.smem < 0 ? int64_t{0} : cfg.smem, cfg.skip);
   }
 
-  void launch_tuple(py::handle args, const kb::LaunchConfig& cfg, uint64_t stream, Py_ssize_t temp_refcount) {
+  void launch_tuple(py::handle args, const kb::LaunchConfig& cfg, uint64_t stream, Py_ssize_t temp_refcount,
+                    bool peer = false) {
     launch_objs(PySequence_Fast_ITEMS(args.ptr()), static_cast<int>(PyTuple_GET_SIZE(args.ptr())), cfg, stream,
-                temp_refcount);
+                temp_refcount, peer);
   }
 
   void launch_objs(PyObject* const* objs, int n, const kb::LaunchConfig& cfg, uint64_t stream,
-                   Py_ssize_t temp_refcount) {
+                   Py_ssize_t temp_refcount, bool peer = false) {
     if (n <= kStackArgs) {
       kb::ArgValue vals[kStackArgs];
       IntakeInfo infos[kStackArgs];
       IntakeMemo memo;
       for (int i = 0; i < n; ++i) read_arg(i, objs[i], vals[i], infos[i], stream, memo);
-      launch_prepared(objs, n, vals, infos, cfg, stream, temp_refcount);
+      launch_prepared(objs, n, vals, infos, cfg, stream, temp_refcount, nullptr, peer);
     } else {
       std::vector<kb::ArgValue> vals(n);
       std::vector<IntakeInfo> infos(n);
       IntakeMemo memo;
       for (int i = 0; i < n; ++i) read_arg(i, objs[i], vals[i], infos[i], stream, memo);
-      launch_prepared(objs, n, vals.data(), infos.data(), cfg, stream, temp_refcount);
+      launch_prepared(objs, n, vals.data(), infos.data(), cfg, stream, temp_refcount, nullptr, peer);
     }
   }
 
@@ -336,6 +430,50 @@ class Launcher {
     return off;
   }
 
+  // The stream must belong to the launch's device (the default streams 0-2 exist on every device and
+  // are this one's here). One process-wide device: nothing to check (the common case costs nothing).
+  void check_stream_device(const kb::ArgValue* vals, int n, uint64_t stream) const {
+    if (stream <= 2 || kb::drv::device_count() == 1) return;
+    const int sd = kb::rt::stream_device(stream);
+    if (sd < 0 || sd == device_) return;
+    const int i = first_device_array(vals, n);
+    const std::string where = "the stream " + hex_handle(stream) + " belongs to cuda:" + std::to_string(sd) +
+                              "; pass a stream of cuda:" + std::to_string(device_) +
+                              " (stream=..., or bridge.use_stream) or move the arrays";
+    if (i >= 0) {
+      const std::string& name = contract_.args[i].name;
+      throw_device_error("DeviceMismatchError",
+                         contract_.kernel + ": argument '" + name + "' (#" + std::to_string(i) +
+                             "): the launch runs on cuda:" + std::to_string(device_) +
+                             " (where this array is), but " + where,
+                         contract_.kernel, i, name);
+    }
+    throw_device_error("DeviceMismatchError",
+                       contract_.kernel + ": stream: expected a stream of cuda:" + std::to_string(device_) +
+                           " (the device this kernel is loaded on), got a stream of cuda:" + std::to_string(sd),
+                       contract_.kernel, -1, "stream");
+  }
+
+  // Peer access from this device to every other device an array lives on (validated already).
+  void enable_peers(const kb::ArgValue* vals, int n) const {
+    uint64_t done = device_bit(device_);
+    for (int i = 0; i < n; ++i) {
+      if (!is_device_array(vals[i])) continue;
+      const int p = vals[i].array.device_id;
+      if (done & device_bit(p)) continue;
+      if (!kb::rt::enable_peer(device_, p)) {
+        const std::string& name = contract_.args[i].name;
+        throw_device_error("PeerAccessError",
+                           contract_.kernel + ": argument '" + name + "' (#" + std::to_string(i) +
+                               "): memory on cuda:" + std::to_string(p) + " cannot be reached from cuda:" +
+                               std::to_string(device_) + " (cuDeviceCanAccessPeer says no); copy it with "
+                               "bridge.copy_peer instead",
+                           contract_.kernel, i, name);
+      }
+      done |= device_bit(p);
+    }
+  }
+
   // Order after the streams that wrote (for writes: also read) these bytes, whichever object named
   // them, and after each foreign producer's own stream (event record + wait, no host block).
   void order_before(const kb::ArgValue* vals, const IntakeInfo* infos, int n, uint64_t stream) {
@@ -350,7 +488,8 @@ class Launcher {
       if (!inf.has_producer_stream) continue;
       const uint64_t p = inf.producer_stream;
       if (p == stream || std::find(done, done + ndone, p) != done + ndone) continue;
-      kb::rt::order_after(p, stream, device_, inf.producer_generation);
+      const int producer_device = vals[i].array.device_id >= 0 ? vals[i].array.device_id : device_;
+      kb::rt::order_after(p, stream, producer_device, inf.producer_generation, device_);
       if (ndone < kStackArgs) done[ndone++] = p;
     }
   }
@@ -399,6 +538,8 @@ class Launcher {
   int device_;
   uint64_t id_;
   CUcontext ctx_ = nullptr;
+  py::object router_;                                    // device -> Launcher of this kernel there
+  std::vector<std::pair<int, py::object>> routes_;       // what router_ returned, per device
   uint64_t fault_stream_ = UINT64_MAX;   // stream of fault_rec_ (UINT64_MAX: none yet)
   uint64_t fault_rec_ = 0;               // device address of this launcher's record on fault_stream_
   py::object contract_obj_;
@@ -417,8 +558,9 @@ class Dispatcher {
   enum Kind : uint8_t { kPass = 0, kPartition = 1, kConstant = 2 };
   static constexpr int kKeyWords = 3;
 
-  Dispatcher(py::object miss, py::object plan, bool key_div8, py::object names, std::string kernel)
-      : miss_(std::move(miss)), key_div8_(key_div8), kernel_(std::move(kernel)) {
+  Dispatcher(py::object miss, py::object plan, bool key_div8, py::object names, std::string kernel,
+             bool pass_device = false)
+      : miss_(std::move(miss)), key_div8_(key_div8), pass_device_(pass_device), kernel_(std::move(kernel)) {
     if (!plan.is_none())
       for (py::handle k : plan) {
         int v = k.cast<int>();
@@ -429,18 +571,19 @@ class Dispatcher {
       for (py::handle n : names) names_.push_back(n.cast<std::string>());
   }
 
-  void launch_tuple(py::handle args, const kb::LaunchConfig& cfg, uint64_t stream) {
+  void launch_tuple(py::handle args, const kb::LaunchConfig& cfg, uint64_t stream, bool peer = false) {
     launch_objs(PySequence_Fast_ITEMS(args.ptr()), static_cast<int>(PyTuple_GET_SIZE(args.ptr())), args, cfg,
-                stream, kb::rt::g_temporary_refcount_native);
+                stream, kb::rt::g_temporary_refcount_native, peer);
   }
 
   // `args`: the arguments as a tuple when the caller has one (the miss callback takes it), else empty.
+  // The key ends with the launch device (launch_device), so each device gets its own Launcher.
   void launch_objs(PyObject* const* objs, int n, py::handle args, const kb::LaunchConfig& cfg, uint64_t stream,
-                   Py_ssize_t temp_refcount) {
+                   Py_ssize_t temp_refcount, bool peer = false) {
     // No heap allocation on the hot path for up to kStackArgs arguments.
     kb::ArgValue vals_stack[kStackArgs];
     IntakeInfo infos_stack[kStackArgs];
-    uint64_t key_stack[kKeyWords * kStackArgs];
+    uint64_t key_stack[kKeyWords * kStackArgs + 1];
     PyObject* flat_stack[kStackArgs];
     uint8_t inner_stack[kStackArgs];
     PyObject* consts_stack[kStackArgs];
@@ -458,7 +601,7 @@ class Dispatcher {
     if (n > kStackArgs) {
       vals_heap.resize(static_cast<size_t>(n));
       infos_heap.resize(static_cast<size_t>(n));
-      key_heap.resize(kKeyWords * static_cast<size_t>(n));
+      key_heap.resize(kKeyWords * static_cast<size_t>(n) + 1);
       flat_heap.resize(static_cast<size_t>(n));
       inner_heap.resize(static_cast<size_t>(n));
       consts_heap.resize(static_cast<size_t>(n));
@@ -472,7 +615,7 @@ class Dispatcher {
     // a call whose arity differs from the plan cannot hit: the miss callback refuses it
     const bool planned = !plan_.empty() && static_cast<int>(plan_.size()) == n;
     if (!plan_.empty() && !planned) {
-      miss_(as_tuple(objs, n, args));
+      call_miss(as_tuple(objs, n, args), launch_device(nullptr, 0, stream, peer));
       throw py::type_error(kernel_ + ": expected " + std::to_string(plan_.size()) + " arguments, got " +
                            std::to_string(n));
     }
@@ -542,7 +685,9 @@ class Dispatcher {
               (static_cast<uint64_t>(static_cast<uint32_t>(a.ndim)) << 4) | (div8 ? 8u : 0u) |
               (a.is_c_contiguous() ? 2u : 0u) | (a.ptr % 16 == 0 ? 1u : 0u);
     }
-    const size_t klen = kKeyWords * static_cast<size_t>(n);
+    const int device = launch_device(vals, nflat, stream, peer);
+    key[kKeyWords * n] = static_cast<uint64_t>(static_cast<uint32_t>(device));
+    const size_t klen = kKeyWords * static_cast<size_t>(n) + 1;
     Launcher* target = nullptr;
     if (last_ >= 0 && matches(entries_[last_], key, klen, consts, nconst)) target = entries_[last_].launcher;
     for (size_t j = 0; target == nullptr && j < entries_.size(); ++j)
@@ -551,14 +696,17 @@ class Dispatcher {
         last_ = static_cast<int>(j);
       }
     if (target == nullptr) {
-      py::object l = miss_(as_tuple(objs, n, args));
+      py::object l = call_miss(as_tuple(objs, n, args), device);
       target = l.cast<Launcher*>();
+      if (pass_device_ && target->device() != device)
+        throw py::value_error(kernel_ + ": the specialisation callback returned a Launcher of cuda:" +
+                              std::to_string(target->device()) + " for a launch on cuda:" + std::to_string(device));
       py::tuple kept(nconst);
       for (int c = 0; c < nconst; ++c) kept[c] = py::reinterpret_borrow<py::object>(consts[c]);
       entries_.push_back(Entry{std::vector<uint64_t>(key, key + klen), l, target, std::move(kept)});
       last_ = static_cast<int>(entries_.size() - 1);
     }
-    target->launch_prepared(flat, nflat, vals, infos, cfg, stream, temp_refcount, inner);
+    target->launch_prepared(flat, nflat, vals, infos, cfg, stream, temp_refcount, inner, peer);
   }
 
   size_t size() const { return entries_.size(); }
@@ -572,6 +720,11 @@ class Dispatcher {
     Launcher* launcher;
     py::tuple consts;          // constant arguments of this specialisation (compared by value)
   };
+
+  // The miss callback: miss(args), or miss(args, device) for a device-aware one (pass_device).
+  py::object call_miss(const py::tuple& args, int device) {
+    return pass_device_ ? miss_(args, device) : miss_(args);
+  }
 
   static py::tuple as_tuple(PyObject* const* objs, int n, py::handle args) {
     if (args && PyTuple_Check(args.ptr())) return py::reinterpret_borrow<py::tuple>(args);
@@ -613,6 +766,7 @@ class Dispatcher {
   py::object miss_;
   std::vector<uint8_t> plan_;
   bool key_div8_ = false;
+  bool pass_device_ = false;
   std::vector<std::string> names_;
   std::string kernel_;
   std::vector<Entry> entries_;

@@ -37,36 +37,48 @@ struct Use {
   EventPtr event;
 };
 
-// Two handles of one stream: the legacy default stream is both 0 and CU_STREAM_LEGACY (1).
-inline bool same_stream(uint64_t a, uint64_t b) { return a == b || (a <= 1 && b <= 1); }
+// Two handles of one stream: the legacy default stream is both 0 and CU_STREAM_LEGACY (1). The default
+// streams (0, 1, 2) exist once per device, so there the device tells streams apart; any other handle
+// names one stream of one device.
+inline bool same_stream(uint64_t a, int da, uint64_t b, int db) {
+  if (a > 2 || b > 2) return a == b;
+  return (a == b || (a <= 1 && b <= 1)) && da == db;
+}
+inline bool same_stream(const Use& u, uint64_t stream, int device) { return same_stream(u.stream, u.device, stream, device); }
+
+// A stream named by handle and device (the device matters for the default streams only).
+struct StreamRef {
+  uint64_t stream = 0;
+  int device = 0;
+};
 
 struct Span {
   uint64_t hi = 0;                   // [lo, hi), lo is the map key
   Use writer;                        // the last work that wrote the bytes
   std::vector<Use> readers;          // streams that read them since (other than the writer's)
-  std::vector<uint64_t> observed;    // streams already ordered after `writer`
+  std::vector<StreamRef> observed;   // streams already ordered after `writer`
 };
 
 class MemoryLog {
  public:
-  // Uses that work on `stream` touching [lo, hi) must wait for: every writer on another stream that
-  // `stream` has not already waited for, and (write) every reader on another stream.
-  void hazards(uint64_t lo, uint64_t hi, uint64_t stream, bool write, std::vector<Use>& out) const {
+  // Uses that work on `stream` (of `device`) touching [lo, hi) must wait for: every writer on another
+  // stream that `stream` has not already waited for, and (write) every reader on another stream.
+  void hazards(uint64_t lo, uint64_t hi, uint64_t stream, int device, bool write, std::vector<Use>& out) const {
     if (spans_.empty() || lo >= hi) return;
     for (auto it = first_overlap(lo); it != spans_.end() && it->first < hi; ++it) {
       const Span& s = it->second;
-      if (!same_stream(s.writer.stream, stream) && !contains(s.observed, stream)) add(out, s.writer);
+      if (!same_stream(s.writer, stream, device) && !contains(s.observed, stream, device)) add(out, s.writer);
       if (write)
         for (const Use& r : s.readers)
-          if (!same_stream(r.stream, stream)) add(out, r);
+          if (!same_stream(r, stream, device)) add(out, r);
     }
   }
 
   // True when some span in [lo, hi) was written on another stream (a read there must be recorded).
-  bool read_matters(uint64_t lo, uint64_t hi, uint64_t stream) const {
+  bool read_matters(uint64_t lo, uint64_t hi, uint64_t stream, int device) const {
     if (spans_.empty() || lo >= hi) return false;
     for (auto it = first_overlap(lo); it != spans_.end() && it->first < hi; ++it)
-      if (!same_stream(it->second.writer.stream, stream)) return true;
+      if (!same_stream(it->second.writer, stream, device)) return true;
     return false;
   }
 
@@ -78,11 +90,11 @@ class MemoryLog {
       if (spans_.empty()) return;
       for (auto it = first_overlap(lo); it != spans_.end() && it->first < hi; ++it) {
         Span& s = it->second;
-        if (same_stream(s.writer.stream, use.stream)) continue;
-        if (!contains(s.observed, use.stream)) s.observed.push_back(use.stream);
+        if (same_stream(s.writer, use.stream, use.device)) continue;
+        if (!contains(s.observed, use.stream, use.device)) s.observed.push_back(StreamRef{use.stream, use.device});
         bool known = false;
         for (Use& r : s.readers)
-          if (same_stream(r.stream, use.stream)) { r = use; known = true; break; }
+          if (same_stream(r, use.stream, use.device)) { r = use; known = true; break; }
         if (!known) s.readers.push_back(use);
       }
       return;
@@ -127,13 +139,13 @@ class MemoryLog {
  private:
   static constexpr size_t kPruneFloor = 512;
 
-  static bool contains(const std::vector<uint64_t>& v, uint64_t s) {
-    for (uint64_t x : v) if (same_stream(x, s)) return true;
+  static bool contains(const std::vector<StreamRef>& v, uint64_t s, int device) {
+    for (const StreamRef& x : v) if (same_stream(x.stream, x.device, s, device)) return true;
     return false;
   }
   static void add(std::vector<Use>& out, const Use& u) {
     for (const Use& o : out)
-      if (same_stream(o.stream, u.stream) && o.event == u.event) return;
+      if (same_stream(o, u.stream, u.device) && o.event == u.event) return;
     out.push_back(u);
   }
 

@@ -42,27 +42,7 @@ std::vector<std::vector<uint64_t>>& g_free_events = *new std::vector<std::vector
 std::vector<CUevent>& g_lazy_event = *new std::vector<CUevent>();   // per device, record + wait only
 
 // The primary context of `device` current for a scope, the caller's restored after.
-class OnDevice {
- public:
-  explicit OnDevice(int device) {
-    const kb::drv::Api& a = kb::drv::require();
-    CUcontext want = kb::drv::primary_context(device);
-    kb::drv::check(a.ctxGetCurrent(&saved_), "ctxGetCurrent");
-    if (saved_ != want) {
-      kb::drv::check(a.ctxSetCurrent(want), "ctxSetCurrent");
-      switched_ = true;
-    }
-  }
-  ~OnDevice() {
-    if (switched_) kb::drv::require().ctxSetCurrent(saved_);
-  }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-
- private:
-  CUcontext saved_ = nullptr;
-  bool switched_ = false;
-};
+using OnDevice = kb::drv::ScopedDevice;
 
 void release_event(int device, uint64_t e) {
   if (g_free_events.size() <= static_cast<size_t>(device)) g_free_events.resize(device + 1);
@@ -101,15 +81,19 @@ uint64_t generation_of(uint64_t stream) {
   return it == g_live.end() ? 0 : it->second.generation;
 }
 
-// Make `consumer` wait for everything submitted so far on the live stream `producer`.
+// Make `consumer` (a stream of the device whose context is current) wait for everything submitted so
+// far on the live stream `producer` of `device`: the event is recorded in the producer's context, the
+// wait is queued in the caller's (a default-stream handle means that context's own stream).
 void wait_live(uint64_t producer, int device, uint64_t consumer) {
   if (device < 0) device = 0;
-  OnDevice on(device);
   if (g_lazy_event.size() <= static_cast<size_t>(device)) g_lazy_event.resize(device + 1, nullptr);
   CUevent& e = g_lazy_event[device];
-  if (e == nullptr) KB_CU(eventCreate, &e, CU_EVENT_DISABLE_TIMING);
-  // cuStreamWaitEvent waits for the record current at call time: one event per device serves all.
-  KB_CU(eventRecord, e, as_stream(producer));
+  {
+    OnDevice on(device);
+    if (e == nullptr) KB_CU(eventCreate, &e, CU_EVENT_DISABLE_TIMING);
+    // cuStreamWaitEvent waits for the record current at call time: one event per device serves all.
+    KB_CU(eventRecord, e, as_stream(producer));
+  }
   KB_CU(streamWaitEvent, as_stream(consumer), e, 0);
 }
 
@@ -135,13 +119,29 @@ void wait_for(const Use& u, uint64_t consumer) {
 }
 
 // True when the work of `u` has completed (queries never block; errors count as "not known done").
+bool use_done_or_throw(const Use& u);
 bool use_done(const Use& u) {
+  try {
+    return use_done_or_throw(u);
+  } catch (py::error_already_set&) {   // e.g. a context switch failed: not known done, keep the entry
+    return false;
+  }
+}
+
+bool use_done_or_throw(const Use& u) {
   const kb::drv::Api* a = kb::drv::api();
   if (a == nullptr) return false;
   if (u.event) return a->eventQuery(as_event(u.event->handle)) == CUDA_SUCCESS;
   if (!current(u)) {
     auto r = g_retired.find({u.stream, u.generation});
     return r == g_retired.end() || a->eventQuery(as_event(r->second->handle)) == CUDA_SUCCESS;
+  }
+  if (u.stream <= 2) {   // a default stream: the one of u's device, not of whichever device is current
+    CUcontext cur = nullptr;
+    if (a->ctxGetCurrent(&cur) != CUDA_SUCCESS || cur != kb::drv::primary_context(u.device)) {
+      OnDevice on(u.device);
+      return a->streamQuery(as_stream(u.stream)) == CUDA_SUCCESS;
+    }
   }
   return a->streamQuery(as_stream(u.stream)) == CUDA_SUCCESS;
 }
@@ -162,7 +162,7 @@ void order_use(uint64_t lo, uint64_t hi, uint64_t stream, int device, bool write
   if (g_log.size() == 0) return;
   if (capture_active() && stream_captured(stream)) return;   // graph replays order themselves
   std::vector<Use> waits;
-  g_log.hazards(lo, hi, stream, write, waits);
+  g_log.hazards(lo, hi, stream, device < 0 ? 0 : device, write, waits);
   if (waits.empty()) return;
   OnDevice on(device < 0 ? 0 : device);
   for (const Use& u : waits) wait_for(u, stream);
@@ -170,30 +170,44 @@ void order_use(uint64_t lo, uint64_t hi, uint64_t stream, int device, bool write
 
 void note_use(uint64_t lo, uint64_t hi, uint64_t stream, int device, bool write) {
   if (lo >= hi) return;
-  if (!write && !g_log.read_matters(lo, hi, stream)) return;
+  if (!write && !g_log.read_matters(lo, hi, stream, device < 0 ? 0 : device)) return;
   if (capture_active() && stream_captured(stream)) return;   // nothing runs yet
   install_pruner();
   Use u;
   u.stream = stream;
   u.device = device < 0 ? 0 : device;
   u.generation = generation_of(stream);
-  if (!lazy_safe(stream)) u.event = record_new(stream, u.device);
+  if (!lazy_safe(stream)) {   // the event belongs to the stream's device, whichever device is current
+    OnDevice on(u.device);
+    u.event = record_new(stream, u.device);
+  }
   g_log.record(lo, hi, u, write);
 }
 
 void forget_range(uint64_t lo, uint64_t hi) { g_log.forget(lo, hi); }
 
-void order_after(uint64_t producer, uint64_t consumer, int device, uint64_t generation) {
-  if (same_stream(producer, consumer)) return;
+void order_after(uint64_t producer, uint64_t consumer, int device, uint64_t generation, int consumer_device) {
+  if (device < 0) device = 0;
+  if (same_stream(producer, device, consumer, consumer_device < 0 ? device : consumer_device)) return;
   if (capture_active() && stream_captured(consumer)) return;
   Use u;
   u.stream = producer;
   u.device = device < 0 ? 0 : device;
   u.generation = generation == kLiveNow ? generation_of(producer) : generation;
+  if (consumer <= 2 && consumer_device >= 0) {   // a default stream: the consumer device's own
+    OnDevice on(consumer_device);
+    wait_for(u, consumer);
+    return;
+  }
   wait_for(u, consumer);
 }
 
 uint64_t stream_generation(uint64_t stream) { return generation_of(stream); }
+
+int live_stream_device(uint64_t stream) {
+  auto it = g_live.find(stream);
+  return it == g_live.end() ? -1 : it->second.device;
+}
 
 void stream_created(uint64_t stream, int device) { g_live[stream] = Live{device, g_next_generation++}; }
 
@@ -230,9 +244,10 @@ py::list spans_of(const MemoryLog& log) {
   return out;
 }
 
-Use fake_use(uint64_t stream, py::object event) {
+Use fake_use(uint64_t stream, py::object event, int device) {
   Use u;
   u.stream = stream;
+  u.device = device;
   if (!event.is_none()) {
     u.event = std::make_shared<EventRef>();
     u.event->handle = event.cast<uint64_t>();
@@ -246,18 +261,26 @@ void register_memory_order(py::module_& m) {
   // The bookkeeping alone, with made-up stream and event numbers: what CPU tests check.
   py::class_<MemoryLog>(m, "MemoryLog", "The memory-ordering bookkeeping without a driver (for tests).")
       .def(py::init<>())
-      .def("hazards", [](const MemoryLog& log, uint64_t lo, uint64_t hi, uint64_t stream, bool write) {
+      .def("hazards", [](const MemoryLog& log, uint64_t lo, uint64_t hi, uint64_t stream, bool write, int device,
+                         bool with_device) {
              std::vector<Use> out;
-             log.hazards(lo, hi, stream, write, out);
+             log.hazards(lo, hi, stream, device, write, out);
              py::list res;
-             for (const Use& u : out)
-               res.append(py::make_tuple(u.stream, u.event ? py::object(py::int_(u.event->handle)) : py::none()));
+             for (const Use& u : out) {
+               py::object ev = u.event ? py::object(py::int_(u.event->handle)) : py::object(py::none());
+               if (with_device) res.append(py::make_tuple(u.stream, ev, u.device));
+               else res.append(py::make_tuple(u.stream, ev));
+             }
              return res;
-           }, py::arg("lo"), py::arg("hi"), py::arg("stream"), py::arg("write"),
-           "[(stream, event or None)] that work on `stream` touching [lo, hi) must wait for.")
-      .def("record", [](MemoryLog& log, uint64_t lo, uint64_t hi, uint64_t stream, bool write, py::object event) {
-             log.record(lo, hi, fake_use(stream, event), write);
-           }, py::arg("lo"), py::arg("hi"), py::arg("stream"), py::arg("write"), py::arg("event") = py::none())
+           }, py::arg("lo"), py::arg("hi"), py::arg("stream"), py::arg("write"), py::arg("device") = 0,
+           py::arg("with_device") = false,
+           "[(stream, event or None)] that work on `stream` of `device` touching [lo, hi) must wait for "
+           "(with_device: (stream, event, device)).")
+      .def("record", [](MemoryLog& log, uint64_t lo, uint64_t hi, uint64_t stream, bool write, py::object event,
+                        int device) {
+             log.record(lo, hi, fake_use(stream, event, device), write);
+           }, py::arg("lo"), py::arg("hi"), py::arg("stream"), py::arg("write"), py::arg("event") = py::none(),
+           py::arg("device") = 0)
       .def("forget", &MemoryLog::forget, py::arg("lo"), py::arg("hi"))
       .def("prune", [](MemoryLog& log, py::set done) {
              std::unordered_set<uint64_t> d;
@@ -276,9 +299,12 @@ void register_memory_order(py::module_& m) {
     note_use(lo, hi, stream, device, write);
   }, py::arg("lo"), py::arg("hi"), py::arg("stream"), py::arg("device"), py::arg("write"),
      "Record that work just submitted on `stream` wrote (or read) the bytes [lo, hi).");
-  m.def("order_after", [](uint64_t producer, uint64_t consumer, int device, py::object generation) {
-          order_after(producer, consumer, device, generation.is_none() ? kLiveNow : generation.cast<uint64_t>());
+  m.def("order_after", [](uint64_t producer, uint64_t consumer, int device, py::object generation,
+                          int consumer_device) {
+          order_after(producer, consumer, device, generation.is_none() ? kLiveNow : generation.cast<uint64_t>(),
+                      consumer_device);
         }, py::arg("producer"), py::arg("consumer"), py::arg("device"), py::arg("generation") = py::none(),
+        py::arg("consumer_device") = -1,
         "Make `consumer` wait for the work submitted so far on `producer`. generation: which bridge "
         "stream of that handle (stream_generation at the time the handle was taken; None = the stream "
         "living now); a destroyed one is waited for through the event it recorded when destroyed.");

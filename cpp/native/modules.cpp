@@ -1,4 +1,5 @@
 // Driver modules and functions: load PTX / cubin / fatbin images into a device's primary context.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,7 @@ CUfunction as_func(uint64_t h) { return reinterpret_cast<CUfunction>(static_cast
 
 void register_modules(py::module_& m) {
   m.def("module_load_data", [](int device, py::bytes image) {
-    kb::drv::ensure_current(device);
+    kb::drv::ScopedDevice on(device);   // loaded into that device's context; the caller's stays current
     std::string data = image;             // NUL-terminated copy (PTX text must be)
     std::vector<char> log(16384, '\0');
     CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
@@ -39,7 +40,11 @@ void register_modules(py::module_& m) {
     return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(mod));
   }, py::arg("device"), py::arg("image"),
      "cuModuleLoadDataEx into the device's primary context; the JIT error log is in the CudaError.");
-  m.def("module_unload", [](uint64_t mod) { KB_CU(moduleUnload, as_module(mod)); }, py::arg("module"));
+  m.def("module_unload", [](uint64_t mod, int device) {
+    std::optional<kb::drv::ScopedDevice> on;
+    if (device >= 0) on.emplace(device);
+    KB_CU(moduleUnload, as_module(mod));
+  }, py::arg("module"), py::arg("device") = -1);
   m.def("module_get_function", [](uint64_t mod, const std::string& name) -> py::object {
     CUfunction f = nullptr;
     CUresult r = kb::drv::require().moduleGetFunction(&f, as_module(mod), name.c_str());

@@ -44,7 +44,10 @@ extern Py_ssize_t g_temporary_refcount_fast;
 // `generation`: which bridge stream of that handle (stream_generation when the handle was taken);
 // kLiveNow for a handle the caller got just now (the stream living under it).
 constexpr uint64_t kLiveNow = ~uint64_t{0};
-void order_after(uint64_t producer, uint64_t consumer, int device, uint64_t generation = kLiveNow);
+// `device`: the producer's; `consumer_device`: the consumer's (-1: the same as the producer's, and a
+// default-stream consumer 0-2 means the current context's; >= 0: that device's).
+void order_after(uint64_t producer, uint64_t consumer, int device, uint64_t generation = kLiveNow,
+                 int consumer_device = -1);
 uint64_t stream_generation(uint64_t stream);
 
 // --- ordering by memory (memory_order.cpp; docs/architecture.md "Memory ordering") ----------------
@@ -87,7 +90,19 @@ void reserve_fault_records(size_t n);
 // The launcher is gone: its records are checked once more at the next sync, then returned to the pool.
 void forget_launcher(uint64_t launcher_id);
 
+// --- devices (devices.cpp; docs/architecture.md "Devices") ---------------------------------------
+// Device of `stream`: a bridge stream's own, a foreign stream's through its context (ask_driver, and
+// only with several devices); -1 for the default streams (0, 1, 2: every device has its own, named by
+// whichever context is current) and when it cannot be known (no driver).
+int stream_device(uint64_t stream, bool ask_driver = true);
+// memory_order.cpp: the device of a live bridge stream, -1 for any other handle.
+int live_stream_device(uint64_t stream);
+// Peer access from `device` to memory of `peer` (enabled once per pair, explicitly asked for by a
+// launch or bridge.Device.enable_peer_access); false when the two devices cannot access each other.
+bool enable_peer(int device, int peer);
+
 void register_streams(pybind11::module_& m);
+void register_devices(pybind11::module_& m);
 void register_faults(pybind11::module_& m);
 void register_modules(pybind11::module_& m);
 void register_memory_order(pybind11::module_& m);

@@ -1,6 +1,7 @@
 // Streams, events, graphs, the per-thread current stream, the capture registry and the keepalive of
 // launch temporaries. See runtime.hpp for why these live in native code.
 #include <deque>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -112,6 +113,15 @@ void poll_keepalive() {
 
 namespace {
 
+// `device` >= 0: that device's context is current for the call (a default-stream handle 0-2 names
+// the current context's stream); -1: leave the current context as it is.
+struct MaybeOnDevice {
+  explicit MaybeOnDevice(int device) {
+    if (device >= 0) on.emplace(device);
+  }
+  std::optional<kb::drv::ScopedDevice> on;
+};
+
 void sync_released(CUresult (*fn)(CUstream), CUstream s, const char* name) {
   CUresult r;
   {
@@ -133,7 +143,7 @@ void register_streams(py::module_& m) {
   }, py::arg("handle"), "Set this thread's current stream; returns the previous handle.");
 
   m.def("stream_create", [](int device, bool non_blocking) {
-    kb::drv::ensure_current(device);
+    kb::drv::ScopedDevice on(device);
     CUstream s = nullptr;
     KB_CU(streamCreate, &s, non_blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT);
     stream_created(as_int(s), device);
@@ -143,21 +153,29 @@ void register_streams(py::module_& m) {
     stream_retiring(h);   // later consumers of its work wait on an event, never on the dead handle
     KB_CU(streamDestroy, as_stream(h));
   }, py::arg("handle"));
-  m.def("stream_synchronize", [](uint64_t h) {
-    sync_released(require().streamSynchronize, as_stream(h), "streamSynchronize");
+  m.def("stream_synchronize", [](uint64_t h, int device) {
+    {
+      MaybeOnDevice on(device);
+      sync_released(require().streamSynchronize, as_stream(h), "streamSynchronize");
+    }
     poll_keepalive();
-  }, py::arg("handle"), "cuStreamSynchronize with the GIL released (fault records: take_faults).");
-  m.def("stream_query", [](uint64_t h) {
+  }, py::arg("handle"), py::arg("device") = -1,
+     "cuStreamSynchronize with the GIL released (fault records: take_faults); device >= 0: in that "
+     "device's context (a default stream 0-2 is that device's).");
+  m.def("stream_query", [](uint64_t h, int device) {
+    MaybeOnDevice on(device);
     CUresult r = require().streamQuery(as_stream(h));
     if (r == CUDA_ERROR_NOT_READY) return false;
     check(r, "streamQuery");
     return true;
-  }, py::arg("handle"));
-  m.def("stream_wait_event", [](uint64_t s, uint64_t e) {
+  }, py::arg("handle"), py::arg("device") = -1, "cuStreamQuery; device >= 0: in that device's context.");
+  m.def("stream_wait_event", [](uint64_t s, uint64_t e, int device) {
+    MaybeOnDevice on(device);
     KB_CU(streamWaitEvent, as_stream(s), as_event(e), 0);
-  }, py::arg("stream"), py::arg("event"));
+  }, py::arg("stream"), py::arg("event"), py::arg("device") = -1,
+     "cuStreamWaitEvent; device >= 0: in the stream's device's context (a default stream 0-2 is its).");
   m.def("device_synchronize", [](int device) {
-    kb::drv::ensure_current(device);
+    kb::drv::ScopedDevice on(device);
     CUresult r;
     {
       py::gil_scoped_release nogil;
@@ -168,14 +186,17 @@ void register_streams(py::module_& m) {
   }, py::arg("device"));
 
   m.def("event_create", [](int device, bool timing) {
-    kb::drv::ensure_current(device);
+    kb::drv::ScopedDevice on(device);
     CUevent e = nullptr;
     KB_CU(eventCreate, &e, timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING);
     return as_int(e);
   }, py::arg("device"), py::arg("timing") = true);
   m.def("event_destroy", [](uint64_t e) { KB_CU(eventDestroy, as_event(e)); }, py::arg("event"));
-  m.def("event_record", [](uint64_t e, uint64_t s) { KB_CU(eventRecord, as_event(e), as_stream(s)); },
-        py::arg("event"), py::arg("stream"));
+  m.def("event_record", [](uint64_t e, uint64_t s, int device) {
+    MaybeOnDevice on(device);
+    KB_CU(eventRecord, as_event(e), as_stream(s));
+  }, py::arg("event"), py::arg("stream"), py::arg("device") = -1,
+     "cuEventRecord; device >= 0: in that device's context (event and stream must both be its).");
   m.def("event_query", [](uint64_t e) {
     CUresult r = require().eventQuery(as_event(e));
     if (r == CUDA_ERROR_NOT_READY) return false;
@@ -197,13 +218,16 @@ void register_streams(py::module_& m) {
     return ms;
   }, py::arg("start"), py::arg("end"));
 
-  m.def("capture_begin", [](uint64_t s) {
+  m.def("capture_begin", [](uint64_t s, int device) {
     if (s == 0) throw py::value_error("the legacy default stream (handle 0) cannot be captured");
     if (stream_captured(s)) throw py::value_error("stream is already being captured");
+    MaybeOnDevice on(device);
     reserve_fault_records(256);   // launches inside the capture must not allocate pinned memory
     KB_CU(streamBeginCapture, as_stream(s), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     g_captures.push_back(Capture{s, py::list()});
-  }, py::arg("stream"), "cuStreamBeginCapture (thread-local mode) and open the keepalive registry.");
+  }, py::arg("stream"), py::arg("device") = -1,
+     "cuStreamBeginCapture (thread-local mode) and open the keepalive registry; device >= 0: in that "
+     "device's context.");
   m.def("capture_end", [](uint64_t s, bool instantiate) {
     py::list objs;
     py::list uses;
@@ -237,9 +261,16 @@ void register_streams(py::module_& m) {
     KB_CU(streamIsCapturing, as_stream(s), &st);
     return st != CU_STREAM_CAPTURE_STATUS_NONE;
   }, py::arg("stream"));
-  m.def("graph_launch", [](uint64_t exec, uint64_t s) {
+  m.def("graph_launch", [](uint64_t exec, uint64_t s, int device) {
+    MaybeOnDevice on(device);
     KB_CU(graphLaunch, reinterpret_cast<CUgraphExec>(static_cast<uintptr_t>(exec)), as_stream(s));
-  }, py::arg("graph_exec"), py::arg("stream"));
+  }, py::arg("graph_exec"), py::arg("stream"), py::arg("device") = -1,
+     "cuGraphLaunch; device >= 0: in that device's context (a default stream 0-2 is that device's).");
+  m.def("keep_until_complete", [](uint64_t s, int device, py::list objs) {
+    kb::drv::ScopedDevice on(device);
+    keep_until_complete(s, device, std::move(objs));
+  }, py::arg("stream"), py::arg("device"), py::arg("objects"),
+     "Keep `objects` alive until the work queued so far on `stream` (of `device`) completes.");
   m.def("graph_destroy", [](uint64_t graph, uint64_t exec) {
     if (exec) KB_CU(graphExecDestroy, reinterpret_cast<CUgraphExec>(static_cast<uintptr_t>(exec)));
     if (graph) KB_CU(graphDestroy, reinterpret_cast<CUgraph>(static_cast<uintptr_t>(graph)));

@@ -120,20 +120,20 @@ class SimtKernel:
         return launcher
 
     # ------------------------------------------------------------------ launches
-    def _miss(self, args: tuple) -> Any:
-        """Dispatcher miss: specialise for these arguments and return the native Launcher."""
+    def _miss(self, args: tuple, device: int | None = None) -> Any:
+        """Dispatcher miss: specialise for these arguments on the launch's device (its arch) and return
+        that device's native Launcher."""
         import bridge
-        from bridge.device import current_device
-        cc = current_device().cc
-        ck = self.compile(*args, arch=f"sm_{cc[0]}{cc[1]}")
+        dev = bridge.Device(device) if device is not None else bridge.current_device()
+        ck = self.compile(*args, arch=dev.arch)
         specialised(self, self.__name__, self.signature(*args), ck.metadata.get("arch"))   # dsl/observe.py
-        return bridge.kernel_from_ptx(ck.ptx, ck.name, ck.contract_json).launcher
+        return bridge.kernel_from_ptx(ck.ptx, ck.name, ck.contract_json, device=dev.ordinal).launcher
 
     @property
     def dispatcher(self) -> Any:
         if self._dispatcher is None:
             from bridge import _native
-            self._dispatcher = _native.Dispatcher(self._miss)
+            self._dispatcher = _native.Dispatcher(self._miss, pass_device=True)   # the device is in the key
         return self._dispatcher
 
     def __call__(self, *args: Any, **kw: Any) -> None:

@@ -294,13 +294,14 @@ class TileKernel:
         ck = self.compile(args, arch)
         return inspect_ptx(self.name, ck.name, ck.ptx, ck.contract_json, ck.metadata, ck.metadata["arch"])
 
-    def _miss(self, args: tuple) -> Any:
-        """Dispatcher miss: specialise for these arguments, compile (disk cache first), return the
-        native Launcher (the Dispatcher keeps it)."""
+    def _miss(self, args: tuple, device: int | None = None) -> Any:
+        """Dispatcher miss: specialise for these arguments on the launch's device (its arch), compile
+        (disk cache first), return that device's native Launcher (the Dispatcher keeps it)."""
         import bridge
-        ck = self.compile(args, bridge.current_device().arch)
+        dev = bridge.Device(device) if device is not None else bridge.current_device()
+        ck = self.compile(args, dev.arch)
         specialised(self, self.name, (*self.signature(args), self.facts(args)), ck.metadata.get("arch"))  # observe
-        return bridge.kernel_from_ptx(ck.ptx, ck.name, ck.contract_json).launcher
+        return bridge.kernel_from_ptx(ck.ptx, ck.name, ck.contract_json, device=dev.ordinal).launcher
 
     @property
     def dispatcher(self) -> Any:
@@ -308,7 +309,8 @@ class TileKernel:
             plan = [_CONSTANT if s.kind == "const" else _PARTITION if s.kind == "partition" else _PASS
                     for s in self.specs]
             self._dispatcher = _native.Dispatcher(self._miss, plan=plan, key_div8=True,
-                                                  names=[s.name for s in self.specs], kernel=self.name)
+                                                  names=[s.name for s in self.specs], kernel=self.name,
+                                                  pass_device=True)   # the device is in the key
         return self._dispatcher
 
     def __call__(self, *args, **kw) -> None:

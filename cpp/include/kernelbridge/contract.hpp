@@ -113,6 +113,8 @@ struct DeviceLimits {
   int64_t smem_per_block_optin = 49152;
   int sm_count = 0;
   bool host_memory = false;        // the CPU simulator: host arrays stand in for device memory
+  // Bit d set: memory on cuda:d is accepted too (the launch enabled peer access from device_id to d).
+  uint64_t peer_mask = 0;
 };
 
 struct FuncAttrs {

@@ -147,7 +147,9 @@ inline Error check_array(const LaunchContract& c, int k, const ArgValue& v, cons
   bool device_ok = dev.host_memory
                        ? (a.device_type == DeviceType::cpu || a.device_type == DeviceType::cuda_host)
                        : a.device_type == DeviceType::cuda_managed ||
-                             (a.device_type == DeviceType::cuda && a.device_id == dev.device_id);
+                             (a.device_type == DeviceType::cuda &&
+                              (a.device_id == dev.device_id ||
+                               (a.device_id >= 0 && a.device_id < 64 && ((dev.peer_mask >> a.device_id) & 1u))));
   if (!device_ok)
     return arg_error(c, k, ErrorCode::device_mismatch,
                      dev.host_memory ? std::string("host memory (a NumPy array) for the simulator")
