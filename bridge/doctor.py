@@ -33,6 +33,7 @@ SETTINGS: dict[str, str] = {
     "KB_CACHE": "DSL disk cache on/off", "KB_CACHE_DIR": "DSL disk cache directory",
     "KB_DUMP": "DSL compiler stages dumped", "KB_DUMP_DIR": "directory of DSL stage dumps",
     "KB_SIMULATE": "run DSL kernels on the CPU simulator", "KB_REQUIRE_GPU": "tests: skipped GPU tests fail",
+    "KB_REQUIRE_GPUS": "tests: skipped multi-GPU tests fail",
     "KB_TEST_SEED": "tests: random seed", "KB_SANITIZER": "gpu_check: compute-sanitizer tools to run",
     "KB_MAX_SPECIALISATIONS": "specialisations of one DSL kernel before a warning",
     "KB_NVTX": "NVTX ranges per launch", "KB_LINEINFO": "PTX line tables of DSL kernels (0: off)", "KB_FAST_INTAKE": "fast torch/CuPy intake paths (0: off)", "KB_FUZZ_SECONDS": "fuzz: seconds per target",

@@ -113,10 +113,10 @@ def no_gpu_launcher(monkeypatch):
     """Lets a Dispatcher miss run on this machine: the device is an sm_90 stand-in and the module
     load returns a token instead of a Launcher (the compile, the signature and the hook are real)."""
     token = object()
-    dev = SimpleNamespace(cc=(9, 0), arch="sm_90")
+    dev = SimpleNamespace(cc=(9, 0), arch="sm_90", ordinal=0)
     monkeypatch.setattr(bridge.device, "current_device", lambda *a: dev)
     monkeypatch.setattr(bridge, "current_device", lambda *a: dev)
-    monkeypatch.setattr(bridge, "kernel_from_ptx", lambda ptx, name, contract: SimpleNamespace(launcher=token))
+    monkeypatch.setattr(bridge, "kernel_from_ptx", lambda ptx, name, contract, device=None: SimpleNamespace(launcher=token))
     return token
 
 
