@@ -80,8 +80,11 @@ class Report:
         self.rows.append({"name": name, "value": value, "unit": unit, **extra})
 
     def bar(self, name: str, ours: float, peer: float, *, higher_is_better: bool, bar: float,
-            peer_name: str) -> None:
-        ratio = ours / peer if higher_is_better else peer / ours
+            peer_name: str, ratio: float | None = None) -> None:
+        """`ratio`, when given, is a paired statistic (e.g. the median of per-round ratios) that judges
+        the bar instead of the ratio of the two medians shown in the ours/peer columns."""
+        if ratio is None:
+            ratio = ours / peer if higher_is_better else peer / ours
         self.bars.append({"name": name, "ours": ours, "peer": peer, "ratio": ratio,
                           "bar": f">= {bar:g}x {peer_name}", "pass": ratio >= bar})
 

@@ -296,6 +296,14 @@ void from_array_base(PyObject* obj, kb::ArrayView& view, IntakeInfo& info) {
 void from_cupy(PyObject* obj, kb::ArrayView& view, IntakeInfo& info, IntakeMemo* memo) {
   KB_NAME(s_data, "data"); KB_NAME(s_ptr, "ptr"); KB_NAME(s_device_id, "device_id");
   KB_NAME(s_shape, "shape"); KB_NAME(s_strides, "strides"); KB_NAME(s_dtype, "dtype");
+  info.keepalive = py::reinterpret_borrow<py::object>(obj);
+  info.has_producer_stream = true;
+  PyObject* dtype = nullptr;
+  if (fast::cupy_view(obj, view, dtype)) {      // the C fields: no Python attribute reads
+    view.dtype = numpy_dtype(dtype);
+    info.producer_stream = cupy_current_stream(view.device_id, memo);
+    return;
+  }
   py::object mem = attr(obj, s_data);
   view = kb::ArrayView{};
   view.dtype = numpy_dtype(attr(obj, s_dtype).ptr());
@@ -304,8 +312,6 @@ void from_cupy(PyObject* obj, kb::ArrayView& view, IntakeInfo& info, IntakeMemo*
   view.device_id = static_cast<int32_t>(as_i64(attr(mem.ptr(), s_device_id).ptr(), "cupy .data.device_id"));
   view.ndim = read_ints(attr(obj, s_shape).ptr(), view.shape, "cupy ndarray shape");
   read_ints(attr(obj, s_strides).ptr(), view.strides, "cupy ndarray strides");
-  info.keepalive = py::reinterpret_borrow<py::object>(obj);
-  info.has_producer_stream = true;
   info.producer_stream = cupy_current_stream(view.device_id, memo);
 }
 

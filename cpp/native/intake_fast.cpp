@@ -1,5 +1,5 @@
-// Fast intake paths (see intake_fast.hpp): torch tensors through the AOTInductor C shim, current
-// streams of torch and CuPy through their C entry points. Resolved once per process, at first use.
+// Fast intake paths (see intake_fast.hpp): torch tensors through the AOTInductor C shim, CuPy arrays
+// through their self-checked C fields, current streams of torch and CuPy through their C entry points. Resolved once per process, at first use.
 #include "intake_fast.hpp"
 
 #include <dlfcn.h>
@@ -228,6 +228,162 @@ void resolve_cupy_stream() {
   }
 }
 
+// ---- CuPy ndarray metadata -------------------------------------------------------------------------
+// CuPy 14.2 has no C API for ndarray metadata; its Cython classes keep them in C fields: the ndarray
+// (`_ndarray_base`) holds `std::vector<Py_ssize_t>` shape and byte strides, the dtype object and the
+// MemoryPointer, which holds `intptr_t ptr`, `int device_id` and the memory owner. Their offsets are
+// found once on probe arrays we make (only pointer/length comparisons before any dereference), then
+// every field of three differently shaped probes must read as CuPy's attributes say; otherwise the path
+// stays off. Nothing is cached per object: an array reshaped in place is read again at the next launch.
+
+struct StdVec {        // the three pointers of a libstdc++/libc++ std::vector<int64_t>
+  const int64_t* begin;
+  const int64_t* end;
+  const int64_t* cap;
+};
+
+struct CupyLayout {
+  State state = State::unresolved;
+  std::string why;
+  PyTypeObject* ndarray = nullptr;     // cupy.ndarray (exact type; subclasses take the attributes)
+  PyTypeObject* memptr = nullptr;      // cupy.cuda.MemoryPointer
+  Py_ssize_t shape = -1, strides = -1, dtype = -1, data = -1;   // offsets in the ndarray
+  Py_ssize_t ptr = -1, device_id = -1;                          // offsets in the MemoryPointer
+};
+CupyLayout& g_layout = *new CupyLayout();   // documented process-wide cache of the resolved offsets
+
+template <class T>
+T field(PyObject* obj, Py_ssize_t off) {
+  T v;
+  std::memcpy(&v, reinterpret_cast<const char*>(obj) + off, sizeof v);
+  return v;
+}
+
+// A plausible vector of `n` elements, judged from its three pointers alone (nothing is dereferenced).
+bool vector_of(const StdVec& v, int64_t n) {
+  if (v.end - v.begin != n || v.cap < v.end) return false;
+  if (n == 0) return true;
+  return v.begin != nullptr && (reinterpret_cast<uintptr_t>(v.begin) & 7) == 0 && v.cap - v.begin < (1 << 20);
+}
+
+// What CuPy's own attributes say about a probe (not the code under test).
+struct CupyFacts {
+  std::vector<int64_t> shape, strides;
+  PyObject* dtype;
+  PyObject* data;
+  PyObject* mem;
+  intptr_t ptr;
+  int device_id;
+};
+
+CupyFacts cupy_facts(py::handle a) {
+  CupyFacts f;
+  for (py::handle d : py::tuple(a.attr("shape"))) f.shape.push_back(d.cast<int64_t>());
+  for (py::handle d : py::tuple(a.attr("strides"))) f.strides.push_back(d.cast<int64_t>());
+  f.dtype = a.attr("dtype").ptr();
+  py::object data = a.attr("data");
+  f.data = data.ptr();
+  f.mem = data.attr("mem").ptr();
+  f.ptr = data.attr("ptr").cast<intptr_t>();
+  f.device_id = data.attr("device_id").cast<int>();
+  return f;                                   // the probes keep every object alive
+}
+
+// Offsets of 8-byte slots of `obj` (below `size`) that hold exactly `value`.
+std::vector<Py_ssize_t> slots_holding(PyObject* obj, Py_ssize_t size, uintptr_t value) {
+  std::vector<Py_ssize_t> out;
+  for (Py_ssize_t off = sizeof(PyObject); off + 8 <= size; off += 8)
+    if (field<uintptr_t>(obj, off) == value) out.push_back(off);
+  return out;
+}
+
+Py_ssize_t vector_slot(PyObject* obj, Py_ssize_t size, const std::vector<int64_t>& want) {
+  for (Py_ssize_t off = sizeof(PyObject); off + Py_ssize_t(sizeof(StdVec)) <= size; off += 8) {
+    StdVec v = field<StdVec>(obj, off);
+    if (vector_of(v, static_cast<int64_t>(want.size())) && std::equal(want.begin(), want.end(), v.begin))
+      return off;
+  }
+  return -1;
+}
+
+bool read_layout(PyObject* obj, kb::ArrayView& v, PyObject*& dtype) {
+  const CupyLayout& L = g_layout;
+  PyObject* data = field<PyObject*>(obj, L.data);
+  dtype = field<PyObject*>(obj, L.dtype);
+  if (data == nullptr || dtype == nullptr || Py_TYPE(data) != L.memptr) return false;
+  StdVec sh = field<StdVec>(obj, L.shape), st = field<StdVec>(obj, L.strides);
+  int64_t n = sh.end - sh.begin;
+  if (n < 0 || n > kMaxDims || !vector_of(sh, n) || !vector_of(st, n)) return false;   // attributes raise
+  v = kb::ArrayView{};
+  v.ndim = static_cast<int32_t>(n);
+  for (int k = 0; k < v.ndim; ++k) {
+    v.shape[k] = sh.begin[k];
+    v.strides[k] = st.begin[k];
+  }
+  v.ptr = static_cast<uint64_t>(field<intptr_t>(data, L.ptr));
+  v.device_type = kb::DeviceType::cuda;
+  v.device_id = field<int>(data, L.device_id);
+  return true;
+}
+
+bool layout_reads_as(py::handle probe, const CupyFacts& f) {
+  kb::ArrayView v{};
+  PyObject* dtype = nullptr;
+  return read_layout(probe.ptr(), v, dtype) && dtype == f.dtype && v.ptr == static_cast<uint64_t>(f.ptr) &&
+         v.device_id == f.device_id && static_cast<size_t>(v.ndim) == f.shape.size() &&
+         std::equal(f.shape.begin(), f.shape.end(), v.shape) &&
+         std::equal(f.strides.begin(), f.strides.end(), v.strides);
+}
+
+std::string find_layout(py::module_& cp) {
+  CupyLayout& L = g_layout;
+  py::object base = cp.attr("empty")(py::make_tuple(6, 10, 14), "float32");
+  // shape (11, 4, 4), byte strides (4, 560, 168): no value of one is a value of the other
+  py::object probe = base.attr("transpose")(2, 0, 1)[py::make_tuple(py::slice(1, 12, 1), py::slice(1, 5, 1),
+                                                                     py::slice(0, 10, 3))];
+  py::object line = cp.attr("empty")(py::make_tuple(9), "float64")[py::slice(2, 9, 1)];
+  py::object scalar = cp.attr("empty")(py::tuple(), "int16");
+  CupyFacts f = cupy_facts(probe);
+  PyObject* a = probe.ptr();
+  if (Py_TYPE(a) != L.ndarray) return "cupy.empty does not return an exact cupy.ndarray";
+  L.memptr = Py_TYPE(f.data);
+  Py_ssize_t size = Py_TYPE(a)->tp_basicsize, msize = L.memptr->tp_basicsize;
+  auto dt = slots_holding(a, size, reinterpret_cast<uintptr_t>(f.dtype));
+  auto da = slots_holding(a, size, reinterpret_cast<uintptr_t>(f.data));
+  auto pt = slots_holding(f.data, msize, static_cast<uintptr_t>(f.ptr));
+  auto me = slots_holding(f.data, msize, reinterpret_cast<uintptr_t>(f.mem));
+  if (dt.size() != 1 || da.size() != 1) return "the dtype/data fields of an ndarray were not found once";
+  // MemoryPointer: intptr_t ptr, int device_id, then the owner: device_id is the one field in between
+  if (pt.size() != 1 || me.size() != 1 || me[0] != pt[0] + 16) return "the MemoryPointer layout is not ptr, device_id, mem";
+  L.dtype = dt[0];
+  L.data = da[0];
+  L.ptr = pt[0];
+  L.device_id = pt[0] + 8;
+  L.shape = vector_slot(a, size, f.shape);
+  L.strides = vector_slot(a, size, f.strides);
+  if (L.shape < 0 || L.strides < 0) return "the shape/strides vectors of an ndarray were not found";
+  for (py::handle p : {probe, line, scalar})
+    if (!layout_reads_as(p, cupy_facts(p))) return "self-check failed: a probe array read differently from its attributes";
+  return "";
+}
+
+void resolve_cupy_layout() {
+  CupyLayout& L = g_layout;
+  L.state = State::off;
+  if (env_disabled()) { L.why = "KB_FAST_INTAKE disables it"; return; }
+  try {
+    py::module_ cp = py::module_::import("cupy");
+    std::string version = py::str(cp.attr("__version__"));
+    L.ndarray = reinterpret_cast<PyTypeObject*>(py::object(cp.attr("ndarray")).release().ptr());
+    std::string failed = find_layout(cp);
+    if (!failed.empty()) { L.why = "CuPy " + version + ": " + failed; return; }
+    L.state = State::on;
+    L.why = "CuPy " + version + " ndarray/MemoryPointer fields (self-checked)";
+  } catch (py::error_already_set& e) {
+    L.why = std::string("could not be resolved: ") + e.what();
+  }
+}
+
 bool g_torch_enabled = true;
 bool g_cupy_enabled = true;
 
@@ -256,6 +412,14 @@ bool torch_stream(int dev, uint64_t& out) {
   return true;
 }
 
+bool cupy_view(PyObject* obj, kb::ArrayView& view, PyObject*& dtype) {
+  if (!g_cupy_enabled) return false;
+  CupyLayout& L = g_layout;
+  if (L.state == State::unresolved) resolve_cupy_layout();
+  if (L.state != State::on || Py_TYPE(obj) != L.ndarray) return false;
+  return read_layout(obj, view, dtype);
+}
+
 bool cupy_stream(int dev, uint64_t& out) {
   if (!g_cupy_enabled) return false;
   CupyStream& c = g_cupy;
@@ -273,6 +437,7 @@ void register_fast_intake(py::module_& m) {
     d["torch"] = py::make_tuple(g_torch_enabled ? state_name(g_torch.state) : "disabled", g_torch.why);
     d["torch_stream"] = py::make_tuple(g_torch_enabled ? state_name(g_torch.stream_state) : "disabled",
                                        g_torch.stream_why);
+    d["cupy"] = py::make_tuple(g_cupy_enabled ? state_name(g_layout.state) : "disabled", g_layout.why);
     d["cupy_stream"] = py::make_tuple(g_cupy_enabled ? state_name(g_cupy.state) : "disabled", g_cupy.why);
     return d;
   }, "For each fast intake path: (state, how it was resolved or why it is off). States: on, off, "
