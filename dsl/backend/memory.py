@@ -117,7 +117,7 @@ class MemoryMixin:
     def visit_Store(self, s: N.Store) -> None:
         arr: ArrayVal = self.expr(s.array)
         idx = [self.expr(i) for i in s.indices]
-        if s.mode == "guarded" and not self.is_known(arr, s.indices):
+        if s.mode == "guarded" and not s.proven and not self.is_known(arr, s.indices):
             ok_bb, end = self.new_block("store.inrange"), self.new_block("store.end")
             self.st.b.cbranch(self.in_range(arr, idx), ok_bb, end)
             self.st.b.position_at_end(ok_bb)
@@ -134,7 +134,7 @@ class MemoryMixin:
 
     def visit_GuardedRegion(self, s: N.GuardedRegion) -> None:
         arr: ArrayVal = self.expr(s.array)
-        if self.is_known(arr, s.indices):
+        if s.proven or self.is_known(arr, s.indices):
             self._body(s.body)
             return
         idx = [self.expr(i) for i in s.indices]
