@@ -76,7 +76,7 @@ def build_options(options: KernelOptions, arch: str):
     from dsl.backend.target import parse_arch
     pairs = frozenset(frozenset(p) for p in options.inplace)
     return BuildOptions(arch_cc=parse_arch(arch), fastmath=options.fastmath, inplace=pairs,
-                        lineinfo=options.lineinfo)
+                        lineinfo=options.lineinfo, requires=tuple(options.requires))
 
 
 def _llvm_ir(fn, ctx: CompileContext):

@@ -59,6 +59,7 @@ class BuildOptions:
     inplace: frozenset[frozenset[str]] = frozenset()   # parameter-name pairs that may overlap
     invariant_loads: bool = True      # mark loads of read-only, non-overlapping arrays !invariant.load
     lineinfo: bool = False            # emit line tables (.file/.loc); off: the PTX has no debug trace
+    requires: tuple[str, ...] = ()    # the kernel's `requires=` relations (checked before every launch)
 
 
 class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
@@ -138,8 +139,30 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
             rec = next(args)
             rec.name = "fault_record"
             self.st.fault_record = rec
+        self._share_equal_extents(fn)
         self._body(fn.body)
         self._finish_void()
+
+    def _share_equal_extents(self, fn: N.Function) -> None:
+        """An extent that a `requires=` equality (`u.shape == out.shape`, `len(a) == len(b)`) makes
+        equal to an earlier array parameter's extent is read from that parameter. The launch contract
+        checks the relation before every launch (the frontend's range proofs already rely on it), so
+        the values are the same; sharing one LLVM value lets the optimiser see it: two C-layout arrays
+        of one shape get one row-major offset (one multiply, one address) and one bounds compare."""
+        if not self.opts.requires:
+            return
+        from dsl.frontend.proofs import Relations
+        arrays = [(p, self.st.params[p]) for p in fn.params if isinstance(p.type, ArrayType)]
+        rel = Relations(self.opts.requires, {p.name: p.type.ndim for p, _ in arrays})
+        for j, (p, val) in enumerate(arrays):
+            for k in range(p.type.ndim):
+                here = (p.name, k)
+                for q, earlier in arrays[:j]:
+                    same = [a for a in range(q.type.ndim)
+                            if rel.at_most(here, (q.name, a)) and rel.at_most((q.name, a), here)]
+                    if same:
+                        val.extents[k] = earlier.extents[same[0]]
+                        break
 
     def _kernel_array(self, p: N.Param, args) -> ArrayVal:
         t: ArrayType = p.type

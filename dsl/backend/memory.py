@@ -16,7 +16,7 @@ from dsl.backend import lltypes as T
 from dsl.backend.errors import CodegenError
 from dsl.backend.values import ArrayVal, SlotVal
 from dsl.ir import nodes as N
-from dsl.ir.types import ArrayType, ChunkType, ScalarType
+from dsl.ir.types import INDEX, ArrayType, ChunkType, ScalarType
 
 # struct { u32 flag; u32 site; i64 index; i64 extent; } — see docs/architecture.md
 FAULT_SITE_OFFSET, FAULT_INDEX_OFFSET, FAULT_EXTENT_OFFSET = 4, 8, 16
@@ -25,7 +25,8 @@ DYNAMIC_SMEM_SYMBOL = "__kb_dynamic_smem"
 
 class MemoryMixin:
     # ------------------------------------------------------------------ addressing
-    def element_ptr(self, arr: ArrayVal, idx: list[ir.Value]) -> ir.Value:
+    def element_offset(self, arr: ArrayVal, idx: list[ir.Value]) -> ir.Value:
+        """Element offset of `idx` (row-major from the extents, or from the strides)."""
         b = self.st.b
         if arr.type.layout == "C" or arr.type.space == "shared":
             off = idx[0]
@@ -35,7 +36,44 @@ class MemoryMixin:
             off = b.mul(idx[0], arr.strides[0])
             for i, s in zip(idx[1:], arr.strides[1:]):
                 off = b.add(off, b.mul(i, s))
+        return off
+
+    def element_ptr(self, arr: ArrayVal, idx: list[ir.Value],
+                    parts: tuple[list[ir.Value], list[int]] | None = None) -> ir.Value:
+        """Address of arr[idx]. With `parts` (each index as base + constant, see index_parts) the
+        offset is offset(bases) + offset(constants): `u[r - 1, c]`, `u[r, c + 1]` and `out[r, c]` then
+        share one `r * cols + c` and differ by `-cols`, `+1`: one multiply for a whole stencil, as a
+        C++ programmer's `k = r * cols + c; u[k - cols]` gives. Integers wrap, so this is the same
+        offset exactly (the identity holds modulo 2**64)."""
+        b = self.st.b
+        if parts is not None and any(parts[1]):
+            bases, consts = parts
+            off = self.element_offset(arr, bases)
+            extra = self.element_offset(arr, [ir.Constant(T.I64, c & ((1 << 64) - 1)) for c in consts])
+            off = b.add(off, extra)
+        else:
+            off = self.element_offset(arr, idx)
         return b.gep(arr.ptr, [off], inbounds=True, source_etype=T.memory(arr.type.dtype))
+
+    def index_parts(self, indices: list[N.Expr]) -> tuple[list[ir.Value], list[int]]:
+        """Each 64-bit index `x + c` / `x - c` / `c + x` (c an integer constant, peeled repeatedly) as
+        (value of x, c); other indices as (value, 0). Narrower arithmetic under a cast is left whole
+        (it wraps at its own width)."""
+        bases, consts = [], []
+        for e in indices:
+            d = 0
+            while isinstance(e, N.BinOp) and e.op in ("add", "sub") and e.type == INDEX:
+                if _int_const(e.rhs):
+                    d += e.rhs.value if e.op == "add" else -e.rhs.value
+                    e = e.lhs
+                elif e.op == "add" and _int_const(e.lhs):
+                    d += e.lhs.value
+                    e = e.rhs
+                else:
+                    break
+            bases.append(self.expr(e))
+            consts.append(d)
+        return bases, consts
 
     def in_range(self, arr: ArrayVal, idx: list[ir.Value]) -> ir.Value:
         b = self.st.b
@@ -89,10 +127,10 @@ class MemoryMixin:
         b.unreachable()
 
     # ------------------------------------------------------------------ loads and stores
-    def load_elem(self, arr: ArrayVal, idx: list[ir.Value]) -> ir.Value:
+    def load_elem(self, arr: ArrayVal, idx: list[ir.Value], parts=None) -> ir.Value:
         b = self.st.b
         dt = arr.type.dtype
-        ld = b.load(self.element_ptr(arr, idx), typ=T.memory(dt), align=dt.itemsize)
+        ld = b.load(self.element_ptr(arr, idx, parts), typ=T.memory(dt), align=dt.itemsize)
         if arr.invariant and self.opts.invariant_loads:
             if self._invariant_md is None:
                 self._invariant_md = self.module.add_metadata([])
@@ -101,40 +139,40 @@ class MemoryMixin:
             return b.icmp_unsigned("!=", ld, ir.Constant(T.I8, 0))
         return ld
 
-    def store_elem(self, arr: ArrayVal, idx: list[ir.Value], val: ir.Value) -> None:
+    def store_elem(self, arr: ArrayVal, idx: list[ir.Value], val: ir.Value, parts=None) -> None:
         dt = arr.type.dtype
         if dt.kind == "bool":
             val = self.st.b.zext(val, T.I8)
-        self.st.b.store(val, self.element_ptr(arr, idx), align=dt.itemsize)
+        self.st.b.store(val, self.element_ptr(arr, idx, parts), align=dt.itemsize)
 
     def visit_Load(self, e: N.Load):
         arr: ArrayVal = self.expr(e.array)
         idx = [self.expr(i) for i in e.indices]
         if e.check == "fault" and not self.is_known(arr, e.indices):
             self.check_or_fault(arr, idx, e.site)
-        return self.load_elem(arr, idx)
+        return self.load_elem(arr, idx, self.index_parts(e.indices))
 
     def visit_Store(self, s: N.Store) -> None:
         arr: ArrayVal = self.expr(s.array)
         idx = [self.expr(i) for i in s.indices]
-        if s.mode == "guarded" and not self.is_known(arr, s.indices):
+        if s.mode == "guarded" and not s.proven and not self.is_known(arr, s.indices):
             ok_bb, end = self.new_block("store.inrange"), self.new_block("store.end")
             self.st.b.cbranch(self.in_range(arr, idx), ok_bb, end)
             self.st.b.position_at_end(ok_bb)
-            self.store_elem(arr, idx, self.expr(s.value))
+            self.store_elem(arr, idx, self.expr(s.value), self.index_parts(s.indices))
             self.st.b.branch(end)
             self.st.b.position_at_end(end)
             return
         if s.mode == "checked" and not self.is_known(arr, s.indices):
             self.check_or_fault(arr, idx, s.site)
-        self.store_elem(arr, idx, self.expr(s.value))
+        self.store_elem(arr, idx, self.expr(s.value), self.index_parts(s.indices))
 
     def visit_ArrayLen(self, e: N.ArrayLen):
         return self.expr(e.array).extents[e.axis]
 
     def visit_GuardedRegion(self, s: N.GuardedRegion) -> None:
         arr: ArrayVal = self.expr(s.array)
-        if self.is_known(arr, s.indices):
+        if s.proven or self.is_known(arr, s.indices):
             self._body(s.body)
             return
         idx = [self.expr(i) for i in s.indices]
@@ -278,3 +316,7 @@ class MemoryMixin:
         else:
             gv.align = max(gv.align or 0, align)
         return gv
+
+
+def _int_const(e: N.Expr) -> bool:
+    return isinstance(e, N.Const) and isinstance(e.value, int) and not isinstance(e.value, bool)

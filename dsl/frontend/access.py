@@ -189,17 +189,20 @@ class AccessMixin:
         loc = self.loc(node)
         name = array_name(base.expr)
         if mode == "guarded":
+            # Proven in range here (e.g. inside `if 0 < r < u.shape[0] - 1 ...` with u.shape == out.shape):
+            # the guard can never fail, so the backend emits no test (the semantics are unchanged).
+            proven = self.proven(base, exprs)
             saved_block, saved_facts = self.block, self.facts
             self.block, self.facts = [], self.guard_facts(name, exprs)
             self.guarded_depth = getattr(self, "guarded_depth", 0) + 1
             try:
                 value = self.store_value(base, exprs, value_fn, node, target)
-                self.emit(ir.Store(base.expr, exprs, value, "guarded", 0, loc))
+                self.emit(ir.Store(base.expr, exprs, value, "guarded", 0, loc, proven=proven))
                 body = self.block
             finally:
                 self.block, self.facts = saved_block, saved_facts
                 self.guarded_depth -= 1
-            self.emit(ir.GuardedRegion(base.expr, exprs, body, loc))
+            self.emit(ir.GuardedRegion(base.expr, exprs, body, loc, proven=proven))
             return
         if mode == "owned":
             value = self.store_value(base, exprs, value_fn, node, target)

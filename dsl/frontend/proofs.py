@@ -233,6 +233,9 @@ def in_range(facts: Facts, rel: Relations, idx: ir.Expr, array: str, axis: int,
     key = index_key(idx)
     if key is None:
         return False
+    if shifted is None and key[0] != "bin" and static_extent is None and \
+            _offset_in_range(facts, rel, key, 0, array, axis, None):
+        return True      # `r < u.shape[0] - 1` bounds r itself by u.shape[0] (and out.shape[0] if equal)
     if key[0] == "bin":
         # Every term non-negative and the sum/product provably below 2**(bits-1): no wrap-around,
         # so the value the guard compared is the value used here.

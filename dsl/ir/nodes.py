@@ -317,13 +317,16 @@ class Assign(Stmt):
 class Store(Stmt):
     """array[indices] = value.
     mode: "guarded" (skip silently when out of range: DisjointSlice at a ThreadIndex/owned index),
-          "checked" (run-time check → fault site `site`), "unchecked" (proven or boundscheck=False)."""
+          "checked" (run-time check → fault site `site`), "unchecked" (proven or boundscheck=False).
+    proven: a "guarded" store whose indices the frontend proved in range (the test would always pass,
+    so the backend emits none; the simulator still tests and reports a wrong proof)."""
     array: Expr
     indices: list[Expr]
     value: Expr
     mode: str
     site: int
     loc: Loc = NOLOC
+    proven: bool = False
 
 
 @dataclass(eq=False)
@@ -337,11 +340,15 @@ class SlotSet(Stmt):
 @dataclass(eq=False)
 class GuardedRegion(Stmt):
     """Run `body` only when every index in `indices` is within `array`'s extents (the guarded
-    DisjointSlice write and the loads that feed it). Threads outside do nothing, silently."""
+    DisjointSlice write and the loads that feed it). Threads outside do nothing, silently.
+    `proven`: the frontend proved the indices in range wherever the region is reached (an enclosing
+    `if r > 0 and r < u.shape[0] - 1 ...` with `requires=["u.shape == out.shape"]`): the backend runs
+    the body without a test; the simulator still tests and reports a wrong proof."""
     array: Expr
     indices: list[Expr]
     body: list[Stmt]
     loc: Loc = NOLOC
+    proven: bool = False
 
 
 @dataclass(eq=False)

@@ -121,7 +121,7 @@ class _Printer:
         elif isinstance(x, N.SlotSet):
             add(f"{pad}slot_set {self.e(x.slot)} = {self.e(x.value)}")
         elif isinstance(x, N.GuardedRegion):
-            add(f"{pad}guarded {self.e(x.array)}[{self.idx(x.indices)}]:")
+            add(f"{pad}guarded{' (proven)' if x.proven else ''} {self.e(x.array)}[{self.idx(x.indices)}]:")
             self.block(x.body, d + 1)
         elif isinstance(x, N.If):
             add(f"{pad}if {self.e(x.cond)}:")

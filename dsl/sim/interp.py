@@ -197,7 +197,10 @@ class Machine:
         sel = to_sel(mask)
         mem = self.ev(s.array, sel)
         idx = [vec(i, count(sel, self.L)) for i in self._indices(s.indices, sel)]
-        inside = self._mask_from(sel, mem.in_range(idx)) & ~self.exited
+        ok = mem.in_range(idx)
+        if s.proven:       # the GPU runs the body untested: a lane outside would be a wrong proof
+            self._require_in_range(mem, idx, ok | self.exited[self._lanes_of(sel)], s)
+        inside = self._mask_from(sel, ok) & ~self.exited
         out = self.exec_body(s.body, inside)
         return (mask & ~inside) | out
 

@@ -339,3 +339,63 @@ def test_neighbours_the_guard_does_not_cover_keep_their_checks():
     # out[i] is not proven either (no relation between u and out); look at the u sites only
     sites = sorted((s.loc.line, s.loc.col) for s in fn.fault_sites if s.array == "u")
     assert [ln for ln, _ in sites] == [right, left]
+
+
+# ---- a guarded write the enclosing guard already proves: no second test -----------------------------
+
+def regions(fn: ir.Function) -> list[ir.GuardedRegion]:
+    return nodes_of(fn, ir.GuardedRegion)
+
+
+def test_the_stencil_interior_write_is_proven_and_the_border_write_is_guarded():
+    # r < u.shape[0] - 1 and u.shape == out.shape: out[r, c] is in range, the guard could never fail
+    fn = five_point.build(np.ones((9, 7), np.float32), np.ones((9, 7), np.float32))
+    interior, border = regions(fn)
+    assert interior.proven and not border.proven
+    stores = nodes_of(fn, ir.Store)
+    assert [s.mode for s in stores] == ["guarded", "guarded"]      # still the write at the ThreadIndex
+    assert [s.proven for s in stores] == [True, False]
+
+
+@simt.kernel(domain=2, block=(16, 16, 1))
+def five_point_unrelated(u: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
+    ij = simt.thread.index_2d()
+    r = ij[0]
+    c = ij[1]
+    if r > 0 and r < u.shape[0] - 1 and c > 0 and c < u.shape[1] - 1:
+        out[ij] = u[r - 1, c] + u[r, c + 1]
+
+
+@simt.kernel(domain=2, block=(16, 16, 1), requires=["u.shape == out.shape"])
+def past_the_end(u: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
+    ij = simt.thread.index_2d()
+    r = ij[0]
+    c = ij[1]
+    if r < u.shape[0] + 1 and c < u.shape[1]:
+        out[ij] = 1.0
+
+
+@simt.kernel(domain=2, block=(16, 16, 1), requires=["len(out) <= len(u)", "u.shape[1] == out.shape[1]"])
+def wrong_direction(u: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
+    ij = simt.thread.index_2d()
+    r = ij[0]
+    c = ij[1]
+    if r < u.shape[0] - 1 and c < u.shape[1] - 1:
+        out[ij] = 1.0
+
+
+@simt.kernel(domain=2, block=(16, 16, 1), requires=["u.shape == out.shape"])
+def at_most_last(u: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
+    ij = simt.thread.index_2d()
+    r = ij[0]
+    c = ij[1]
+    if r <= u.shape[0] - 1 and c <= u.shape[1] - 1:
+        out[ij] = u[r, c]
+
+
+def test_a_guarded_write_the_facts_do_not_cover_keeps_its_guard():
+    a, b = np.ones((9, 7), np.float32), np.ones((9, 7), np.float32)
+    assert [r.proven for r in regions(five_point_unrelated.build(a, b))] == [False]   # no relation to out
+    assert [r.proven for r in regions(past_the_end.build(a, b))] == [False]           # r may be u.shape[0]
+    assert [r.proven for r in regions(wrong_direction.build(a, b))] == [False]        # out may be shorter
+    assert [r.proven for r in regions(at_most_last.build(a, b))] == [True]            # r <= len - 1

@@ -236,3 +236,25 @@ def test_vecadd_2_pow_16_speed_is_printed(rng):
     run(vecadd_ir(), [a, b, out], grid=n // 256, block=256)
     print(f"\nsimulated 2^16 vecadd in {(time.perf_counter() - t0) * 1e3:.1f} ms")
     np.testing.assert_array_equal(out, a + b)
+
+
+def test_a_region_marked_proven_that_a_lane_leaves_is_reported_not_skipped(rng):
+    # The backend emits no test for a proven GuardedRegion; the simulator still tests it, so a wrong
+    # proof shows up as an error here instead of an out-of-range write on the GPU.
+    a, out = params(("a", arr(F32)), ("out", arr(F32, writable=True)))
+    i = N.Var("i", I64)
+
+    def ir(proven: bool) -> N.Function:
+        return kernel("copy", [a, out], [
+            N.Assign(i, gid()),
+            N.GuardedRegion(P(out), [R(i)], [
+                N.Store(P(out), [R(i)], load(a, [R(i)]), "guarded", 0, proven=proven)], proven=proven)])
+
+    x = rng.standard_normal(100).astype(np.float32)
+    y = np.zeros(100, np.float32)
+    run(ir(False), [x, y], grid=1, block=128)                 # lanes 100..127 silently skip
+    np.testing.assert_array_equal(y, x)
+    with pytest.raises(SimulationError, match="outside extent 100"):
+        run(ir(True), [x, np.zeros(100, np.float32)], grid=1, block=128)
+    y = np.zeros(128, np.float32)
+    run(ir(True), [rng.standard_normal(128).astype(np.float32), y], grid=1, block=128)   # the proof holds
