@@ -23,7 +23,7 @@ from bridge import dtypes  # noqa: E402
 from bridge.array import Array, asarray, empty, empty_like, from_host, full, zeros, zeros_like  # noqa: E402
 # runtime core: devices, streams (shared with CuPy/torch), modules, kernels, graphs
 from bridge.device import Device, current_device, device_count, synchronize  # noqa: E402
-from bridge.memory import copy_peer  # noqa: E402
+from bridge.peer import copy_peer  # noqa: E402
 from bridge.stream import Event, Stream, current_stream, use_stream  # noqa: E402
 from bridge.module import Module, load_module  # noqa: E402
 from bridge.kernel import Kernel, kernel_from_ptx, unsafe_launch  # noqa: E402
