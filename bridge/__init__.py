@@ -25,8 +25,8 @@ from bridge.array import Array, asarray, empty, empty_like, from_host, full, zer
 from bridge.device import Device, current_device, device_count, synchronize  # noqa: E402
 from bridge.peer import copy_peer  # noqa: E402
 from bridge.stream import Event, Stream, current_stream, use_stream  # noqa: E402
-from bridge.module import Module, load_module  # noqa: E402
-from bridge.kernel import Kernel, kernel_from_ptx, unsafe_launch  # noqa: E402
+from bridge.module import Module, kernel_from_ptx, load_module  # noqa: E402
+from bridge.kernel import Kernel, unsafe_launch  # noqa: E402
 from bridge.graph import Graph, capture  # noqa: E402
 # profiling: opt-in NVTX ranges per launch
 from bridge.profiling import nvtx_status, set_nvtx  # noqa: E402
