@@ -22,11 +22,11 @@ from bridge.cpp_kernels import cmake_dir  # noqa: E402
 from bridge import dtypes  # noqa: E402
 from bridge.array import Array, asarray, empty, empty_like, from_host, full, zeros, zeros_like  # noqa: E402
 # runtime core: devices, streams (shared with CuPy/torch), modules, kernels, graphs
-from bridge.device import Device, current_device, device_count  # noqa: E402
-from bridge.memory import copy_peer  # noqa: E402
-from bridge.stream import Event, Stream, current_stream, synchronize, use_stream  # noqa: E402
-from bridge.module import Module, load_module  # noqa: E402
-from bridge.kernel import Kernel, kernel_from_ptx, unsafe_launch  # noqa: E402
+from bridge.device import Device, current_device, device_count, synchronize  # noqa: E402
+from bridge.peer import copy_peer  # noqa: E402
+from bridge.stream import Event, Stream, current_stream, use_stream  # noqa: E402
+from bridge.module import Module, kernel_from_ptx, load_module  # noqa: E402
+from bridge.kernel import Kernel, unsafe_launch  # noqa: E402
 from bridge.graph import Graph, capture  # noqa: E402
 # profiling: opt-in NVTX ranges per launch
 from bridge.profiling import nvtx_status, set_nvtx  # noqa: E402

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from bridge import _driver, _native, dtypes, memory
+from bridge.stream import current_stream
 
 _HOST_TYPES = (1, 3)          # kDLCPU, kDLCUDAHost
 _CUDA = 2
@@ -44,7 +45,6 @@ def _consumer_stream_for_intake() -> int:
     """Stream a DLPack producer must order its work before: the current bridge stream (-1 without GPU)."""
     if not _driver.available():
         return -1
-    from bridge.stream import current_stream
     return int(current_stream().handle)
 
 
@@ -209,7 +209,6 @@ class Array(_native.ArrayBase):
         if typestr is None:
             raise TypeError(f"{self.dtype_name} has no CUDA Array Interface typestr: exchange this array "
                             f"through DLPack instead (e.g. torch.from_dlpack(arr), cupy.from_dlpack(arr))")
-        from bridge.stream import current_stream
         stream = int(current_stream().handle)   # ordered after every writer: the consumer syncs on it
         self._order_before(stream)
         return {

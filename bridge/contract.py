@@ -4,6 +4,8 @@ Why a thin builder: the schema and every check live in ONE C++ validator
 (cpp/include/kernelbridge/contract.hpp, bound as `bridge._native.Contract`). This module only spells
 Python values (dtype objects, ints, tuples) as the JSON of docs/architecture.md and parses it at
 construction, so a malformed contract fails where it is written, with `ContractDefinitionError`.
+`native_contract` is the one place any contract value (LaunchContract, JSON text, a mapping) becomes
+the parsed `_native.Contract` that modules, kernels and the simulator's validator hold.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from bridge import _native
 from bridge import dtypes as _dtypes
 from bridge.errors import ContractDefinitionError, DTypeError
 
@@ -174,7 +177,6 @@ class LaunchContract:
     @classmethod
     def from_json(cls, text: str) -> "LaunchContract":
         """Parse schema-v1 JSON (validated natively first, so errors name the JSON field)."""
-        from bridge import _native
         c = _native.Contract(text)  # raises ContractDefinitionError for malformed text
         block = c.block_exact
         smem_kind, smem = c.dynamic_smem
@@ -189,14 +191,12 @@ class LaunchContract:
     def native(self) -> Any:
         """The parsed `bridge._native.Contract` (cached: contracts are immutable once built)."""
         if self._native is None:
-            from bridge import _native
             self._native = _native.Contract(self.to_json())
         return self._native
 
     def validate(self, args: Sequence[Any], grid: Any = None, block: Any = None, smem: int | None = None,
                  limits: Any = None, attrs: Any = None) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """Check a launch (args: `_native.ArrayDesc` or scalars); returns the resolved (grid, block)."""
-        from bridge import _native
         return _native.validate(self.native(), list(args), grid=grid, block=block, smem=smem, limits=limits,
                                 attrs=attrs)
 
@@ -208,3 +208,21 @@ class LaunchContract:
 
     def __repr__(self) -> str:
         return f"LaunchContract({self.to_json()})"
+
+
+def native_contract(value: Any, kernel: str) -> Any:
+    """A `_native.Contract` from a LaunchContract, a `_native.Contract` or contract JSON text."""
+    if isinstance(value, _native.Contract):
+        return value
+    for attr in ("native", "_native"):
+        inner = getattr(value, attr, None)
+        if isinstance(inner, _native.Contract):
+            return inner
+    if isinstance(value, Mapping):
+        value = json.dumps(dict(value))
+    elif not isinstance(value, str) and hasattr(value, "to_json"):
+        value = value.to_json()
+    if not isinstance(value, str):
+        raise TypeError(f"contracts[{kernel!r}]: expected a LaunchContract or its JSON text, "
+                        f"got {type(value).__name__}")
+    return _native.Contract.from_json(value) if hasattr(_native.Contract, "from_json") else _native.Contract(value)

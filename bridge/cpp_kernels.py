@@ -20,6 +20,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from bridge import _native
+from bridge.module import load_module
+
 __all__ = ["KERNELS", "CppKernelsMissing", "path", "load", "available", "kernels_dirs", "build_info",
            "status", "cmake_dir", "include_dir"]
 
@@ -30,10 +33,10 @@ _SOURCE_TREE = Path(__file__).resolve().parent.parent  # a checkout: <repo>/brid
 
 
 def _package_dirs() -> list[Path]:
-    """Every directory the `bridge` package spans (an editable install spans two)."""
-    import bridge
-
-    return [Path(p) for p in getattr(bridge, "__path__", [os.path.dirname(__file__)])]
+    """Every directory the `bridge` package spans: where the build installed its parts (next to the
+    extension: kernels/, cmake/, include/, _build_info.json), then where its Python sources are (the
+    same directory, except in an editable install)."""
+    return list(dict.fromkeys(Path(os.path.dirname(f)) for f in (_native.__file__, __file__)))
 
 
 def kernels_dirs() -> list[Path]:
@@ -104,9 +107,7 @@ def path(name: str) -> Path:
 
 def load(name: str, **kwargs: Any) -> Any:
     """`bridge.load_module(path(name), **kwargs)`: the module with the contracts embedded in it."""
-    import bridge
-
-    return bridge.load_module(str(path(name)), **kwargs)
+    return load_module(str(path(name)), **kwargs)
 
 
 def _find_in_package(sub: str, marker: str, source: Path) -> Path:

@@ -14,8 +14,8 @@ import sys
 import threading
 from typing import Any
 
-from bridge import _driver, _native
-from bridge.errors import NoDeviceError
+from bridge import _current_stream, _driver, _native
+from bridge.errors import NoDeviceError, PeerAccessError, raise_faults
 
 # Attribute name in cuda.bindings -> what we call it.
 _ATTRS = {
@@ -110,7 +110,6 @@ class Device:
 
     def synchronize(self) -> None:
         """Wait for all work on this device, then report device-side faults (bridge.KernelFault)."""
-        from bridge.stream import synchronize
         synchronize(self)
 
     def __enter__(self) -> Device:
@@ -135,7 +134,6 @@ class Device:
     def enable_peer_access(self, peer: Device | int) -> None:
         """Let kernels on this device access memory of `peer` (once per pair; launches with
         `peer_access=True` do this for the devices they name). PeerAccessError when impossible."""
-        from bridge.errors import PeerAccessError
         other = Device(peer)
         if not _native.enable_peer_access(self.ordinal, other.ordinal):
             raise PeerAccessError(f"device {self.ordinal} cannot access memory of device {other.ordinal} "
@@ -170,6 +168,13 @@ def _make_limits(ordinal: int, a: dict[str, int]) -> Any:
     return lim
 
 
+def synchronize(device: Device | int | None = None) -> None:
+    """Wait for all work on `device` (current by default), then raise KernelFault for recorded faults."""
+    dev = resolve_device(device)
+    _native.device_synchronize(dev)
+    raise_faults(_native.take_faults(None, dev))
+
+
 def resolve_device(device: Device | int | None) -> int:
     """Ordinal of `device` (None: the current device; works without a GPU, then 0)."""
     if device is None:
@@ -200,12 +205,11 @@ class _Scope:
         self.cupy: Any = None              # the cupy.cuda.Device entered
 
     def enter(self) -> None:
-        from bridge.stream import current_stream
-        cur = current_stream()            # (its device as known before the switch)
+        handle, device = _current_stream.device_of_current()   # (its device as known before the switch)
         self.ctx = _driver.current_context()
         try:
             _driver.ensure_current(self.ordinal)
-            if cur.handle > 2 and int(cur.device) != self.ordinal:
+            if handle > 2 and device != self.ordinal:
                 self.stream = int(_native.set_current_stream_handle(0))
             torch = sys.modules.get("torch")
             cuda = getattr(torch, "cuda", None)

@@ -1,7 +1,8 @@
 """Every exception the runtime raises. Launch-contract errors are raised before anything is submitted.
 
 The C++ validator (cpp/include/kernelbridge/contract.hpp) reports an error *code*; `ERROR_CLASSES`
-maps each code to its class here, so C++ and Python agree on one taxonomy.
+maps each code to its class here, so C++ and Python agree on one taxonomy. Device-side faults come
+back as records of the extension's fault log; `raise_faults` turns them into a KernelFault.
 """
 from __future__ import annotations
 
@@ -118,6 +119,27 @@ class KernelFault(RuntimeError):
         super().__init__(message)
         self.kernel, self.array, self.index, self.extent = kernel, array, index, extent
         self.file, self.line = file, line
+
+
+def raise_faults(records: list) -> None:
+    """Raise KernelFault for the first of `records` (what `_native.take_faults` returns for a stream or a
+    device: it has cleared them already); nothing when there are none."""
+    if not records:
+        return
+    kernel, info, site, index, extent, _stream = records[0]
+    array, file, line, text = "", "", 0, ""
+    if info is not None:
+        entry = info.get(int(site)) if hasattr(info, "get") else None
+        if entry is not None:
+            array, file, line, text = entry
+    where = f" at {file}:{line}" if file else ""
+    src = f": {text.strip()}" if text else ""
+    what = f"array '{array}'" if array else f"fault site {site}"
+    more = f" (and {len(records) - 1} more fault(s))" if len(records) > 1 else ""
+    msg = (f"{kernel}: index {index} out of bounds for {what} with extent {extent}{where}{src}{more}; "
+           f"the fault record was cleared, the next launch works")
+    raise KernelFault(msg, kernel=kernel, array=array, index=int(index), extent=int(extent), file=file,
+                      line=int(line))
 
 
 # Order matches kb::ErrorCode in cpp/include/kernelbridge/contract.hpp (index = code).

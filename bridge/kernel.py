@@ -9,15 +9,14 @@ A kernel launches on the device of its arrays, else of its stream, else on the c
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import threading
 import weakref
 from typing import Any
 
 import numpy as np
 
 from bridge import _native, dtypes
+from bridge.contract import native_contract
 from bridge.device import Device
 from bridge.errors import MissingContractError
 
@@ -217,35 +216,9 @@ def _loose_launcher(kernel: Kernel, specs: list[dict]) -> Any:
     if launcher is None:
         contract = {"version": 1, "kernel": kernel.name, "domain": 3, "args": specs,
                     "dynamic_smem": {"max": 1 << 30}}
-        from bridge.module import native_contract
         launcher = _native.Launcher(kernel.handle, native_contract(json.dumps(contract), kernel.name),
                                     Device(kernel.device).limits, kernel.attributes, kernel.device)
         if getattr(kernel, "module", None) is not None:
             launcher.router = _router(kernel, lambda k: _loose_launcher(k, specs))
         kernel._unsafe[key] = launcher
     return launcher
-
-
-# --- kernels built from PTX text (the DSL's entry point) --------------------------------------------
-
-_from_ptx: dict[tuple[int, str, str, str], Kernel] = {}   # documented cache: (device, ptx hash, name, contract)
-_from_ptx_lock = threading.Lock()
-
-
-def kernel_from_ptx(ptx: str, name: str, contract_json: str, *, device: Device | int | None = None) -> Kernel:
-    """A contract-carrying Kernel from PTX text, loaded on `device` (default: the current device; cached
-    per device, PTX, name and contract). The DSL compiles the PTX for that device's arch."""
-    from bridge import _driver
-    from bridge.module import load_module
-    _driver.require()
-    dev = Device(device if device is not None else _driver.current_ordinal()).ordinal
-    key = (dev, hashlib.sha256(ptx.encode()).hexdigest(), name, contract_json)
-    k = _from_ptx.get(key)
-    if k is None:
-        with _from_ptx_lock:
-            k = _from_ptx.get(key)
-            if k is None:
-                mod = load_module(ptx.encode(), contracts={name: contract_json}, name=name, device=dev)
-                k = mod.get_kernel(name)
-                _from_ptx[key] = k
-    return k

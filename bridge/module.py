@@ -5,7 +5,9 @@ PTX) is requested again and again; the driver module is shared, contracts stay p
 A module is loaded on one device; `Module.on_device(n)` loads the same image on device n, and a
 kernel launched with device n's arrays (or stream) does that itself (docs/architecture.md "Devices").
 Contracts come from the image's own metadata (`bridge.fatbin.embedded_contracts`, when that module is
-present) and from `contracts=`, which wins per kernel name.
+present) and from `contracts=`, which wins per kernel name. A module hands out `bridge.Kernel`s
+(bridge/kernel.py, which knows nothing of modules beyond the object it is given); `kernel_from_ptx`,
+the DSL's entry point, is a one-kernel module of PTX text (cached per device, PTX, name, contract).
 """
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ import threading
 from typing import Any, Mapping
 
 from bridge import _driver, _native
+from bridge.contract import native_contract
 from bridge.device import Device
 from bridge.errors import ContractDefinitionError
+from bridge.kernel import Kernel
 
 FATBIN_MAGIC = 0xBA55ED50
 _ELF_MAGIC = b"\x7fELF"
@@ -73,25 +77,6 @@ def embedded_contracts(data: bytes) -> dict[str, str]:
     return dict(reader(data)) if reader is not None else {}
 
 
-def native_contract(value: Any, kernel: str) -> Any:
-    """A `_native.Contract` from a LaunchContract, a `_native.Contract` or contract JSON text."""
-    if isinstance(value, _native.Contract):
-        return value
-    for attr in ("native", "_native"):
-        inner = getattr(value, attr, None)
-        if isinstance(inner, _native.Contract):
-            return inner
-    if isinstance(value, Mapping):
-        import json
-        value = json.dumps(dict(value))
-    elif not isinstance(value, str) and hasattr(value, "to_json"):
-        value = value.to_json()
-    if not isinstance(value, str):
-        raise TypeError(f"contracts[{kernel!r}]: expected a LaunchContract or its JSON text, "
-                        f"got {type(value).__name__}")
-    return _native.Contract.from_json(value) if hasattr(_native.Contract, "from_json") else _native.Contract(value)
-
-
 class Module:
     """A loaded driver module; `module.<kernel>` / `module.get_kernel(name)` give `bridge.Kernel`s."""
 
@@ -139,7 +124,6 @@ class Module:
             known = f"; it has {', '.join(self._ptx_entries)}" if self._ptx_entries else ""
             raise AttributeError(f"module {self.name!r} has no kernel named {name!r}{known} "
                                  f"(extern \"C\" kernels keep their name; C++ ones are mangled)")
-        from bridge.kernel import Kernel
         k = Kernel._create(self, name, int(func), self.contracts.get(name), self.device)
         self._kernels[name] = k
         return k
@@ -194,3 +178,26 @@ def _load_image(dev: int, data: bytes) -> int:
             handle = int(_native.module_load_data(dev, data))
             _loaded[key] = handle
     return handle
+
+
+# --- kernels built from PTX text (the DSL's entry point) --------------------------------------------
+
+_from_ptx: dict[tuple[int, str, str, str], Kernel] = {}   # documented cache: (device, ptx hash, name, contract)
+_from_ptx_lock = threading.Lock()
+
+
+def kernel_from_ptx(ptx: str, name: str, contract_json: str, *, device: Device | int | None = None) -> Kernel:
+    """A contract-carrying Kernel from PTX text, loaded on `device` (default: the current device; cached
+    per device, PTX, name and contract). The DSL compiles the PTX for that device's arch."""
+    _driver.require()
+    dev = Device(device if device is not None else _driver.current_ordinal()).ordinal
+    key = (dev, hashlib.sha256(ptx.encode()).hexdigest(), name, contract_json)
+    k = _from_ptx.get(key)
+    if k is None:
+        with _from_ptx_lock:
+            k = _from_ptx.get(key)
+            if k is None:
+                mod = load_module(ptx.encode(), contracts={name: contract_json}, name=name, device=dev)
+                k = mod.get_kernel(name)
+                _from_ptx[key] = k
+    return k

@@ -11,14 +11,11 @@ streams (handles 0, 1, 2) exist on every device and mean the one of the stream's
 from __future__ import annotations
 
 import sys
-import threading
 from typing import Any, Iterator
 
-from bridge import _native
+from bridge import _current_stream, _native
 from bridge.device import Device, resolve_device
-from bridge.errors import DeviceMismatchError, KernelFault
-
-_tls = threading.local()     # per thread: stack of Streams made current by use_stream
+from bridge.errors import DeviceMismatchError, raise_faults
 
 
 class Stream:
@@ -183,10 +180,8 @@ class Event:
 def current_stream() -> Stream:
     """This thread's current stream for bridge launches (the legacy default stream unless set)."""
     handle = _native.current_stream_handle()
-    stack = getattr(_tls, "stack", None)
-    if stack and stack[-1].handle == handle:
-        return stack[-1]
-    return Stream(handle)
+    entered = _current_stream.entered_for(handle)
+    return entered if entered is not None else Stream(handle)
 
 
 class use_stream:
@@ -199,7 +194,7 @@ class use_stream:
 
     def __enter__(self) -> Stream:
         s = self.stream
-        stack = _tls.__dict__.setdefault("stack", [])
+        stack = _current_stream.entered()
         prev = _native.set_current_stream_handle(s.handle)
         self._saved = [("bridge", prev)]
         stack.append(s)
@@ -224,19 +219,12 @@ class use_stream:
             elif kind == "torch":
                 sys.modules["torch"].cuda.set_stream(saved)
         self._saved = []
-        stack = getattr(_tls, "stack", None)
+        stack = _current_stream.entered()
         if stack:
             stack.pop()
 
     def __iter__(self) -> Iterator[Stream]:   # pragma: no cover - guards a common misuse
         raise TypeError("use `with bridge.use_stream(s):`, not iteration")
-
-
-def synchronize(device: Device | int | None = None) -> None:
-    """Wait for all work on `device` (current by default), then raise KernelFault for recorded faults."""
-    dev = resolve_device(device)
-    _native.device_synchronize(dev)
-    raise_faults(_native.take_faults(None, dev))
 
 
 # --- foreign streams --------------------------------------------------------------------------------
@@ -303,25 +291,3 @@ def _enter_torch(torch: Any, s: Stream) -> Any:
         target = cuda.ExternalStream(s.handle, device=dev)
     cuda.set_stream(target)
     return prev
-
-
-# --- device-side faults -----------------------------------------------------------------------------
-
-def raise_faults(records: list) -> None:
-    """Raise KernelFault for the first of `records` (from _native.take_faults); they are cleared already."""
-    if not records:
-        return
-    kernel, info, site, index, extent, _stream = records[0]
-    array, file, line, text = "", "", 0, ""
-    if info is not None:
-        entry = info.get(int(site)) if hasattr(info, "get") else None
-        if entry is not None:
-            array, file, line, text = entry
-    where = f" at {file}:{line}" if file else ""
-    src = f": {text.strip()}" if text else ""
-    what = f"array '{array}'" if array else f"fault site {site}"
-    more = f" (and {len(records) - 1} more fault(s))" if len(records) > 1 else ""
-    msg = (f"{kernel}: index {index} out of bounds for {what} with extent {extent}{where}{src}{more}; "
-           f"the fault record was cleared, the next launch works")
-    raise KernelFault(msg, kernel=kernel, array=array, index=int(index), extent=int(extent), file=file,
-                      line=int(line))

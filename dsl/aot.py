@@ -11,7 +11,6 @@ KB_CONTRACT (`__kb_contract_<k>`, `__kb_checksum_<k>`), so `bridge.load_module` 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,6 +20,8 @@ from typing import Any, Sequence
 
 from dsl.errors import DslCompileError
 from dsl.aot_header import AotKernel, AotParam, identifier, render_header
+from dsl.link import _arch_number, find_nvcc
+from dsl.userfile import load_user_file
 
 
 class AotError(ValueError):
@@ -28,15 +29,10 @@ class AotError(ValueError):
 
 
 def load_module(path: str | os.PathLike) -> Any:
-    path = Path(path).resolve()
-    if not path.exists():
-        raise AotError(f"{path}: no such file")
-    name = f"_kb_aot_{identifier(path.stem)}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    """The user's module file, run (dsl/userfile.py); AotError when there is no such file."""
+    if not Path(path).is_file():
+        raise AotError(f"{Path(path).resolve()}: no such file")
+    return load_user_file(path, "_kb_aot_")
 
 
 def kernels_of(module: Any) -> list[Any]:
@@ -86,7 +82,6 @@ def compile_module(path: str | os.PathLike, arch: str, out_dir: str | os.PathLik
                    fatbin: bool | None = None, namespace: str | None = None) -> dict[str, Path]:
     """Compile every kernel of `path` for `arch`; write PTX (+ fatbin) and the header. Returns paths."""
     from dsl.compiler import compile_kernel
-    from dsl.link import _arch_number, find_nvcc
     num = _arch_number(arch)
     mod = load_module(path)
     kernels = kernels_of(mod)

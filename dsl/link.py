@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from dsl.backend.toolkit import locate
+from dsl.userfile import load_user_file
 
 __all__ = ["LinkError", "LinkInput", "LinkedKernel", "available", "find_nvcc", "compile_cu", "link",
            "link_kernel", "load_linked", "export_device", "main"]
@@ -257,11 +258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     try:
         if ns.cmd == "export":
-            from dsl.aot import load_module
             path, _, name = ns.target.rpartition("::")
             if not path or not name:
                 raise ValueError(f"target {ns.target!r} must be FILE.py::function")
-            fn = getattr(load_module(path), name, None)
+            fn = getattr(load_user_file(path, "_kb_link_"), name, None)
             if fn is None:
                 raise ValueError(f"{path} has no function {name!r}")
             sig = [s.strip() for s in ns.signature.split(",") if s.strip()]

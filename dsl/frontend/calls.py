@@ -58,20 +58,14 @@ class CallMixin:
         return self.call_object(func.obj, node)
 
     def call_object(self, obj: Any, node: ast.Call) -> Any:
-        from dsl.simt.kernel import DeviceFunction, SimtKernel
         if isinstance(obj, Intrinsic):
             if obj.key.startswith("math."):
                 return self.call_math(obj.key, node)
             return getattr(self, INTRINSICS[obj.key])(obj.key, node)
         if isinstance(obj, ScalarDType):
             return self.call_cast(obj, node)
-        if isinstance(obj, DeviceFunction):
-            return self.call_device(obj, node)
-        if hasattr(type(obj), "_dsl_call_"):   # extern device functions (dsl/simt/extern.py)
+        if hasattr(type(obj), "_dsl_call_"):   # @simt.device, extern device functions, kernels (refused)
             return obj._dsl_call_(self, node)
-        if isinstance(obj, SimtKernel):
-            self.err(node.func, f"kernel '{obj.__name__}' cannot be called from a kernel",
-                     "make the shared code a @simt.device function")
         if isinstance(obj, Register):
             self.err(node.func, f"simt.{obj.public} is a value, not a function", "drop the ()")
         try:
@@ -304,7 +298,6 @@ class CallMixin:
     # ------------------------------------------------------------------ device functions
     def call_device(self, dev: Any, node: ast.Call) -> Val:
         from dsl.frontend.annotations import annotation_of, check_plain_signature, return_annotation
-        from dsl.frontend.lower import lower_function
         from dsl.frontend.source import get_source
         from dsl.frontend.scope import Scope
         fn = dev.pyfunc
@@ -356,8 +349,7 @@ class CallMixin:
                          "device functions are inlined: rewrite the recursion as a loop")
             self.ctx.in_progress.add(fn)
             try:
-                callee = lower_function(fn, sig, self.ctx, is_kernel=False, typevars=typevars,
-                                        return_type=ret)
+                callee = self.lower_device_function(fn, sig, typevars=typevars, return_type=ret)
             finally:
                 self.ctx.in_progress.discard(fn)
             self.ctx.device_fns[key] = callee

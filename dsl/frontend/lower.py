@@ -106,6 +106,10 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, AccessMixin):
             self.block, self.facts = saved_block, saved_facts
 
     # ---------------------------------------------------------------- entry
+    def lower_device_function(self, pyfunc: Callable, signature: list[irt.Type], **kw: Any) -> ir.Function:
+        """A device function this one calls, lowered for `signature` in the same build (CallMixin)."""
+        return FunctionLowerer(pyfunc, signature, self.ctx, is_kernel=False, **kw).lower()
+
     def param_annotations(self) -> list[ParamAnnotation]:
         check_plain_signature(self.src, self.what)
         return [annotation_of(self.src, self.scope, a, "parameter") for a in self.src.tree.args.args]

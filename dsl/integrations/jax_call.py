@@ -66,8 +66,7 @@ def check_faults() -> None:
     mod = _ffi_module()
     if mod is None:
         return
-    from bridge.stream import raise_faults
-    raise_faults(mod.take_faults())
+    E.raise_faults(mod.take_faults())
 
 
 def _tracer(jax: Any) -> type:

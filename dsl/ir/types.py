@@ -36,6 +36,11 @@ class ScalarType(Type):
     def is_signed(self) -> bool:
         return self.kind == "int"
 
+    @property
+    def is_half(self) -> bool:
+        """f16 or bf16: the 2-byte floats whose arithmetic is done in f32 and rounded back."""
+        return self.name in ("f16", "bf16")
+
     def __repr__(self) -> str:
         return self.name
 

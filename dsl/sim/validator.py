@@ -12,7 +12,7 @@ def host_launcher(contract_json: str, kernel: str) -> Any:
     """A driver-less `_native.Launcher` over `contract_json`: call `.validate_only(args, grid=, block=,
     shared_mem=)` with NumPy (host) arrays; it returns (grid, block, shared_mem, skip)."""
     from bridge import _native
-    from bridge.module import native_contract
+    from bridge.contract import native_contract
     limits = _native.DeviceLimits()
     limits.host_memory = True
     limits.cc = 1000                      # the simulator runs kernels of any minimum arch

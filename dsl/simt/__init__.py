@@ -10,6 +10,7 @@ from dsl.simt.extern import ExternDevice, extern_device   # C++ __device__ funct
 # simt.sqrt, simt.exp, ...: every row of the math table (dsl/vocab/math.py).
 globals().update({_n: math_intrinsic(_n) for _n in _vocab.names()})
 _MATH_NAMES = _vocab.names()
+_vocab.add_model_namespace(__name__, globals())   # register_math refuses the names taken here
 
 __all__ = ["kernel", "device", "Array", "DisjointSlice", "ArraySpec", "SimtKernel", "DeviceFunction",
            "thread", "threadIdx", "blockIdx", "blockDim", "gridDim", "lane_id", "warp_size",

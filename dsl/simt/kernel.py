@@ -172,6 +172,11 @@ class SimtKernel:
     def __repr__(self) -> str:
         return f"<simt.kernel {self.__qualname__}>"
 
+    def _dsl_call_(self, lowerer: Any, node: Any) -> Any:
+        """Named in a call inside a kernel (the front end's call protocol): refused at the call."""
+        lowerer.err(node.func, f"kernel '{self.__name__}' cannot be called from a kernel",
+                    "make the shared code a @simt.device function")
+
     # ------------------------------------------------------------------ contract hook (bridge.testing)
     def launch_contract(self, *, dtypes: Any = None, layout: str = "any") -> Any:
         """The LaunchContract of the specialisation for a stated dtype choice, without arrays: every
@@ -215,6 +220,10 @@ class DeviceFunction:
 
     def __repr__(self) -> str:
         return f"<simt.device {self.__qualname__}>"
+
+    def _dsl_call_(self, lowerer: Any, node: Any) -> Any:
+        """Called inside a kernel or device function (the front end's call protocol): inlined there."""
+        return lowerer.call_device(self, node)
 
 
 def kernel(fn: Callable | None = None, *, block: int | Sequence[int] | None = None,

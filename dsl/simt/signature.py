@@ -136,7 +136,3 @@ def _scalar_param(where: str, ann: ParamAnnotation, value: Any, typevars: dict, 
         raise E.DTypeError(f"{where}: expected {_long(want)}, got a float ({value!r})", kernel=kernel,
                            arg=k, arg_name=ann.name)
     return want
-
-
-def signature_key(sig: Sequence[irt.Type]) -> tuple:
-    return tuple(sig)

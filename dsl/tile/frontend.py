@@ -1,7 +1,7 @@
 """Tile front end: the Python AST of a @tile.kernel → tile IR (dsl/tile/ir.py), for one signature.
 
 Values during translation are either compile-time Python values (ints, floats, tuples, dtypes,
-modules, intrinsics, parameter handles) or typed tile expressions. Shapes are always static; typing
+modules, intrinsics, the handles of dsl/tile/values.py) or typed tile expressions. Shapes are always static; typing
 and broadcasting rules live in dsl/tile/ops.py.
 """
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import builtins
 import math
-from dataclasses import dataclass
 
 from dsl.frontend.source import Source, Span, get_source
 from dsl.ir.types import BOOL, I32, ScalarType
@@ -17,32 +16,16 @@ from dsl.tile import ir as T
 from dsl.tile import ops
 from dsl.tile.api import PY_MATH, Intrinsic
 from dsl.tile.errors import TileCompileError
+from dsl.tile.intrinsics import call_intrinsic
 from dsl.tile.types import (ConstParamType, PartitionParamType, ScalarParamType, TileType,
                             as_scalar_type)
+from dsl.tile.values import Method, ParamHandle, ShapeHandle
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv",
            ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow", ast.BitAnd: "and_",
            ast.BitOr: "or_", ast.BitXor: "xor", ast.LShift: "lshift", ast.RShift: "rshift",
            ast.MatMult: "matmul"}
 _CMPOPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
-
-
-@dataclass
-class ParamHandle:
-    """An array or partition parameter as seen in the body (`a`, `out`)."""
-    param: T.TParam
-
-
-@dataclass
-class ShapeHandle:
-    param: T.TParam
-
-
-@dataclass
-class Method:
-    """A bound method of a parameter handle or tile value, e.g. `out.store` or `x.sum`."""
-    name: str
-    receiver: object
 
 
 def _assigned_names(fdef: ast.FunctionDef) -> dict[str, int]:
@@ -591,7 +574,6 @@ class TileFrontend:
             raise self.err(node, str(exc)) from None
 
     def intrinsic(self, name: str, args: list, kwargs: dict, node: ast.Call) -> object:
-        from dsl.tile.intrinsics import call_intrinsic
         return call_intrinsic(self, name, args, kwargs, node)
 
 

@@ -8,6 +8,7 @@ from dsl.ir.types import F32, I32, ScalarType
 from dsl.tile import ir as T
 from dsl.tile import ops
 from dsl.tile.types import ArrayParamType, PartitionParamType, TileType, as_scalar_type
+from dsl.tile.values import ParamHandle
 from dsl.vocab import math as vocab
 
 _SIGS = {
@@ -86,7 +87,6 @@ def _grid_query(fe, name: str, a: dict, node: ast.AST, loc) -> object:
 
 
 def _load(fe, name: str, a: dict, node: ast.AST, loc) -> object:
-    from dsl.tile.frontend import ParamHandle
     arr = a["array"]
     if not isinstance(arr, ParamHandle):
         raise fe.err(node, "tile.load's first argument must be an array parameter")
@@ -104,7 +104,6 @@ def _load(fe, name: str, a: dict, node: ast.AST, loc) -> object:
 
 
 def _store(fe, name: str, a: dict, node: ast.AST, loc) -> object:
-    from dsl.tile.frontend import ParamHandle
     part = a["partition"]
     if not isinstance(part, ParamHandle) or not isinstance(part.param.type, PartitionParamType):
         raise fe.err(node, "tile.store(partition, value) needs a tile.Partition parameter")

@@ -18,7 +18,7 @@ from typing import Callable
 from dsl.ir import nodes as N
 from dsl.ir.types import I32, ScalarType
 
-Ix = "int | N.Expr"
+U_MAX = 32          # largest tile kept in the "U" layout (replicated in every thread)
 
 
 def log2(n: int) -> int:

@@ -8,38 +8,19 @@ reductions whose groups span whole thread sets use warp butterflies plus one sha
 """
 from __future__ import annotations
 
-import math
-
 from dsl.ir import nodes as N
 from dsl.ir.types import BOOL, F32, I32, INDEX, ArrayType, ScalarType
 from dsl.tile import ir as T
-from dsl.tile.layout import (LV, Geometry, MmaLayout, c32, flat_of, iadd, iand, imul, ir32, ishr, log2,
-                             strides)
+from dsl.tile.layout import (LV, U_MAX, Geometry, MmaLayout, c32, flat_of, iadd, iand, imul, ir32, ishr,
+                             log2, strides)
+from dsl.tile.lower_reduce import lower_reduce
 from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType
 
-U_MAX = 32          # largest tile kept replicated in every thread
 GROUP_M = 8         # tile-row group of the L2-friendly block order of GEMM kernels
-_HALF = ("f16", "bf16")
 
 
 class LoweringError(Exception):
     """The tile program needs something this lowering does not do (says what)."""
-
-
-def _is_half(t: ScalarType) -> bool:
-    return t.name in _HALF
-
-
-def _identity(op: str, t: ScalarType):
-    if op == "sum":
-        return 0.0 if t.is_float else 0
-    if op in ("max", "argmax"):
-        if t.is_float:
-            return -math.inf
-        return False if t == BOOL else (-(1 << (t.bits - 1)) if t.is_signed else 0)
-    if t.is_float:
-        return math.inf
-    return True if t == BOOL else (((1 << (t.bits - 1)) - 1) if t.is_signed else (1 << t.bits) - 1)
 
 
 class Lowerer:
@@ -467,7 +448,7 @@ class Lowerer:
         return self._elementwise(e, [e.lhs, e.rhs], lambda a, b: self.binop(e.op, a, b, dt))
 
     def binop(self, op: str, a: N.Expr, b: N.Expr, dt: ScalarType) -> N.Expr:
-        if _is_half(dt):
+        if dt.is_half:
             r = self.binop(op, N.Cast(a, F32), N.Cast(b, F32), F32)
             return N.Cast(r, dt)
         if op in ("floordiv", "mod") and dt.is_float:
@@ -499,7 +480,7 @@ class Lowerer:
         dt = e.type.dtype
 
         def make(a):
-            if _is_half(dt) and e.op in ("neg", "abs"):
+            if dt.is_half and e.op in ("neg", "abs"):
                 return N.Cast(N.UnaryOp(e.op, N.Cast(a, F32), F32), dt)
             return N.UnaryOp(e.op, a, dt)
         return self._elementwise(e, [e.operand], make)
@@ -512,7 +493,7 @@ class Lowerer:
         src = e.args[0].type.dtype
 
         def make(*args):
-            if _is_half(src):
+            if src.is_half:
                 r = N.Math(e.fn, [N.Cast(a, F32) for a in args], BOOL if dt == BOOL else F32)
                 return r if dt == BOOL else N.Cast(r, dt)
             if e.fn == "rsqrt":
@@ -582,7 +563,6 @@ class Lowerer:
 
     # ------------------------------------------------------------------------------ reductions
     def x_Reduce(self, e: T.Reduce) -> LV:
-        from dsl.tile.lower_reduce import lower_reduce
         return lower_reduce(self, e)
 
     def x_Matmul(self, e: T.Matmul) -> LV:

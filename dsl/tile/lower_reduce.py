@@ -8,17 +8,30 @@ Otherwise the tile goes through shared memory and each output element is reduced
 """
 from __future__ import annotations
 
+import math
+
 from dsl.ir import nodes as N
 from dsl.ir.types import BOOL, F32, I32, ScalarType
 from dsl.tile import ir as T
-from dsl.tile.layout import LV, c32, flat_of, iadd, imul, ir32, strides
-from dsl.tile.lower import U_MAX, _identity, _is_half
+from dsl.tile.layout import LV, U_MAX, c32, flat_of, iadd, imul, ir32, strides
 
 
 def _acc_type(op: str, dt: ScalarType) -> ScalarType:
-    if _is_half(dt):
+    if dt.is_half:
         return F32
     return dt
+
+
+def _identity(op: str, t: ScalarType):
+    if op == "sum":
+        return 0.0 if t.is_float else 0
+    if op in ("max", "argmax"):
+        if t.is_float:
+            return -math.inf
+        return False if t == BOOL else (-(1 << (t.bits - 1)) if t.is_signed else 0)
+    if t.is_float:
+        return math.inf
+    return True if t == BOOL else (((1 << (t.bits - 1)) - 1) if t.is_signed else (1 << t.bits) - 1)
 
 
 class _Comb:

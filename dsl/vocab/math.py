@@ -21,7 +21,7 @@ from __future__ import annotations
 import keyword
 import math as _pymath
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 FLOAT = "float"
 PREDICATE = "predicate"
@@ -120,7 +120,7 @@ def _fma_reference(x: Any, y: Any, z: Any) -> Any:
 
 
 def _fma_host(args: list, dtype: Any) -> Any:
-    from dsl.vocab.host import fma
+    from dsl.vocab.fma import fma   # at the first call: keeps NumPy out of this module's import
     return fma(args, dtype)
 
 
@@ -172,6 +172,7 @@ _ROWS: dict[str, MathIntrinsic] = {row.name: row for row in BUILTIN}
 _BUILTIN_NAMES = frozenset(_ROWS)
 _state = {"version": 0}                    # bumped by every change, keys the derived caches below
 _python_cache: dict[str, Any] = {"version": -1, "map": {}}
+_MODELS: dict[str, Mapping[str, Any]] = {}   # module name -> namespace (add_model_namespace)
 
 
 def get(name: str) -> MathIntrinsic | None:
@@ -236,13 +237,17 @@ def _check(row: Any) -> None:
     _check_free_in_models(row.name, where)
 
 
+def add_model_namespace(module_name: str, namespace: Mapping[str, Any]) -> None:
+    """A kernel model's namespace (`dsl.simt`, `dsl.tile`: the module's live globals), whose names a row
+    may not take. Each model adds its own when it is imported, so this table imports neither."""
+    _MODELS[module_name] = namespace
+
+
 def _check_free_in_models(name: str, where: str) -> None:
     """The name must not already mean something else in dsl.simt or dsl.tile (kernel, thread, load ...)."""
-    import dsl.simt
-    import dsl.tile
-    for module in (dsl.simt, dsl.tile):
-        if name in vars(module):
-            raise VocabularyError(f"{where}: {module.__name__}.{name} already exists")
+    for module_name, namespace in _MODELS.items():
+        if name in namespace:
+            raise VocabularyError(f"{where}: {module_name}.{name} already exists")
 
 
 def register_math(row: MathIntrinsic) -> MathIntrinsic:

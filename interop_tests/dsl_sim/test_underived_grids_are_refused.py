@@ -17,7 +17,7 @@ import pytest
 import bridge
 from bridge import _native
 from bridge.errors import GridSizeError, NoDeviceError
-from bridge.module import native_contract
+from bridge.contract import native_contract
 from dsl import f32, i32, simt
 
 PORTING = Path(__file__).resolve().parents[2] / "examples" / "porting" / "dsl_kernels.py"

@@ -96,7 +96,7 @@ def test_compile_time_benchmark_writes_bars(tmp_path):
 ])
 def test_benchmark_cpp_compiles_with_its_contracts(module, symbol, kernels, tmp_path):
     from bridge.fatbin import embedded_contracts
-    from bridge.module import native_contract
+    from bridge.contract import native_contract
     cu = tmp_path / "k.cu"
     cu.write_text(getattr(bench_module(module), symbol))
     cubin = tmp_path / "k.cubin"
