@@ -14,7 +14,7 @@ from bridge import _driver, _native
 from bridge.errors import DeviceMismatchError, PeerAccessError
 from dsl import f32, simt, tile
 
-from interop_tests.runtime.runtime_helpers import SPIN_CYCLES, all_contracts, rt_ptx
+from interop_tests.runtime.runtime_helpers import SPIN_CYCLES, all_contracts, rt_ptx, under_compute_sanitizer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multigpu]
 N = 4096 + 36
@@ -177,7 +177,8 @@ def test_copy_peer_between_devices_waits_for_the_writer_without_a_host_wait(mod)
     producer, consumer = bridge.Stream(device=0), bridge.Stream(device=1)
     mod.spin_fill(src0, N, np.float32(6), SLOW, stream=producer)
     bridge.copy_peer(dst1, src0, stream=consumer)
-    assert not producer.query(), "the writer finished before the copy was queued: the test proves nothing"
+    assert under_compute_sanitizer() or not producer.query(), \
+        "the writer finished before the copy was queued: the test proves nothing"   # initcheck serialises
     np.testing.assert_array_equal(dst1.to_host(stream=consumer), ramp(6))
 
 

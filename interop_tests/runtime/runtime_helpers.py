@@ -90,3 +90,11 @@ def all_contracts() -> dict[str, str]:
 
 
 SPIN_CYCLES = 200_000      # ~0.1 ms on an H200: long enough that a missing dependency shows
+
+
+def under_compute_sanitizer() -> bool:
+    """True inside `compute-sanitizer` (it injects itself through CUDA_INJECTION64_PATH). Some of its
+    tools (initcheck) finish each piece of GPU work before the host call returns, so a test cannot
+    arrange for a kernel to be still running when the next call is queued."""
+    import os
+    return "sanitizer" in os.environ.get("CUDA_INJECTION64_PATH", "").lower()
