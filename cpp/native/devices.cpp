@@ -10,7 +10,6 @@ namespace py = pybind11;
 namespace kb::rt {
 namespace {
 
-CUstream as_stream(uint64_t h) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(h)); }
 
 // Documented test hook: a stream -> device table consulted first, so driver-less tests can stand in
 // for streams of other devices (debug_set_stream_device). Empty in normal use.

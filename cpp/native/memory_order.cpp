@@ -21,8 +21,6 @@ namespace py = pybind11;
 namespace kb::rt {
 namespace {
 
-CUstream as_stream(uint64_t h) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(h)); }
-CUevent as_event(uint64_t h) { return reinterpret_cast<CUevent>(static_cast<uintptr_t>(h)); }
 
 // Heap-allocated and never destroyed: static destructors must not call into a torn-down driver.
 MemoryLog& g_log = *new MemoryLog();

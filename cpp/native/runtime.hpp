@@ -15,6 +15,10 @@
 
 namespace kb::rt {
 
+// Stream and event handles travel as integers (Python ints, the memory log); the driver takes pointers.
+inline CUstream as_stream(uint64_t h) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(h)); }
+inline CUevent as_event(uint64_t h) { return reinterpret_cast<CUevent>(static_cast<uintptr_t>(h)); }
+
 // --- per-thread current stream (bridge.current_stream / use_stream) --------------------------------
 uint64_t current_stream();
 void set_current_stream(uint64_t handle);

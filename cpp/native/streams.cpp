@@ -35,8 +35,6 @@ struct Pending {
 std::deque<Pending>& g_pending = *new std::deque<Pending>();
 std::vector<std::vector<CUevent>> g_event_pool;   // per device: free events (timing disabled)
 
-CUstream as_stream(uint64_t h) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(h)); }
-CUevent as_event(uint64_t h) { return reinterpret_cast<CUevent>(static_cast<uintptr_t>(h)); }
 uint64_t as_int(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
 
 CUevent pooled_event(int device) {

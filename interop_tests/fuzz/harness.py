@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_SECONDS = 9.0
+DEFAULT_SECONDS = 5.0
 MAX_REPORTED = 6            # distinct findings printed in a failure message
 REPR_LIMIT = 1500           # characters of an input's repr in a failure message
 

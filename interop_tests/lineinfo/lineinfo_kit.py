@@ -117,3 +117,19 @@ def ptxas_cubin(ptx: str, arch: str, out: Path) -> None:
     proc = subprocess.run([find_ptxas(), f"-arch={arch}", str(src), "-o", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"ptxas -arch={arch} rejected the PTX:\n{proc.stderr}"
+
+
+def cubin_text_sections(cubin: bytes) -> dict[str, bytes]:
+    """{name: bytes} of a 64-bit little-endian ELF's `.text.*` sections: the kernels' machine code,
+    instruction encodings exactly (what cuobjdump -sass prints, without running it)."""
+    import struct
+    assert cubin[:6] == b"\x7fELF\x02\x01", "not a 64-bit little-endian ELF"
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names_at, names_size = heads[shstrndx][4], heads[shstrndx][5]
+    names = cubin[names_at:names_at + names_size]
+
+    def name(off: int) -> str:
+        return names[off:names.index(b"\0", off)].decode()
+    return {name(h[0]): cubin[h[4]:h[4] + h[5]] for h in heads if name(h[0]).startswith(".text.")}

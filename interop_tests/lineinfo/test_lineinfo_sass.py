@@ -1,8 +1,9 @@
-"""Line tables cost nothing at run time: for every zoo kernel and every tile case, the SASS ptxas makes
-from the PTX with line tables is the SASS it makes from the PTX without them (cuobjdump -sass, or
-nvdisasm, text identical: instructions and their encodings), on sm_80 and sm_90 (sm_90a where the
-lowering takes wgmma). Runs where ptxas and a disassembler are installed (`pip install
-'kernelbridge[tools]'` brings both); skipped with the reason otherwise."""
+"""Line tables cost nothing at run time: for every zoo kernel and every tile case, the machine code
+ptxas makes from the PTX with line tables is the code it makes from the PTX without them (every
+`.text.<kernel>` section of the two cubins byte-identical: instructions and their encodings), on sm_80
+and sm_90 (sm_90a where the lowering takes wgmma). One test disassembles a pair as well (cuobjdump
+-sass, or nvdisasm), so the section reading is checked against NVIDIA's own tool. Runs where ptxas is
+installed (`pip install 'kernelbridge[tools]'`); skipped with the reason otherwise."""
 from __future__ import annotations
 
 import subprocess
@@ -13,21 +14,30 @@ import pytest
 from dsl.backend.ptxas import find_ptxas
 from dsl.backend.toolkit import find_tool
 from interop_tests.kernels_zoo import ZOO
-from interop_tests.lineinfo.lineinfo_kit import (has_debug_trace, ptx_target, ptxas_cubin, tile_cases,
-                                                 tile_ptx, zoo_ptx)
+from interop_tests.lineinfo.lineinfo_kit import (cubin_text_sections, has_debug_trace, ptx_target,
+                                                 ptxas_cubin, tile_cases, tile_ptx, zoo_ptx)
 
 _CUOBJDUMP, _NVDISASM = find_tool("cuobjdump"), find_tool("nvdisasm")
-pytestmark = [
-    pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (CUDA toolkit missing)"),
-    pytest.mark.skipif(_CUOBJDUMP is None and _NVDISASM is None,
-                       reason="neither cuobjdump nor nvdisasm is installed (pip install nvidia-cuda-cuobjdump)"),
-]
+pytestmark = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (CUDA toolkit missing)")
+needs_disassembler = pytest.mark.skipif(
+    _CUOBJDUMP is None and _NVDISASM is None,
+    reason="neither cuobjdump nor nvdisasm is installed (pip install nvidia-cuda-cuobjdump)")
+
+
+def _cubin(ptx: str, tmp: Path, name: str) -> Path:
+    cubin = tmp / f"{name}.cubin"
+    ptxas_cubin(ptx, ptx_target(ptx), cubin)     # sm_90a stays sm_90a
+    return cubin
+
+
+def _code(ptx: str, tmp: Path, name: str) -> dict[str, bytes]:
+    code = cubin_text_sections(_cubin(ptx, tmp, name).read_bytes())
+    assert code and all(code.values()), f"no machine code in the cubin: {sorted(code)}"
+    return code
 
 
 def _sass(ptx: str, tmp: Path, name: str) -> str:
-    arch = ptx_target(ptx)                       # sm_90a stays sm_90a
-    cubin = tmp / f"{name}.cubin"
-    ptxas_cubin(ptx, arch, cubin)
+    cubin = _cubin(ptx, tmp, name)
     cmd = [_CUOBJDUMP, "-sass", str(cubin)] if _CUOBJDUMP else [_NVDISASM, "-c", str(cubin)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -39,7 +49,21 @@ def _sass(ptx: str, tmp: Path, name: str) -> str:
 def _assert_same_sass(on: str, off: str, tmp: Path) -> None:
     assert has_debug_trace(on) and not has_debug_trace(off)
     assert ptx_target(on) == ptx_target(off)
-    assert _sass(on, tmp, "lineinfo") == _sass(off, tmp, "plain")
+    assert _code(on, tmp, "lineinfo") == _code(off, tmp, "plain")
+
+
+@needs_disassembler
+def test_the_section_comparison_sees_what_the_disassembler_sees(tmp_path):
+    """The code sections are what cuobjdump disassembles: equal sections, equal SASS text; a kernel
+    with different code has different sections and different SASS."""
+    case = next(c for c in ZOO if c.name == "stencil5")
+    other = next(c for c in ZOO if c.name == "saxpy")
+    on, off = zoo_ptx(case, "sm_90", True), zoo_ptx(case, "sm_90", False)
+    assert _code(on, tmp_path, "a") == _code(off, tmp_path, "b")
+    assert _sass(on, tmp_path, "a") == _sass(off, tmp_path, "b")
+    different = zoo_ptx(other, "sm_90", False)
+    assert _code(different, tmp_path, "c") != _code(off, tmp_path, "b")
+    assert _sass(different, tmp_path, "c") != _sass(off, tmp_path, "b")
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
