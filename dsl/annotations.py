@@ -176,16 +176,23 @@ def parse_annotations(pyfunc: Callable, model: str = "simt", what: str = "kernel
     return out
 
 
-def _namespace(pyfunc: Callable) -> dict:
-    """Globals with the closure cells over them (the names an annotation may use)."""
-    ns = dict(getattr(pyfunc, "__globals__", {}))
-    code, cells = pyfunc.__code__, getattr(pyfunc, "__closure__", None) or ()
-    for n, cell in zip(code.co_freevars, cells):
+def closure_vars(pyfunc: Callable) -> dict[str, Any]:
+    """Values of the function's closure cells (empty cells are left out)."""
+    code = getattr(pyfunc, "__code__", None)
+    if code is None:
+        return {}
+    out: dict[str, Any] = {}
+    for name, cell in zip(code.co_freevars, getattr(pyfunc, "__closure__", None) or ()):
         try:
-            ns[n] = cell.cell_contents
+            out[name] = cell.cell_contents
         except ValueError:
             continue
-    return ns
+    return out
+
+
+def _namespace(pyfunc: Callable) -> dict:
+    """Globals with the closure cells over them (the names an annotation may use)."""
+    return {**getattr(pyfunc, "__globals__", {}), **closure_vars(pyfunc)}
 
 
 def _raise(pyfunc: Callable, name: str | None, bad: _Bad) -> None:

@@ -5,22 +5,9 @@ from __future__ import annotations
 import builtins
 from typing import Any, Callable
 
+from dsl.annotations import closure_vars
+
 _MISSING = object()
-
-
-def closure_vars(pyfunc: Callable) -> dict[str, Any]:
-    """Values of the function's closure cells (empty cells are left out)."""
-    out: dict[str, Any] = {}
-    code = getattr(pyfunc, "__code__", None)
-    cells = getattr(pyfunc, "__closure__", None) or ()
-    if code is None:
-        return out
-    for name, cell in zip(code.co_freevars, cells):
-        try:
-            out[name] = cell.cell_contents
-        except ValueError:
-            continue
-    return out
 
 
 class Scope:

@@ -72,19 +72,3 @@ def outputs_read(plan: OpPlan, binding: Mapping[Any, str], tiles: Mapping[str, t
         read = frozenset(a.name for a in contract.args if a.name in names and a.access == "readwrite")
     _READS[key] = read
     return read
-
-
-def sim_limits() -> tuple[Any, Any]:
-    """(DeviceLimits, FuncAttrs) of the CPU simulator, as SimtKernel.simulate validates with."""
-    from bridge import _native
-    from dsl.sim.launch import MAX_BLOCK, MAX_SHARED_BYTES, MAX_THREADS
-    limits = _native.DeviceLimits()
-    limits.host_memory = True
-    limits.cc = 1000
-    limits.max_threads_per_block = MAX_THREADS
-    limits.max_block = MAX_BLOCK
-    limits.smem_per_block = limits.smem_per_block_optin = MAX_SHARED_BYTES
-    attrs = _native.FuncAttrs()
-    attrs.max_threads_per_block = MAX_THREADS
-    attrs.max_dynamic_smem = MAX_SHARED_BYTES
-    return limits, attrs

@@ -15,7 +15,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from bridge import errors as E
-from dsl.integrations._kernels import host_dtype, outputs_read, param_dtype, sim_limits, standin
+from dsl.integrations._kernels import host_dtype, outputs_read, param_dtype, standin
+from dsl.sim.validator import sim_limits
 from dsl.integrations._plan import LONG, OpPlan
 
 API = "dsl.jax.kernel_call"

@@ -8,11 +8,10 @@ from typing import Any
 from dsl.sim.limits import MAX_BLOCK, MAX_SHARED_BYTES, MAX_THREADS
 
 
-def host_launcher(contract_json: str, kernel: str) -> Any:
-    """A driver-less `_native.Launcher` over `contract_json`: call `.validate_only(args, grid=, block=,
-    shared_mem=)` with NumPy (host) arrays; it returns (grid, block, shared_mem, skip)."""
+def sim_limits() -> tuple[Any, Any]:
+    """(DeviceLimits, FuncAttrs) of the CPU simulator: host memory allowed, any minimum arch, the
+    simulator's block and shared-memory limits."""
     from bridge import _native
-    from bridge.contract import native_contract
     limits = _native.DeviceLimits()
     limits.host_memory = True
     limits.cc = 1000                      # the simulator runs kernels of any minimum arch
@@ -22,4 +21,13 @@ def host_launcher(contract_json: str, kernel: str) -> Any:
     attrs = _native.FuncAttrs()
     attrs.max_threads_per_block = MAX_THREADS
     attrs.max_dynamic_smem = MAX_SHARED_BYTES
+    return limits, attrs
+
+
+def host_launcher(contract_json: str, kernel: str) -> Any:
+    """A driver-less `_native.Launcher` over `contract_json`: call `.validate_only(args, grid=, block=,
+    shared_mem=)` with NumPy (host) arrays; it returns (grid, block, shared_mem, skip)."""
+    from bridge import _native
+    from bridge.contract import native_contract
+    limits, attrs = sim_limits()
     return _native.Launcher(0, native_contract(contract_json, kernel), limits, attrs, -1)
