@@ -32,6 +32,7 @@ from dsl.backend.memory import MemoryMixin
 from dsl.backend.tile_codegen import TileNodesMixin
 from dsl.backend.values import ArrayVal, leaves, rebuild
 from dsl.ir import nodes as N
+from dsl.ir.relations import Relations
 from dsl.ir.types import ArrayType, ScalarType, TupleType, VoidType
 
 
@@ -151,7 +152,6 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
         of one shape get one row-major offset (one multiply, one address) and one bounds compare."""
         if not self.opts.requires:
             return
-        from dsl.frontend.proofs import Relations
         arrays = [(p, self.st.params[p]) for p in fn.params if isinstance(p.type, ArrayType)]
         rel = Relations(self.opts.requires, {p.name: p.type.ndim for p, _ in arrays})
         for j, (p, val) in enumerate(arrays):

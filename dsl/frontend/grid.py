@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dsl.frontend.proofs import Relations, strip_int_casts
+from dsl.frontend.proofs import strip_int_casts
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
+from dsl.ir.relations import Relations
 from dsl.options import KernelOptions
 
 Candidate = tuple[str, int]      # (kernel parameter name, elements per thread along x)

@@ -15,13 +15,14 @@ from dsl.frontend.calls import CallMixin
 from dsl.frontend.context import BuildContext
 from dsl.frontend.exprs import ExprMixin
 from dsl.frontend.loops import LoopMixin
-from dsl.frontend.proofs import Facts, Relations
+from dsl.frontend.proofs import Facts
 from dsl.frontend.scope import Scope
 from dsl.frontend.source import Source, get_source
 from dsl.frontend.stmts import StmtMixin
 from dsl.frontend.typing_rules import TypeRuleError
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
+from dsl.ir.relations import Relations
 from dsl.typevars import TypeVarMismatch, bind_dtype, typevar_name
 
 
