@@ -298,7 +298,7 @@ class Launcher {
                                     static_cast<unsigned>(cfg.grid[2]), static_cast<unsigned>(cfg.block[0]),
                                     static_cast<unsigned>(cfg.block[1]), static_cast<unsigned>(cfg.block[2]),
                                     static_cast<unsigned>(cfg.smem),
-                                    reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream)), nullptr, extra),
+                                    kb::rt::as_stream(stream), nullptr, extra),
                      "launchKernel");
     }
     if (capture == Capture::foreign) return;   // see capture_of
@@ -376,7 +376,7 @@ class Launcher {
     if (kb::rt::capture_active() && kb::rt::stream_captured(stream)) return Capture::bridge;
     if (stream <= 1) return Capture::none;   // the legacy default stream cannot be captured
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (kb::drv::require().streamIsCapturing(reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream)), &st) !=
+    if (kb::drv::require().streamIsCapturing(kb::rt::as_stream(stream), &st) !=
         CUDA_SUCCESS)
       return Capture::none;
     return st == CU_STREAM_CAPTURE_STATUS_NONE ? Capture::none : Capture::foreign;
