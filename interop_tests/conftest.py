@@ -18,9 +18,20 @@ import numpy as np
 import pytest
 
 import bridge
+from interop_tests.required_tools import require_tool
 
 
 _TEST_CACHE: dict[str, str] = {}   # this process's temporary cache dir (set once, in pytest_configure)
+@pytest.fixture(scope="session")
+def nvcc() -> str:
+    """nvcc as the one toolkit locator finds it (bridge.toolkit)."""
+    from bridge.toolkit import locate
+    return require_tool("nvcc", locate("nvcc").path)
+
+
+@pytest.fixture(scope="session")
+def cmake() -> str:
+    return require_tool("cmake", shutil.which("cmake"))
 
 
 def pytest_configure(config):

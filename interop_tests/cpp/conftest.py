@@ -1,40 +1,14 @@
-"""Fixtures for the CUDA C++ part: nvcc/cmake locations, compiling snippets, the installed fatbins.
-
-In CI (CI=true) nvcc and cmake must exist and the package's kernels must have been built: a missing
-tool fails the test instead of skipping it, so the C++ part can never pass by not running.
-"""
+"""Fixtures for the CUDA C++ part: compiling snippets, the installed fatbins (nvcc and cmake come from
+interop_tests/conftest.py: in CI (CI=true) a missing tool fails the test instead of skipping it, so the
+C++ part can never pass by not running)."""
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 import bridge
-
-IN_CI = os.environ.get("CI", "").lower() == "true"
-
-
-def _tool(name: str, *extra: str) -> str:
-    found = shutil.which(name) or next((p for p in extra if os.path.exists(p)), None)
-    if found:
-        return found
-    if IN_CI:
-        pytest.fail(f"{name} is required in CI (CI=true) for the CUDA C++ tests but was not found")
-    pytest.skip(f"{name} not found")
-
-
-@pytest.fixture(scope="session")
-def nvcc() -> str:
-    return _tool("nvcc", "/usr/local/cuda/bin/nvcc")
-
-
-@pytest.fixture(scope="session")
-def cmake() -> str:
-    return _tool("cmake")
-
 
 @pytest.fixture(scope="session")
 def include_dir() -> Path:

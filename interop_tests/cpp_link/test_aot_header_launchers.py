@@ -21,7 +21,7 @@ def _aot(out: Path, *extra: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, capture_output=True, text=True)
 
 
-def test_aot_cli_writes_header_and_images(tmp_path, nvcc_path):
+def test_aot_cli_writes_header_and_images(tmp_path, nvcc):
     r = _aot(tmp_path)
     assert r.returncode == 0, r.stderr
     header = (tmp_path / "aot_kernels_src_kernels.h").read_text()
@@ -37,16 +37,16 @@ def test_aot_cli_writes_header_and_images(tmp_path, nvcc_path):
 
 
 @pytest.mark.parametrize("mode", ["--fatbin", "--ptx-only"])
-def test_aot_header_compiles_with_nvcc(tmp_path, nvcc_path, mode):
+def test_aot_header_compiles_with_nvcc(tmp_path, nvcc, mode):
     assert _aot(tmp_path, mode).returncode == 0
     obj = tmp_path / "host.o"
-    r = subprocess.run([nvcc_path, "-std=c++17", f"-I{INCLUDE}", f"-I{tmp_path}", "-c", str(HOST), "-o", str(obj)],
+    r = subprocess.run([nvcc, "-std=c++17", f"-I{INCLUDE}", f"-I{tmp_path}", "-c", str(HOST), "-o", str(obj)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert obj.stat().st_size > 0
 
 
-def test_aot_header_compiles_with_host_compiler_warnings_as_errors(tmp_path, nvcc_path):
+def test_aot_header_compiles_with_host_compiler_warnings_as_errors(tmp_path, nvcc):
     import shutil
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
@@ -81,11 +81,11 @@ def test_aot_generic_kernel_needs_dtypes(tmp_path):
 
 
 @pytest.mark.gpu
-def test_aot_launcher_runs_and_refuses_violation_gpu(tmp_path, nvcc_path):
+def test_aot_launcher_runs_and_refuses_violation_gpu(tmp_path, nvcc):
     assert _aot(tmp_path).returncode == 0
     exe = tmp_path / "aot_host"
-    stubs = Path(nvcc_path).resolve().parents[1] / "lib64" / "stubs"   # libcuda.so when the driver has no dev link
-    r = subprocess.run([nvcc_path, "-std=c++17", f"-I{INCLUDE}", f"-I{tmp_path}", str(HOST), "-o", str(exe),
+    stubs = Path(nvcc).resolve().parents[1] / "lib64" / "stubs"   # libcuda.so when the driver has no dev link
+    r = subprocess.run([nvcc, "-std=c++17", f"-I{INCLUDE}", f"-I{tmp_path}", str(HOST), "-o", str(exe),
                         f"-L{stubs}", "-lcuda"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     run = subprocess.run([str(exe), "1000"], capture_output=True, text=True, timeout=120)
@@ -113,7 +113,7 @@ def _fnv1a64(data: bytes) -> int:
     return h
 
 
-def test_aot_modules_carry_their_verified_contracts(tmp_path, nvcc_path):
+def test_aot_modules_carry_their_verified_contracts(tmp_path, nvcc):
     """Each written PTX and fatbin embeds its kernel's contract + checksum in KB_CONTRACT's format."""
     import json
 
@@ -143,14 +143,14 @@ int main() {
 '''
 
 
-def test_aot_header_refuses_a_contract_text_that_fails_its_checksum(tmp_path, nvcc_path):
+def test_aot_header_refuses_a_contract_text_that_fails_its_checksum(tmp_path, nvcc):
     """The header's own copy of each contract is checked before kb::parse_contract (no GPU needed)."""
     assert _aot(tmp_path, "--ptx-only").returncode == 0
     (tmp_path / "probe.cpp").write_text(CONTRACT_PROBE)
 
     def probe() -> str:
         exe = tmp_path / "probe"
-        r = subprocess.run([nvcc_path, "-std=c++17", f"-I{INCLUDE}", f"-I{tmp_path}", str(tmp_path / "probe.cpp"),
+        r = subprocess.run([nvcc, "-std=c++17", f"-I{INCLUDE}", f"-I{tmp_path}", str(tmp_path / "probe.cpp"),
                             "-o", str(exe)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         return subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, check=True).stdout
@@ -168,7 +168,7 @@ def test_aot_header_refuses_a_contract_text_that_fails_its_checksum(tmp_path, nv
 
 
 @pytest.mark.gpu
-def test_load_module_of_an_aot_fatbin_finds_the_contract_gpu(tmp_path, nvcc_path):
+def test_load_module_of_an_aot_fatbin_finds_the_contract_gpu(tmp_path, nvcc):
     import bridge
     assert _aot(tmp_path, "--fatbin").returncode == 0
     mod = bridge.load_module(str(tmp_path / "aot_kernels_src.scale_add.fatbin"))

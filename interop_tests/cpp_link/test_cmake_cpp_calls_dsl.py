@@ -23,8 +23,8 @@ def _build(tmp: Path, cmake: str, arch: str = "90") -> Path:
 
 
 @pytest.mark.parametrize("arch", ["80", "90"])
-def test_cmake_links_cpp_kernel_with_exported_dsl_function(tmp_path, cmake_path, nvcc_path, nvjitlink, arch):
-    cubin = _build(tmp_path, cmake_path, arch).read_bytes()
+def test_cmake_links_cpp_kernel_with_exported_dsl_function(tmp_path, cmake, nvcc, nvjitlink, arch):
+    cubin = _build(tmp_path, cmake, arch).read_bytes()
     assert cubin[:4] == b"\x7fELF" and int.from_bytes(cubin[16:18], "little") == 2   # ET_EXEC: fully linked
     assert b"softsign_kernel" in cubin and b"dsl_softsign" in cubin
     ptx = (tmp_path / "link_cpp" / "dsl_softsign.ptx").read_text()
@@ -38,10 +38,10 @@ def test_link_cli_reports_errors(tmp_path):
 
 
 @pytest.mark.gpu
-def test_cmake_built_cubin_runs_gpu(tmp_path, cmake_path, nvcc_path, nvjitlink, rng):
+def test_cmake_built_cubin_runs_gpu(tmp_path, cmake, nvcc, nvjitlink, rng):
     import bridge
     cc = bridge.current_device().cc
-    cubin = _build(tmp_path, cmake_path, f"{cc[0]}{cc[1]}")
+    cubin = _build(tmp_path, cmake, f"{cc[0]}{cc[1]}")
     mod = bridge.load_module(str(cubin))
     n = 70_001
     x = (rng.standard_normal(n) * 4).astype(np.float32)

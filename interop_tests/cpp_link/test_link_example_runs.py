@@ -15,7 +15,7 @@ def _run() -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(EXAMPLE)], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-def test_link_example_links_both_directions(nvcc_path, nvjitlink):
+def test_link_example_links_both_directions(nvcc, nvjitlink):
     r = _run()
     assert r.returncode == 0, r.stdout + r.stderr
     assert "DSL->C++: linked gelu with cpp_gelu" in r.stdout
@@ -23,7 +23,7 @@ def test_link_example_links_both_directions(nvcc_path, nvjitlink):
 
 
 @pytest.mark.gpu
-def test_link_example_passes_gpu(nvcc_path, nvjitlink):
+def test_link_example_passes_gpu(nvcc, nvjitlink):
     r = _run()
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip().splitlines()[-1].startswith("PASS")

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("n", [1, 1000, 100_003])
 @pytest.mark.parametrize("lto", [False, True])
-def test_dsl_kernel_calling_cpp_matches_numpy(rng, n, lto, nvjitlink, nvcc_path):
+def test_dsl_kernel_calling_cpp_matches_numpy(rng, n, lto, nvjitlink, nvcc):
     x = rng.standard_normal(n).astype(np.float32)
     a, b = np.float32(rng.uniform(-3, 3)), np.float32(rng.uniform(-1, 1))
     dx, dout = bridge.from_host(x), bridge.from_host(np.full(n, np.nan, np.float32))
@@ -24,7 +24,7 @@ def test_dsl_kernel_calling_cpp_matches_numpy(rng, n, lto, nvjitlink, nvcc_path)
     np.testing.assert_allclose(dout.to_host(), ref, rtol=1e-6, atol=1e-6)
 
 
-def test_linked_dsl_kernel_refuses_violation_output_untouched(rng, nvjitlink, nvcc_path):
+def test_linked_dsl_kernel_refuses_violation_output_untouched(rng, nvjitlink, nvcc):
     n = 1001
     x = rng.standard_normal(n).astype(np.float32)
     poison = (rng.standard_normal(n + 3) * 1e6 + 12345.0).astype(np.float32)
@@ -38,7 +38,7 @@ def test_linked_dsl_kernel_refuses_violation_output_untouched(rng, nvjitlink, nv
 
 
 @pytest.mark.parametrize("n", [1, 1000, 65_537])
-def test_cpp_kernel_calling_exported_dsl_function(rng, tmp_path, n, nvjitlink, nvcc_path):
+def test_cpp_kernel_calling_exported_dsl_function(rng, tmp_path, n, nvjitlink, nvcc):
     cc = bridge.current_device().cc
     arch = f"sm_{cc[0]}{cc[1]}"
     ptx = tmp_path / "softclip.ptx"

@@ -21,7 +21,7 @@ def _is_cubin(data: bytes, arch: str) -> bool:
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("lto", [False, True])
-def test_dsl_kernel_links_with_cpp_device_function(arch, lto, nvjitlink, nvcc_path):
+def test_dsl_kernel_links_with_cpp_device_function(arch, lto, nvjitlink, nvcc):
     x = np.random.default_rng(1).standard_normal(1000).astype(np.float32)
     lk = link.link_kernel(src.affine_via_cpp, x, np.float32(2), np.float32(1), x, arch=arch, lto=lto)
     assert _is_cubin(lk.cubin, arch)
@@ -39,7 +39,7 @@ def test_unresolved_extern_is_a_link_error(nvjitlink):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("lto", [False, True])
-def test_cpp_kernel_links_with_exported_dsl_function(arch, lto, tmp_path, nvjitlink, nvcc_path):
+def test_cpp_kernel_links_with_exported_dsl_function(arch, lto, tmp_path, nvjitlink, nvcc):
     ptx = link.export_device(src.softclip, [f32, f32], arch)
     assert ".visible .func" in ptx and "dsl_softclip" in ptx
     p = tmp_path / "softclip.ptx"
@@ -49,10 +49,10 @@ def test_cpp_kernel_links_with_exported_dsl_function(arch, lto, tmp_path, nvjitl
 
 
 @pytest.mark.parametrize("suffix", [".ptx", ".o"])
-def test_prebuilt_cpp_objects_link(suffix, tmp_path, nvjitlink, nvcc_path):
+def test_prebuilt_cpp_objects_link(suffix, tmp_path, nvjitlink, nvcc):
     out = tmp_path / f"cpp{suffix}"
     flag = ["-ptx", "-arch=compute_90"] if suffix == ".ptx" else ["-dc", "-arch=sm_90"]
-    subprocess.run([nvcc_path, "-rdc=true", *flag, "-o", str(out), str(src.CPP)], check=True)
+    subprocess.run([nvcc, "-rdc=true", *flag, "-o", str(out), str(src.CPP)], check=True)
     x = np.ones(33, np.float32)
     ptx = src.affine_via_cpp.compile(x, np.float32(2), np.float32(1), x, arch="sm_90").ptx
     cubin = link.link([link.LinkInput(ptx.encode(), "PTX", "k.ptx"), out], "sm_90")

@@ -25,20 +25,20 @@ def _build(tmp: Path, step: int, nvcc: str, cmake: str) -> subprocess.CompletedP
 
 
 @pytest.fixture(scope="module")
-def step0(tmp_path_factory, nvcc_path, cmake_path) -> Path:
+def step0(tmp_path_factory, nvcc, cmake) -> Path:
     """The all-C++ step built once for the tests that read it (a build takes seconds)."""
     tmp = tmp_path_factory.mktemp("porting")
-    r = _build(tmp, 0, nvcc_path, cmake_path)
+    r = _build(tmp, 0, nvcc, cmake)
     assert r.returncode == 0, r.stdout + r.stderr
     return tmp / "step0"
 
 
 @pytest.mark.parametrize("step", [0, 1, 2, 3])
-def test_porting_example_builds_with_cmake(tmp_path, nvcc_path, cmake_path, step, request):
+def test_porting_example_builds_with_cmake(tmp_path, nvcc, cmake, step, request):
     if step == 0:
         bdir = request.getfixturevalue("step0")
     else:
-        r = _build(tmp_path, step, nvcc_path, cmake_path)
+        r = _build(tmp_path, step, nvcc, cmake)
         assert r.returncode == 0, r.stdout + r.stderr
         bdir = tmp_path / f"step{step}"
     assert (bdir / "porting_kernels.fatbin").stat().st_size > 0
@@ -79,7 +79,7 @@ def test_dsl_kernels_of_the_example_match_numpy_on_the_simulator(rng):
 
 @pytest.mark.gpu
 @pytest.mark.nosanitize     # builds 4 CMake trees; the next test runs compute-sanitizer on the app itself
-def test_porting_example_every_step_identical_gpu(tmp_path, nvcc_path, cmake_path):
+def test_porting_example_every_step_identical_gpu(tmp_path, nvcc, cmake):
     r = subprocess.run([sys.executable, str(PORTING / "run_porting.py"), "--rows", "1000", "--cols", "777",
                         "--build", str(tmp_path)], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -89,13 +89,13 @@ def test_porting_example_every_step_identical_gpu(tmp_path, nvcc_path, cmake_pat
 
 @pytest.mark.gpu
 @pytest.mark.nosanitize     # runs compute-sanitizer itself (not nested under scripts/gpu_check.py's)
-def test_porting_example_sanitizer_clean_gpu(tmp_path, nvcc_path, cmake_path):
+def test_porting_example_sanitizer_clean_gpu(tmp_path, nvcc, cmake):
     sanitizer = shutil.which("compute-sanitizer") or next(
         (p for p in ("/usr/local/cuda/bin/compute-sanitizer",) if Path(p).exists()), None)
     if sanitizer is None:
         pytest.skip("compute-sanitizer not found")
     for step in (0, 3):
-        assert _build(tmp_path, step, nvcc_path, cmake_path).returncode == 0
+        assert _build(tmp_path, step, nvcc, cmake).returncode == 0
         bdir = tmp_path / f"step{step}"
         for tool in ("memcheck", "racecheck"):
             r = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "9", str(bdir / "porting_app"),
