@@ -15,16 +15,10 @@ import pytest
 import bridge.fatbin as fatbin
 from bridge.fatbin import ModuleFormatError, embedded_contracts, fatbin_entries
 
+from interop_tests.cpp.contract_kernel_sources import FILL, HEADER
 from interop_tests.cpp.lz4_support import hide_lz4_package, require_lz4_package
 
-SOURCE = r'''#include "kernelbridge/kernel_contract.cuh"
-extern "C" __global__ void __launch_bounds__(64) fill(float* y, float v, int n) {
-  int i = blockIdx.x * 64 + threadIdx.x;
-  if (i < n) y[i] = v;
-}
-KB_CONTRACT(fill, KB_BLOCK(64), KB_ARGS(KB_ARRAY(y, f32, 1, write), KB_SCALAR(v, f32), KB_SCALAR(n, i32)),
-            KB_REQUIRES("len(y) == n"), KB_GRID_FROM(y));
-'''
+SOURCE = HEADER + FILL
 
 
 def forge_fatbin(*entries: tuple[int, int, int, bytes, int, int]) -> bytes:

@@ -12,15 +12,9 @@ import pytest
 from bridge.fatbin import (CompressedEntryError, ContractIntegrityError, ModuleFormatError, embedded_contracts,
                            fatbin_entries, module_format)
 
-SOURCE = r'''#include "kernelbridge/kernel_contract.cuh"
-extern "C" __global__ void __launch_bounds__(64) fill(float* y, float v, int n) {
-  int i = blockIdx.x * 64 + threadIdx.x;
-  if (i < n) y[i] = v;
-}
-KB_CONTRACT(fill, KB_BLOCK(64), KB_ARGS(KB_ARRAY(y, f32, 1, write), KB_SCALAR(v, f32), KB_SCALAR(n, i32)),
-            KB_REQUIRES("len(y) == n"), KB_GRID_FROM(y));
-extern "C" __global__ void bare(float* y) { y[0] = 1.0f; }
-'''
+from interop_tests.cpp.contract_kernel_sources import BARE, FILL, HEADER
+
+SOURCE = HEADER + FILL + BARE
 
 
 @pytest.fixture(scope="module")

@@ -19,25 +19,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from interop_tests.cpp.contract_kernel_sources import AXPB, BARE, FILL, HEADER
 from interop_tests.fuzz.targets import Oracle
 
 TIMEOUT = 15.0
-SOURCE = r'''#include "kernelbridge/kernel_contract.cuh"
-extern "C" __global__ void __launch_bounds__(64) fill(float* y, float v, int n) {
-  int i = blockIdx.x * 64 + threadIdx.x;
-  if (i < n) y[i] = v;
-}
-KB_CONTRACT(fill, KB_BLOCK(64), KB_ARGS(KB_ARRAY(y, f32, 1, write), KB_SCALAR(v, f32), KB_SCALAR(n, i32)),
-            KB_REQUIRES("len(y) == n"), KB_GRID_FROM(y));
-extern "C" __global__ void __launch_bounds__(128) axpb(const float* x, float* y, float a, float b, int n) {
-  int i = blockIdx.x * 128 + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + b;
-}
-KB_CONTRACT(axpb, KB_BLOCK(128), KB_ARGS(KB_ARRAY(x, f32, 1, read), KB_ARRAY(y, f32, 1, write),
-            KB_SCALAR(a, f32), KB_SCALAR(b, f32), KB_SCALAR(n, i32)),
-            KB_REQUIRES("len(x) == n", "len(y) == n"), KB_GRID_FROM(y));
-extern "C" __global__ void bare(float* y) { y[0] = 1.0f; }
-'''
+SOURCE = HEADER + FILL + AXPB + BARE
 GENCODE = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=compute_90"]
 BUILDS: dict[str, list[str]] = {
     "nvcc.cubin": ["-cubin", "-arch=sm_80"],
