@@ -8,6 +8,23 @@ from bridge import _native
 
 BASE = 0x7F00_0000_0000  # fake device addresses: the validator never dereferences them
 
+# A contract using every field of the schema (the schema tests and the contract fuzz target start from it)
+GOOD_CONTRACT: dict[str, Any] = {
+    "version": 1, "kernel": "vecadd", "domain": 1, "block": {"exact": [256, 1, 1]}, "dynamic_smem": {"exact": 0},
+    "min_cc": 80,
+    "args": [
+        {"name": "a", "kind": "array", "dtype": "f32", "ndim": 1, "layout": "any", "align": 4, "access": "read",
+         "abi": "view"},
+        {"name": "out", "kind": "array", "dtype": "f32", "ndim": 1, "layout": "C", "align": 16, "access": "write",
+         "abi": "view"},
+        {"name": "s", "kind": "scalar", "dtype": "f32"},
+    ],
+    "requires": ["len(a) == len(out)", "a.shape == out.shape"],
+    "inplace": [["a", "out"]],
+    "grid_from": {"arg": "out", "per_thread": [1, 1, 1]},
+    "fault_sites": [{"id": 1, "array": "a", "file": "k.py", "line": 12, "text": "x = a[j]"}],
+}
+
 
 def contract(args: list[dict[str, Any]], kernel: str = "k", **extra: Any) -> Any:
     """A native Contract from args and top-level keys."""

@@ -9,22 +9,9 @@ from hypothesis import strategies as st
 
 import bridge
 from bridge import _native
+from interop_tests.contract.contract_support import GOOD_CONTRACT
 
-GOOD = {
-    "version": 1, "kernel": "vecadd", "domain": 1, "block": {"exact": [256, 1, 1]}, "dynamic_smem": {"exact": 0},
-    "min_cc": 80,
-    "args": [
-        {"name": "a", "kind": "array", "dtype": "f32", "ndim": 1, "layout": "any", "align": 4, "access": "read",
-         "abi": "view"},
-        {"name": "out", "kind": "array", "dtype": "f32", "ndim": 1, "layout": "C", "align": 16, "access": "write",
-         "abi": "view"},
-        {"name": "s", "kind": "scalar", "dtype": "f32"},
-    ],
-    "requires": ["len(a) == len(out)", "a.shape == out.shape"],
-    "inplace": [["a", "out"]],
-    "grid_from": {"arg": "out", "per_thread": [1, 1, 1]},
-    "fault_sites": [{"id": 1, "array": "a", "file": "k.py", "line": 12, "text": "x = a[j]"}],
-}
+GOOD = GOOD_CONTRACT
 
 
 def mutated(path: str, value) -> str:

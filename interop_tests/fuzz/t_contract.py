@@ -15,6 +15,7 @@ from typing import Any
 
 from interop_tests.fuzz.hostile import FloatLike, HostileError, IntSubclass, RaisingDim, RaisingIndex
 from interop_tests.fuzz.targets import Oracle
+from interop_tests.contract.contract_support import GOOD_CONTRACT
 
 TIMEOUT = 8.0
 DTYPES = ["bool", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64", "c64",
@@ -26,21 +27,7 @@ HUGE_INTS = [2**31 - 1, 2**31, 2**32, 2**53 + 1, 2**62, 2**63 - 1, 2**63, 2**64 
 ODD_JSON_VALUES: list[Any] = [None, True, False, -1, 0, 1.5, -0.0, 1e308, float("inf"), float("nan"), "", "x" * 300,
                               "\u00e9", "\udcff", "\ud800x", "\U0001F600", "\x00", [], {}, [1, 2, 3, 4], {"a": 1},
                               [[[[]]]], *HUGE_INTS]
-GOOD = {
-    "version": 1, "kernel": "vecadd", "domain": 1, "block": {"exact": [256, 1, 1]}, "dynamic_smem": {"exact": 0},
-    "min_cc": 80,
-    "args": [
-        {"name": "a", "kind": "array", "dtype": "f32", "ndim": 1, "layout": "any", "align": 4, "access": "read",
-         "abi": "view"},
-        {"name": "out", "kind": "array", "dtype": "f32", "ndim": 1, "layout": "C", "align": 16, "access": "write",
-         "abi": "view"},
-        {"name": "s", "kind": "scalar", "dtype": "f32"},
-    ],
-    "requires": ["len(a) == len(out)", "a.shape == out.shape"],
-    "inplace": [["a", "out"]],
-    "grid_from": {"arg": "out", "per_thread": [1, 1, 1]},
-    "fault_sites": [{"id": 1, "array": "a", "file": "k.py", "line": 12, "text": "x = a[j]"}],
-}
+GOOD = GOOD_CONTRACT
 
 
 # ------------------------------------------------------------------------------- generation
