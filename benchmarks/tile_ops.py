@@ -1,13 +1,10 @@
 """Tile DSL operations vs their library peers, one process: row softmax 4096x16384 f32 vs torch.softmax,
-sum of 2^28 f32 vs cupy.sum (and torch.sum), GEMM 8192^3 (bf16, f16, f32 inputs; f32 accumulate and
-output) vs torch.matmul (cuBLAS; tf32 enabled for f32).
+sum of 2^28 f32 vs cupy.sum (and torch.sum). The GEMM has its own benchmark: benchmarks/gemm.py.
 
-Kernels are interop_tests/dsl_tile/tile_kernels_lib.py (the ones the GPU tests check). GEMM tile
-shapes are tried like an autotuner and the best is reported (every one is listed, a shape that does
-not compile as a row with value None). Each result is checked against NumPy float64 before timing
-(GEMM: 16 random rows); device events, L2 flushed before each launch, ours and peers interleaved,
-median of repeats. An op dsl.tile cannot compile is a row with value None and a note.
-Bars (DESIGN §7): softmax >= 1.0x torch.softmax, sum >= 0.95x cupy.sum, bf16 GEMM >= 0.70x torch.matmul.
+Kernels are interop_tests/dsl_tile/tile_kernels_lib.py (the ones the GPU tests check). Each result is
+checked against NumPy float64 before timing; device events, L2 flushed before each launch, ours and
+peers interleaved, median of repeats. An op dsl.tile cannot compile is a row with value None and a note.
+Bars (DESIGN §8): softmax >= 1.0x torch.softmax, sum >= 0.95x cupy.sum.
 """
 from __future__ import annotations
 
@@ -24,10 +21,6 @@ import tile_kernels_lib as K  # noqa: E402
 
 from dsl import tile  # noqa: E402
 
-# GEMM (bm, bn, bk) candidates, tried like an autotuner; one that does not compile is listed, not fatal.
-# 16-bit inputs: 128-row tiles with 8 warps take the sm_90 wgmma path (dsl/tile/lower_mma.py).
-GEMM_TILES = {"16bit": ((128, 256, 64), (128, 128, 64), (128, 128, 32), (64, 64, 32)),
-              "f32": ((128, 128, 32), (64, 64, 32))}
 SUM_BLOCK = 16384                      # stage 1: 2^28 -> 2^14 partials; stage 2: 2^14 -> 1
 
 
@@ -130,78 +123,21 @@ def full_sum(ops: Ops, torch: Any, cp: Any, rng: np.random.Generator) -> None:
                     higher_is_better=True, bar=0.95, peer_name="cupy.sum")
 
 
-def gemm(ops: Ops, torch: Any, rng: np.random.Generator, label: str, host_dtype: Any, torch_dtype: str) -> None:
-    import bridge
-    m = n = k = 8192
-    a32 = rng.standard_normal((m, k), dtype=np.float32)
-    b32 = rng.standard_normal((k, n), dtype=np.float32)
-    ah, bh = a32.astype(host_dtype), b32.astype(host_dtype)
-    rows = np.sort(rng.choice(m, 16, replace=False))
-    ref = ah[rows].astype(np.float64) @ bh.astype(np.float64)
-    scale = float(np.sqrt(k))
-    tol = {"rtol": 1e-2, "atol": 5e-3 * scale} if label == "f32 (tf32)" else {"rtol": 1e-3, "atol": 1e-3 * scale}
-    a, b = bridge.from_host(ah), bridge.from_host(bh)
-    impls: dict = {}
-    ours = set()
-    arch = bridge.current_device().arch
-    for bm, bn, bk in GEMM_TILES["f32" if label.startswith("f32") else "16bit"]:
-        c = bridge.full((m, n), np.nan, "float32")
-        part = tile.partition(c, (bm, bn))
-        name = f"DSL tile gemm, tile {bm}x{bn}x{bk}"
-        try:
-            K.gemm.compile((a, b, part, bk), arch)
-        except Exception as exc:  # noqa: BLE001 - an autotuning candidate that does not compile
-            ops.rep.row(f"GEMM 8192^3 {label}: {name}", None, "TFLOP/s",
-                        note=f"tile shape not compiled for {arch}: {type(exc).__name__}: {exc}"[:300])
-            continue
-        ours.add(name)
-        impls[name] = ((lambda i, p=part, kk=bk: K.gemm(a, b, p, kk)),
-                       (lambda c=c, nm=name: check_close(nm, c.to_host()[rows], ref, **tol)))
-    if torch is not None:
-        ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
-        assert str(ta.dtype) == f"torch.{torch_dtype}", (ta.dtype, torch_dtype)
-        res: list = []
-        # cuBLAS rounds the output to the input dtype: allow that rounding in its check
-        ttol = {"rtol": 1e-2, "atol": tol["atol"]} if label != "f32 (tf32)" else tol
-        trows = torch.as_tensor(rows, device=ta.device)
-        impls["torch.matmul"] = (keep_first(res, lambda: torch.matmul(ta, tb)),
-                                 lambda: check_close("torch.matmul", res[0][trows].float().cpu().numpy(), ref, **ttol))
-    v = ops.run(f"GEMM 8192^3 {label}", impls, ours, "TFLOP/s", 2 * m * n * k / 1e12)
-    best = max((x for x in v if x in ours), key=v.get, default=None)
-    peer = v.get("torch.matmul")
-    if best is None:
-        ops.failed.append(f"GEMM 8192^3 {label}: no DSL tile configuration compiled and ran correctly")
-    if best is not None and peer is not None:
-        ops.rep.row(f"GEMM 8192^3 {label}: best DSL / torch.matmul", v[best] / peer, "x", best=best)
-        if label == "bf16":
-            ops.rep.bar(f"GEMM 8192^3 bf16: DSL tile ({best.split('tile ')[-1]}) vs torch.matmul", v[best], peer,
-                        higher_is_better=True, bar=0.70, peer_name="torch.matmul (cuBLAS)")
-
-
 def main() -> int:
     args = parse_args(__doc__)
-    rep = Report("tile ops: softmax, full sum, GEMM (dsl.tile vs torch / CuPy)")
+    rep = Report("tile ops: softmax, full sum (dsl.tile vs torch / CuPy)")
     if not gpu_or_note(rep):
         rep.finish(args.json)
         return 0
     import bridge
     torch = try_import("torch", rep.missing)
     cp = try_import("cupy", rep.missing)
-    ml = try_import("ml_dtypes", rep.missing)
-    if torch is not None:
-        torch.backends.cuda.matmul.allow_tf32 = True   # the f32 peer is cuBLAS tf32
     ops = Ops(rep, reps=8 if args.quick else 20)
     rng = np.random.default_rng(11)
     try:
         with bridge.use_stream(bridge.Stream()):
             softmax(ops, torch, rng)
             full_sum(ops, torch, cp, rng)
-            if ml is not None:
-                gemm(ops, torch, rng, "bf16", ml.bfloat16, "bfloat16")
-            else:
-                rep.row("GEMM 8192^3 bf16", None, "TFLOP/s", note="ml_dtypes missing: no host bfloat16")
-            gemm(ops, torch, rng, "f16", np.float16, "float16")
-            gemm(ops, torch, rng, "f32 (tf32)", np.float32, "float32")
     finally:
         rep.finish(args.json)
     if ops.failed:

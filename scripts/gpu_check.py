@@ -36,7 +36,8 @@ EXAMPLES = ["examples/quickstart.py", "examples/mixed_pipeline.py", "examples/to
             "examples/jax_jit.py", "examples/graph_capture.py", "examples/link_cpp_device.py",
             "examples/porting/run_porting.py"]
 BENCHMARKS = ["benchmarks/launch_overhead.py", "benchmarks/launch_breakdown.py", "benchmarks/elementwise.py",
-              "benchmarks/simt_parity.py", "benchmarks/tile_ops.py", "benchmarks/compile_time.py",
+              "benchmarks/simt_parity.py", "benchmarks/tile_ops.py", "benchmarks/gemm.py",
+              "benchmarks/compile_time.py",
               "benchmarks/intake.py"]
 SANITIZER_TOOLS = ["memcheck", "racecheck", "synccheck", "initcheck"]
 MEMCHECK_EXAMPLE_ARGS = {"examples/porting/run_porting.py": ["--build", "build/porting-memcheck"]}

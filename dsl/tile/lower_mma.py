@@ -15,13 +15,18 @@ from dataclasses import dataclass
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, F32, I32, INDEX, U32, ArrayType, VOID
+from dsl.ir.types import BF16, F16, F32, I32, INDEX, U32, U64, ArrayType, VOID
 from dsl.tile import ir as T
 from dsl.tile.layout import MmaLayout, c32, iadd, iand, imul, ir32, ishr, log2
 
 SMEM_LIMIT = 48 * 1024          # static shared memory per block
 DYN_LIMIT = 160 * 1024          # dynamic shared memory for operand stages (fits sm_80's 163 KiB opt-in)
 MAX_STAGES = 4
+# sm_90 wgmma pipeline: up to 227 KiB of shared memory per block; the operand stages take at most this
+# (what is left covers the 1 KiB alignment slack and the epilogue's static relayout buffers). Its copy
+# distance is stages - 2 (one stage is still read by the wgmma group left in flight), so it needs >= 3.
+WG_DYN_LIMIT = 200 * 1024
+WG_MAX_STAGES = 6
 
 
 @dataclass
@@ -77,8 +82,8 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
     warps = L.T // 32
     if esize == 2 and L.cc >= 90 and warps == 8 and bm == 128 and bk in (32, 64) and bn in (64, 128, 256) \
             and (bm * bk // 8) % L.T == 0 and (bk * bn // 8) % L.T == 0:
-        stages = min(max_stages, DYN_LIMIT // ((bm * bk + bk * bn) * 2))
-        if stages >= 2:
+        stages = min(WG_MAX_STAGES, WG_DYN_LIMIT // ((bm * bk + bk * bn) * 2))
+        if stages >= 3:
             return MmaPlan(s, asg.var, a, b, bm, bn, bk, 8, 1, stages,
                            MmaLayout((bm, bn), L.T, 8, 1), kind="wgmma")
     wm, wn = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4)}.get(warps, (0, 0))
@@ -191,7 +196,12 @@ def lower_loop(L, plan: MmaPlan) -> None:
         grow0 = L.tmp(N.Cast(ir32(krow), INDEX), "bgr")
         b_desc.append((off, grow0, gcol))
 
+    # A copy that falls outside the array reads 0 bytes (zero fill) from the array's first element:
+    # the address is selected, not the indices, so the in-range address stays a linear function of
+    # the k tile and the loop carries it forward instead of recomputing row * stride every stage.
     zero64 = N.Const(0, INDEX)
+    a_safe = L.tmp(TN.GlobalAddress(A, [zero64, zero64]), "asafe")
+    b_safe = L.tmp(TN.GlobalAddress(B, [zero64, zero64]), "bsafe")
 
     def issue(kt: N.Expr, stage: N.Expr) -> None:
         kt64 = L.tmp(N.Cast(N.BinOp("add", kt, start, I32), INDEX), "kt")
@@ -201,7 +211,7 @@ def lower_loop(L, plan: MmaPlan) -> None:
             gcol = N.BinOp("add", N.BinOp("mul", kt64, N.Const(bk, INDEX), INDEX), gcol0, INDEX)
             gcol = L.tmp(gcol, "gc")
             ok = L.tmp(N.Logical("and", N.Compare("lt", grow, M), N.Compare("lt", gcol, K)), "ok")
-            src = TN.GlobalAddress(A, [N.IfExp(ok, grow, zero64, INDEX), N.IfExp(ok, gcol, zero64, INDEX)])
+            src = N.IfExp(ok, TN.GlobalAddress(A, [grow, gcol]), a_safe, U64)
             dst = sa(N.BinOp("add", abase, off, I32))
             size = N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)
             _asm(L, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", [dst, src, size])
@@ -209,7 +219,7 @@ def lower_loop(L, plan: MmaPlan) -> None:
             grow = N.BinOp("add", N.BinOp("mul", kt64, N.Const(bk, INDEX), INDEX), grow0, INDEX)
             grow = L.tmp(grow, "gr")
             ok = L.tmp(N.Logical("and", N.Compare("lt", grow, K), N.Compare("lt", gcol, Nn)), "ok")
-            src = TN.GlobalAddress(B, [N.IfExp(ok, grow, zero64, INDEX), N.IfExp(ok, gcol, zero64, INDEX)])
+            src = N.IfExp(ok, TN.GlobalAddress(B, [grow, gcol]), b_safe, U64)
             dst = sb(N.BinOp("add", bbase, off, I32))
             size = N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)
             _asm(L, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", [dst, src, size])
@@ -260,23 +270,30 @@ def lower_loop(L, plan: MmaPlan) -> None:
     else:
         compute = _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname)
 
-    # prologue: stages 0 .. S-2
-    for st in range(S - 1):
+    # Copies run `ahead` stages in front of the compute. mma.sync finishes within its stage, so the
+    # stage computed last iteration is free: ahead = S-1. wgmma leaves one group in flight (wait_group 1),
+    # so the stage computed last iteration may still be read: ahead = S-2, and the barrier at the top of
+    # each iteration (after every warpgroup's wait_group 1 of the previous one) frees stage it-2.
+    ahead = S - 2 if wg else S - 1
+    for st in range(ahead):
         L.emit(N.If(N.Compare("lt", c32(st), kt_n), L.block_of(lambda st=st: issue(c32(st), c32(st))), []))
         commit()
     it = L.new_var(I32, "kit")
 
     def body() -> None:
-        _asm(L, f"cp.async.wait_group {S - 2};", "", [])
+        _asm(L, f"cp.async.wait_group {ahead - 1};", "", [])
         if wg:   # make the cp.async (generic proxy) writes visible to wgmma (async proxy)
             _asm(L, "fence.proxy.async.shared::cta;", "", [])
         L.sync()
-        pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(S - 1), I32), "pre")
+        pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
         pst = L.tmp(N.BinOp("mod", pre, c32(S), I32), "pst")
         L.emit(N.If(N.Compare("lt", pre, kt_n), L.block_of(lambda: issue(pre, pst)), []))
         commit()
         compute(L.tmp(N.BinOp("mod", N.ReadVar(it), c32(S), I32), "cst"))
     L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(body), s.loc))
+    if wg:
+        from dsl.tile.lower_wgmma import wait_wgmma
+        wait_wgmma(L, 0, acc_vars)
     _asm(L, "cp.async.wait_group 0;", "", [])
     L.sync()
     L.relied.update({plan.a.param.name, plan.b.param.name})

@@ -4,8 +4,9 @@ Shared-memory operands are read by the tensor cores through matrix descriptors: 
 the 64-byte (BK = 32) or 128-byte (BK = 64) swizzle: one swizzle row per tile row; B is MN-major
 in 128-byte swizzle atoms
 ([BN/64][BK][64], see the copy offsets in lower_mma.py). Two warpgroups each own 64 rows of the
-128-row tile; each k16 step is one `wgmma.mma_async m64nBNk16` per warpgroup, fenced, committed and
-waited for within the stage (the cp.async prefetch of later stages overlaps it).
+128-row tile; each k16 step is one `wgmma.mma_async m64nBNk16` per warpgroup. A stage's group is
+committed and left in flight (wait_group 1): the tensor cores work on it while the threads wait for the
+next stage's copies, pass the barrier and issue the copies after it.
 """
 from __future__ import annotations
 
@@ -57,4 +58,17 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
         for i, v in enumerate(acc_vars):
             L.emit(N.Assign(v, N.TupleGet(N.ReadVar(out), i, F32)))
     _asm(L, "wgmma.commit_group.sync.aligned;")
-    _asm(L, "wgmma.wait_group.sync.aligned 0;")
+    wait_wgmma(L, 1, acc_vars)
+
+
+def wait_wgmma(L, pending: int, acc_vars: list[N.Var]) -> None:
+    """wgmma.wait_group `pending`, with the accumulators passed through it (tied in/out operands,
+    no instructions) so that no use of them can be scheduled before the wait."""
+    n = len(acc_vars)
+    ty = TN.tuple_of(F32, n)
+    out = L.new_var(ty, "wgwait")
+    L.emit(N.Assign(out, TN.InlinePtx(f"wgmma.wait_group.sync.aligned {pending};",
+                                      ",".join(["=f"] * n + [str(i) for i in range(n)]),
+                                      [N.ReadVar(v) for v in acc_vars], ty, True)))
+    for i, v in enumerate(acc_vars):
+        L.emit(N.Assign(v, N.TupleGet(N.ReadVar(out), i, F32)))

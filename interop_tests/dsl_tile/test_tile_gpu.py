@@ -99,21 +99,24 @@ def test_gemm(rng, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("tshape", [(128, 128), (64, 64), (128, 256)])
-def test_tensor_core_gemm_and_bias_relu_epilogue(rng, dtype, tshape):
+@pytest.mark.parametrize("bk", [32, 64])
+@pytest.mark.parametrize("mkn", [(300, 200, 176), (136, 24, 72)], ids=["7-k-tiles", "1-k-tile"])
+def test_tensor_core_gemm_and_bias_relu_epilogue(rng, dtype, tshape, bk, mkn):
     """Rows of multiples of 8 elements: the tensor-core paths (mma.sync + ldmatrix + cp.async, and
-    wgmma on sm_90 for 128-row tiles) with ragged M and K."""
-    m, k, n = 300, 200, 176
+    wgmma on sm_90 for 128-row tiles, whose pipeline runs stages - 2 copies ahead) with ragged M and
+    K, and with fewer k tiles than pipeline stages."""
+    m, k, n = mkn
     a = rng.standard_normal((m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
     bias = rng.standard_normal(n).astype(np.float32)
     c, _ = poisoned(rng, (m, n))
-    args = (dev(a), dev(b), tile.partition(c, tshape), 32)
+    args = (dev(a), dev(b), tile.partition(c, tshape), bk)
     ptx = K.gemm.compile(args, bridge.current_device().arch).ptx
     assert "mma.sync" in ptx or "wgmma.mma_async" in ptx
     K.gemm(*args)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.to_host(), ref, rtol=1e-3, atol=1e-2)
-    K.gemm_bias_relu(dev(a), dev(b), dev(bias), tile.partition(c, tshape), 32)
+    K.gemm_bias_relu(dev(a), dev(b), dev(bias), tile.partition(c, tshape), bk)
     np.testing.assert_allclose(c.to_host(), np.maximum(ref + bias, 0), rtol=1e-3, atol=1e-2)
 
 
