@@ -42,11 +42,11 @@ def _gemm(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
     tl.store(pc, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def gemm(a: Any, b: Any, c: Any, config: tuple[int, int, int, int, int]) -> None:
-    """c (f32) = a @ b for torch tensors on the current torch stream."""
+def gemm(a: Any, b: Any, c: Any, config: tuple[int, int, int, int, int]) -> Any:
+    """c (f32) = a @ b for torch tensors on the current torch stream; returns the compiled kernel."""
     bm, bn, bk, warps, stages = config
     m, k = a.shape
     n = b.shape[1]
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
-    _gemm[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+    return _gemm[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
                 BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, num_warps=warps, num_stages=stages)
