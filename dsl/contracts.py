@@ -77,9 +77,18 @@ def contract_args(fn: ir.Function, reads: set[str] | None = None,
                          "access": access, "abi": "view"})
         elif isinstance(t, irt.ScalarType):
             args.append({"name": p.name, "kind": "scalar", "dtype": t.name})
+        elif isinstance(t, irt.TensorMapType):
+            continue    # built by the launcher: the contract's "tensor_maps" (tensor_maps below)
         else:
             raise TypeError(f"{fn.name}: parameter '{p.name}' of type {t} has no contract spelling")
     return args
+
+
+def tensor_maps(fn: ir.Function) -> list[dict[str, Any]]:
+    """The contract's "tensor_maps" of `fn`: one per TensorMapType parameter, in parameter order
+    (the launcher passes them in that order after the arguments)."""
+    return [{"arg": p.type.array, "box": list(p.type.box), "swizzle": p.type.swizzle}
+            for p in fn.params if isinstance(p.type, irt.TensorMapType)]
 
 
 def build_contract(fn: ir.Function, *, domain: int = 1, block: Sequence[int] | None = None,
@@ -111,4 +120,7 @@ def build_contract(fn: ir.Function, *, domain: int = 1, block: Sequence[int] | N
         d["grid_from"] = dict(grid_from)
     if fn.fault_sites:
         d["fault_sites"] = [_site(s) for s in fn.fault_sites]
+    maps = tensor_maps(fn)
+    if maps:
+        d["tensor_maps"] = maps
     return d

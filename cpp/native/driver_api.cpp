@@ -84,6 +84,8 @@ void load() {
       {"cuStreamGetCtx", reinterpret_cast<void**>(&g_api.streamGetCtx)},
       {"cuDeviceCanAccessPeer", reinterpret_cast<void**>(&g_api.deviceCanAccessPeer)},
       {"cuCtxEnablePeerAccess", reinterpret_cast<void**>(&g_api.ctxEnablePeerAccess)},
+      {"cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_api.tensorMapEncodeTiled)},
+      {"cuFuncGetParamInfo", reinterpret_cast<void**>(&g_api.funcGetParamInfo)},
   };
   // Explicit versioned names for the dlsym fallback (drivers without cuGetProcAddress_v2).
   auto fallback_name = [](const std::string& n) -> std::string {

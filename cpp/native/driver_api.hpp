@@ -59,6 +59,8 @@ struct Api {
   decltype(&::cuStreamGetCtx) streamGetCtx;
   decltype(&::cuDeviceCanAccessPeer) deviceCanAccessPeer;
   decltype(&::cuCtxEnablePeerAccess) ctxEnablePeerAccess;
+  decltype(&::cuTensorMapEncodeTiled) tensorMapEncodeTiled;
+  decltype(&::cuFuncGetParamInfo) funcGetParamInfo;
 };
 
 // The resolved API, or nullptr when there is no usable driver (then unavailable_reason() says why).

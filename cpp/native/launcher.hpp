@@ -383,10 +383,23 @@ class Launcher {
   }
 
   // The parameter buffer: arrays per abi, scalars in their dtype, then the fault record. Returns bytes.
+  // Kernels with tensor maps (64-byte aligned parameters) are packed at the offsets the driver reports
+  // (cuFuncGetParamInfo): ptxas aligns such a parameter's address in the constant bank, not its offset
+  // from the first parameter, so the buffer layout is not the naive one. Others keep the naive layout.
   size_t pack(const kb::ArgValue* vals, int n, uint64_t stream, unsigned char* buf) {
     size_t off = 0;
+    size_t pi = 0;
+    const bool placed = !contract_.tensor_maps.empty();
+    if (placed && param_offsets_.empty()) load_param_offsets();
     auto put = [&](const void* p, size_t size, size_t align) {
-      off = (off + align - 1) / align * align;
+      if (placed) {
+        if (pi >= param_offsets_.size() || param_sizes_[pi] != size)
+          throw py::value_error(contract_.kernel + ": the compiled kernel's parameters do not match its contract "
+                                "(parameter #" + std::to_string(pi) + ")");
+        off = param_offsets_[pi++];
+      } else {
+        off = (off + align - 1) / align * align;
+      }
       if (off + size > kMaxParamBytes)
         throw py::value_error(contract_.kernel + ": kernel parameters exceed " +
                               std::to_string(kMaxParamBytes) + " bytes");
@@ -418,6 +431,10 @@ class Launcher {
         put(tmp, static_cast<size_t>(size), static_cast<size_t>(size));
       }
     }
+    for (size_t t = 0; t < contract_.tensor_maps.size(); ++t) {
+      const CUtensorMap& m = tensor_map(t, vals[contract_.tensor_maps[t].arg].array);
+      put(&m, sizeof m, 64);
+    }
     if (contract_.has_fault_buffer) {
       // The (stream, launcher) record is stable while this launcher lives: remember the last one
       // instead of searching the process-wide table on every launch.
@@ -428,6 +445,93 @@ class Launcher {
       put(&fault_rec_, 8, 8);
     }
     return off;
+  }
+
+  // The TMA descriptor of contract tensor map `t` for this view (validated: kb::detail::check_tensor_map).
+  // One cached descriptor per slot, reused while pointer, shape and strides stay the same (a hot loop
+  // over the same arrays encodes nothing). Axis 0 of a tensor map is the array's innermost axis.
+  const CUtensorMap& tensor_map(size_t t, const kb::ArrayView& a) {
+    if (tmaps_.size() != contract_.tensor_maps.size()) tmaps_.resize(contract_.tensor_maps.size());
+    TensorMapSlot& slot = tmaps_[t];
+    if (slot.valid && slot.ptr == a.ptr && slot.ndim == a.ndim &&
+        std::equal(a.shape, a.shape + a.ndim, slot.shape) && std::equal(a.strides, a.strides + a.ndim, slot.strides))
+      return slot.map;
+    const kb::TensorMapSpec& spec = contract_.tensor_maps[t];
+    slot.valid = false;
+    std::memset(&slot.map, 0, sizeof slot.map);
+    if (a.size() > 0) {   // an empty array's kernel copies nothing through it: a zero descriptor
+      const int r = a.ndim;
+      cuuint64_t dims[5], strides[4];
+      cuuint32_t box[5], step[5];
+      int64_t span = a.itemsize();
+      for (int d = 0; d < r; ++d) {
+        const int ax = r - 1 - d;
+        dims[d] = static_cast<cuuint64_t>(a.shape[ax]);
+        box[d] = static_cast<cuuint32_t>(spec.box[ax]);
+        step[d] = 1;
+        if (d > 0) {   // an axis of extent 1 is never stepped along: any valid stride describes it
+          const int64_t st = a.shape[ax] > 1 ? a.strides[ax] : (span + 15) / 16 * 16;
+          strides[d - 1] = static_cast<cuuint64_t>(st);
+          span = st * a.shape[ax];
+        } else {
+          span *= a.shape[ax];
+        }
+      }
+      const CUtensorMapSwizzle sw = spec.swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                    : spec.swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                    : spec.swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                         : CU_TENSOR_MAP_SWIZZLE_NONE;
+      const CUresult res = kb::drv::require().tensorMapEncodeTiled(
+          &slot.map, tma_dtype(a.dtype), static_cast<cuuint32_t>(r), reinterpret_cast<void*>(a.ptr), dims, strides,
+          box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      if (res != CUDA_SUCCESS) {
+        const char* name = nullptr;
+        kb::drv::require().getErrorName(res, &name);
+        kb::ArgValue v;
+        v.kind = kb::ArgKind::array;
+        v.array = a;
+        throw_contract_error(
+            kb::detail::arg_error(contract_, spec.arg, kb::ErrorCode::layout,
+                                  "a view cuTensorMapEncodeTiled accepts (TMA box " +
+                                      kb::detail::tuple_text(spec.box.data(), static_cast<int>(spec.box.size())) + ")",
+                                  kb::detail::value_text(v) + " with byte strides " +
+                                      kb::detail::tuple_text(a.strides, a.ndim) + ", refused with " +
+                                      (name ? name : "an error")),
+            contract_.kernel);
+      }
+    }
+    slot.ptr = a.ptr;
+    slot.ndim = a.ndim;
+    std::copy(a.shape, a.shape + a.ndim, slot.shape);
+    std::copy(a.strides, a.strides + a.ndim, slot.strides);
+    slot.valid = true;
+    return slot.map;
+  }
+
+  void load_param_offsets() {
+    const kb::drv::Api& a = kb::drv::require();
+    for (size_t i = 0; i < 4096; ++i) {
+      size_t off = 0, size = 0;
+      if (a.funcGetParamInfo(func_, i, &off, &size) != CUDA_SUCCESS) break;   // past the last parameter
+      param_offsets_.push_back(off);
+      param_sizes_.push_back(size);
+    }
+  }
+
+  static CUtensorMapDataType tma_dtype(kb::DType t) {
+    switch (t) {
+      case kb::DType::u8: return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+      case kb::DType::u16: return CU_TENSOR_MAP_DATA_TYPE_UINT16;
+      case kb::DType::u32: return CU_TENSOR_MAP_DATA_TYPE_UINT32;
+      case kb::DType::i32: return CU_TENSOR_MAP_DATA_TYPE_INT32;
+      case kb::DType::u64: return CU_TENSOR_MAP_DATA_TYPE_UINT64;
+      case kb::DType::i64: return CU_TENSOR_MAP_DATA_TYPE_INT64;
+      case kb::DType::f16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+      case kb::DType::bf16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+      case kb::DType::f64: return CU_TENSOR_MAP_DATA_TYPE_FLOAT64;
+      default: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;   // f32 (kb::detail::tma_dtype_ok admits no other)
+    }
   }
 
   // The stream must belong to the launch's device (the default streams 0-2 exist on every device and
@@ -546,6 +650,17 @@ class Launcher {
   py::object fault_info_;
   std::vector<Plan> plan_;
   std::vector<PyTypeObject*> plan_types_;
+  struct TensorMapSlot {               // the last descriptor built for one contract tensor map
+    bool valid = false;
+    uint64_t ptr = 0;
+    int ndim = 0;
+    int64_t shape[5] = {};
+    int64_t strides[5] = {};
+    CUtensorMap map;
+  };
+  std::vector<TensorMapSlot> tmaps_;
+  std::vector<size_t> param_offsets_;   // per kernel parameter, from the driver (kernels with tensor maps)
+  std::vector<size_t> param_sizes_;
 };
 
 // Maps an argument signature (per argument: type, dtype, ndim, C-contiguity, 16-byte alignment, and

@@ -33,7 +33,7 @@ from dsl.backend.tile_codegen import TileNodesMixin
 from dsl.backend.values import ArrayVal, leaves, rebuild
 from dsl.ir import nodes as N
 from dsl.ir.relations import Relations
-from dsl.ir.types import ArrayType, ScalarType, TupleType, VoidType
+from dsl.ir.types import ArrayType, ScalarType, TensorMapType, TupleType, VoidType
 
 
 @dataclass
@@ -114,6 +114,8 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
                 lltys += [T.GENERIC_PTR] + [T.I64] * (2 * p.type.ndim)
             elif isinstance(p.type, ScalarType):
                 lltys.append(T.I8 if p.type.kind == "bool" else T.scalar(p.type))
+            elif isinstance(p.type, TensorMapType):
+                lltys.append(T.GENERIC_PTR)
             else:
                 raise CodegenError(f"kernel parameter {p.name!r} has unsupported type {p.type}", p.loc)
         if fn.uses_fault_record:
@@ -131,6 +133,13 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
         for p in fn.params:
             if isinstance(p.type, ArrayType):
                 self.st.params[p] = self._kernel_array(p, args)
+            elif isinstance(p.type, TensorMapType):   # .param .align 64 .b8 [128], read in place
+                a = next(args)
+                a.name = p.name
+                _raw_attr(a.attributes, "byval([128 x i8])")
+                _raw_attr(a.attributes, '"nvvm.grid_constant"')
+                a.attributes.align = 64
+                self.st.params[p] = self.st.b.ptrtoint(a, T.I64)
             else:
                 a = next(args)
                 a.name = p.name

@@ -78,6 +78,20 @@ class ArrayType(Type):
 
 
 @dataclass(frozen=True)
+class TensorMapType(Type):
+    """A kernel parameter holding the TMA tensor map (CUtensorMap, 128 bytes) of array parameter
+    `array`, built by the launcher from the validated view (contract "tensor_maps": `box` in the
+    array's axis order, `swizzle` bytes). Lowered kernels append these after their other parameters;
+    reading one gives its 64-bit generic address (a __grid_constant__ parameter)."""
+    array: str
+    box: tuple[int, ...]
+    swizzle: int
+
+    def __repr__(self) -> str:
+        return f"TensorMap[{self.array}, box={self.box}, swizzle={self.swizzle}]"
+
+
+@dataclass(frozen=True)
 class ThreadIndexType(Type):
     """The value of simt.thread.index_Nd(): unforgeable; a tuple of `ndim` INDEX components
     ordered like array indices (row-major: the last component varies fastest across threads)."""

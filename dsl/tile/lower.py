@@ -47,6 +47,7 @@ class Lowerer:
         self.var_layouts: dict[int, object] = {}
         self.mma_plans: dict[int, object] = {}
         self.extra_shared: list[N.SharedAlloc] = []
+        self.extra_params: list[N.Param] = []  # appended after the tile parameters (TMA tensor maps)
         self.relied: set[str] = set()          # params whose alignment/divisibility facts were used
         self._lane_warp: tuple[N.Expr, N.Expr] | None = None
         self.cur_loc = fn.loc                  # the tile statement being lowered (line tables)
@@ -140,7 +141,7 @@ class Lowerer:
         for key, alloc in self.scratch_allocs.items():
             alloc.type = ArrayType(alloc.type.dtype, 1, writable=True, space="shared",
                                    shape=(self.scratch_size[key],))
-        return N.Function(self.kernel_name, list(self.params.values()), N.VOID, self.body, True,
+        return N.Function(self.kernel_name, list(self.params.values()) + self.extra_params, N.VOID, self.body, True,
                           fn.loc, locals=self.locals,
                           shared=list(self.scratch_allocs.values()) + self.extra_shared,
                           exact_block=(self.T, 1, 1), boundscheck=False)

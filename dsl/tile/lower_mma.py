@@ -42,7 +42,7 @@ class MmaPlan:
     wn: int
     stages: int
     layout: MmaLayout
-    kind: str = "mma"        # "mma" (mma.sync, sm_80+) | "wgmma" (sm_90 warpgroup MMA)
+    kind: str = "mma"        # "mma" (mma.sync, sm_80+) | "wgmma" (sm_90 warpgroup MMA, cp.async) | "tma"
     esize: int = 2           # operand element bytes: 2 (f16/bf16, m16n8k16) or 4 (f32 as tf32, m16n8k8)
 
 
@@ -84,8 +84,10 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
             and (bm * bk // 8) % L.T == 0 and (bk * bn // 8) % L.T == 0:
         stages = min(WG_MAX_STAGES, WG_DYN_LIMIT // ((bm * bk + bk * bn) * 2))
         if stages >= 3:
+            # TMA-fed (dsl/tile/lower_tma.py) unless the kernel is persistent (its mbarrier phases
+            # would have to carry over from tile to tile): then cp.async feeds the same wgmma
             return MmaPlan(s, asg.var, a, b, bm, bn, bk, 8, 1, stages,
-                           MmaLayout((bm, bn), L.T, 8, 1), kind="wgmma")
+                           MmaLayout((bm, bn), L.T, 8, 1), kind="wgmma" if L.persistent else "tma")
     wm, wn = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4)}.get(warps, (0, 0))
     if not wm or bm % (wm * 16) or bn % (wn * 16) or bk % kstep:
         return None
@@ -136,6 +138,12 @@ def _asm(L, text: str, cons: str, args: list, ty=VOID, side=True) -> None:
 
 
 def lower_loop(L, plan: MmaPlan) -> None:
+    if plan.kind == "tma":
+        from dsl.tile.lower_tma import lower_loop_tma
+        layout, acc_vars = L.vars[id(plan.acc)]
+        assert layout is plan.layout
+        lower_loop_tma(L, plan, acc_vars)
+        return
     s = plan.loop
     bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages
     es, epc = plan.esize, 16 // plan.esize      # element bytes, elements per 16-byte chunk

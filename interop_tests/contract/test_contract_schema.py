@@ -62,7 +62,7 @@ DEFINITION_ERRORS = [
     ("domain", 0, "vecadd: invalid contract: domain: expected an integer in [1, 3], got 0"),
     ("domain", 1.5, "vecadd: invalid contract: domain: expected an integer, got a non-integer number"),
     ("speed", 3, "vecadd: invalid contract: speed: unknown key (allowed: version, kernel, domain, block, "
-                 "dynamic_smem, min_cc, args, requires, inplace, grid_from, fault_sites)"),
+                 "dynamic_smem, min_cc, args, requires, inplace, grid_from, fault_sites, tensor_maps)"),
     ("block", {"exact": [64, 32]}, "vecadd: invalid contract: block.exact: expected at most 1024 threads per block, "
                                    "got 2048"),
     ("block", {"exact": [0]}, "vecadd: invalid contract: block.exact[0]: expected an integer in [1, 1024], got 0"),
@@ -121,6 +121,22 @@ DEFINITION_ERRORS = [
     ("fault_sites", [{"id": 1}, {"id": 1}], "vecadd: invalid contract: fault_sites[1].id: duplicate fault site id 1"),
     ("fault_sites", [{"id": 1, "array": 7}], "vecadd: invalid contract: fault_sites[0].array: expected a string, got a number"),
     ("fault_sites", [{"file": "x"}], "vecadd: invalid contract: fault_sites[0].id: missing (required)"),
+    ("tensor_maps", [{"arg": "s", "box": [64]}], "vecadd: invalid contract: tensor_maps[0].arg: 's' is a scalar"),
+    ("tensor_maps", [{"arg": "zz", "box": [64]}], "vecadd: invalid contract: tensor_maps[0].arg: 'zz' is not an argument"),
+    ("tensor_maps", [{"arg": "out"}], "vecadd: invalid contract: tensor_maps[0].box: missing (required)"),
+    ("tensor_maps", [{"arg": "out", "box": [8, 8]}], "vecadd: invalid contract: tensor_maps[0].box: 'out' is declared "
+                                                     "1-d, the box has 2 axes"),
+    ("tensor_maps", [{"arg": "out", "box": [512]}], "vecadd: invalid contract: tensor_maps[0].box[0]: expected an "
+                                                    "integer in [1, 256], got 512"),
+    ("tensor_maps", [{"arg": "out", "box": [2]}], "vecadd: invalid contract: tensor_maps[0].box: the innermost box "
+                                                  "extent must be a multiple of 16 bytes, got 8"),
+    ("tensor_maps", [{"arg": "out", "box": [64], "swizzle": 128}], "vecadd: invalid contract: tensor_maps[0].box: the "
+                                                                   "innermost box extent (256 bytes) exceeds the "
+                                                                   "128-byte swizzle span"),
+    ("tensor_maps", [{"arg": "out", "box": [8], "swizzle": 100}], "vecadd: invalid contract: tensor_maps[0].swizzle: "
+                                                                  "expected 0, 32, 64 or 128 (bytes), got 100"),
+    ("tensor_maps", [{"arg": "out", "box": [8], "mode": 1}], "vecadd: invalid contract: tensor_maps[0].mode: unknown "
+                                                             "key (allowed: arg, box, swizzle)"),
 ]
 
 

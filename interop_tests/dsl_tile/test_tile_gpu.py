@@ -120,6 +120,31 @@ def test_tensor_core_gemm_and_bias_relu_epilogue(rng, dtype, tshape, bk, mkn):
     np.testing.assert_allclose(c.to_host(), np.maximum(ref + bias, 0), rtol=1e-3, atol=1e-2)
 
 
+def test_tma_gemm_rebuilds_tensor_maps_when_the_views_change(rng):
+    """The sm_90 GEMM takes A and B through TMA tensor maps the launcher caches per view: launches
+    that alternate between inputs, and a view with the same pointer but fewer rows, each compute
+    their own product (a stale descriptor would reuse the other input's address or extent)."""
+    if bridge.current_device().cc < (9, 0):
+        pytest.skip("TMA tensor maps: sm_90 or newer")
+    m, k, n = 300, 200, 176
+    pairs = [(rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16),
+              rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)) for _ in range(2)]
+    devs = [(dev(a), dev(b)) for a, b in pairs]
+    assert "tensor_maps" in K.gemm.compile((*devs[0], tile.partition(bridge.empty((m, n), "float32"), (128, 128)),
+                                            64), bridge.current_device().arch).contract_json
+    for rnd in range(2):
+        for (a, b), (ad, bd) in zip(pairs, devs):
+            c, _ = poisoned(rng, (m, n))
+            K.gemm(ad, bd, tile.partition(c, (128, 128)), 64)
+            ref = a.astype(np.float64) @ b.astype(np.float64)
+            np.testing.assert_allclose(c.to_host(), ref, rtol=1e-3, atol=1e-2, err_msg=f"round {rnd}")
+    a, b = pairs[0]
+    ad = devs[0][0]
+    c, _ = poisoned(rng, (136, n))
+    K.gemm(ad[:136], devs[0][1], tile.partition(c, (128, 128)), 64)    # same pointer, fewer rows
+    np.testing.assert_allclose(c.to_host(), a[:136].astype(np.float64) @ b.astype(np.float64), rtol=1e-3, atol=1e-2)
+
+
 @pytest.mark.parametrize("tshape", [(128, 128), (64, 64)])
 def test_f32_gemm_runs_on_tf32_tensor_cores(rng, tshape):
     """f32 operands whose rows are multiples of 8: mma.sync m16n8k8 on tf32-rounded inputs (ragged M, K)."""

@@ -122,14 +122,22 @@ def test_aligned_gemm_uses_tensor_cores(arch, dtype, tshape):
     args = (a, a, tile.partition(z((256, 256), np.float32), tshape), 32)
     ck = K.gemm.compile(args, arch)
     name = "bf16" if dtype is ml_dtypes.bfloat16 else "f16"
-    assert "cp.async.cg.shared.global" in ck.ptx and "cp.async.wait_group" in ck.ptx
-    if arch == "sm_90" and tshape[0] == 128:      # two warpgroups of 64 rows: Hopper wgmma
+    c = json.loads(ck.contract_json)
+    if arch == "sm_90" and tshape[0] == 128:      # two warpgroups of 64 rows: Hopper wgmma fed by TMA
         assert f"wgmma.mma_async.sync.aligned.m64n{tshape[1]}k16.f32.{name}.{name}" in ck.ptx
-        assert "fence.proxy.async.shared::cta" in ck.ptx and ".target sm_90a" in ck.ptx
+        assert "wgmma.wait_group.sync.aligned 1;" in ck.ptx and ".target sm_90a" in ck.ptx
+        copies = ck.ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes")
+        per_stage = 1 + tshape[1] // 64              # one A box, BN/64 B boxes (prologue stages + loop)
+        assert copies >= 2 * per_stage and copies % per_stage == 0
+        assert "mbarrier.try_wait.parity.shared::cta.b64" in ck.ptx and "cp.async.cg" not in ck.ptx
+        assert ck.ptx.count(".param .align 64 .b8 gemm_param_") == 2     # the two __grid_constant__ maps
+        assert c["tensor_maps"] == [{"arg": "a", "box": [128, 32], "swizzle": 64},
+                                    {"arg": "b", "box": [32, 64], "swizzle": 128}]
     else:
+        assert "cp.async.cg.shared.global" in ck.ptx and "cp.async.wait_group" in ck.ptx
+        assert "tensor_maps" not in c
         assert f"mma.sync.aligned.m16n8k16.row.col.f32.{name}.{name}.f32" in ck.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ck.ptx
-    c = json.loads(ck.contract_json)
     assert c["args"][0]["align"] == 16 and c["args"][0]["layout"] == "C"
     assert c["requires"] == ["a.shape[1] % 8 == 0", "b.shape[1] % 8 == 0"]
     stages = (tshape[0] * 32 + 32 * tshape[1]) * 2        # operand bytes per pipeline stage

@@ -55,6 +55,15 @@ struct ArgSpec {
 
 struct Relation;                   // parsed `requires` expression (detail/relations.hpp)
 
+// A TMA tensor map the launcher builds from one array argument (cuTensorMapEncodeTiled) and passes
+// after the arguments (128 bytes, 64-byte aligned, in contract order; the kernel reads it as a
+// __grid_constant__ parameter). `box` is the tile one bulk copy moves, in the array's axis order.
+struct TensorMapSpec {
+  int arg = -1;
+  std::vector<int64_t> box;
+  int swizzle = 0;                 // bytes of the shared-memory swizzle span: 0 (none), 32, 64, 128
+};
+
 // One run-time bounds-check site of a kernel (reported by bridge.KernelFault).
 struct FaultSite {
   int64_t id = 0;
@@ -84,6 +93,7 @@ struct LaunchContract {
   std::vector<int64_t> grid_tile;               // empty = one thread per element (per_thread)
   int max_blocks_per_sm = 0;
   bool has_fault_buffer = false;              // true when fault_sites is not empty
+  std::vector<TensorMapSpec> tensor_maps;
   int version = 1;
   std::vector<FaultSite> fault_sites;
 };

@@ -61,7 +61,7 @@ class ContractReader {
       return fail("kernel", "missing (required)");
     }
     static const char* keys[] = {"version", "kernel", "domain", "block", "dynamic_smem", "min_cc", "args",
-                                 "requires", "inplace", "grid_from", "fault_sites"};
+                                 "requires", "inplace", "grid_from", "fault_sites", "tensor_maps"};
     if (!known_keys(root, "", keys, sizeof keys / sizeof *keys)) return false;
     int64_t v;
     if (const json::Value* x = root.get("version")) {
@@ -84,6 +84,7 @@ class ContractReader {
     if (const json::Value* x = root.get("inplace")) { if (!inplace(*x)) return false; }
     if (const json::Value* x = root.get("grid_from")) { if (!grid_from(*x)) return false; }
     if (const json::Value* x = root.get("fault_sites")) { if (!fault_sites(*x)) return false; }
+    if (const json::Value* x = root.get("tensor_maps")) { if (!tensor_maps(*x)) return false; }
     return true;
   }
 
@@ -321,6 +322,49 @@ class ContractReader {
     }
     return true;
   }
+  bool tensor_maps(const json::Value& x) {
+    if (!list(x, "tensor_maps", 0, 16)) return false;
+    for (size_t k = 0; k < x.items.size(); ++k) {
+      const std::string field = "tensor_maps[" + std::to_string(k) + "]";
+      const json::Value& t = x.items[k];
+      if (!object(t, field)) return false;
+      static const char* keys[] = {"arg", "box", "swizzle"};
+      if (!known_keys(t, field, keys, 3)) return false;
+      TensorMapSpec spec;
+      const json::Value* a = t.get("arg");
+      if (!a) return fail(field + ".arg", "missing (required)");
+      spec.arg = array_name(*a, field + ".arg");
+      if (spec.arg < 0) return false;
+      const ArgSpec& as = c_.args[spec.arg];
+      const json::Value* b = t.get("box");
+      if (!b) return fail(field + ".box", "missing (required)", spec.arg);
+      if (!list(*b, field + ".box", 1, 5)) return false;
+      if (as.ndim >= 0 && static_cast<int>(b->items.size()) != as.ndim)
+        return fail(field + ".box", "'" + as.name + "' is declared " + std::to_string(as.ndim) + "-d, the box has " +
+                                        std::to_string(b->items.size()) + " axes", spec.arg);
+      for (size_t d = 0; d < b->items.size(); ++d) {
+        int64_t v;
+        if (!integer(b->items[d], field + ".box[" + std::to_string(d) + "]", 1, 256, v, spec.arg)) return false;
+        spec.box.push_back(v);
+      }
+      int64_t sw = 0;
+      if (const json::Value* w = t.get("swizzle")) {
+        if (!integer(*w, field + ".swizzle", 0, 128, sw, spec.arg)) return false;
+        if (sw != 0 && sw != 32 && sw != 64 && sw != 128)
+          return fail(field + ".swizzle", "expected 0, 32, 64 or 128 (bytes), got " + std::to_string(sw), spec.arg);
+      }
+      spec.swizzle = static_cast<int>(sw);
+      const int64_t item = as.dtype == DType::any ? 0 : dtype_itemsize(as.dtype);
+      if (item > 0 && sw > 0 && spec.box.back() * item > sw)
+        return fail(field + ".box", "the innermost box extent (" + std::to_string(spec.box.back() * item) +
+                                        " bytes) exceeds the " + std::to_string(sw) + "-byte swizzle span", spec.arg);
+      if (item > 0 && (spec.box.back() * item) % 16 != 0)
+        return fail(field + ".box", "the innermost box extent must be a multiple of 16 bytes, got " +
+                                        std::to_string(spec.box.back() * item), spec.arg);
+      c_.tensor_maps.push_back(std::move(spec));
+    }
+    return true;
+  }
   bool fault_sites(const json::Value& x) {
     if (!list(x, "fault_sites", 0, 1u << 20)) return false;
     for (size_t k = 0; k < x.items.size(); ++k) {
@@ -434,7 +478,20 @@ inline std::string contract_to_json(const LaunchContract& c) {
     write_string(o, f.text);
     o += '}';
   }
-  o += "]}";
+  o += ']';
+  if (!c.tensor_maps.empty()) {   // only when present: contracts without tensor maps keep their bytes
+    o += ",\"tensor_maps\":[";
+    for (size_t k = 0; k < c.tensor_maps.size(); ++k) {
+      const TensorMapSpec& t = c.tensor_maps[k];
+      o += k ? ",{\"arg\":" : "{\"arg\":";
+      write_string(o, c.args[t.arg].name);
+      o += ",\"box\":[";
+      for (size_t d = 0; d < t.box.size(); ++d) o += (d ? "," : "") + std::to_string(t.box[d]);
+      o += "],\"swizzle\":" + std::to_string(t.swizzle) + "}";
+    }
+    o += ']';
+  }
+  o += '}';
   return o;
 }
 

@@ -179,6 +179,40 @@ inline Error check_array(const LaunchContract& c, int k, const ArgValue& v, cons
   return Error();
 }
 
+// What cuTensorMapEncodeTiled needs of an array (CUDA driver API): rank = box rank, innermost axis
+// contiguous, base address and every other byte stride multiples of 16 (strides below 2^40), extents
+// below 2^32, an element type TMA moves. Checked here so a bad view is refused naming the argument,
+// never a failed encode or a device fault. Empty arrays get no tensor map (nothing is copied).
+inline bool tma_dtype_ok(DType t) {
+  return t == DType::u8 || t == DType::u16 || t == DType::u32 || t == DType::i32 || t == DType::u64 ||
+         t == DType::i64 || t == DType::f16 || t == DType::bf16 || t == DType::f32 || t == DType::f64;
+}
+inline Error check_tensor_map(const LaunchContract& c, const TensorMapSpec& t, const ArgValue& v) {
+  const ArrayView& a = v.array;
+  const int k = t.arg;
+  const std::string what = " (its TMA tensor map, box " + tuple_text(t.box.data(), static_cast<int>(t.box.size())) + ")";
+  if (a.size() == 0) return Error();
+  if (a.ndim != static_cast<int>(t.box.size()))
+    return arg_error(c, k, ErrorCode::ndim, std::to_string(t.box.size()) + "-d array" + what, value_text(v));
+  if (!tma_dtype_ok(a.dtype))
+    return arg_error(c, k, ErrorCode::dtype, "an element type TMA copies" + what, value_text(v));
+  const int64_t item = a.itemsize();
+  const std::string strides = value_text(v) + " with byte strides " + tuple_text(a.strides, a.ndim);
+  if (a.strides[a.ndim - 1] != item && a.shape[a.ndim - 1] > 1)
+    return arg_error(c, k, ErrorCode::layout, "a contiguous innermost axis" + what, strides);
+  for (int d = 0; d + 1 < a.ndim; ++d) {
+    if (a.shape[d] > 1 && (a.strides[d] <= 0 || a.strides[d] % 16 != 0 || a.strides[d] >= (int64_t{1} << 40)))
+      return arg_error(c, k, ErrorCode::layout, "positive byte strides that are multiples of 16 and below 2^40 on "
+                                                "every axis but the innermost" + what, strides);
+  }
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.shape[d] > (int64_t{1} << 32))
+      return arg_error(c, k, ErrorCode::layout, "extents of at most 2^32" + what, value_text(v));
+  if ((a.ptr & 15u) != 0)
+    return arg_error(c, k, ErrorCode::alignment, "data pointer aligned to 16 bytes" + what, "address " + hex_text(a.ptr));
+  return Error();
+}
+
 inline Error check_scalar_range(const LaunchContract& c, int k, const ArgValue& v) {
   DType t = c.args[k].dtype;
   if (dtype_is_signed_int(t) || dtype_is_unsigned_int(t)) {
@@ -497,6 +531,8 @@ inline Error validate(const LaunchContract& c, const ArgValue* args, int nargs, 
     Error e = sp.kind == ArgKind::array ? check_array(c, k, v, dev) : check_scalar_kind(c, k, v);
     if (e) return e;
   }
+  for (const TensorMapSpec& t : c.tensor_maps)
+    if (Error e = check_tensor_map(c, t, args[t.arg])) return e;
   for (int k = 0; k < n; ++k) {
     if (c.args[k].kind != ArgKind::scalar) continue;
     Error e = check_scalar_range(c, k, args[k]);

@@ -1,0 +1,120 @@
+"""sm_90 GEMM main loop fed by TMA (plan.kind == "tma"): bulk tensor copies on mbarriers into the
+swizzled stages the warpgroup MMA of lower_wgmma.py reads.
+
+Why TMA: with cp.async every thread computes addresses, bounds and predicates for its share of each
+stage (~200 instructions per stage); here one thread issues 1 + BN/64 bulk copies and an
+`expect_tx`, the copy engine does the bounds (out-of-range box elements are zero-filled: ragged M, N
+and K need no code), and the other threads only wait on the stage's mbarrier.
+
+The tensor maps are kernel parameters (TensorMapType, __grid_constant__) that the launcher builds
+from the validated views (contract "tensor_maps"; the one validator checks what TMA needs, so a bad
+view is a typed refusal naming the argument). A is one box [BM, BK] (128-byte swizzle for BK 64,
+64-byte for BK 32: the layout compute_wgmma's descriptors expect); B is BN/64 boxes [BK, 64] with
+128-byte swizzle, the MN-major atoms [BN/64][BK][64].
+
+Pipeline (S stages, each with one mbarrier, phase = use count & 1): stage `it` is waited for, a
+barrier makes sure every warpgroup's wgmma of stage it-2 is done (each waited with wait_group 1 in the
+previous iteration), thread 0 refills that stage with k tile it+S-2, then the stage's wgmma group is
+issued and left in flight.
+"""
+from __future__ import annotations
+
+from dsl.ir import nodes as N
+from dsl.ir import tile_nodes as TN
+from dsl.ir.types import I32, INDEX, U32, U64, ArrayType, TensorMapType
+from dsl.tile.layout import c32, log2
+
+BAR = "mbarrier.{}.shared::cta.b64"
+
+
+def _asm(L, text: str, cons: str = "", args: list | None = None) -> None:
+    L.emit(N.ExprStmt(TN.InlinePtx(text, cons, args or [], N.VOID, True)))
+
+
+def _tensor_map_param(L, array_param, box: tuple[int, int], swizzle: int) -> N.Expr:
+    """A TensorMapType parameter of the kernel, appended after the others (contract order)."""
+    name = f"{array_param.name}__tmap"
+    p = N.Param(name, TensorMapType(array_param.name, box, swizzle), len(L.params) + len(L.extra_params))
+    L.extra_params.append(p)
+    return N.ParamRef(p)
+
+
+def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
+    from dsl.tile.lower_wgmma import compute_wgmma, wait_wgmma
+    s = plan.loop
+    bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages
+    es = 2
+    L.arch_specific = True
+    tmap_a = _tensor_map_param(L, plan.a.param, (bm, bk), 128 if bk * es == 128 else 64)
+    tmap_b = _tensor_map_param(L, plan.b.param, (bk, 64), 128)
+    buf = N.SharedAlloc("gemm_operands", ArrayType(plan.a.type.dtype, 1, writable=True, space="shared",
+                                                   shape=(-1,)), align=1024)
+    L.extra_shared.append(buf)
+    L.dyn_bytes = max(L.dyn_bytes, (S * bm * bk + S * bk * bn) * es + 1024)
+    bars = N.SharedAlloc("gemm_stage_bars", ArrayType(U64, 1, writable=True, space="shared", shape=(S,)), align=8)
+    L.extra_shared.append(bars)
+    raw = L.tmp(TN.SharedAddress(N.SharedArray(buf), N.Const(0, INDEX)), "smem")
+    base_a = L.tmp(N.BinOp("and_", N.BinOp("add", raw, N.Const(1023, U32), U32), N.Const(0xFFFFFC00, U32), U32), "sa0")
+    base_b = L.tmp(N.BinOp("add", base_a, N.Const(S * bm * bk * es, U32), U32), "sb0")
+    bar0 = L.tmp(TN.SharedAddress(N.SharedArray(bars), N.Const(0, INDEX)), "bar0")
+    shift = N.Const(log2(es), U32)
+
+    def sa(elem: N.Expr) -> N.Expr:
+        return N.BinOp("add", base_a, N.BinOp("lshift", N.Cast(elem, U32), shift, U32), U32)
+
+    def sb(elem: N.Expr) -> N.Expr:
+        return N.BinOp("add", base_b, N.BinOp("lshift", N.Cast(elem, U32), shift, U32), U32)
+
+    def bar(stage: N.Expr) -> N.Expr:
+        return N.BinOp("add", bar0, N.BinOp("mul", N.Cast(stage, U32), N.Const(8, U32), U32), U32)
+
+    tid = L.geo.tid
+    leader = L.tmp(N.Compare("eq", tid, c32(0)), "leader")
+    row0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.a.index[0]), I32), c32(bm), I32), "arow")
+    col0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.b.index[1]), I32), c32(bn), I32), "bcol")
+    start, stop = L.scalar(s.start), L.scalar(s.stop)
+    kt_n = L.tmp(N.BinOp("max", N.BinOp("sub", stop, start, I32), c32(0), I32), "ktiles")
+    tx = (bm * bk + bk * bn) * es
+
+    def init() -> None:
+        for st in range(S):
+            _asm(L, BAR.format("init") + " [$0], 1;", "r", [bar(c32(st))])
+        _asm(L, "fence.mbarrier_init.release.cluster;")
+        _asm(L, "prefetch.tensormap [$0];", "l", [tmap_a])
+        _asm(L, "prefetch.tensormap [$0];", "l", [tmap_b])
+    L.emit(N.If(leader, L.block_of(init), []))
+    L.sync()
+
+    def issue(kt: N.Expr, stage: N.Expr) -> None:
+        """Thread 0: expect the stage's bytes, then copy k tile `kt` of A and B into `stage`."""
+        k0 = L.tmp(N.BinOp("mul", N.BinOp("add", kt, start, I32), c32(bk), I32), "k0")
+        b_at = L.tmp(bar(stage), "sbar")
+        _asm(L, BAR.format("arrive.expect_tx") + " _, [$0], $1;", "r,r", [b_at, N.Const(tx, U32)])
+        copy = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                "[$0], [$1, {$2, $3}], [$4];")
+        a_dst = sa(N.BinOp("mul", stage, c32(bm * bk), I32))
+        _asm(L, copy, "r,l,r,r,r", [a_dst, tmap_a, k0, row0, b_at])
+        for t in range(bn // 64):
+            b_dst = sb(N.BinOp("add", N.BinOp("mul", stage, c32(bk * bn), I32), c32(t * bk * 64), I32))
+            _asm(L, copy, "r,l,r,r,r", [b_dst, tmap_b, N.BinOp("add", col0, c32(t * 64), I32), k0, b_at])
+
+    ahead = S - 2
+    for st in range(ahead):
+        L.emit(N.If(N.Logical("and", leader, N.Compare("lt", c32(st), kt_n)),
+                    L.block_of(lambda st=st: issue(c32(st), c32(st))), []))
+    it = L.new_var(I32, "kit")
+
+    def body() -> None:
+        stage = L.tmp(N.BinOp("mod", N.ReadVar(it), c32(S), I32), "cst")
+        parity = L.tmp(N.BinOp("and_", N.BinOp("floordiv", N.ReadVar(it), c32(S), I32), c32(1), I32), "par")
+        _asm(L, "{ .reg .pred p; KB_WAIT_${:uid}: " + BAR.format("try_wait.parity") + " p, [$0], $1; "
+             "@!p bra KB_WAIT_${:uid}; }", "r,r", [bar(stage), parity])
+        L.sync()    # every warpgroup is past wait_group 1 of the last iteration: stage it-2 is free
+        pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
+        L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)),
+                    L.block_of(lambda: issue(pre, L.tmp(N.BinOp("mod", pre, c32(S), I32), "pst"))), []))
+        compute_wgmma(L, plan, sa, sb, stage, acc_vars)
+    L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(body), s.loc))
+    wait_wgmma(L, 0, acc_vars)
+    L.sync()
+    L.relied.update({plan.a.param.name, plan.b.param.name})
