@@ -41,6 +41,7 @@ SETTINGS: dict[str, str] = {
     "KB_FUZZ_RSS_MB": "fuzz: memory growth of one input that is a finding",
     "KB_FUZZ_RECYCLE_MB": "fuzz: worker memory before replacement",
     "KB_REPRO_ISOLATED": "tests: one interpreter per reproducer",
+    "KB_AUTOTUNE": "tile.autotune timing (0: first viable configuration, no timing)",
 }   # docs/configuration.md is the full table (interop_tests/package/test_configuration_table.py)
 
 

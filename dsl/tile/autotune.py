@@ -1,0 +1,263 @@
+"""Autotuning tile kernels: candidate configurations (partition tile shapes, constants), pruned by the
+compiler and the launch contract before any timing, timed with CUDA events, and the pick kept in the
+disk cache so later processes launch at once.
+
+    gemm_tuned = tile.autotune(gemm, [tile.Config(tiles={"c": (128, 256)}, constants={"bk": 64}),
+                                      tile.Config(tiles={"c": (128, 128)}, constants={"bk": 64})])
+    gemm_tuned(a, b, c)          # partitions as plain arrays, constants left out
+
+Why prune first: a configuration that cannot run on this device (too much shared memory, a tile the
+lowering refuses, arguments its contract refuses) is dropped with its reason, never timed or
+launched. Why time on scratch copies: a kernel that reads and writes an argument (or writes it
+partly) must not see its data changed by the tuning runs; the call itself then runs once on the
+caller's arrays. The pick is keyed by the kernel's source (and what it references), the candidate
+list, the argument signature with every extent rounded up to a power of two (shape buckets), the
+device's arch, the driver and the toolchain. `KB_AUTOTUNE=0` (or `off`/`false`/`no`) makes calls
+deterministic: the first configuration that survives pruning, no timing, nothing stored. The
+simulator ignores tuning (`simulate` runs the first configuration).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from dsl.cache import cache_dir, cache_enabled, source_fingerprint, toolchain_fingerprint
+
+FLUSH_BYTES = 256 * 2**20           # written before every timed launch: evicts the inputs from L2
+
+
+@dataclass(frozen=True)
+class Config:
+    """One candidate: tile shapes per partition parameter and values per tile.Constant parameter."""
+    tiles: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    constants: dict[str, Any] = field(default_factory=dict)
+
+    def text(self) -> str:
+        return json.dumps({"tiles": {k: list(v) for k, v in sorted(self.tiles.items())},
+                           "constants": dict(sorted(self.constants.items()))}, sort_keys=True, default=repr)
+
+
+def tuning_enabled() -> bool:
+    return os.environ.get("KB_AUTOTUNE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _bucket(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def signature_key(args: Sequence[Any]) -> list:
+    """Per argument: dtype and extents rounded up to powers of two (arrays), or the type (scalars)."""
+    out: list = []
+    for a in args:
+        shape = getattr(a, "shape", None)
+        if shape is not None and not isinstance(a, (int, float, bool, np.generic)):
+            out.append([str(getattr(a, "dtype", "?")), [_bucket(int(n)) for n in shape]])
+        else:
+            out.append(type(a).__name__)
+    return out
+
+
+class Tuned:
+    """A tile kernel with candidate configurations; call it like the kernel, with partitions as plain
+    arrays and constants left out. `timing_runs` counts timed launches in this process (0 when every
+    pick came from the disk cache); `picks` maps a tuning key to the chosen Config."""
+
+    def __init__(self, kernel: Any, configs: Sequence[Config | dict], *, reps: int = 10,
+                 timer: Callable[[Any, tuple], float] | None = None) -> None:
+        from dsl.tile.host import TileKernel
+        if not isinstance(kernel, TileKernel):
+            raise TypeError(f"tile.autotune: expected a @tile.kernel, got {type(kernel).__name__}")
+        cfgs = [c if isinstance(c, Config) else Config(dict(c.get("tiles", {})), dict(c.get("constants", {})))
+                for c in configs]
+        if not cfgs:
+            raise ValueError(f"tile.autotune({kernel.name}): give at least one configuration")
+        names = {s.name: s.kind for s in kernel.specs}
+        for c in cfgs:
+            for n in c.tiles:
+                if names.get(n) != "partition":
+                    raise ValueError(f"tile.autotune({kernel.name}): tiles[{n!r}]: not a tile.Partition parameter")
+            for n in c.constants:
+                if names.get(n) != "const":
+                    raise ValueError(f"tile.autotune({kernel.name}): constants[{n!r}]: not a tile.Constant parameter")
+            missing = [s.name for s in kernel.specs if s.kind == "const" and s.name not in c.constants]
+            if missing:
+                raise ValueError(f"tile.autotune({kernel.name}): configuration {c.text()} gives no value for "
+                                 f"the constant(s) {', '.join(missing)}")
+        if not isinstance(reps, int) or reps < 1:
+            raise ValueError(f"tile.autotune({kernel.name}): reps must be an int >= 1, got {reps!r}")
+        self.kernel, self.configs, self.reps = kernel, cfgs, reps
+        self._timer = timer                       # (config, call args) -> ms; None: CUDA events
+        self.timing_runs = 0
+        self.picks: dict[str, Config] = {}        # documented cache: tuning key -> pick (this process)
+        self.pruned: dict[str, dict[str, str]] = {}   # tuning key -> {config text: why it was dropped}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------ public
+    def __call__(self, *args: Any) -> None:
+        self.kernel(*self.call_args(self.select(*args), args))
+
+    def simulate(self, *args: Any) -> None:
+        """The first configuration on the CPU simulator (tuning needs a GPU)."""
+        self.kernel.simulate(*self.call_args(self.configs[0], args))
+
+    def call_args(self, config: Config, args: tuple) -> tuple:
+        return self.kernel.contract_call(args, tile_shapes=config.tiles, constants=config.constants)
+
+    def key(self, args: tuple, arch: str) -> str:
+        parts = [source_fingerprint(self.kernel.pyfunc), json.dumps([c.text() for c in self.configs]),
+                 json.dumps(signature_key(args)), arch, _driver_text(), toolchain_fingerprint()]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def select(self, *args: Any, arch: str | None = None) -> Config:
+        """The configuration these arguments use: this process's pick, the disk cache's, or a new one."""
+        if arch is None:
+            import bridge
+            arch = bridge.current_device().arch
+        key = self.key(args, arch)
+        pick = self.picks.get(key)
+        if pick is not None:
+            return pick
+        with self._lock:
+            pick = self.picks.get(key)
+            if pick is None:
+                pick = self._load(key) if tuning_enabled() else None
+                if pick is None:
+                    pick = self._tune(key, args, arch)
+                self.picks[key] = pick
+        return pick
+
+    # ------------------------------------------------------------------------------ tuning
+    def _viable(self, key: str, args: tuple, arch: str) -> list[Config]:
+        """Configurations that compile for `arch`; the rest recorded in `pruned` with the reason."""
+        out, why = [], self.pruned.setdefault(key, {})
+        for c in self.configs:
+            try:
+                self.kernel.compile(self.call_args(c, args), arch)
+            except Exception as exc:  # noqa: BLE001 - any compile refusal prunes the candidate
+                why[c.text()] = f"does not compile: {type(exc).__name__}: {exc}"[:300]
+                continue
+            out.append(c)
+        if not out:
+            raise ValueError(f"tile.autotune({self.kernel.name}): no configuration compiles for {arch}: "
+                             + "; ".join(f"{k} {v}" for k, v in why.items()))
+        return out
+
+    def _tune(self, key: str, args: tuple, arch: str) -> Config:
+        viable = self._viable(key, args, arch)
+        if not tuning_enabled():
+            return viable[0]
+        times: dict[int, float] = {}
+        timer = self._timer or self._event_timer(args)
+        why = self.pruned[key]
+        for i, c in enumerate(self.configs):
+            if c not in viable:
+                continue
+            try:
+                times[i] = timer(c, self._scratch_args(c, args))
+            except _Refused as exc:        # the launch contract refused it: never launched
+                why[c.text()] = str(exc)
+                continue
+            self.timing_runs += self.reps
+        if not times:
+            raise ValueError(f"tile.autotune({self.kernel.name}): every configuration was refused: "
+                             + "; ".join(f"{k} {v}" for k, v in why.items()))
+        best = min(times, key=times.get)
+        self._store(key, best, times)
+        return self.configs[best]
+
+    def _scratch_args(self, config: Config, args: tuple) -> tuple:
+        """`args` with every argument the kernel writes replaced by a fresh device array of its shape
+        and dtype (with a timer of the caller's: the arguments as given)."""
+        if self._timer is not None:
+            return self.call_args(config, args)
+        import bridge
+        written = {s.name for s in self.kernel.specs if s.kind == "partition"}
+        flat, k = [], 0
+        for s in self.kernel.specs:
+            if s.kind == "const":
+                continue
+            a = args[k]
+            k += 1
+            flat.append(bridge.empty_like(a) if s.name in written else a)
+        return self.call_args(config, tuple(flat))
+
+    def _event_timer(self, args: tuple) -> Callable[[Config, tuple], float]:
+        import bridge
+        from bridge.errors import LaunchContractError
+        stream = bridge.current_stream()
+        flush = bridge.empty((FLUSH_BYTES // 4,), "uint32")
+        reps = self.reps
+
+        def time_one(config: Config, call: tuple) -> float:
+            try:
+                self.kernel(*call)                     # warm-up; validated first: a refusal prunes
+            except LaunchContractError as exc:
+                raise _Refused(f"refused by its launch contract: {type(exc).__name__}: {exc}"[:300]) from None
+            ms = []
+            for r in range(reps):
+                bridge.array._memset(flush, r & 0xFF, 4)
+                e0 = stream.record()
+                self.kernel(*call)
+                e1 = stream.record()
+                e1.synchronize()
+                ms.append(e0.elapsed_time(e1))
+            return statistics.median(ms)
+        return time_one
+
+    # ------------------------------------------------------------------------------ disk
+    def _path(self, key: str):
+        return cache_dir() / f"tune-{key}.json"
+
+    def _load(self, key: str) -> Config | None:
+        if not cache_enabled():
+            return None
+        try:
+            data = json.loads(self._path(key).read_text("utf-8"))
+            i = int(data["pick"])
+            if data.get("key") != key or data.get("configs") != [c.text() for c in self.configs]:
+                return None
+            return self.configs[i] if 0 <= i < len(self.configs) else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _store(self, key: str, best: int, times: dict[int, float]) -> None:
+        if not cache_enabled():
+            return
+        path = self._path(key)
+        data = {"key": key, "kernel": self.kernel.name, "pick": best, "configs": [c.text() for c in self.configs],
+                "ms": {str(i): round(t, 6) for i, t in times.items()}}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data), "utf-8")
+            os.replace(tmp, path)
+        except OSError:
+            pass                              # a read-only cache only costs re-tuning later
+
+
+class _Refused(Exception):
+    pass
+
+
+def _driver_text() -> str:
+    try:
+        from bridge import _native
+        return str(_native.driver_version())
+    except Exception:  # noqa: BLE001 - no driver: the simulator, keys for tests
+        return "no-driver"
+
+
+def autotune(kernel: Any, configs: Sequence[Config | dict], *, reps: int = 10) -> Tuned:
+    """A callable that runs `kernel` with the fastest of `configs` for each argument signature (shape
+    buckets), tuned on first use and remembered in the disk cache (module docstring)."""
+    return Tuned(kernel, configs, reps=reps)
+
+
+__all__ = ["Config", "Tuned", "autotune", "tuning_enabled", "signature_key"]

@@ -1,0 +1,121 @@
+"""tile.autotune without a GPU: candidates checked at construction, pruned by the compiler before
+any timing, the fastest picked (an injected timer stands in for CUDA events), the pick kept in the
+disk cache for later processes, KB_AUTOTUNE=0 deterministic, and the simulator running the first
+configuration."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tile_kernels_lib as K
+
+from dsl import tile
+
+CONFIGS = [tile.Config(tiles={"c": (64, 64)}, constants={"bk": 32}),
+           tile.Config(tiles={"c": (128, 128)}, constants={"bk": 32}),
+           tile.Config(tiles={"c": (3, 5)}, constants={"bk": 32})]       # not a power of two: no compile
+
+
+def gemm_args(m=300, k=200, n=176):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    return a, b, np.full((m, n), np.nan, np.float32)
+
+
+class FakeTimer:
+    """ms per configuration (by tile shape); records every call."""
+
+    def __init__(self, ms: dict):
+        self.ms, self.calls = ms, []
+
+    def __call__(self, config, call):
+        self.calls.append(config)
+        return self.ms[config.tiles["c"]]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KB_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("KB_AUTOTUNE", raising=False)
+    monkeypatch.delenv("KB_CACHE", raising=False)
+    return tmp_path
+
+
+def test_the_fastest_compiling_configuration_is_picked(cache):
+    timer = FakeTimer({(64, 64): 2.0, (128, 128): 1.0})
+    tuned = tile.Tuned(K.gemm, CONFIGS, reps=3, timer=timer)
+    pick = tuned.select(*gemm_args(), arch="sm_90")
+    assert pick == CONFIGS[1]
+    assert timer.calls == CONFIGS[:2]            # the one that does not compile was never timed
+    assert tuned.timing_runs == 6
+    (why,) = tuned.pruned.values()
+    assert list(why) == [CONFIGS[2].text()] and "does not compile" in why[CONFIGS[2].text()]
+    assert len(list(cache.glob("tune-*.json"))) == 1
+
+
+def test_a_later_process_reuses_the_pick_without_timing(cache):
+    tile.Tuned(K.gemm, CONFIGS, timer=FakeTimer({(64, 64): 1.0, (128, 128): 3.0})).select(*gemm_args(), arch="sm_90")
+
+    def no_timing(config, call):
+        raise AssertionError("timed although the pick is on disk")
+    later = tile.Tuned(K.gemm, CONFIGS, timer=no_timing)     # a new object: what a fresh process has
+    assert later.select(*gemm_args(), arch="sm_90") == CONFIGS[0]
+    assert later.timing_runs == 0
+
+
+def test_shape_buckets_share_a_pick_and_other_buckets_or_archs_do_not(cache):
+    tuned = tile.Tuned(K.gemm, CONFIGS[:2], timer=FakeTimer({(64, 64): 1.0, (128, 128): 2.0}))
+    k1 = tuned.key(gemm_args(300, 200, 176), "sm_90")
+    assert k1 == tuned.key(gemm_args(500, 256, 200), "sm_90")        # same powers of two
+    assert k1 != tuned.key(gemm_args(600, 200, 176), "sm_90")
+    assert k1 != tuned.key(gemm_args(300, 200, 176), "sm_80")
+    assert k1 != tile.Tuned(K.gemm, CONFIGS[:1]).key(gemm_args(), "sm_90")   # another candidate list
+
+
+def test_autotune_off_takes_the_first_viable_configuration_and_stores_nothing(cache, monkeypatch):
+    monkeypatch.setenv("KB_AUTOTUNE", "0")
+    timer = FakeTimer({(64, 64): 9.0, (128, 128): 1.0})
+    tuned = tile.Tuned(K.gemm, [CONFIGS[2], *CONFIGS[:2]], timer=timer)
+    assert tuned.select(*gemm_args(), arch="sm_90") == CONFIGS[0]
+    assert timer.calls == [] and tuned.timing_runs == 0
+    assert not list(cache.glob("tune-*.json"))
+
+
+def test_a_damaged_pick_on_disk_is_retuned(cache):
+    tile.Tuned(K.gemm, CONFIGS[:2], timer=FakeTimer({(64, 64): 1.0, (128, 128): 2.0})).select(*gemm_args(),
+                                                                                           arch="sm_90")
+    (path,) = cache.glob("tune-*.json")
+    path.write_text("{not json")
+    timer = FakeTimer({(64, 64): 5.0, (128, 128): 2.0})
+    tuned = tile.Tuned(K.gemm, CONFIGS[:2], timer=timer)
+    assert tuned.select(*gemm_args(), arch="sm_90") == CONFIGS[1] and len(timer.calls) == 2
+
+
+def test_simulate_runs_the_first_configuration_against_numpy(cache):
+    a, b, c = gemm_args(70, 40, 50)
+    tile.autotune(K.gemm, CONFIGS[:2]).simulate(a, b, c)       # f32 operands: tf32 products, as on the GPU
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-2, atol=5e-3 * np.sqrt(40))
+
+
+@pytest.mark.parametrize("configs,text", [
+    ([], "give at least one configuration"),
+    ([tile.Config(tiles={"a": (64, 64)}, constants={"bk": 32})], "tiles['a']: not a tile.Partition parameter"),
+    ([tile.Config(tiles={"c": (64, 64)}, constants={"bk": 32, "zz": 1})], "constants['zz']: not a tile.Constant"),
+    ([tile.Config(tiles={"c": (64, 64)})], "gives no value for the constant(s) bk"),
+])
+def test_bad_candidate_lists_are_refused_naming_the_problem(configs, text):
+    with pytest.raises(ValueError, match=text.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        tile.autotune(K.gemm, configs)
+
+
+def test_only_tile_kernels_and_positive_reps_are_accepted():
+    with pytest.raises(TypeError, match="expected a @tile.kernel"):
+        tile.autotune(lambda: None, CONFIGS)
+    with pytest.raises(ValueError, match="reps must be an int >= 1"):
+        tile.autotune(K.gemm, CONFIGS, reps=0)
+
+
+def test_plain_dicts_are_accepted_as_configurations(cache):
+    tuned = tile.Tuned(K.gemm, [{"tiles": {"c": (64, 64)}, "constants": {"bk": 32}}],
+                       timer=FakeTimer({(64, 64): 1.0}))
+    assert tuned.select(*gemm_args(), arch="sm_90") == CONFIGS[0]
