@@ -79,6 +79,8 @@ def one_shape(rep: Report, failed: list[str], torch: Any, tg: Any, rng: np.rando
         peers["torch.matmul"].add("torch.matmul")
         if tg is not None:
             for cfg in triton_configs:
+                if label == "f32" and cfg[2] * cfg[0] > 128 * 32:
+                    continue         # f32 tiles this large do not fit Triton's shared memory
                 name = "Triton {}x{}x{} w{} s{}".format(*cfg)
                 impls[name] = ((lambda i, cfg=cfg: tg.gemm(ta, tb, tc, cfg)),
                                (lambda nm=name: check_close(nm, tc[trows].cpu().numpy(), ref, **tol)))

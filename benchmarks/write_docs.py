@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-ORDER = ["launch_overhead", "launch_breakdown", "elementwise", "simt_parity", "tile_ops", "gemm", "intake", "compile_time"]
+ORDER = ["launch_overhead", "launch_breakdown", "elementwise", "simt_parity", "tile_ops", "gemm", "attention", "intake", "compile_time"]
 
 
 def fmt(v: object) -> str:

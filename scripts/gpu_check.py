@@ -34,9 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ["examples/quickstart.py", "examples/mixed_pipeline.py", "examples/torch_custom_op.py",
             "examples/jax_jit.py", "examples/graph_capture.py", "examples/link_cpp_device.py",
-            "examples/porting/run_porting.py"]
+            "examples/porting/run_porting.py", "examples/flash_attention.py"]
 BENCHMARKS = ["benchmarks/launch_overhead.py", "benchmarks/launch_breakdown.py", "benchmarks/elementwise.py",
-              "benchmarks/simt_parity.py", "benchmarks/tile_ops.py", "benchmarks/gemm.py",
+              "benchmarks/simt_parity.py", "benchmarks/tile_ops.py", "benchmarks/gemm.py", "benchmarks/attention.py",
               "benchmarks/compile_time.py",
               "benchmarks/intake.py"]
 SANITIZER_TOOLS = ["memcheck", "racecheck", "synccheck", "initcheck"]
@@ -175,7 +175,7 @@ def main() -> int:
     summary["steps"]["doctor"] = {"rc": rc, "seconds": round(dt, 1)}
 
     # Phase 1: the whole suite and the sanitizer passes side by side; benchmarks keep their time.
-    bench_reserve = 0.0 if "bench" in skip else (150.0 if args.quick else 200.0)
+    bench_reserve = 0.0 if "bench" in skip else (170.0 if args.quick else 250.0)
     example_reserve = 0.0 if "examples" in skip else 60.0
     phase1 = max(30.0, clock.left(bench_reserve + example_reserve))
     jobs = []

@@ -19,7 +19,7 @@ import bridge
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ["mixed_pipeline.py", "torch_custom_op.py", "graph_capture.py", "jax_jit.py"]
-BENCHMARKS = ["launch_overhead.py", "launch_breakdown.py", "elementwise.py", "simt_parity.py", "tile_ops.py", "gemm.py",
+BENCHMARKS = ["launch_overhead.py", "launch_breakdown.py", "elementwise.py", "simt_parity.py", "tile_ops.py", "gemm.py", "attention.py",
               "intake.py", "compile_time.py"]
 TOOLS = ["plot.py", "write_docs.py"]
 ALL = [f"examples/{f}" for f in EXAMPLES] + [f"benchmarks/{f}" for f in BENCHMARKS + TOOLS]

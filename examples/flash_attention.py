@@ -1,0 +1,136 @@
+"""Flash attention (forward) as one dsl.tile kernel: online softmax over key/value blocks, causal or
+not, head dims 64 and 128, f16/bf16 inputs with f32 accumulation, checked against
+torch.nn.functional.scaled_dot_product_attention on the GPU (against NumPy on the CPU simulator).
+
+    python examples/flash_attention.py            # GPU when present, else the simulator
+
+Each tile block owns BM query rows of one (batch, head): it streams the head's key/value blocks,
+keeps the running row maximum `m`, normaliser `l` and output `acc` in registers, and rescales them by
+exp(m_old - m_new) per block, so the S x S score matrix never exists. The arrays are (B*H*S, D) row
+stacks of the (B, H, S, D) tensors; S must be a multiple of the tile rows.
+
+Status: correct, not fast. The two products in the loop take the portable shared-memory FMA path
+of the tile lowering (the tensor-core lowering matches only the plain GEMM loop), so this runs far
+below SDPA's flash backend (benchmarks/attention.py measures it).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import numpy as np
+
+from dsl import TypeVar, f32, i32, tile
+
+E = TypeVar("E")
+# (query rows BM, key rows BN) per head dim: the largest that fit the lowering's 48 KiB of relayout
+# shared memory without register spills (ptxas -v on sm_90)
+TILES = {64: (64, 32), 128: (32, 32)}
+
+
+@tile.kernel
+def flash_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[f32, 2],
+              seq: i32, scale: f32, bn: tile.Constant, causal: tile.Constant):
+    bm, d = o.tile_shape
+    i = tile.bid(0)
+    head = (i * bm) // seq                      # which (batch, head) these rows belong to
+    row0 = i * bm - head * seq                  # first query position of the tile in its sequence
+    qt = tile.load(q, (i, 0), (bm, d))
+    m = tile.full((bm,), -tile.inf, f32)
+    l = tile.zeros((bm,), f32)
+    acc = tile.zeros((bm, d), f32)
+    kv0 = head * (seq // bn)
+    stop = seq // bn
+    if causal:                                  # blocks right of the diagonal contribute nothing
+        stop = (row0 + bm + bn - 1) // bn
+    for j in range(stop):
+        s = tile.matmul(qt, tile.transpose(tile.load(k, (kv0 + j, 0), (bn, d)))) * scale
+        if causal:
+            r = row0 + tile.arange(bm)[:, None]
+            c = j * bn + tile.arange(bn)[None, :]
+            s = tile.where(c <= r, s, -tile.inf)
+        m_new = tile.maximum(m, tile.max(s, axis=1))
+        p = tile.exp(s - m_new[:, None])
+        alpha = tile.exp(m - m_new)
+        l = l * alpha + tile.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tile.matmul(p.astype(q.dtype), tile.load(v, (kv0 + j, 0), (bn, d)))
+        m = m_new
+    o.store(acc / l[:, None])
+
+
+def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale: float | None = None) -> tuple:
+    """flash_fwd's arguments for (B*H*S, D) row stacks q, k, v and the f32 output `out` of that shape."""
+    rows, d = q.shape
+    if d not in TILES:
+        raise ValueError(f"q: head dim {d} not supported (expected one of {sorted(TILES)})")
+    bm, bn = TILES[d]
+    if seq <= 0 or rows % seq or seq % bm or seq % bn:
+        raise ValueError(f"q: {rows} rows of sequences of {seq}: expected whole sequences whose length is a "
+                         f"multiple of {max(bm, bn)}")
+    for name, x in (("k", k), ("v", v), ("out", out)):
+        if tuple(x.shape) != (rows, d):
+            raise ValueError(f"{name}: expected shape {(rows, d)} like q, got {tuple(x.shape)}")
+    return (q, k, v, tile.partition(out, (bm, d)), seq, float(scale if scale is not None else d ** -0.5), bn,
+            bool(causal))
+
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, seq: int, causal: bool) -> np.ndarray:
+    """Float64 attention of (B*H*S, D) row stacks."""
+    d = q.shape[1]
+    q3, k3, v3 = (x.astype(np.float64).reshape(-1, seq, d) for x in (q, k, v))
+    s = q3 @ k3.transpose(0, 2, 1) / np.sqrt(d)
+    if causal:
+        s = np.where(np.tril(np.ones((seq, seq), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return ((p / p.sum(-1, keepdims=True)) @ v3).reshape(-1, d)
+
+
+def run_gpu(batch: int, heads: int, seq: int, d: int) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    import bridge
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    for causal in (False, True):
+        out = torch.full((batch * heads * seq, d), float("nan"), device="cuda")
+        flash_fwd(*launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal))
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+        err = (out.reshape(ref.shape) - ref).abs().max().item()
+        print(f"GPU B{batch} H{heads} S{seq} D{d} causal={causal}: max |ours - SDPA(f32)| = {err:.2e}")
+        assert err < 2e-2, err
+    bridge.current_stream().synchronize()
+
+
+def run_simulator(seq: int, d: int) -> None:
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2 * seq, d)).astype(np.float32) for _ in range(3))
+    for causal in (False, True):
+        out = np.full_like(q, np.nan)
+        flash_fwd.simulate(*launch_args(q, k, v, out, seq, causal))
+        err = float(np.abs(out - reference(q, k, v, seq, causal)).max())
+        print(f"simulator S{seq} D{d} causal={causal}: max |ours - NumPy| = {err:.2e}")
+        assert err < 1e-2, err
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--simulate", action="store_true", help="run on the CPU simulator even with a GPU")
+    args = ap.parse_args(argv)
+    import bridge
+    if bridge.gpu_available() and not args.simulate:
+        for d in sorted(TILES):
+            run_gpu(2, 4, args.seq, d)
+        print("ran on the GPU")
+    else:
+        for d in sorted(TILES):
+            run_simulator(min(args.seq, 128), d)
+        print("ran on the CPU simulator" + ("" if args.simulate else f" (no GPU: {bridge.gpu_unavailable_reason()})"))
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
