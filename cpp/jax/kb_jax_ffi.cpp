@@ -27,6 +27,7 @@
 #include <pybind11/stl.h>
 
 #include "kernelbridge/contract.hpp"
+#include "kernelbridge/detail/tensor_map.hpp"
 #include "xla/ffi/api/ffi.h"
 
 namespace py = pybind11;
@@ -44,6 +45,8 @@ struct Driver {
   decltype(&::cuFuncSetAttribute) funcSetAttribute = nullptr;
   decltype(&::cuMemHostAlloc) memHostAlloc = nullptr;
   decltype(&::cuMemHostGetDevicePointer) memHostGetDevicePointer = nullptr;
+  decltype(&::cuTensorMapEncodeTiled) tensorMapEncodeTiled = nullptr;
+  decltype(&::cuFuncGetParamInfo) funcGetParamInfo = nullptr;
 };
 
 Driver g_drv;
@@ -77,6 +80,8 @@ void load_driver() {
       {"cuFuncSetAttribute", reinterpret_cast<void**>(&g_drv.funcSetAttribute)},
       {"cuMemHostAlloc", reinterpret_cast<void**>(&g_drv.memHostAlloc)},
       {"cuMemHostGetDevicePointer", reinterpret_cast<void**>(&g_drv.memHostGetDevicePointer)},
+      {"cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_drv.tensorMapEncodeTiled)},
+      {"cuFuncGetParamInfo", reinterpret_cast<void**>(&g_drv.funcGetParamInfo)},
   };
   for (auto& e : table) {
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
@@ -124,6 +129,8 @@ struct Entry {
   std::vector<Slot> slots;  // one per kernel parameter, in signature order
   FaultRecord* fault_host = nullptr;
   uint64_t fault_dev = 0;
+  // kernels with tensor maps: every parameter's offset and size from the driver (tensor_map.hpp)
+  std::vector<size_t> param_offsets, param_sizes;
 };
 
 std::mutex g_mu;
@@ -206,10 +213,16 @@ kb::Error prepare(const Entry& e, const std::vector<Buffer>& operands, const std
   kb::Error err = kb::validate(e.contract, vals.data(), n, out.cfg, e.limits, e.attrs);
   if (err) return err;
   if (out.cfg.smem < 0) out.cfg.smem = 0;
-  size_t off = 0;
-  bool overflow = false;
+  size_t off = 0, pi = 0;
+  bool overflow = false, mismatch = false;
+  const bool placed = !e.contract.tensor_maps.empty();
   auto put = [&](const void* p, size_t size, size_t align) {
-    off = (off + align - 1) / align * align;
+    if (placed) {
+      if (pi >= e.param_offsets.size() || e.param_sizes[pi] != size) { mismatch = true; return; }
+      off = e.param_offsets[pi++];
+    } else {
+      off = (off + align - 1) / align * align;
+    }
     if (off + size > kMaxParamBytes) { overflow = true; return; }
     std::memcpy(out.buf + off, p, size);
     off += size;
@@ -242,7 +255,34 @@ kb::Error prepare(const Entry& e, const std::vector<Buffer>& operands, const std
       put(tmp, static_cast<size_t>(size), static_cast<size_t>(size));
     }
   }
+  if (placed && g_drv_ready == nullptr) {
+    kb::Error no;
+    no.code = kb::ErrorCode::argument_kind;
+    no.message = e.contract.kernel + ": TMA tensor maps need the CUDA driver (" + g_drv_reason + ")";
+    return no;
+  }
+  for (const kb::TensorMapSpec& t : e.contract.tensor_maps) {
+    CUtensorMap m;
+    const kb::ArrayView& a = vals[static_cast<size_t>(t.arg)].array;
+    const CUresult r = kb::encode_tensor_map(g_drv.tensorMapEncodeTiled, t, a, &m);
+    if (r != CUDA_SUCCESS) {
+      kb::Error bad;
+      bad.code = kb::ErrorCode::layout;
+      bad.arg = t.arg;
+      bad.arg_name = e.contract.args[static_cast<size_t>(t.arg)].name;
+      bad.message = e.contract.kernel + ": argument '" + bad.arg_name + "' (#" + std::to_string(t.arg) +
+                    "): cuTensorMapEncodeTiled refused the view (" + cu_error("cuTensorMapEncodeTiled", r) + ")";
+      return bad;
+    }
+    put(&m, sizeof m, 64);
+  }
   if (e.contract.has_fault_buffer) put(&e.fault_dev, 8, 8);
+  if (mismatch) {
+    kb::Error bad;
+    bad.code = kb::ErrorCode::contract_definition;
+    bad.message = e.contract.kernel + ": the compiled kernel's parameters do not match its contract";
+    return bad;
+  }
   if (overflow) {
     kb::Error big;
     big.code = kb::ErrorCode::argument_count;
@@ -451,6 +491,11 @@ int64_t register_entry(uint64_t fn, uint64_t ctx, int device, const std::string&
     else if (kind == "scalar") { s.kind = Slot::scalar; s.value = scalar_value(t[1]); }
     else throw py::value_error("slot kind must be operand, result or scalar, got " + kind);
     e->slots.push_back(s);
+  }
+  if (!e->contract.tensor_maps.empty() && fn != 0) {   // packed at the driver's parameter offsets
+    const Driver* d = driver();
+    if (d == nullptr) throw std::runtime_error("kernelbridge: " + g_drv_reason);
+    kb::param_layout(d->funcGetParamInfo, e->fn, e->param_offsets, e->param_sizes);
   }
   if (e->contract.has_fault_buffer && fn != 0) {
     const Driver* d = driver();

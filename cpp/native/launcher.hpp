@@ -23,6 +23,7 @@
 #endif
 
 #include "errors.hpp"
+#include "kernelbridge/detail/tensor_map.hpp"
 #include "intake.hpp"
 #include "kernelbridge/contract.hpp"
 #include "native.hpp"
@@ -458,48 +459,21 @@ class Launcher {
       return slot.map;
     const kb::TensorMapSpec& spec = contract_.tensor_maps[t];
     slot.valid = false;
-    std::memset(&slot.map, 0, sizeof slot.map);
-    if (a.size() > 0) {   // an empty array's kernel copies nothing through it: a zero descriptor
-      const int r = a.ndim;
-      cuuint64_t dims[5], strides[4];
-      cuuint32_t box[5], step[5];
-      int64_t span = a.itemsize();
-      for (int d = 0; d < r; ++d) {
-        const int ax = r - 1 - d;
-        dims[d] = static_cast<cuuint64_t>(a.shape[ax]);
-        box[d] = static_cast<cuuint32_t>(spec.box[ax]);
-        step[d] = 1;
-        if (d > 0) {   // an axis of extent 1 is never stepped along: any valid stride describes it
-          const int64_t st = a.shape[ax] > 1 ? a.strides[ax] : (span + 15) / 16 * 16;
-          strides[d - 1] = static_cast<cuuint64_t>(st);
-          span = st * a.shape[ax];
-        } else {
-          span *= a.shape[ax];
-        }
-      }
-      const CUtensorMapSwizzle sw = spec.swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                    : spec.swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
-                                    : spec.swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
-                                                         : CU_TENSOR_MAP_SWIZZLE_NONE;
-      const CUresult res = kb::drv::require().tensorMapEncodeTiled(
-          &slot.map, tma_dtype(a.dtype), static_cast<cuuint32_t>(r), reinterpret_cast<void*>(a.ptr), dims, strides,
-          box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-      if (res != CUDA_SUCCESS) {
-        const char* name = nullptr;
-        kb::drv::require().getErrorName(res, &name);
-        kb::ArgValue v;
-        v.kind = kb::ArgKind::array;
-        v.array = a;
-        throw_contract_error(
-            kb::detail::arg_error(contract_, spec.arg, kb::ErrorCode::layout,
-                                  "a view cuTensorMapEncodeTiled accepts (TMA box " +
-                                      kb::detail::tuple_text(spec.box.data(), static_cast<int>(spec.box.size())) + ")",
-                                  kb::detail::value_text(v) + " with byte strides " +
-                                      kb::detail::tuple_text(a.strides, a.ndim) + ", refused with " +
-                                      (name ? name : "an error")),
-            contract_.kernel);
-      }
+    const CUresult res = kb::encode_tensor_map(kb::drv::require().tensorMapEncodeTiled, spec, a, &slot.map);
+    if (res != CUDA_SUCCESS) {
+      const char* name = nullptr;
+      kb::drv::require().getErrorName(res, &name);
+      kb::ArgValue v;
+      v.kind = kb::ArgKind::array;
+      v.array = a;
+      throw_contract_error(
+          kb::detail::arg_error(contract_, spec.arg, kb::ErrorCode::layout,
+                                "a view cuTensorMapEncodeTiled accepts (TMA box " +
+                                    kb::detail::tuple_text(spec.box.data(), static_cast<int>(spec.box.size())) + ")",
+                                kb::detail::value_text(v) + " with byte strides " +
+                                    kb::detail::tuple_text(a.strides, a.ndim) + ", refused with " +
+                                    (name ? name : "an error")),
+          contract_.kernel);
     }
     slot.ptr = a.ptr;
     slot.ndim = a.ndim;
@@ -509,30 +483,7 @@ class Launcher {
     return slot.map;
   }
 
-  void load_param_offsets() {
-    const kb::drv::Api& a = kb::drv::require();
-    for (size_t i = 0; i < 4096; ++i) {
-      size_t off = 0, size = 0;
-      if (a.funcGetParamInfo(func_, i, &off, &size) != CUDA_SUCCESS) break;   // past the last parameter
-      param_offsets_.push_back(off);
-      param_sizes_.push_back(size);
-    }
-  }
-
-  static CUtensorMapDataType tma_dtype(kb::DType t) {
-    switch (t) {
-      case kb::DType::u8: return CU_TENSOR_MAP_DATA_TYPE_UINT8;
-      case kb::DType::u16: return CU_TENSOR_MAP_DATA_TYPE_UINT16;
-      case kb::DType::u32: return CU_TENSOR_MAP_DATA_TYPE_UINT32;
-      case kb::DType::i32: return CU_TENSOR_MAP_DATA_TYPE_INT32;
-      case kb::DType::u64: return CU_TENSOR_MAP_DATA_TYPE_UINT64;
-      case kb::DType::i64: return CU_TENSOR_MAP_DATA_TYPE_INT64;
-      case kb::DType::f16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-      case kb::DType::bf16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-      case kb::DType::f64: return CU_TENSOR_MAP_DATA_TYPE_FLOAT64;
-      default: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;   // f32 (kb::detail::tma_dtype_ok admits no other)
-    }
-  }
+  void load_param_offsets() { kb::param_layout(kb::drv::require().funcGetParamInfo, func_, param_offsets_, param_sizes_); }
 
   // The stream must belong to the launch's device (the default streams 0-2 exist on every device and
   // are this one's here). One process-wide device: nothing to check (the common case costs nothing).
