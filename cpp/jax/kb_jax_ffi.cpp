@@ -80,8 +80,6 @@ void load_driver() {
       {"cuFuncSetAttribute", reinterpret_cast<void**>(&g_drv.funcSetAttribute)},
       {"cuMemHostAlloc", reinterpret_cast<void**>(&g_drv.memHostAlloc)},
       {"cuMemHostGetDevicePointer", reinterpret_cast<void**>(&g_drv.memHostGetDevicePointer)},
-      {"cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_drv.tensorMapEncodeTiled)},
-      {"cuFuncGetParamInfo", reinterpret_cast<void**>(&g_drv.funcGetParamInfo)},
   };
   for (auto& e : table) {
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
@@ -90,6 +88,18 @@ void load_driver() {
       g_drv_reason = std::string("the CUDA driver lacks ") + e.name;
       return;
     }
+  }
+  // TMA kernels only (tensor maps: CUDA 12.0; parameter offsets: 12.4), at their own ABI versions; a
+  // driver without them still launches every other kernel (prepare() names what is missing).
+  struct { const char* name; void** slot; int version; } tma[] = {
+      {"cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_drv.tensorMapEncodeTiled), 12000},
+      {"cuFuncGetParamInfo", reinterpret_cast<void**>(&g_drv.funcGetParamInfo), 12040},
+  };
+  for (auto& e : tma) {
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+    if (get_proc(e.name, e.slot, std::min(v, e.version), CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
+        status != CU_GET_PROC_ADDRESS_SUCCESS)
+      *e.slot = nullptr;
   }
   g_drv_ready = &g_drv;
 }
@@ -255,10 +265,11 @@ kb::Error prepare(const Entry& e, const std::vector<Buffer>& operands, const std
       put(tmp, static_cast<size_t>(size), static_cast<size_t>(size));
     }
   }
-  if (placed && g_drv_ready == nullptr) {
+  if (placed && (g_drv_ready == nullptr || g_drv.tensorMapEncodeTiled == nullptr)) {
     kb::Error no;
     no.code = kb::ErrorCode::argument_kind;
-    no.message = e.contract.kernel + ": TMA tensor maps need the CUDA driver (" + g_drv_reason + ")";
+    no.message = e.contract.kernel + ": TMA tensor maps need a CUDA driver with cuTensorMapEncodeTiled (" +
+                 (g_drv_ready ? std::string("CUDA 12.0 or newer") : g_drv_reason) + ")";
     return no;
   }
   for (const kb::TensorMapSpec& t : e.contract.tensor_maps) {
@@ -495,6 +506,9 @@ int64_t register_entry(uint64_t fn, uint64_t ctx, int device, const std::string&
   if (!e->contract.tensor_maps.empty() && fn != 0) {   // packed at the driver's parameter offsets
     const Driver* d = driver();
     if (d == nullptr) throw std::runtime_error("kernelbridge: " + g_drv_reason);
+    if (d->funcGetParamInfo == nullptr)
+      throw std::runtime_error("kernelbridge: " + e->contract.kernel + ": its TMA tensor maps need a CUDA driver "
+                               "with cuFuncGetParamInfo (CUDA 12.4 or newer)");
     kb::param_layout(d->funcGetParamInfo, e->fn, e->param_offsets, e->param_sizes);
   }
   if (e->contract.has_fault_buffer && fn != 0) {

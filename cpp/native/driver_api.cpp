@@ -84,8 +84,6 @@ void load() {
       {"cuStreamGetCtx", reinterpret_cast<void**>(&g_api.streamGetCtx)},
       {"cuDeviceCanAccessPeer", reinterpret_cast<void**>(&g_api.deviceCanAccessPeer)},
       {"cuCtxEnablePeerAccess", reinterpret_cast<void**>(&g_api.ctxEnablePeerAccess)},
-      {"cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_api.tensorMapEncodeTiled)},
-      {"cuFuncGetParamInfo", reinterpret_cast<void**>(&g_api.funcGetParamInfo)},
   };
   // Explicit versioned names for the dlsym fallback (drivers without cuGetProcAddress_v2).
   auto fallback_name = [](const std::string& n) -> std::string {
@@ -108,6 +106,20 @@ void load() {
       return;
     }
     *e.slot = fn;
+  }
+  // TMA kernels only (tensor maps: CUDA 12.0; parameter offsets: 12.4), at their own ABI versions and
+  // optional: without them every other kernel still launches (launcher.hpp names what is missing).
+  const Entry optional[] = {{"cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_api.tensorMapEncodeTiled)},
+                            {"cuFuncGetParamInfo", reinterpret_cast<void**>(&g_api.funcGetParamInfo)}};
+  const int optional_version[] = {12000, 12040};
+  for (int k = 0; k < 2; ++k) {
+    void* fn = nullptr;
+    const int v = g_driver_version > 0 ? std::min(g_driver_version, optional_version[k]) : optional_version[k];
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+    if (get_proc == nullptr || get_proc(optional[k].name, &fn, v, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
+        status != CU_GET_PROC_ADDRESS_SUCCESS)
+      fn = dlsym(lib, optional[k].name);
+    *optional[k].slot = fn;
   }
   CUresult r = g_api.init(0);
   if (r != CUDA_SUCCESS) {

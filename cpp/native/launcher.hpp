@@ -483,7 +483,13 @@ class Launcher {
     return slot.map;
   }
 
-  void load_param_offsets() { kb::param_layout(kb::drv::require().funcGetParamInfo, func_, param_offsets_, param_sizes_); }
+  void load_param_offsets() {
+    const kb::drv::Api& a = kb::drv::require();
+    if (a.funcGetParamInfo == nullptr || a.tensorMapEncodeTiled == nullptr)
+      throw py::value_error(contract_.kernel + ": its TMA tensor maps need a CUDA driver with "
+                            "cuTensorMapEncodeTiled and cuFuncGetParamInfo (CUDA 12.4 or newer)");
+    kb::param_layout(a.funcGetParamInfo, func_, param_offsets_, param_sizes_);
+  }
 
   // The stream must belong to the launch's device (the default streams 0-2 exist on every device and
   // are this one's here). One process-wide device: nothing to check (the common case costs nothing).
