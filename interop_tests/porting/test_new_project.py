@@ -2,6 +2,7 @@
 once, on the CPU (simulator; GPU tests skipped with the reason) and on a GPU (all of them)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,8 +30,11 @@ def test_new_project_passes_its_own_tests(tmp_path, cmake, nvcc, model, arrays):
     assert f"@{model}.kernel" in (root / "dsl_kernels.py").read_text()
     assert f"import {arrays}" in (root / "pipeline.py").read_text()
     assert "kernelbridge_add_cuda_module(myproj_kernels" in (root / "CMakeLists.txt").read_text()
+    # no plugin autoloading: the project's tests use none, and the ones installed here (hypothesis,
+    # xdist, benchmark) cost ~0.8 s of start-up per run
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA"],
-                         capture_output=True, text=True, timeout=900, cwd=root)
+                         capture_output=True, text=True, timeout=900, cwd=root,
+                         env=dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"))
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
     for name in ("test_cpp_module_builds_with_its_contract", "test_dsl_kernel_matches_numpy_on_the_simulator",

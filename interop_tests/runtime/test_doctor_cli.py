@@ -46,10 +46,65 @@ def _verdict(out: str) -> str:
     return lines[0]
 
 
-def test_bridge_doctor_reports_tools_as_the_locator_finds_them(tmp_path):
-    fake = _fake_nvcc(tmp_path)
-    env = dict(os.environ, KB_NVCC=str(fake), KB_PTXAS="/nonexistent/ptxas")
-    proc = _run("-m", "bridge", "doctor", env=env)
+# Each doctor run imports the peer libraries it reports on (torch, jax: most of its ~2 s), so the report
+# tests share runs: one child runs the runtime doctor both ways (`python -m bridge doctor` and the
+# `kernelbridge-doctor` entry point, bridge.doctor.main) under every override the tests below pin, and
+# one child runs `python -m dsl doctor` and `python -m dsl doctor --json`. Each run's stdout, stderr,
+# exit status and the dsl modules imported by then are reported separately; each test asserts its own.
+_DOCTOR_RUNS = r"""
+import contextlib, io, json, runpy, sys
+runs = json.loads(sys.argv[1])
+results = []
+for module, argv in runs:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            if module == "bridge.doctor:main":
+                from bridge.doctor import main
+                code = main(argv)
+            else:                                    # what `python -m <module> <argv>` runs
+                sys.argv = [module, *argv]
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+                code = 0
+        except SystemExit as exc:
+            code = exc.code
+    results.append({"rc": code, "stdout": out.getvalue(), "stderr": err.getvalue(),
+                    "dsl": sorted(m for m in sys.modules if m == "dsl" or m.startswith("dsl."))})
+sys.__stdout__.write(json.dumps(results) + "\n")
+"""
+
+
+def _doctor_runs(runs: list[tuple[str, list[str]]], env: dict) -> list[tuple[subprocess.CompletedProcess, list]]:
+    """Run each (module, argv) doctor in order in ONE fresh interpreter; one CompletedProcess-like
+    result per run (args, returncode, stdout, stderr) plus the dsl modules imported after it."""
+    proc = _run("-c", _DOCTOR_RUNS, json.dumps(runs), env=env)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout.splitlines()[-1])
+    return [(subprocess.CompletedProcess([m, *a] if ":" in m else [sys.executable, "-m", m, *a], r["rc"],
+                                         r["stdout"], r["stderr"] + proc.stderr), r["dsl"])
+            for (m, a), r in zip(runs, results)]
+
+
+@pytest.fixture(scope="module")
+def bridge_doctor(tmp_path_factory) -> dict:
+    """The runtime doctor, as `python -m bridge doctor` and as bridge.doctor.main([]) (the console
+    script), with a fake nvcc, a missing ptxas and a misspelt setting: {"cli": ..., "main": ...}."""
+    fake = _fake_nvcc(tmp_path_factory.mktemp("doctor"))
+    env = dict(os.environ, KB_NVCC=str(fake), KB_PTXAS="/nonexistent/ptxas", KB_NVCCC="/x")
+    (main, dsl_after_main), (cli, _) = _doctor_runs([("bridge.doctor:main", []), ("bridge", ["doctor"])], env)
+    return {"fake": fake, "cli": cli, "main": main, "dsl_after_main": dsl_after_main}
+
+
+@pytest.fixture(scope="module")
+def dsl_doctor() -> dict:
+    """`python -m dsl doctor` and `python -m dsl doctor --json`: {"text": ..., "json": ...}."""
+    (text, _), (as_json, _) = _doctor_runs([("dsl", ["doctor"]), ("dsl", ["doctor", "--json"])],
+                                           dict(os.environ))
+    return {"text": text, "json": as_json}
+
+
+def test_bridge_doctor_reports_tools_as_the_locator_finds_them(bridge_doctor):
+    fake, proc = bridge_doctor["fake"], bridge_doctor["cli"]
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert f"nvcc: {fake} (found by KB_NVCC; release 12.4, V12.4.99)" in out
@@ -65,18 +120,16 @@ def test_bridge_doctor_reports_tools_as_the_locator_finds_them(tmp_path):
     assert "run `python -m dsl doctor`" in out           # points to the full doctor
 
 
-def test_bridge_doctor_never_imports_the_dsl():
-    code = ("import sys; from bridge.doctor import main; rc = main([]); "
-            "assert not [m for m in sys.modules if m == 'dsl' or m.startswith('dsl.')], 'dsl imported'; "
-            "sys.exit(rc)")
-    proc = _run("-c", code)
+def test_bridge_doctor_never_imports_the_dsl(bridge_doctor):
+    proc = bridge_doctor["main"]                         # bridge.doctor.main([]) in a fresh interpreter
     assert proc.returncode == 0, proc.stderr
+    assert bridge_doctor["dsl_after_main"] == [], "dsl imported"
     assert "verdict:" in proc.stdout
 
 
-def test_full_doctor_pins_nvptx_cpp_kernels_and_cache(kb_test_cache_dir):
+def test_full_doctor_pins_nvptx_cpp_kernels_and_cache(kb_test_cache_dir, dsl_doctor):
     import llvmlite
-    proc = _run("-m", "dsl", "doctor")
+    proc = dsl_doctor["text"]
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert f"LLVM NVPTX: llvmlite {llvmlite.__version__}, LLVM " in out
@@ -91,15 +144,15 @@ def test_full_doctor_pins_nvptx_cpp_kernels_and_cache(kb_test_cache_dir):
     assert "(the DSL's part" not in out                  # this IS the full doctor
 
 
-def test_unknown_kb_setting_is_flagged_as_a_possible_typo():
-    proc = _run("-m", "bridge", "doctor", env=dict(os.environ, KB_NVCCC="/x"))
+def test_unknown_kb_setting_is_flagged_as_a_possible_typo(bridge_doctor):
+    proc = bridge_doctor["cli"]
     assert proc.returncode == 0, proc.stderr
     assert "  KB_NVCCC=/x (not a setting kernelbridge knows: a typo?)" in proc.stdout
     assert "warning: KB_NVCCC is set but kernelbridge does not read it" in proc.stdout
 
 
-def test_doctor_json_schema(kb_test_cache_dir):
-    proc = _run("-m", "dsl", "doctor", "--json")
+def test_doctor_json_schema(kb_test_cache_dir, dsl_doctor):
+    proc = dsl_doctor["json"]
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert set(report) == SECTIONS
@@ -128,32 +181,44 @@ def test_doctor_json_schema(kb_test_cache_dir):
     assert isinstance(report["problems"], list) and report["verdict"]
 
 
+# The command lines that run no report, in one child too (runtime-only ones first: the demo's check is
+# that nothing up to it imported the DSL).
+_CLI_RUNS = [("bridge", ["doctor", "--help"]), ("bridge", ["doctor", "--version"]), ("bridge", ["demo"]),
+             ("bridge", ["frobnicate"]), ("dsl", ["doctor", "--help"]), ("dsl.cli", ["doctor", "--help"]),
+             ("dsl", ["doctor", "--version"]), ("dsl.cli", ["--version"])]
+
+
+@pytest.fixture(scope="module")
+def cli_runs() -> dict:
+    """(module, *argv) -> (result, dsl modules imported by then) of every command line in _CLI_RUNS."""
+    return {(m, *a): r for (m, a), r in zip(_CLI_RUNS, _doctor_runs(_CLI_RUNS, dict(os.environ)))}
+
+
 @pytest.mark.parametrize("cmd", [("-m", "bridge", "doctor"), ("-m", "dsl", "doctor"), ("-m", "dsl.cli", "doctor")])
-def test_help_exits_zero_without_running_the_report(cmd):
-    proc = _run(*cmd, "--help", timeout=120)
+def test_help_exits_zero_without_running_the_report(cmd, cli_runs):
+    proc, _ = cli_runs[(*cmd[1:], "--help")]
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: ") and "--json" in proc.stdout and "--version" in proc.stdout
     assert "verdict:" not in proc.stdout and "CUDA driver:" not in proc.stdout
 
 
 @pytest.mark.parametrize("cmd", [("-m", "bridge", "doctor"), ("-m", "dsl", "doctor"), ("-m", "dsl.cli",)])
-def test_version_is_the_package_version(cmd):
-    proc = _run(*cmd, "--version", timeout=120)
+def test_version_is_the_package_version(cmd, cli_runs):
+    proc, _ = cli_runs[(*cmd[1:], "--version")]
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"kernelbridge {bridge.__version__}"
     assert importlib.metadata.version("kernelbridge") == bridge.__version__   # pyproject reads the same
 
 
-def test_bridge_demo_points_to_the_new_command_without_importing_dsl():
-    code = ("import sys; from bridge.__main__ import main; rc = main(['demo']); "
-            "assert 'dsl' not in sys.modules, 'dsl imported'; sys.exit(rc)")
-    proc = _run("-c", code)
+def test_bridge_demo_points_to_the_new_command_without_importing_dsl(cli_runs):
+    proc, dsl_modules = cli_runs[("bridge", "demo")]
+    assert dsl_modules == [], "dsl imported"
     assert proc.returncode == 2
     assert "the demo moved: run `python -m dsl demo` (or `kernelbridge demo`)" in proc.stderr
 
 
-def test_unknown_subcommand_is_a_usage_error():
-    proc = _run("-m", "bridge", "frobnicate", timeout=60)
+def test_unknown_subcommand_is_a_usage_error(cli_runs):
+    proc, _ = cli_runs[("bridge", "frobnicate")]
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
 
 
