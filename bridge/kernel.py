@@ -46,10 +46,31 @@ def _calibrate_temporaries() -> None:
     native_temp, native_named = _native.refcount_probe(object())[0], _native.refcount_probe(o)[0]
     tuple_temp, tuple_named = through_python(object())[0], through_python(o)[0]
     fast_temp, fast_named = through_fast(object())[0], through_fast(o)[0]
+    # Kernel.__call__ and the DSL kernels' __call__ are instance calls (type-slot dispatch adds its own
+    # references): measured through a class whose __call__ has their shape and call expressions
+    probe = _CallShape()
+    fm_temp, fm_named = probe(object())[0], probe(o)[0]
+    tm_temp, tm_named = probe(object(), stream=None)[0], probe(o, stream=None)[0]
     always = 1 << 62    # indistinguishable on this interpreter: keep every array alive (safe, slower)
     _native.set_temporary_refcount(native_temp if native_temp < native_named else always,
                                    tuple_temp if tuple_temp < tuple_named else always,
-                                   fast_temp if fast_temp < fast_named else always)
+                                   fast_temp if fast_temp < fast_named else always,
+                                   fm_temp if fm_temp < fm_named else always,
+                                   tm_temp if tm_temp < tm_named else always)
+
+
+class _CallShape:
+    """Kernel.__call__'s shape (and the DSL kernels'): `__call__(self, *args, **kw)` handing its own
+    tuple to an unconfigured fastcall, or with keywords to Launcher.launch(args, ..., from_call=True).
+    Keep in step with Kernel.__call__ (interop_tests/runtime/test_temporary_calibration.py checks it)."""
+
+    def __init__(self) -> None:
+        self._fast = _native.refcount_probe_fast
+
+    def __call__(self, *args: Any, **kw: Any) -> list:
+        if not kw and self._fast is not None:
+            return self._fast(*args)
+        return _native.refcount_probe_tuple(args)
 
 
 _calibrate_temporaries()
@@ -108,7 +129,7 @@ class Kernel:
             return
         peer = _peer_option(self.name, kw)
         grid, block, shared_mem, stream = launch_options(self.name, kw)
-        self.launcher.launch(args, grid, block, shared_mem, stream, peer_access=peer)
+        self.launcher.launch(args, grid, block, shared_mem, stream, peer_access=peer, from_call=True)
 
     def launch(self, *args: Any, grid: Any = None, block: Any = None, stream: Any = None,
                shared_mem: int | None = None, peer_access: bool = False) -> None:

@@ -41,7 +41,8 @@ PyObject* fastcall_impl(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     uint64_t stream;
     // a temporary is referenced by the caller's value stack only, whether the user calls `cfg(*args)`
     // or a Python `*args` wrapper hands its tuple over (bridge/kernel.py calibrates it)
-    const Py_ssize_t temp = kb::rt::g_temporary_refcount_fast;
+    // (unconfigured fastcalls are handed to instance __call__ wrappers only: their own calibration)
+    const Py_ssize_t temp = t->configured ? kb::rt::g_temporary_refcount_fast : kb::rt::g_temporary_refcount_fast_call;
     if (t->configured) {
       cfg = t->given.cfg;
       stream = resolve_stream(t->given.stream.ptr());
@@ -135,16 +136,19 @@ void register_launch(py::module_& m) {
            py::arg("func_handle"), py::arg("contract"), py::arg("limits"), py::arg("attrs"),
            py::arg("device_id"), py::arg("fault_info") = py::none())
       .def("launch", [](Launcher& l, py::tuple args, py::object grid, py::object block, py::object smem,
-                        py::object stream, bool keep_all, bool peer_access) {
+                        py::object stream, bool keep_all, bool peer_access, bool from_call) {
              Given g = make_given(grid, block, smem, stream, name_of(l));
-             l.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()),
-                            keep_all ? PY_SSIZE_T_MAX : kb::rt::g_temporary_refcount_tuple, peer_access);
+             const Py_ssize_t temp = from_call ? kb::rt::g_temporary_refcount_tuple_call
+                                               : kb::rt::g_temporary_refcount_tuple;
+             l.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()), keep_all ? PY_SSIZE_T_MAX : temp,
+                            peer_access);
            }, py::arg("args"), py::arg("grid") = py::none(), py::arg("block") = py::none(),
            py::arg("smem") = py::none(), py::arg("stream") = py::none(), py::arg("keep_all") = false,
-           py::arg("peer_access") = false,
+           py::arg("peer_access") = false, py::arg("from_call") = false,
            "Validate and launch `args` (the tuple of a Python *args wrapper); stream None = this thread's "
            "current stream. keep_all: keep every array argument alive until the launch completes. "
-           "peer_access: arrays of other devices are accepted (peer access is enabled for them).")
+           "peer_access: arrays of other devices are accepted (peer access is enabled for them). from_call: "
+           "`args` is the tuple of an instance __call__(self, *args, **kw) (Kernel.__call__).")
       .def("__call__", [](Launcher& l, py::args args, py::object grid, py::object block,
                           py::object shared_mem, py::object stream, bool peer_access) {
              Given g = make_given(grid, block, shared_mem, stream, name_of(l));

@@ -42,6 +42,11 @@ extern Py_ssize_t g_temporary_refcount_native;
 extern Py_ssize_t g_temporary_refcount_tuple;
 // ... and for a `fastcall` reached through a Python `def f(*args): fastcall(*args)` wrapper.
 extern Py_ssize_t g_temporary_refcount_fast;
+// The same two paths reached through an instance's `__call__(self, *args, **kw)` (Kernel.__call__ and the
+// DSL kernels' __call__): type slot dispatch adds references of its own, so a temporary counts more.
+// Unconfigured fastcalls are only handed to such wrappers; configured ones are called by user code.
+extern Py_ssize_t g_temporary_refcount_fast_call;
+extern Py_ssize_t g_temporary_refcount_tuple_call;
 
 // --- cross-stream ordering ---------------------------------------------------------------------------
 // Make `consumer` wait (device side) for the work submitted so far on `producer` (event record + wait).

@@ -56,6 +56,8 @@ CUevent pooled_event(int device) {
 Py_ssize_t g_temporary_refcount_native = 2;
 Py_ssize_t g_temporary_refcount_tuple = 1;
 Py_ssize_t g_temporary_refcount_fast = 1;
+Py_ssize_t g_temporary_refcount_fast_call = 1;
+Py_ssize_t g_temporary_refcount_tuple_call = 1;
 
 uint64_t current_stream() { return t_current_stream; }
 void set_current_stream(uint64_t handle) { t_current_stream = handle; }
@@ -280,13 +282,19 @@ void register_streams(py::module_& m) {
     for (const Pending& p : g_pending) n += p.objects.size();
     return n;
   }, "Objects still kept alive for launches that have not completed (polls first).");
-  m.def("set_temporary_refcount", [](Py_ssize_t native_call, Py_ssize_t tuple_call, Py_ssize_t fast_call) {
+  m.def("set_temporary_refcount", [](Py_ssize_t native_call, Py_ssize_t tuple_call, Py_ssize_t fast_call,
+                                      Py_ssize_t fast_method, Py_ssize_t tuple_method) {
     g_temporary_refcount_native = native_call;
     g_temporary_refcount_tuple = tuple_call;
     g_temporary_refcount_fast = fast_call;
-  }, py::arg("native_call"), py::arg("tuple_call"), py::arg("fast_call") = 1,
+    g_temporary_refcount_fast_call = fast_method < 0 ? fast_call : fast_method;
+    g_temporary_refcount_tuple_call = tuple_method < 0 ? tuple_call : tuple_method;
+  }, py::arg("native_call"), py::arg("tuple_call"), py::arg("fast_call") = 1, py::arg("fast_method") = -1,
+     py::arg("tuple_method") = -1,
      "Reference counts at or below which a launch argument is a temporary the bridge keeps alive: for "
-     "native f(*args) calls and for Launcher.launch(args) from a Python *args wrapper.");
+     "native f(*args) calls, Launcher.launch(args) from a Python *args wrapper, a configured fastcall, and "
+     "(fast_method, tuple_method) an unconfigured fastcall or Launcher.launch(..., from_call=True) reached "
+     "through an instance __call__(self, *args, **kw) (-1: as the plain-function paths).");
   m.def("refcount_probe", [](py::args args) {
     py::list out;
     for (py::handle a : args) out.append(Py_REFCNT(a.ptr()));
