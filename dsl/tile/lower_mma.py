@@ -137,23 +137,13 @@ def _asm(L, text: str, cons: str, args: list, ty=VOID, side=True) -> None:
     L.emit(N.ExprStmt(TN.InlinePtx(text, cons, args, ty, side)))
 
 
-def lower_loop(L, plan: MmaPlan) -> None:
-    if plan.kind == "tma":
-        from dsl.tile.lower_tma import lower_loop_tma
-        layout, acc_vars = L.vars[id(plan.acc)]
-        assert layout is plan.layout
-        lower_loop_tma(L, plan, acc_vars)
-        return
-    s = plan.loop
-    bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages
-    es, epc = plan.esize, 16 // plan.esize      # element bytes, elements per 16-byte chunk
-    ca, cb = bk // epc, bn // epc               # 16-byte chunks per row of the A and B stages
-    tname = {BF16: "bf16", F16: "f16", F32: "tf32"}[plan.a.type.dtype]
-    dt = plan.a.type.dtype
-    # operand stages live in dynamic shared memory (A stages, then B stages), 1024-byte aligned at run
-    # time so the hardware swizzle (address bits) matches the XOR pattern of the copy offsets
-    buf = N.SharedAlloc("gemm_operands", ArrayType(dt, 1, writable=True, space="shared", shape=(-1,)),
-                        align=1024)
+def operand_stages(L, plan: MmaPlan):
+    """The S operand stages in dynamic shared memory (A stages, then B stages), 1024-byte aligned at run
+    time so the hardware swizzle (address bits) matches the XOR pattern of the copies (cp.async offsets
+    or TMA's swizzle). Returns (A base, B base, sa, sb): sa/sb map an element index to its address."""
+    bm, bn, bk, S, es = plan.bm, plan.bn, plan.bk, plan.stages, plan.esize
+    buf = N.SharedAlloc("gemm_operands", ArrayType(plan.a.type.dtype, 1, writable=True, space="shared",
+                                                   shape=(-1,)), align=1024)
     L.extra_shared.append(buf)
     L.dyn_bytes = max(L.dyn_bytes, (S * bm * bk + S * bk * bn) * es + 1024)
     raw = L.tmp(TN.SharedAddress(N.SharedArray(buf), N.Const(0, INDEX)), "smem")
@@ -167,6 +157,22 @@ def lower_loop(L, plan: MmaPlan) -> None:
 
     def sb(elem: N.Expr) -> N.Expr:
         return N.BinOp("add", base_b, N.BinOp("lshift", N.Cast(elem, U32), shift, U32), U32)
+    return base_a, base_b, sa, sb
+
+
+def lower_loop(L, plan: MmaPlan) -> None:
+    if plan.kind == "tma":
+        from dsl.tile.lower_tma import lower_loop_tma
+        layout, acc_vars = L.vars[id(plan.acc)]
+        assert layout is plan.layout
+        lower_loop_tma(L, plan, acc_vars)
+        return
+    s = plan.loop
+    bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages
+    es, epc = plan.esize, 16 // plan.esize      # element bytes, elements per 16-byte chunk
+    ca, cb = bk // epc, bn // epc               # 16-byte chunks per row of the A and B stages
+    tname = {BF16: "bf16", F16: "f16", F32: "tf32"}[plan.a.type.dtype]
+    base_a, base_b, sa, sb = operand_stages(L, plan)
     wg = plan.kind == "wgmma"
     if wg:
         L.arch_specific = True      # warpgroup MMA exists only on the arch-specific target sm_90a

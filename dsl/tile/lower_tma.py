@@ -22,7 +22,7 @@ from __future__ import annotations
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import I32, INDEX, U32, U64, ArrayType, TensorMapType
-from dsl.tile.layout import c32, log2
+from dsl.tile.layout import c32
 
 BAR = "mbarrier.{}.shared::cta.b64"
 
@@ -40,30 +40,18 @@ def _tensor_map_param(L, array_param, box: tuple[int, int], swizzle: int) -> N.E
 
 
 def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
+    from dsl.tile.lower_mma import operand_stages
     from dsl.tile.lower_wgmma import compute_wgmma, wait_wgmma
     s = plan.loop
     bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages
-    es = 2
+    es = plan.esize
     L.arch_specific = True
     tmap_a = _tensor_map_param(L, plan.a.param, (bm, bk), 128 if bk * es == 128 else 64)
     tmap_b = _tensor_map_param(L, plan.b.param, (bk, 64), 128)
-    buf = N.SharedAlloc("gemm_operands", ArrayType(plan.a.type.dtype, 1, writable=True, space="shared",
-                                                   shape=(-1,)), align=1024)
-    L.extra_shared.append(buf)
-    L.dyn_bytes = max(L.dyn_bytes, (S * bm * bk + S * bk * bn) * es + 1024)
+    _, _, sa, sb = operand_stages(L, plan)
     bars = N.SharedAlloc("gemm_stage_bars", ArrayType(U64, 1, writable=True, space="shared", shape=(S,)), align=8)
     L.extra_shared.append(bars)
-    raw = L.tmp(TN.SharedAddress(N.SharedArray(buf), N.Const(0, INDEX)), "smem")
-    base_a = L.tmp(N.BinOp("and_", N.BinOp("add", raw, N.Const(1023, U32), U32), N.Const(0xFFFFFC00, U32), U32), "sa0")
-    base_b = L.tmp(N.BinOp("add", base_a, N.Const(S * bm * bk * es, U32), U32), "sb0")
     bar0 = L.tmp(TN.SharedAddress(N.SharedArray(bars), N.Const(0, INDEX)), "bar0")
-    shift = N.Const(log2(es), U32)
-
-    def sa(elem: N.Expr) -> N.Expr:
-        return N.BinOp("add", base_a, N.BinOp("lshift", N.Cast(elem, U32), shift, U32), U32)
-
-    def sb(elem: N.Expr) -> N.Expr:
-        return N.BinOp("add", base_b, N.BinOp("lshift", N.Cast(elem, U32), shift, U32), U32)
 
     def bar(stage: N.Expr) -> N.Expr:
         return N.BinOp("add", bar0, N.BinOp("mul", N.Cast(stage, U32), N.Const(8, U32), U32), U32)
