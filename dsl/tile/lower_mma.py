@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, F32, I32, INDEX, U32, U64, ArrayType, VOID
+from dsl.ir.types import BF16, F16, F32, I32, INDEX, U32, U64, VOID
 from dsl.tile import ir as T
 from dsl.tile.layout import MmaLayout, c32, iadd, iand, imul, ir32, ishr, log2
 
@@ -137,29 +137,6 @@ def _asm(L, text: str, cons: str, args: list, ty=VOID, side=True) -> None:
     L.emit(N.ExprStmt(TN.InlinePtx(text, cons, args, ty, side)))
 
 
-def operand_stages(L, plan: MmaPlan):
-    """The S operand stages in dynamic shared memory (A stages, then B stages), 1024-byte aligned at run
-    time so the hardware swizzle (address bits) matches the XOR pattern of the copies (cp.async offsets
-    or TMA's swizzle). Returns (A base, B base, sa, sb): sa/sb map an element index to its address."""
-    bm, bn, bk, S, es = plan.bm, plan.bn, plan.bk, plan.stages, plan.esize
-    buf = N.SharedAlloc("gemm_operands", ArrayType(plan.a.type.dtype, 1, writable=True, space="shared",
-                                                   shape=(-1,)), align=1024)
-    L.extra_shared.append(buf)
-    L.dyn_bytes = max(L.dyn_bytes, (S * bm * bk + S * bk * bn) * es + 1024)
-    raw = L.tmp(TN.SharedAddress(N.SharedArray(buf), N.Const(0, INDEX)), "smem")
-    rounded = N.BinOp("add", raw, N.Const(1023, U32), U32)
-    base_a = L.tmp(N.BinOp("and_", rounded, N.Const(0xFFFFFC00, U32), U32), "sa0")
-    base_b = L.tmp(N.BinOp("add", base_a, N.Const(S * bm * bk * es, U32), U32), "sb0")
-    shift = N.Const(log2(es), U32)
-
-    def sa(elem: N.Expr) -> N.Expr:
-        return N.BinOp("add", base_a, N.BinOp("lshift", N.Cast(elem, U32), shift, U32), U32)
-
-    def sb(elem: N.Expr) -> N.Expr:
-        return N.BinOp("add", base_b, N.BinOp("lshift", N.Cast(elem, U32), shift, U32), U32)
-    return base_a, base_b, sa, sb
-
-
 def lower_loop(L, plan: MmaPlan) -> None:
     if plan.kind == "tma":
         from dsl.tile.lower_tma import lower_loop_tma
@@ -172,6 +149,7 @@ def lower_loop(L, plan: MmaPlan) -> None:
     es, epc = plan.esize, 16 // plan.esize      # element bytes, elements per 16-byte chunk
     ca, cb = bk // epc, bn // epc               # 16-byte chunks per row of the A and B stages
     tname = {BF16: "bf16", F16: "f16", F32: "tf32"}[plan.a.type.dtype]
+    from dsl.tile.gemm_stages import operand_stages
     base_a, base_b, sa, sb = operand_stages(L, plan)
     wg = plan.kind == "wgmma"
     if wg:

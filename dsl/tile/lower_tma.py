@@ -40,7 +40,7 @@ def _tensor_map_param(L, array_param, box: tuple[int, int], swizzle: int) -> N.E
 
 
 def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
-    from dsl.tile.lower_mma import operand_stages
+    from dsl.tile.gemm_stages import operand_stages
     from dsl.tile.lower_wgmma import compute_wgmma, wait_wgmma
     s = plan.loop
     bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages

@@ -1,0 +1,33 @@
+"""The GEMM main loops' operand stages in dynamic shared memory, shared by the cp.async loop
+(lower_mma.py) and the TMA loop (lower_tma.py)."""
+from __future__ import annotations
+
+from typing import Callable
+
+from dsl.ir import nodes as N
+from dsl.ir import tile_nodes as TN
+from dsl.ir.types import INDEX, U32, ArrayType
+from dsl.tile.layout import log2
+
+
+def operand_stages(L, plan) -> tuple[N.Expr, N.Expr, Callable[[N.Expr], N.Expr], Callable[[N.Expr], N.Expr]]:
+    """The S operand stages in dynamic shared memory (A stages, then B stages), 1024-byte aligned at run
+    time so the hardware swizzle (address bits) matches the XOR pattern of the copies (cp.async offsets
+    or TMA's swizzle). Returns (A base, B base, sa, sb): sa/sb map an element index to its address."""
+    bm, bn, bk, S, es = plan.bm, plan.bn, plan.bk, plan.stages, plan.esize
+    buf = N.SharedAlloc("gemm_operands", ArrayType(plan.a.type.dtype, 1, writable=True, space="shared",
+                                                   shape=(-1,)), align=1024)
+    L.extra_shared.append(buf)
+    L.dyn_bytes = max(L.dyn_bytes, (S * bm * bk + S * bk * bn) * es + 1024)
+    raw = L.tmp(TN.SharedAddress(N.SharedArray(buf), N.Const(0, INDEX)), "smem")
+    rounded = N.BinOp("add", raw, N.Const(1023, U32), U32)
+    base_a = L.tmp(N.BinOp("and_", rounded, N.Const(0xFFFFFC00, U32), U32), "sa0")
+    base_b = L.tmp(N.BinOp("add", base_a, N.Const(S * bm * bk * es, U32), U32), "sb0")
+    shift = N.Const(log2(es), U32)
+
+    def sa(elem: N.Expr) -> N.Expr:
+        return N.BinOp("add", base_a, N.BinOp("lshift", N.Cast(elem, U32), shift, U32), U32)
+
+    def sb(elem: N.Expr) -> N.Expr:
+        return N.BinOp("add", base_b, N.BinOp("lshift", N.Cast(elem, U32), shift, U32), U32)
+    return base_a, base_b, sa, sb
