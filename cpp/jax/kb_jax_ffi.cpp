@@ -509,7 +509,7 @@ int64_t register_entry(uint64_t fn, uint64_t ctx, int device, const std::string&
     if (d->funcGetParamInfo == nullptr)
       throw std::runtime_error("kernelbridge: " + e->contract.kernel + ": its TMA tensor maps need a CUDA driver "
                                "with cuFuncGetParamInfo (CUDA 12.4 or newer)");
-    kb::param_layout(d->funcGetParamInfo, e->fn, e->param_offsets, e->param_sizes);
+    kb::param_layout(d->funcGetParamInfo, e->fn, kb::param_count(e->contract), e->param_offsets, e->param_sizes);
   }
   if (e->contract.has_fault_buffer && fn != 0) {
     const Driver* d = driver();

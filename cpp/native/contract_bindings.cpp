@@ -15,6 +15,7 @@
 #include "errors.hpp"
 #include "intake.hpp"
 #include "native.hpp"
+#include "kernelbridge/detail/tensor_map.hpp"
 #include "scalars.hpp"
 
 namespace py = pybind11;
@@ -395,6 +396,8 @@ void register_contract_class(py::module_& m) {
         return py::make_tuple(c.per_thread[0], c.per_thread[1], c.per_thread[2]);
       })
       .def_property_readonly("has_fault_buffer", [](const C& c) { return c.has_fault_buffer; })
+      .def_property_readonly("param_count", [](const C& c) { return kb::param_count(c); },
+                             "Kernel parameters a launch packs (arguments per abi, tensor maps, fault record)")
       .def_property_readonly("fault_sites", [](const C& c) {
         py::list l;
         for (const auto& f : c.fault_sites) {

@@ -488,7 +488,7 @@ class Launcher {
     if (a.funcGetParamInfo == nullptr || a.tensorMapEncodeTiled == nullptr)
       throw py::value_error(contract_.kernel + ": its TMA tensor maps need a CUDA driver with "
                             "cuTensorMapEncodeTiled and cuFuncGetParamInfo (CUDA 12.4 or newer)");
-    kb::param_layout(a.funcGetParamInfo, func_, param_offsets_, param_sizes_);
+    kb::param_layout(a.funcGetParamInfo, func_, kb::param_count(contract_), param_offsets_, param_sizes_);
   }
 
   // The stream must belong to the launch's device (the default streams 0-2 exist on every device and

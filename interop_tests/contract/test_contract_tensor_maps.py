@@ -11,6 +11,7 @@ import pytest
 
 import bridge
 from bridge import _native
+from dsl import f32, i32, simt
 from dsl.sim.validator import host_launcher
 
 MAPS = [{"arg": "a", "box": [16, 64], "swizzle": 128}]
@@ -71,3 +72,37 @@ def test_rank_and_dtype_are_checked_when_the_contract_leaves_them_open():
         validate(np.ones((2, 4, 8), ml_dtypes.bfloat16), contract(ndim=-1))
     with pytest.raises(bridge.DTypeError, match="element type TMA copies"):
         validate(np.ones((8, 64), np.int8), contract(dtype="any", maps=[{"arg": "a", "box": [4, 64]}]))
+
+
+@simt.kernel(block=128)
+def _gather_scaled(x: simt.Array[f32], idx: simt.Array[i32], out: simt.DisjointSlice[f32], s: f32):
+    i = simt.thread.index_1d()
+    out[i] = x[idx[i]] * s            # a run-time bounds check: the kernel takes a fault record too
+
+
+def _entry_params(ptx: str) -> int:
+    head = ptx[ptx.index(".entry"):]
+    return head[:head.index(")")].count(".param")
+
+
+@pytest.mark.parametrize("case", ["tma_gemm", "cp_async_gemm", "simt_with_fault_record"])
+def test_param_count_matches_the_compiled_entry(case):
+    """The launchers ask the driver for the offsets of exactly Contract.param_count parameters (never
+    past the last one): it must be the PTX entry's parameter count, tensor maps and fault record included."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dsl_tile"))
+    import tile_kernels_lib as K
+    from dsl import tile
+    if case == "simt_with_fault_record":
+        args = (np.ones(10, np.float32), np.zeros(10, np.int32), np.zeros(10, np.float32), 2.0)
+        ck = _gather_scaled.compile(*args, arch="sm_90")
+        c = _native.Contract(ck.contract_json)
+        assert c.has_fault_buffer
+    else:
+        a = np.zeros((256, 256), ml_dtypes.bfloat16)
+        ck = K.gemm.compile((a, a, tile.partition(np.zeros((256, 256), np.float32), (128, 128)), 64),
+                            "sm_90" if case == "tma_gemm" else "sm_80")
+        c = _native.Contract(ck.contract_json)
+        assert bool(json.loads(ck.contract_json).get("tensor_maps")) == (case == "tma_gemm")
+    assert c.param_count == _entry_params(ck.ptx)

@@ -66,15 +66,26 @@ inline CUresult encode_tensor_map(TensorMapEncodeFn encode, const TensorMapSpec&
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
-// Offset and size of every parameter of `fn` (cuFuncGetParamInfo). Kernels with tensor maps are packed
-// at these offsets: ptxas aligns a 64-byte-aligned parameter's address in the constant bank, not its
-// offset from the first parameter, so their layout is not the naive one.
-inline void param_layout(ParamInfoFn info, CUfunction fn, std::vector<size_t>& offsets, std::vector<size_t>& sizes) {
+// How many kernel parameters a launch of contract `c` packs: per array one pointer (plus ndim extents
+// and ndim strides for the view ABI), per scalar one value, then the tensor maps, then the fault record.
+inline size_t param_count(const LaunchContract& c) {
+  size_t n = 0;
+  for (const ArgSpec& a : c.args)
+    n += a.kind == ArgKind::array && a.abi == Abi::view ? 1 + 2 * static_cast<size_t>(a.ndim) : 1;
+  return n + c.tensor_maps.size() + (c.has_fault_buffer ? 1 : 0);
+}
+
+// Offset and size of each of the `count` parameters of `fn` (cuFuncGetParamInfo). Kernels with tensor
+// maps are packed at these offsets: ptxas aligns a 64-byte-aligned parameter's address in the constant
+// bank, not its offset from the first parameter, so their layout is not the naive one. Only existing
+// parameters are asked for (a query past the last one is a driver error the sanitizers report).
+inline void param_layout(ParamInfoFn info, CUfunction fn, size_t count, std::vector<size_t>& offsets,
+                         std::vector<size_t>& sizes) {
   offsets.clear();
   sizes.clear();
-  for (size_t i = 0; i < 4096; ++i) {
+  for (size_t i = 0; i < count; ++i) {
     size_t off = 0, size = 0;
-    if (info(fn, i, &off, &size) != CUDA_SUCCESS) break;   // past the last parameter
+    if (info(fn, i, &off, &size) != CUDA_SUCCESS) break;   // fewer than the contract says: pack refuses
     offsets.push_back(off);
     sizes.push_back(size);
   }
