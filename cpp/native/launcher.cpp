@@ -1,8 +1,9 @@
-// Python bindings of the launch path (Launcher, Dispatcher: launcher.hpp) and their fastcalls.
+// Python bindings of the launch path (Launcher: launcher.hpp, Dispatcher: dispatcher.hpp) and their fastcalls.
 //
 // Per launch, all in C++: intake every argument (plan cache by Python type), validate with the ONE
 // validator (kb::validate), order after producer streams, pack the parameter buffer per `abi`, append
 // the fault-record pointer, cuLaunchKernel, keep temporaries alive until the launch completes.
+#include "dispatcher.hpp"
 #include "launcher.hpp"
 
 namespace py = pybind11;
