@@ -130,3 +130,48 @@ def check_close(name: str, got: np.ndarray, ref: np.ndarray, rtol: float = 0.0, 
         raise AssertionError(f"{name}: {int(bad.sum())} of {bad.size} elements differ from the float64 "
                              f"reference (first at flat index {k}: got {got64.reshape(-1)[k]!r}, expected "
                              f"{ref64.reshape(-1)[k]!r}, rtol {rtol}, atol {atol}); not timing it")
+
+
+def keep_first(store: list, f: Callable[[], Any]) -> Callable[[int], None]:
+    """A launch fn for a peer that returns its result: the first result is kept for the check."""
+    def run(i: int) -> None:
+        r = f()
+        if not store:
+            store.append(r)
+    return run
+
+
+class Ops:
+    """Runs one op's implementations: check each once, time those that pass, record rows."""
+
+    def __init__(self, rep: Any, reps: int) -> None:
+        self.rep, self.reps = rep, reps
+        self.failed: list[str] = []
+
+    def run(self, op: str, impls: dict[str, tuple[Callable[[int], Any], Callable[[], None]]],
+            ours: set[str], unit: str, work: float,
+            extra: Callable[[float], dict] | None = None) -> dict[str, float]:
+        """impls: name -> (launch fn, check fn). Returns name -> value in `unit` (work / seconds).
+        `extra(value)`: more columns for each timed row."""
+        passed: dict[str, Callable[[int], Any]] = {}
+        for name, (fn, check) in impls.items():
+            try:
+                fn(0)
+                check()
+                passed[name] = fn
+            except Exception as exc:  # noqa: BLE001 - reported below
+                unsupported = type(exc).__name__ in ("TileCompileError", "DslCompileError", "NotImplementedError")
+                msg = f"{op}: {name}: {type(exc).__name__}: {str(exc)[:400]}"
+                if name in ours and not unsupported:
+                    self.failed.append(msg)
+                elif name not in ours:
+                    self.rep.missing[f"{op}: {name}"] = msg[:300]
+                self.rep.row(f"{op}: {name}", None, unit,
+                             note=("not supported by dsl.tile: " if unsupported else "failed: ") + msg[:300])
+        if not passed:
+            return {}
+        ms = time_interleaved(passed, reps=self.reps)
+        vals = {k: work / (v * 1e-3) for k, v in ms.items()}
+        for k, v in vals.items():
+            self.rep.row(f"{op}: {k}", v, unit, ms=round(ms[k], 4), **(extra(v) if extra else {}))
+        return vals

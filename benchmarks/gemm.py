@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from _bench_kit import ROOT, check_close, gpu_or_note, time_interleaved
+from _bench_kit import ROOT, Ops, check_close, gpu_or_note, keep_first
 from _common import Report, try_import
 
 sys.path.insert(0, str(ROOT / "interop_tests" / "dsl_tile"))
@@ -34,9 +34,8 @@ DENSE_PEAK = {"bf16": 989.0, "f16": 989.0, "f32": 494.0}   # H200 SXM dense tens
 BARS = {"torch.matmul": 0.95, "Triton": 1.0}
 
 
-def one_shape(rep: Report, failed: list[str], torch: Any, tg: Any, rng: np.random.Generator, shape: str,
-              label: str, host_dtype: Any, reps: int, tiles: list[tuple[int, int, int]],
-              triton_configs: list[tuple]) -> None:
+def one_shape(ops: Ops, torch: Any, tg: Any, rng: np.random.Generator, shape: str, label: str, host_dtype: Any,
+              tiles: list[tuple[int, int, int]], triton_configs: list[tuple]) -> None:
     import bridge
     m, n, k = SHAPES[shape]
     ah = rng.standard_normal((m, k), dtype=np.float32).astype(host_dtype)
@@ -57,7 +56,7 @@ def one_shape(rep: Report, failed: list[str], torch: Any, tg: Any, rng: np.rando
         try:
             K.gemm.compile((a, b, part, bk), arch)
         except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a row, not fatal
-            rep.row(f"{op}: {name}", None, "TFLOP/s", note=f"not compiled: {type(exc).__name__}: {exc}"[:300])
+            ops.rep.row(f"{op}: {name}", None, "TFLOP/s", note=f"not compiled: {type(exc).__name__}: {exc}"[:300])
             continue
         ours.add(name)
         impls[name] = ((lambda i, p=part, kk=bk: K.gemm(a, b, p, kk)),
@@ -68,13 +67,8 @@ def one_shape(rep: Report, failed: list[str], torch: Any, tg: Any, rng: np.rando
         trows = torch.as_tensor(rows, device=ta.device)
         tc = torch.empty((m, n), dtype=torch.float32, device=ta.device)
         res: list = []
-
-        def cublas(i: int) -> None:
-            r = torch.matmul(ta, tb)
-            if not res:
-                res.append(r)
         # cuBLAS rounds its output to the input dtype: allow that rounding in its check
-        impls["torch.matmul"] = (cublas, lambda: check_close(
+        impls["torch.matmul"] = (keep_first(res, lambda: torch.matmul(ta, tb)), lambda: check_close(
             "torch.matmul", res[0][trows].float().cpu().numpy(), ref, rtol=1e-2, atol=tol["atol"]))
         peers["torch.matmul"].add("torch.matmul")
         if tg is not None:
@@ -85,36 +79,21 @@ def one_shape(rep: Report, failed: list[str], torch: Any, tg: Any, rng: np.rando
                 impls[name] = ((lambda i, cfg=cfg: tg.gemm(ta, tb, tc, cfg)),
                                (lambda nm=name: check_close(nm, tc[trows].cpu().numpy(), ref, **tol)))
                 peers["Triton"].add(name)
-    passed = {}
-    for name, (fn, check) in impls.items():
-        try:
-            fn(0)
-            check()
-            passed[name] = fn
-        except Exception as exc:  # noqa: BLE001 - reported
-            msg = f"{op}: {name}: {type(exc).__name__}: {str(exc)[:300]}"
-            if name in ours:
-                failed.append(msg)
-            else:
-                rep.missing[name] = msg
-            rep.row(f"{op}: {name}", None, "TFLOP/s", note="failed: " + msg[:300])
-    if not passed:
+    tf = ops.run(op, impls, ours, "TFLOP/s", 2 * m * n * k / 1e12,
+                 extra=lambda v: {"of_peak": round(v / DENSE_PEAK[label], 3)})
+    if not tf:
         return
-    ms = time_interleaved(passed, reps=reps)
-    tf = {kname: 2 * m * n * k / (v * 1e-3) / 1e12 for kname, v in ms.items()}
-    for kname, v in tf.items():
-        rep.row(f"{op}: {kname}", v, "TFLOP/s", ms=round(ms[kname], 4), of_peak=round(v / DENSE_PEAK[label], 3))
     best = max((x for x in tf if x in ours), key=tf.get, default=None)
     if best is None:
-        failed.append(f"{op}: no DSL tile configuration compiled and ran correctly")
+        ops.failed.append(f"{op}: no DSL tile configuration compiled and ran correctly")
         return
     for peer, names in peers.items():
         pbest = max((x for x in tf if x in names), key=tf.get, default=None)
         if pbest is None:
             continue
-        rep.row(f"{op}: best DSL / {peer}", tf[best] / tf[pbest], "x", ours=best, peer=pbest)
+        ops.rep.row(f"{op}: best DSL / {peer}", tf[best] / tf[pbest], "x", ours=best, peer=pbest)
         if shape == "8192^3" and label in ("bf16", "f16"):
-            rep.bar(f"GEMM 8192^3 {label}: DSL tile ({best.split('tile ')[-1]}) vs {peer}", tf[best],
+            ops.rep.bar(f"GEMM 8192^3 {label}: DSL tile ({best.split('tile ')[-1]}) vs {peer}", tf[best],
                     tf[pbest], higher_is_better=True, bar=BARS[peer],
                     peer_name="torch.matmul (cuBLAS)" if peer == "torch.matmul" else f"plain Triton ({pbest})")
 
@@ -150,7 +129,7 @@ def main() -> int:
     tiles = [tuple(int(x) for x in t.split("x")) for t in args.tiles.split(",")] if args.tiles else []
     tcfgs = [] if tg is None or args.triton == "none" else (
         list(tg.CONFIGS) if args.triton == "all" else [tg.CONFIGS[int(i)] for i in args.triton.split(",")])
-    failed: list[str] = []
+    ops = Ops(rep, 6 if args.quick else 15)
     rng = np.random.default_rng(7)
     try:
         with bridge.use_stream(bridge.Stream()):
@@ -159,12 +138,11 @@ def main() -> int:
                     if dtypes[label] is None:
                         rep.row(f"GEMM {shape} {label}", None, "TFLOP/s", note="ml_dtypes missing: no host bfloat16")
                         continue
-                    one_shape(rep, failed, torch, tg, rng, shape, label, dtypes[label], 6 if args.quick else 15,
-                              tiles, tcfgs)
+                    one_shape(ops, torch, tg, rng, shape, label, dtypes[label], tiles, tcfgs)
     finally:
         rep.finish(args.json)
-    if failed:
-        print("FAILED (wrong results or errors):\n  " + "\n  ".join(failed))
+    if ops.failed:
+        print("FAILED (wrong results or errors):\n  " + "\n  ".join(ops.failed))
         return 1
     return 0
 

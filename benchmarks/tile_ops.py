@@ -9,11 +9,11 @@ Bars (DESIGN §8): softmax >= 1.0x torch.softmax, sum >= 0.95x cupy.sum.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from _bench_kit import ROOT, check_close, gpu_or_note, time_interleaved
+from _bench_kit import ROOT, Ops, check_close, gpu_or_note, keep_first
 from _common import Report, parse_args, try_import
 
 sys.path.insert(0, str(ROOT / "interop_tests" / "dsl_tile"))
@@ -22,49 +22,6 @@ import tile_kernels_lib as K  # noqa: E402
 from dsl import tile  # noqa: E402
 
 SUM_BLOCK = 16384                      # stage 1: 2^28 -> 2^14 partials; stage 2: 2^14 -> 1
-
-
-def keep_first(store: list, f: Callable[[], Any]) -> Callable[[int], None]:
-    """A launch fn for a peer that returns its result: the first result is kept for the check."""
-    def run(i: int) -> None:
-        r = f()
-        if not store:
-            store.append(r)
-    return run
-
-
-class Ops:
-    """Runs one op's implementations: check each once, time those that pass, record rows."""
-
-    def __init__(self, rep: Report, reps: int) -> None:
-        self.rep, self.reps = rep, reps
-        self.failed: list[str] = []
-
-    def run(self, op: str, impls: dict[str, tuple[Callable[[int], Any], Callable[[], None]]],
-            ours: set[str], unit: str, work: float) -> dict[str, float]:
-        """impls: name -> (launch fn, check fn). Returns name -> value in `unit` (work / seconds)."""
-        passed: dict[str, Callable[[int], Any]] = {}
-        for name, (fn, check) in impls.items():
-            try:
-                fn(0)
-                check()
-                passed[name] = fn
-            except Exception as exc:  # noqa: BLE001 - reported below
-                unsupported = type(exc).__name__ in ("TileCompileError", "DslCompileError", "NotImplementedError")
-                msg = f"{op}: {name}: {type(exc).__name__}: {str(exc)[:400]}"
-                if name in ours and not unsupported:
-                    self.failed.append(msg)
-                elif name not in ours:
-                    self.rep.missing[f"{op}: {name}"] = msg[:300]
-                self.rep.row(f"{op}: {name}", None, unit,
-                             note=("not supported by dsl.tile: " if unsupported else "failed: ") + msg[:300])
-        if not passed:
-            return {}
-        ms = time_interleaved(passed, reps=self.reps)
-        vals = {k: work / (v * 1e-3) for k, v in ms.items()}
-        for k, v in vals.items():
-            self.rep.row(f"{op}: {k}", v, unit, ms=round(ms[k], 4))
-        return vals
 
 
 def softmax(ops: Ops, torch: Any, rng: np.random.Generator) -> None:
