@@ -223,19 +223,14 @@ kb::Error prepare(const Entry& e, const std::vector<Buffer>& operands, const std
   kb::Error err = kb::validate(e.contract, vals.data(), n, out.cfg, e.limits, e.attrs);
   if (err) return err;
   if (out.cfg.smem < 0) out.cfg.smem = 0;
-  size_t off = 0, pi = 0;
   bool overflow = false, mismatch = false;
   const bool placed = !e.contract.tensor_maps.empty();
+  kb::ParamPlacer where(placed ? &e.param_offsets : nullptr, &e.param_sizes);
   auto put = [&](const void* p, size_t size, size_t align) {
-    if (placed) {
-      if (pi >= e.param_offsets.size() || e.param_sizes[pi] != size) { mismatch = true; return; }
-      off = e.param_offsets[pi++];
-    } else {
-      off = (off + align - 1) / align * align;
-    }
+    size_t off = 0;
+    if (!where.place(size, align, off)) { mismatch = true; return; }
     if (off + size > kMaxParamBytes) { overflow = true; return; }
     std::memcpy(out.buf + off, p, size);
-    off += size;
   };
   for (int i = 0; i < n; ++i) {
     const kb::ArgSpec& spec = e.contract.args[static_cast<size_t>(i)];
@@ -300,7 +295,7 @@ kb::Error prepare(const Entry& e, const std::vector<Buffer>& operands, const std
     big.message = e.contract.kernel + ": kernel parameters exceed " + std::to_string(kMaxParamBytes) + " bytes";
     return big;
   }
-  out.size = off;
+  out.size = where.end();
   return kb::Error();
 }
 

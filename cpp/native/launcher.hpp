@@ -388,24 +388,18 @@ class Launcher {
   // (cuFuncGetParamInfo): ptxas aligns such a parameter's address in the constant bank, not its offset
   // from the first parameter, so the buffer layout is not the naive one. Others keep the naive layout.
   size_t pack(const kb::ArgValue* vals, int n, uint64_t stream, unsigned char* buf) {
-    size_t off = 0;
-    size_t pi = 0;
     const bool placed = !contract_.tensor_maps.empty();
     if (placed && param_offsets_.empty()) load_param_offsets();
+    kb::ParamPlacer where(placed ? &param_offsets_ : nullptr, &param_sizes_);
     auto put = [&](const void* p, size_t size, size_t align) {
-      if (placed) {
-        if (pi >= param_offsets_.size() || param_sizes_[pi] != size)
-          throw py::value_error(contract_.kernel + ": the compiled kernel's parameters do not match its contract "
-                                "(parameter #" + std::to_string(pi) + ")");
-        off = param_offsets_[pi++];
-      } else {
-        off = (off + align - 1) / align * align;
-      }
+      size_t off = 0;
+      if (!where.place(size, align, off))
+        throw py::value_error(contract_.kernel + ": the compiled kernel's parameters do not match its contract "
+                              "(parameter #" + std::to_string(where.index()) + ")");
       if (off + size > kMaxParamBytes)
         throw py::value_error(contract_.kernel + ": kernel parameters exceed " +
                               std::to_string(kMaxParamBytes) + " bytes");
       std::memcpy(buf + off, p, size);
-      off += size;
     };
     for (int i = 0; i < n; ++i) {
       const kb::ArgSpec& spec = contract_.args[i];
@@ -445,7 +439,7 @@ class Launcher {
       }
       put(&fault_rec_, 8, 8);
     }
-    return off;
+    return where.end();
   }
 
   // The TMA descriptor of contract tensor map `t` for this view (validated: kb::detail::check_tensor_map).

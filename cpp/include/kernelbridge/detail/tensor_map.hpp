@@ -91,4 +91,31 @@ inline void param_layout(ParamInfoFn info, CUfunction fn, size_t count, std::vec
   }
 }
 
+// Where each parameter of one launch goes in the parameter buffer: at the driver's offset when the
+// kernel has tensor maps (`offsets`/`sizes` from param_layout), else at the next offset aligned to the
+// parameter's alignment. `place` returns false when the compiled kernel has no such parameter (count or
+// size differ from what the contract says).
+class ParamPlacer {
+ public:
+  ParamPlacer(const std::vector<size_t>* offsets, const std::vector<size_t>* sizes)
+      : offsets_(offsets), sizes_(sizes) {}
+  bool place(size_t size, size_t align, size_t& at) {
+    if (offsets_ != nullptr) {
+      if (index_ >= offsets_->size() || (*sizes_)[index_] != size) return false;
+      at = (*offsets_)[index_++];
+    } else {
+      at = (end_ + align - 1) / align * align;
+    }
+    end_ = at + size;
+    return true;
+  }
+  size_t index() const { return index_; }
+  size_t end() const { return end_; }   // bytes used so far
+
+ private:
+  const std::vector<size_t>* offsets_;
+  const std::vector<size_t>* sizes_;
+  size_t index_ = 0, end_ = 0;
+};
+
 }  // namespace kb
