@@ -195,6 +195,7 @@ class Launcher {
     }
     fault_info_ = std::move(fault_info);
     plan_.assign(contract_.args.size(), Plan::unknown);
+    tmaps_.resize(contract_.tensor_maps.size());
     plan_types_.assign(contract_.args.size(), nullptr);
   }
   ~Launcher() { kb::rt::forget_launcher(id_); }
@@ -446,7 +447,6 @@ class Launcher {
   // One cached descriptor per slot, reused while pointer, shape and strides stay the same (a hot loop
   // over the same arrays encodes nothing). Axis 0 of a tensor map is the array's innermost axis.
   const CUtensorMap& tensor_map(size_t t, const kb::ArrayView& a) {
-    if (tmaps_.size() != contract_.tensor_maps.size()) tmaps_.resize(contract_.tensor_maps.size());
     TensorMapSlot& slot = tmaps_[t];
     if (slot.valid && slot.ptr == a.ptr && slot.ndim == a.ndim &&
         std::equal(a.shape, a.shape + a.ndim, slot.shape) && std::equal(a.strides, a.strides + a.ndim, slot.strides))
