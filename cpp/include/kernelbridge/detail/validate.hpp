@@ -16,23 +16,32 @@
 #include "kernelbridge/detail/relations.hpp"
 #include "kernelbridge/detail/scalar_pack.hpp"
 
+// Message builders run only when a check fails: cold and out of line, so the success path of every
+// check stays a few dense cache lines (a launch reaches the validator with the driver's previous call
+// having evicted it from L1/L2; each line it spans costs a miss).
+#if defined(__GNUC__) || defined(__clang__)
+#define KB_COLD __attribute__((cold, noinline))
+#else
+#define KB_COLD
+#endif
+
 namespace kb {
 namespace detail {
 
-inline std::string tuple_text(const int64_t* v, int n) {
+KB_COLD inline std::string tuple_text(const int64_t* v, int n) {
   std::string s = "(";
   for (int k = 0; k < n; ++k) s += (k ? ", " : "") + std::to_string(v[k]);
   return s + (n == 1 ? ",)" : ")");
 }
-inline std::string dims_text(const int64_t v[3]) { return tuple_text(v, 3); }
-inline std::string dims_text(const int v[3]) {
+KB_COLD inline std::string dims_text(const int64_t v[3]) { return tuple_text(v, 3); }
+KB_COLD inline std::string dims_text(const int v[3]) {
   int64_t w[3] = {v[0], v[1], v[2]};
   return tuple_text(w, 3);
 }
 inline const char* axis_name(int d) { return d == 0 ? "x" : d == 1 ? "y" : "z"; }
 
 // Shortest decimal that reads back as the same double, spelled like Python's repr().
-inline std::string float_text(double x) {
+KB_COLD inline std::string float_text(double x) {
   if (x != x) return "nan";
   if (x - x != 0.0) return x > 0 ? "inf" : "-inf";
   char buf[48];
@@ -58,13 +67,13 @@ inline std::string float_text(double x) {
   if (digits.size() <= int_len) return sign + digits + std::string(int_len - digits.size(), '0') + ".0";
   return sign + digits.substr(0, int_len) + "." + digits.substr(int_len);
 }
-inline std::string hex_text(uint64_t v) {
+KB_COLD inline std::string hex_text(uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
   return buf;
 }
 
-inline std::string spec_text(const ArgSpec& sp) {
+KB_COLD inline std::string spec_text(const ArgSpec& sp) {
   std::string dt = sp.dtype == DType::any ? "" : std::string(dtype_long_name(sp.dtype)) + " ";
   if (sp.kind == ArgKind::scalar) return dt + "scalar";
   std::string lay = sp.layout == Layout::c_contig ? "C-contiguous " : sp.layout == Layout::f_contig ? "F-contiguous " : "";
@@ -72,7 +81,7 @@ inline std::string spec_text(const ArgSpec& sp) {
   return nd + lay + dt + "array";
 }
 
-inline std::string value_text(const ArgValue& v) {
+KB_COLD inline std::string value_text(const ArgValue& v) {
   if (v.kind == ArgKind::array)
     return std::string(dtype_long_name(v.array.dtype)) + " array of shape " + tuple_text(v.array.shape, v.array.ndim);
   std::string tn = v.type_name && *v.type_name ? v.type_name : "";
@@ -86,7 +95,7 @@ inline std::string value_text(const ArgValue& v) {
   }
 }
 
-inline Error arg_error(const LaunchContract& c, int pos, ErrorCode code, const std::string& expected,
+KB_COLD inline Error arg_error(const LaunchContract& c, int pos, ErrorCode code, const std::string& expected,
                        const std::string& got) {
   Error e;
   e.code = code;
@@ -96,7 +105,7 @@ inline Error arg_error(const LaunchContract& c, int pos, ErrorCode code, const s
               ", got " + got;
   return e;
 }
-inline Error config_error(const LaunchContract& c, ErrorCode code, const std::string& what,
+KB_COLD inline Error config_error(const LaunchContract& c, ErrorCode code, const std::string& what,
                           const std::string& expected, const std::string& got) {
   Error e;
   e.code = code;
@@ -104,7 +113,7 @@ inline Error config_error(const LaunchContract& c, ErrorCode code, const std::st
   return e;
 }
 
-inline std::string device_text(const ArrayView& a) {
+KB_COLD inline std::string device_text(const ArrayView& a) {
   switch (a.device_type) {
     case DeviceType::cpu: return "host memory (cpu)";
     case DeviceType::cuda_host: return "pinned host memory (cuda_host)";
@@ -187,11 +196,11 @@ inline bool tma_dtype_ok(DType t) {
   return t == DType::u8 || t == DType::u16 || t == DType::u32 || t == DType::i32 || t == DType::u64 ||
          t == DType::i64 || t == DType::f16 || t == DType::bf16 || t == DType::f32 || t == DType::f64;
 }
-inline Error check_tensor_map(const LaunchContract& c, const TensorMapSpec& t, const ArgValue& v) {
+// Why a view cannot be a TMA tensor map (check_tensor_map found that it cannot), first reason first.
+KB_COLD inline Error tensor_map_error(const LaunchContract& c, const TensorMapSpec& t, const ArgValue& v) {
   const ArrayView& a = v.array;
   const int k = t.arg;
   const std::string what = " (its TMA tensor map, box " + tuple_text(t.box.data(), static_cast<int>(t.box.size())) + ")";
-  if (a.size() == 0) return Error();
   if (a.ndim != static_cast<int>(t.box.size()))
     return arg_error(c, k, ErrorCode::ndim, std::to_string(t.box.size()) + "-d array" + what, value_text(v));
   if (!tma_dtype_ok(a.dtype))
@@ -208,9 +217,17 @@ inline Error check_tensor_map(const LaunchContract& c, const TensorMapSpec& t, c
   for (int d = 0; d < a.ndim; ++d)
     if (a.shape[d] > (int64_t{1} << 32))
       return arg_error(c, k, ErrorCode::layout, "extents of at most 2^32" + what, value_text(v));
-  if ((a.ptr & 15u) != 0)
-    return arg_error(c, k, ErrorCode::alignment, "data pointer aligned to 16 bytes" + what, "address " + hex_text(a.ptr));
-  return Error();
+  return arg_error(c, k, ErrorCode::alignment, "data pointer aligned to 16 bytes" + what, "address " + hex_text(a.ptr));
+}
+inline Error check_tensor_map(const LaunchContract& c, const TensorMapSpec& t, const ArgValue& v) {
+  const ArrayView& a = v.array;
+  if (a.size() == 0) return Error();
+  bool ok = a.ndim == static_cast<int>(t.box.size()) && tma_dtype_ok(a.dtype) &&
+            (a.strides[a.ndim - 1] == a.itemsize() || a.shape[a.ndim - 1] <= 1) && (a.ptr & 15u) == 0;
+  for (int d = 0; ok && d + 1 < a.ndim; ++d)
+    ok = a.shape[d] <= 1 || (a.strides[d] > 0 && a.strides[d] % 16 == 0 && a.strides[d] < (int64_t{1} << 40));
+  for (int d = 0; ok && d < a.ndim; ++d) ok = a.shape[d] <= (int64_t{1} << 32);
+  return ok ? Error() : tensor_map_error(c, t, v);
 }
 
 inline Error check_scalar_range(const LaunchContract& c, int k, const ArgValue& v) {
@@ -240,7 +257,8 @@ inline Error check_scalar_range(const LaunchContract& c, int k, const ArgValue& 
   return Error();
 }
 
-inline Error check_relation(const LaunchContract& c, size_t r, const ArgValue* args) {
+// Why relation `r` fails for these arguments (check_relation found that it does).
+KB_COLD inline Error relation_error(const LaunchContract& c, size_t r, const ArgValue* args) {
   const Relation& rel = *c.relations[r];
   RelValue out;
   std::string why;
@@ -268,6 +286,13 @@ inline Error check_relation(const LaunchContract& c, size_t r, const ArgValue* a
   if (ok && cmp != rel.text) expected += " (requires '" + rel.text + "')";
   if (arg >= 0) return arg_error(c, arg, ErrorCode::shape_relation, expected, got);
   return config_error(c, ErrorCode::shape_relation, "requires '" + rel.text + "'", expected, got);
+}
+
+inline Error check_relation(const LaunchContract& c, size_t r, const ArgValue* args) {
+  const Relation& rel = *c.relations[r];
+  RelValue out;
+  if (eval_relation(rel, rel.root, args, out, nullptr) && out.v) return Error();
+  return relation_error(c, r, args);
 }
 
 inline bool is_inplace_pair(const LaunchContract& c, int a, int b) {
@@ -505,7 +530,18 @@ inline Error check_smem(const LaunchContract& c, LaunchConfig& cfg, const Device
   return Error();
 }
 
-inline std::string sm_text(int cc) { return "sm_" + std::to_string(cc); }
+KB_COLD inline std::string sm_text(int cc) { return "sm_" + std::to_string(cc); }
+
+KB_COLD inline Error argument_count_error(const LaunchContract& c, int nargs) {
+  const int n = static_cast<int>(c.args.size());
+  std::string names;
+  for (int k = 0; k < n; ++k) names += (k ? ", " : "") + c.args[k].name;
+  Error e;
+  e.code = ErrorCode::argument_count;
+  e.message = c.kernel + ": expected " + std::to_string(n) + " argument" + (n == 1 ? "" : "s") + " (" + names +
+              "), got " + std::to_string(nargs);
+  return e;
+}
 
 }  // namespace detail
 
@@ -514,15 +550,7 @@ inline Error validate(const LaunchContract& c, const ArgValue* args, int nargs, 
   using namespace detail;
   cfg.skip = false;
   const int n = static_cast<int>(c.args.size());
-  if (nargs != n) {
-    std::string names;
-    for (int k = 0; k < n; ++k) names += (k ? ", " : "") + c.args[k].name;
-    Error e;
-    e.code = ErrorCode::argument_count;
-    e.message = c.kernel + ": expected " + std::to_string(n) + " argument" + (n == 1 ? "" : "s") + " (" + names +
-                "), got " + std::to_string(nargs);
-    return e;
-  }
+  if (nargs != n) return argument_count_error(c, nargs);
   for (int k = 0; k < n; ++k) {
     const ArgSpec& sp = c.args[k];
     const ArgValue& v = args[k];
