@@ -3,6 +3,8 @@
 // Per launch, all in C++: intake every argument (plan cache by Python type), validate with the ONE
 // validator (kb::validate), order after producer streams, pack the parameter buffer per `abi`, append
 // the fault-record pointer, cuLaunchKernel, keep temporaries alive until the launch completes.
+#include <chrono>
+
 #include "dispatcher.hpp"
 #include "launcher.hpp"
 
@@ -34,6 +36,7 @@ void fast_target_free(PyObject* cap) {
 }
 
 PyObject* fastcall_impl(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  KB_PHASE_BEGIN();
   auto* t = static_cast<FastTarget*>(PyCapsule_GetPointer(self, kFastCapsule));
   if (t == nullptr) return nullptr;
   try {
@@ -53,6 +56,7 @@ PyObject* fastcall_impl(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     const int n = static_cast<int>(nargs);
     if (t->launcher) t->launcher->launch_objs(args, n, cfg, stream, temp);
     else t->dispatcher->launch_objs(args, n, py::handle(), cfg, stream, temp);
+    KB_PHASE(7);
   } catch (py::error_already_set& e) {
     e.restore();
     return nullptr;
@@ -181,6 +185,9 @@ void register_launch(py::module_& m) {
                     "device (docs/architecture.md \"Devices\") is another goes to that Launcher.")
       .def_property_readonly("launcher_id", &Launcher::id)
       .def_property_readonly("max_dynamic_smem", [](const Launcher& l) { return l.attrs().max_dynamic_smem; })
+      .def_property_readonly("accepted_again", &Launcher::accepted_hits,
+                             "Launches accepted as equal to the validator's last acceptance (launcher.hpp, "
+                             "AcceptedLaunch): the validator had already answered them.")
       .def_property_readonly("fastcall", [](py::object self) {
              return make_fastcall(self, self.cast<Launcher*>(), nullptr);
            }, "A plain C function launching positional arguments with the derived configuration on the "
@@ -234,6 +241,29 @@ void register_launch(py::module_& m) {
     return py::make_tuple(false, false, uint64_t{0});
 #endif
   }, "(NVTX compiled in, ranges on, ranges pushed so far).");
+  m.def("launch_phases", []() -> py::object {
+#ifdef KB_PHASES_ON
+    // TSC ticks to ns: measured against steady_clock over ~20 ms now
+    const auto c0 = std::chrono::steady_clock::now();
+    const uint64_t t0 = __builtin_ia32_rdtsc();
+    while (std::chrono::steady_clock::now() - c0 < std::chrono::milliseconds(20)) {
+    }
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - c0).count();
+    const double per_tick = ns / static_cast<double>(__builtin_ia32_rdtsc() - t0);
+    py::dict d;
+    for (int i = 0; i < kPhases; ++i) d[kPhaseNames[i]] = static_cast<double>(g_phase_ticks[i]) * per_tick;
+    d["calls"] = g_phase_calls;
+    return std::move(d);
+#else
+    return py::none();
+#endif
+  }, "Total ns per launch phase since the last reset (builds with -DKB_LAUNCH_PHASES=ON; else None).");
+  m.def("reset_launch_phases", [] {
+#ifdef KB_PHASES_ON
+    for (uint64_t& t : g_phase_ticks) t = 0;
+    g_phase_calls = 0;
+#endif
+  }, "Zero the launch phase totals.");
   m.add_object("refcount_probe_fast", py::reinterpret_steal<py::object>(PyCFunction_New(&g_probe_fast_def, nullptr)));
   m.def("resolve_stream", [](py::object s) { return resolve_stream(s.ptr()); }, py::arg("stream"),
         "Raw handle of a stream argument (None: this thread's current stream).");

@@ -45,6 +45,31 @@ inline bool g_nvtx = [] {
 }();
 inline uint64_t g_nvtx_ranges = 0;   // ranges pushed (tests read it)
 
+// Launch-path phase timer for contributors (docs/contributing.md, "Profiling the launch path"): compiled
+// in only with -DKB_LAUNCH_PHASES=ON, where each mark adds the TSC ticks since the previous one to its
+// phase; _native.launch_phases() reads them. Off (the default) the marks are empty statements.
+#if defined(KB_LAUNCH_PHASES) && (defined(__x86_64__) || defined(__i386__))
+#define KB_PHASES_ON 1
+constexpr int kPhases = 8;
+inline const char* const kPhaseNames[kPhases] = {"intake (+ dispatch key)", "validate", "device + pack",
+                                                 "order before", "driver launch", "record after",
+                                                 "keep alive", "return"};
+inline uint64_t g_phase_ticks[kPhases] = {};
+inline uint64_t g_phase_last = 0;
+inline uint64_t g_phase_calls = 0;
+inline void phase_begin() { g_phase_last = __builtin_ia32_rdtsc(); ++g_phase_calls; }
+inline void phase_mark(int i) {
+  const uint64_t t = __builtin_ia32_rdtsc();
+  g_phase_ticks[i] += t - g_phase_last;
+  g_phase_last = t;
+}
+#define KB_PHASE_BEGIN() ::kb::native::launch_detail::phase_begin()
+#define KB_PHASE(i) ::kb::native::launch_detail::phase_mark(i)
+#else
+#define KB_PHASE_BEGIN() ((void)0)
+#define KB_PHASE(i) ((void)0)
+#endif
+
 #ifdef KB_HAVE_NVTX
 struct NvtxRange {
   bool on;
@@ -65,6 +90,65 @@ constexpr size_t kMaxParamBytes = 32764;   // CUDA >= 12.1 kernel parameter limi
 inline std::atomic<uint64_t> g_next_launcher_id{1};
 
 enum class Plan : uint8_t { unknown, scalar, array };
+
+// Equal as far as the validator can tell: every field kb::validate reads (array views up to ndim).
+inline bool same_launch_value(const kb::ArgValue& x, const kb::ArgValue& y) {
+  if (x.kind != y.kind) return false;
+  if (x.kind == kb::ArgKind::array) {
+    const kb::ArrayView& a = x.array;
+    const kb::ArrayView& b = y.array;
+    if (a.ptr != b.ptr || a.ndim != b.ndim || a.dtype != b.dtype || a.device_type != b.device_type ||
+        a.device_id != b.device_id || a.readonly != b.readonly || a.ndim < 0 || a.ndim > kb::kMaxDims)
+      return false;
+    for (int d = 0; d < a.ndim; ++d)
+      if (a.shape[d] != b.shape[d] || a.strides[d] != b.strides[d]) return false;
+    return true;
+  }
+  return x.scalar_kind == y.scalar_kind && x.i == y.i && x.u == y.u && x.is_big_unsigned == y.is_big_unsigned &&
+         std::memcmp(&x.f, &y.f, sizeof x.f) == 0 && x.scalar_dtype == y.scalar_dtype && x.huge_int == y.huge_int &&
+         x.type_name == y.type_name;
+}
+
+// The last launch the ONE validator accepted, by value, with the configuration it resolved. kb::validate
+// is a pure function of (contract, argument values, given configuration, device limits, function
+// attributes); per Launcher the contract and limits are fixed, so a launch whose argument values, given
+// configuration, peer mask and attributes all equal the remembered ones has the validator's answer
+// already: accepted, with `resolved`. Anything else (a new pointer, a shape or stride changed in place,
+// another scalar) is validated again. This is a memo of the validator, not a second one: it never
+// accepts what the validator would not, and refusals always come from the validator.
+struct AcceptedLaunch {
+  bool valid = false;
+  int n = 0;
+  kb::LaunchConfig given, resolved;
+  uint64_t peer_mask = 0;
+  kb::FuncAttrs attrs;
+  kb::ArgValue vals[kStackArgs];
+
+  bool same(const kb::ArgValue* v, int count, const kb::LaunchConfig& cfg, uint64_t peers,
+            const kb::FuncAttrs& fn) const {
+    if (!valid || count != n || peers != peer_mask) return false;
+    for (int d = 0; d < 3; ++d)
+      if (cfg.grid[d] != given.grid[d] || cfg.block[d] != given.block[d]) return false;
+    if (cfg.smem != given.smem || fn.max_threads_per_block != attrs.max_threads_per_block ||
+        fn.static_smem != attrs.static_smem || fn.num_regs != attrs.num_regs ||
+        fn.max_dynamic_smem != attrs.max_dynamic_smem)
+      return false;
+    for (int i = 0; i < count; ++i)
+      if (!same_launch_value(v[i], vals[i])) return false;
+    return true;
+  }
+  void remember(const kb::ArgValue* v, int count, const kb::LaunchConfig& in, const kb::LaunchConfig& out,
+                uint64_t peers, const kb::FuncAttrs& fn) {
+    valid = count <= kStackArgs;
+    if (!valid) return;
+    n = count;
+    given = in;
+    resolved = out;
+    peer_mask = peers;
+    attrs = fn;
+    std::copy(v, v + count, vals);
+  }
+};
 
 // Launch configuration as given by the caller, before the validator resolves it.
 struct Given {
@@ -267,9 +351,18 @@ class Launcher {
       with_peers.peer_mask = array_devices(vals, n) & ~device_bit(device_);
       lim = &with_peers;
     }
-    kb::Error e = kb::validate(contract_, vals, n, cfg, *lim, attrs_);
-    if (e) throw_contract_error(e, contract_.kernel);
-    if (cfg.skip) return;                    // nothing to launch: no stream or peer is touched
+    KB_PHASE(0);
+    if (accepted_.same(vals, n, cfg, lim->peer_mask, attrs_)) {
+      cfg = accepted_.resolved;
+      ++accepted_hits_;
+    } else {
+      const kb::LaunchConfig given = cfg;
+      kb::Error e = kb::validate(contract_, vals, n, cfg, *lim, attrs_);
+      if (e) throw_contract_error(e, contract_.kernel);
+      if (cfg.skip) return;                  // nothing to launch: no stream or peer is touched
+      accepted_.remember(vals, n, given, cfg, lim->peer_mask, attrs_);
+    }
+    KB_PHASE(1);
     check_stream_device(vals, n, stream);
     if (peer && with_peers.peer_mask != 0) enable_peers(vals, n);
     if (cfg.smem < 0) cfg.smem = 0;
@@ -280,6 +373,7 @@ class Launcher {
     kb::drv::ScopedDevice on(device_, ctx_);
     alignas(16) unsigned char buf[kMaxParamBytes + 16];
     size_t size = pack(vals, n, stream, buf);
+    KB_PHASE(2);
 
     const Capture capture = capture_of(stream);
     if (capture == Capture::none) order_before(vals, infos, n, stream);
@@ -292,6 +386,7 @@ class Launcher {
     }
     void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                      CU_LAUNCH_PARAM_END};
+    KB_PHASE(3);
     {
 #ifdef KB_HAVE_NVTX
       NvtxRange range(g_nvtx, contract_.kernel);
@@ -303,9 +398,12 @@ class Launcher {
                                     kb::rt::as_stream(stream), nullptr, extra),
                      "launchKernel");
     }
+    KB_PHASE(4);
     if (capture == Capture::foreign) return;   // see capture_of
     record_after(vals, n, stream, capture == Capture::bridge);
+    KB_PHASE(5);
     keep_alive(objs, vals, infos, n, stream, capture == Capture::bridge, temp_refcount, inner);
+    KB_PHASE(6);
   }
 
   // The Launcher of the same kernel on device `d` (asked of the router once, then kept).
@@ -323,6 +421,7 @@ class Launcher {
     routes_.emplace_back(d, l);
     return *target;
   }
+  uint64_t accepted_hits() const { return accepted_hits_; }
   void set_router(py::object router) {
     router_ = std::move(router);
     routes_.clear();
@@ -572,7 +671,7 @@ class Launcher {
       }
       return;
     }
-    py::list temps;
+    py::list temps = py::reinterpret_steal<py::list>(py::handle());   // no list unless a temporary needs one
     bool any = false;
     for (int i = 0; i < n; ++i) {
       if (vals[i].kind != kb::ArgKind::array) continue;
@@ -601,6 +700,8 @@ class Launcher {
   py::object fault_info_;
   std::vector<Plan> plan_;
   std::vector<PyTypeObject*> plan_types_;
+  AcceptedLaunch accepted_;            // the validator's last acceptance (see AcceptedLaunch)
+  uint64_t accepted_hits_ = 0;         // launches accepted through it (tests read it)
   struct TensorMapSlot {               // the last descriptor built for one contract tensor map
     bool valid = false;
     uint64_t ptr = 0;
