@@ -123,7 +123,10 @@ class Dispatcher {
       kb::ArgValue& v = vals[nflat];
       IntakeInfo& info = infos[nflat];
       ++nflat;
-      if (argvalue_from_scalar(o, v)) {
+      // an argument of the type that was an array here last time is read as an array first (the scalar
+      // probe reads the type's name); should it not be one after all, it is classified as usual below
+      const bool array_before = i < kTypeSlots && array_types_[i] == Py_TYPE(o);
+      if (!array_before && argvalue_from_scalar(o, v)) {
         v.kind = kb::ArgKind::scalar;
         continue;
       }
@@ -132,6 +135,11 @@ class Dispatcher {
         is_array = intake(o, v.array, info, static_cast<int64_t>(stream), &memo);
       } catch (py::error_already_set& e) {
         rethrow_positional(e, i);
+      }
+      if (i < kTypeSlots) array_types_[i] = is_array ? Py_TYPE(o) : nullptr;
+      if (!is_array && array_before && argvalue_from_scalar(o, v)) {
+        v.kind = kb::ArgKind::scalar;
+        continue;
       }
       if (!is_array) {
         v.kind = kb::ArgKind::scalar;
@@ -227,6 +235,8 @@ class Dispatcher {
 
   py::object miss_;
   std::vector<uint8_t> plan_;
+  static constexpr int kTypeSlots = 16;
+  PyTypeObject* array_types_[kTypeSlots] = {};   // per position: the type last read there as an array
   bool key_div8_ = false;
   bool pass_device_ = false;
   std::vector<std::string> names_;

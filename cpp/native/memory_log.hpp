@@ -65,18 +65,23 @@ class MemoryLog {
   // stream that `stream` has not already waited for, and (write) every reader on another stream.
   void hazards(uint64_t lo, uint64_t hi, uint64_t stream, int device, bool write, std::vector<Use>& out) const {
     if (spans_.empty() || lo >= hi) return;
-    for (auto it = first_overlap(lo); it != spans_.end() && it->first < hi; ++it) {
-      const Span& s = it->second;
+    auto one = [&](const Span& s) {
       if (!same_stream(s.writer, stream, device) && !contains(s.observed, stream, device)) add(out, s.writer);
       if (write)
         for (const Use& r : s.readers)
           if (!same_stream(r, stream, device)) add(out, r);
+    };
+    if (const Span* s = exact(lo, hi)) {   // spans are disjoint: an exact one is the only overlap
+      one(*s);
+      return;
     }
+    for (auto it = first_overlap(lo); it != spans_.end() && it->first < hi; ++it) one(it->second);
   }
 
   // True when some span in [lo, hi) was written on another stream (a read there must be recorded).
   bool read_matters(uint64_t lo, uint64_t hi, uint64_t stream, int device) const {
     if (spans_.empty() || lo >= hi) return false;
+    if (const Span* s = exact(lo, hi)) return !same_stream(s->writer, stream, device);
     for (auto it = first_overlap(lo); it != spans_.end() && it->first < hi; ++it)
       if (!same_stream(it->second.writer, stream, device)) return true;
     return false;
@@ -88,23 +93,22 @@ class MemoryLog {
     if (lo >= hi) return;
     if (!write) {
       if (spans_.empty()) return;
-      for (auto it = first_overlap(lo); it != spans_.end() && it->first < hi; ++it) {
-        Span& s = it->second;
-        if (same_stream(s.writer, use.stream, use.device)) continue;
+      auto one = [&](Span& s) {
+        if (same_stream(s.writer, use.stream, use.device)) return;
         if (!contains(s.observed, use.stream, use.device)) s.observed.push_back(StreamRef{use.stream, use.device});
-        bool known = false;
         for (Use& r : s.readers)
-          if (same_stream(r, use.stream, use.device)) { r = use; known = true; break; }
-        if (!known) s.readers.push_back(use);
-      }
+          if (same_stream(r, use.stream, use.device)) { r = use; return; }
+        s.readers.push_back(use);
+      };
+      if (Span* s = exact(lo, hi)) one(*s);
+      else
+        for (auto it = first_overlap(lo); it != spans_.end() && it->first < hi; ++it) one(it->second);
       return;
     }
-    auto exact = spans_.find(lo);
-    if (exact != spans_.end() && exact->second.hi == hi) {   // the common case: same buffer again
-      Span& s = exact->second;
-      s.writer = use;
-      s.readers.clear();
-      s.observed.clear();
+    if (Span* same = exact(lo, hi)) {   // the common case: same buffer again
+      same->writer = use;
+      same->readers.clear();
+      same->observed.clear();
       return;
     }
     cut(lo, hi);
@@ -112,6 +116,7 @@ class MemoryLog {
     s.hi = hi;
     s.writer = use;
     spans_.emplace(lo, std::move(s));
+    ++generation_;
     if (spans_.size() > prune_at_ && pruner_) prune(pruner_);
   }
 
@@ -128,13 +133,17 @@ class MemoryLog {
       if (s.readers.empty() && done(s.writer)) it = spans_.erase(it);
       else ++it;
     }
+    ++generation_;
     prune_at_ = std::max<size_t>(kPruneFloor, 2 * spans_.size());
   }
 
   void set_pruner(std::function<bool(const Use&)> fn) { pruner_ = std::move(fn); }
   size_t size() const { return spans_.size(); }
   const std::map<uint64_t, Span>& spans() const { return spans_; }
-  void clear() { spans_.clear(); }
+  void clear() {
+    spans_.clear();
+    ++generation_;
+  }
 
  private:
   static constexpr size_t kPruneFloor = 512;
@@ -168,6 +177,7 @@ class MemoryLog {
 
   // Remove [lo, hi) from every span, keeping the parts outside it (with their history).
   void cut(uint64_t lo, uint64_t hi) {
+    ++generation_;
     auto it = first_overlap(lo);
     while (it != spans_.end() && it->first < hi) {
       const uint64_t s_lo = it->first;
@@ -185,6 +195,27 @@ class MemoryLog {
     }
   }
 
+  // The span that is exactly [lo, hi), or null. A launch touches the same few buffers again and again:
+  // a small direct-mapped cache of exact spans answers without walking the map (each tree node a cache
+  // miss once the driver call has evicted them). Entries are valid for one generation, which every
+  // insertion and removal ends (pointers to map values are stable until their node is erased).
+  Span* exact(uint64_t lo, uint64_t hi) const {
+    Hit& h = hits_[(lo >> 8) % kHits];
+    if (h.generation == generation_ && h.lo == lo && h.hi == hi) return h.span;
+    auto it = spans_.find(lo);
+    if (it == spans_.end() || it->second.hi != hi) return nullptr;
+    h = Hit{lo, hi, const_cast<Span*>(&it->second), generation_};
+    return h.span;
+  }
+
+  struct Hit {
+    uint64_t lo = 0, hi = 0;
+    Span* span = nullptr;
+    uint64_t generation = 0;
+  };
+  static constexpr size_t kHits = 8;
+  mutable Hit hits_[kHits];
+  uint64_t generation_ = 1;
   std::map<uint64_t, Span> spans_;
   size_t prune_at_ = kPruneFloor;
   std::function<bool(const Use&)> pruner_;
