@@ -236,8 +236,9 @@ class DiskCache:
 
     # -- inspection and pruning (`python -m dsl cache list|prune`) -------------------------------
     def entries(self) -> list[dict]:
-        """Every entry on disk, newest first: key, kernel name, arch, bytes, mtime (seconds).
-        An entry whose JSON is missing or unreadable is listed with name None."""
+        """Every entry on disk, newest first: key, kind ("kernel", or "tuning pick" for tile.autotune's
+        tune-<key>.json), kernel name, arch, bytes, mtime (seconds). An entry whose JSON is missing or
+        unreadable is listed with name None."""
         by_key: dict[str, list[Path]] = {}
         for p in list(self.dir.glob("*.ptx")) + list(self.dir.glob("*.json")):
             by_key.setdefault(p.stem, []).append(p)
@@ -247,12 +248,15 @@ class DiskCache:
                 stats = [f.stat() for f in files]
             except OSError:
                 continue
-            meta = _verified_body(_read_regular(self.dir / f"{key}.json")) or {}
             if not stats:
                 continue
-            md = meta.get("metadata") if isinstance(meta, dict) else None
-            out.append({"key": key, "name": meta.get("name") if isinstance(meta, dict) else None,
-                        "arch": md.get("arch") if isinstance(md, dict) else None,
+            if key.startswith(TUNE_PREFIX):          # a tile.autotune pick (dsl/tile/autotune.py)
+                name, arch, kind = _tuned_kernel(self.dir / f"{key}.json"), None, "tuning pick"
+            else:
+                meta = _verified_body(_read_regular(self.dir / f"{key}.json")) or {}
+                md = meta.get("metadata")
+                name, arch, kind = meta.get("name"), md.get("arch") if isinstance(md, dict) else None, "kernel"
+            out.append({"key": key, "kind": kind, "name": name, "arch": arch,
                         "bytes": sum(st.st_size for st in stats), "mtime": max(st.st_mtime for st in stats)})
         return sorted(out, key=lambda e: -e["mtime"])
 
@@ -274,6 +278,20 @@ class DiskCache:
                     pass
             removed += 1
         return removed
+
+
+TUNE_PREFIX = "tune-"     # tile.autotune's picks share the directory: tune-<key>.json
+
+
+def _tuned_kernel(path: Path) -> str | None:
+    """The kernel a tuning pick is for, or None when the file is not a readable pick."""
+    raw = _read_regular(path)
+    try:
+        data = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    name = data.get("kernel") if isinstance(data, dict) else None
+    return name if isinstance(name, str) else None
 
 
 _ENTRY_HEAD, _ENTRY_MID, _ENTRY_TAIL = b'{"entry_sha256": "', b'", "entry": ', b"}"

@@ -133,8 +133,10 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
             return 0
         for e in entries:
             stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["mtime"]))
-            out(f"{e['key'][:16]}  {stamp}  {human_bytes(e['bytes']):>9}  {e['arch'] or '?':<7} "
-                f"{e['name'] or '(unreadable entry)'}")
+            what = e["name"] or "(unreadable entry)"
+            if e["kind"] == "tuning pick":
+                what += " (tuning pick)"
+            out(f"{e['key'][:16]}  {stamp}  {human_bytes(e['bytes']):>9}  {e['arch'] or '?':<7} {what}")
         out(f"{len(entries)} entries in {info['dir']}")
     elif cmd == "clear":
         n = cache.clear() if info["exists"] else 0

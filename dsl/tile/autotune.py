@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dsl.cache import cache_dir, cache_enabled, source_fingerprint, toolchain_fingerprint
+from dsl.cache import TUNE_PREFIX, cache_dir, cache_enabled, source_fingerprint, toolchain_fingerprint
 
 FLUSH_BYTES = 256 * 2**20           # written before every timed launch: evicts the inputs from L2
 
@@ -213,7 +213,7 @@ class Tuned:
 
     # ------------------------------------------------------------------------------ disk
     def _path(self, key: str):
-        return cache_dir() / f"tune-{key}.json"
+        return cache_dir() / f"{TUNE_PREFIX}{key}.json"
 
     def _load(self, key: str) -> Config | None:
         if not cache_enabled():

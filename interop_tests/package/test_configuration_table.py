@@ -31,6 +31,7 @@ _PY_READS = [
 ]
 _C_READS = re.compile(r"""getenv\(\s*"(KB_\w+)"\s*\)""")
 _CMAKE_CACHE = re.compile(r"""set\(\s*(KB_\w+)\s[^)]*\bCACHE\b""")
+_CMAKE_OPTION = re.compile(r"""\boption\(\s*(KB_\w+)\s""")
 _CMAKE_ENV = re.compile(r"""\$ENV\{(KB_\w+)\}""")
 _CMAKE_IF_NOT = re.compile(r"""\bif\(\s*NOT\s+(KB_\w+)\s*\)""")
 _CMAKE_PARSE = re.compile(r"""cmake_parse_arguments\(\s*(?:PARSE_ARGV\s+\d+\s+)?KB\s+((?:"[^"]*"\s*){3})""")
@@ -56,7 +57,7 @@ def _tracked(*patterns: str) -> list[Path]:
 
 def _cmake_reads(text: str) -> set[str]:
     code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
-    names = set(_CMAKE_CACHE.findall(code)) | set(_CMAKE_ENV.findall(code))
+    names = set(_CMAKE_CACHE.findall(code)) | set(_CMAKE_ENV.findall(code)) | set(_CMAKE_OPTION.findall(code))
     override = re.search(r"set\(KERNELBRIDGE_OVERRIDE_VARS([^)]*)\)", code)
     if override:
         names |= set(override.group(1).split())
@@ -156,5 +157,5 @@ def test_the_doctor_knows_exactly_the_environment_switches():
     text = DOC.read_text(encoding="utf-8")
     cmake_part = text.split("## Building the package", 1)[1].split("\n## ", 1)[0]
     cmake_only = set(re.findall(r"^\|\s*`(KB_\w+)`", cmake_part, re.M))
-    assert cmake_only == {"KB_CUDA_ARCHS", "KB_JAX_FFI_INCLUDE"}
+    assert cmake_only == {"KB_CUDA_ARCHS", "KB_JAX_FFI_INCLUDE", "KB_LAUNCH_PHASES"}
     assert set(SETTINGS) == (set(documented()) - cmake_only) | SET_NOT_READ

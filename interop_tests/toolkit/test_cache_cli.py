@@ -124,3 +124,17 @@ def test_unreadable_entry_is_listed_and_prunable(tmp_path):
     entries = {e["key"]: e for e in cache.entries()}
     assert entries["bad"]["name"] is None and entries["good"]["name"] == "kernel_good"
     assert cache.prune(max_age_s=-1) == 2 and cache.entries() == []
+
+
+def test_tuning_picks_are_listed_as_such_with_their_kernel(tmp_path):
+    _fill(tmp_path / "c", {"aaaa": 2.0})
+    pick = {"key": "k1", "kernel": "gemm_bf16", "pick": 0, "configs": ["bm=128"], "ms": {"0": 1.0}}
+    (tmp_path / "c" / "tune-k1.json").write_text(json.dumps(pick))   # the file tile.autotune writes
+    (tmp_path / "c" / "tune-k2.json").write_text("{not json")
+    listed = {e["key"]: e for e in json.loads(_cli("list", "--json", cache=tmp_path / "c").stdout)}
+    assert listed["tune-k1"]["kind"] == "tuning pick" and listed["tune-k1"]["name"] == "gemm_bf16"
+    assert listed["tune-k2"]["kind"] == "tuning pick" and listed["tune-k2"]["name"] is None
+    assert listed["aaaa"]["kind"] == "kernel" and listed["aaaa"]["name"] == "kernel_aaaa"
+    text = _cli("list", cache=tmp_path / "c").stdout
+    assert "gemm_bf16 (tuning pick)" in text and "(unreadable entry) (tuning pick)" in text
+    assert DiskCache(tmp_path / "c").prune(max_age_s=-1) == 3 and not list((tmp_path / "c").glob("tune-*"))
