@@ -105,6 +105,43 @@ LAUNCH_CHILD = textwrap.dedent('''
 ''')
 
 
+# The same first launch split into its steps (a separate child: the step timers would perturb the
+# first-launch figure): the disk-cache hit, the module load (kernel_from_ptx: cuModuleLoadData of the
+# PTX), the kernel's first call (dispatcher miss -> its Launcher, the fault-record pool of a bounds-
+# checked kernel, the launch) and the synchronize.
+STEPS_CHILD = textwrap.dedent('''
+    import json, sys, time
+    import numpy as np
+    sys.path.insert(0, {kdir!r})
+    import bridge
+    from dsl import tile
+    import bench_vecadd_kernel as k
+    n = 64 * 1000
+    x = bridge.from_host(np.random.rand(64, 1000).astype(np.float32))
+    y = bridge.empty((64, 1000), "float32")
+    a, c = x.reshape(n), y.reshape(n)
+    bridge.synchronize()
+    dev = bridge.current_device()
+    if {which!r} == "simt":
+        kern, args = k.vecadd, (a, a, c)
+        t0 = time.perf_counter()
+        ck = kern.compile(*args, arch=dev.arch)
+    else:
+        kern, args = k.softmax, (x, tile.partition(y, (1, 1024)))
+        t0 = time.perf_counter()
+        ck = kern.compile(args, dev.arch)
+    t1 = time.perf_counter()
+    bridge.kernel_from_ptx(ck.ptx, ck.name, ck.contract_json, device=dev.ordinal)
+    t2 = time.perf_counter()
+    kern(*args)
+    t3 = time.perf_counter()
+    bridge.synchronize()
+    t4 = time.perf_counter()
+    print(json.dumps({{"compile (cache hit)": t1 - t0, "module load": t2 - t1, "first call": t3 - t2,
+                      "synchronize": t4 - t3, "cache": ck.metadata.get("cache")}}))
+''')
+
+
 def run_child(kdir: str, cache_dir: str, arch: str, pycache: str, child: str = CHILD, **fmt) -> dict:
     """One fresh interpreter. Bytecode is cached (under `pycache`, not in the repo) as it is for an
     installed package, so module compilation is not counted as compile time."""
@@ -124,10 +161,13 @@ def first_launches(kdir: str, tmp: str, arch: str, pycache: str, repeat: int) ->
     if not bridge.gpu_available():
         return out
     cache = str(Path(tmp) / "launch_cache")
-    for which in out:
+    for which in list(out):
         run_child(kdir, cache, arch, pycache, LAUNCH_CHILD, which=which)      # fills the caches
         for _ in range(repeat):
             out[which].append(run_child(kdir, cache, arch, pycache, LAUNCH_CHILD, which=which)["launch_s"])
+        steps = [run_child(kdir, cache, arch, pycache, STEPS_CHILD, which=which) for _ in range(repeat)]
+        for step in ("compile (cache hit)", "module load", "first call", "synchronize"):
+            out[f"{which} first launch step: {step}"] = [x[step] for x in steps]
     return out
 
 
@@ -173,10 +213,13 @@ def main() -> int:
         ok = ("yes" if med <= target else "NO") if target else "-"
         print(f"{name:34} {med * 1e3:10.1f} {lo * 1e3:8.1f} {tgt} {ok:>4} {imp * 1e3:14.1f} {sig * 1e3:14.1f}")
     for which, times in launches.items():
-        if times:
+        if times and which in ("simt", "tile"):
             name = f"{which} first launch (fresh process, warm cache)"
             rows.append((name, statistics.median(times), min(times), 0.005, 0.0))
             print(f"{name:34} {statistics.median(times) * 1e3:10.1f} {min(times) * 1e3:8.1f} {5:10.0f}")
+    steps = {which: times for which, times in launches.items() if times and which not in ("simt", "tile")}
+    for name, times in steps.items():
+        print(f"{name:34} {statistics.median(times) * 1e3:10.2f} {min(times) * 1e3:8.2f}")
     print("times are dsl.compiler.compile_kernel(...) in a fresh process, including its lazy imports; "
           "'+signature' is the front end's argument->signature step that kernel.compile() adds")
     stages = {k: statistics.median(x["stages"].get(k, 0) for x in cold) * 1e3 for k in cold[0]["stages"]}
@@ -189,6 +232,8 @@ def main() -> int:
         if target:
             rep.bar(name, med * 1e3, target * 1e3, higher_is_better=False, bar=1.0,
                     peer_name=f"{target * 1e3:g} ms target")
+    for name, times in steps.items():      # where the first launch goes (no bar: the sum is the bar's)
+        rep.row(name, statistics.median(times) * 1e3, "ms", min_ms=round(min(times) * 1e3, 3))
     if not launches["simt"]:
         rep.notes.append("no GPU: first-launch rows not measured")
     for k, v in stages.items():
