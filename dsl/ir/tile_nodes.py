@@ -7,6 +7,7 @@ allocator for both front ends.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from dsl.ir.nodes import NOLOC, Expr, Loc
 from dsl.ir.types import U32, U64, ScalarType, TupleType, Type
@@ -18,13 +19,19 @@ class InlinePtx(Expr):
     type: VOID (use in an ExprStmt), one ScalarType, or a TupleType of scalars (several outputs; assign
     it to a tuple-typed Var and read components with TupleGet). Always treated as having side effects
     when `side_effects` (cp.async, barriers), else pure (mma, ldmatrix: `.sync.aligned` ops must still
-    be executed by the whole warp; the lowering only places them in warp-uniform code)."""
+    be executed by the whole warp; the lowering only places them in warp-uniform code).
+    `sim`: its CPU semantics for the simulator, `sim(args, pos, present)` -> the value (a vector per
+    selected lane, or a tuple of them), with args evaluated on the selected lanes, `pos` their
+    warp-padded positions and `present` which padded lanes take part (whole warps); None: the
+    simulator refuses the statement (most tensor-core paths are simulated through the portable
+    lowering instead)."""
     asm: str
     constraints: str
     args: list[Expr]
     type: Type
     side_effects: bool = False
     loc: Loc = NOLOC
+    sim: Any = None
 
 
 @dataclass(eq=False)

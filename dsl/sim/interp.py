@@ -459,17 +459,23 @@ class Machine:
                                None if cmp is None else cmp[good])
         return out
 
-    def e_Warp(self, e: N.Warp, sel):
+    def _warp_lanes(self, sel):
+        """(warp-padded positions of the selected lanes, which padded lanes take part, the warps where
+        only some live lanes do — or None)."""
         lanes = self.lanes
-        n = count(sel, self.L)
-        args = [vec(self.ev(a, sel), n) for a in e.args]
         pos = lanes.warp_pos[sel]
         present = np.zeros(len(lanes.exists_padded), bool)
         present[pos] = True
         live = np.zeros(len(lanes.exists_padded), bool)
         live[lanes.warp_pos] = self.live()
         present &= live
-        bad = check_converged(present, live)
+        return pos, present, check_converged(present, live)
+
+    def e_Warp(self, e: N.Warp, sel):
+        lanes = self.lanes
+        n = count(sel, self.L)
+        args = [vec(self.ev(a, sel), n) for a in e.args]
+        pos, present, bad = self._warp_lanes(sel)
         if bad is not None:
             w = int(bad[0])
             b, first = divmod(w * 32, lanes.Tp)
@@ -479,6 +485,19 @@ class Machine:
                                "reach them together; threads skipped by an `if`, a guarded store or "
                                "a loop that ended for them are absent)")
         return warp_op(e.op, pos, present, args, e.type, _scalar(e.args[0].type))
+
+    def e_InlinePtx(self, e, sel):
+        """Inline PTX of the tile lowering: run through its `sim` semantics (dsl/ir/tile_nodes.py) when
+        it has them; a warp-collective statement needs whole warps, as e_Warp does."""
+        if getattr(e, "sim", None) is None:
+            raise self._err(e, "inline PTX without CPU semantics cannot be simulated (the tensor-core "
+                               "paths are simulated through the portable lowering)")
+        n = count(sel, self.L)
+        args = [vec(self.ev(a, sel), n) for a in e.args]
+        pos, present, bad = self._warp_lanes(sel)
+        if bad is not None:
+            raise self._err(e, "a warp-collective inline PTX statement was executed by only part of a warp")
+        return e.sim(args, pos, present)
 
     def e_Call(self, e: N.Call, sel):
         callee = e.callee

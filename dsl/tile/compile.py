@@ -10,6 +10,7 @@ grid (each tile block owns one tile of each).
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -94,6 +95,12 @@ def _reads_partition(fn, p) -> bool:
     return p.name in tile_reads(fn)
 
 
+def tc_matmul_enabled() -> bool:
+    """KB_TILE_TC_MATMUL=1: tile.matmul outside GEMM loops runs on the tensor cores (experimental, not
+    yet verified on a GPU: dsl/tile/lower_matmul_tc.py); part of the disk-cache key when on."""
+    return os.environ.get("KB_TILE_TC_MATMUL", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, dict] | None = None,
                  persistent: bool = False, lineinfo: bool = True, dump: Any = None) -> CompiledTile:
     """Compile one specialisation for `arch` ("sm_80", "sm_90", ...). The target is the
@@ -108,7 +115,8 @@ def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, d
     # one module per specialisation (bridge.kernel_from_ptx), so the entry keeps the Python name,
     # which is also the contract's "kernel" (the bridge checks they agree)
     info: dict = {}
-    simt_fn = lower(fn, threads, fn.name, facts, info, cc=parse_arch(arch), persistent=persistent)
+    simt_fn = lower(fn, threads, fn.name, facts, info, cc=parse_arch(arch), persistent=persistent,
+                    tc_matmul=tc_matmul_enabled())
     contract = contract_for(simt_fn, fn, facts, info["relied"], persistent)
     if info["dynamic_smem"]:     # after grid_from, where tile contracts have always had it
         contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
@@ -131,7 +139,8 @@ def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str) -> Com
     if disk is not None:
         t0 = time.perf_counter()
         key = cache_key(kernel.pyfunc, [("tile", *sig), sorted(facts.items())],
-                        ("tile", kernel.num_warps, kernel.persistent, kernel.lineinfo), arch)
+                        ("tile", kernel.num_warps, kernel.persistent, kernel.lineinfo)
+                        + (("tc_matmul",) if tc_matmul_enabled() else ()), arch)
         hit = disk.load(key)
         if hit is not None:
             meta = dict(hit.metadata, cache="disk", key=key, hit_seconds=round(time.perf_counter() - t0, 6))

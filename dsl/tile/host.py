@@ -238,12 +238,14 @@ class TileKernel:
             hit = self._sim_validators[key] = host_launcher(json.dumps(contract), fn.name)
         return hit
 
-    def simulate_lowered(self, *args, num_warps: int | None = None, blocks: int | None = None) -> None:
+    def simulate_lowered(self, *args, num_warps: int | None = None, blocks: int | None = None,
+                         tensor_cores: bool = False) -> None:
         """Run the GPU lowering (the SIMT IR the backend compiles) on the SIMT CPU simulator: checks
         the thread mapping, shared-memory staging and warp reductions without a GPU. `blocks`: the
-        grid of a persistent kernel (default: one block per tile). The launch is validated first
-        against the lowered kernel's own contract (the one builder, the one native validator), as a
-        GPU launch of it would be."""
+        grid of a persistent kernel (default: one block per tile). `tensor_cores`: lower tile.matmul
+        outside GEMM loops to mma.sync as KB_TILE_TC_MATMUL=1 does (its mma has CPU semantics). The
+        launch is validated first against the lowered kernel's own contract (the one builder, the one
+        native validator), as a GPU launch of it would be."""
         import json
         from dsl.sim.launch import run
         from dsl.sim.validator import host_launcher
@@ -254,7 +256,8 @@ class TileKernel:
         # inline-PTX paths (tensor cores) have no CPU semantics: simulate the portable lowering
         facts = {k: dict(v, aligned16=False) for k, v in self.facts(args).items()}
         info: dict = {}
-        simt_fn = lower(fn, threads, self.name, facts, info, persistent=self.persistent)
+        simt_fn = lower(fn, threads, self.name, facts, info, persistent=self.persistent,
+                        cc=80 if tensor_cores else 0, tc_matmul=tensor_cores)
         contract = contract_for(simt_fn, fn, facts, info["relied"], self.persistent)
         if info["dynamic_smem"]:
             contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
@@ -278,12 +281,13 @@ class TileKernel:
     def compile(self, args: tuple, arch: str) -> Any:
         """Compile (cached per signature, facts and arch, in memory and on disk) →
         dsl.tile.compile.CompiledTile."""
+        from dsl.tile.compile import compile_cached, tc_matmul_enabled
         sig = self.signature(args)
         facts = self.facts(args)
-        key = (sig, tuple(sorted((k, tuple(sorted(v.items()))) for k, v in facts.items())), arch)
+        key = (sig, tuple(sorted((k, tuple(sorted(v.items()))) for k, v in facts.items())), arch,
+               tc_matmul_enabled())
         ck = self._gpu_cache.get(key)
         if ck is None:
-            from dsl.tile.compile import compile_cached
             ck = self._gpu_cache[key] = compile_cached(self, sig, facts, arch)
         return ck
 

@@ -26,7 +26,7 @@ class LoweringError(Exception):
 class Lowerer:
     def __init__(self, fn: T.TileFunction, threads: int, kernel_name: str,
                  facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
-                 persistent: bool = False) -> None:
+                 persistent: bool = False, tc_matmul: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -42,6 +42,7 @@ class Lowerer:
         self.max_stages = max_stages
         self.cc = cc                            # target compute capability (0: portable only)
         self.persistent = persistent            # blocks loop over tiles (grid may be < tile count)
+        self.tc_matmul = tc_matmul              # experimental tensor-core tile.matmul (lower_matmul_tc.py)
         self.dyn_bytes = 0                      # dynamic shared bytes (tensor-core operand stages)
         self.arch_specific = False              # uses sm_90a-only instructions (wgmma)
         self.var_layouts: dict[int, object] = {}
@@ -594,7 +595,7 @@ def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> 
 
 
 def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, dict] | None = None,
-          info: dict | None = None, cc: int = 0, persistent: bool = False) -> N.Function:
+          info: dict | None = None, cc: int = 0, persistent: bool = False, tc_matmul: bool = False) -> N.Function:
     """Tile IR → SIMT IR kernel with an exact block of `threads` threads (power of two, >= 32).
     `facts`: per array parameter {"layout": "C"|"any", "aligned16": bool, "div8": bool} known at
     launch. `info` receives "relied" (parameters whose facts the code relies on: the contract states
@@ -603,7 +604,8 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower_mma import MAX_STAGES, SMEM_LIMIT
-    lw = Lowerer(fn, threads, kernel_name, facts, max_stages=MAX_STAGES, cc=cc, persistent=persistent)
+    lw = Lowerer(fn, threads, kernel_name, facts, max_stages=MAX_STAGES, cc=cc, persistent=persistent,
+                 tc_matmul=tc_matmul)
     out = lw.lower()
     if lw.smem_bytes() > SMEM_LIMIT:
         raise LoweringError(f"{fn.name}: needs {lw.smem_bytes()} bytes of static shared memory for "

@@ -17,6 +17,10 @@ def lower_matmul(L, e: T.Matmul) -> LV:
     a = L.concrete(L.expr(e.a))
     b = L.concrete(L.expr(e.b))
     (m, k), (_, n) = a.shape, b.shape
+    from dsl.tile.lower_matmul_tc import lower_matmul_tc, tc_warps
+    warps = tc_warps(L, m, n, k, a.dtype, b.dtype)
+    if warps is not None:          # experimental tensor-core path (KB_TILE_TC_MATMUL=1)
+        return lower_matmul_tc(L, a, b, L.expr(e.acc) if e.acc is not None else None, *warps)
     acc = L.to_layout(L.expr(e.acc), "D") if e.acc is not None else None
     sa = L.write_scratch(a, slot=1)
     sb = L.write_scratch(b, slot=2)

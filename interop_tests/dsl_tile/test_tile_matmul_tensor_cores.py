@@ -1,0 +1,158 @@
+"""tile.matmul / tile.mma outside the GEMM main loops on the tensor cores (dsl/tile/lower_matmul_tc.py,
+experimental behind KB_TILE_TC_MATMUL=1): the lowering run on the CPU simulator (its mma.sync carries
+CPU semantics) against float64 NumPy, ragged tiles included; flash attention through it; the switch
+changes the PTX (mma.sync, assembled by ptxas for sm_80 and sm_90) and the cache keys, and the default
+stays the portable path. The GPU tests check the same products on the device."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+from typing import TypeVar
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from dsl import f32, tile
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("flash_attention_tc", ROOT / "examples" / "flash_attention.py")
+FA = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(FA)
+
+E = TypeVar("E")
+DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
+
+
+@tile.kernel(num_warps=4)
+def tile_product(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Partition[f32, 2], kk: tile.Constant):
+    i, j = tile.bid(0), tile.bid(1)
+    m, n = c.tile_shape
+    c.store(tile.matmul(tile.load(a, (i, 0), (m, kk)), tile.load(b, (0, j), (kk, n))))
+
+
+@tile.kernel(num_warps=4)
+def tile_product_acc(a: tile.Array[E, 2], b: tile.Array[E, 2], bias: tile.Array[f32, 2],
+                     c: tile.Partition[f32, 2], kk: tile.Constant):
+    i, j = tile.bid(0), tile.bid(1)
+    m, n = c.tile_shape
+    acc = tile.load(bias, (i, j), (m, n))
+    c.store(tile.mma(tile.load(a, (i, 0), (m, kk)), tile.load(b, (0, j), (kk, n)), acc) * 0.5)
+
+
+def operands(rng, dtype, m, k, n):
+    a = (rng.standard_normal((m, k)) * 2).astype(DTYPES[dtype])
+    b = (rng.standard_normal((k, n)) * 2).astype(DTYPES[dtype])
+    return a, b, a.astype(np.float64) @ b.astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("tiles", [(32, 32), (64, 16), (16, 64)])
+def test_the_tensor_core_lowering_matches_numpy_in_the_simulator(rng, dtype, tiles):
+    a, b, ref = operands(rng, dtype, 70, 64, 100)          # ragged: 70 x 100 is no multiple of the tiles
+    c = np.full((70, 100), np.nan, np.float32)
+    tile_product.simulate_lowered(a, b, tile.partition(c, tiles), 64, tensor_cores=True)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_mma_with_an_accumulator_and_an_epilogue(rng):
+    a, b, ref = operands(rng, "bf16", 64, 32, 64)
+    bias = rng.standard_normal((64, 64)).astype(np.float32)
+    c = np.full((64, 64), np.nan, np.float32)
+    tile_product_acc.simulate_lowered(a, b, bias, tile.partition(c, (32, 32)), 32, tensor_cores=True)
+    np.testing.assert_allclose(c, (ref + bias) * 0.5, rtol=1e-5, atol=1e-4)
+
+
+def test_tiles_the_warps_cannot_split_take_the_portable_path(rng, monkeypatch):
+    a, b, ref = operands(rng, "bf16", 40, 32, 40)
+    c = np.full((40, 40), np.nan, np.float32)
+    tile_product.simulate_lowered(a, b, tile.partition(c, (8, 32)), 32, tensor_cores=True)   # 8 rows < 16
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+    monkeypatch.setenv("KB_TILE_TC_MATMUL", "1")
+    ptx = tile_product.ptx(a, b, tile.partition(c, (8, 32)), 32, arch="sm_80")
+    assert "mma.sync" not in ptx
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_attention_on_the_tensor_cores_in_the_simulator(rng, d, causal):
+    seq, heads = 64, 2
+    q, k, v = (rng.standard_normal((heads * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    out = np.full((heads * seq, d), np.nan, np.float32)
+    FA.flash_fwd.simulate_lowered(*FA.launch_args(q, k, v, out, seq, causal), tensor_cores=True)
+    ref = FA.reference(q, k, v, seq, causal)
+    np.testing.assert_allclose(out, ref, rtol=2e-2, atol=1e-2)
+
+
+def _ptxas(ptx: str, arch: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    from bridge import toolkit
+    tool = toolkit.locate("ptxas").path
+    if tool is None:
+        pytest.skip("ptxas not found (the PTX itself was checked)")
+    src = tmp_path / f"k_{arch}.ptx"
+    src.write_text(ptx)
+    return subprocess.run([str(tool), f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_switch_turns_the_products_into_mma_sync_that_ptxas_assembles(arch, monkeypatch, tmp_path):
+    seq, d = 128, 64
+    q = np.zeros((2 * seq, d), ml_dtypes.bfloat16)
+    args = FA.launch_args(q, q, q, np.zeros((2 * seq, d), np.float32), seq, True)
+    default = tile.kernel(FA.flash_fwd.pyfunc).compile(args, arch)       # a fresh kernel object
+    assert "mma.sync" not in default.ptx
+    monkeypatch.setenv("KB_TILE_TC_MATMUL", "1")
+    ck = tile.kernel(FA.flash_fwd.pyfunc).compile(args, arch)
+    assert ck.ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") > 0
+    assert ck.metadata.get("key") != default.metadata.get("key")       # its own disk-cache entry
+    r = _ptxas(ck.ptx, ck.metadata["arch"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_kernel_object_recompiles_when_the_switch_flips(monkeypatch):
+    a = np.zeros((64, 32), ml_dtypes.bfloat16)
+    b = np.zeros((32, 64), ml_dtypes.bfloat16)
+    part = tile.partition(np.zeros((64, 64), np.float32), (32, 32))
+    k = tile.kernel(num_warps=4)(tile_product.pyfunc)
+    assert "mma.sync" not in k.ptx(a, b, part, 32, arch="sm_80")
+    monkeypatch.setenv("KB_TILE_TC_MATMUL", "1")
+    assert "mma.sync" in k.ptx(a, b, part, 32, arch="sm_80")
+    monkeypatch.setenv("KB_TILE_TC_MATMUL", "0")
+    assert "mma.sync" not in k.ptx(a, b, part, 32, arch="sm_80")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_flash_attention_on_the_tensor_cores_matches_torch_sdpa(d, causal, dtype, monkeypatch):
+    torch = pytest.importorskip("torch", reason="the SDPA reference needs torch")
+    import torch.nn.functional as F
+    monkeypatch.setenv("KB_TILE_TC_MATMUL", "1")
+    kern = tile.kernel(FA.flash_fwd.pyfunc)           # a fresh dispatcher: specialised with the switch on
+    batch, heads, seq = 2, 3, 192
+    g = torch.Generator(device="cuda").manual_seed(d + causal)
+    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=getattr(torch, dtype), generator=g)
+               for _ in range(3))
+    out = torch.full((batch * heads * seq, d), 12345.0, device="cuda")
+    args = FA.launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal)
+    kern(*args)
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    err = (out.reshape(ref.shape).double() - ref).abs().max().item()
+    assert err < 2e-2, err
+    assert "mma.sync" in kern.compile(args, "sm_90").ptx
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_gpu_tensor_core_products_match_numpy(rng, dtype, monkeypatch):
+    import bridge
+    monkeypatch.setenv("KB_TILE_TC_MATMUL", "1")
+    a, b, ref = operands(rng, dtype, 70, 64, 100)
+    kern = tile.kernel(num_warps=4)(tile_product.pyfunc)
+    out = bridge.full((70, 100), -7.0, "float32")
+    kern(bridge.from_host(a), bridge.from_host(b), tile.partition(out, (32, 32)), 64)
+    bridge.synchronize()
+    np.testing.assert_allclose(out.to_host(), ref, rtol=1e-5, atol=1e-4)
