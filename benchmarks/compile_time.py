@@ -77,7 +77,8 @@ TILE_CHILD = textwrap.dedent('''
                       "cache": ck.metadata.get("cache"), "stages": ck.metadata.get("stage_seconds", {{}})}}))
 ''')
 
-LAUNCH_CHILD = textwrap.dedent('''
+# Both launch children start alike: a fresh process, the kernels' module, a context and the arrays.
+_LAUNCH_SETUP = textwrap.dedent('''
     import json, sys, time
     import numpy as np
     sys.path.insert(0, {kdir!r})
@@ -89,6 +90,9 @@ LAUNCH_CHILD = textwrap.dedent('''
     y = bridge.empty((64, 1000), "float32")
     a, c = x.reshape(n), y.reshape(n)
     bridge.synchronize()                       # context, allocations: not part of the first launch
+''')
+
+LAUNCH_CHILD = _LAUNCH_SETUP + textwrap.dedent('''
     t0 = time.perf_counter()
     if {which!r} == "simt":
         k.vecadd(a, a, c)
@@ -109,18 +113,7 @@ LAUNCH_CHILD = textwrap.dedent('''
 # first-launch figure): the disk-cache hit, the module load (kernel_from_ptx: cuModuleLoadData of the
 # PTX), the kernel's first call (dispatcher miss -> its Launcher, the fault-record pool of a bounds-
 # checked kernel, the launch) and the synchronize.
-STEPS_CHILD = textwrap.dedent('''
-    import json, sys, time
-    import numpy as np
-    sys.path.insert(0, {kdir!r})
-    import bridge
-    from dsl import tile
-    import bench_vecadd_kernel as k
-    n = 64 * 1000
-    x = bridge.from_host(np.random.rand(64, 1000).astype(np.float32))
-    y = bridge.empty((64, 1000), "float32")
-    a, c = x.reshape(n), y.reshape(n)
-    bridge.synchronize()
+STEPS_CHILD = _LAUNCH_SETUP + textwrap.dedent('''
     dev = bridge.current_device()
     if {which!r} == "simt":
         kern, args = k.vecadd, (a, a, c)
