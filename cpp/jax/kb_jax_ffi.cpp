@@ -179,7 +179,7 @@ void to_view(const Buffer& b, int device, bool readonly, kb::ArgValue& v) {
   }
 }
 
-constexpr size_t kMaxParamBytes = 32764;   // CUDA >= 12.1 kernel parameter limit
+using kb::kMaxParamBytes;   // kernelbridge/detail/param_pack.hpp
 
 struct Packed {
   kb::LaunchConfig cfg;
@@ -232,33 +232,16 @@ kb::Error prepare(const Entry& e, const std::vector<Buffer>& operands, const std
     if (off + size > kMaxParamBytes) { overflow = true; return; }
     std::memcpy(out.buf + off, p, size);
   };
-  for (int i = 0; i < n; ++i) {
-    const kb::ArgSpec& spec = e.contract.args[static_cast<size_t>(i)];
-    const kb::ArgValue& v = vals[static_cast<size_t>(i)];
-    if (spec.kind == kb::ArgKind::array) {
-      put(&v.array.ptr, 8, 8);
-      if (spec.abi == kb::Abi::view) {
-        for (int d = 0; d < v.array.ndim; ++d) put(&v.array.shape[d], 8, 8);
-        for (int d = 0; d < v.array.ndim; ++d) {
-          const int64_t s = v.array.strides[d] / v.array.itemsize();
-          put(&s, 8, 8);
-        }
-      }
-    } else {
-      unsigned char tmp[16];
-      const kb::DType dt = spec.dtype == kb::DType::any ? v.scalar_dtype : spec.dtype;
-      const int size = kb::pack_scalar(v, dt, tmp);
-      if (size <= 0) {
-        kb::Error bad;
-        bad.code = kb::ErrorCode::argument_kind;
-        bad.arg = i;
-        bad.arg_name = spec.name;
-        bad.message = e.contract.kernel + ": argument '" + spec.name + "' (#" + std::to_string(i) +
-                      "): scalars of dtype " + kb::dtype_name(dt) + " cannot be passed to a kernel";
-        return bad;
-      }
-      put(tmp, static_cast<size_t>(size), static_cast<size_t>(size));
-    }
+  const int unpackable = kb::pack_arguments(e.contract, vals.data(), n, put);
+  if (unpackable >= 0) {
+    kb::Error bad;
+    bad.code = kb::ErrorCode::argument_kind;
+    bad.arg = unpackable;
+    bad.arg_name = e.contract.args[static_cast<size_t>(unpackable)].name;
+    bad.message = e.contract.kernel + ": argument '" + bad.arg_name + "' (#" + std::to_string(unpackable) +
+                  "): scalars of dtype " + kb::dtype_name(kb::packed_scalar_dtype(e.contract, vals.data(), unpackable)) +
+                  " cannot be passed to a kernel";
+    return bad;
   }
   if (placed && (g_drv_ready == nullptr || g_drv.tensorMapEncodeTiled == nullptr)) {
     kb::Error no;

@@ -86,7 +86,6 @@ struct NvtxRange {
   NvtxRange& operator=(const NvtxRange&) = delete;
 };
 #endif
-constexpr size_t kMaxParamBytes = 32764;   // CUDA >= 12.1 kernel parameter limit
 inline std::atomic<uint64_t> g_next_launcher_id{1};
 
 enum class Plan : uint8_t { unknown, scalar, array };
@@ -501,31 +500,12 @@ class Launcher {
                               std::to_string(kMaxParamBytes) + " bytes");
       std::memcpy(buf + off, p, size);
     };
-    for (int i = 0; i < n; ++i) {
-      const kb::ArgSpec& spec = contract_.args[i];
-      const kb::ArgValue& v = vals[i];
-      if (spec.kind == kb::ArgKind::array) {
-        const uint64_t ptr = v.array.ptr;
-        put(&ptr, 8, 8);
-        if (spec.abi == kb::Abi::view) {
-          const int64_t item = v.array.itemsize();
-          for (int d = 0; d < v.array.ndim; ++d) put(&v.array.shape[d], 8, 8);
-          for (int d = 0; d < v.array.ndim; ++d) {
-            const int64_t s = v.array.strides[d] / item;
-            put(&s, 8, 8);
-          }
-        }
-      } else {
-        unsigned char tmp[16];
-        const kb::DType dt = spec.dtype == kb::DType::any ? v.scalar_dtype : spec.dtype;
-        const int size = kb::pack_scalar(v, dt, tmp);
-        if (size <= 0)
-          throw py::type_error(contract_.kernel + ": argument '" + spec.name + "' (#" +
-                               std::to_string(i) + "): scalars of dtype " + kb::dtype_name(dt) +
-                               " cannot be passed to a kernel");
-        put(tmp, static_cast<size_t>(size), static_cast<size_t>(size));
-      }
-    }
+    const int bad = kb::pack_arguments(contract_, vals, n, put);
+    if (bad >= 0)
+      throw py::type_error(contract_.kernel + ": argument '" + contract_.args[bad].name + "' (#" +
+                           std::to_string(bad) + "): scalars of dtype " +
+                           kb::dtype_name(kb::packed_scalar_dtype(contract_, vals, bad)) +
+                           " cannot be passed to a kernel");
     for (size_t t = 0; t < contract_.tensor_maps.size(); ++t) {
       const CUtensorMap& m = tensor_map(t, vals[contract_.tensor_maps[t].arg].array);
       put(&m, sizeof m, 64);

@@ -1,6 +1,6 @@
-// kernelbridge: building the TMA tensor maps of a contract's "tensor_maps" and placing kernel
-// parameters at the driver's offsets. Shared by the bridge's Launcher (cpp/native/launcher.hpp) and
-// the JAX FFI handler (cpp/jax/kb_jax_ffi.cpp), which pack the same parameter buffer.
+// kernelbridge: building the TMA tensor maps of a contract's "tensor_maps" and asking the driver for
+// the parameter offsets they need. Shared by the bridge's Launcher (cpp/native/launcher.hpp) and the
+// JAX FFI handler (cpp/jax/kb_jax_ffi.cpp), which pack the same parameter buffer (param_pack.hpp).
 //
 // Needs <cuda.h> (types only: the driver entry points are passed in, both callers dlopen libcuda), so
 // unlike the rest of cpp/include it is included only where the CUDA headers are on the path. The view
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernelbridge/contract.hpp"
+#include "kernelbridge/detail/param_pack.hpp"
 
 namespace kb {
 
@@ -66,15 +67,6 @@ inline CUresult encode_tensor_map(TensorMapEncodeFn encode, const TensorMapSpec&
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
-// How many kernel parameters a launch of contract `c` packs: per array one pointer (plus ndim extents
-// and ndim strides for the view ABI), per scalar one value, then the tensor maps, then the fault record.
-inline size_t param_count(const LaunchContract& c) {
-  size_t n = 0;
-  for (const ArgSpec& a : c.args)
-    n += a.kind == ArgKind::array && a.abi == Abi::view ? 1 + 2 * static_cast<size_t>(a.ndim) : 1;
-  return n + c.tensor_maps.size() + (c.has_fault_buffer ? 1 : 0);
-}
-
 // Offset and size of each of the `count` parameters of `fn` (cuFuncGetParamInfo). Kernels with tensor
 // maps are packed at these offsets: ptxas aligns a 64-byte-aligned parameter's address in the constant
 // bank, not its offset from the first parameter, so their layout is not the naive one. Only existing
@@ -90,32 +82,5 @@ inline void param_layout(ParamInfoFn info, CUfunction fn, size_t count, std::vec
     sizes.push_back(size);
   }
 }
-
-// Where each parameter of one launch goes in the parameter buffer: at the driver's offset when the
-// kernel has tensor maps (`offsets`/`sizes` from param_layout), else at the next offset aligned to the
-// parameter's alignment. `place` returns false when the compiled kernel has no such parameter (count or
-// size differ from what the contract says).
-class ParamPlacer {
- public:
-  ParamPlacer(const std::vector<size_t>* offsets, const std::vector<size_t>* sizes)
-      : offsets_(offsets), sizes_(sizes) {}
-  bool place(size_t size, size_t align, size_t& at) {
-    if (offsets_ != nullptr) {
-      if (index_ >= offsets_->size() || (*sizes_)[index_] != size) return false;
-      at = (*offsets_)[index_++];
-    } else {
-      at = (end_ + align - 1) / align * align;
-    }
-    end_ = at + size;
-    return true;
-  }
-  size_t index() const { return index_; }
-  size_t end() const { return end_; }   // bytes used so far
-
- private:
-  const std::vector<size_t>* offsets_;
-  const std::vector<size_t>* sizes_;
-  size_t index_ = 0, end_ = 0;
-};
 
 }  // namespace kb
