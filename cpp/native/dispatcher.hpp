@@ -123,32 +123,17 @@ class Dispatcher {
       kb::ArgValue& v = vals[nflat];
       IntakeInfo& info = infos[nflat];
       ++nflat;
-      // an argument of the type that was an array here last time is read as an array first (the scalar
-      // probe reads the type's name); should it not be one after all, it is classified as usual below
-      const bool array_before = i < kTypeSlots && array_types_[i] == Py_TYPE(o);
-      if (!array_before && argvalue_from_scalar(o, v)) {
-        v.kind = kb::ArgKind::scalar;
-        continue;
-      }
-      bool is_array;
+      bool known;
       try {
-        is_array = intake(o, v.array, info, static_cast<int64_t>(stream), &memo);
+        known = reader_.read(i, o, v, info, stream, memo);
       } catch (py::error_already_set& e) {
         rethrow_positional(e, i);
       }
-      if (i < kTypeSlots) array_types_[i] = is_array ? Py_TYPE(o) : nullptr;
-      if (!is_array && array_before && argvalue_from_scalar(o, v)) {
-        v.kind = kb::ArgKind::scalar;
-        continue;
-      }
-      if (!is_array) {
-        v.kind = kb::ArgKind::scalar;
-        v.scalar_kind = kb::ArgValue::ScalarKind::none;
-        v.type_name = Py_TYPE(o)->tp_name;
+      if (!known) {
         k[1] |= 1;
         continue;
       }
-      v.kind = kb::ArgKind::array;
+      if (v.kind != kb::ArgKind::array) continue;
       const kb::ArrayView& a = v.array;
       const bool div8 = key_div8_ && a.ndim > 0 && a.shape[a.ndim - 1] % 8 == 0;
       k[1] |= (uint64_t{1} << 40) | (static_cast<uint64_t>(a.dtype) << 16) |
@@ -235,8 +220,7 @@ class Dispatcher {
 
   py::object miss_;
   std::vector<uint8_t> plan_;
-  static constexpr int kTypeSlots = 16;
-  PyTypeObject* array_types_[kTypeSlots] = {};   // per position: the type last read there as an array
+  ReadPlan reader_;                              // per position: array or scalar, by Python type
   bool key_div8_ = false;
   bool pass_device_ = false;
   std::vector<std::string> names_;

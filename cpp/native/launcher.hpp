@@ -90,6 +90,47 @@ inline std::atomic<uint64_t> g_next_launcher_id{1};
 
 enum class Plan : uint8_t { unknown, scalar, array };
 
+// Per argument position, what the Python type last seen there turned out to be (array or scalar), so
+// the next call with that type tries the right reader first and reads the object once. Shared by the
+// Launcher and the Dispatcher; positions past kStackArgs are read without a plan.
+class ReadPlan {
+ public:
+  // One argument into `v`: a scalar, or an array view (and `info`); false for neither (`v` is then an
+  // unsupported scalar naming its type, for the validator's message). Intake errors propagate.
+  bool read(int i, PyObject* obj, kb::ArgValue& v, IntakeInfo& info, uint64_t stream, IntakeMemo& memo) {
+    PyTypeObject* t = Py_TYPE(obj);
+    const bool known = i >= 0 && i < kStackArgs && types_[i] == t;
+    Plan p = known ? plans_[i] : Plan::unknown;
+    if (p == Plan::array) {
+      if (intake(obj, v.array, info, static_cast<int64_t>(stream), &memo)) { v.kind = kb::ArgKind::array; return true; }
+    } else if (p == Plan::scalar) {
+      if (argvalue_from_scalar(obj, v)) { v.kind = kb::ArgKind::scalar; return true; }
+    }
+    if (argvalue_from_scalar(obj, v)) {
+      v.kind = kb::ArgKind::scalar;
+      p = Plan::scalar;
+    } else if (intake(obj, v.array, info, static_cast<int64_t>(stream), &memo)) {
+      v.kind = kb::ArgKind::array;
+      p = Plan::array;
+    } else {
+      v = kb::ArgValue{};
+      v.kind = kb::ArgKind::scalar;
+      v.scalar_kind = kb::ArgValue::ScalarKind::none;
+      v.type_name = t->tp_name;
+      return false;
+    }
+    if (i >= 0 && i < kStackArgs) {
+      types_[i] = t;
+      plans_[i] = p;
+    }
+    return true;
+  }
+
+ private:
+  PyTypeObject* types_[kStackArgs] = {};
+  Plan plans_[kStackArgs] = {};
+};
+
 // Equal as far as the validator can tell: every field kb::validate reads (array views up to ndim).
 inline bool same_launch_value(const kb::ArgValue& x, const kb::ArgValue& y) {
   if (x.kind != y.kind) return false;
@@ -277,9 +318,7 @@ class Launcher {
       fault_info = d;
     }
     fault_info_ = std::move(fault_info);
-    plan_.assign(contract_.args.size(), Plan::unknown);
     tmaps_.resize(contract_.tensor_maps.size());
-    plan_types_.assign(contract_.args.size(), nullptr);
   }
   ~Launcher() { kb::rt::forget_launcher(id_); }
 
@@ -289,41 +328,17 @@ class Launcher {
   int device() const { return device_; }
   uint64_t id() const { return id_; }
 
-  // Read one argument into `v` (array through the intake, scalar through argvalue_from_scalar).
+  // Read one argument into `v` (ReadPlan); an intake error names this kernel's argument.
   void read_arg(int i, PyObject* obj, kb::ArgValue& v, IntakeInfo& info, uint64_t stream,
                 IntakeMemo& memo) {
-    PyTypeObject* t = Py_TYPE(obj);
-    Plan p = Plan::unknown;
-    if (i < static_cast<int>(plan_.size()) && plan_types_[i] == t) p = plan_[i];
     try {
-      if (p == Plan::array) {
-        if (intake(obj, v.array, info, static_cast<int64_t>(stream), &memo)) { v.kind = kb::ArgKind::array; return; }
-      } else if (p == Plan::scalar) {
-        if (argvalue_from_scalar(obj, v)) { v.kind = kb::ArgKind::scalar; return; }
-      }
-      if (argvalue_from_scalar(obj, v)) {
-        v.kind = kb::ArgKind::scalar;
-        p = Plan::scalar;
-      } else if (intake(obj, v.array, info, static_cast<int64_t>(stream), &memo)) {
-        v.kind = kb::ArgKind::array;
-        p = Plan::array;
-      } else {
-        v = kb::ArgValue{};
-        v.kind = kb::ArgKind::scalar;
-        v.scalar_kind = kb::ArgValue::ScalarKind::none;
-        v.type_name = t->tp_name;
-        return;
-      }
+      reader_.read(i, obj, v, info, stream, memo);
     } catch (py::error_already_set& e) {
       rethrow_intake_error(e, contract_, i);
     } catch (py::builtin_exception& e) {  // pybind11's C++-side errors (cast_error, ...): the same treatment
       e.set_error();
       py::error_already_set err;
       rethrow_intake_error(err, contract_, i);
-    }
-    if (i < static_cast<int>(plan_.size())) {
-      plan_types_[i] = t;
-      plan_[i] = p;
     }
   }
 
@@ -678,8 +693,7 @@ class Launcher {
   uint64_t fault_rec_ = 0;               // device address of this launcher's record on fault_stream_
   py::object contract_obj_;
   py::object fault_info_;
-  std::vector<Plan> plan_;
-  std::vector<PyTypeObject*> plan_types_;
+  ReadPlan reader_;
   AcceptedLaunch accepted_;            // the validator's last acceptance (see AcceptedLaunch)
   uint64_t accepted_hits_ = 0;         // launches accepted through it (tests read it)
   struct TensorMapSlot {               // the last descriptor built for one contract tensor map
