@@ -108,7 +108,7 @@ py::capsule make_dlpack_capsule(py::handle array, bool versioned, bool readonly_
     throw py::type_error(std::string("make_dlpack_capsule: expected a bridge.Array, got ") +
                          Py_TYPE(array.ptr())->tp_name);
   }
-  const kb::ArrayView& v = array.cast<ArrayBase&>().view;
+  const kb::ArrayView& v = array_base_of(array.ptr()).view;
   bool subbyte = kb::dtype_bits(v.dtype) < 8;
   if (versioned) {
     auto* e = fill<DLManagedTensorVersioned>(array, v);

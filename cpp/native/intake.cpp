@@ -284,18 +284,6 @@ uint64_t torch_current_stream(int dev, IntakeMemo* memo) {
 
 // ---- the producers ------------------------------------------------------------------------------------
 
-// The ArrayBase inside a bridge array (obj passed PyObject_TypeCheck against ArrayBase). A Python
-// subclass with ArrayBase as its one pybind11 base has pybind11's simple instance layout: its value
-// pointer is read directly, without pybind11's registered-type lookup (a hash-map probe per argument,
-// per launch); any other layout, or an instance whose ArrayBase was never constructed, goes through
-// the ordinary cast (which refuses the latter with pybind11's error).
-ArrayBase& array_base_of(PyObject* obj) {
-  auto* inst = reinterpret_cast<py::detail::instance*>(obj);
-  if (inst->simple_layout && inst->simple_holder_constructed && inst->simple_value_holder[0] != nullptr)
-    return *static_cast<ArrayBase*>(inst->simple_value_holder[0]);
-  return py::handle(obj).cast<ArrayBase&>();
-}
-
 void from_array_base(PyObject* obj, kb::ArrayView& view, IntakeInfo& info) {
   ArrayBase& a = array_base_of(obj);
   view = a.view;
@@ -640,6 +628,19 @@ void from_cai(PyObject* dict, kb::ArrayView& view, IntakeInfo& info) {
 }
 
 }  // namespace
+
+// The ArrayBase inside a bridge array (obj passed PyObject_TypeCheck against ArrayBase). A Python
+// subclass with ArrayBase as its one pybind11 base has pybind11's simple instance layout: its value
+// pointer is read directly, without pybind11's registered-type lookup (a hash-map probe per argument,
+// per launch); any other layout, or an instance whose ArrayBase was never constructed, goes through
+// the ordinary cast (which refuses the latter with pybind11's error).
+ArrayBase& array_base_of(PyObject* obj) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(obj);
+  if (inst->simple_layout && inst->simple_holder_constructed && inst->simple_value_holder[0] != nullptr)
+    return *static_cast<ArrayBase*>(inst->simple_value_holder[0]);
+  return py::handle(obj).cast<ArrayBase&>();
+}
+
 
 // ---- public ------------------------------------------------------------------------------------------
 

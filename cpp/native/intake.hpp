@@ -59,6 +59,8 @@ bool intake(PyObject* obj, kb::ArrayView& view, IntakeInfo& info, int64_t consum
 
 // The pybind11 type object of ArrayBase (set by register_arrays); nullptr before registration.
 PyTypeObject* array_base_type();
+// The ArrayBase inside `obj`, which passed PyObject_TypeCheck against array_base_type() (intake.cpp).
+ArrayBase& array_base_of(PyObject* obj);
 
 // CAI gives no device id: the driver part may install a resolver (pointer -> device ordinal, -1 if
 // unknown). Without one, CAI views report device_id -1 and bridge.asarray resolves it in Python.

@@ -263,7 +263,6 @@ KB_COLD inline Error relation_error(const LaunchContract& c, size_t r, const Arg
   RelValue out;
   std::string why;
   bool ok = eval_relation(rel, rel.root, args, out, &why);
-  if (ok && out.v) return Error();
   std::vector<int> terms;
   int node = ok ? failing_comparison(rel, rel.root, args) : rel.root;
   if (node < 0) node = rel.root;
