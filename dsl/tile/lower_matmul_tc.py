@@ -14,18 +14,18 @@ g; the accumulators are MmaLayout's c0..c3.
 """
 from __future__ import annotations
 
-from dsl.ir import nodes as N
-from dsl.ir import tile_nodes as TN
 import numpy as np
 
-from dsl.ir.types import BF16, F16, F32, I32
-from dsl.tile.layout import LV, MmaLayout, c32, iadd, iand, imul, ir32, ishr
+from dsl.ir import nodes as N
+from dsl.ir import tile_nodes as TN
+from dsl.ir.types import BF16, F16, F32
+from dsl.tile.layout import LV, MmaLayout, iadd, imul, ir32
 
 
 def tc_warps(L, m: int, n: int, k: int, a_dtype, b_dtype) -> tuple[int, int] | None:
     """(warps along M, warps along N) for an m x n x k product on the tensor cores, or None when this
     lowering does not apply (switched off, pre-sm_80, other dtypes, shapes the warps cannot tile)."""
-    if not getattr(L, "tc_matmul", False) or L.cc < 80 or a_dtype != b_dtype or a_dtype not in (F16, BF16):
+    if not L.tc_matmul or L.cc < 80 or a_dtype != b_dtype or a_dtype not in (F16, BF16):
         return None
     if m % 16 or n % 8 or k % 16:
         return None
@@ -46,16 +46,10 @@ def lower_matmul_tc(L, a: LV, b: LV, acc: LV | None, wm: int, wn: int) -> LV:
     """a: (m, k), b: (k, n), concrete; acc: (m, n) or None. Returns the (m, n) f32 product (+ acc) in
     MmaLayout. Fragment elements are read from the staged tiles with ordinary shared loads; the mma
     packs them into its registers itself, so the CPU simulator runs this lowering too (mma_sim)."""
+    from dsl.tile.lower_mma import _emit_mmas, bind_warps
     (m, k), (_, n) = a.shape, b.shape
     layout = MmaLayout((m, n), L.T, wm, wn)
-    lane, warp = L.lane_warp()
-    g = L.tmp(ir32(ishr(lane, 2)), "tcg")
-    t2 = L.tmp(ir32(imul(iand(lane, 3), 2)), "tct")
-    wm_i = L.tmp(N.BinOp("floordiv", warp, c32(wn), I32), "tcwm")
-    wn_i = L.tmp(N.BinOp("mod", warp, c32(wn), I32), "tcwn")
-    row0 = L.tmp(ir32(imul(wm_i, m // wm)), "tcr0")
-    col0 = L.tmp(ir32(imul(wn_i, n // wn)), "tcc0")
-    layout.bind(g, t2, row0, col0)
+    _, _, g, t2, row0, col0 = bind_warps(L, layout)       # g = lane / 4, t2 = 2 * (lane % 4)
     acc_vars = [L.new_var(F32, "tcacc") for _ in range(layout.per_thread)]
     init = L.to_layout(acc, layout).elems if acc is not None else [N.Const(0.0, F32)] * layout.per_thread
     for v, x in zip(acc_vars, init):
@@ -78,14 +72,7 @@ def lower_matmul_tc(L, a: LV, b: LV, acc: LV | None, wm: int, wn: int) -> LV:
             c = iadd(col0, iadd(g, nt * 8))
             bt = L.tmp(ir32(iadd(imul(iadd(t2, ks * 16), n), c)), "tcbi")          # B[2t + 16 ks][c]
             bfr[nt] = elems(sb, b.dtype, bt, (0, n, 8 * n, 9 * n))
-        for mt in range(layout.mt):
-            for nt in range(layout.nt):
-                base = (mt * layout.nt + nt) * 4
-                accs = acc_vars[base:base + 4]
-                out = L.new_var(TN.tuple_of(F32, 4), "tcmma")
-                L.emit(N.Assign(out, mma(afr[mt], bfr[nt], [N.ReadVar(x) for x in accs])))
-                for i, x in enumerate(accs):
-                    L.emit(N.Assign(x, N.TupleGet(N.ReadVar(out), i, F32)))
+        _emit_mmas(L, mma, afr, bfr, acc_vars, layout.mt, layout.nt)
     L.sync()
     return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
 

@@ -111,6 +111,19 @@ def _swz(row, chunk, chunks_per_row: int):
     return N.BinOp("xor", ir32(chunk), ir32(iand(ishr(row, log2(rows_per_128)), chunks_per_row - 1)), I32)
 
 
+def bind_warps(L, layout: MmaLayout) -> tuple[N.Expr, N.Expr, N.Expr, N.Expr, N.Expr, N.Expr]:
+    """Bind `layout`'s lane geometry at the current point of the kernel. Returns (warp row, warp column)
+    in the wm x wn warp grid, (lane / 4, 2 * (lane % 4)) and the warp's block origin (row, column)."""
+    lane, warp = L.lane_warp()
+    wm_i = L.tmp(N.BinOp("floordiv", warp, c32(layout.wn), I32), "wm")
+    wn_i = L.tmp(N.BinOp("mod", warp, c32(layout.wn), I32), "wn")
+    lr, lc = L.tmp(ir32(ishr(lane, 2)), "lr"), L.tmp(ir32(imul(iand(lane, 3), 2)), "lc")
+    r0 = L.tmp(ir32(imul(wm_i, layout.shape[0] // layout.wm)), "wr0")
+    c0 = L.tmp(ir32(imul(wn_i, layout.shape[1] // layout.wn)), "wc0")
+    layout.bind(lr, lc, r0, c0)
+    return wm_i, wn_i, lr, lc, r0, c0
+
+
 def plan_all(L, body: list[T.TStmt], max_stages: int) -> None:
     """Find tensor-core GEMM loops, fix their accumulators' layout, bind the lane geometry."""
     for s in body:
@@ -119,13 +132,7 @@ def plan_all(L, body: list[T.TStmt], max_stages: int) -> None:
             if plan is not None and id(plan.acc) not in L.var_layouts:
                 L.mma_plans[id(s)] = plan
                 L.var_layouts[id(plan.acc)] = plan.layout
-                lane, warp = L.lane_warp()
-                wm_i = L.tmp(N.BinOp("floordiv", warp, c32(plan.wn), I32), "wm")
-                wn_i = L.tmp(N.BinOp("mod", warp, c32(plan.wn), I32), "wn")
-                plan.layout.bind(L.tmp(ir32(ishr(lane, 2)), "lr"), L.tmp(ir32(imul(iand(lane, 3), 2)), "lc"),
-                                 L.tmp(ir32(imul(wm_i, plan.bm // plan.wm)), "wr0"),
-                                 L.tmp(ir32(imul(wn_i, plan.bn // plan.wn)), "wc0"))
-                plan.wm_i, plan.wn_i = wm_i, wn_i  # type: ignore[attr-defined]
+                plan.wm_i, plan.wn_i = bind_warps(L, plan.layout)[:2]  # type: ignore[attr-defined]
             else:
                 plan_all(L, s.body, max_stages)
         elif isinstance(s, T.If):
@@ -337,21 +344,29 @@ def _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname):
                         "=r,=r,=r,=r,r", [addr], quad, True)))
                     regs = [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
                     bfr[2 * np_], bfr[2 * np_ + 1] = regs[0:2], regs[2:4]
-            _emit_mmas(L, instr, afr, bfr, acc_vars, mt_n, nt_n)
+            _emit_mmas(L, mma_sync(instr), afr, bfr, acc_vars, mt_n, nt_n)
 
     return compute
 
 
-def _emit_mmas(L, instr: str, afr: dict, bfr: dict, acc_vars: list, mt_n: int, nt_n: int) -> None:
-    """One mma per (m-tile, n-tile) of the warp: 4 A registers, 2 B registers, 4 f32 accumulators in place."""
+def mma_sync(instr: str):
+    """(4 A registers, 2 B registers, 4 f32 accumulators) -> the InlinePtx of one `instr` (an mma.sync
+    whose operands are already packed registers)."""
+    def make(a_regs: list, b_regs: list, accs: list) -> N.Expr:
+        return TN.InlinePtx(f"{instr} {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};",
+                            "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", [*a_regs, *b_regs, *accs], TN.tuple_of(F32, 4),
+                            False)
+    return make
+
+
+def _emit_mmas(L, make, afr: dict, bfr: dict, acc_vars: list, mt_n: int, nt_n: int) -> None:
+    """One mma per (m-tile, n-tile) of the warp, its 4 f32 accumulators updated in place (element
+    ((mt * nt_n) + nt) * 4 + c of MmaLayout). `make(afr[mt], bfr[nt], accumulators)` builds the mma."""
     for mt in range(mt_n):
         for nt in range(nt_n):
             base = (mt * nt_n + nt) * 4
             accs = acc_vars[base:base + 4]
             out = L.new_var(TN.tuple_of(F32, 4), "mma")
-            L.emit(N.Assign(out, TN.InlinePtx(
-                f"{instr} {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};",
-                "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
-                [*afr[mt], *bfr[nt], *[N.ReadVar(x) for x in accs]], TN.tuple_of(F32, 4), False)))
+            L.emit(N.Assign(out, make(afr[mt], bfr[nt], [N.ReadVar(x) for x in accs])))
             for c, x in enumerate(accs):
                 L.emit(N.Assign(x, N.TupleGet(N.ReadVar(out), c, F32)))
