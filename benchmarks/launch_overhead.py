@@ -4,10 +4,10 @@ and a C++ `<<<>>>` loop — all in one run on the same GPU, in interleaved round
 
 The host's speed drifts within a lease, so every path is timed once per round (the order rotates from
 round to round) and each path's figure is the median over the rounds; the raw rounds go into the JSON.
-The C++ floor is the same `<<<>>>` loop twice: built as a shared library and run in this process right
-before every path (the floor the bars use), and as its own process once per round (reported, for
-comparison): one process's launches can run ~30% slower for a stretch than another's (seen on the H200),
-so only a floor measured in this process, in the same stretch, is a fair peer.
+The C++ floor is the same `<<<>>>` loop twice, each run once per round: built as a shared library and
+run in this process (the floor the bars use), and as its own process (reported, for comparison): one
+process's launches can run ~30% slower for a stretch than another's (seen on the H200), so only a floor
+measured in this process, in the same stretch, is a fair peer.
 Each bar is then measured on its own: ours and its peer in alternating chunks (a b a b ..., 8 chunks a
 round, the order flipped every other round), so both see the same stretch of host speed; it is judged by
 the median of its per-round ratios, and the pairs go into the JSON (`bar_pairs_us`).
@@ -125,11 +125,10 @@ def time_path(fn: Callable[[], object], n: int) -> float:
 
 
 def run_rounds(paths: Paths, floor_cmd: list[str] | None, floor_fn: Callable[[int], float] | None, rounds: int,
-               n: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Every path once per round (rotating order), µs per launch. The in-process C++ floor runs right
-    before every path (returned per path, paired by round), the separate-process one once per round."""
+               n: int) -> dict[str, list[float]]:
+    """Every path once per round (rotating order) and the C++ floor, in this process and as its own
+    process, once per round; µs per launch. (The bars pair each path with its peer on their own.)"""
     raw: dict[str, list[float]] = {k: [] for k in paths.fns}
-    floors: dict[str, list[float]] = {k: [] for k in paths.fns}
     if floor_fn:
         raw[FLOOR_IN] = []
     if floor_cmd:
@@ -143,17 +142,20 @@ def run_rounds(paths: Paths, floor_cmd: list[str] | None, floor_fn: Callable[[in
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
-            if floor_fn:
-                f = floor_fn(n)
-                if f <= 0:
-                    raise RuntimeError("the in-process C++ floor loop failed (a CUDA runtime call)")
-                floors[name].append(f)
-                raw[FLOOR_IN].append(f)
             raw[name].append(time_path(paths.fns[name], n))
             paths.sync[name]()
+        if floor_fn:
+            raw[FLOOR_IN].append(checked_floor(floor_fn, n))
         if floor_cmd:
             raw[FLOOR_OWN].append(float(subprocess.check_output(floor_cmd).decode().strip()))
-    return raw, floors
+    return raw
+
+
+def checked_floor(floor_fn: Callable[[int], float], n: int) -> float:
+    us = floor_fn(n)
+    if us <= 0:
+        raise RuntimeError("the in-process C++ floor loop failed (a CUDA runtime call)")
+    return us
 
 
 def in_process_floor(tmp: str, arch: str, missing: dict[str, str]) -> Callable[[int], float] | None:
@@ -275,13 +277,12 @@ def main() -> None:
         rep.missing["C++ loop"] = repr(exc)[:200]
 
     floor_fn = in_process_floor(tmp, arch, rep.missing)
-    raw, floors = run_rounds(paths, floor_cmd, floor_fn, rounds, n)
+    raw = run_rounds(paths, floor_cmd, floor_fn, rounds, n)
     labels = ["bridge arrays", "CuPy arrays", "torch tensors"]
     med = {name: statistics.median(v) for name, v in raw.items() if v}
     for name, v in med.items():
         rep.row(name, v, "us", spread=f"{min(raw[name]):.3f}-{max(raw[name]):.3f}")
     rep.extra["rounds"] = raw
-    rep.extra["floor_before_each_path"] = floors
     paired_bars(rep, paths, floor_fn, labels, rounds, n)
     rep.finish(args.json)
 
@@ -323,13 +324,22 @@ def bar_pairs(paths: Paths, floor_fn: Timer | None, labels: list[str]) -> list[t
     return out
 
 
+def timer(fn: Callable[[], object]) -> Timer:
+    return lambda k: time_path(fn, k)
+
+
+def floor_timer(floor_fn: Timer | None) -> Timer:
+    assert floor_fn is not None, "a floor bar exists only when the floor loop was built"
+    return lambda k: checked_floor(floor_fn, k)
+
+
 def paired_bars(rep: Report, paths: Paths, floor_fn: Timer | None, labels: list[str], rounds: int, n: int) -> None:
     """Each bar from its own rounds of alternating chunks (ours vs its peer, the peer scaled / offset as
     the bar says); judged by the median of the per-round ratios, the raw pairs go into the JSON."""
     pairs: dict[str, list[list[float]]] = {}
     for bar_name, ours, peer, scale, add, peer_name in bar_pairs(paths, floor_fn, labels):
-        ours_t: Timer = (lambda f: lambda k: time_path(f, k))(paths.fns[ours])
-        peer_t: Timer = floor_fn if not peer else (lambda f: lambda k: time_path(f, k))(paths.fns[peer])
+        ours_t = timer(paths.fns[ours])
+        peer_t = timer(paths.fns[peer]) if peer else floor_timer(floor_fn)
         got = []
         for r in range(rounds):
             o, p = alternating(ours_t, peer_t, n) if r % 2 == 0 else alternating(peer_t, ours_t, n)[::-1]
