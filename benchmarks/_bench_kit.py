@@ -148,6 +148,13 @@ class Ops:
         self.rep, self.reps = rep, reps
         self.failed: list[str] = []
 
+    def exit_code(self) -> int:
+        """1 (after naming them) when some of our implementations failed, else 0: the benchmark's rc."""
+        if self.failed:
+            print("FAILED (wrong results or errors):\n  " + "\n  ".join(self.failed))
+            return 1
+        return 0
+
     def run(self, op: str, impls: dict[str, tuple[Callable[[int], Any], Callable[[], None]]],
             ours: set[str], unit: str, work: float,
             extra: Callable[[float], dict] | None = None) -> dict[str, float]:

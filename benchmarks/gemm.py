@@ -141,10 +141,7 @@ def main() -> int:
                     one_shape(ops, torch, tg, rng, shape, label, dtypes[label], tiles, tcfgs)
     finally:
         rep.finish(args.json)
-    if ops.failed:
-        print("FAILED (wrong results or errors):\n  " + "\n  ".join(ops.failed))
-        return 1
-    return 0
+    return ops.exit_code()
 
 
 if __name__ == "__main__":

@@ -97,10 +97,7 @@ def main() -> int:
             full_sum(ops, torch, cp, rng)
     finally:
         rep.finish(args.json)
-    if ops.failed:
-        print("FAILED (wrong results or errors):\n  " + "\n  ".join(ops.failed))
-        return 1
-    return 0
+    return ops.exit_code()
 
 
 if __name__ == "__main__":
