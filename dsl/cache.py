@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bridge import __version__ as DSL_VERSION   # the one version source (pyproject reads it too)
+from dsl.options import env_switch
 
 FORMAT = 2          # 2: whole-entry sha256 (format 1 entries are misses)
 # Key text is hashed as UTF-8 keeping lone surrogates: a source path that is not UTF-8 (Python decodes
@@ -51,7 +52,7 @@ class CacheEntry:
 
 
 def cache_enabled() -> bool:
-    return os.environ.get("KB_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return env_switch("KB_CACHE", True)
 
 
 def cache_dir() -> Path:

@@ -103,6 +103,18 @@ def _check_bool(option: str, v: Any) -> bool:
 
 
 _OFF = ("0", "false", "no", "off")
+_ON = ("1", "true", "yes", "on")
+
+
+def env_switch(name: str, default: bool) -> bool:
+    """A KB_* on/off switch, spelled one way for all of them (docs/configuration.md): one that is on
+    by default is turned off by 0/false/no/off (any case, blanks ignored), one that is off by default is
+    turned on by 1/true/yes/on; unset gives the default."""
+    v = os.environ.get(name)
+    if v is None:
+        return default
+    v = v.strip().lower()
+    return v not in _OFF if default else v in _ON
 
 
 def check_lineinfo(v: Any) -> bool:
@@ -110,7 +122,7 @@ def check_lineinfo(v: Any) -> bool:
     tables off, anything else or unset leaves them on). Resolved when the decorator is applied, so
     the value is part of the kernel's options and of its cache key."""
     if v is None:
-        return os.environ.get("KB_LINEINFO", "1").strip().lower() not in _OFF
+        return env_switch("KB_LINEINFO", True)
     return _check_bool("lineinfo", v)
 
 

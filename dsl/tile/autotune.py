@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from dsl.cache import TUNE_PREFIX, cache_dir, cache_enabled, source_fingerprint, toolchain_fingerprint
+from dsl.options import env_switch
 
 FLUSH_BYTES = 256 * 2**20           # written before every timed launch: evicts the inputs from L2
 
@@ -45,7 +46,7 @@ class Config:
 
 
 def tuning_enabled() -> bool:
-    return os.environ.get("KB_AUTOTUNE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return env_switch("KB_AUTOTUNE", True)
 
 
 def _bucket(n: int) -> int:

@@ -10,12 +10,12 @@ grid (each tile block owns one tile of each).
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
 from dsl.cache import CacheEntry, DiskCache, cache_enabled, cache_key
 from dsl.observe import compiled
+from dsl.options import env_switch
 from dsl.tile.types import PartitionParamType
 
 PERSISTENT_BLOCKS_PER_SM = 2      # grid of a persistent tile kernel: this many blocks per SM
@@ -98,7 +98,7 @@ def _reads_partition(fn, p) -> bool:
 def tc_matmul_enabled() -> bool:
     """KB_TILE_TC_MATMUL=1: tile.matmul outside GEMM loops runs on the tensor cores (experimental, not
     yet verified on a GPU: dsl/tile/lower_matmul_tc.py); part of the disk-cache key when on."""
-    return os.environ.get("KB_TILE_TC_MATMUL", "").strip().lower() in ("1", "true", "yes", "on")
+    return env_switch("KB_TILE_TC_MATMUL", False)
 
 
 def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, dict] | None = None,

@@ -25,7 +25,7 @@ PENDING: set[str] = set()
 SET_NOT_READ = {"KB_SANITIZER"}
 
 _PY_READS = [
-    re.compile(r"""(?:environ\.get|getenv|environ\.pop|environ\.setdefault|_env_int)\(\s*["'](KB_\w+)["']"""),
+    re.compile(r"""(?:environ\.get|getenv|environ\.pop|environ\.setdefault|_env_int|env_switch)\(\s*["'](KB_\w+)["']"""),
     re.compile(r"""environ\[\s*["'](KB_\w+)["']\s*\](?!\s*=[^=])"""),
     re.compile(r"""["'](KB_\w+)["']\s+(?:not\s+)?in\s+(?:os\.)?environ\b"""),
 ]
