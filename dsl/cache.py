@@ -197,10 +197,10 @@ class DiskCache:
     def load(self, key: str) -> CacheEntry | None:
         """The entry for `key`, or None when absent, unreadable, damaged or not a regular file."""
         ptx_path, json_path = self._paths(key)
-        meta = _verified_body(_read_regular(json_path))
+        meta = _verified_body(read_regular(json_path))
         if meta is None or meta.get("format") != FORMAT or meta.get("key") != key:
             return None
-        ptx = _read_regular(ptx_path)
+        ptx = read_regular(ptx_path)
         if ptx is None or meta.get("ptx_sha256") != hashlib.sha256(ptx).hexdigest():
             return None
         try:
@@ -219,8 +219,8 @@ class DiskCache:
                           sort_keys=True).encode("utf-8")
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            _atomic_write(ptx_path, ptx)
-            _atomic_write(json_path, _ENTRY_HEAD + hashlib.sha256(body).hexdigest().encode() + _ENTRY_MID
+            atomic_write(ptx_path, ptx)
+            atomic_write(json_path, _ENTRY_HEAD + hashlib.sha256(body).hexdigest().encode() + _ENTRY_MID
                           + body + _ENTRY_TAIL)
         except OSError:
             pass
@@ -254,7 +254,7 @@ class DiskCache:
             if key.startswith(TUNE_PREFIX):          # a tile.autotune pick (dsl/tile/autotune.py)
                 name, arch, kind = _tuned_kernel(self.dir / f"{key}.json"), None, "tuning pick"
             else:
-                meta = _verified_body(_read_regular(self.dir / f"{key}.json")) or {}
+                meta = _verified_body(read_regular(self.dir / f"{key}.json")) or {}
                 md = meta.get("metadata")
                 name, arch, kind = meta.get("name"), md.get("arch") if isinstance(md, dict) else None, "kernel"
             out.append({"key": key, "kind": kind, "name": name, "arch": arch,
@@ -286,7 +286,7 @@ TUNE_PREFIX = "tune-"     # tile.autotune's picks share the directory: tune-<key
 
 def _tuned_kernel(path: Path) -> str | None:
     """The kernel a tuning pick is for, or None when the file is not a readable pick."""
-    raw = _read_regular(path)
+    raw = read_regular(path)
     try:
         data = json.loads(raw) if raw is not None else None
     except ValueError:
@@ -316,9 +316,10 @@ def _verified_body(raw: bytes | None) -> dict | None:
     return meta if isinstance(meta, dict) else None
 
 
-def _read_regular(path: Path) -> bytes | None:
+def read_regular(path: Path) -> bytes | None:
     """The bytes of `path` when it is a regular file, else None — without blocking: a FIFO is opened
-    non-blocking and refused by fstat before any read, a device or directory likewise."""
+    non-blocking and refused by fstat before any read, a device or directory likewise. Every file of
+    the cache directory is read this way (a planted FIFO is a miss, never a hang)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except OSError:
@@ -334,7 +335,9 @@ def _read_regular(path: Path) -> bytes | None:
         os.close(fd)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so a reader sees the old file or the new one, never half (a temporary in
+    the same directory, then os.replace). Every file of the cache directory is written this way."""
     import tempfile
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

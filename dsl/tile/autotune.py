@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import statistics
 import threading
 from dataclasses import dataclass, field
@@ -28,7 +27,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dsl.cache import TUNE_PREFIX, cache_dir, cache_enabled, source_fingerprint, toolchain_fingerprint
+from dsl.cache import (TUNE_PREFIX, atomic_write, cache_dir, cache_enabled, read_regular, source_fingerprint,
+                       toolchain_fingerprint)
 from dsl.options import env_switch
 
 FLUSH_BYTES = 256 * 2**20           # written before every timed launch: evicts the inputs from L2
@@ -219,8 +219,11 @@ class Tuned:
     def _load(self, key: str) -> Config | None:
         if not cache_enabled():
             return None
+        raw = read_regular(self._path(key))
+        if raw is None:
+            return None
         try:
-            data = json.loads(self._path(key).read_text("utf-8"))
+            data = json.loads(raw)
             i = int(data["pick"])
             if data.get("key") != key or data.get("configs") != [c.text() for c in self.configs]:
                 return None
@@ -236,9 +239,7 @@ class Tuned:
                 "ms": {str(i): round(t, 6) for i, t in times.items()}}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data), "utf-8")
-            os.replace(tmp, path)
+            atomic_write(path, json.dumps(data).encode())
         except OSError:
             pass                              # a read-only cache only costs re-tuning later
 

@@ -91,6 +91,19 @@ def test_a_damaged_pick_on_disk_is_retuned(cache):
     assert tuned.select(*gemm_args(), arch="sm_90") == CONFIGS[1] and len(timer.calls) == 2
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs on this platform")
+def test_a_fifo_in_place_of_a_pick_is_a_miss_not_a_hang(cache):
+    import os
+    tile.Tuned(K.gemm, CONFIGS[:2], timer=FakeTimer({(64, 64): 1.0, (128, 128): 2.0})).select(*gemm_args(),
+                                                                                           arch="sm_90")
+    (path,) = cache.glob("tune-*.json")
+    path.unlink()
+    os.mkfifo(path)                              # a reader that opened it blocking would wait forever
+    timer = FakeTimer({(64, 64): 5.0, (128, 128): 2.0})
+    tuned = tile.Tuned(K.gemm, CONFIGS[:2], timer=timer)
+    assert tuned.select(*gemm_args(), arch="sm_90") == CONFIGS[1] and len(timer.calls) == 2
+
+
 def test_simulate_runs_the_first_configuration_against_numpy(cache):
     a, b, c = gemm_args(70, 40, 50)
     tile.autotune(K.gemm, CONFIGS[:2]).simulate(a, b, c)       # f32 operands: tf32 products, as on the GPU
