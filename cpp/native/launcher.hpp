@@ -151,9 +151,10 @@ inline bool same_launch_value(const kb::ArgValue& x, const kb::ArgValue& y) {
 
 // The last launch the ONE validator accepted, by value, with the configuration it resolved. kb::validate
 // is a pure function of (contract, argument values, given configuration, device limits, function
-// attributes); per Launcher the contract and limits are fixed, so a launch whose argument values, given
-// configuration, peer mask and attributes all equal the remembered ones has the validator's answer
-// already: accepted, with `resolved`. Anything else (a new pointer, a shape or stride changed in place,
+// attributes); per Launcher the contract and limits are fixed and the attributes change only where the
+// Launcher raises the function's dynamic shared memory (which forgets the acceptance), so a launch whose
+// argument values, given configuration and peer mask equal the remembered ones has the validator's
+// answer already: accepted, with `resolved`. Anything else (a new pointer, a shape or stride changed in place,
 // another scalar) is validated again. This is a memo of the validator, not a second one: it never
 // accepts what the validator would not, and refusals always come from the validator.
 struct AcceptedLaunch {
@@ -161,33 +162,27 @@ struct AcceptedLaunch {
   int n = 0;
   kb::LaunchConfig given, resolved;
   uint64_t peer_mask = 0;
-  kb::FuncAttrs attrs;
   kb::ArgValue vals[kStackArgs];
 
-  bool same(const kb::ArgValue* v, int count, const kb::LaunchConfig& cfg, uint64_t peers,
-            const kb::FuncAttrs& fn) const {
-    if (!valid || count != n || peers != peer_mask) return false;
+  bool same(const kb::ArgValue* v, int count, const kb::LaunchConfig& cfg, uint64_t peers) const {
+    if (!valid || count != n || peers != peer_mask || cfg.smem != given.smem) return false;
     for (int d = 0; d < 3; ++d)
       if (cfg.grid[d] != given.grid[d] || cfg.block[d] != given.block[d]) return false;
-    if (cfg.smem != given.smem || fn.max_threads_per_block != attrs.max_threads_per_block ||
-        fn.static_smem != attrs.static_smem || fn.num_regs != attrs.num_regs ||
-        fn.max_dynamic_smem != attrs.max_dynamic_smem)
-      return false;
     for (int i = 0; i < count; ++i)
       if (!same_launch_value(v[i], vals[i])) return false;
     return true;
   }
   void remember(const kb::ArgValue* v, int count, const kb::LaunchConfig& in, const kb::LaunchConfig& out,
-                uint64_t peers, const kb::FuncAttrs& fn) {
+                uint64_t peers) {
     valid = count <= kStackArgs;
     if (!valid) return;
     n = count;
     given = in;
     resolved = out;
     peer_mask = peers;
-    attrs = fn;
     std::copy(v, v + count, vals);
   }
+  void forget() { valid = false; }   // the function attributes the acceptance relied on changed
 };
 
 // Launch configuration as given by the caller, before the validator resolves it.
@@ -366,7 +361,7 @@ class Launcher {
       lim = &with_peers;
     }
     KB_PHASE(0);
-    if (accepted_.same(vals, n, cfg, lim->peer_mask, attrs_)) {
+    if (accepted_.same(vals, n, cfg, lim->peer_mask)) {
       cfg = accepted_.resolved;
       ++accepted_hits_;
     } else {
@@ -374,7 +369,7 @@ class Launcher {
       kb::Error e = kb::validate(contract_, vals, n, cfg, *lim, attrs_);
       if (e) throw_contract_error(e, contract_.kernel);
       if (cfg.skip) return;                  // nothing to launch: no stream or peer is touched
-      accepted_.remember(vals, n, given, cfg, lim->peer_mask, attrs_);
+      accepted_.remember(vals, n, given, cfg, lim->peer_mask);
     }
     KB_PHASE(1);
     check_stream_device(vals, n, stream);
@@ -397,6 +392,7 @@ class Launcher {
                                         static_cast<int>(cfg.smem)),
                      "funcSetAttribute");
       attrs_.max_dynamic_smem = cfg.smem;
+      accepted_.forget();
     }
     void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                      CU_LAUNCH_PARAM_END};
