@@ -1,12 +1,16 @@
 """How tile elements live in threads during lowering, and folding index arithmetic.
 
-Two layouts (flat index = row-major position in the tile):
+Two general layouts (flat index = row-major position in the tile):
 - "U" (uniform): every thread holds every element (scalars, small reduction results). elems[i] is
   flat element i.
 - "D" (distributed): with T threads and N elements, thread t holds R = max(1, N // T) elements;
   elems[r] is flat element (r*T + t) mod N. Consecutive threads hold consecutive elements, so global
   loads and stores of row-major tiles coalesce. When N < T, threads t >= N hold duplicates and are
   not the owners (they never store and never count twice in reductions).
+
+The tensor-core lowerings add register-fragment layouts (FragLayout below): mma accumulators
+(MmaLayout), their row vectors (MmaRows) and A operands (MmaOperandA), so that a product, its row
+softmax and the next product's operand stay in registers.
 
 Index arithmetic is on i32 and folds when operands are Python ints ("static" values).
 """
@@ -83,12 +87,16 @@ def strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 class LV:
     """A lowered tile value. layout "L" (lazy) has no elements yet: `make(coords_list)` emits the
     elements at the given tile coordinates in whatever layout the consumer needs (loads, constants,
-    broadcasts), so a broadcast bias lands directly in an mma accumulator layout."""
-    layout: object              # "U" | "D" | "L" | MmaLayout
+    broadcasts), so a broadcast bias lands directly in an mma accumulator layout. `by_layout`, where
+    set, is tried first: it builds the elements for a fragment layout from registers (a row vector
+    broadcast over the accumulators it came from) or says None."""
+    layout: object              # "U" | "D" | "L" | a FragLayout
     shape: tuple[int, ...]
     dtype: ScalarType
     elems: list[N.Expr]
     make: Callable[[list], list[N.Expr]] | None = None
+    pure: bool = False          # lazy and cheap to make again (index arithmetic, constants): no loads
+    by_layout: Callable[[object], list[N.Expr] | None] | None = None  # lazy: elements for a FragLayout
 
     @property
     def size(self) -> int:
@@ -142,7 +150,17 @@ def flat_of(coords: list, shape: tuple[int, ...]):
     return acc
 
 
-class MmaLayout:
+class FragLayout:
+    """A register-fragment layout of the tensor-core lowerings: elements sit where an mma instruction
+    wants them. `key` names it (the lowering keeps one bound instance per key, so equal keys are the
+    same layout); `coords_for(shape)` gives each element's tile coordinates once `bind` has run;
+    `owner` is None when every thread's elements are its own, else the predicate of the threads whose
+    copies count (the others hold duplicates and never store)."""
+    key: tuple = ()
+    owner: object = None
+
+
+class MmaLayout(FragLayout):
     """Accumulator fragments of mma.sync m16n8: warps tile (BM, BN) as WM x WN; warp (wm, wn) owns a
     (BM/WM, BN/WN) block of MT x NT fragments of 16x8; lane l holds, per fragment, rows l/4 and l/4+8
     at columns 2*(l%4) and 2*(l%4)+1 (c0..c3). Element r = ((mt * NT) + nt) * 4 + c."""
@@ -153,10 +171,16 @@ class MmaLayout:
         self.wm, self.wn = wm, wn
         self.mt = shape[0] // (wm * 16)
         self.nt = shape[1] // (wn * 8)
+        self.key = ("C", tuple(shape), wm, wn)
         self.coords: list = []       # filled by bind() once the lane/warp expressions exist
+        self.lane_row: N.Expr | None = None
+        self.lane_col: N.Expr | None = None
+        self.warp_row0: N.Expr | None = None
+        self.warp_col0: N.Expr | None = None
 
     def bind(self, lane_row: N.Expr, lane_col: N.Expr, warp_row0: N.Expr, warp_col0: N.Expr) -> None:
         """lane_row = lane/4, lane_col = 2*(lane%4), warp_row0/col0 = this warp's block origin."""
+        self.lane_row, self.lane_col, self.warp_row0, self.warp_col0 = lane_row, lane_col, warp_row0, warp_col0
         self.coords = []
         for mt in range(self.mt):
             for nt in range(self.nt):
@@ -165,9 +189,82 @@ class MmaLayout:
                     col = iadd(warp_col0, iadd(lane_col, nt * 8 + (c & 1)))
                     self.coords.append([row, col])
 
+    def coords_for(self, shape: tuple[int, ...]) -> list:
+        return self.coords
+
     @property
     def per_thread(self) -> int:
         return self.mt * self.nt * 4
 
     def __repr__(self) -> str:
         return f"MmaLayout({self.shape}, warps {self.wm}x{self.wn})"
+
+
+class MmaRows(FragLayout):
+    """A row vector (BM,) or column (BM, 1) laid out like the rows of an MmaLayout whose warps split
+    only M (wn == 1): what a row reduction of the accumulators leaves after the quad's shuffles. Lane l
+    holds rows l/4 and l/4 + 8 of each m-tile (element 2 * mt + h), the same in all four lanes of its
+    quad, so broadcasting it back over the columns and combining it with the accumulators needs no
+    data movement. The quad's first lane owns the copy."""
+
+    def __init__(self, parent: MmaLayout, owner: N.Expr) -> None:
+        assert parent.wn == 1
+        self.parent = parent
+        self.key = ("R", parent.key)
+        self.owner = owner
+        self.rows: list = []
+
+    def bind(self) -> None:
+        p = self.parent
+        self.rows = [iadd(p.warp_row0, iadd(p.lane_row, mt * 16 + 8 * h)) for mt in range(p.mt) for h in range(2)]
+
+    def coords_for(self, shape: tuple[int, ...]) -> list:
+        return [[r] + [0] * (len(shape) - 1) for r in self.rows]
+
+    @property
+    def per_thread(self) -> int:
+        return 2 * self.parent.mt
+
+    def __repr__(self) -> str:
+        return f"MmaRows({self.parent!r})"
+
+
+# A-fragment positions of mma.m16n8k16 (PTX ISA): register element i of lane (g = l/4, t = l%4) holds
+# A[g + ROW[i]][2t + COL[i]] of the 16x16 k-slice
+A_FRAG_ROW = (0, 0, 8, 8, 0, 0, 8, 8)
+A_FRAG_COL = (0, 1, 0, 1, 8, 9, 8, 9)
+
+
+class MmaOperandA(FragLayout):
+    """An (M, K) tile held as the A fragments of mma.m16n8k16 for a WM x WN warp grid: warp (wm, wn)
+    holds rows [wm * M/WM, (wm+1) * M/WM) as MT x K/16 fragments of 8 elements (element
+    ((mt * KS) + ks) * 8 + i at A_FRAG_ROW/COL[i]). Warps of one row block hold the same fragments; those
+    with wn == 0 own them. A loop-invariant operand (the queries of flash attention) kept like this is
+    loaded once instead of being staged for every product."""
+
+    def __init__(self, shape: tuple[int, int], wm: int, wn: int, owner: N.Expr | None) -> None:
+        self.shape = shape
+        self.wm, self.wn = wm, wn
+        self.mt = shape[0] // (wm * 16)
+        self.ks = shape[1] // 16
+        self.key = ("A", tuple(shape), wm, wn)
+        self.owner = owner
+        self.coords: list = []
+
+    def bind(self, lane_row: N.Expr, lane_col: N.Expr, warp_row0: N.Expr) -> None:
+        self.coords = [[iadd(warp_row0, iadd(lane_row, mt * 16 + A_FRAG_ROW[i])), iadd(lane_col, ks * 16 + A_FRAG_COL[i])]
+                       for mt in range(self.mt) for ks in range(self.ks) for i in range(8)]
+
+    def coords_for(self, shape: tuple[int, ...]) -> list:
+        return self.coords
+
+    @property
+    def per_thread(self) -> int:
+        return self.mt * self.ks * 8
+
+    def fragment(self, elems: list, mt: int, ks: int) -> list:
+        base = (mt * self.ks + ks) * 8
+        return elems[base:base + 8]
+
+    def __repr__(self) -> str:
+        return f"MmaOperandA({self.shape}, warps {self.wm}x{self.wn})"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dsl.ir import nodes as N
 from dsl.ir.types import BOOL, F32, I32, INDEX, ArrayType, ScalarType
 from dsl.tile import ir as T
-from dsl.tile.layout import (LV, U_MAX, Geometry, MmaLayout, c32, flat_of, iadd, iand, imul, ir32, ishr,
-                             log2, strides)
+from dsl.tile.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaOperandA, MmaRows, c32, flat_of,
+                             iadd, iand, imul, ir32, ishr, log2, strides)
 from dsl.tile.lower_reduce import lower_reduce
 from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType
 
@@ -26,7 +26,7 @@ class LoweringError(Exception):
 class Lowerer:
     def __init__(self, fn: T.TileFunction, threads: int, kernel_name: str,
                  facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
-                 persistent: bool = False, tc_matmul: bool = False) -> None:
+                 persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -51,6 +51,14 @@ class Lowerer:
         self.extra_params: list[N.Param] = []  # appended after the tile parameters (TMA tensor maps)
         self.relied: set[str] = set()          # params whose alignment/divisibility facts were used
         self._lane_warp: tuple[N.Expr, N.Expr] | None = None
+        self.frags: dict[tuple, FragLayout] = {}    # one bound fragment layout per key (frag_layout)
+        self.prologue: list[N.Stmt] = []         # kernel-start statements emitted from anywhere
+        self.layout_hints = dict(layout_hints or {})    # var id -> fragment layout key (see lower())
+        self.new_hints: dict[int, tuple] = {}    # what this lowering learnt for the next one
+        self.assignments: dict[int, int] = {}    # var id -> assignments in the program text
+        for st in _all_stmts(fn.body):
+            if isinstance(st, T.Assign):
+                self.assignments[id(st.var)] = self.assignments.get(id(st.var), 0) + 1
         self.cur_loc = fn.loc                  # the tile statement being lowered (line tables)
 
     # ------------------------------------------------------------------------------ plumbing
@@ -64,6 +72,14 @@ class Lowerer:
         v = N.Var(f"{hint}{self.counter}", t)
         self.locals.append(v)
         return v
+
+    def snapshot(self, e: N.Expr) -> N.Expr:
+        """`e`'s value now, in a fresh local (also a variable read), for a lazy value made later."""
+        if isinstance(e, (N.Const, N.ParamRef)):
+            return e
+        v = self.new_var(e.type, "snap")  # type: ignore[arg-type]
+        self.emit(N.Assign(v, e))
+        return N.ReadVar(v)
 
     def tmp(self, e: N.Expr, hint: str = "t") -> N.Expr:
         """Materialise `e` in a fresh local (leaves stay inline)."""
@@ -120,6 +136,7 @@ class Lowerer:
         tid = self.new_var(I32, "tid")
         self.emit(N.Assign(tid, N.Cast(N.Special("tid.x"), I32)))
         self.geo = Geometry(self.T, N.ReadVar(tid))
+        prologue_at = len(self.body)
         nb = self._num_blocks()
         lin = self.tmp(N.Cast(N.Special("ctaid.x"), I32), "bid")
         from dsl.tile.lower_mma import plan_all
@@ -139,6 +156,7 @@ class Lowerer:
         else:
             self._block_ids(lin, nb)
             self.stmts(fn.body)
+        self.body[prologue_at:prologue_at] = self.prologue
         for key, alloc in self.scratch_allocs.items():
             alloc.type = ArrayType(alloc.type.dtype, 1, writable=True, space="shared",
                                    shape=(self.scratch_size[key],))
@@ -155,12 +173,55 @@ class Lowerer:
         c = N.Const(coord, INDEX) if isinstance(coord, int) else N.Cast(coord, INDEX)
         return self.tmp(N.BinOp("add", base, c, INDEX), "gi")
 
+    def in_prologue(self, fn):
+        """Run `fn` emitting into the kernel's prologue (right after the thread id), so what it binds
+        is defined everywhere, whichever loop or branch first asked for it."""
+        self.stack.append(self.prologue)
+        try:
+            return fn()
+        finally:
+            self.stack.pop()
+
     def lane_warp(self) -> tuple[N.Expr, N.Expr]:
         """(lane id, warp id) locals, computed once at kernel start."""
         if self._lane_warp is None:
-            self._lane_warp = (self.tmp(N.BinOp("and_", self.geo.tid, c32(31), I32), "lane"),
-                               self.tmp(N.BinOp("rshift", self.geo.tid, c32(5), I32), "warp"))
+            self._lane_warp = self.in_prologue(lambda: (
+                self.tmp(N.BinOp("and_", self.geo.tid, c32(31), I32), "lane"),
+                self.tmp(N.BinOp("rshift", self.geo.tid, c32(5), I32), "warp")))
         return self._lane_warp
+
+    def frag_layout(self, key: tuple) -> FragLayout:
+        """The one fragment layout of `key` in this kernel, bound in the prologue: ("C", shape, wm, wn)
+        accumulators, ("R", C key) their rows, ("A", shape, wm, wn) A operands."""
+        got = self.frags.get(key)
+        if got is not None:
+            return got
+        from dsl.tile.lower_mma import bind_warps
+        kind = key[0]
+        if kind == "C":
+            lay: FragLayout = MmaLayout(key[1], self.T, key[2], key[3])
+            self.in_prologue(lambda: bind_warps(self, lay))
+        elif kind == "R":
+            parent = self.frag_layout(key[1])
+            assert isinstance(parent, MmaLayout)
+            lane, _ = self.lane_warp()
+            owner = self.in_prologue(lambda: self.tmp(N.Compare("eq", N.BinOp("and_", lane, c32(3), I32), c32(0)), "qown"))
+            lay = MmaRows(parent, owner)
+            lay.bind()
+        else:
+            shape, wm, wn = key[1], key[2], key[3]
+            c = MmaLayout((shape[0], 8 * wn), self.T, wm, wn)          # for its lane geometry only
+            wm_i, wn_i, g, t2, r0, _ = self.in_prologue(lambda: bind_warps(self, c))
+            owner = None if wn == 1 else self.in_prologue(lambda: self.tmp(N.Compare("eq", wn_i, c32(0)), "aown"))
+            lay = MmaOperandA(shape, wm, wn, owner)
+            lay.bind(g, t2, r0)
+        self.frags[key] = lay
+        return lay
+
+    def rows_of(self, acc: MmaLayout) -> MmaRows:
+        """The row-vector layout of accumulators `acc` (warps split M only)."""
+        self.frags.setdefault(acc.key, acc)
+        return self.frag_layout(("R", acc.key))  # type: ignore[return-value]
 
     def smem_bytes(self) -> int:
         total = 0
@@ -244,8 +305,14 @@ class Lowerer:
 
     def assign(self, tv: T.TVar, v: LV) -> None:
         got = self.vars.get(id(tv))
+        if got is None and v.layout == "L" and v.pure and self.assignments.get(id(tv)) == 1 \
+                and id(tv) not in self.var_layouts and id(tv) not in self.layout_hints:
+            self.vars[id(tv)] = ("L", v)        # index arithmetic: made where it is used, in its layout
+            return
         if got is None:
             layout = self.var_layouts.get(id(tv))
+            if layout is None and id(tv) in self.layout_hints:
+                layout = self.frag_layout(self.layout_hints[id(tv)])
             if layout is None:
                 layout = v.layout
                 if layout == "L" or (layout == "U" and v.size > U_MAX):
@@ -254,16 +321,24 @@ class Lowerer:
             self.vars[id(tv)] = (layout, vs)
             got = (layout, vs)
         layout, vs = got
+        if isinstance(v.layout, FragLayout) and v.layout is not layout:
+            self.hint(tv, v.layout)         # a loop that carries it in registers keeps it there next time
         v = self.to_layout(v, layout)
         vals = [self.tmp(e) if not isinstance(e, N.Const) else e for e in v.elems]
         for var, e in zip(vs, vals):
             self.emit(N.Assign(var, e))
 
+    def hint(self, tv: T.TVar, layout: FragLayout) -> None:
+        """Ask the next lowering (lower() runs until nothing new is learnt) to keep variable `tv` in
+        `layout`: the first hint for a variable wins."""
+        if id(tv) not in self.layout_hints and id(tv) not in self.new_hints and id(tv) not in self.var_layouts:
+            self.new_hints[id(tv)] = layout.key
+
     def count(self, layout, size: int) -> int:
         if layout == "U":
             return size
-        if isinstance(layout, MmaLayout):
-            return layout.per_thread
+        if isinstance(layout, FragLayout):
+            return layout.per_thread  # type: ignore[attr-defined]
         return self.geo.per_thread(size)
 
     def store(self, s: T.Store) -> None:
@@ -291,14 +366,16 @@ class Lowerer:
             size *= x
         if layout == "D":
             return [self.geo.coords(shape, r) for r in range(self.geo.per_thread(size))]
-        if isinstance(layout, MmaLayout):
-            return layout.coords
+        if isinstance(layout, FragLayout):
+            return layout.coords_for(shape)  # type: ignore[attr-defined]
         st = strides(shape)
         return [[(i // a) % b for a, b in zip(st, shape)] for i in range(size)]
 
     def materialize(self, v: LV, layout) -> LV:
         assert v.make is not None
-        made = v.make(self.coords_of(layout, v.shape))
+        made = v.by_layout(layout) if v.by_layout is not None and isinstance(layout, FragLayout) else None
+        if made is None:
+            made = v.make(self.coords_of(layout, v.shape))
         elems = [e if isinstance(e, N.Const) else self.tmp(e) for e in made]
         return LV(layout, v.shape, v.dtype, elems)
 
@@ -334,9 +411,13 @@ class Lowerer:
                 for i, e in enumerate(v.elems):
                     self.smem_store(buf, i, e)
             self.guarded(N.Compare("eq", self.geo.tid, c32(0)), w)
-        elif isinstance(v.layout, MmaLayout):
-            for e, coords in zip(v.elems, v.layout.coords):
-                self.smem_store(buf, flat_of(coords, v.shape), e)
+        elif isinstance(v.layout, FragLayout):
+            lay = v.layout
+
+            def w3():
+                for e, coords in zip(v.elems, self.coords_of(lay, v.shape)):
+                    self.smem_store(buf, flat_of(coords, v.shape), e)
+            self.guarded(True if lay.owner is None else lay.owner, w3)
         else:
             def w2():
                 for r, e in enumerate(v.elems):
@@ -379,9 +460,11 @@ class Lowerer:
             return list(vals)
         target: object = "D"
         for v in vals:
-            if isinstance(v.layout, MmaLayout):
+            if isinstance(v.layout, FragLayout):
                 target = v.layout
                 break
+        if target == "D" and all(v.layout == "U" or v.layout == "L" and v.pure for v in vals):
+            return list(vals)           # index arithmetic and constants stay lazy (_elementwise)
         return [self.to_layout(v, target) for v in vals]
 
     # ------------------------------------------------------------------------------ expressions
@@ -398,13 +481,15 @@ class Lowerer:
         c = N.Const(e.value, e.type.dtype)
         if e.type.size <= 1:
             return LV("U", e.type.shape, e.type.dtype, [c])
-        return LV("L", e.type.shape, e.type.dtype, [], make=lambda cl: [c] * len(cl))
+        return LV("L", e.type.shape, e.type.dtype, [], make=lambda cl: [c] * len(cl), pure=True)
 
     def x_ScalarArg(self, e: T.ScalarArg) -> LV:
         return LV("U", (), e.type.dtype, [self.pref(e.param)])
 
     def x_Read(self, e: T.Read) -> LV:
         layout, vs = self.vars[id(e.var)]
+        if layout == "L":
+            return vs  # type: ignore[return-value]
         return LV(layout, e.type.shape, e.type.dtype, [N.ReadVar(v) for v in vs])
 
     def x_BlockId(self, e: T.BlockId) -> LV:
@@ -417,7 +502,7 @@ class Lowerer:
         return LV("U", (), I32, [self.tmp(N.Cast(N.ArrayLen(self.pref(e.param), e.axis), I32))])
 
     def x_Arange(self, e: T.Arange) -> LV:
-        return LV("L", e.type.shape, I32, [], make=lambda cl: [ir32(c[0]) for c in cl])
+        return LV("L", e.type.shape, I32, [], make=lambda cl: [ir32(c[0]) for c in cl], pure=True)
 
     def x_Load(self, e: T.Load) -> LV:
         shape = e.type.shape
@@ -441,9 +526,23 @@ class Lowerer:
 
     def _elementwise(self, e: T.TExpr, operands: list[T.TExpr], make) -> LV:
         vals = self.unify(*[self.expr(o) for o in operands])
+        if any(v.layout == "L" for v in vals):
+            return self._lazy_elementwise(e, vals, make)
         n = len(vals[0].elems)
         out = [self.tmp(make(*[v.elems[i] for v in vals])) for i in range(n)]
         return LV(vals[0].layout, e.type.shape, e.type.dtype, out)
+
+    def _lazy_elementwise(self, e: T.TExpr, vals: list[LV], make) -> LV:
+        """Elementwise over pure lazy values and scalars: made again where the consumer needs it (a
+        causal mask's row and column indices land directly in the accumulator layout)."""
+        vals = [v if v.layout == "L" else LV("U", v.shape, v.dtype, [self.snapshot(x) for x in v.elems])
+                for v in vals]
+
+        def make_at(cl):
+            cols = [v.make(cl) if v.layout == "L" else self.gather_elems(v, [flat_of(c, v.shape) for c in cl])  # type: ignore[misc]
+                    for v in vals]
+            return [self.tmp(make(*xs)) for xs in zip(*cols)]
+        return LV("L", e.type.shape, e.type.dtype, [], make=make_at, pure=True)
 
     def x_BinOp(self, e: T.BinOp) -> LV:
         dt = e.type.dtype
@@ -519,8 +618,10 @@ class Lowerer:
 
             def make(cl):
                 return src_make([_unravel(flat_of(c, shape), src_shape) for c in cl])  # type: ignore[misc]
-            return LV("L", shape, v.dtype, [], make=make)
-        if isinstance(v.layout, MmaLayout):
+            return LV("L", shape, v.dtype, [], make=make, pure=v.pure)
+        if isinstance(v.layout, MmaRows) and shape[0] == v.shape[0] and all(x == 1 for x in shape[1:]):
+            return LV(v.layout, shape, v.dtype, v.elems)        # (BM,) <-> (BM, 1): same registers
+        if isinstance(v.layout, FragLayout):
             v = self.to_layout(v, "D")
         return LV(v.layout, shape, v.dtype, v.elems)
 
@@ -546,8 +647,21 @@ class Lowerer:
             def make_lazy(cl):
                 return src_make([[0 if s_ == 1 else c for c, s_ in zip(cs[lead:], v.shape)]  # type: ignore[misc]
                                  for cs in cl])
-            return LV("L", shape, v.dtype, [], make=make_lazy)
-        return LV("L", shape, v.dtype, [], make=lambda cl: self.gather_elems(v, [index_of(c) for c in cl]))
+            return LV("L", shape, v.dtype, [], make=make_lazy, pure=v.pure)
+        by_layout = None
+        if isinstance(v.layout, MmaRows) and len(shape) == 2 and v.shape == (shape[0], 1):
+            rows = v.layout
+
+            def by_layout(lay):         # rows broadcast over accumulators whose rows they are
+                if not (isinstance(lay, MmaLayout) and lay.wn == 1 and lay.wm == rows.parent.wm
+                        and lay.shape[0] == rows.parent.shape[0]):
+                    return None
+                return [v.elems[2 * (r // (lay.nt * 4)) + (1 if r % 4 >= 2 else 0)] for r in range(lay.per_thread)]
+        small_u = v.layout == "U" and len(v.elems) <= 4
+        if small_u:
+            v = LV("U", v.shape, v.dtype, [self.snapshot(x) for x in v.elems])
+        return LV("L", shape, v.dtype, [], make=lambda cl: self.gather_elems(v, [index_of(c) for c in cl]),
+                  pure=small_u, by_layout=by_layout)
 
     def x_Permute(self, e: T.Permute) -> LV:
         v = self.expr(e.operand)
@@ -604,9 +718,18 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower_mma import MAX_STAGES, SMEM_LIMIT
-    lw = Lowerer(fn, threads, kernel_name, facts, max_stages=MAX_STAGES, cc=cc, persistent=persistent,
-                 tc_matmul=tc_matmul)
-    out = lw.lower()
+    # Layouts settle by lowering again: a lowering that finds a variable carried through a loop in a
+    # fragment layout (mma accumulators, their row vectors, an A operand used every iteration) hints
+    # it, and the next lowering creates the variable in that layout, so the loop keeps it in registers
+    # instead of converting it through shared memory each iteration. Hints only grow (first one wins).
+    hints: dict[int, tuple] = {}
+    for _ in range(4):
+        lw = Lowerer(fn, threads, kernel_name, facts, max_stages=MAX_STAGES, cc=cc, persistent=persistent,
+                     tc_matmul=tc_matmul, layout_hints=hints)
+        out = lw.lower()
+        if not lw.new_hints:
+            break
+        hints = {**hints, **lw.new_hints}
     if lw.smem_bytes() > SMEM_LIMIT:
         raise LoweringError(f"{fn.name}: needs {lw.smem_bytes()} bytes of static shared memory for "
                             f"relayouts (limit {SMEM_LIMIT}); use smaller tiles")
@@ -631,6 +754,16 @@ def pick_threads(fn: T.TileFunction, num_warps: int | None = None) -> int:
     while t < 512 and t * 8 < biggest:
         t *= 2
     return t
+
+
+def _all_stmts(body: list[T.TStmt]):
+    for s in body:
+        yield s
+        if isinstance(s, T.For):
+            yield from _all_stmts(s.body)
+        elif isinstance(s, T.If):
+            yield from _all_stmts(s.then)
+            yield from _all_stmts(s.else_)
 
 
 def _all_exprs(body: list[T.TStmt]):

@@ -14,13 +14,13 @@ from dsl.tile.layout import LV, c32, iadd, imul, ir32
 
 
 def lower_matmul(L, e: T.Matmul) -> LV:
+    from dsl.tile.lower_matmul_tc import lower_matmul_tc, tc_warps
+    (m, k), (_, n) = e.a.type.shape, e.b.type.shape
+    warps = tc_warps(L, m, n, k, e.a.type.dtype, e.b.type.dtype)
+    if warps is not None:          # tensor-core path (dsl/tile/lower_matmul_tc.py)
+        return lower_matmul_tc(L, e, *warps)
     a = L.concrete(L.expr(e.a))
     b = L.concrete(L.expr(e.b))
-    (m, k), (_, n) = a.shape, b.shape
-    from dsl.tile.lower_matmul_tc import lower_matmul_tc, tc_warps
-    warps = tc_warps(L, m, n, k, a.dtype, b.dtype)
-    if warps is not None:          # experimental tensor-core path (KB_TILE_TC_MATMUL=1)
-        return lower_matmul_tc(L, a, b, L.expr(e.acc) if e.acc is not None else None, *warps)
     acc = L.to_layout(L.expr(e.acc), "D") if e.acc is not None else None
     sa = L.write_scratch(a, slot=1)
     sb = L.write_scratch(b, slot=2)

@@ -18,18 +18,25 @@ import numpy as np
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, F32
-from dsl.tile.layout import LV, MmaLayout, iadd, imul, ir32
+from dsl.ir.types import BF16, F16, F32, INDEX, U32, U64, VOID
+from dsl.tile import ir as T
+from dsl.tile.layout import (A_FRAG_COL, A_FRAG_ROW, LV, FragLayout, MmaLayout, MmaOperandA, c32, iadd, iand, imul,
+                             ir32, ishr, log2)
+from dsl.tile.lower_mma import _emit_mmas
 
 
 def tc_warps(L, m: int, n: int, k: int, a_dtype, b_dtype) -> tuple[int, int] | None:
     """(warps along M, warps along N) for an m x n x k product on the tensor cores, or None when this
-    lowering does not apply (switched off, pre-sm_80, other dtypes, shapes the warps cannot tile)."""
+    lowering does not apply (switched off, pre-sm_80, other dtypes, shapes the warps cannot tile).
+    Warps split M only where they can: then every row of the product lives in one warp, so its row
+    reductions and the next product's A operand stay in registers (flash attention)."""
     if not L.tc_matmul or L.cc < 80 or a_dtype != b_dtype or a_dtype not in (F16, BF16):
         return None
     if m % 16 or n % 8 or k % 16:
         return None
     warps = L.T // 32
+    if m % (warps * 16) == 0:
+        return warps, 1
     best = None
     wm = 1
     while wm <= warps:
@@ -42,36 +49,132 @@ def tc_warps(L, m: int, n: int, k: int, a_dtype, b_dtype) -> tuple[int, int] | N
     return None if best is None else (best[1], best[2])
 
 
-def lower_matmul_tc(L, a: LV, b: LV, acc: LV | None, wm: int, wn: int) -> LV:
-    """a: (m, k), b: (k, n), concrete; acc: (m, n) or None. Returns the (m, n) f32 product (+ acc) in
-    MmaLayout. Fragment elements are read from the staged tiles with ordinary shared loads; the mma
-    packs them into its registers itself, so the CPU simulator runs this lowering too (mma_sim)."""
-    from dsl.tile.lower_mma import _emit_mmas, bind_warps
-    (m, k), (_, n) = a.shape, b.shape
-    layout = MmaLayout((m, n), L.T, wm, wn)
-    _, _, g, t2, row0, col0 = bind_warps(L, layout)       # g = lane / 4, t2 = 2 * (lane % 4)
+def _a_fragments(L, e, a: LV, layout: MmaLayout, k: int):
+    """A fragments straight from registers, {(mt, ks): 8 elements}, when `a` already sits in them: an A
+    operand layout of this warp grid, or accumulators of a product whose warps split M the same way
+    (m16n8 accumulators of n-tiles 2ks and 2ks+1 are exactly the A fragment of k-slice ks). Else None
+    (the operand is staged), and a variable read here is hinted into the A layout for next time."""
+    lay = a.layout
+    if isinstance(lay, MmaOperandA) and lay.key == ("A", a.shape, layout.wm, layout.wn):
+        return {(mt, ks): lay.fragment(a.elems, mt, ks) for mt in range(layout.mt) for ks in range(k // 16)}
+    if isinstance(lay, MmaLayout) and lay.wn == 1 and lay.wm == layout.wm and lay.shape[0] == layout.shape[0]:
+        out = {}
+        for mt in range(layout.mt):
+            for ks in range(k // 16):
+                lo = (mt * lay.nt + 2 * ks) * 4
+                out[mt, ks] = a.elems[lo:lo + 8]
+        return out
+    if isinstance(e.a, T.Read) and not isinstance(lay, FragLayout):
+        L.hint(e.a.var, L.frag_layout(("A", a.shape, layout.wm, layout.wn)))
+    return None
+
+
+def _stage_async(L, op: T.TExpr, slot: int) -> tuple[N.Expr, int] | None:
+    """Stage a tile.load operand with cp.async (16-byte chunks, no registers, zero fill past the
+    array's edge) into rows padded by 8 elements, so the fragment reads of a warp hit 32 distinct
+    banks. Needs what the GEMM loop needs: a C-contiguous, 16-byte-aligned array whose rows are
+    multiples of 8 elements (launch facts, stated in the contract); else None (staged through
+    registers). Returns (shared buffer, row stride in elements)."""
+    if not (isinstance(op, T.Load) and op.padding == 0 and op.type.dtype in (F16, BF16) and L.cc >= 80):
+        return None
+    f = L.facts.get(op.param.name, {})
+    rows, cols = op.type.shape
+    if not (f.get("layout") == "C" and f.get("aligned16") and f.get("div8")) or cols % 8:
+        return None
+    stride = cols + 8
+    buf = L.scratch(op.type.dtype, rows * stride, slot)
+    arr = L.pref(op.param)
+    base = [N.Cast(L.scalar(i), INDEX) for i in op.index]
+    nrows, ncols = L.tmp(N.ArrayLen(arr, 0), "srows"), L.tmp(N.ArrayLen(arr, 1), "scols")
+    zero = N.Const(0, INDEX)
+    safe = L.tmp(TN.GlobalAddress(arr, [zero, zero]), "ssafe")
+    r0 = L.tmp(N.BinOp("mul", base[0], N.Const(rows, INDEX), INDEX), "sr0")
+    c0 = L.tmp(N.BinOp("mul", base[1], N.Const(cols, INDEX), INDEX), "sc0")
+    chunks, per_row = rows * cols // 8, cols // 8
+    for r in range((chunks + L.T - 1) // L.T):
+        q = iadd(r * L.T, L.geo.tid)
+        row, ch = ishr(q, log2(per_row)), iand(q, per_row - 1)
+        grow = L.tmp(N.BinOp("add", r0, N.Cast(ir32(row), INDEX), INDEX), "sgr")
+        gcol = L.tmp(N.BinOp("add", c0, N.Cast(ir32(imul(ch, 8)), INDEX), INDEX), "sgc")
+        ok = L.tmp(N.Logical("and", N.Logical("and", N.Compare("ge", grow, zero), N.Compare("lt", grow, nrows)),
+                             N.Logical("and", N.Compare("ge", gcol, zero), N.Compare("lt", gcol, ncols))), "sok")
+        src = N.IfExp(ok, TN.GlobalAddress(arr, [grow, gcol]), safe, U64)
+        dst = TN.SharedAddress(buf, N.Cast(ir32(iadd(imul(row, stride), imul(ch, 8))), INDEX))
+        size = N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)
+
+        def copy(dst=dst, src=src, size=size) -> None:
+            L.emit(N.ExprStmt(TN.InlinePtx("cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r",
+                                           [dst, src, size], VOID, True)))
+        L.guarded(True if chunks % L.T == 0 or r < chunks // L.T else N.Compare("lt", ir32(q), c32(chunks)), copy)
+    L.relied.add(op.param.name)
+    return buf, stride
+
+
+def _stage(L, op: T.TExpr, value: LV | None, slot: int) -> tuple[N.Expr, int, bool]:
+    """(shared buffer, row stride, copied asynchronously) of a staged operand: a load by cp.async
+    where it can, else its value (`value`, or the operand lowered now) through registers."""
+    got = _stage_async(L, op, slot) if value is None else None
+    if got is not None:
+        return got[0], got[1], True
+    v = value if value is not None else L.concrete(L.expr(op))
+    return L.write_scratch(v, slot=slot), op.type.shape[1], False
+
+
+def _wait_async(L) -> None:
+    L.emit(N.ExprStmt(TN.InlinePtx("cp.async.commit_group;", "", [], VOID, True)))
+    L.emit(N.ExprStmt(TN.InlinePtx("cp.async.wait_group 0;", "", [], VOID, True)))
+    L.sync()
+
+
+def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
+    """e: the Matmul, a (m, k) @ b (k, n) (+ acc (m, n)). Returns the f32 product in MmaLayout. A comes
+    from registers where it already is (_a_fragments), else from a staged tile; B is staged, a
+    transposed operand (K^T of attention) in its own row order, so it needs no transpose pass.
+    Fragment elements are read from the staged tiles with ordinary shared loads; the mma packs them
+    into its registers itself, so the CPU simulator runs this lowering too (mma_sim)."""
+    (m, k), (_, n) = e.a.type.shape, e.b.type.shape
+    layout = L.frag_layout(("C", (m, n), wm, wn))
+    assert isinstance(layout, MmaLayout)
+    g, t2 = layout.lane_row, layout.lane_col
+    row0, col0 = layout.warp_row0, layout.warp_col0
     acc_vars = [L.new_var(F32, "tcacc") for _ in range(layout.per_thread)]
-    init = L.to_layout(acc, layout).elems if acc is not None else [N.Const(0.0, F32)] * layout.per_thread
+    init = L.to_layout(L.expr(e.acc), layout).elems if e.acc is not None else [N.Const(0.0, F32)] * layout.per_thread
     for v, x in zip(acc_vars, init):
         L.emit(N.Assign(v, x if x.type == F32 else N.Cast(x, F32)))
-    sa = L.write_scratch(a, slot=1)
-    sb = L.write_scratch(b, slot=2)
+    a = a_regs = None
+    if not isinstance(e.a, T.Load):                 # a computed operand may already sit in registers
+        a = L.concrete(L.expr(e.a))
+        a_regs = _a_fragments(L, e, a, layout, k)
+    copied = False
+    if a_regs is None:
+        sa, sa_st, copied = _stage(L, e.a, a, 1)
+    b_t = isinstance(e.b, T.Permute) and tuple(e.b.axes) == (1, 0)
+    sb, sb_st, b_copied = _stage(L, e.b.operand if b_t else e.b, None, 2)
+    if copied or b_copied:
+        _wait_async(L)
 
     def elems(buf: N.Expr, dtype, base, offsets: tuple[int, ...]) -> list[N.Expr]:
         return [L.tmp(L.smem_load(buf, iadd(base, off), dtype), "tce") for off in offsets]
 
-    tname = "bf16" if a.dtype == BF16 else "f16"
-    mma = mma_statement(tname)
+    dtype = e.a.type.dtype
+    mma = mma_statement("bf16" if dtype == BF16 else "f16")
     for ks in range(k // 16):
         afr, bfr = {}, {}
         for mt in range(layout.mt):
+            if a_regs is not None:
+                afr[mt] = a_regs[mt, ks]
+                continue
             r = iadd(row0, iadd(g, mt * 16))
-            at = L.tmp(ir32(iadd(imul(r, k), iadd(t2, ks * 16))), "tcai")          # A[r][2t + 16 ks]
-            afr[mt] = elems(sa, a.dtype, at, (0, 1, 8 * k, 8 * k + 1, 8, 9, 8 * k + 8, 8 * k + 9))
+            at = L.tmp(ir32(iadd(imul(r, sa_st), iadd(t2, ks * 16))), "tcai")       # A[r][2t + 16 ks]
+            afr[mt] = elems(sa, dtype, at, tuple(ro * sa_st + co for ro, co in zip(A_FRAG_ROW, A_FRAG_COL)))
         for nt in range(layout.nt):
             c = iadd(col0, iadd(g, nt * 8))
-            bt = L.tmp(ir32(iadd(imul(iadd(t2, ks * 16), n), c)), "tcbi")          # B[2t + 16 ks][c]
-            bfr[nt] = elems(sb, b.dtype, bt, (0, n, 8 * n, 9 * n))
+            if b_t:                                                                 # B[kk][c] = b[c][kk]
+                bt = L.tmp(ir32(iadd(imul(c, sb_st), iadd(t2, ks * 16))), "tcbi")
+                bfr[nt] = elems(sb, dtype, bt, (0, 1, 8, 9))
+            else:                                                                   # B[2t + 16 ks][c]
+                bt = L.tmp(ir32(iadd(imul(iadd(t2, ks * 16), sb_st), c)), "tcbi")
+                bfr[nt] = elems(sb, dtype, bt, (0, sb_st, 8 * sb_st, 9 * sb_st))
         _emit_mmas(L, mma, afr, bfr, acc_vars, layout.mt, layout.nt)
     L.sync()
     return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])

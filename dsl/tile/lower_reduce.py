@@ -13,7 +13,7 @@ import math
 from dsl.ir import nodes as N
 from dsl.ir.types import BOOL, F32, I32, ScalarType
 from dsl.tile import ir as T
-from dsl.tile.layout import LV, U_MAX, c32, flat_of, iadd, imul, ir32, strides
+from dsl.tile.layout import LV, U_MAX, MmaLayout, c32, flat_of, iadd, imul, ir32, strides
 
 
 def _acc_type(op: str, dt: ScalarType) -> ScalarType:
@@ -63,6 +63,8 @@ class _Comb:
 
 def lower_reduce(L, e: T.Reduce) -> LV:
     x = L.expr(e.operand)
+    if isinstance(x.layout, MmaLayout) and x.layout.wn == 1 and e.axis == 1 and e.op in ("sum", "max", "min"):
+        return _reduce_mma_rows(L, e, x)
     x = L.to_layout(x, "D") if not (x.layout == "U") else x
     dt = x.dtype
     acc_t = _acc_type(e.op, dt)
@@ -214,3 +216,25 @@ def _reduce_via_smem(L, e, x: LV, comb: _Comb, acc_t, kept, kshape, n_out, finis
         vals.append((N.ReadVar(accv), N.ReadVar(acci) if acci else None))
     L.sync()
     return finish(vals, "D")
+
+
+def _reduce_mma_rows(L, e: T.Reduce, x: LV) -> LV:
+    """Row reduction of mma accumulators whose warps split M only: each thread combines its own
+    columns of each of its rows, then the four lanes of a quad (which hold the rest of those rows)
+    exchange partials with two shuffles. The result stays in registers (MmaRows), where the row
+    softmax of flash attention needs it."""
+    lay = x.layout
+    acc_t = _acc_type(e.op, x.dtype)
+    comb = _Comb(L, e.op, acc_t)
+    parts: dict[int, tuple] = {}
+    for r, el in enumerate(x.elems):
+        o = 2 * (r // (lay.nt * 4)) + (1 if r % 4 >= 2 else 0)
+        item = (L.tmp(N.Cast(el, acc_t) if el.type != acc_t else el), None)
+        parts[o] = item if o not in parts else comb(parts[o], item)
+    out = []
+    for o in range(2 * lay.mt):
+        v = parts[o][0]
+        for m in (1, 2):
+            v = comb((v, None), (L.tmp(N.Warp("shfl_xor", [v, c32(m)], acc_t)), None))[0]
+        out.append(L.tmp(N.Cast(v, e.type.dtype)) if acc_t != e.type.dtype else v)
+    return LV(L.rows_of(lay), e.type.shape, e.type.dtype, out)
