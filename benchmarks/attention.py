@@ -4,8 +4,7 @@ scaled_dot_product_attention with the flash backend, bf16, one process.
 Shapes: B4 H16 S4096 D128 (the bar), D64, and S1024; causal and not. Each result is checked against
 SDPA before timing; device events, L2 flushed before each launch, ours and SDPA interleaved, median.
 TFLOP/s count 4*B*H*S^2*D (halved when causal). Bar (DESIGN §8): >= 1.0x SDPA's flash backend.
-Also reported (no bar): the same kernel with the experimental tensor-core tile.matmul
-(KB_TILE_TC_MATMUL=1), checked against SDPA first.
+The kernel runs as the default build does: its products on the tensor cores (docs/tile.md).
 """
 from __future__ import annotations
 
@@ -23,34 +22,6 @@ def load_example():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def tensor_core_variant(fa, call: tuple, out, q, ref, name: str, rep: Report):
-    """The same kernel specialised with KB_TILE_TC_MATMUL=1 (the experimental tensor-core tile.matmul,
-    docs/tile.md), checked against SDPA; None (with a note) when it is wrong or does not build. Only
-    reported: the bar stays on the default path until the experimental one is verified."""
-    import os
-
-    from dsl import tile
-    kern = tile.kernel(fa.flash_fwd.pyfunc)            # its own dispatcher: specialised with the switch on
-    before = os.environ.get("KB_TILE_TC_MATMUL")
-    os.environ["KB_TILE_TC_MATMUL"] = "1"
-    try:
-        out.fill_(12345.0)
-        kern(*call)                                    # the miss compiles with the switch on
-    except Exception as exc:  # noqa: BLE001 - experimental: reported, not fatal
-        rep.notes.append(f"{name}: tensor-core variant failed: {exc!r}"[:300])
-        return None
-    finally:
-        if before is None:
-            os.environ.pop("KB_TILE_TC_MATMUL", None)
-        else:
-            os.environ["KB_TILE_TC_MATMUL"] = before
-    err = (out.reshape(q.shape) - ref.float()).abs().max().item()
-    if not err < 3e-2:
-        rep.notes.append(f"{name}: tensor-core variant wrong, max |tc - SDPA| = {err}")
-        return None
-    return lambda i: kern(*call)
 
 
 def main() -> int:
@@ -92,17 +63,10 @@ def main() -> int:
                 if not err < 3e-2:
                     failed.append(f"{name}: max |ours - SDPA| = {err}")
                     continue
-                paths = {"ours": ours, "sdpa": sdpa}
-                tc = tensor_core_variant(fa, call, out, q, res[0], name, rep)
-                if tc is not None:
-                    paths["tc"] = tc
-                ms = time_interleaved(paths, reps=3 if args.quick else 5)
+                ms = time_interleaved({"ours": ours, "sdpa": sdpa}, reps=3 if args.quick else 5)
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
                 tf = {n: flops / (t * 1e-3) / 1e12 for n, t in ms.items()}
                 rep.row(f"{name}: DSL tile flash_fwd", tf["ours"], "TFLOP/s", ms=round(ms["ours"], 3))
-                if "tc" in tf:
-                    rep.row(f"{name}: DSL tile flash_fwd, tensor-core tile.matmul (experimental)", tf["tc"],
-                            "TFLOP/s", ms=round(ms["tc"], 3))
                 rep.row(f"{name}: torch SDPA (flash)", tf["sdpa"], "TFLOP/s", ms=round(ms["sdpa"], 3))
                 if (s, d) == (4096, 128):
                     rep.bar(f"flash attention {name} vs SDPA flash", tf["ours"], tf["sdpa"], higher_is_better=True,

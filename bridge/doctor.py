@@ -42,7 +42,7 @@ SETTINGS: dict[str, str] = {
     "KB_FUZZ_RECYCLE_MB": "fuzz: worker memory before replacement",
     "KB_REPRO_ISOLATED": "tests: one interpreter per reproducer",
     "KB_AUTOTUNE": "tile.autotune timing (0: first viable configuration, no timing)",
-    "KB_TILE_TC_MATMUL": "experimental: tile.matmul outside GEMM loops on the tensor cores (1: on)",
+    "KB_TILE_TC_MATMUL": "tile.matmul outside GEMM loops on the tensor cores (default on; 0: portable FMA path)",
 }   # docs/configuration.md is the full table (interop_tests/package/test_configuration_table.py)
 
 

@@ -9,9 +9,9 @@ keeps the running row maximum `m`, normaliser `l` and output `acc` in registers,
 exp(m_old - m_new) per block, so the S x S score matrix never exists. The arrays are (B*H*S, D) row
 stacks of the (B, H, S, D) tensors; S must be a multiple of the tile rows.
 
-Status: correct, not fast. The two products in the loop take the portable shared-memory FMA path
-of the tile lowering (the tensor-core lowering matches only the plain GEMM loop), so this runs far
-below SDPA's flash backend (benchmarks/attention.py measures it).
+On the tensor cores (the default, sm_80+) the two products run as mma.sync with S, P, the row
+statistics and the output accumulator in registers, and each iteration's key/value blocks are copied
+one iteration ahead by cp.async (docs/tile.md); benchmarks/attention.py measures it against SDPA.
 """
 from __future__ import annotations
 
@@ -24,9 +24,11 @@ import numpy as np
 from dsl import TypeVar, f32, i32, tile
 
 E = TypeVar("E")
-# (query rows BM, key rows BN) per head dim: the largest that fit the lowering's 48 KiB of relayout
-# shared memory without register spills (ptxas -v on sm_90)
-TILES = {64: (64, 32), 128: (32, 32)}
+# (query rows BM, key rows BN) per head dim. On the tensor cores: 4 warps of 16 query rows, the fastest
+# of the sweep in docs/tile.md on the H200; the portable FMA path (KB_TILE_TC_MATMUL=0, pre-sm_80):
+# the largest that fit its 48 KiB of relayout shared memory without register spills (ptxas -v, sm_90)
+TILES = {64: (64, 64), 128: (64, 64)}
+PORTABLE_TILES = {64: (64, 32), 128: (32, 32)}
 
 
 @tile.kernel
@@ -59,12 +61,15 @@ def flash_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: 
     o.store(acc / l[:, None])
 
 
-def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale: float | None = None) -> tuple:
-    """flash_fwd's arguments for (B*H*S, D) row stacks q, k, v and the f32 output `out` of that shape."""
+def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale: float | None = None,
+                tensor_cores: bool | None = None) -> tuple:
+    """flash_fwd's arguments for (B*H*S, D) row stacks q, k, v and the f32 output `out` of that shape.
+    `tensor_cores`: pick the tiles of the tensor-core lowering (default: unless KB_TILE_TC_MATMUL=0)."""
+    from dsl.tile.compile import tc_matmul_enabled
     rows, d = q.shape
     if d not in TILES:
         raise ValueError(f"q: head dim {d} not supported (expected one of {sorted(TILES)})")
-    bm, bn = TILES[d]
+    bm, bn = (TILES if (tc_matmul_enabled() if tensor_cores is None else tensor_cores) else PORTABLE_TILES)[d]
     if seq <= 0 or rows % seq or seq % bm or seq % bn:
         raise ValueError(f"q: {rows} rows of sequences of {seq}: expected whole sequences whose length is a "
                          f"multiple of {max(bm, bn)}")
@@ -93,9 +98,11 @@ def run_gpu(batch: int, heads: int, seq: int, d: int) -> None:
     import bridge
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    from dsl.tile.compile import tc_matmul_enabled
+    tensor_cores = tc_matmul_enabled() and bridge.current_device().cc >= (8, 0)
     for causal in (False, True):
         out = torch.full((batch * heads * seq, d), float("nan"), device="cuda")
-        flash_fwd(*launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal))
+        flash_fwd(*launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal, tensor_cores=tensor_cores))
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
         err = (out.reshape(ref.shape) - ref).abs().max().item()
         print(f"GPU B{batch} H{heads} S{seq} D{d} causal={causal}: max |ours - SDPA(f32)| = {err:.2e}")

@@ -96,9 +96,9 @@ def _reads_partition(fn, p) -> bool:
 
 
 def tc_matmul_enabled() -> bool:
-    """KB_TILE_TC_MATMUL=1: tile.matmul outside GEMM loops runs on the tensor cores (experimental, not
-    yet verified on a GPU: dsl/tile/lower_matmul_tc.py); part of the disk-cache key when on."""
-    return env_switch("KB_TILE_TC_MATMUL", False)
+    """tile.matmul outside GEMM loops runs on the tensor cores (dsl/tile/lower_matmul_tc.py) unless
+    KB_TILE_TC_MATMUL=0 asks for the portable FMA path; part of the disk-cache key when on."""
+    return env_switch("KB_TILE_TC_MATMUL", True)
 
 
 def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, dict] | None = None,

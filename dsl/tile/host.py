@@ -243,7 +243,7 @@ class TileKernel:
         """Run the GPU lowering (the SIMT IR the backend compiles) on the SIMT CPU simulator: checks
         the thread mapping, shared-memory staging and warp reductions without a GPU. `blocks`: the
         grid of a persistent kernel (default: one block per tile). `tensor_cores`: lower tile.matmul
-        outside GEMM loops to mma.sync as KB_TILE_TC_MATMUL=1 does (its mma has CPU semantics). The
+        outside GEMM loops to mma.sync as GPU builds do (its mma has CPU semantics). The
         launch is validated first against the lowered kernel's own contract (the one builder, the one
         native validator), as a GPU launch of it would be."""
         import json

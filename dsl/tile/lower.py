@@ -26,7 +26,8 @@ class LoweringError(Exception):
 class Lowerer:
     def __init__(self, fn: T.TileFunction, threads: int, kernel_name: str,
                  facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
-                 persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None) -> None:
+                 persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None,
+                 pipelines: bool = True) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -55,6 +56,9 @@ class Lowerer:
         self.prologue: list[N.Stmt] = []         # kernel-start statements emitted from anywhere
         self.layout_hints = dict(layout_hints or {})    # var id -> fragment layout key (see lower())
         self.new_hints: dict[int, tuple] = {}    # what this lowering learnt for the next one
+        self.pipelined: dict[int, object] = {}   # load id -> its loop's Pipeline (lower_prefetch.py)
+        self.pipelines = pipelines               # may loops copy their products' operands ahead
+        self.pipelined_loops = 0
         self.assignments: dict[int, int] = {}    # var id -> assignments in the program text
         for st in _all_stmts(fn.body):
             if isinstance(st, T.Assign):
@@ -284,11 +288,8 @@ class Lowerer:
                 from dsl.tile.lower_mma import lower_loop
                 lower_loop(self, self.mma_plans[id(s)])
             elif isinstance(s, T.For):
-                start, stop, step = (self.scalar(e) for e in (s.start, s.stop, s.step))
-                var = self.new_var(I32, s.var.name)
-                self.vars[id(s.var)] = ("U", [var])
-                body_stmts = self.block_of(lambda: self.stmts(s.body))
-                self.emit(N.ForRange(var, start, stop, step, body_stmts, s.loc))
+                from dsl.tile.lower_prefetch import lower_for
+                lower_for(self, s)
             elif isinstance(s, T.If):
                 cond = self.scalar(s.cond)
                 then = self.block_of(lambda: self.stmts(s.then))
@@ -723,13 +724,17 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     # it, and the next lowering creates the variable in that layout, so the loop keeps it in registers
     # instead of converting it through shared memory each iteration. Hints only grow (first one wins).
     hints: dict[int, tuple] = {}
-    for _ in range(4):
+    pipelines = True
+    for _ in range(6):
         lw = Lowerer(fn, threads, kernel_name, facts, max_stages=MAX_STAGES, cc=cc, persistent=persistent,
-                     tc_matmul=tc_matmul, layout_hints=hints)
+                     tc_matmul=tc_matmul, layout_hints=hints, pipelines=pipelines)
         out = lw.lower()
-        if not lw.new_hints:
+        if lw.new_hints:
+            hints = {**hints, **lw.new_hints}
+        elif lw.pipelined_loops and lw.smem_bytes() > SMEM_LIMIT:
+            pipelines = False       # the pipelined operand buffers crowd out the rest: go without
+        else:
             break
-        hints = {**hints, **lw.new_hints}
     if lw.smem_bytes() > SMEM_LIMIT:
         raise LoweringError(f"{fn.name}: needs {lw.smem_bytes()} bytes of static shared memory for "
                             f"relayouts (limit {SMEM_LIMIT}); use smaller tiles")

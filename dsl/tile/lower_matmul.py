@@ -14,7 +14,8 @@ from dsl.tile.layout import LV, c32, iadd, imul, ir32
 
 
 def lower_matmul(L, e: T.Matmul) -> LV:
-    from dsl.tile.lower_matmul_tc import lower_matmul_tc, tc_warps
+    from dsl.tile.lower_matmul_tc import lower_matmul_tc
+    from dsl.tile.tc_operands import tc_warps
     (m, k), (_, n) = e.a.type.shape, e.b.type.shape
     warps = tc_warps(L, m, n, k, e.a.type.dtype, e.b.type.dtype)
     if warps is not None:          # tensor-core path (dsl/tile/lower_matmul_tc.py)

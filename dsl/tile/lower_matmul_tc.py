@@ -5,9 +5,10 @@ accumulators), loading its A and B fragments from the staged tiles, and the resu
 accumulator layout of the GEMM loops (MmaLayout) for the consumer to convert. This is what makes the
 two products of flash attention run on the tensor cores.
 
-Experimental: used only when `KB_TILE_TC_MATMUL=1` (dsl/tile/compile.py), until it has been verified
-on a GPU; the portable path stays the default. The mma carries its CPU semantics (mma_sim), so
-`simulate_lowered(..., tensor_cores=True)` runs this lowering on the simulator. Fragment layouts (PTX ISA, "Matrix fragments for
+On by default (KB_TILE_TC_MATMUL=0 selects the portable path, dsl/tile/compile.py). The register
+path (mma.sync with 16-bit elements read by ordinary shared loads, mma_sim) is what the simulator runs
+(`simulate_lowered(..., tensor_cores=True)`); operands staged by cp.async (GPU launch facts) are read
+with ldmatrix instead, which has no CPU semantics and is checked on the GPU. Fragment layouts (PTX ISA, "Matrix fragments for
 mma.m16n8k16"): with g = lane / 4 and t = lane % 4, A register i holds rows g (+8 for i = 1, 3) at
 columns 2t, 2t+1 (+8 for i = 2, 3); B register i holds rows (k) 2t, 2t+1 (+8 for i = 1) at column
 g; the accumulators are MmaLayout's c0..c3.
@@ -18,35 +19,13 @@ import numpy as np
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, F32, INDEX, U32, U64, VOID
+from dsl.ir.types import BF16, F32, INDEX, U32, VOID
 from dsl.tile import ir as T
-from dsl.tile.layout import (A_FRAG_COL, A_FRAG_ROW, LV, FragLayout, MmaLayout, MmaOperandA, c32, iadd, iand, imul,
-                             ir32, ishr, log2)
-from dsl.tile.lower_mma import _emit_mmas
-
-
-def tc_warps(L, m: int, n: int, k: int, a_dtype, b_dtype) -> tuple[int, int] | None:
-    """(warps along M, warps along N) for an m x n x k product on the tensor cores, or None when this
-    lowering does not apply (switched off, pre-sm_80, other dtypes, shapes the warps cannot tile).
-    Warps split M only where they can: then every row of the product lives in one warp, so its row
-    reductions and the next product's A operand stay in registers (flash attention)."""
-    if not L.tc_matmul or L.cc < 80 or a_dtype != b_dtype or a_dtype not in (F16, BF16):
-        return None
-    if m % 16 or n % 8 or k % 16:
-        return None
-    warps = L.T // 32
-    if m % (warps * 16) == 0:
-        return warps, 1
-    best = None
-    wm = 1
-    while wm <= warps:
-        wn = warps // wm
-        if m % (wm * 16) == 0 and n % (wn * 8) == 0:
-            shape = (m // wm) / 16 - (n // wn) / 8          # prefer square per-warp blocks of fragments
-            if best is None or abs(shape) < best[0]:
-                best = (abs(shape), wm, wn)
-        wm *= 2
-    return None if best is None else (best[1], best[2])
+from dsl.tile.layout import (A_FRAG_COL, A_FRAG_ROW, LV, FragLayout, MmaLayout, MmaOperandA, iadd, iand, imul,
+                             ir32, ishr)
+from dsl.tile.lower_mma import _emit_mmas, mma_sync
+from dsl.tile.lower_prefetch import prefetch_next, wait_for
+from dsl.tile.tc_operands import async_ok, issue_copies
 
 
 def _a_fragments(L, e, a: LV, layout: MmaLayout, k: int):
@@ -70,44 +49,16 @@ def _a_fragments(L, e, a: LV, layout: MmaLayout, k: int):
 
 
 def _stage_async(L, op: T.TExpr, slot: int) -> tuple[N.Expr, int] | None:
-    """Stage a tile.load operand with cp.async (16-byte chunks, no registers, zero fill past the
-    array's edge) into rows padded by 8 elements, so the fragment reads of a warp hit 32 distinct
-    banks. Needs what the GEMM loop needs: a C-contiguous, 16-byte-aligned array whose rows are
-    multiples of 8 elements (launch facts, stated in the contract); else None (staged through
-    registers). Returns (shared buffer, row stride in elements)."""
-    if not (isinstance(op, T.Load) and op.padding == 0 and op.type.dtype in (F16, BF16) and L.cc >= 80):
+    """Stage a tile.load operand with cp.async (no registers) into rows padded by 8 elements, so the
+    fragment reads of a warp hit 32 distinct banks; None where _async_ok says no (then it is staged
+    through registers). Returns (shared buffer, row stride in elements)."""
+    if not async_ok(L, op):
         return None
-    f = L.facts.get(op.param.name, {})
+    assert isinstance(op, T.Load)
     rows, cols = op.type.shape
-    if not (f.get("layout") == "C" and f.get("aligned16") and f.get("div8")) or cols % 8:
-        return None
-    stride = cols + 8
-    buf = L.scratch(op.type.dtype, rows * stride, slot)
-    arr = L.pref(op.param)
-    base = [N.Cast(L.scalar(i), INDEX) for i in op.index]
-    nrows, ncols = L.tmp(N.ArrayLen(arr, 0), "srows"), L.tmp(N.ArrayLen(arr, 1), "scols")
-    zero = N.Const(0, INDEX)
-    safe = L.tmp(TN.GlobalAddress(arr, [zero, zero]), "ssafe")
-    r0 = L.tmp(N.BinOp("mul", base[0], N.Const(rows, INDEX), INDEX), "sr0")
-    c0 = L.tmp(N.BinOp("mul", base[1], N.Const(cols, INDEX), INDEX), "sc0")
-    chunks, per_row = rows * cols // 8, cols // 8
-    for r in range((chunks + L.T - 1) // L.T):
-        q = iadd(r * L.T, L.geo.tid)
-        row, ch = ishr(q, log2(per_row)), iand(q, per_row - 1)
-        grow = L.tmp(N.BinOp("add", r0, N.Cast(ir32(row), INDEX), INDEX), "sgr")
-        gcol = L.tmp(N.BinOp("add", c0, N.Cast(ir32(imul(ch, 8)), INDEX), INDEX), "sgc")
-        ok = L.tmp(N.Logical("and", N.Logical("and", N.Compare("ge", grow, zero), N.Compare("lt", grow, nrows)),
-                             N.Logical("and", N.Compare("ge", gcol, zero), N.Compare("lt", gcol, ncols))), "sok")
-        src = N.IfExp(ok, TN.GlobalAddress(arr, [grow, gcol]), safe, U64)
-        dst = TN.SharedAddress(buf, N.Cast(ir32(iadd(imul(row, stride), imul(ch, 8))), INDEX))
-        size = N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)
-
-        def copy(dst=dst, src=src, size=size) -> None:
-            L.emit(N.ExprStmt(TN.InlinePtx("cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r",
-                                           [dst, src, size], VOID, True)))
-        L.guarded(True if chunks % L.T == 0 or r < chunks // L.T else N.Compare("lt", ir32(q), c32(chunks)), copy)
-    L.relied.add(op.param.name)
-    return buf, stride
+    buf = L.scratch(op.type.dtype, rows * (cols + 8), slot)
+    issue_copies(L, op, buf, cols + 8, [L.scalar(i) for i in op.index])
+    return buf, cols + 8
 
 
 def _stage(L, op: T.TExpr, value: LV | None, slot: int) -> tuple[N.Expr, int, bool]:
@@ -145,29 +96,69 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
     if not isinstance(e.a, T.Load):                 # a computed operand may already sit in registers
         a = L.concrete(L.expr(e.a))
         a_regs = _a_fragments(L, e, a, layout, k)
-    copied = False
-    if a_regs is None:
-        sa, sa_st, copied = _stage(L, e.a, a, 1)
     b_t = isinstance(e.b, T.Permute) and tuple(e.b.axes) == (1, 0)
-    sb, sb_st, b_copied = _stage(L, e.b.operand if b_t else e.b, None, 2)
+    b_op = e.b.operand if b_t else e.b
+    # operands a loop pipeline copies ahead (dsl/tile/lower_prefetch.py), in staging order
+    piped = [op for op in ((e.a,) if a_regs is None else ()) + (b_op,) if id(op) in L.pipelined]
+    pipe = L.pipelined[id(piped[0])] if piped else None
+    copied = b_copied = False
+    if a_regs is None:
+        if e.a in piped:
+            st = pipe.stages[pipe.position(e.a)]
+            sa, sa_st = st.buf, st.stride
+        else:
+            sa, sa_st, copied = _stage(L, e.a, a, 1)
+    if b_op in piped:
+        st = pipe.stages[pipe.position(b_op)]
+        sb, sb_st = st.buf, st.stride
+    else:
+        sb, sb_st, b_copied = _stage(L, b_op, None, 2)
     if copied or b_copied:
         _wait_async(L)
+    if piped:
+        wait_for(L, pipe, piped)
 
     def elems(buf: N.Expr, dtype, base, offsets: tuple[int, ...]) -> list[N.Expr]:
         return [L.tmp(L.smem_load(buf, iadd(base, off), dtype), "tce") for off in offsets]
 
     dtype = e.a.type.dtype
-    mma = mma_statement("bf16" if dtype == BF16 else "f16")
+    tname = "bf16" if dtype == BF16 else "f16"
+    # cp.async-staged operands (padded rows, GPU only: the simulator stages through registers) are
+    # read with ldmatrix.x4, four 8x8 matrices per instruction; the mma then takes packed registers
+    a_ldm = a_regs is None and (copied or e.a in piped)
+    b_ldm = (b_copied or b_op in piped) and layout.nt % 2 == 0
+    packed = a_ldm or b_ldm
+    mma = mma_sync(f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32") if packed else mma_statement(tname)
+    if packed:
+        lane, _ = L.lane_warp()
+        mat_lo = L.tmp(ir32(imul(iand(ishr(lane, 3), 1), 8)), "ldm_lo")     # 8 * (matrix & 1)
+        mat_hi = L.tmp(ir32(imul(ishr(lane, 4), 8)), "ldm_hi")              # 8 * (matrix >> 1)
+        r8 = L.tmp(ir32(iand(lane, 7)), "ldm_r")
+        if a_ldm:       # rows 8 * (matrix & 1) + r of the m-tile, k columns 8 * (matrix >> 1)
+            a_lane = L.tmp(ir32(iadd(imul(iadd(row0, iadd(mat_lo, r8)), sa_st), mat_hi)), "ldm_a")
+        if b_ldm and b_t:   # K rows (n) 8 * (matrix >> 1) + r of the n-tile pair, k columns 8 * (matrix & 1)
+            b_lane = L.tmp(ir32(iadd(imul(iadd(col0, iadd(mat_hi, r8)), sb_st), mat_lo)), "ldm_b")
+        elif b_ldm:         # V rows (k) 8 * (matrix & 1) + r, n columns 8 * (matrix >> 1), transposed
+            b_lane = L.tmp(ir32(iadd(imul(iadd(mat_lo, r8), sb_st), iadd(col0, mat_hi))), "ldm_b")
     for ks in range(k // 16):
         afr, bfr = {}, {}
         for mt in range(layout.mt):
             if a_regs is not None:
-                afr[mt] = a_regs[mt, ks]
-                continue
-            r = iadd(row0, iadd(g, mt * 16))
-            at = L.tmp(ir32(iadd(imul(r, sa_st), iadd(t2, ks * 16))), "tcai")       # A[r][2t + 16 ks]
-            afr[mt] = elems(sa, dtype, at, tuple(ro * sa_st + co for ro, co in zip(A_FRAG_ROW, A_FRAG_COL)))
+                afr[mt] = _pack(L, a_regs[mt, ks]) if packed else a_regs[mt, ks]
+            elif a_ldm:
+                afr[mt] = _ldmatrix(L, sa, iadd(a_lane, (mt * 16) * sa_st + ks * 16), False)
+            else:
+                r = iadd(row0, iadd(g, mt * 16))
+                at = L.tmp(ir32(iadd(imul(r, sa_st), iadd(t2, ks * 16))), "tcai")       # A[r][2t + 16 ks]
+                afr[mt] = elems(sa, dtype, at, tuple(ro * sa_st + co for ro, co in zip(A_FRAG_ROW, A_FRAG_COL)))
+                afr[mt] = _pack(L, afr[mt]) if packed else afr[mt]
         for nt in range(layout.nt):
+            if b_ldm:
+                if nt % 2 == 0:
+                    off = (nt * 8) * sb_st + ks * 16 if b_t else (ks * 16) * sb_st + nt * 8
+                    regs = _ldmatrix(L, sb, iadd(b_lane, off), not b_t)
+                    bfr[nt], bfr[nt + 1] = regs[0:2], regs[2:4]
+                continue
             c = iadd(col0, iadd(g, nt * 8))
             if b_t:                                                                 # B[kk][c] = b[c][kk]
                 bt = L.tmp(ir32(iadd(imul(c, sb_st), iadd(t2, ks * 16))), "tcbi")
@@ -175,9 +166,29 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
             else:                                                                   # B[2t + 16 ks][c]
                 bt = L.tmp(ir32(iadd(imul(iadd(t2, ks * 16), sb_st), c)), "tcbi")
                 bfr[nt] = elems(sb, dtype, bt, (0, sb_st, 8 * sb_st, 9 * sb_st))
+            bfr[nt] = _pack(L, bfr[nt]) if packed else bfr[nt]
         _emit_mmas(L, mma, afr, bfr, acc_vars, layout.mt, layout.nt)
     L.sync()
+    if piped:
+        prefetch_next(L, pipe, piped)
     return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
+
+
+def _pack(L, halves: list[N.Expr]) -> list[N.Expr]:
+    """16-bit elements pairwise into 32-bit registers, the first in the low half (GPU-only paths)."""
+    return [L.tmp(TN.InlinePtx("mov.b32 $0, {$1, $2};", "=r,h,h", [lo, hi], U32, False), "pk")
+            for lo, hi in zip(halves[0::2], halves[1::2])]
+
+
+def _ldmatrix(L, buf: N.Expr, elem: N.Expr, trans: bool) -> list[N.Expr]:
+    """ldmatrix.x4 (.trans) at element `elem` of shared `buf` (this lane's row address): 4 registers."""
+    quad = TN.tuple_of(U32, 4)
+    v = L.new_var(quad, "ldm")
+    addr = TN.SharedAddress(buf, N.Cast(ir32(elem), INDEX))
+    L.emit(N.Assign(v, TN.InlinePtx(
+        f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 {{$0,$1,$2,$3}}, [$4];",
+        "=r,=r,=r,=r,r", [addr], quad, True)))
+    return [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
 
 
 def mma_statement(tname: str):

@@ -1,8 +1,10 @@
 """tile.matmul / tile.mma outside the GEMM main loops on the tensor cores (dsl/tile/lower_matmul_tc.py,
-experimental behind KB_TILE_TC_MATMUL=1): the lowering run on the CPU simulator (its mma.sync carries
-CPU semantics) against float64 NumPy, ragged tiles included; flash attention through it; the switch
-changes the PTX (mma.sync, assembled by ptxas for sm_80 and sm_90) and the cache keys, and the default
-stays the portable path. The GPU tests check the same products on the device."""
+the default; KB_TILE_TC_MATMUL=0 selects the portable path): the lowering run on the CPU simulator
+(its mma.sync carries CPU semantics) against float64 NumPy, ragged tiles included; flash attention
+through it, with the fragment layouts that keep S, P and the row statistics in registers; the switch
+changes the PTX (mma.sync, assembled by ptxas for sm_80 and sm_90) and the cache keys. The GPU tests
+check the same products on the device, where operands are staged by cp.async, read with ldmatrix and
+(in loops) copied one iteration ahead."""
 from __future__ import annotations
 
 import importlib.util
@@ -101,9 +103,10 @@ def test_the_switch_turns_the_products_into_mma_sync_that_ptxas_assembles(arch, 
     seq, d = 128, 64
     q = np.zeros((2 * seq, d), ml_dtypes.bfloat16)
     args = FA.launch_args(q, q, q, np.zeros((2 * seq, d), np.float32), seq, True)
+    monkeypatch.setenv("KB_TILE_TC_MATMUL", "0")
     default = tile.kernel(FA.flash_fwd.pyfunc).compile(args, arch)       # a fresh kernel object
     assert "mma.sync" not in default.ptx
-    monkeypatch.setenv("KB_TILE_TC_MATMUL", "1")
+    monkeypatch.delenv("KB_TILE_TC_MATMUL")                              # the default: tensor cores
     ck = tile.kernel(FA.flash_fwd.pyfunc).compile(args, arch)
     assert ck.ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") > 0
     assert ck.metadata.get("key") != default.metadata.get("key")       # its own disk-cache entry
@@ -116,6 +119,8 @@ def test_a_kernel_object_recompiles_when_the_switch_flips(monkeypatch):
     b = np.zeros((32, 64), ml_dtypes.bfloat16)
     part = tile.partition(np.zeros((64, 64), np.float32), (32, 32))
     k = tile.kernel(num_warps=4)(tile_product.pyfunc)
+    assert "mma.sync" in k.ptx(a, b, part, 32, arch="sm_80")             # the default
+    monkeypatch.setenv("KB_TILE_TC_MATMUL", "0")
     assert "mma.sync" not in k.ptx(a, b, part, 32, arch="sm_80")
     monkeypatch.setenv("KB_TILE_TC_MATMUL", "1")
     assert "mma.sync" in k.ptx(a, b, part, 32, arch="sm_80")
@@ -156,3 +161,46 @@ def test_gpu_tensor_core_products_match_numpy(rng, dtype, monkeypatch):
     kern(bridge.from_host(a), bridge.from_host(b), tile.partition(out, (32, 32)), 64)
     bridge.synchronize()
     np.testing.assert_allclose(out.to_host(), ref, rtol=1e-5, atol=1e-4)
+
+
+@tile.kernel(num_warps=4)
+def rescaled_products(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Partition[f32, 2], steps: tile.Constant):
+    i = tile.bid(0)
+    m, n = c.tile_shape
+    acc = tile.zeros((m, n), f32)
+    shift = 0
+    for j in range(steps):
+        acc = acc + tile.matmul(tile.load(a, (i, 0), (m, 32)), tile.load(b, (j + shift, 0), (32, n)))
+        shift = shift + 1              # the next load's row depends on the loop body: not copied ahead
+    c.store(acc)
+
+
+def _aligned(shape, dtype):
+    return np.zeros(shape, dtype)
+
+
+def test_flash_attention_keeps_its_loop_in_registers_and_copies_one_iteration_ahead(tmp_path):
+    seq, d = 256, 128
+    q = _aligned((2 * seq, d), ml_dtypes.bfloat16)
+    args = FA.launch_args(q, q, q, _aligned((2 * seq, d), np.float32), seq, True, tensor_cores=True)
+    ptx = tile.kernel(FA.flash_fwd.pyfunc).compile(args, "sm_90").ptx
+    # S, P, the row statistics and the output never round-trip through shared memory
+    assert "st.shared" not in ptx
+    # K and V: copied before the loop, then each one iteration ahead; each product waits for its own
+    assert ptx.count("cp.async.wait_group 1;") == 2 and ptx.count("cp.async.wait_group 0;") == 1
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx and "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
+    assert "shfl.sync.bfly" in ptx                                      # row max / sum: quad shuffles
+    r = _ptxas(ptx, "sm_90", tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_load_indexed_by_the_loop_body_is_not_copied_ahead(rng):
+    a = rng.standard_normal((64, 32)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((32 * 4, 64)).astype(ml_dtypes.bfloat16)
+    c = np.full((64, 64), np.nan, np.float32)
+    ptx = rescaled_products.ptx(a, b, tile.partition(c, (64, 64)), 2, arch="sm_90")
+    assert "cp.async.wait_group 1;" not in ptx and "cp.async.wait_group 0;" in ptx
+    rescaled_products.simulate_lowered(a, b, tile.partition(c, (64, 64)), 2, tensor_cores=True)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64[0:32] + a64 @ b64[64:96]                 # j + shift = 0, then 2
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)

@@ -174,10 +174,19 @@ def ptxas_usage(ptx: str, arch: str) -> dict:
             "smem": int(re.search(r"(\d+) bytes smem", log).group(1)) if "bytes smem" in log else 0}
 
 
-def test_unaligned_gemm_takes_the_portable_path():
+def test_an_unaligned_gemm_operand_is_never_assumed_aligned():
     odd = np.zeros((256, 250), np.float16)    # last extent not a multiple of 8
     odd32 = np.zeros((256, 250), np.float32)
-    for a, b in ((odd, np.zeros((250, 256), np.float16)), (odd32, np.zeros((250, 256), np.float32))):
-        ck = K.gemm.compile((a, b, tile.partition(z((256, 256), np.float32), (64, 64)), 32), "sm_90")
-        assert "mma.sync" not in ck.ptx and "fma.rn.f32" in ck.ptx
-        assert "requires" not in json.loads(ck.contract_json)
+    # f32 (no tensor-core tile.matmul outside the GEMM loop): the portable FMA path, relying on nothing
+    ck = K.gemm.compile((odd32, np.zeros((250, 256), np.float32), tile.partition(z((256, 256), np.float32), (64, 64)),
+                         32), "sm_90")
+    assert "mma.sync" not in ck.ptx and "fma.rn.f32" in ck.ptx
+    assert "requires" not in json.loads(ck.contract_json)
+    # f16: no cp.async GEMM loop; each product runs on the tensor cores, the odd operand staged through
+    # registers (the contract states nothing about it), the aligned one copied by cp.async (stated)
+    ck = K.gemm.compile((odd, np.zeros((250, 256), np.float16), tile.partition(z((256, 256), np.float32), (64, 64)),
+                         32), "sm_90")
+    contract = json.loads(ck.contract_json)
+    assert "mma.sync" in ck.ptx
+    assert contract["args"][0]["align"] == 2 and all(not r.startswith("a.") for r in contract["requires"])
+    assert contract["requires"] == ["b.shape[1] % 8 == 0"] and contract["args"][1]["align"] == 16

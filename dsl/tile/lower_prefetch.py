@@ -1,0 +1,199 @@
+"""Software pipelining of the tensor-core products' operand loads in tile loops (cp.async).
+
+    for j in range(stop):
+        s = tile.matmul(q, tile.transpose(tile.load(k, (kv0 + j, 0), (BN, D))))
+        ...
+        acc = acc + tile.matmul(p, tile.load(v, (kv0 + j, 0), (BN, D)))
+
+Each load that feeds a tensor-core product directly, reads a read-only array with the GEMM loop's
+facts (tc_operands.async_ok) and is indexed only by the loop variable and values fixed before
+the loop gets its own shared buffer. The copies of iteration 0 are issued before the loop, those of
+iteration j+1 right after iteration j's product has read the buffer, so every copy overlaps the rest of
+the body (the softmax, the other product) instead of stalling its product. With n such loads the
+copy groups stay in one order (L1..Ln, then L1 of the next iteration...), so a product that uses u of
+them waits with `cp.async.wait_group n-u`.
+
+The plan predicts the order in which the body stages the loads; the lowering checks it and lowers the
+loop again without the pipeline when it differs (never a wrong wait count).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dsl.ir import nodes as N
+from dsl.ir import tile_nodes as TN
+from dsl.ir.types import I32, VOID
+from dsl.tile import ir as T
+from dsl.tile.tc_operands import async_ok, issue_copies, tc_warps
+from dsl.tile.types import PartitionParamType
+
+BUDGET = 40 * 1024          # shared bytes the pipelined buffers may take (of the 48 KiB static; a
+                            # kernel whose other buffers then do not fit is lowered again without)
+FIRST_SLOT = 100            # scratch slots of the pipelined buffers (lower.scratch)
+
+
+@dataclass
+class Stage:
+    load: T.Load
+    buf: N.Expr
+    stride: int
+
+
+@dataclass
+class Pipeline:
+    loop: T.For
+    stages: list[Stage]
+    var: N.Var | None = None
+    stop: N.Expr | None = None
+    step: N.Expr | None = None
+    used: int = 0               # stages the body has consumed so far, in order
+    in_order: bool = True
+    issued: list[int] = field(default_factory=list)
+
+    def position(self, load: T.Load) -> int:
+        return next(i for i, st in enumerate(self.stages) if st.load is load)
+
+
+def lower_for(L, s: T.For) -> None:
+    start, stop, step = (L.scalar(e) for e in (s.start, s.stop, s.step))
+    var = L.new_var(I32, s.var.name)
+    L.vars[id(s.var)] = ("U", [var])
+    pipe = plan(L, s)
+    if pipe is not None:
+        pipe.var, pipe.stop, pipe.step = var, stop, step
+        for st in pipe.stages:
+            L.pipelined[id(st.load)] = pipe
+        body = L.block_of(lambda: L.stmts(s.body))
+        for st in pipe.stages:
+            del L.pipelined[id(st.load)]
+        if pipe.in_order and pipe.used == len(pipe.stages):
+            first = L.new_var(I32, "pf0")
+            L.emit(N.Assign(first, start))
+            runs = N.Compare("lt", N.ReadVar(first), stop)
+            for st in pipe.stages:
+                issue(L, pipe, st, N.ReadVar(first), runs)
+            L.emit(N.ForRange(var, start, stop, step, body, s.loc))
+            _asm(L, "cp.async.wait_group 0;")
+            L.pipelined_loops += 1
+            return
+    body = L.block_of(lambda: L.stmts(s.body))
+    L.emit(N.ForRange(var, start, stop, step, body, s.loc))
+
+
+def plan(L, s: T.For) -> Pipeline | None:
+    if not (L.pipelines and L.tc_matmul and L.cc >= 80 and isinstance(s.step, T.Const) and s.step.value >= 1):
+        return None
+    assigned: set[int] = set()
+    for st in _walk(s.body):
+        if isinstance(st, T.For):
+            return None                         # nested loops: keep it simple
+        if isinstance(st, T.Assign):
+            assigned.add(id(st.var))
+        if isinstance(st, T.If) and any(isinstance(x, T.Matmul) for b in (st.then, st.else_)
+                                        for y in _walk(b) for x in _exprs_of(y)):
+            return None                         # a product that may not run would break the count
+    loads: list[T.Load] = []
+    for st in s.body:
+        for e in _exprs_of(st):
+            for mm in _products(e):
+                (m, k), (_, n) = mm.a.type.shape, mm.b.type.shape
+                if tc_warps(L, m, n, k, mm.a.type.dtype, mm.b.type.dtype) is None:
+                    continue
+                b = mm.b.operand if isinstance(mm.b, T.Permute) and tuple(mm.b.axes) == (1, 0) else mm.b
+                for op in (mm.a, b):
+                    if isinstance(op, T.Load) and async_ok(L, op) and not isinstance(op.param.type, PartitionParamType) \
+                            and _invariant_index(op, s.var, assigned):
+                        loads.append(op)
+    if not loads:
+        return None
+    size = sum(op.type.shape[0] * (op.type.shape[1] + 8) * 2 for op in loads)
+    if size > BUDGET:
+        return None
+    stages = []
+    for i, op in enumerate(loads):
+        rows, cols = op.type.shape
+        stages.append(Stage(op, L.scratch(op.type.dtype, rows * (cols + 8), FIRST_SLOT + i), cols + 8))
+    return Pipeline(s, stages)
+
+
+def wait_for(L, pipe: Pipeline, loads: list[T.Load]) -> None:
+    """Before a product that reads `loads` (its pipelined operands, in staging order)."""
+    for ld in loads:
+        if pipe.position(ld) != pipe.used:
+            pipe.in_order = False
+        pipe.used += 1
+    _asm(L, f"cp.async.wait_group {len(pipe.stages) - len(loads)};")
+    L.sync()
+
+
+def prefetch_next(L, pipe: Pipeline, loads: list[T.Load]) -> None:
+    """After the product's last read of the buffers: the copies of the next iteration."""
+    assert pipe.var is not None and pipe.step is not None and pipe.stop is not None
+    nxt = L.tmp(N.BinOp("add", N.ReadVar(pipe.var), pipe.step, I32), "pfn")
+    runs = L.tmp(N.Compare("lt", nxt, pipe.stop), "pfr")
+    for ld in loads:
+        issue(L, pipe, pipe.stages[pipe.position(ld)], nxt, runs)
+
+
+def issue(L, pipe: Pipeline, st: Stage, iteration: N.Expr, runs: N.Expr) -> None:
+    """Copies of `st` for loop iteration `iteration` (when `runs`), then one commit either way."""
+    at = L.new_var(I32, "pfit")
+    L.emit(N.Assign(at, iteration))
+    saved = L.vars[id(pipe.loop.var)]
+    L.vars[id(pipe.loop.var)] = ("U", [at])
+    try:
+        def copies() -> None:
+            base = [L.scalar(i) for i in st.load.index]
+            issue_copies(L, st.load, st.buf, st.stride, base)
+        L.guarded(runs, copies)
+    finally:
+        L.vars[id(pipe.loop.var)] = saved
+    _asm(L, "cp.async.commit_group;")
+
+
+def _asm(L, text: str) -> None:
+    L.emit(N.ExprStmt(TN.InlinePtx(text, "", [], VOID, True)))
+
+
+def _invariant_index(op: T.Load, loop_var: T.TVar, assigned: set[int]) -> bool:
+    for i in op.index:
+        for x in T.walk_exprs(i):
+            if isinstance(x, T.Read) and x.var is not loop_var and id(x.var) in assigned:
+                return False
+            if isinstance(x, (T.Load, T.Matmul, T.Reduce)):
+                return False
+    return True
+
+
+def _products(e: T.TExpr):
+    """Products in the order lower_matmul_tc stages their operands: accumulator, A, then B first."""
+    if isinstance(e, T.Matmul):
+        for sub in (e.acc, e.a, e.b):
+            if sub is not None:
+                yield from _products(sub)
+        yield e
+        return
+    for name in ("operand", "lhs", "rhs", "cond", "then", "else_"):
+        sub = getattr(e, name, None)
+        if isinstance(sub, T.TExpr):
+            yield from _products(sub)
+    for sub in getattr(e, "args", None) or ():
+        yield from _products(sub)
+
+
+def _exprs_of(s: T.TStmt) -> list[T.TExpr]:
+    if isinstance(s, (T.Assign, T.Store)):
+        return [s.value]
+    if isinstance(s, T.If):
+        return [s.cond]
+    return []
+
+
+def _walk(body: list[T.TStmt]):
+    for s in body:
+        yield s
+        if isinstance(s, T.If):
+            yield from _walk(s.then)
+            yield from _walk(s.else_)
+        elif isinstance(s, T.For):
+            yield from _walk(s.body)
