@@ -229,6 +229,20 @@ class MmaRows(FragLayout):
         return f"MmaRows({self.parent!r})"
 
 
+class SharedTile:
+    """A variable kept in shared memory instead of registers: a loop-invariant A operand too large to
+    hold as A fragments (the queries of flash attention at D128), staged once where it is assigned and
+    read by every product. Rows are padded by 8 elements (16-byte aligned, conflict-free fragment
+    reads); `ldmatrix`: it was filled by cp.async (GPU launch facts), so products read it with
+    ldmatrix (no CPU semantics) rather than ordinary shared loads."""
+
+    def __init__(self, shape: tuple[int, int], buf: N.Expr, stride: int, ldmatrix: bool) -> None:
+        self.shape, self.buf, self.stride, self.ldmatrix = shape, buf, stride, ldmatrix
+
+    def __repr__(self) -> str:
+        return f"SharedTile({self.shape})"
+
+
 # A-fragment positions of mma.m16n8k16 (PTX ISA): register element i of lane (g = l/4, t = l%4) holds
 # A[g + ROW[i]][2t + COL[i]] of the 16x16 k-slice
 A_FRAG_ROW = (0, 0, 8, 8, 0, 0, 8, 8)

@@ -9,10 +9,11 @@ reductions whose groups span whole thread sets use warp butterflies plus one sha
 from __future__ import annotations
 
 from dsl.ir import nodes as N
-from dsl.ir.types import BOOL, F32, I32, INDEX, ArrayType, ScalarType
+from dsl.ir import tile_nodes as TN
+from dsl.ir.types import BOOL, F32, I32, INDEX, VOID, ArrayType, ScalarType
 from dsl.tile import ir as T
-from dsl.tile.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaOperandA, MmaRows, c32, flat_of,
-                             iadd, iand, imul, ir32, ishr, log2, strides)
+from dsl.tile.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaOperandA, MmaRows, SharedTile, c32,
+                             flat_of, iadd, iand, imul, ir32, ishr, log2, strides)
 from dsl.tile.lower_reduce import lower_reduce
 from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType
 
@@ -280,7 +281,9 @@ class Lowerer:
         outer = self.cur_loc
         for s in body:
             self.cur_loc = s.loc if s.loc is not N.NOLOC else outer
-            if isinstance(s, T.Assign):
+            if isinstance(s, T.Assign) and self.layout_hints.get(id(s.var), ("",))[0] == "S":
+                self.assign_shared(s.var, s.value)
+            elif isinstance(s, T.Assign):
                 self.assign(s.var, self.expr(s.value))
             elif isinstance(s, T.Store):
                 self.store(s)
@@ -329,11 +332,38 @@ class Lowerer:
         for var, e in zip(vs, vals):
             self.emit(N.Assign(var, e))
 
-    def hint(self, tv: T.TVar, layout: FragLayout) -> None:
+    def hint(self, tv: T.TVar, layout: FragLayout | tuple) -> None:
         """Ask the next lowering (lower() runs until nothing new is learnt) to keep variable `tv` in
-        `layout`: the first hint for a variable wins."""
+        `layout` (a fragment layout, or the key ("S", shape) of a SharedTile): the first hint wins."""
         if id(tv) not in self.layout_hints and id(tv) not in self.new_hints and id(tv) not in self.var_layouts:
-            self.new_hints[id(tv)] = layout.key
+            self.new_hints[id(tv)] = layout if isinstance(layout, tuple) else layout.key
+
+    def assign_shared(self, tv: T.TVar, e: T.TExpr) -> None:
+        """Assign a variable hinted into shared memory (SharedTile): a tile.load is copied by cp.async
+        where its launch facts allow, anything else is stored from registers."""
+        from dsl.tile.tc_operands import async_ok, issue_copies
+        got = self.vars.get(id(tv))
+        rows, cols = e.type.shape
+        if got is None:
+            slot = 200 + sum(1 for lay, _ in self.vars.values() if isinstance(lay, SharedTile))
+            buf = self.scratch(e.type.dtype, rows * (cols + 8), slot)
+            got = (SharedTile((rows, cols), buf, cols + 8, async_ok(self, e)), [])
+            self.vars[id(tv)] = got
+        lay = got[0]
+        self.sync()                             # readers of an earlier value are done
+        if lay.ldmatrix and async_ok(self, e):
+            issue_copies(self, e, lay.buf, lay.stride, [self.scalar(i) for i in e.index])
+            for text in ("cp.async.commit_group;", "cp.async.wait_group 0;"):
+                self.emit(N.ExprStmt(TN.InlinePtx(text, "", [], VOID, True)))
+        else:
+            v = self.to_layout(self.expr(e), "D")
+
+            def w() -> None:
+                for r, x in enumerate(v.elems):
+                    row, col = self.geo.coords((rows, cols), r)
+                    self.smem_store(lay.buf, iadd(imul(row, lay.stride), col), x)
+            self.guarded(self.geo.owner(v.size), w)
+        self.sync()
 
     def count(self, layout, size: int) -> int:
         if layout == "U":
@@ -383,6 +413,10 @@ class Lowerer:
     def to_layout(self, v: LV, layout) -> LV:
         if v.layout is layout or v.layout == layout and isinstance(layout, str):
             return v
+        if isinstance(v.layout, SharedTile):     # read from where it is kept
+            st = v.layout
+            return LV(layout, v.shape, v.dtype, [self.tmp(self.smem_load(st.buf, iadd(imul(c[0], st.stride), c[1]), v.dtype))
+                                                 for c in self.coords_of(layout, v.shape)])
         if v.layout == "L":
             if layout == "U" and v.size > U_MAX:
                 raise LoweringError(f"internal: replicating a tile of {v.size} elements")
@@ -393,7 +427,7 @@ class Lowerer:
 
     def concrete(self, v: LV) -> LV:
         """A value with elements: lazy values become D; U and mma layouts stay."""
-        return self.to_layout(v, "D") if v.layout == "L" else v
+        return self.to_layout(v, "D") if v.layout == "L" or isinstance(v.layout, SharedTile) else v
 
     def replicate(self, v: LV) -> LV:
         """D → U: through shared memory, every thread reads every element."""
@@ -491,6 +525,8 @@ class Lowerer:
         layout, vs = self.vars[id(e.var)]
         if layout == "L":
             return vs  # type: ignore[return-value]
+        if isinstance(layout, SharedTile):
+            return LV(layout, e.type.shape, e.type.dtype, [])
         return LV(layout, e.type.shape, e.type.dtype, [N.ReadVar(v) for v in vs])
 
     def x_BlockId(self, e: T.BlockId) -> LV:

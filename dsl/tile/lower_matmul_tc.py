@@ -21,11 +21,17 @@ from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import BF16, F32, INDEX, U32, VOID
 from dsl.tile import ir as T
-from dsl.tile.layout import (A_FRAG_COL, A_FRAG_ROW, LV, FragLayout, MmaLayout, MmaOperandA, iadd, iand, imul,
-                             ir32, ishr)
+from dsl.tile.layout import (A_FRAG_COL, A_FRAG_ROW, LV, FragLayout, MmaLayout, MmaOperandA, SharedTile, iadd, iand,
+                             imul, ir32, ishr)
 from dsl.tile.lower_mma import _emit_mmas, mma_sync
 from dsl.tile.lower_prefetch import prefetch_next, wait_for
 from dsl.tile.tc_operands import async_ok, issue_copies
+
+
+# A loop-invariant A operand of up to this many elements a thread is kept as A fragments in registers
+# (flash attention D128: 64, faster there than shared memory on the H200);
+# a larger one waits in shared memory (SharedTile), staged once
+A_REGISTERS_MAX = 64
 
 
 def _a_fragments(L, e, a: LV, layout: MmaLayout, k: int):
@@ -44,7 +50,8 @@ def _a_fragments(L, e, a: LV, layout: MmaLayout, k: int):
                 out[mt, ks] = a.elems[lo:lo + 8]
         return out
     if isinstance(e.a, T.Read) and not isinstance(lay, FragLayout):
-        L.hint(e.a.var, L.frag_layout(("A", a.shape, layout.wm, layout.wn)))
+        frag = L.frag_layout(("A", a.shape, layout.wm, layout.wn))
+        L.hint(e.a.var, frag if frag.per_thread <= A_REGISTERS_MAX else ("S", a.shape))
     return None
 
 
@@ -92,17 +99,23 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
     init = L.to_layout(L.expr(e.acc), layout).elems if e.acc is not None else [N.Const(0.0, F32)] * layout.per_thread
     for v, x in zip(acc_vars, init):
         L.emit(N.Assign(v, x if x.type == F32 else N.Cast(x, F32)))
-    a = a_regs = None
+    a = a_regs = shared_a = None
     if not isinstance(e.a, T.Load):                 # a computed operand may already sit in registers
-        a = L.concrete(L.expr(e.a))
-        a_regs = _a_fragments(L, e, a, layout, k)
+        a = L.expr(e.a)
+        if isinstance(a.layout, SharedTile):        # or in shared memory, staged where it was assigned
+            shared_a = a.layout
+        else:
+            a = L.concrete(a)
+            a_regs = _a_fragments(L, e, a, layout, k)
     b_t = isinstance(e.b, T.Permute) and tuple(e.b.axes) == (1, 0)
     b_op = e.b.operand if b_t else e.b
     # operands a loop pipeline copies ahead (dsl/tile/lower_prefetch.py), in staging order
     piped = [op for op in ((e.a,) if a_regs is None else ()) + (b_op,) if id(op) in L.pipelined]
     pipe = L.pipelined[id(piped[0])] if piped else None
     copied = b_copied = False
-    if a_regs is None:
+    if shared_a is not None:
+        sa, sa_st = shared_a.buf, shared_a.stride
+    elif a_regs is None:
         if e.a in piped:
             st = pipe.stages[pipe.position(e.a)]
             sa, sa_st = st.buf, st.stride
@@ -125,7 +138,7 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
     tname = "bf16" if dtype == BF16 else "f16"
     # cp.async-staged operands (padded rows, GPU only: the simulator stages through registers) are
     # read with ldmatrix.x4, four 8x8 matrices per instruction; the mma then takes packed registers
-    a_ldm = a_regs is None and (copied or e.a in piped)
+    a_ldm = a_regs is None and (copied or e.a in piped or shared_a is not None and shared_a.ldmatrix)
     b_ldm = (b_copied or b_op in piped) and layout.nt % 2 == 0
     packed = a_ldm or b_ldm
     mma = mma_sync(f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32") if packed else mma_statement(tname)

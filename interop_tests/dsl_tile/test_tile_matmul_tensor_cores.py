@@ -204,3 +204,44 @@ def test_a_load_indexed_by_the_loop_body_is_not_copied_ahead(rng):
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     ref = a64 @ b64[0:32] + a64 @ b64[64:96]                 # j + shift = 0, then 2
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+
+
+@tile.kernel(num_warps=2)
+def invariant_operand(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Partition[f32, 2], steps: tile.Constant):
+    i = tile.bid(0)
+    m, n = c.tile_shape
+    qa = tile.load(a, (i, 0), (m, 128))         # 128 A elements a thread: kept in shared memory
+    acc = tile.zeros((m, n), f32)
+    for j in range(steps):
+        acc = acc + tile.matmul(qa, tile.load(b, (j, 0), (128, n)))
+    c.store(acc)
+
+
+def _invariant_operands(rng):
+    a = rng.standard_normal((100, 128)).astype(ml_dtypes.bfloat16)     # 100 rows: a ragged last tile
+    b = rng.standard_normal((128 * 3, 64)).astype(ml_dtypes.bfloat16)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return a, b, sum(a64 @ b64[128 * j:128 * (j + 1)] for j in range(3))
+
+
+def test_a_large_loop_invariant_operand_waits_in_shared_memory(rng, tmp_path):
+    a, b, ref = _invariant_operands(rng)
+    c = np.full((100, 64), np.nan, np.float32)
+    invariant_operand.simulate_lowered(a, b, tile.partition(c, (64, 64)), 3, tensor_cores=True)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+    ptx = invariant_operand.ptx(a, b, tile.partition(c, (64, 64)), 3, arch="sm_90")
+    assert "st.shared" not in ptx                    # copied by cp.async once, read by ldmatrix
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= 16
+    r = _ptxas(ptx, "sm_90", tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.gpu
+def test_gpu_a_large_loop_invariant_operand_in_shared_memory_matches_numpy(rng):
+    import bridge
+    a, b, ref = _invariant_operands(rng)
+    out = bridge.full((100, 64), -7.0, "float32")
+    kern = tile.kernel(num_warps=2)(invariant_operand.pyfunc)
+    kern(bridge.from_host(a), bridge.from_host(b), tile.partition(out, (64, 64)), 3)
+    bridge.synchronize()
+    np.testing.assert_allclose(out.to_host(), ref, rtol=1e-5, atol=1e-4)
