@@ -771,6 +771,9 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
             pipelines = False       # the pipelined operand buffers crowd out the rest: go without
         else:
             break
+    if lw.smem_bytes() > SMEM_LIMIT and tc_matmul:
+        # the tensor-core products' padded operand buffers do not fit where the portable path's do
+        return lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=False)
     if lw.smem_bytes() > SMEM_LIMIT:
         raise LoweringError(f"{fn.name}: needs {lw.smem_bytes()} bytes of static shared memory for "
                             f"relayouts (limit {SMEM_LIMIT}); use smaller tiles")

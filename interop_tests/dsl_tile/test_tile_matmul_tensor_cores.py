@@ -245,3 +245,16 @@ def test_gpu_a_large_loop_invariant_operand_in_shared_memory_matches_numpy(rng):
     kern(bridge.from_host(a), bridge.from_host(b), tile.partition(out, (64, 64)), 3)
     bridge.synchronize()
     np.testing.assert_allclose(out.to_host(), ref, rtol=1e-5, atol=1e-4)
+
+
+def test_products_whose_padded_buffers_do_not_fit_take_the_portable_path():
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tile_kernels_lib as K
+    a = np.zeros((1000, 520), ml_dtypes.bfloat16)
+    b = np.zeros((520, 700), ml_dtypes.bfloat16)       # rows not a multiple of 8: no cp.async GEMM loop
+    c = np.zeros((1000, 700), np.float32)
+    assert "mma.sync" in K.gemm.compile((a, b, tile.partition(c, (64, 64)), 32), "sm_90").ptx
+    # 128x256 tiles: the tensor-core staging needs > 48 KiB of static shared memory, the portable path fits
+    ptx = K.gemm.compile((a, b, tile.partition(c, (128, 256)), 64), "sm_90").ptx
+    assert "mma.sync" not in ptx and "fma.rn.f32" in ptx
