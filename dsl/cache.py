@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import hashlib
 import inspect
+import linecache
 import json
 import os
 import stat
@@ -133,6 +134,29 @@ def _code_names(code: types.CodeType) -> set[str]:
     return names
 
 
+def _code_lines(code: types.CodeType) -> int:
+    """The last source line holding any of `code`'s instructions (nested functions included)."""
+    last = max((line for _, _, line in code.co_lines() if line is not None), default=code.co_firstlineno)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            last = max(last, _code_lines(c))
+    return last
+
+
+def _source_text(code: types.CodeType) -> str | None:
+    """The function's source lines, from its first line (decorators) to the last line with code, read
+    through linecache: what inspect.getsource gives for a kernel, without tokenizing (whose first use
+    compiles a large regex, ~2 ms of every fresh process's first launch). The constants go in too, so
+    an edit that leaves no instruction on its line (a string's later lines) still changes the key.
+    None when the file cannot be read."""
+    linecache.checkcache(code.co_filename)         # as inspect does: an edited file is read again
+    lines = linecache.getlines(code.co_filename)
+    if not lines:
+        return None
+    text = "".join(lines[code.co_firstlineno - 1:_code_lines(code)])
+    return text + "\0consts " + repr([c for c in code.co_consts if not isinstance(c, types.CodeType)])
+
+
 def source_fingerprint(pyfunc: Callable) -> str:
     """Source text, file and first line of `pyfunc` and of every function it references (recursively),
     plus the repr of each referenced global / closure value."""
@@ -145,10 +169,12 @@ def source_fingerprint(pyfunc: Callable) -> str:
             continue
         seen.add(id(fn))
         code = fn.__code__
-        try:
-            src = inspect.getsource(fn)
-        except (OSError, TypeError):
-            src = repr(code.co_code) + repr(code.co_consts)
+        src = _source_text(code)
+        if src is None:
+            try:
+                src = inspect.getsource(fn)
+            except (OSError, TypeError):
+                src = repr(code.co_code) + repr(code.co_consts)
         h.update(f"\0fn {fn.__module__}.{fn.__qualname__} {code.co_filename}:{code.co_firstlineno}\n"
                  .encode(_UTF8, _KEEP))
         h.update(src.encode(_UTF8, _KEEP))

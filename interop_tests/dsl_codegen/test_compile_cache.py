@@ -93,6 +93,22 @@ def test_key_changes_with_source_globals_callees_signature_options_arch(tmp_path
     assert source_fingerprint(import_kernel(p).pyfunc) != before
 
 
+def test_the_source_fingerprint_reads_the_kernel_lines_from_its_decorator_to_its_last_code(tmp_path):
+    """The fingerprint reads the kernel's lines without tokenizing (fast in a fresh process): the
+    decorator and signature lines count, and so does the last statement; lines after it do not."""
+    p = write_module(tmp_path, "k4", 1.0, extra="# a trailing comment\n")
+    base = source_fingerprint(import_kernel(p).pyfunc)
+    for old, new in (("@simt.kernel\ndef addone", "@simt.kernel(block=(64, 1, 1))\ndef addone"),
+                     ("out: simt.DisjointSlice[f32, 1]", "out: simt.DisjointSlice[f32, 1]   "),
+                     ("out[i] = bump(a[i])", "out[i] = bump(a[i]) * 1")):
+        original = p.read_text()
+        p.write_text(original.replace(old, new))                     # same file, one edit
+        assert source_fingerprint(import_kernel(p).pyfunc) != base, old
+        p.write_text(original)
+    p.write_text(p.read_text().replace("# a trailing comment", "# another comment, after the kernel"))
+    assert source_fingerprint(import_kernel(p).pyfunc) == base
+
+
 def test_key_covers_closure_and_large_array_constants():
     import numpy as np
 
