@@ -6,8 +6,9 @@ torch.nn.functional.scaled_dot_product_attention on the GPU (against NumPy on th
 
 Each tile block owns BM query rows of one (batch, head): it streams the head's key/value blocks,
 keeps the running row maximum `m`, normaliser `l` and output `acc` in registers, and rescales them by
-exp(m_old - m_new) per block, so the S x S score matrix never exists. The arrays are (B*H*S, D) row
-stacks of the (B, H, S, D) tensors; S must be a multiple of the tile rows.
+exp(m_old - m_new) per block, so the S x S score matrix never exists. Scores are kept in base 2
+(scaled by log2 e), so each exponential is one exp2. The arrays are (B*H*S, D) row stacks of the
+(B, H, S, D) tensors; S must be a multiple of the tile rows.
 
 On the tensor cores (the default, sm_80+) the two products run as mma.sync with S, P, the row
 statistics and the output accumulator in registers, and each iteration's key/value blocks are copied
@@ -24,6 +25,7 @@ import numpy as np
 from dsl import TypeVar, f32, i32, tile
 
 E = TypeVar("E")
+LOG2E = 1.4426950408889634                      # softmax(x) = 2^(x log2 e - max) / sum: the same numbers
 # (query rows BM, key rows BN) per head dim. On the tensor cores: 4 warps of 16 query rows, the fastest
 # of the sweep in docs/tile.md on the H200; the portable FMA path (KB_TILE_TC_MATMUL=0, pre-sm_80):
 # the largest that fit its 48 KiB of relayout shared memory without register spills (ptxas -v, sm_90)
@@ -43,18 +45,19 @@ def flash_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: 
     l = tile.zeros((bm,), f32)
     acc = tile.zeros((bm, d), f32)
     kv0 = head * (seq // bn)
+    scale2 = scale * LOG2E                      # scores in base 2: exp2 is one ex2.approx, exp is ~10
     stop = seq // bn
     if causal:                                  # blocks right of the diagonal contribute nothing
         stop = (row0 + bm + bn - 1) // bn
     for j in range(stop):
-        s = tile.matmul(qt, tile.transpose(tile.load(k, (kv0 + j, 0), (bn, d)))) * scale
+        s = tile.matmul(qt, tile.transpose(tile.load(k, (kv0 + j, 0), (bn, d)))) * scale2
         if causal:
             r = row0 + tile.arange(bm)[:, None]
             c = j * bn + tile.arange(bn)[None, :]
             s = tile.where(c <= r, s, -tile.inf)
         m_new = tile.maximum(m, tile.max(s, axis=1))
-        p = tile.exp(s - m_new[:, None])
-        alpha = tile.exp(m - m_new)
+        p = tile.exp2(s - m_new[:, None])
+        alpha = tile.exp2(m - m_new)
         l = l * alpha + tile.sum(p, axis=1)
         acc = acc * alpha[:, None] + tile.matmul(p.astype(q.dtype), tile.load(v, (kv0 + j, 0), (bn, d)))
         m = m_new
