@@ -9,11 +9,11 @@ reductions whose groups span whole thread sets use warp butterflies plus one sha
 from __future__ import annotations
 
 from dsl.ir import nodes as N
-from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BOOL, F32, I32, INDEX, VOID, ArrayType, ScalarType
+from dsl.ir.types import BOOL, F32, I32, INDEX, ArrayType, ScalarType
 from dsl.tile import ir as T
-from dsl.tile.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaOperandA, MmaRows, SharedTile, c32,
+from dsl.tile.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
                              flat_of, iadd, iand, imul, ir32, ishr, log2, strides)
+from dsl.tile.lower_frags import assign_shared, frag_layout
 from dsl.tile.lower_reduce import lower_reduce
 from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType
 
@@ -196,32 +196,9 @@ class Lowerer:
         return self._lane_warp
 
     def frag_layout(self, key: tuple) -> FragLayout:
-        """The one fragment layout of `key` in this kernel, bound in the prologue: ("C", shape, wm, wn)
-        accumulators, ("R", C key) their rows, ("A", shape, wm, wn) A operands."""
+        """The one fragment layout of `key` in this kernel, bound in the prologue (lower_frags.py)."""
         got = self.frags.get(key)
-        if got is not None:
-            return got
-        from dsl.tile.lower_mma import bind_warps
-        kind = key[0]
-        if kind == "C":
-            lay: FragLayout = MmaLayout(key[1], self.T, key[2], key[3])
-            self.in_prologue(lambda: bind_warps(self, lay))
-        elif kind == "R":
-            parent = self.frag_layout(key[1])
-            assert isinstance(parent, MmaLayout)
-            lane, _ = self.lane_warp()
-            owner = self.in_prologue(lambda: self.tmp(N.Compare("eq", N.BinOp("and_", lane, c32(3), I32), c32(0)), "qown"))
-            lay = MmaRows(parent, owner)
-            lay.bind()
-        else:
-            shape, wm, wn = key[1], key[2], key[3]
-            c = MmaLayout((shape[0], 8 * wn), self.T, wm, wn)          # for its lane geometry only
-            wm_i, wn_i, g, t2, r0, _ = self.in_prologue(lambda: bind_warps(self, c))
-            owner = None if wn == 1 else self.in_prologue(lambda: self.tmp(N.Compare("eq", wn_i, c32(0)), "aown"))
-            lay = MmaOperandA(shape, wm, wn, owner)
-            lay.bind(g, t2, r0)
-        self.frags[key] = lay
-        return lay
+        return got if got is not None else frag_layout(self, key)
 
     def rows_of(self, acc: MmaLayout) -> MmaRows:
         """The row-vector layout of accumulators `acc` (warps split M only)."""
@@ -282,7 +259,7 @@ class Lowerer:
         for s in body:
             self.cur_loc = s.loc if s.loc is not N.NOLOC else outer
             if isinstance(s, T.Assign) and self.layout_hints.get(id(s.var), ("",))[0] == "S":
-                self.assign_shared(s.var, s.value)
+                assign_shared(self, s.var, s.value)
             elif isinstance(s, T.Assign):
                 self.assign(s.var, self.expr(s.value))
             elif isinstance(s, T.Store):
@@ -337,33 +314,6 @@ class Lowerer:
         `layout` (a fragment layout, or the key ("S", shape) of a SharedTile): the first hint wins."""
         if id(tv) not in self.layout_hints and id(tv) not in self.new_hints and id(tv) not in self.var_layouts:
             self.new_hints[id(tv)] = layout if isinstance(layout, tuple) else layout.key
-
-    def assign_shared(self, tv: T.TVar, e: T.TExpr) -> None:
-        """Assign a variable hinted into shared memory (SharedTile): a tile.load is copied by cp.async
-        where its launch facts allow, anything else is stored from registers."""
-        from dsl.tile.tc_operands import async_ok, issue_copies
-        got = self.vars.get(id(tv))
-        rows, cols = e.type.shape
-        if got is None:
-            slot = 200 + sum(1 for lay, _ in self.vars.values() if isinstance(lay, SharedTile))
-            buf = self.scratch(e.type.dtype, rows * (cols + 8), slot)
-            got = (SharedTile((rows, cols), buf, cols + 8, async_ok(self, e)), [])
-            self.vars[id(tv)] = got
-        lay = got[0]
-        self.sync()                             # readers of an earlier value are done
-        if lay.ldmatrix and async_ok(self, e):
-            issue_copies(self, e, lay.buf, lay.stride, [self.scalar(i) for i in e.index])
-            for text in ("cp.async.commit_group;", "cp.async.wait_group 0;"):
-                self.emit(N.ExprStmt(TN.InlinePtx(text, "", [], VOID, True)))
-        else:
-            v = self.to_layout(self.expr(e), "D")
-
-            def w() -> None:
-                for r, x in enumerate(v.elems):
-                    row, col = self.geo.coords((rows, cols), r)
-                    self.smem_store(lay.buf, iadd(imul(row, lay.stride), col), x)
-            self.guarded(self.geo.owner(v.size), w)
-        self.sync()
 
     def count(self, layout, size: int) -> int:
         if layout == "U":

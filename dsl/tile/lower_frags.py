@@ -1,0 +1,63 @@
+"""The fragment layouts of the tensor-core tile.matmul, made and bound once per kernel, and variables
+kept in shared memory (SharedTile): the Lowerer's side of dsl/tile/layout.py's FragLayout classes."""
+from __future__ import annotations
+
+from dsl.ir import nodes as N
+from dsl.ir import tile_nodes as TN
+from dsl.ir.types import I32, VOID
+from dsl.tile import ir as T
+from dsl.tile.layout import FragLayout, MmaLayout, MmaOperandA, MmaRows, SharedTile, c32, iadd, imul
+from dsl.tile.lower_mma import bind_warps
+from dsl.tile.tc_operands import async_ok, issue_copies
+
+
+def frag_layout(L, key: tuple) -> FragLayout:
+    """Make, bind in the kernel's prologue and remember the layout of `key`: ("C", shape, wm, wn)
+    accumulators, ("R", C key) their rows, ("A", shape, wm, wn) A operands."""
+    kind = key[0]
+    if kind == "C":
+        lay: FragLayout = MmaLayout(key[1], L.T, key[2], key[3])
+        L.in_prologue(lambda: bind_warps(L, lay))
+    elif kind == "R":
+        parent = L.frag_layout(key[1])
+        assert isinstance(parent, MmaLayout)
+        lane, _ = L.lane_warp()
+        owner = L.in_prologue(lambda: L.tmp(N.Compare("eq", N.BinOp("and_", lane, c32(3), I32), c32(0)), "qown"))
+        lay = MmaRows(parent, owner)
+        lay.bind()
+    else:
+        shape, wm, wn = key[1], key[2], key[3]
+        c = MmaLayout((shape[0], 8 * wn), L.T, wm, wn)          # for its lane geometry only
+        wm_i, wn_i, g, t2, r0, _ = L.in_prologue(lambda: bind_warps(L, c))
+        owner = None if wn == 1 else L.in_prologue(lambda: L.tmp(N.Compare("eq", wn_i, c32(0)), "aown"))
+        lay = MmaOperandA(shape, wm, wn, owner)
+        lay.bind(g, t2, r0)
+    L.frags[key] = lay
+    return lay
+
+
+def assign_shared(L, tv: T.TVar, e: T.TExpr) -> None:
+    """Assign a variable hinted into shared memory (SharedTile): a tile.load is copied by cp.async
+    where its launch facts allow, anything else is stored from registers."""
+    got = L.vars.get(id(tv))
+    rows, cols = e.type.shape
+    if got is None:
+        slot = 200 + sum(1 for lay, _ in L.vars.values() if isinstance(lay, SharedTile))
+        buf = L.scratch(e.type.dtype, rows * (cols + 8), slot)
+        got = (SharedTile((rows, cols), buf, cols + 8, async_ok(L, e)), [])
+        L.vars[id(tv)] = got
+    lay = got[0]
+    L.sync()                             # readers of an earlier value are done
+    if lay.ldmatrix and async_ok(L, e):
+        issue_copies(L, e, lay.buf, lay.stride, [L.scalar(i) for i in e.index])
+        for text in ("cp.async.commit_group;", "cp.async.wait_group 0;"):
+            L.emit(N.ExprStmt(TN.InlinePtx(text, "", [], VOID, True)))
+    else:
+        v = L.to_layout(L.expr(e), "D")
+
+        def w() -> None:
+            for r, x in enumerate(v.elems):
+                row, col = L.geo.coords((rows, cols), r)
+                L.smem_store(lay.buf, iadd(imul(row, lay.stride), col), x)
+        L.guarded(L.geo.owner(v.size), w)
+    L.sync()
