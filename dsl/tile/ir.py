@@ -253,6 +253,17 @@ class TileFunction:
     loc: Loc = NOLOC
 
 
+def walk_stmts(body: list):
+    """Yield every statement of `body`, nested loop and branch bodies included (pre-order)."""
+    for s in body:
+        yield s
+        if isinstance(s, For):
+            yield from walk_stmts(s.body)
+        elif isinstance(s, If):
+            yield from walk_stmts(s.then)
+            yield from walk_stmts(s.else_)
+
+
 def walk_exprs(e: TExpr):
     """Yield `e` and all sub-expressions (pre-order)."""
     yield e

@@ -9,7 +9,8 @@ reductions whose groups span whole thread sets use warp butterflies plus one sha
 from __future__ import annotations
 
 from dsl.ir import nodes as N
-from dsl.ir.types import BOOL, F32, I32, INDEX, ArrayType, ScalarType
+from dsl.ir import tile_nodes as TN
+from dsl.ir.types import BOOL, F32, I32, INDEX, VOID, ArrayType, ScalarType
 from dsl.tile import ir as T
 from dsl.tile.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
                              flat_of, iadd, iand, imul, ir32, ishr, log2, strides)
@@ -61,7 +62,7 @@ class Lowerer:
         self.pipelines = pipelines               # may loops copy their products' operands ahead
         self.pipelined_loops = 0
         self.assignments: dict[int, int] = {}    # var id -> assignments in the program text
-        for st in _all_stmts(fn.body):
+        for st in T.walk_stmts(fn.body):
             if isinstance(st, T.Assign):
                 self.assignments[id(st.var)] = self.assignments.get(id(st.var), 0) + 1
         self.cur_loc = fn.loc                  # the tile statement being lowered (line tables)
@@ -126,6 +127,10 @@ class Lowerer:
 
     def sync(self) -> None:
         self.emit(N.SyncThreads())
+
+    def asm(self, text: str, cons: str = "", args: list | None = None) -> None:
+        """An inline PTX statement with side effects (copies, barriers, fences)."""
+        self.emit(N.ExprStmt(TN.InlinePtx(text, cons, args or [], VOID, True)))
 
     def guarded(self, cond, stmts_fn) -> None:
         if cond is True:
@@ -748,16 +753,6 @@ def pick_threads(fn: T.TileFunction, num_warps: int | None = None) -> int:
     while t < 512 and t * 8 < biggest:
         t *= 2
     return t
-
-
-def _all_stmts(body: list[T.TStmt]):
-    for s in body:
-        yield s
-        if isinstance(s, T.For):
-            yield from _all_stmts(s.body)
-        elif isinstance(s, T.If):
-            yield from _all_stmts(s.then)
-            yield from _all_stmts(s.else_)
 
 
 def _all_exprs(body: list[T.TStmt]):

@@ -3,8 +3,7 @@ kept in shared memory (SharedTile): the Lowerer's side of dsl/tile/layout.py's F
 from __future__ import annotations
 
 from dsl.ir import nodes as N
-from dsl.ir import tile_nodes as TN
-from dsl.ir.types import I32, VOID
+from dsl.ir.types import I32
 from dsl.tile import ir as T
 from dsl.tile.layout import FragLayout, MmaLayout, MmaOperandA, MmaRows, SharedTile, c32, iadd, imul
 from dsl.tile.lower_mma import bind_warps
@@ -50,8 +49,8 @@ def assign_shared(L, tv: T.TVar, e: T.TExpr) -> None:
     L.sync()                             # readers of an earlier value are done
     if lay.ldmatrix and async_ok(L, e):
         issue_copies(L, e, lay.buf, lay.stride, [L.scalar(i) for i in e.index])
-        for text in ("cp.async.commit_group;", "cp.async.wait_group 0;"):
-            L.emit(N.ExprStmt(TN.InlinePtx(text, "", [], VOID, True)))
+        L.asm("cp.async.commit_group;")
+        L.asm("cp.async.wait_group 0;")
     else:
         v = L.to_layout(L.expr(e), "D")
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F32, INDEX, U32, VOID
+from dsl.ir.types import BF16, F32, INDEX, U32
 from dsl.tile import ir as T
 from dsl.tile.layout import (A_FRAG_COL, A_FRAG_ROW, LV, FragLayout, MmaLayout, MmaOperandA, SharedTile, iadd, iand,
                              imul, ir32, ishr)
@@ -79,8 +79,8 @@ def _stage(L, op: T.TExpr, value: LV | None, slot: int) -> tuple[N.Expr, int, bo
 
 
 def _wait_async(L) -> None:
-    L.emit(N.ExprStmt(TN.InlinePtx("cp.async.commit_group;", "", [], VOID, True)))
-    L.emit(N.ExprStmt(TN.InlinePtx("cp.async.wait_group 0;", "", [], VOID, True)))
+    L.asm("cp.async.commit_group;")
+    L.asm("cp.async.wait_group 0;")
     L.sync()
 
 

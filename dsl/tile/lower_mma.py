@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, F32, I32, INDEX, U32, U64, VOID
+from dsl.ir.types import BF16, F16, F32, I32, INDEX, U32, U64
 from dsl.tile import ir as T
 from dsl.tile.layout import MmaLayout, c32, iadd, iand, imul, ir32, ishr, log2
 
@@ -140,8 +140,12 @@ def plan_all(L, body: list[T.TStmt], max_stages: int) -> None:
             plan_all(L, s.else_, max_stages)
 
 
-def _asm(L, text: str, cons: str, args: list, ty=VOID, side=True) -> None:
-    L.emit(N.ExprStmt(TN.InlinePtx(text, cons, args, ty, side)))
+
+def cp_async16(L, dst: N.Expr, addr: N.Expr, ok: N.Expr, safe: N.Expr) -> None:
+    """One 16-byte cp.async to shared address `dst`: from `addr` when `ok`, else a zero fill that reads
+    0 bytes from `safe` (an address inside the array, so no out-of-range address is ever formed)."""
+    L.asm("cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r",
+          [dst, N.IfExp(ok, addr, safe, U64), N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)])
 
 
 def lower_loop(L, plan: MmaPlan) -> None:
@@ -210,21 +214,15 @@ def lower_loop(L, plan: MmaPlan) -> None:
             gcol = N.BinOp("add", N.BinOp("mul", kt64, N.Const(bk, INDEX), INDEX), gcol0, INDEX)
             gcol = L.tmp(gcol, "gc")
             ok = L.tmp(N.Logical("and", N.Compare("lt", grow, M), N.Compare("lt", gcol, K)), "ok")
-            src = N.IfExp(ok, TN.GlobalAddress(A, [grow, gcol]), a_safe, U64)
-            dst = sa(N.BinOp("add", abase, off, I32))
-            size = N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)
-            _asm(L, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", [dst, src, size])
+            cp_async16(L, sa(N.BinOp("add", abase, off, I32)), TN.GlobalAddress(A, [grow, gcol]), ok, a_safe)
         for off, grow0, gcol in b_desc:
             grow = N.BinOp("add", N.BinOp("mul", kt64, N.Const(bk, INDEX), INDEX), grow0, INDEX)
             grow = L.tmp(grow, "gr")
             ok = L.tmp(N.Logical("and", N.Compare("lt", grow, K), N.Compare("lt", gcol, Nn)), "ok")
-            src = N.IfExp(ok, TN.GlobalAddress(B, [grow, gcol]), b_safe, U64)
-            dst = sb(N.BinOp("add", bbase, off, I32))
-            size = N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)
-            _asm(L, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", [dst, src, size])
+            cp_async16(L, sb(N.BinOp("add", bbase, off, I32)), TN.GlobalAddress(B, [grow, gcol]), ok, b_safe)
 
     def commit() -> None:
-        _asm(L, "cp.async.commit_group;", "", [])
+        L.asm("cp.async.commit_group;")
 
     # fragment address offsets (loop invariant): A rows per m-tile, B k-rows per 16-step
     wtm, wtn = bm // plan.wm, bn // plan.wn
@@ -280,9 +278,9 @@ def lower_loop(L, plan: MmaPlan) -> None:
     it = L.new_var(I32, "kit")
 
     def body() -> None:
-        _asm(L, f"cp.async.wait_group {ahead - 1};", "", [])
+        L.asm(f"cp.async.wait_group {ahead - 1};")
         if wg:   # make the cp.async (generic proxy) writes visible to wgmma (async proxy)
-            _asm(L, "fence.proxy.async.shared::cta;", "", [])
+            L.asm("fence.proxy.async.shared::cta;")
         L.sync()
         pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
         pst = L.tmp(N.BinOp("mod", pre, c32(S), I32), "pst")
@@ -293,7 +291,7 @@ def lower_loop(L, plan: MmaPlan) -> None:
     if wg:
         from dsl.tile.lower_wgmma import wait_wgmma
         wait_wgmma(L, 0, acc_vars)
-    _asm(L, "cp.async.wait_group 0;", "", [])
+    L.asm("cp.async.wait_group 0;")
     L.sync()
     L.relied.update({plan.a.param.name, plan.b.param.name})
 

@@ -18,11 +18,10 @@ loop again without the pipeline when it differs (never a wrong wait count).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from dsl.ir import nodes as N
-from dsl.ir import tile_nodes as TN
-from dsl.ir.types import I32, VOID
+from dsl.ir.types import I32
 from dsl.tile import ir as T
 from dsl.tile.tc_operands import async_ok, issue_copies, tc_warps
 from dsl.tile.types import PartitionParamType
@@ -48,7 +47,6 @@ class Pipeline:
     step: N.Expr | None = None
     used: int = 0               # stages the body has consumed so far, in order
     in_order: bool = True
-    issued: list[int] = field(default_factory=list)
 
     def position(self, load: T.Load) -> int:
         return next(i for i, st in enumerate(self.stages) if st.load is load)
@@ -73,7 +71,7 @@ def lower_for(L, s: T.For) -> None:
             for st in pipe.stages:
                 issue(L, pipe, st, N.ReadVar(first), runs)
             L.emit(N.ForRange(var, start, stop, step, body, s.loc))
-            _asm(L, "cp.async.wait_group 0;")
+            L.asm("cp.async.wait_group 0;")
             L.pipelined_loops += 1
             return
     body = L.block_of(lambda: L.stmts(s.body))
@@ -84,13 +82,13 @@ def plan(L, s: T.For) -> Pipeline | None:
     if not (L.pipelines and L.tc_matmul and L.cc >= 80 and isinstance(s.step, T.Const) and s.step.value >= 1):
         return None
     assigned: set[int] = set()
-    for st in _walk(s.body):
+    for st in T.walk_stmts(s.body):
         if isinstance(st, T.For):
             return None                         # nested loops: keep it simple
         if isinstance(st, T.Assign):
             assigned.add(id(st.var))
         if isinstance(st, T.If) and any(isinstance(x, T.Matmul) for b in (st.then, st.else_)
-                                        for y in _walk(b) for x in _exprs_of(y)):
+                                        for y in T.walk_stmts(b) for x in _exprs_of(y)):
             return None                         # a product that may not run would break the count
     loads: list[T.Load] = []
     for st in s.body:
@@ -122,7 +120,7 @@ def wait_for(L, pipe: Pipeline, loads: list[T.Load]) -> None:
         if pipe.position(ld) != pipe.used:
             pipe.in_order = False
         pipe.used += 1
-    _asm(L, f"cp.async.wait_group {len(pipe.stages) - len(loads)};")
+    L.asm(f"cp.async.wait_group {len(pipe.stages) - len(loads)};")
     L.sync()
 
 
@@ -148,11 +146,7 @@ def issue(L, pipe: Pipeline, st: Stage, iteration: N.Expr, runs: N.Expr) -> None
         L.guarded(runs, copies)
     finally:
         L.vars[id(pipe.loop.var)] = saved
-    _asm(L, "cp.async.commit_group;")
-
-
-def _asm(L, text: str) -> None:
-    L.emit(N.ExprStmt(TN.InlinePtx(text, "", [], VOID, True)))
+    L.asm("cp.async.commit_group;")
 
 
 def _invariant_index(op: T.Load, loop_var: T.TVar, assigned: set[int]) -> bool:
@@ -187,13 +181,3 @@ def _exprs_of(s: T.TStmt) -> list[T.TExpr]:
     if isinstance(s, T.If):
         return [s.cond]
     return []
-
-
-def _walk(body: list[T.TStmt]):
-    for s in body:
-        yield s
-        if isinstance(s, T.If):
-            yield from _walk(s.then)
-            yield from _walk(s.else_)
-        elif isinstance(s, T.For):
-            yield from _walk(s.body)

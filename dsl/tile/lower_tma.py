@@ -27,9 +27,6 @@ from dsl.tile.layout import c32
 BAR = "mbarrier.{}.shared::cta.b64"
 
 
-def _asm(L, text: str, cons: str = "", args: list | None = None) -> None:
-    L.emit(N.ExprStmt(TN.InlinePtx(text, cons, args or [], N.VOID, True)))
-
 
 def _tensor_map_param(L, array_param, box: tuple[int, int], swizzle: int) -> N.Expr:
     """A TensorMapType parameter of the kernel, appended after the others (contract order)."""
@@ -66,10 +63,10 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
 
     def init() -> None:
         for st in range(S):
-            _asm(L, BAR.format("init") + " [$0], 1;", "r", [bar(c32(st))])
-        _asm(L, "fence.mbarrier_init.release.cluster;")
-        _asm(L, "prefetch.tensormap [$0];", "l", [tmap_a])
-        _asm(L, "prefetch.tensormap [$0];", "l", [tmap_b])
+            L.asm(BAR.format("init") + " [$0], 1;", "r", [bar(c32(st))])
+        L.asm("fence.mbarrier_init.release.cluster;")
+        L.asm("prefetch.tensormap [$0];", "l", [tmap_a])
+        L.asm("prefetch.tensormap [$0];", "l", [tmap_b])
     L.emit(N.If(leader, L.block_of(init), []))
     L.sync()
 
@@ -77,14 +74,14 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
         """Thread 0: expect the stage's bytes, then copy k tile `kt` of A and B into `stage`."""
         k0 = L.tmp(N.BinOp("mul", N.BinOp("add", kt, start, I32), c32(bk), I32), "k0")
         b_at = L.tmp(bar(stage), "sbar")
-        _asm(L, BAR.format("arrive.expect_tx") + " _, [$0], $1;", "r,r", [b_at, N.Const(tx, U32)])
+        L.asm(BAR.format("arrive.expect_tx") + " _, [$0], $1;", "r,r", [b_at, N.Const(tx, U32)])
         copy = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
                 "[$0], [$1, {$2, $3}], [$4];")
         a_dst = sa(N.BinOp("mul", stage, c32(bm * bk), I32))
-        _asm(L, copy, "r,l,r,r,r", [a_dst, tmap_a, k0, row0, b_at])
+        L.asm(copy, "r,l,r,r,r", [a_dst, tmap_a, k0, row0, b_at])
         for t in range(bn // 64):
             b_dst = sb(N.BinOp("add", N.BinOp("mul", stage, c32(bk * bn), I32), c32(t * bk * 64), I32))
-            _asm(L, copy, "r,l,r,r,r", [b_dst, tmap_b, N.BinOp("add", col0, c32(t * 64), I32), k0, b_at])
+            L.asm(copy, "r,l,r,r,r", [b_dst, tmap_b, N.BinOp("add", col0, c32(t * 64), I32), k0, b_at])
 
     ahead = S - 2
     for st in range(ahead):
@@ -95,7 +92,7 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     def body() -> None:
         stage = L.tmp(N.BinOp("mod", N.ReadVar(it), c32(S), I32), "cst")
         parity = L.tmp(N.BinOp("and_", N.BinOp("floordiv", N.ReadVar(it), c32(S), I32), c32(1), I32), "par")
-        _asm(L, "{ .reg .pred p; KB_WAIT_${:uid}: " + BAR.format("try_wait.parity") + " p, [$0], $1; "
+        L.asm("{ .reg .pred p; KB_WAIT_${:uid}: " + BAR.format("try_wait.parity") + " p, [$0], $1; "
              "@!p bra KB_WAIT_${:uid}; }", "r,r", [bar(stage), parity])
         L.sync()    # every warpgroup is past wait_group 1 of the last iteration: stage it-2 is free
         pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")

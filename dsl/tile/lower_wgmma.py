@@ -26,9 +26,6 @@ def _desc(L, addr: N.Expr, lbo: int, sbo: int, mode: int) -> N.Expr:
     return L.tmp(N.BinOp("or_", start, N.Const(const, U64), U64), "desc")
 
 
-def _asm(L, text: str) -> None:
-    L.emit(N.ExprStmt(TN.InlinePtx(text, "", [], N.VOID, True)))
-
 
 def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None:
     """sa/sb: element index → shared address of the A/B stage buffers."""
@@ -45,7 +42,7 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
             "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, $%d, $%d, p, 1, 1, 0, 1; }"
             % (regs + 2, bn, t, t, outs, regs, regs + 1))
     cons = ",".join(["=f"] * regs + ["l", "l", "r"] + [str(i) for i in range(regs)])
-    _asm(L, "wgmma.fence.sync.aligned;")
+    L.asm("wgmma.fence.sync.aligned;")
     for kk in range(bk // 16):
         a_addr = N.BinOp("add", a_base, N.Const(kk * 32, U32), U32)            # 16 elements of K
         b_addr = N.BinOp("add", b_base, N.Const(kk * 16 * 128, U32), U32)      # 16 rows of 128 B
@@ -57,7 +54,7 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
                                           TN.tuple_of(F32, regs), True)))
         for i, v in enumerate(acc_vars):
             L.emit(N.Assign(v, N.TupleGet(N.ReadVar(out), i, F32)))
-    _asm(L, "wgmma.commit_group.sync.aligned;")
+    L.asm("wgmma.commit_group.sync.aligned;")
     wait_wgmma(L, 1, acc_vars)
 
 

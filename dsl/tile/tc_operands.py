@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, INDEX, U32, U64, VOID
+from dsl.ir.types import BF16, F16, INDEX
 from dsl.tile import ir as T
 from dsl.tile.layout import c32, iadd, iand, imul, ir32, ishr, log2
+from dsl.tile.lower_mma import cp_async16
 
 
 def tc_warps(L, m: int, n: int, k: int, a_dtype, b_dtype) -> tuple[int, int] | None:
@@ -63,14 +64,10 @@ def issue_copies(L, op: T.Load, buf: N.Expr, stride: int, base: list[N.Expr]) ->
         gcol = L.tmp(N.BinOp("add", c0, N.Cast(ir32(imul(ch, 8)), INDEX), INDEX), "sgc")
         ok = L.tmp(N.Logical("and", N.Logical("and", N.Compare("ge", grow, zero), N.Compare("lt", grow, nrows)),
                              N.Logical("and", N.Compare("ge", gcol, zero), N.Compare("lt", gcol, ncols))), "sok")
-        src = N.IfExp(ok, TN.GlobalAddress(arr, [grow, gcol]), safe, U64)
         dst = TN.SharedAddress(buf, N.Cast(ir32(iadd(imul(row, stride), imul(ch, 8))), INDEX))
-        size = N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)
-
-        def copy(dst=dst, src=src, size=size) -> None:
-            L.emit(N.ExprStmt(TN.InlinePtx("cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r",
-                                           [dst, src, size], VOID, True)))
-        L.guarded(True if chunks % L.T == 0 or r < chunks // L.T else N.Compare("lt", ir32(q), c32(chunks)), copy)
+        L.guarded(True if chunks % L.T == 0 or r < chunks // L.T else N.Compare("lt", ir32(q), c32(chunks)),
+                  lambda dst=dst, grow=grow, gcol=gcol, ok=ok: cp_async16(L, dst, TN.GlobalAddress(arr, [grow, gcol]),
+                                                                         ok, safe))
     L.relied.add(op.param.name)
 
 
