@@ -13,6 +13,7 @@ from dsl.ir import nodes as N
 from dsl.ir.types import (INDEX, ArrayType, ChunkType, ScalarType, SlotType, ThreadIndexType, TupleType,
                           Type)
 from dsl.sim import arith
+from dsl.sim.addresses import AddressSpace, AsyncCopies
 from dsl.sim.faults import FaultRecord, SimulationError, where
 from dsl.sim.lanes import LaneSpace, count, subsel, to_mask, to_sel, vec
 from dsl.sim.memory import MemRef, SharedSpace
@@ -114,6 +115,8 @@ class Machine:
         self.kernel_frame.uniform.update(params)
         self.frames = [self.kernel_frame]
         self.consts: dict[int, object] = {}
+        self.addresses = AddressSpace(shared)     # raw addresses of inline PTX (dsl/sim/addresses.py)
+        self.copies = AsyncCopies(self.L)
 
     # ------------------------------------------------------------------------------ plumbing
     @property
@@ -487,17 +490,35 @@ class Machine:
         return warp_op(e.op, pos, present, args, e.type, _scalar(e.args[0].type))
 
     def e_InlinePtx(self, e, sel):
-        """Inline PTX of the tile lowering: run through its `sim` semantics (dsl/ir/tile_nodes.py) when
-        it has them; a warp-collective statement needs whole warps, as e_Warp does."""
-        if getattr(e, "sim", None) is None:
+        """Inline PTX of the tile lowering: run through its `sim` semantics (dsl/tile/ptx_sim.py) when
+        it has them. A warp-collective statement needs whole warps, as e_Warp does; a per-thread one
+        (`sim.per_thread`) runs on the selected lanes. `sim.machine`: it also gets this Machine and the
+        lanes (shared/global memory, pending copies)."""
+        sim = getattr(e, "sim", None)
+        if sim is None:
             raise self._err(e, "inline PTX without CPU semantics cannot be simulated (the tensor-core "
                                "paths are simulated through the portable lowering)")
         n = count(sel, self.L)
         args = [vec(self.ev(a, sel), n) for a in e.args]
+        extra = (self, self._lanes_of(sel)) if getattr(sim, "machine", False) else ()
+        if getattr(sim, "per_thread", False):
+            return sim(args, *extra)
         pos, present, bad = self._warp_lanes(sel)
         if bad is not None:
             raise self._err(e, "a warp-collective inline PTX statement was executed by only part of a warp")
-        return e.sim(args, pos, present)
+        return sim(args, pos, present, *extra)
+
+    def e_SharedAddress(self, e, sel):
+        mem = self.ev(e.array, sel)
+        idx = np.asarray(self.ev(e.index, sel), np.int64)
+        return (self.addresses.shared_base(mem) + idx * mem.data.dtype.itemsize).astype(np.uint32)
+
+    def e_GlobalAddress(self, e, sel):
+        mem = self.ev(e.array, sel)
+        off = np.int64(0)
+        for i, st in zip(self._indices(e.indices, sel), mem.data.strides):
+            off = off + i * np.int64(st)
+        return (self.addresses.global_base(mem) + off).astype(np.uint64)
 
     def e_Call(self, e: N.Call, sel):
         callee = e.callee

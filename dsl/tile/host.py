@@ -242,10 +242,12 @@ class TileKernel:
                          tensor_cores: bool = False) -> None:
         """Run the GPU lowering (the SIMT IR the backend compiles) on the SIMT CPU simulator: checks
         the thread mapping, shared-memory staging and warp reductions without a GPU. `blocks`: the
-        grid of a persistent kernel (default: one block per tile). `tensor_cores`: lower tile.matmul
-        outside GEMM loops to mma.sync as GPU builds do (its mma has CPU semantics). The
-        launch is validated first against the lowered kernel's own contract (the one builder, the one
-        native validator), as a GPU launch of it would be."""
+        grid of a persistent kernel (default: one block per tile). `tensor_cores`: lower as an sm_80
+        build does, with the arrays' own launch facts: the cp.async GEMM loop, ldmatrix fragments,
+        mma.sync (f16/bf16/tf32) and the tensor-core tile.matmul all run through their CPU semantics
+        (dsl/tile/ptx_sim.py); without it, the portable lowering. The launch is validated first against
+        the lowered kernel's own contract (the one builder, the one native validator), as a GPU launch
+        of it would be."""
         import json
         from dsl.sim.launch import run
         from dsl.sim.validator import host_launcher
@@ -253,8 +255,9 @@ class TileKernel:
         from dsl.tile.lower import lower, pick_threads
         fn = self.tile_ir(*args)
         threads = pick_threads(fn, num_warps if num_warps is not None else self.num_warps)
-        # inline-PTX paths (tensor cores) have no CPU semantics: simulate the portable lowering
-        facts = {k: dict(v, aligned16=False) for k, v in self.facts(args).items()}
+        facts = self.facts(args)
+        if not tensor_cores:   # no 16-byte facts: no cp.async GEMM loop, the portable lowering
+            facts = {k: dict(v, aligned16=False) for k, v in facts.items()}
         info: dict = {}
         simt_fn = lower(fn, threads, self.name, facts, info, persistent=self.persistent,
                         cc=80 if tensor_cores else 0, tc_matmul=tensor_cores)

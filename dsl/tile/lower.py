@@ -128,9 +128,10 @@ class Lowerer:
     def sync(self) -> None:
         self.emit(N.SyncThreads())
 
-    def asm(self, text: str, cons: str = "", args: list | None = None) -> None:
-        """An inline PTX statement with side effects (copies, barriers, fences)."""
-        self.emit(N.ExprStmt(TN.InlinePtx(text, cons, args or [], VOID, True)))
+    def asm(self, text: str, cons: str = "", args: list | None = None, sim=None) -> None:
+        """An inline PTX statement with side effects (copies, barriers, fences); `sim`: its CPU
+        semantics (dsl/tile/ptx_sim.py), None where the simulator never runs it (sm_90 paths)."""
+        self.emit(N.ExprStmt(TN.InlinePtx(text, cons, args or [], VOID, True, sim=sim)))
 
     def guarded(self, cond, stmts_fn) -> None:
         if cond is True:

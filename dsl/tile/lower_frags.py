@@ -6,7 +6,7 @@ from dsl.ir import nodes as N
 from dsl.ir.types import I32
 from dsl.tile import ir as T
 from dsl.tile.layout import FragLayout, MmaLayout, MmaOperandA, MmaRows, SharedTile, c32, iadd, imul
-from dsl.tile.lower_mma import bind_warps
+from dsl.tile.lower_mma import bind_warps, cp_async_commit, cp_async_wait
 from dsl.tile.tc_operands import async_ok, issue_copies
 
 
@@ -49,8 +49,8 @@ def assign_shared(L, tv: T.TVar, e: T.TExpr) -> None:
     L.sync()                             # readers of an earlier value are done
     if lay.ldmatrix and async_ok(L, e):
         issue_copies(L, e, lay.buf, lay.stride, [L.scalar(i) for i in e.index])
-        L.asm("cp.async.commit_group;")
-        L.asm("cp.async.wait_group 0;")
+        cp_async_commit(L)
+        cp_async_wait(L, 0)
     else:
         v = L.to_layout(L.expr(e), "D")
 

@@ -6,16 +6,16 @@ accumulator layout of the GEMM loops (MmaLayout) for the consumer to convert. Th
 two products of flash attention run on the tensor cores.
 
 On by default (KB_TILE_TC_MATMUL=0 selects the portable path, dsl/tile/compile.py). The register
-path (mma.sync with 16-bit elements read by ordinary shared loads, mma_sim) is what the simulator runs
-(`simulate_lowered(..., tensor_cores=True)`); operands staged by cp.async (GPU launch facts) are read
-with ldmatrix instead, which has no CPU semantics and is checked on the GPU. Fragment layouts (PTX ISA, "Matrix fragments for
+path (mma.sync with 16-bit elements read by ordinary shared loads) serves operands staged through
+registers; operands staged by cp.async (16-byte-aligned rows: GPU launch facts) are read with
+ldmatrix instead. Both have CPU semantics (dsl/tile/ptx_sim.py), so `simulate_lowered(...,
+tensor_cores=True)` runs the lowering an sm_80 build runs. Fragment layouts (PTX ISA, "Matrix fragments for
 mma.m16n8k16"): with g = lane / 4 and t = lane % 4, A register i holds rows g (+8 for i = 1, 3) at
 columns 2t, 2t+1 (+8 for i = 2, 3); B register i holds rows (k) 2t, 2t+1 (+8 for i = 1) at column
 g; the accumulators are MmaLayout's c0..c3.
 """
 from __future__ import annotations
 
-import numpy as np
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
@@ -23,7 +23,8 @@ from dsl.ir.types import BF16, F32, INDEX, U32
 from dsl.tile import ir as T
 from dsl.tile.layout import (A_FRAG_COL, A_FRAG_ROW, LV, FragLayout, MmaLayout, MmaOperandA, SharedTile, iadd, iand,
                              imul, ir32, ishr)
-from dsl.tile.lower_mma import _emit_mmas, mma_sync
+from dsl.tile import ptx_sim
+from dsl.tile.lower_mma import _emit_mmas, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_sync
 from dsl.tile.lower_prefetch import prefetch_next, wait_for
 from dsl.tile.tc_operands import async_ok, issue_copies
 
@@ -79,8 +80,8 @@ def _stage(L, op: T.TExpr, value: LV | None, slot: int) -> tuple[N.Expr, int, bo
 
 
 def _wait_async(L) -> None:
-    L.asm("cp.async.commit_group;")
-    L.asm("cp.async.wait_group 0;")
+    cp_async_commit(L)
+    cp_async_wait(L, 0)
     L.sync()
 
 
@@ -157,14 +158,14 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
         afr, bfr = {}, {}
         for mt in range(layout.mt):
             if a_regs is not None:
-                afr[mt] = _pack(L, a_regs[mt, ks]) if packed else a_regs[mt, ks]
+                afr[mt] = _pack(L, a_regs[mt, ks], dtype) if packed else a_regs[mt, ks]
             elif a_ldm:
                 afr[mt] = _ldmatrix(L, sa, iadd(a_lane, (mt * 16) * sa_st + ks * 16), False)
             else:
                 r = iadd(row0, iadd(g, mt * 16))
                 at = L.tmp(ir32(iadd(imul(r, sa_st), iadd(t2, ks * 16))), "tcai")       # A[r][2t + 16 ks]
                 afr[mt] = elems(sa, dtype, at, tuple(ro * sa_st + co for ro, co in zip(A_FRAG_ROW, A_FRAG_COL)))
-                afr[mt] = _pack(L, afr[mt]) if packed else afr[mt]
+                afr[mt] = _pack(L, afr[mt], dtype) if packed else afr[mt]
         for nt in range(layout.nt):
             if b_ldm:
                 if nt % 2 == 0:
@@ -179,7 +180,7 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
             else:                                                                   # B[2t + 16 ks][c]
                 bt = L.tmp(ir32(iadd(imul(iadd(t2, ks * 16), sb_st), c)), "tcbi")
                 bfr[nt] = elems(sb, dtype, bt, (0, sb_st, 8 * sb_st, 9 * sb_st))
-            bfr[nt] = _pack(L, bfr[nt]) if packed else bfr[nt]
+            bfr[nt] = _pack(L, bfr[nt], dtype) if packed else bfr[nt]
         _emit_mmas(L, mma, afr, bfr, acc_vars, layout.mt, layout.nt)
     L.sync()
     if piped:
@@ -187,21 +188,16 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
     return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
 
 
-def _pack(L, halves: list[N.Expr]) -> list[N.Expr]:
-    """16-bit elements pairwise into 32-bit registers, the first in the low half (GPU-only paths)."""
-    return [L.tmp(TN.InlinePtx("mov.b32 $0, {$1, $2};", "=r,h,h", [lo, hi], U32, False), "pk")
+def _pack(L, halves: list[N.Expr], dtype) -> list[N.Expr]:
+    """16-bit elements pairwise into 32-bit registers, the first in the low half."""
+    return [L.tmp(TN.InlinePtx("mov.b32 $0, {$1, $2};", "=r,h,h", [lo, hi], U32, False,
+                               sim=ptx_sim.pack_halves(dtype)), "pk")
             for lo, hi in zip(halves[0::2], halves[1::2])]
 
 
 def _ldmatrix(L, buf: N.Expr, elem: N.Expr, trans: bool) -> list[N.Expr]:
     """ldmatrix.x4 (.trans) at element `elem` of shared `buf` (this lane's row address): 4 registers."""
-    quad = TN.tuple_of(U32, 4)
-    v = L.new_var(quad, "ldm")
-    addr = TN.SharedAddress(buf, N.Cast(ir32(elem), INDEX))
-    L.emit(N.Assign(v, TN.InlinePtx(
-        f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 {{$0,$1,$2,$3}}, [$4];",
-        "=r,=r,=r,=r,r", [addr], quad, True)))
-    return [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
+    return ldmatrix_x4(L, TN.SharedAddress(buf, N.Cast(ir32(elem), INDEX)), trans)
 
 
 def mma_statement(tname: str):
@@ -216,39 +212,5 @@ def mma_statement(tname: str):
 
     def make(a_elems: list, b_elems: list, c_elems: list) -> N.Expr:
         return TN.InlinePtx(text, cons, [*a_elems, *b_elems, *c_elems], TN.tuple_of(F32, 4), False,
-                            sim=mma_sim)
+                            sim=ptx_sim.mma_elements)
     return make
-
-
-def mma_sim(args: list, pos: np.ndarray, present: np.ndarray) -> tuple:
-    """CPU semantics of mma_statement for the simulator: per warp, D = A @ B + C with A 16x16, B 16x8,
-    C and D 16x8 spread over the lanes as the PTX ISA specifies (see the module docstring), the
-    products summed in f64 and rounded to f32 once (the tensor cores' summation order differs)."""
-    size = len(present)
-    padded = []
-    for v in args:
-        x = np.zeros(size, np.float64)
-        x[pos] = np.asarray(v, np.float64)
-        padded.append(x.reshape(-1, 32))
-    warps = padded[0].shape[0]
-    lane = np.arange(32)
-    g, t = lane // 4, lane % 4
-    A = np.zeros((warps, 16, 16))
-    B = np.zeros((warps, 16, 8))
-    C = np.zeros((warps, 16, 8))
-    a_at = [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1),
-            (g, 2 * t + 8), (g, 2 * t + 9), (g + 8, 2 * t + 8), (g + 8, 2 * t + 9)]
-    b_at = [(2 * t, g), (2 * t + 1, g), (2 * t + 8, g), (2 * t + 9, g)]
-    c_at = [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]
-    for i, (r, c) in enumerate(a_at):
-        A[:, r, c] = padded[i]
-    for i, (r, c) in enumerate(b_at):
-        B[:, r, c] = padded[8 + i]
-    for i, (r, c) in enumerate(c_at):
-        C[:, r, c] = padded[12 + i]
-    D = (A @ B + C).astype(np.float32)
-    out = []
-    for r, c in c_at:
-        d = D[:, r, c].reshape(-1)
-        out.append(d[pos])
-    return tuple(out)

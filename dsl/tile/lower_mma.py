@@ -17,6 +17,7 @@ from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import BF16, F16, F32, I32, INDEX, U32, U64
 from dsl.tile import ir as T
+from dsl.tile import ptx_sim
 from dsl.tile.layout import MmaLayout, c32, iadd, iand, imul, ir32, ishr, log2
 
 SMEM_LIMIT = 48 * 1024          # static shared memory per block
@@ -44,10 +45,32 @@ class MmaPlan:
     layout: MmaLayout
     kind: str = "mma"        # "mma" (mma.sync, sm_80+) | "wgmma" (sm_90 warpgroup MMA, cp.async) | "tma"
     esize: int = 2           # operand element bytes: 2 (f16/bf16, m16n8k16) or 4 (f32 as tf32, m16n8k8)
+    b_kmajor: bool = False   # B is tile.transpose(tile.load(bt, (j, k), (BN, BK))): bt rows are K-contiguous
 
 
 def _reads(e: T.TExpr, var: T.TVar) -> bool:
     return any(isinstance(x, T.Read) and x.var is var for x in T.walk_exprs(e))
+
+
+def _b_operand(b: T.TExpr) -> tuple[T.Load | None, bool]:
+    """The B operand's load and whether it is K-major: `tile.load(b, (k, j), (BK, BN))` (row-major B)
+    or `tile.transpose(tile.load(bt, (j, k), (BN, BK)))` (B stored N x K, as a linear layer's weight)."""
+    if isinstance(b, T.Load):
+        return b, False
+    if isinstance(b, T.Permute) and tuple(b.axes) == (1, 0) and isinstance(b.operand, T.Load):
+        return b.operand, True
+    return None, False
+
+
+def _wgmma_ok(L, esize: int, b_kmajor: bool, bm: int, bn: int, bk: int) -> bool:
+    """sm_90 warpgroup MMA: two warpgroups of 64 rows, 64- or 128-byte operand rows. tf32 wgmma reads
+    both operands K-major only, so f32 needs a K-major B; 16-bit types take either B layout."""
+    if not (L.cc >= 90 and L.T == 256 and bm == 128 and bk * esize in (64, 128) and bn in (64, 128, 256)):
+        return False
+    if esize == 4 and not b_kmajor:
+        return False
+    epc = 16 // esize
+    return (bm * bk // epc) % L.T == 0 and (bk * bn // epc) % L.T == 0
 
 
 def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
@@ -56,16 +79,16 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
     asg = s.body[0]
     m = asg.value
     if not (isinstance(m, T.Matmul) and isinstance(m.acc, T.Read) and m.acc.var is asg.var
-            and isinstance(m.a, T.Load) and isinstance(m.b, T.Load)):
+            and isinstance(m.a, T.Load)):
         return None
-    a, b = m.a, m.b
-    if not (isinstance(s.step, T.Const) and s.step.value == 1):
+    a, (b, b_kmajor) = m.a, _b_operand(m.b)
+    if b is None or not (isinstance(s.step, T.Const) and s.step.value == 1):
         return None
-    ka, kb = a.index[1], b.index[0]
+    kb, jb = (b.index[1], b.index[0]) if b_kmajor else (b.index[0], b.index[1])
+    ka = a.index[1]
     if not (isinstance(ka, T.Read) and ka.var is s.var and isinstance(kb, T.Read) and kb.var is s.var):
         return None
-    if _reads(a.index[0], s.var) or _reads(b.index[1], s.var) or _reads(a.index[0], asg.var) \
-            or _reads(b.index[1], asg.var):
+    if _reads(a.index[0], s.var) or _reads(jb, s.var) or _reads(a.index[0], asg.var) or _reads(jb, asg.var):
         return None
     if a.type.dtype != b.type.dtype or a.type.dtype not in (F16, BF16, F32):
         return None
@@ -78,16 +101,16 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
         f = L.facts.get(p.name, {})
         if not (f.get("layout") == "C" and f.get("aligned16") and f.get("div8")):
             return None
-    (bm, bk), (_, bn) = a.type.shape, b.type.shape
-    warps = L.T // 32
-    if esize == 2 and L.cc >= 90 and warps == 8 and bm == 128 and bk in (32, 64) and bn in (64, 128, 256) \
-            and (bm * bk // 8) % L.T == 0 and (bk * bn // 8) % L.T == 0:
-        stages = min(WG_MAX_STAGES, WG_DYN_LIMIT // ((bm * bk + bk * bn) * 2))
+    bm, bk = a.type.shape
+    bn = b.type.shape[0] if b_kmajor else b.type.shape[1]
+    if _wgmma_ok(L, esize, b_kmajor, bm, bn, bk):
+        stages = min(WG_MAX_STAGES, WG_DYN_LIMIT // ((bm * bk + bk * bn) * esize))
         if stages >= 3:
             # TMA-fed (dsl/tile/lower_tma.py) unless the kernel is persistent (its mbarrier phases
             # would have to carry over from tile to tile): then cp.async feeds the same wgmma
-            return MmaPlan(s, asg.var, a, b, bm, bn, bk, 8, 1, stages,
-                           MmaLayout((bm, bn), L.T, 8, 1), kind="wgmma" if L.persistent else "tma")
+            return MmaPlan(s, asg.var, a, b, bm, bn, bk, 8, 1, stages, MmaLayout((bm, bn), L.T, 8, 1),
+                           kind="wgmma" if L.persistent else "tma", esize=esize, b_kmajor=b_kmajor)
+    warps = L.T // 32
     wm, wn = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4)}.get(warps, (0, 0))
     if not wm or bm % (wm * 16) or bn % (wn * 16) or bk % kstep:
         return None
@@ -100,7 +123,7 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
     if stages < 2:
         return None
     return MmaPlan(s, asg.var, a, b, bm, bn, bk, wm, wn, stages, MmaLayout((bm, bn), L.T, wm, wn),
-                   esize=esize)
+                   esize=esize, b_kmajor=b_kmajor)
 
 
 def _swz(row, chunk, chunks_per_row: int):
@@ -145,7 +168,27 @@ def cp_async16(L, dst: N.Expr, addr: N.Expr, ok: N.Expr, safe: N.Expr) -> None:
     """One 16-byte cp.async to shared address `dst`: from `addr` when `ok`, else a zero fill that reads
     0 bytes from `safe` (an address inside the array, so no out-of-range address is ever formed)."""
     L.asm("cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r",
-          [dst, N.IfExp(ok, addr, safe, U64), N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)])
+          [dst, N.IfExp(ok, addr, safe, U64), N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)],
+          sim=ptx_sim.cp_async)
+
+
+def cp_async_commit(L) -> None:
+    L.asm("cp.async.commit_group;", sim=ptx_sim.commit_group)
+
+
+def cp_async_wait(L, keep: int) -> None:
+    """Wait until at most `keep` of this thread's most recent committed copy groups are pending."""
+    L.asm(f"cp.async.wait_group {keep};", sim=ptx_sim.wait_group(keep))
+
+
+def ldmatrix_x4(L, addr: N.Expr, trans: bool) -> list[N.Expr]:
+    """ldmatrix.x4 (.trans) of 16-bit elements at this lane's row address `addr`: 4 registers."""
+    quad = TN.tuple_of(U32, 4)
+    v = L.new_var(quad, "ldm")
+    L.emit(N.Assign(v, TN.InlinePtx(
+        f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 {{$0,$1,$2,$3}}, [$4];",
+        "=r,=r,=r,=r,r", [addr], quad, True, sim=ptx_sim.ldmatrix(trans))))
+    return [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
 
 
 def lower_loop(L, plan: MmaPlan) -> None:
@@ -166,27 +209,36 @@ def lower_loop(L, plan: MmaPlan) -> None:
     if wg:
         L.arch_specific = True      # warpgroup MMA exists only on the arch-specific target sm_90a
     A, B = L.pref(plan.a.param), L.pref(plan.b.param)
+    kmaj = plan.b_kmajor
     M = L.tmp(N.ArrayLen(A, 0), "M")
     K = L.tmp(N.ArrayLen(A, 1), "K")
-    Nn = L.tmp(N.ArrayLen(B, 1), "N")
+    # B's own extents bound its copies (its k extent may differ from A's: reads past it are zeros)
+    Nn = L.tmp(N.ArrayLen(B, 0 if kmaj else 1), "N")
+    Kb = L.tmp(N.ArrayLen(B, 1 if kmaj else 0), "Kb")
     ia = L.tmp(N.Cast(L.scalar(plan.a.index[0]), INDEX), "ia")
-    jb = L.tmp(N.Cast(L.scalar(plan.b.index[1]), INDEX), "jb")
+    jb = L.tmp(N.Cast(L.scalar(plan.b.index[0 if kmaj else 1]), INDEX), "jb")
     start, stop = L.scalar(s.start), L.scalar(s.stop)
     kt_n = L.tmp(N.BinOp("max", N.BinOp("sub", stop, start, I32), c32(0), I32), "ktiles")
     tid = L.geo.tid
     lane, _ = L.lane_warp()
 
     # per-thread copy descriptors (loop invariant)
-    a_desc, b_desc = [], []
-    for r in range(bm * ca // L.T):
-        q = iadd(r * L.T, tid)
-        row, ch = ishr(q, log2(ca)), iand(q, ca - 1)
-        off = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, ch, ca), epc))), "aoff")
-        grow = L.tmp(N.BinOp("add", N.BinOp("mul", ia, N.Const(bm, INDEX), INDEX),
-                             N.Cast(ir32(row), INDEX), INDEX), "agr")
-        gcol0 = L.tmp(N.Cast(ir32(imul(ch, epc)), INDEX), "agc")
-        a_desc.append((off, grow, gcol0))
-    for r in range(bk * cb // L.T):
+    def kmajor_copies(rows: int, tile_row: N.Expr, tag: str) -> list:
+        """Copy descriptors of a K-major stage [rows][bk] (A, or B stored N x K): (shared offset,
+        global row, global column within the k tile), swizzled like the ldmatrix / wgmma reads."""
+        out = []
+        for r in range(rows * ca // L.T):
+            q = iadd(r * L.T, tid)
+            row, ch = ishr(q, log2(ca)), iand(q, ca - 1)
+            off = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, ch, ca), epc))), tag + "off")
+            grow = L.tmp(N.BinOp("add", N.BinOp("mul", tile_row, N.Const(rows, INDEX), INDEX),
+                                 N.Cast(ir32(row), INDEX), INDEX), tag + "gr")
+            out.append((off, grow, L.tmp(N.Cast(ir32(imul(ch, epc)), INDEX), tag + "gc")))
+        return out
+
+    a_desc = kmajor_copies(bm, ia, "a")
+    b_desc = kmajor_copies(bn, jb, "b") if kmaj else []
+    for r in range(0 if kmaj else bk * cb // L.T):
         q = iadd(r * L.T, tid)
         krow, ch = ishr(q, log2(cb)), iand(q, cb - 1)
         if wg:   # MN-major 128-byte swizzle atoms: [bn/64][bk][64]
@@ -215,14 +267,15 @@ def lower_loop(L, plan: MmaPlan) -> None:
             gcol = L.tmp(gcol, "gc")
             ok = L.tmp(N.Logical("and", N.Compare("lt", grow, M), N.Compare("lt", gcol, K)), "ok")
             cp_async16(L, sa(N.BinOp("add", abase, off, I32)), TN.GlobalAddress(A, [grow, gcol]), ok, a_safe)
-        for off, grow0, gcol in b_desc:
-            grow = N.BinOp("add", N.BinOp("mul", kt64, N.Const(bk, INDEX), INDEX), grow0, INDEX)
-            grow = L.tmp(grow, "gr")
-            ok = L.tmp(N.Logical("and", N.Compare("lt", grow, K), N.Compare("lt", gcol, Nn)), "ok")
+        for off, brow, bcol in b_desc:
+            k_at = L.tmp(N.BinOp("add", N.BinOp("mul", kt64, N.Const(bk, INDEX), INDEX),
+                                 bcol if kmaj else brow, INDEX), "gk")
+            grow, gcol = (brow, k_at) if kmaj else (k_at, bcol)
+            ok = L.tmp(N.Logical("and", N.Compare("lt", k_at, Kb), N.Compare("lt", brow if kmaj else bcol, Nn)), "ok")
             cp_async16(L, sb(N.BinOp("add", bbase, off, I32)), TN.GlobalAddress(B, [grow, gcol]), ok, b_safe)
 
     def commit() -> None:
-        L.asm("cp.async.commit_group;")
+        cp_async_commit(L)
 
     # fragment address offsets (loop invariant): A rows per m-tile, B k-rows per 16-step
     wtm, wtn = bm // plan.wm, bn // plan.wn
@@ -234,7 +287,7 @@ def lower_loop(L, plan: MmaPlan) -> None:
     lo7 = L.tmp(ir32(iand(lane, 7)), "l7")
     a_off, b_off = {}, {}
     kstep = 32 // es
-    if es == 4:   # tf32 B fragments: b0 = B[k0 + t][n0 + g], b1 = B[k0 + t + 4][n0 + g] (t = lane%4, g = lane/4)
+    if es == 4 and not kmaj:   # tf32 B fragments: b0 = B[k0+t][n0+g], b1 = B[k0+t+4][n0+g] (t = lane%4, g = lane/4)
         t4 = L.tmp(ir32(iand(lane, 3)), "t4")
         g8 = L.tmp(ir32(ishr(lane, 2)), "g8")
         wcol = L.tmp(ir32(iadd(imul(plan.wn_i, wtn), g8)), "wcol")  # type: ignore[attr-defined]
@@ -243,6 +296,13 @@ def lower_loop(L, plan: MmaPlan) -> None:
             row = L.tmp(ir32(iadd(wr0, iadd(lo7, iadd(sel8, mt * 16)))), "ar")
             chunk = iadd(hi, kk * 2)
             a_off[kk, mt] = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, chunk, ca), epc))), "ao")
+        if kmaj:   # ldmatrix.x4 of Bt rows: n rows lo7 + 8 * (lane / 16), 16-byte chunk 2 kk + lane / 8 % 2
+            for np_ in range(nt_n // 2):
+                row = L.tmp(ir32(iadd(imul(plan.wn_i, wtn), iadd(lo7, iadd(imul(hi, 8), np_ * 16)))),  # type: ignore[attr-defined]
+                            "br")
+                chunk = iadd(ishr(sel8, 3), kk * 2)
+                b_off[kk, np_] = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, chunk, ca), epc))), "bo")
+            continue
         if es == 4:
             for nt in range(nt_n):
                 col = L.tmp(ir32(iadd(wcol, nt * 8)), "bc")
@@ -278,7 +338,7 @@ def lower_loop(L, plan: MmaPlan) -> None:
     it = L.new_var(I32, "kit")
 
     def body() -> None:
-        L.asm(f"cp.async.wait_group {ahead - 1};")
+        cp_async_wait(L, ahead - 1)
         if wg:   # make the cp.async (generic proxy) writes visible to wgmma (async proxy)
             L.asm("fence.proxy.async.shared::cta;")
         L.sync()
@@ -291,7 +351,7 @@ def lower_loop(L, plan: MmaPlan) -> None:
     if wg:
         from dsl.tile.lower_wgmma import wait_wgmma
         wait_wgmma(L, 0, acc_vars)
-    L.asm("cp.async.wait_group 0;")
+    cp_async_wait(L, 0)
     L.sync()
     L.relied.update({plan.a.param.name, plan.b.param.name})
 
@@ -309,38 +369,38 @@ def _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname):
              f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32")
 
     def rna(x: N.Expr, hint: str) -> N.Expr:
-        return L.tmp(TN.InlinePtx("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], U32, False), hint)
+        return L.tmp(TN.InlinePtx("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], U32, False, sim=ptx_sim.cvt_rna_tf32),
+                     hint)
 
     def compute(stage: N.Expr) -> None:
         abase = L.tmp(ir32(imul(stage, bm * bk)), "cab")
         bbase = L.tmp(ir32(imul(stage, bk * bn)), "cbb")
-        quad = TN.tuple_of(U32, 4)
         for kk in range(bk // kstep):
             afr, bfr = {}, {}
             for mt in range(mt_n):
                 addr = sa(N.BinOp("add", abase, a_off[kk, mt], I32))
-                v = L.new_var(quad, "afr")
-                L.emit(N.Assign(v, TN.InlinePtx(
-                    "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0,$1,$2,$3}, [$4];",
-                    "=r,=r,=r,=r,r", [addr], quad, True)))
-                regs = [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
+                regs = ldmatrix_x4(L, addr, False)
                 afr[mt] = [rna(r, "a32") for r in regs] if tf32 else regs
-            if tf32:
+            if plan.b_kmajor:   # Bt rows are the .col B fragments as they are (both element sizes)
+                for np_ in range(nt_n // 2):
+                    addr = sb(N.BinOp("add", bbase, b_off[kk, np_], I32))
+                    regs = ldmatrix_x4(L, addr, False)
+                    if tf32:
+                        regs = [rna(r, "b32t") for r in regs]
+                    bfr[2 * np_], bfr[2 * np_ + 1] = regs[0:2], regs[2:4]
+            elif tf32:
                 for nt in range(nt_n):
                     regs = []
                     for half in range(2):
                         addr = sb(N.BinOp("add", bbase, b_off[kk, nt, half], I32))
-                        raw = L.tmp(TN.InlinePtx("ld.shared.b32 $0, [$1];", "=r,r", [addr], U32, True), "b32")
+                        raw = L.tmp(TN.InlinePtx("ld.shared.b32 $0, [$1];", "=r,r", [addr], U32, True,
+                                                 sim=ptx_sim.ld_shared_b32), "b32")
                         regs.append(rna(raw, "b32t"))
                     bfr[nt] = regs
             else:
                 for np_ in range(nt_n // 2):
                     addr = sb(N.BinOp("add", bbase, b_off[kk, np_], I32))
-                    v = L.new_var(quad, "bfr")
-                    L.emit(N.Assign(v, TN.InlinePtx(
-                        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0,$1,$2,$3}, [$4];",
-                        "=r,=r,=r,=r,r", [addr], quad, True)))
-                    regs = [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
+                    regs = ldmatrix_x4(L, addr, True)
                     bfr[2 * np_], bfr[2 * np_ + 1] = regs[0:2], regs[2:4]
             _emit_mmas(L, mma_sync(instr), afr, bfr, acc_vars, mt_n, nt_n)
 
@@ -349,11 +409,13 @@ def _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname):
 
 def mma_sync(instr: str):
     """(4 A registers, 2 B registers, 4 f32 accumulators) -> the InlinePtx of one `instr` (an mma.sync
-    whose operands are already packed registers)."""
+    whose operands are already packed registers; ".f32.<type>.<type>.f32" names their type)."""
+    sim = ptx_sim.mma_packed(instr.split(".")[-2])
+
     def make(a_regs: list, b_regs: list, accs: list) -> N.Expr:
         return TN.InlinePtx(f"{instr} {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};",
                             "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", [*a_regs, *b_regs, *accs], TN.tuple_of(F32, 4),
-                            False)
+                            False, sim=sim)
     return make
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from dsl.ir import nodes as N
 from dsl.ir.types import I32
 from dsl.tile import ir as T
+from dsl.tile.lower_mma import cp_async_commit, cp_async_wait
 from dsl.tile.tc_operands import async_ok, issue_copies, tc_warps
 from dsl.tile.types import PartitionParamType
 
@@ -71,7 +72,7 @@ def lower_for(L, s: T.For) -> None:
             for st in pipe.stages:
                 issue(L, pipe, st, N.ReadVar(first), runs)
             L.emit(N.ForRange(var, start, stop, step, body, s.loc))
-            L.asm("cp.async.wait_group 0;")
+            cp_async_wait(L, 0)
             L.pipelined_loops += 1
             return
     body = L.block_of(lambda: L.stmts(s.body))
@@ -120,7 +121,7 @@ def wait_for(L, pipe: Pipeline, loads: list[T.Load]) -> None:
         if pipe.position(ld) != pipe.used:
             pipe.in_order = False
         pipe.used += 1
-    L.asm(f"cp.async.wait_group {len(pipe.stages) - len(loads)};")
+    cp_async_wait(L, len(pipe.stages) - len(loads))
     L.sync()
 
 
@@ -146,7 +147,7 @@ def issue(L, pipe: Pipeline, st: Stage, iteration: N.Expr, runs: N.Expr) -> None
         L.guarded(runs, copies)
     finally:
         L.vars[id(pipe.loop.var)] = saved
-    L.asm("cp.async.commit_group;")
+    cp_async_commit(L)
 
 
 def _invariant_index(op: T.Load, loop_var: T.TVar, assigned: set[int]) -> bool:

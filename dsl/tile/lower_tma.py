@@ -8,9 +8,10 @@ and K need no code), and the other threads only wait on the stage's mbarrier.
 
 The tensor maps are kernel parameters (TensorMapType, __grid_constant__) that the launcher builds
 from the validated views (contract "tensor_maps"; the one validator checks what TMA needs, so a bad
-view is a typed refusal naming the argument). A is one box [BM, BK] (128-byte swizzle for BK 64,
-64-byte for BK 32: the layout compute_wgmma's descriptors expect); B is BN/64 boxes [BK, 64] with
-128-byte swizzle, the MN-major atoms [BN/64][BK][64].
+view is a typed refusal naming the argument). A is one box [BM, BK] (128-byte swizzle for 128-byte rows,
+64-byte for 64-byte rows: the layout compute_wgmma's descriptors expect); B is BN/64 boxes [BK, 64]
+with 128-byte swizzle, the MN-major atoms [BN/64][BK][64], or, stored N x K (K-major), one box
+[BN, BK] swizzled like A.
 
 Pipeline (S stages, each with one mbarrier, phase = use count & 1): stage `it` is waited for, a
 barrier makes sure every warpgroup's wgmma of stage it-2 is done (each waited with wait_group 1 in the
@@ -43,8 +44,10 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages
     es = plan.esize
     L.arch_specific = True
-    tmap_a = _tensor_map_param(L, plan.a.param, (bm, bk), 128 if bk * es == 128 else 64)
-    tmap_b = _tensor_map_param(L, plan.b.param, (bk, 64), 128)
+    kswz = 128 if bk * es == 128 else 64
+    tmap_a = _tensor_map_param(L, plan.a.param, (bm, bk), kswz)
+    kmaj = plan.b_kmajor
+    tmap_b = _tensor_map_param(L, plan.b.param, (bn, bk) if kmaj else (bk, 64), kswz if kmaj else 128)
     _, _, sa, sb = operand_stages(L, plan)
     bars = N.SharedAlloc("gemm_stage_bars", ArrayType(U64, 1, writable=True, space="shared", shape=(S,)), align=8)
     L.extra_shared.append(bars)
@@ -56,7 +59,7 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     tid = L.geo.tid
     leader = L.tmp(N.Compare("eq", tid, c32(0)), "leader")
     row0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.a.index[0]), I32), c32(bm), I32), "arow")
-    col0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.b.index[1]), I32), c32(bn), I32), "bcol")
+    col0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.b.index[0 if kmaj else 1]), I32), c32(bn), I32), "bcol")
     start, stop = L.scalar(s.start), L.scalar(s.stop)
     kt_n = L.tmp(N.BinOp("max", N.BinOp("sub", stop, start, I32), c32(0), I32), "ktiles")
     tx = (bm * bk + bk * bn) * es
@@ -79,7 +82,9 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
                 "[$0], [$1, {$2, $3}], [$4];")
         a_dst = sa(N.BinOp("mul", stage, c32(bm * bk), I32))
         L.asm(copy, "r,l,r,r,r", [a_dst, tmap_a, k0, row0, b_at])
-        for t in range(bn // 64):
+        if kmaj:      # one box [BN, BK] of the N x K array, swizzled like A's
+            L.asm(copy, "r,l,r,r,r", [sb(N.BinOp("mul", stage, c32(bk * bn), I32)), tmap_b, k0, col0, b_at])
+        for t in range(0 if kmaj else bn // 64):
             b_dst = sb(N.BinOp("add", N.BinOp("mul", stage, c32(bk * bn), I32), c32(t * bk * 64), I32))
             L.asm(copy, "r,l,r,r,r", [b_dst, tmap_b, N.BinOp("add", col0, c32(t * 64), I32), k0, b_at])
 

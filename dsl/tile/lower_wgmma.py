@@ -1,10 +1,10 @@
 """sm_90 warpgroup MMA for the GEMM main loop of lower_mma.py (plan.kind == "wgmma").
 
 Shared-memory operands are read by the tensor cores through matrix descriptors: A is K-major with
-the 64-byte (BK = 32) or 128-byte (BK = 64) swizzle: one swizzle row per tile row; B is MN-major
-in 128-byte swizzle atoms
-([BN/64][BK][64], see the copy offsets in lower_mma.py). Two warpgroups each own 64 rows of the
-128-row tile; each k16 step is one `wgmma.mma_async m64nBNk16` per warpgroup. A stage's group is
+the 64-byte or 128-byte swizzle (rows of BK * esize bytes): one swizzle row per tile row; B is
+either K-major the same way (stored N x K) or, for 16-bit types, MN-major in 128-byte swizzle atoms
+([BN/64][BK][64], see the copy offsets in lower_mma.py). tf32 (f32 operands) needs K-major B. Two warpgroups each own 64 rows of the
+128-row tile; each 32-byte step of K is one `wgmma.mma_async` (k16, or k8 for tf32) per warpgroup. A stage's group is
 committed and left in flight (wait_group 1): the tensor cores work on it while the threads wait for the
 next stage's copies, pass the barrier and issue the copies after it.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F32, I32, U32, U64
+from dsl.ir.types import BF16, F16, F32, I32, U32, U64
 from dsl.tile.layout import c32, imul, ir32
 
 SWIZZLE_128B, SWIZZLE_64B = 1, 2
@@ -28,9 +28,12 @@ def _desc(L, addr: N.Expr, lbo: int, sbo: int, mode: int) -> N.Expr:
 
 
 def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None:
-    """sa/sb: element index → shared address of the A/B stage buffers."""
-    bm, bn, bk = plan.bm, plan.bn, plan.bk
-    t = "bf16" if plan.a.type.dtype == BF16 else "f16"
+    """sa/sb: element index → shared address of the A/B stage buffers. Each step is 32 bytes of K
+    (k16 of f16/bf16, k8 of tf32); a K-major operand's rows are bk * esize = 64 or 128 bytes."""
+    bm, bn, bk, es = plan.bm, plan.bn, plan.bk, plan.esize
+    t = {BF16: "bf16", F16: "f16", F32: "tf32"}[plan.a.type.dtype]
+    row_bytes = bk * es
+    kmode = SWIZZLE_128B if row_bytes == 128 else SWIZZLE_64B
     _, warp = L.lane_warp()
     wg = ir32(N.BinOp("rshift", warp, c32(2), I32))
     a_elem = N.BinOp("add", ir32(imul(stage, bm * bk)), N.BinOp("mul", wg, c32(64 * bk), I32), I32)
@@ -38,16 +41,21 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
     b_base = L.tmp(sb(ir32(imul(stage, bk * bn))), "wb")
     regs = bn // 2
     outs = ",".join(f"${i}" for i in range(regs))
+    # f16/bf16 take imm-trans-a/b (B MN-major: transposed); tf32 has no transpose and reads K-major B
+    trans = "" if es == 4 else ", 0, %d" % (0 if plan.b_kmajor else 1)
     text = ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; "
-            "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, $%d, $%d, p, 1, 1, 0, 1; }"
-            % (regs + 2, bn, t, t, outs, regs, regs + 1))
+            "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, $%d, $%d, p, 1, 1%s; }"
+            % (regs + 2, bn, 32 // es, t, t, outs, regs, regs + 1, trans))
     cons = ",".join(["=f"] * regs + ["l", "l", "r"] + [str(i) for i in range(regs)])
     L.asm("wgmma.fence.sync.aligned;")
-    for kk in range(bk // 16):
-        a_addr = N.BinOp("add", a_base, N.Const(kk * 32, U32), U32)            # 16 elements of K
-        b_addr = N.BinOp("add", b_base, N.Const(kk * 16 * 128, U32), U32)      # 16 rows of 128 B
-        da = _desc(L, a_addr, 16, 8 * bk * 2, SWIZZLE_128B if bk == 64 else SWIZZLE_64B)
-        db = _desc(L, b_addr, bk * 128, 8 * 128, SWIZZLE_128B)
+    for kk in range(row_bytes // 32):
+        a_addr = N.BinOp("add", a_base, N.Const(kk * 32, U32), U32)
+        da = _desc(L, a_addr, 16, 8 * row_bytes, kmode)
+        if plan.b_kmajor:    # [bn][bk] rows, swizzled like A's
+            db = _desc(L, N.BinOp("add", b_base, N.Const(kk * 32, U32), U32), 16, 8 * row_bytes, kmode)
+        else:                # MN-major atoms [bn/64][bk][64]: 16 rows of 128 B per step
+            b_addr = N.BinOp("add", b_base, N.Const(kk * 16 * 128, U32), U32)
+            db = _desc(L, b_addr, bk * 128, 8 * 128, SWIZZLE_128B)
         out = L.new_var(TN.tuple_of(F32, regs), "wgmma")
         L.emit(N.Assign(out, TN.InlinePtx(text, cons, [da, db, N.Const(1, U32),
                                                        *[N.ReadVar(v) for v in acc_vars]],

@@ -145,6 +145,35 @@ def test_tma_gemm_rebuilds_tensor_maps_when_the_views_change(rng):
     np.testing.assert_allclose(c.to_host(), a[:136].astype(np.float64) @ b.astype(np.float64), rtol=1e-3, atol=1e-2)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32], ids=["f16", "bf16", "tf32"])
+@pytest.mark.parametrize("tshape,bk", [((128, 128), 32), ((128, 256), 32), ((64, 64), 32), ((128, 128), 16)])
+@pytest.mark.parametrize("mkn", [(300, 200, 176), (136, 24, 72)], ids=["7-k-tiles", "1-k-tile"])
+def test_gemm_with_b_stored_n_by_k_matches_numpy(rng, dtype, tshape, bk, mkn):
+    """c = a @ bt.T with bt N x K (K-major): TMA boxes [BN, BK] into wgmma (tf32 wgmma for f32) on
+    sm_90 for 128-row tiles, the cp.async + ldmatrix mma.sync loop otherwise; ragged M, N and K."""
+    m, k, n = mkn
+    a = rng.standard_normal((m, k)).astype(dtype)
+    bt = rng.standard_normal((n, k)).astype(dtype)
+    c, _ = poisoned(rng, (m, n))
+    args = (dev(a), dev(bt), tile.partition(c, tshape), bk)
+    ptx = K.gemm_nt.compile(args, bridge.current_device().arch).ptx
+    assert "mma.sync" in ptx or "wgmma.mma_async" in ptx
+    K.gemm_nt(*args)
+    ref = a.astype(np.float64) @ bt.T.astype(np.float64)
+    # f32 runs as tf32: wgmma ignores the low mantissa bits, mma.sync rounds them (cvt.rna)
+    tol = {"rtol": 5e-3, "atol": 5e-3 * np.sqrt(k)} if dtype is np.float32 else {"rtol": 1e-3, "atol": 1e-2}
+    np.testing.assert_allclose(c.to_host(), ref, **tol)
+
+
+def test_gpu_b_operand_shorter_than_a_reads_zeros_past_its_end(rng):
+    """The cp.async loop bounds B's copies by B's own rows (it once used a's k extent)."""
+    a = rng.standard_normal((64, 64)).astype(np.float16)
+    b = rng.standard_normal((40, 64)).astype(np.float16)
+    c, _ = poisoned(rng, (64, 64))
+    K.gemm(dev(a), dev(b), tile.partition(c, (64, 64)), 32)
+    np.testing.assert_allclose(c.to_host(), a[:, :40].astype(np.float64) @ b.astype(np.float64), rtol=1e-3, atol=1e-2)
+
+
 @pytest.mark.parametrize("tshape", [(128, 128), (64, 64)])
 def test_f32_gemm_runs_on_tf32_tensor_cores(rng, tshape):
     """f32 operands whose rows are multiples of 8: mma.sync m16n8k8 on tf32-rounded inputs (ragged M, K)."""

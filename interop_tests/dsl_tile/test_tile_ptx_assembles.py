@@ -36,6 +36,9 @@ def cases():
         "gemm_bf16": (K.gemm, (z((4, 4), ml_dtypes.bfloat16), z((4, 4), ml_dtypes.bfloat16),
                                tile.partition(z((4, 4), f32), (64, 64)), 32)),
         "gemm_tf32": (K.gemm, (z((4, 4), f32), z((4, 4), f32), tile.partition(z((4, 4), f32), (64, 64)), 16)),
+        "gemm_nt_bf16": (K.gemm_nt, (z((4, 4), ml_dtypes.bfloat16), z((4, 4), ml_dtypes.bfloat16),
+                                     tile.partition(z((4, 4), f32), (64, 64)), 32)),
+        "gemm_nt_tf32": (K.gemm_nt, (z((4, 4), f32), z((4, 4), f32), tile.partition(z((4, 4), f32), (64, 64)), 16)),
         "gemm_bias_relu": (K.gemm_bias_relu, (z((4, 4), np.float16), z((4, 4), np.float16), z(4, f32),
                                               tile.partition(z((4, 4), f32), (64, 64)), 32)),
     }
@@ -158,6 +161,53 @@ def test_aligned_f32_gemm_uses_tf32_tensor_cores(arch, tshape):
     stages = (tshape[0] * 32 + 32 * tshape[1]) * 4        # f32 operand bytes per pipeline stage
     assert json.loads(ck.contract_json)["dynamic_smem"]["exact"] >= 2 * stages + 1024
     assert ptxas_usage(ck.ptx, arch)["spill"] == 0
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("dtype,bk", [(np.float16, 32), (ml_dtypes.bfloat16, 64), (np.float32, 32), (np.float32, 16)],
+                         ids=["f16", "bf16", "tf32-bk32", "tf32-bk16"])
+@pytest.mark.parametrize("tshape", [(128, 128), (128, 256)])
+def test_a_k_major_b_feeds_wgmma_through_one_tma_box_on_sm90(dtype, bk, tshape):
+    """B stored N x K (`tile.transpose(tile.load(bt, (j, k), (BN, BK)))`): on sm_90 one TMA box
+    [BN, BK] per stage, swizzled like A, read by wgmma as a K-major operand: imm-trans-b 0 for
+    16-bit types, and tf32 wgmma (K-major only) for f32 operands."""
+    a = np.zeros((256, 256), dtype)
+    ck = K.gemm_nt.compile((a, a, tile.partition(z((256, 256), np.float32), tshape), bk), "sm_90")
+    es = np.dtype(dtype).itemsize
+    swizzle = bk * es                                   # one 64- or 128-byte swizzle row per tile row
+    c = json.loads(ck.contract_json)
+    assert c["tensor_maps"] == [{"arg": "a", "box": [128, bk], "swizzle": swizzle},
+                                {"arg": "bt", "box": [tshape[1], bk], "swizzle": swizzle}]
+    wg = [line for line in ck.ptx.splitlines() if "wgmma.mma_async" in line]
+    if dtype == np.float32:
+        assert wg and all(f"m64n{tshape[1]}k8.f32.tf32.tf32" in w and w.rstrip().endswith("p, 1, 1; }") for w in wg)
+    else:
+        name = "f16" if dtype == np.float16 else "bf16"
+        assert wg and all(f"m64n{tshape[1]}k16.f32.{name}.{name}" in w and "p, 1, 1, 0, 0; }" in w for w in wg)
+    assert len(wg) == bk * es // 32                     # one wgmma per 32 bytes of K per stage
+    copies = ck.ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes")
+    assert copies >= 2 * 2 and copies % 2 == 0           # one A box and one B box per stage
+    assert c["requires"] == ["a.shape[1] % 8 == 0", "bt.shape[1] % 8 == 0"]
+    usage = ptxas_usage(ck.ptx, "sm_90a")
+    assert usage["spill"] == 0
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["f16", "tf32"])
+def test_a_k_major_b_is_read_with_plain_ldmatrix_on_sm80(dtype):
+    a = np.zeros((256, 256), dtype)
+    ck = K.gemm_nt.compile((a, a, tile.partition(z((256, 256), np.float32), (128, 128)), 32), "sm_80")
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ck.ptx and ".trans" not in ck.ptx
+    assert "ld.shared.b32" not in ck.ptx and "wgmma" not in ck.ptx and "cp.async.cg.shared.global" in ck.ptx
+    assert ("m16n8k8.row.col.f32.tf32" if dtype == np.float32 else "m16n8k16.row.col.f32.f16") in ck.ptx
+    assert ptxas_usage(ck.ptx, "sm_80")["spill"] == 0
+
+
+def test_row_major_f32_operands_stay_on_mma_sync_on_sm90():
+    """tf32 wgmma reads B K-major only: a row-major f32 B keeps the mma.sync loop."""
+    a = np.zeros((256, 256), np.float32)
+    ck = K.gemm.compile((a, a, tile.partition(z((256, 256), np.float32), (128, 128)), 32), "sm_90")
+    assert "wgmma" not in ck.ptx and "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ck.ptx
 
 
 def ptxas_usage(ptx: str, arch: str) -> dict:

@@ -71,6 +71,17 @@ def gemm(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Partition[f32, 2], bk
 
 
 @tile.kernel
+def gemm_nt(a: tile.Array[E, 2], bt: tile.Array[E, 2], c: tile.Partition[f32, 2], bk: T):
+    """c = a @ bt.T with f32 accumulation: bt is N x K (a linear layer's weight), read K-major."""
+    bm, bn = c.tile_shape
+    i, j = tile.bid(0), tile.bid(1)
+    acc = tile.zeros((bm, bn), f32)
+    for k in range((a.shape[1] + bk - 1) // bk):
+        acc = tile.mma(tile.load(a, (i, k), (bm, bk)), tile.transpose(tile.load(bt, (j, k), (bn, bk))), acc)
+    c.store(acc)
+
+
+@tile.kernel
 def gemm_bias_relu(a: tile.Array[E, 2], b: tile.Array[E, 2], bias: tile.Array[f32, 1],
                    c: tile.Partition[f32, 2], bk: T):
     bm, bn = c.tile_shape

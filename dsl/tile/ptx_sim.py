@@ -1,0 +1,164 @@
+"""CPU semantics of the inline PTX the sm_80 tensor-core lowering emits, so the SIMT simulator runs
+exactly what an Ampere GPU build runs: cp.async copies and their groups, ldmatrix (.trans), mma.sync
+on packed registers (f16/bf16 m16n8k16, tf32 m16n8k8), cvt.rna.tf32, register packing and 32-bit
+shared loads. Each is the `sim` of an InlinePtx node (dsl/ir/tile_nodes.py; dispatch in
+dsl/sim/interp.py); memory goes through the simulator's address model (dsl/sim/addresses.py).
+
+Fragment layouts follow the PTX ISA ("Matrix fragments for mma.m16n8k16 / m16n8k8", "ldmatrix"):
+g = lane / 4, t = lane % 4. Products are summed in f64 and rounded to f32 once (the tensor cores'
+summation order differs; results agree to f32 rounding of the sum). sm_90's wgmma and TMA have no
+CPU semantics: the simulator lowers for sm_80.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from dsl.ir.types import BF16, F16
+from dsl.sim import arith
+
+_G, _T = np.arange(32) // 4, np.arange(32) % 4
+# element (row, col) of each fragment register / half, in register order
+F16_A = [(_G, 2 * _T), (_G, 2 * _T + 1), (_G + 8, 2 * _T), (_G + 8, 2 * _T + 1),
+         (_G, 2 * _T + 8), (_G, 2 * _T + 9), (_G + 8, 2 * _T + 8), (_G + 8, 2 * _T + 9)]
+F16_B = [(2 * _T, _G), (2 * _T + 1, _G), (2 * _T + 8, _G), (2 * _T + 9, _G)]
+TF32_A = [(_G, _T), (_G + 8, _T), (_G, _T + 4), (_G + 8, _T + 4)]
+TF32_B = [(_T, _G), (_T + 4, _G)]
+ACC = [(_G, 2 * _T), (_G, 2 * _T + 1), (_G + 8, 2 * _T), (_G + 8, 2 * _T + 1)]
+
+
+def _flag(fn: Callable, machine: bool = False, per_thread: bool = False) -> Callable:
+    fn.machine, fn.per_thread = machine, per_thread  # type: ignore[attr-defined]
+    return fn
+
+
+def _padded(values: list, pos: np.ndarray, size: int) -> list[np.ndarray]:
+    out = []
+    for v in values:
+        x = np.zeros(size, np.float64)
+        x[pos] = np.asarray(v, np.float64)
+        out.append(x.reshape(-1, 32))
+    return out
+
+
+def warp_mma(shape: tuple[int, int, int], a_at: list, b_at: list, a: list, b: list, c: list,
+             pos: np.ndarray, present: np.ndarray) -> tuple:
+    """D = A @ B + C per warp, each operand given element by element at the lanes' fragment positions."""
+    m, k, n = shape
+    size = len(present)
+    pa, pb, pc = _padded(a, pos, size), _padded(b, pos, size), _padded(c, pos, size)
+    warps = size // 32
+    A, B, C = np.zeros((warps, m, k)), np.zeros((warps, k, n)), np.zeros((warps, m, n))
+    for x, (r, col) in zip(pa, a_at):
+        A[:, r, col] = x
+    for x, (r, col) in zip(pb, b_at):
+        B[:, r, col] = x
+    for x, (r, col) in zip(pc, ACC):
+        C[:, r, col] = x
+    D = (A @ B + C).astype(np.float32)
+    return tuple(D[:, r, col].reshape(-1)[pos] for r, col in ACC)
+
+
+def mma_elements(args: list, pos: np.ndarray, present: np.ndarray) -> tuple:
+    """mma.sync m16n8k16 on unpacked 16-bit elements (8 of A, 4 of B) and 4 f32 accumulators."""
+    return warp_mma((16, 16, 8), F16_A, F16_B, args[0:8], args[8:12], args[12:16], pos, present)
+
+
+mma_elements = _flag(mma_elements)
+
+
+def _halves(reg: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    r = np.asarray(reg, np.uint32)
+    lo, hi = (r & 0xFFFF).astype(np.uint16), (r >> 16).astype(np.uint16)
+    return lo.view(dtype).astype(np.float64), hi.view(dtype).astype(np.float64)
+
+
+def mma_packed(tname: str) -> Callable:
+    """mma.sync on packed registers: 4 of A, 2 of B, 4 f32 accumulators (f16/bf16 k16, tf32 k8)."""
+    if tname == "tf32":
+        def run(args: list, pos: np.ndarray, present: np.ndarray) -> tuple:
+            a = [np.asarray(r, np.uint32).view(np.float32) for r in args[0:4]]
+            b = [np.asarray(r, np.uint32).view(np.float32) for r in args[4:6]]
+            return warp_mma((16, 8, 8), TF32_A, TF32_B, a, b, args[6:10], pos, present)
+        return _flag(run)
+    dt = arith.np_dtype(BF16 if tname == "bf16" else F16)
+
+    def run16(args: list, pos: np.ndarray, present: np.ndarray) -> tuple:
+        a = [h for r in args[0:4] for h in _halves(r, dt)]
+        b = [h for r in args[4:6] for h in _halves(r, dt)]
+        return warp_mma((16, 16, 8), F16_A, F16_B, a, b, args[6:10], pos, present)
+    return _flag(run16)
+
+
+def pack_halves(dtype) -> Callable:
+    """mov.b32 $0, {lo, hi}: two 16-bit values of `dtype` (an IR type) into one register."""
+    dt = arith.np_dtype(dtype)
+
+    def run(args: list) -> np.ndarray:
+        lo, hi = (np.asarray(x).astype(dt).view(np.uint16).astype(np.uint32) for x in args)
+        return lo | (hi << np.uint32(16))
+    return _flag(run, per_thread=True)
+
+
+def _cvt_rna_tf32(args: list) -> np.ndarray:
+    bits = np.asarray(args[0], np.uint32)
+    finite = (bits & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
+    return np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits).astype(np.uint32)
+
+
+cvt_rna_tf32 = _flag(_cvt_rna_tf32, per_thread=True)
+
+
+def _ld_shared_b32(args: list, mach, lanes: np.ndarray) -> np.ndarray:
+    rows, off = mach.addresses.shared_bytes(args[0], 4)
+    raw = rows[mach.lanes.blk[lanes][:, None], off[:, None] + np.arange(4)]
+    return np.ascontiguousarray(raw).view(np.uint32).reshape(-1)
+
+
+ld_shared_b32 = _flag(_ld_shared_b32, machine=True, per_thread=True)
+
+
+def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
+    """cp.async.cg 16 bytes with src-size 16 (copy) or 0 (zero fill: the source is not read)."""
+    dst, src, size = (np.asarray(a) for a in args)
+    data = np.zeros((len(lanes), 16), np.uint8)
+    full = size == 16
+    if full.any():
+        data[full] = mach.addresses.global_read(src[full], 16)
+    mach.copies.issue(lanes, mach.lanes.blk[lanes], dst, data)
+
+
+cp_async = _flag(_cp_async, machine=True, per_thread=True)
+commit_group = _flag(lambda args, mach, lanes: mach.copies.commit(lanes), machine=True, per_thread=True)
+
+
+def wait_group(keep: int) -> Callable:
+    return _flag(lambda args, mach, lanes: mach.copies.wait(lanes, keep, mach.addresses),
+                 machine=True, per_thread=True)
+
+
+def ldmatrix(trans: bool) -> Callable:
+    """ldmatrix.sync.aligned.m8n8.x4(.trans).b16: lanes 8i..8i+7 give the row addresses of matrix i;
+    register i of lane l is row l/4, b16 columns 2(l%4), 2(l%4)+1 of matrix i (.trans: of its
+    transpose)."""
+    def run(args: list, pos: np.ndarray, present: np.ndarray, mach, lanes: np.ndarray) -> tuple:
+        size = len(present)
+        addr = np.full(size, int(np.asarray(args[0]).reshape(-1)[0]), np.int64)
+        addr[pos] = np.asarray(args[0], np.int64)
+        blk = np.repeat(np.arange(size // 32) * 32 // mach.lanes.Tp, 32)
+        rows, off = mach.addresses.shared_bytes(addr, 16)
+        raw = rows[blk[:, None], off[:, None] + np.arange(16)]
+        m16 = np.ascontiguousarray(raw).view(np.uint16).reshape(-1, 4, 8, 8)   # warp, matrix, row, column
+        w = np.arange(size) // 32
+        lane = np.arange(size) % 32
+        g, t = lane // 4, lane % 4
+        out = []
+        for i in range(4):
+            if trans:
+                lo, hi = m16[w, i, 2 * t, g], m16[w, i, 2 * t + 1, g]
+            else:
+                lo, hi = m16[w, i, g, 2 * t], m16[w, i, g, 2 * t + 1]
+            out.append((lo.astype(np.uint32) | (hi.astype(np.uint32) << np.uint32(16)))[pos])
+        return tuple(out)
+    return _flag(run, machine=True)
