@@ -78,16 +78,18 @@ _ROWS = (
     DType("f64", "float64", 8, 64, 2, "<f8", "float64", "float64", "float", "double"),
     DType("c64", "complex64", 8, 64, 5, "<c8", "complex64", "complex64", "complex"),
     DType("c128", "complex128", 16, 128, 5, "<c16", "complex128", "complex128", "complex"),
-    DType("f8e3m4", "f8e3m4", 1, 8, 7, None, "float8_e3m4", None, "float"),
-    DType("f8e4m3", "f8e4m3", 1, 8, 8, None, "float8_e4m3", None, "float"),
-    DType("f8e4m3fn", "f8e4m3fn", 1, 8, 10, None, "float8_e4m3fn", "float8_e4m3fn", "float"),
-    DType("f8e4m3fnuz", "f8e4m3fnuz", 1, 8, 11, None, "float8_e4m3fnuz", "float8_e4m3fnuz", "float"),
-    DType("f8e5m2", "f8e5m2", 1, 8, 12, None, "float8_e5m2", "float8_e5m2", "float"),
-    DType("f8e5m2fnuz", "f8e5m2fnuz", 1, 8, 13, None, "float8_e5m2fnuz", "float8_e5m2fnuz", "float"),
-    DType("f8e8m0fnu", "f8e8m0fnu", 1, 8, 14, None, "float8_e8m0fnu", "float8_e8m0fnu", "float"),
-    DType("f6e2m3fn", "f6e2m3fn", 1, 6, 15, None, "float6_e2m3fn", None, "float"),
-    DType("f6e3m2fn", "f6e3m2fn", 1, 6, 16, None, "float6_e3m2fn", None, "float"),
-    DType("f4e2m1fn", "f4e2m1fn", 1, 4, 17, None, "float4_e2m1fn", None, "float"),
+    DType("f8e3m4", "float8_e3m4", 1, 8, 7, None, "float8_e3m4", None, "float"),
+    DType("f8e4m3", "float8_e4m3", 1, 8, 8, None, "float8_e4m3", None, "float"),
+    # the two CUDA fp8 formats are DSL element types (raw bytes in AOT headers): inputs that kernels
+    # load and widen (arithmetic on them happens in f32) and tile.matmul operands
+    DType("f8e4m3fn", "float8_e4m3fn", 1, 8, 10, None, "float8_e4m3fn", "float8_e4m3fn", "float", "uint8_t"),
+    DType("f8e4m3fnuz", "float8_e4m3fnuz", 1, 8, 11, None, "float8_e4m3fnuz", "float8_e4m3fnuz", "float"),
+    DType("f8e5m2", "float8_e5m2", 1, 8, 12, None, "float8_e5m2", "float8_e5m2", "float", "uint8_t"),
+    DType("f8e5m2fnuz", "float8_e5m2fnuz", 1, 8, 13, None, "float8_e5m2fnuz", "float8_e5m2fnuz", "float"),
+    DType("f8e8m0fnu", "float8_e8m0fnu", 1, 8, 14, None, "float8_e8m0fnu", "float8_e8m0fnu", "float"),
+    DType("f6e2m3fn", "float6_e2m3fn", 1, 6, 15, None, "float6_e2m3fn", None, "float"),
+    DType("f6e3m2fn", "float6_e3m2fn", 1, 6, 16, None, "float6_e3m2fn", None, "float"),
+    DType("f4e2m1fn", "float4_e2m1fn", 1, 4, 17, None, "float4_e2m1fn", None, "float"),
 )
 
 TABLE: dict[str, DType] = {row.name: row for row in _ROWS}

@@ -190,9 +190,9 @@ def launch_options(kernel: str, kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]
 # --- unsafe launches --------------------------------------------------------------------------------
 
 # Scalars unsafe_launch passes: the kernel types of the dtype table (bridge/dtypes.py). ctypes has no
-# 16-bit float, so f16/bf16 scalars come as NumPy scalars only.
+# 16-bit or 8-bit float, so f16/bf16/f8 scalars come as NumPy scalars only.
 _CTYPES = {np.ctypeslib.as_ctypes_type(dtypes.to_numpy(row.name)): row.name
-           for row in dtypes.kernel_rows() if row.itemsize != 2 or row.kind != "float"}
+           for row in dtypes.kernel_rows() if not (row.kind == "float" and row.itemsize < 4)}
 _NUMPY = {row.long_name: row.name for row in dtypes.kernel_rows()}
 
 

@@ -48,6 +48,7 @@ f16, bf16, f32, f64 = BY_NAME["f16"], BY_NAME["bf16"], BY_NAME["f32"], BY_NAME["
 i8, i16, i32, i64 = BY_NAME["i8"], BY_NAME["i16"], BY_NAME["i32"], BY_NAME["i64"]
 u8, u16, u32, u64 = BY_NAME["u8"], BY_NAME["u16"], BY_NAME["u32"], BY_NAME["u64"]
 boolean = BY_NAME["boolean"]
+f8e4m3fn, f8e5m2 = BY_NAME["f8e4m3fn"], BY_NAME["f8e5m2"]
 
 
 class TypeVar:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import llvmlite.ir as ir
+import numpy as np
 
 from dsl.backend import intrinsics as X
 from dsl.backend import lltypes as T
@@ -30,6 +31,10 @@ class ExprMixin:
     def const(self, t: ScalarType, value) -> ir.Constant:
         if t.kind == "bool":
             return ir.Constant(T.I1, int(bool(value)))
+        if t.is_f8:          # the value's f8 bits (a tile load's zero padding, for one)
+            from bridge import dtypes
+            bits = np.asarray(float(value), np.float32).astype(dtypes.to_numpy(t.name)).view(np.uint8)
+            return ir.Constant(T.I8, int(bits))
         if t.is_float:
             return ir.Constant(T.scalar(t), float(value))
         v = int(value) & ((1 << t.bits) - 1)          # llvmlite wants the two's-complement bits
@@ -289,6 +294,10 @@ class ExprMixin:
         b = self.st.b
         if src == dst:
             return v
+        if src.is_f8:
+            return self.cast(self.f8_to_f32(v, src), F32, dst)
+        if dst.is_f8:
+            return self.f32_to_f8(self.cast(v, src, F32) if src != F32 else v, dst)
         dty = T.scalar(dst)
         if dst.kind == "bool":
             if src.is_float:
@@ -307,6 +316,45 @@ class ExprMixin:
         if dst.is_float:
             return b.sitofp(v, dty) if src.is_signed else b.uitofp(v, dty)
         return self.int_resize(v, src, dty)
+
+    def f8_to_f32(self, v, src: ScalarType):
+        """Exact fp8 -> f32 with integer ops on every arch. e5m2 is the top byte of an f16. e4m3fn
+        (bias 7, no infinities, 0x7F / 0xFF are NaN) placed in an f16's low exponent and mantissa bits
+        is its value times 2^-8, subnormals included."""
+        b = self.st.b
+        i16 = ir.IntType(16)
+        x = b.zext(v, i16)
+        if src.name == "f8e5m2":
+            return b.fpext(b.bitcast(b.shl(x, ir.Constant(i16, 8)), ir.HalfType()), T.scalar(F32))
+        mag = b.and_(x, ir.Constant(i16, 0x7F))
+        half = b.or_(b.shl(mag, ir.Constant(i16, 7)), b.shl(b.and_(x, ir.Constant(i16, 0x80)), ir.Constant(i16, 8)))
+        f = b.fmul(b.fpext(b.bitcast(half, ir.HalfType()), T.scalar(F32)), ir.Constant(T.scalar(F32), 256.0))
+        nan = b.icmp_unsigned("==", mag, ir.Constant(i16, 0x7F))
+        return b.select(nan, ir.Constant(T.scalar(F32), float("nan")), f)
+
+    def f32_to_f8(self, v, dst: ScalarType):
+        """f32 -> fp8, round to nearest even, saturating to the largest finite value (PTX cvt's
+        .satfinite; infinities too), NaN -> NaN, with integer ops on every arch. Normals round their
+        f32 bits (add half an ulp of the 3- or 2-bit mantissa, ties to even; a carry bumps the
+        exponent); subnormals are |x| / (their step), rounded to an even integer."""
+        b = self.st.b
+        f32, i32 = T.scalar(F32), T.I32
+        e4m3 = dst.name == "f8e4m3fn"
+        man, bias, top, sub_step = (3, 7, 448.0, 2.0 ** -9) if e4m3 else (2, 15, 57344.0, 2.0 ** -16)
+        fabs = self.call(f"llvm.{X.float_op_intrinsic('fabs')}.f32", f32, [v])
+        a = self.call("llvm.minnum.f32", f32, [fabs, ir.Constant(f32, top)])   # a NaN is patched below
+        bits = b.bitcast(a, i32)
+        shift = 23 - man
+        odd = b.and_(b.lshr(bits, ir.Constant(i32, shift)), ir.Constant(i32, 1))
+        rounded = b.add(bits, b.add(ir.Constant(i32, (1 << (shift - 1)) - 1), odd))
+        normal = b.sub(b.lshr(rounded, ir.Constant(i32, shift)), ir.Constant(i32, (127 - bias) << man))
+        scaled = b.fmul(a, ir.Constant(f32, 1.0 / sub_step))
+        sub = b.fptoui(self.call("llvm.roundeven.f32", f32, [scaled]), i32)
+        tiny = b.fcmp_ordered("<", a, ir.Constant(f32, sub_step * (1 << man)))     # below the least normal
+        code = b.select(tiny, sub, normal)
+        code = b.select(b.fcmp_unordered("uno", v, v), ir.Constant(i32, 0x7F), code)
+        sign = b.and_(b.lshr(b.bitcast(v, i32), ir.Constant(i32, 24)), ir.Constant(i32, 0x80))
+        return b.trunc(b.or_(code, sign), T.I8)
 
     # ------------------------------------------------------------------ math
     def visit_Math(self, e: N.Math):

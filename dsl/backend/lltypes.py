@@ -46,6 +46,8 @@ def scalar(t: ScalarType) -> ir.Type:
     """Register type of a scalar (bool is i1)."""
     if t.kind == "bool":
         return I1
+    if t.is_f8:
+        return I8        # raw fp8 bits: only loaded, stored, moved and widened (exprs.Exprs.cast)
     if t.is_float:
         return {"f16": ir.HalfType(), "bf16": BFLOAT, "f32": ir.FloatType(),
                 "f64": ir.DoubleType()}[t.name]

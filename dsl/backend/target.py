@@ -1,8 +1,9 @@
 """The NVPTX target: one LLVM target machine per arch (cached), the PTX ISA version per arch.
 
 PTX versions are picked conservatively: the lowest ISA that supports the arch and everything the code
-generator emits (native bf16 add needs 7.8; 8.0 covers sm_80..sm_90), so the PTX is accepted by the
-CUDA 13.0 driver's JIT and by ptxas 13.0 (which reads PTX up to 9.0).
+generator emits (native bf16 add needs 7.8; 8.0 covers sm_80..sm_87; the f8 mma.sync of sm_89 and
+sm_90 needs 8.4), so the PTX is accepted by the CUDA 13.0 driver's JIT and by ptxas 13.0 (which reads
+PTX up to 9.0).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ TRIPLE = "nvptx64-nvidia-cuda"
 
 # arch (compute capability) -> PTX ISA version (major*10+minor) used for it.
 PTX_VERSION: dict[int, int] = {
-    75: 80, 80: 80, 86: 80, 87: 80, 89: 80, 90: 80,
+    75: 80, 80: 80, 86: 80, 87: 80, 89: 84, 90: 84,
     100: 86, 101: 86, 103: 88, 110: 90, 120: 87, 121: 88,
 }
 SUPPORTED_ARCHS = tuple(f"sm_{cc}" for cc in PTX_VERSION)

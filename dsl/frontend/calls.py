@@ -164,7 +164,7 @@ class CallMixin:
         v = self.scalar(node.args[0], "the argument of abs()")
         if v.weak:
             return weak_const(abs(v.const_value), self.loc(node))
-        t = v.scalar if v.scalar.kind != "bool" else irt.I64  # type: ignore[union-attr]
+        t = tr.arith_type(v.scalar) if v.scalar.kind != "bool" else irt.I64  # type: ignore[union-attr,arg-type]
         return Val(ir.UnaryOp("abs", tr.cast(v.expr, t, self.loc(node)), t, self.loc(node)))
 
     def call_math(self, key: str, node: ast.Call) -> Val:
@@ -255,8 +255,8 @@ class CallMixin:
             self.err(node.args[0], f"write to Array parameter '{array_name(base.expr)}' "
                      "(simt.Array is read-only)", "declare it as simt.DisjointSlice[...] to update it "
                      "atomically")
-        ok = (t.dtype.is_int and t.dtype.bits in (32, 64)) or \
-            (op in ATOMIC_FLOAT_OK and t.dtype.is_float and (op == "add" or t.dtype.bits >= 32))
+        ok = (t.dtype.is_int and t.dtype.bits in (32, 64)) or (op in ATOMIC_FLOAT_OK and t.dtype.is_float and
+                                                               t.dtype.bits >= (16 if op == "add" else 32))
         if not ok:
             self.err(node, f"simt.atomic.{op}() is not available for {t.dtype} arrays",
                      "atomics work on 32/64-bit integers; add also on f16/bf16/f32/f64")
@@ -284,11 +284,11 @@ class CallMixin:
         if op == "sum":
             self.arity(node, 1)
             v = self.scalar(node.args[0], "the value")
-            t = v.scalar if not v.weak else v.scalar
+            t = tr.arith_type(v.scalar)  # type: ignore[arg-type]
             return Val(ir.Warp("sum", [tr.convert(v, t, loc)], t, loc))  # type: ignore[arg-type]
         self.arity(node, 2)
         v = self.scalar(node.args[0], "the value")
-        t = v.scalar
+        t = tr.arith_type(v.scalar)  # type: ignore[arg-type]
         if t.kind == "bool" or t.bits < 32 and not t.is_float:  # type: ignore[union-attr]
             self.err(node.args[0], f"warp.{op}() needs a 16/32/64-bit number, got {t}")
         lane = self.rule(node, tr.implicit, self.scalar(node.args[1], "the lane"), irt.I32, loc,

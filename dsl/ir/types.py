@@ -37,6 +37,11 @@ class ScalarType(Type):
         return self.kind == "int"
 
     @property
+    def is_f8(self) -> bool:
+        """f8e4m3fn or f8e5m2: storage formats; arithmetic on them happens in f32 (promote)."""
+        return self.kind == "float" and self.bits == 8
+
+    @property
     def is_half(self) -> bool:
         """f16 or bf16: the 2-byte floats whose arithmetic is done in f32 and rounded back."""
         return self.name in ("f16", "bf16")
@@ -51,6 +56,7 @@ SCALARS: dict[str, ScalarType] = {row.name: ScalarType(row.name, row.kind, row.i
 BOOL, I8, I16, I32, I64 = (SCALARS[n] for n in ("bool", "i8", "i16", "i32", "i64"))
 U8, U16, U32, U64 = (SCALARS[n] for n in ("u8", "u16", "u32", "u64"))
 F16, BF16, F32, F64 = (SCALARS[n] for n in ("f16", "bf16", "f32", "f64"))
+F8E4M3, F8E5M2 = SCALARS["f8e4m3fn"], SCALARS["f8e5m2"]
 INDEX = I64            # type of indices, lengths, ThreadIndex components
 
 
@@ -127,9 +133,12 @@ VOID = VoidType()
 def promote(a: ScalarType, b: ScalarType) -> ScalarType:
     """Result type of a binary arithmetic op on two *typed* operands (NumPy-like, no weak literals).
 
-    float beats int; wider beats narrower; f16 with bf16 gives f32; signed with unsigned of the same
-    width gives the signed type of twice the width (capped at i64 — as NumPy, minus the f64 surprise).
+    float beats int; wider beats narrower; f16 with bf16 gives f32; an f8 operand counts as f32 (f8
+    values are only stored, never computed in); signed with unsigned of the same width gives the signed
+    type of twice the width (capped at i64 — as NumPy, minus the f64 surprise).
     """
+    if a.is_f8 or b.is_f8:
+        return promote(F32 if a.is_f8 else a, F32 if b.is_f8 else b)
     if a == b:
         return a
     if a.is_float or b.is_float:

@@ -132,6 +132,9 @@ def _scalar_param(where: str, ann: ParamAnnotation, value: Any, typevars: dict, 
         raise E.ArgumentKindError(f"{where}: expected a number, got {type(value).__name__}",
                                   kernel=kernel, arg=k, arg_name=ann.name)
     want: irt.ScalarType = bind_dtype(typevars, ann.dtype, t, exact=False)
+    if want.is_f8:
+        raise E.DTypeError(f"{where}: f8 scalars are not supported (f8 arrays are: their elements read as "
+                           "f32); pass the value as f32", kernel=kernel, arg=k, arg_name=ann.name)
     if t.is_float and not want.is_float:
         raise E.DTypeError(f"{where}: expected {_long(want)}, got a float ({value!r})", kernel=kernel,
                            arg=k, arg_name=ann.name)

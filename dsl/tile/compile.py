@@ -42,10 +42,11 @@ def _tile_count(p, ax: int) -> str:
 
 
 def tile_requires(fn, facts: dict[str, dict], relied: set[str]) -> list[str]:
-    """The tile model's relations: a last extent divisible by 8 where the lowering relied on it, and
-    one tile grid for every partition (each tile block owns one tile of each)."""
-    requires = [f"{p.name}.shape[{p.type.ndim - 1}] % 8 == 0" for p in fn.params
-                if p.name in relied and facts.get(p.name, {}).get("div8")]
+    """The tile model's relations: a last extent divisible by 8 (16 for 1-byte elements: 16-byte rows)
+    where the lowering relied on it, and one tile grid for every partition (each tile block owns one
+    tile of each)."""
+    requires = [f"{p.name}.shape[{p.type.ndim - 1}] % {16 if p.type.dtype.itemsize == 1 else 8} == 0"
+                for p in fn.params if p.name in relied and facts.get(p.name, {}).get("div8")]
     gp = fn.grid_param
     assert isinstance(gp.type, PartitionParamType)
     for p in fn.params:

@@ -153,7 +153,8 @@ class TileKernel:
 
     def facts(self, args: tuple) -> dict[str, dict]:
         """Per array parameter, what the compiler may specialise on (like Triton): C-contiguity,
-        16-byte alignment of the data pointer, last extent divisible by 8 — read through the one
+        16-byte alignment of the data pointer, last extent divisible by 8 and by 16 (16-byte rows of
+        2-byte and of 1-byte elements) — read through the one
         intake path, the same facts the native Dispatcher keys on."""
         out = {}
         for spec, arg in zip(self.specs, args):
@@ -162,7 +163,8 @@ class TileKernel:
                 shape = tuple(view.shape)
                 out[spec.name] = {"layout": "C" if view.is_c_contiguous else "any",
                                   "aligned16": view.ptr % 16 == 0,
-                                  "div8": bool(shape) and shape[-1] % 8 == 0}
+                                  "div8": bool(shape) and shape[-1] % 8 == 0,
+                                  "div16": bool(shape) and shape[-1] % 16 == 0}
         return out
 
     def tile_ir(self, *args) -> Any:
@@ -242,9 +244,9 @@ class TileKernel:
                          tensor_cores: bool = False) -> None:
         """Run the GPU lowering (the SIMT IR the backend compiles) on the SIMT CPU simulator: checks
         the thread mapping, shared-memory staging and warp reductions without a GPU. `blocks`: the
-        grid of a persistent kernel (default: one block per tile). `tensor_cores`: lower as an sm_80
+        grid of a persistent kernel (default: one block per tile). `tensor_cores`: lower as an sm_89
         build does, with the arrays' own launch facts: the cp.async GEMM loop, ldmatrix fragments,
-        mma.sync (f16/bf16/tf32) and the tensor-core tile.matmul all run through their CPU semantics
+        mma.sync (f16/bf16/tf32/f8) and the tensor-core tile.matmul all run through their CPU semantics
         (dsl/tile/ptx_sim.py); without it, the portable lowering. The launch is validated first against
         the lowered kernel's own contract (the one builder, the one native validator), as a GPU launch
         of it would be."""
@@ -260,7 +262,7 @@ class TileKernel:
             facts = {k: dict(v, aligned16=False) for k, v in facts.items()}
         info: dict = {}
         simt_fn = lower(fn, threads, self.name, facts, info, persistent=self.persistent,
-                        cc=80 if tensor_cores else 0, tc_matmul=tensor_cores)
+                        cc=89 if tensor_cores else 0, tc_matmul=tensor_cores)
         contract = contract_for(simt_fn, fn, facts, info["relied"], self.persistent)
         if info["dynamic_smem"]:
             contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
@@ -383,7 +385,7 @@ class TileKernel:
         from bridge.contract import LaunchContract
         from dsl.tile.compile import compile_tile
         args = self._choice(dtypes, ndims, tile_shapes, constants)
-        facts = {s.name: {"layout": "any", "aligned16": False, "div8": False}
+        facts = {s.name: {"layout": "any", "aligned16": False, "div8": False, "div16": False}
                  for s in self.specs if s.kind in ("array", "partition")}
         ck = compile_tile(self.tile_ir(*args), arch, num_warps=self.num_warps, facts=facts,
                           persistent=self.persistent)

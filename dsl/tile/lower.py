@@ -704,7 +704,7 @@ def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> 
 def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, dict] | None = None,
           info: dict | None = None, cc: int = 0, persistent: bool = False, tc_matmul: bool = False) -> N.Function:
     """Tile IR → SIMT IR kernel with an exact block of `threads` threads (power of two, >= 32).
-    `facts`: per array parameter {"layout": "C"|"any", "aligned16": bool, "div8": bool} known at
+    `facts`: per array parameter {"layout": "C"|"any", "aligned16": bool, "div8": bool, "div16": bool} known at
     launch. `info` receives "relied" (parameters whose facts the code relies on: the contract states
     them), "dynamic_smem" (bytes of dynamic shared memory the launch must provide) and
     "arch_specific" (the code uses instructions of the arch-specific target, e.g. sm_90a's wgmma)."""

@@ -18,6 +18,7 @@ from dsl.ir import tile_nodes as TN
 from dsl.ir.types import BF16, F16, F32, I32, INDEX, U32, U64
 from dsl.tile import ir as T
 from dsl.tile import ptx_sim
+from dsl.tile.mma_types import mma_type
 from dsl.tile.layout import MmaLayout, c32, iadd, iand, imul, ir32, ishr, log2
 
 SMEM_LIMIT = 48 * 1024          # static shared memory per block
@@ -63,11 +64,11 @@ def _b_operand(b: T.TExpr) -> tuple[T.Load | None, bool]:
 
 
 def _wgmma_ok(L, esize: int, b_kmajor: bool, bm: int, bn: int, bk: int) -> bool:
-    """sm_90 warpgroup MMA: two warpgroups of 64 rows, 64- or 128-byte operand rows. tf32 wgmma reads
-    both operands K-major only, so f32 needs a K-major B; 16-bit types take either B layout."""
+    """sm_90 warpgroup MMA: two warpgroups of 64 rows, 64- or 128-byte operand rows. tf32 and f8 wgmma
+    read both operands K-major only, so they need a K-major B; 16-bit types take either B layout."""
     if not (L.cc >= 90 and L.T == 256 and bm == 128 and bk * esize in (64, 128) and bn in (64, 128, 256)):
         return False
-    if esize == 4 and not b_kmajor:
+    if esize != 2 and not b_kmajor:
         return False
     epc = 16 // esize
     return (bm * bk // epc) % L.T == 0 and (bk * bn // epc) % L.T == 0
@@ -90,16 +91,20 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
         return None
     if _reads(a.index[0], s.var) or _reads(jb, s.var) or _reads(a.index[0], asg.var) or _reads(jb, asg.var):
         return None
-    if a.type.dtype != b.type.dtype or a.type.dtype not in (F16, BF16, F32):
+    f8 = a.type.dtype.is_f8 and b.type.dtype.is_f8
+    if not f8 and (a.type.dtype != b.type.dtype or a.type.dtype not in (F16, BF16, F32)):
         return None
-    esize = 4 if a.type.dtype == F32 else 2
+    if f8 and not (b_kmajor and L.cc >= 89):
+        return None      # f8 mma reads B K-major only (ldmatrix cannot transpose bytes); sm_89+
+    esize = a.type.dtype.itemsize
     epc = 16 // esize            # elements per 16-byte copy chunk
-    kstep = 32 // esize          # k of one mma: 16 (f16/bf16) or 8 (tf32), two chunks either way
+    kstep = 32 // esize          # k of one mma: 16 (f16/bf16), 8 (tf32), 32 (f8): two chunks each
     if a.padding != 0 or b.padding != 0:
         return None
     for p in (a.param, b.param):
         f = L.facts.get(p.name, {})
-        if not (f.get("layout") == "C" and f.get("aligned16") and f.get("div8")):
+        rows16 = f.get("div16") if esize == 1 else f.get("div8")     # 16-byte rows: whole copy chunks
+        if not (f.get("layout") == "C" and f.get("aligned16") and rows16):
             return None
     bm, bk = a.type.shape
     bn = b.type.shape[0] if b_kmajor else b.type.shape[1]
@@ -202,7 +207,7 @@ def lower_loop(L, plan: MmaPlan) -> None:
     bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages
     es, epc = plan.esize, 16 // plan.esize      # element bytes, elements per 16-byte chunk
     ca, cb = bk // epc, bn // epc               # 16-byte chunks per row of the A and B stages
-    tname = {BF16: "bf16", F16: "f16", F32: "tf32"}[plan.a.type.dtype]
+    tname = mma_type(plan.a.type.dtype), mma_type(plan.b.type.dtype)
     from dsl.tile.gemm_stages import operand_stages
     base_a, base_b, sa, sb = operand_stages(L, plan)
     wg = plan.kind == "wgmma"
@@ -357,16 +362,16 @@ def lower_loop(L, plan: MmaPlan) -> None:
 
 
 def _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname):
-    """The per-stage mma.sync body. A fragments: ldmatrix.x4 of the swizzled rows, for both element
-    sizes (a 32-bit element is two b16 halves, so lane l gets row l/4, element l%4 of each 8x4 block:
-    exactly the tf32 a0..a3). B fragments: ldmatrix.x4.trans for 16-bit elements; for f32 (tf32,
-    m16n8k8) one 32-bit load per element, since .trans would split them. tf32 operands are rounded
-    with cvt.rna, as the simulator does."""
+    """The per-stage mma.sync body. A fragments: ldmatrix.x4 of the swizzled rows, for every element
+    size: each fragment register is 4 consecutive bytes of a row (two b16, one tf32, four f8), which
+    is what ldmatrix gives lane l (row l/4, bytes 4(l%4)..+3 of each 8x16-byte matrix). B fragments:
+    K-major B rows the same way; row-major B by ldmatrix.x4.trans for 16-bit elements, and for f32
+    (tf32, m16n8k8) one 32-bit load per element, since .trans would split them. tf32 operands are
+    rounded with cvt.rna, as the simulator does. `tname`: the PTX types of A and B."""
     bm, bn, bk = plan.bm, plan.bn, plan.bk
     tf32 = plan.esize == 4
-    kstep = 8 if tf32 else 16
-    instr = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" if tf32 else
-             f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32")
+    kstep = 32 // plan.esize
+    instr = f"mma.sync.aligned.m16n8k{kstep}.row.col.f32.{tname[0]}.{tname[1]}.f32"
 
     def rna(x: N.Expr, hint: str) -> N.Expr:
         return L.tmp(TN.InlinePtx("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], U32, False, sim=ptx_sim.cvt_rna_tf32),
@@ -409,8 +414,8 @@ def _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname):
 
 def mma_sync(instr: str):
     """(4 A registers, 2 B registers, 4 f32 accumulators) -> the InlinePtx of one `instr` (an mma.sync
-    whose operands are already packed registers; ".f32.<type>.<type>.f32" names their type)."""
-    sim = ptx_sim.mma_packed(instr.split(".")[-2])
+    whose operands are already packed registers; ".f32.<A type>.<B type>.f32" names their types)."""
+    sim = ptx_sim.mma_packed(*instr.split(".")[-3:-1])
 
     def make(a_regs: list, b_regs: list, accs: list) -> N.Expr:
         return TN.InlinePtx(f"{instr} {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};",

@@ -3,7 +3,7 @@
 Shared-memory operands are read by the tensor cores through matrix descriptors: A is K-major with
 the 64-byte or 128-byte swizzle (rows of BK * esize bytes): one swizzle row per tile row; B is
 either K-major the same way (stored N x K) or, for 16-bit types, MN-major in 128-byte swizzle atoms
-([BN/64][BK][64], see the copy offsets in lower_mma.py). tf32 (f32 operands) needs K-major B. Two warpgroups each own 64 rows of the
+([BN/64][BK][64], see the copy offsets in lower_mma.py). tf32 and f8 need K-major B. Two warpgroups each own 64 rows of the
 128-row tile; each 32-byte step of K is one `wgmma.mma_async` (k16, or k8 for tf32) per warpgroup. A stage's group is
 committed and left in flight (wait_group 1): the tensor cores work on it while the threads wait for the
 next stage's copies, pass the barrier and issue the copies after it.
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, F32, I32, U32, U64
+from dsl.ir.types import F32, I32, U32, U64
 from dsl.tile.layout import c32, imul, ir32
+from dsl.tile.mma_types import mma_type
 
 SWIZZLE_128B, SWIZZLE_64B = 1, 2
 
@@ -31,7 +32,7 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
     """sa/sb: element index → shared address of the A/B stage buffers. Each step is 32 bytes of K
     (k16 of f16/bf16, k8 of tf32); a K-major operand's rows are bk * esize = 64 or 128 bytes."""
     bm, bn, bk, es = plan.bm, plan.bn, plan.bk, plan.esize
-    t = {BF16: "bf16", F16: "f16", F32: "tf32"}[plan.a.type.dtype]
+    ta, tb = mma_type(plan.a.type.dtype), mma_type(plan.b.type.dtype)
     row_bytes = bk * es
     kmode = SWIZZLE_128B if row_bytes == 128 else SWIZZLE_64B
     _, warp = L.lane_warp()
@@ -41,11 +42,11 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
     b_base = L.tmp(sb(ir32(imul(stage, bk * bn))), "wb")
     regs = bn // 2
     outs = ",".join(f"${i}" for i in range(regs))
-    # f16/bf16 take imm-trans-a/b (B MN-major: transposed); tf32 has no transpose and reads K-major B
-    trans = "" if es == 4 else ", 0, %d" % (0 if plan.b_kmajor else 1)
+    # f16/bf16 take imm-trans-a/b (B MN-major: transposed); tf32 and f8 have no transpose, K-major B
+    trans = "" if es != 2 else ", 0, %d" % (0 if plan.b_kmajor else 1)
     text = ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; "
             "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, $%d, $%d, p, 1, 1%s; }"
-            % (regs + 2, bn, 32 // es, t, t, outs, regs, regs + 1, trans))
+            % (regs + 2, bn, 32 // es, ta, tb, outs, regs, regs + 1, trans))
     cons = ",".join(["=f"] * regs + ["l", "l", "r"] + [str(i) for i in range(regs)])
     L.asm("wgmma.fence.sync.aligned;")
     for kk in range(row_bytes // 32):

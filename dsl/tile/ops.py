@@ -46,6 +46,8 @@ def literal(v: object, like: ScalarType | None, loc: Loc) -> T.TExpr:
     when the kinds agree (float literal with an int tile gives f32)."""
     if isinstance(v, bool):
         return T.Const(v, TileType(BOOL, ()), loc)
+    if like is not None and like.is_f8:
+        like = F32                     # arithmetic with an f8 tile happens in f32
     if isinstance(v, int):
         dt = like if like is not None and (like.is_int or like.is_float) else I32
         if dt.is_int and not _int_fits(v, dt):
@@ -143,7 +145,13 @@ def compare(op: str, a: object, b: object, loc: Loc) -> T.TExpr:
     return T.Compare(op, x, y, TileType(BOOL, x.type.shape), loc)
 
 
+def widen_f8(x: T.TExpr, loc: Loc) -> T.TExpr:
+    """An f8 tile as f32 (f8 is a storage format: every computation on it happens in f32)."""
+    return cast(x, F32, loc) if x.type.dtype.is_f8 else x
+
+
 def unary(op: str, x: T.TExpr, loc: Loc) -> T.TExpr:
+    x = widen_f8(x, loc)
     dt = x.type.dtype
     if op == "pos":
         return x
@@ -183,7 +191,7 @@ def math_fn(fn: str, args: list, loc: Loc) -> T.TExpr:
         raise TileTypeError(f"tile.{fn} takes {row.arity} argument{'s' if row.arity > 1 else ''}, "
                             f"got {len(args)}")
     if row.arity == 1:
-        x = _expr(args[0], F32, loc)
+        x = widen_f8(_expr(args[0], F32, loc), loc)
         if not x.type.dtype.is_float:
             if row.typing == vocab.PREDICATE:
                 return T.Full(False, TileType(BOOL, x.type.shape), loc)
@@ -219,6 +227,7 @@ def reduce(op: str, x: T.TExpr, axis: object, keepdims: bool, loc: Loc) -> T.TEx
         shape: tuple[int, ...] = (1,) * nd if keepdims else ()
     else:
         shape = tuple(1 if i == axis else s for i, s in enumerate(x.type.shape) if keepdims or i != axis)
+    x = widen_f8(x, loc)
     dt = x.type.dtype
     if op in ("argmax", "argmin"):
         rdt = I32
@@ -259,9 +268,10 @@ def matmul(a: T.TExpr, b: T.TExpr, acc: T.TExpr | None, loc: Loc) -> T.TExpr:
     (m, k), (k2, n) = a.type.shape, b.type.shape
     if k != k2:
         raise TileTypeError(f"matmul inner dimensions differ: {a.type.shape} @ {b.type.shape}")
-    if a.type.dtype != b.type.dtype or a.type.dtype not in (F16, BF16, F32):
-        raise TileTypeError(f"matmul takes two f16, two bf16 or two f32 (tf32) tiles, got "
-                            f"{a.type.dtype} and {b.type.dtype}; cast with .astype(...)")
+    f8 = a.type.dtype.is_f8 and b.type.dtype.is_f8     # e4m3 / e5m2 in any combination
+    if not f8 and (a.type.dtype != b.type.dtype or a.type.dtype not in (F16, BF16, F32)):
+        raise TileTypeError(f"matmul takes two f16, two bf16, two f32 (tf32) or two f8 (f8e4m3fn / f8e5m2) "
+                            f"tiles, got {a.type.dtype} and {b.type.dtype}; cast with .astype(...)")
     out = TileType(F32, (m, n))
     if acc is not None:
         if acc.type.shape != (m, n):

@@ -1,7 +1,7 @@
 """CPU semantics of the inline PTX the sm_80 tensor-core lowering emits, so the SIMT simulator runs
-exactly what an Ampere GPU build runs: cp.async copies and their groups, ldmatrix (.trans), mma.sync
-on packed registers (f16/bf16 m16n8k16, tf32 m16n8k8), cvt.rna.tf32, register packing and 32-bit
-shared loads. Each is the `sim` of an InlinePtx node (dsl/ir/tile_nodes.py; dispatch in
+exactly what an Ampere/Ada GPU build runs: cp.async copies and their groups, ldmatrix (.trans),
+mma.sync on packed registers (f16/bf16 m16n8k16, tf32 m16n8k8, f8 m16n8k32), cvt.rna.tf32, register
+packing and 32-bit shared loads. Each is the `sim` of an InlinePtx node (dsl/ir/tile_nodes.py; dispatch in
 dsl/sim/interp.py); memory goes through the simulator's address model (dsl/sim/addresses.py).
 
 Fragment layouts follow the PTX ISA ("Matrix fragments for mma.m16n8k16 / m16n8k8", "ldmatrix"):
@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from dsl.ir.types import BF16, F16
+from dsl.ir.types import BF16, F8E4M3, F8E5M2, F16
 from dsl.sim import arith
 
 _G, _T = np.arange(32) // 4, np.arange(32) % 4
@@ -25,6 +25,10 @@ F16_A = [(_G, 2 * _T), (_G, 2 * _T + 1), (_G + 8, 2 * _T), (_G + 8, 2 * _T + 1),
 F16_B = [(2 * _T, _G), (2 * _T + 1, _G), (2 * _T + 8, _G), (2 * _T + 9, _G)]
 TF32_A = [(_G, _T), (_G + 8, _T), (_G, _T + 4), (_G + 8, _T + 4)]
 TF32_B = [(_T, _G), (_T + 4, _G)]
+# m16n8k32 (f8): register r, byte j of A is row g + 8 (r & 1), column 4t + j + 16 (r >> 1); of B, row
+# (k) 4t + j + 16 r, column g
+F8_A = [(_G + 8 * (r & 1), 4 * _T + j + 16 * (r >> 1)) for r in range(4) for j in range(4)]
+F8_B = [(4 * _T + j + 16 * r, _G) for r in range(2) for j in range(4)]
 ACC = [(_G, 2 * _T), (_G, 2 * _T + 1), (_G + 8, 2 * _T), (_G + 8, 2 * _T + 1)]
 
 
@@ -74,8 +78,24 @@ def _halves(reg: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     return lo.view(dtype).astype(np.float64), hi.view(dtype).astype(np.float64)
 
 
-def mma_packed(tname: str) -> Callable:
-    """mma.sync on packed registers: 4 of A, 2 of B, 4 f32 accumulators (f16/bf16 k16, tf32 k8)."""
+def _bytes_of(reg: np.ndarray, dtype: np.dtype) -> list[np.ndarray]:
+    r = np.asarray(reg, np.uint32)
+    return [((r >> np.uint32(8 * j)) & np.uint32(0xFF)).astype(np.uint8).view(dtype).astype(np.float64)
+            for j in range(4)]
+
+
+def mma_packed(a_type: str, b_type: str) -> Callable:
+    """mma.sync on packed registers: 4 of A, 2 of B, 4 f32 accumulators (f16/bf16 k16, tf32 k8, f8
+    e4m3/e5m2 k32, the two f8 operands of either type)."""
+    if a_type in ("e4m3", "e5m2"):
+        da, db = (arith.np_dtype(F8E4M3 if t == "e4m3" else F8E5M2) for t in (a_type, b_type))
+
+        def run8(args: list, pos: np.ndarray, present: np.ndarray) -> tuple:
+            a = [x for r in args[0:4] for x in _bytes_of(r, da)]
+            b = [x for r in args[4:6] for x in _bytes_of(r, db)]
+            return warp_mma((16, 32, 8), F8_A, F8_B, a, b, args[6:10], pos, present)
+        return _flag(run8)
+    tname = a_type
     if tname == "tf32":
         def run(args: list, pos: np.ndarray, present: np.ndarray) -> tuple:
             a = [np.asarray(r, np.uint32).view(np.float32) for r in args[0:4]]

@@ -12,6 +12,7 @@ import numpy as np
 
 from dsl.tile import ir as T
 from dsl.tile.types import PartitionParamType, np_dtype
+from dsl.sim import arith
 from dsl.vocab import host
 
 
@@ -155,6 +156,8 @@ class BlockInterpreter:
             x = self.eval(e.operand)
             if dt == np.bool_:
                 return x != 0
+            if e.type.dtype.is_f8:       # the SIMT rule: nearest even, saturating (.satfinite)
+                return arith.cast(x, e.operand.type.dtype, e.type.dtype)
             if dt.kind in "iu" and x.dtype.kind == "f":
                 x = np.trunc(x.astype(np.float64))
             return x.astype(dt)

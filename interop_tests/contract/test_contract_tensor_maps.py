@@ -74,6 +74,14 @@ def test_rank_and_dtype_are_checked_when_the_contract_leaves_them_open():
         validate(np.ones((8, 64), np.int8), contract(dtype="any", maps=[{"arg": "a", "box": [4, 64]}]))
 
 
+@pytest.mark.parametrize("dtype,name", [(ml_dtypes.float8_e4m3fn, "f8e4m3fn"), (ml_dtypes.float8_e5m2, "f8e5m2")])
+def test_f8_views_are_tma_tensor_maps_of_bytes_and_their_row_pitch_is_checked(dtype, name):
+    rows = np.random.default_rng(2).standard_normal((40, 80)).astype(dtype)
+    validate(rows, contract(dtype=name, maps=[{"arg": "a", "box": [16, 64], "swizzle": 64}]))
+    with pytest.raises(bridge.LayoutError, match=r"multiples of 16 .* byte strides \(72, 1\)"):   # 72-byte rows
+        validate(rows[:, :72].copy()[:, :68], contract(dtype=name, maps=[{"arg": "a", "box": [16, 64]}]))
+
+
 @simt.kernel(block=128)
 def _gather_scaled(x: simt.Array[f32], idx: simt.Array[i32], out: simt.DisjointSlice[f32], s: f32):
     i = simt.thread.index_1d()

@@ -165,6 +165,45 @@ def test_gemm_with_b_stored_n_by_k_matches_numpy(rng, dtype, tshape, bk, mkn):
     np.testing.assert_allclose(c.to_host(), ref, **tol)
 
 
+@pytest.mark.parametrize("ta,tb", [(ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fn),
+                                   (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)], ids=["e4m3-e4m3", "e4m3-e5m2"])
+@pytest.mark.parametrize("tshape,bk", [((128, 128), 64), ((128, 256), 128), ((64, 64), 64)])
+@pytest.mark.parametrize("out_dtype", [np.float32, ml_dtypes.bfloat16], ids=["f32-out", "bf16-out"])
+@pytest.mark.parametrize("mkn", [(300, 208, 176), (136, 48, 72)], ids=["4-k-tiles", "1-k-tile"])
+def test_gpu_f8_gemm_with_a_scale_matches_numpy(rng, ta, tb, tshape, bk, out_dtype, mkn):
+    """f8 GEMM: wgmma k32 fed by TMA boxes on sm_90 for 128-row tiles, mma.sync m16n8k32 otherwise;
+    ragged M and N, a per-tensor scale in the epilogue, f32 or bf16 output."""
+    m, k, n = mkn
+    a = rng.standard_normal((m, k)).astype(ta)
+    bt = rng.standard_normal((n, k)).astype(tb)
+    host = (rng.standard_normal((m, n)) * 1e3).astype(out_dtype)
+    c = dev(host)
+    args = (dev(a), dev(bt), np.float32(0.25), tile.partition(c, tshape), bk)
+    ptx = K.gemm_f8.compile(args, bridge.current_device().arch).ptx
+    assert ".f32.e4m3." in ptx and ("wgmma" in ptx or "m16n8k32" in ptx)
+    K.gemm_f8(*args)
+    ref = 0.25 * (a.astype(np.float64) @ bt.astype(np.float64).T)
+    tol = 1e-5 if out_dtype is np.float32 else 8e-3
+    np.testing.assert_allclose(c.to_host().astype(np.float64), ref, rtol=tol, atol=tol)
+
+
+def test_gpu_f8_conversions_match_ml_dtypes_on_every_pattern_and_around_every_binade(rng):
+    """The software conversions (integer code, every arch) against ml_dtypes with saturation."""
+    x = np.concatenate([rng.standard_normal(20000) * s for s in (1e-6, 1e-3, 0.1, 1, 40, 1e3, 1e5)])
+    x = np.concatenate([x, np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64),
+                        [np.inf, -np.inf, np.nan, 0.0, -0.0]]).astype(np.float32)
+    cols = 256
+    rows = -(-len(x) // cols)
+    xs = np.zeros(rows * cols, np.float32)
+    xs[:len(x)] = x
+    xs = xs.reshape(rows, cols)
+    for dt, top in ((ml_dtypes.float8_e4m3fn, 448.0), (ml_dtypes.float8_e5m2, 57344.0)):
+        q = dev(np.zeros((rows, cols), dt))
+        K.quantize_f8(dev(xs), np.float32(1.0), tile.partition(q, (8, 256)))
+        ref = np.clip(xs, -top, top).astype(dt)
+        assert np.array_equal(q.to_host().astype(np.float64), ref.astype(np.float64), equal_nan=True), dt
+
+
 def test_gpu_b_operand_shorter_than_a_reads_zeros_past_its_end(rng):
     """The cp.async loop bounds B's copies by B's own rows (it once used a's k extent)."""
     a = rng.standard_normal((64, 64)).astype(np.float16)

@@ -8,6 +8,8 @@ from dsl.types import TypeVar, f32
 
 T = tile.Constant[int]
 E = TypeVar("E")          # GEMM input dtype, bound per launch (f16, bf16 or f32)
+A8, B8 = TypeVar("A8"), TypeVar("B8")    # f8 GEMM input dtypes (f8e4m3fn / f8e5m2)
+O = TypeVar("O")          # an output dtype bound by the partition
 
 
 @tile.kernel
@@ -79,6 +81,26 @@ def gemm_nt(a: tile.Array[E, 2], bt: tile.Array[E, 2], c: tile.Partition[f32, 2]
     for k in range((a.shape[1] + bk - 1) // bk):
         acc = tile.mma(tile.load(a, (i, k), (bm, bk)), tile.transpose(tile.load(bt, (j, k), (bn, bk))), acc)
     c.store(acc)
+
+
+@tile.kernel
+def gemm_f8(a: tile.Array[A8, 2], bt: tile.Array[B8, 2], scale: f32, c: tile.Partition[O, 2], bk: T):
+    """c = scale * (a @ bt.T) for f8 inputs (bt N x K, as torch._scaled_mm takes B), f32 accumulation,
+    stored as c's dtype: per-tensor scales are one multiply in the epilogue."""
+    bm, bn = c.tile_shape
+    i, j = tile.bid(0), tile.bid(1)
+    acc = tile.zeros((bm, bn), f32)
+    for k in range((a.shape[1] + bk - 1) // bk):
+        acc = tile.mma(tile.load(a, (i, k), (bm, bk)), tile.transpose(tile.load(bt, (j, k), (bn, bk))), acc)
+    c.store((acc * scale).astype(c.dtype))
+
+
+@tile.kernel
+def quantize_f8(x: tile.Array[f32, 2], inv_scale: f32, q: tile.Partition[A8, 2]):
+    """q = x / scale in q's f8 type (nearest even, saturating), the per-tensor quantisation an f8
+    GEMM's inputs go through."""
+    bm, bn = q.tile_shape
+    q.store((tile.load(x, (tile.bid(0), tile.bid(1)), (bm, bn)) * inv_scale).astype(q.dtype))
 
 
 @tile.kernel

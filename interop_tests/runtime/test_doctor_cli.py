@@ -173,7 +173,7 @@ def test_doctor_json_schema(kb_test_cache_dir, dsl_doctor):
         assert report["cpp_kernels"]["modules"]["saxpy"]["ptx"] == [90]
         assert report["cpp_kernels"]["build_info"]["cpp_kernels"]["built"] is True
     assert report["llvm"]["nvptx"] is True
-    assert report["llvm"]["archs"]["sm_90"] == {"ok": True, "ptx_isa": "8.0", "error": None}
+    assert report["llvm"]["archs"]["sm_90"] == {"ok": True, "ptx_isa": "8.4", "error": None}
     assert report["cache"]["dir"] == str(kb_test_cache_dir) and report["cache"]["from"] == "KB_CACHE_DIR"
     assert report["overrides"]["KB_CACHE_DIR"] == {"value": str(kb_test_cache_dir),
                                                    "meaning": "DSL disk cache directory"}

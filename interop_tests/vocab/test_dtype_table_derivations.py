@@ -21,12 +21,12 @@ from dsl.ir import types as irt
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL = dtypes.kernel_rows()
 EXPECTED_KERNEL_NAMES = ("bool", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16",
-                         "f32", "f64")
+                         "f32", "f64", "f8e4m3fn", "f8e5m2")
 
 
 def test_the_kernel_rows_are_the_dsl_element_types():
     assert dtypes.KERNEL_NAMES == EXPECTED_KERNEL_NAMES
-    assert not any(dtypes.TABLE[n].kernel for n in ("c64", "c128", "f8e4m3fn", "f4e2m1fn"))
+    assert not any(dtypes.TABLE[n].kernel for n in ("c64", "c128", "f8e4m3fnuz", "f8e4m3", "f4e2m1fn"))
 
 
 @pytest.mark.parametrize("row", KERNEL, ids=lambda r: r.name)
@@ -65,7 +65,8 @@ def test_host_numpy_maps_come_from_the_table(row):
 def test_tile_dtype_helpers_keep_their_edge_cases():
     from dsl.tile import types as tt
     assert tt.scalar_of_numpy(np.dtype(">f4")) is irt.F32          # byte order is the intake's business
-    assert tt.scalar_of_numpy(np.complex64) is None and tt.scalar_of_numpy(ml_dtypes.float8_e5m2) is None
+    assert tt.scalar_of_numpy(np.complex64) is None and tt.scalar_of_numpy(ml_dtypes.float8_e5m2fnuz) is None
+    assert tt.scalar_of_numpy(ml_dtypes.float8_e4m3fn) is irt.F8E4M3 and tt.as_scalar_type("float8_e5m2") is irt.F8E5M2
     assert tt.as_scalar_type(float) is irt.F32 and tt.as_scalar_type(int) is irt.I32
     assert tt.as_scalar_type("half") is irt.F16 and tt.as_scalar_type("nonsense") is None
 
@@ -75,7 +76,7 @@ def test_aot_header_c_types_and_enumerators_come_from_the_table():
     assert aot_header.C_TYPES == {"bool": "bool", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t",
                                   "i64": "int64_t", "u8": "uint8_t", "u16": "uint16_t", "u32": "uint32_t",
                                   "u64": "uint64_t", "f16": "uint16_t", "bf16": "uint16_t", "f32": "float",
-                                  "f64": "double"}
+                                  "f64": "double", "f8e4m3fn": "uint8_t", "f8e5m2": "uint8_t"}
     header = (ROOT / "cpp/include/kernelbridge/array_view.hpp").read_text()
     enum = re.search(r"enum class DType : uint8_t \{(.*?)\};", header, re.S).group(1)
     enumerators = set(re.findall(r"\b(\w+)\b", re.sub(r"//[^\n]*", "", enum)))
@@ -83,7 +84,8 @@ def test_aot_header_c_types_and_enumerators_come_from_the_table():
         assert kb == dtypes.TABLE[name].cpp_enum and kb in enumerators, name
 
 
-@pytest.mark.parametrize("row", [r for r in KERNEL if r.name not in ("f16", "bf16")], ids=lambda r: r.name)
+@pytest.mark.parametrize("row", [r for r in KERNEL if r.name not in ("f16", "bf16", "f8e4m3fn", "f8e5m2")],
+                         ids=lambda r: r.name)
 def test_unsafe_launch_scalars_come_from_the_table(row):
     ctype = np.ctypeslib.as_ctypes_type(dtypes.to_numpy(row.name))
     spec, value = _loose_arg(0, ctype(1))
@@ -93,9 +95,11 @@ def test_unsafe_launch_scalars_come_from_the_table(row):
     assert {"i32": ctypes.c_int32, "f64": ctypes.c_double}.get(row.name, ctype) is ctype
 
 
-def test_unsafe_launch_takes_16_bit_floats_as_numpy_scalars_only_and_refuses_complex():
+def test_unsafe_launch_takes_16_and_8_bit_floats_as_numpy_scalars_only_and_refuses_complex():
     assert _loose_arg(1, np.float16(1))[0]["dtype"] == "f16"
     assert _loose_arg(1, ml_dtypes.bfloat16(1))[0]["dtype"] == "bf16"
+    assert _loose_arg(1, ml_dtypes.float8_e4m3fn(1))[0]["dtype"] == "f8e4m3fn"
+    assert _loose_arg(1, ml_dtypes.float8_e5m2(1))[0]["dtype"] == "f8e5m2"
     with pytest.raises(TypeError, match=r"argument #2: NumPy scalars of dtype complex64 cannot be passed"):
         _loose_arg(1, np.complex64(1))
 

@@ -22,7 +22,7 @@ using ParamInfoFn = decltype(&::cuFuncGetParamInfo);
 
 inline CUtensorMapDataType tma_data_type(DType t) {
   switch (t) {
-    case DType::u8: return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    case DType::u8: case DType::f8e4m3fn: case DType::f8e5m2: return CU_TENSOR_MAP_DATA_TYPE_UINT8;
     case DType::u16: return CU_TENSOR_MAP_DATA_TYPE_UINT16;
     case DType::u32: return CU_TENSOR_MAP_DATA_TYPE_UINT32;
     case DType::i32: return CU_TENSOR_MAP_DATA_TYPE_INT32;

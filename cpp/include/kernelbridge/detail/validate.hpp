@@ -194,7 +194,8 @@ inline Error check_array(const LaunchContract& c, int k, const ArgValue& v, cons
 // never a failed encode or a device fault. Empty arrays get no tensor map (nothing is copied).
 inline bool tma_dtype_ok(DType t) {
   return t == DType::u8 || t == DType::u16 || t == DType::u32 || t == DType::i32 || t == DType::u64 ||
-         t == DType::i64 || t == DType::f16 || t == DType::bf16 || t == DType::f32 || t == DType::f64;
+         t == DType::i64 || t == DType::f16 || t == DType::bf16 || t == DType::f32 || t == DType::f64 ||
+         t == DType::f8e4m3fn || t == DType::f8e5m2;   // fp8: copied as bytes (tensor_map.hpp)
 }
 // Why a view cannot be a TMA tensor map (check_tensor_map found that it cannot), first reason first.
 KB_COLD inline Error tensor_map_error(const LaunchContract& c, const TensorMapSpec& t, const ArgValue& v) {

@@ -1,0 +1,11 @@
+"""PTX operand type names of the tensor-core input dtypes, shared by the mma.sync and wgmma loops."""
+from __future__ import annotations
+
+from dsl.ir.types import BF16, F8E4M3, F8E5M2, F16, F32, ScalarType
+
+_NAMES = {BF16: "bf16", F16: "f16", F32: "tf32", F8E4M3: "e4m3", F8E5M2: "e5m2"}
+
+
+def mma_type(t: ScalarType) -> str:
+    """"bf16", "f16", "tf32" (f32 operands run as tf32), "e4m3" or "e5m2"."""
+    return _NAMES[t]
