@@ -1,20 +1,25 @@
-"""GEMM: the dsl.tile GEMM (interop_tests/dsl_tile/tile_kernels_lib.py `gemm`, f32 accumulation and
-output) vs torch.matmul (cuBLAS; tf32 enabled for f32 inputs) and a plain Triton GEMM
-(benchmarks/_triton_gemm.py), one process.
+"""GEMM: the dsl.tile GEMMs (interop_tests/dsl_tile/tile_kernels_lib.py: `gemm` for row-major B, `gemm_nt`
+for B stored N x K, `gemm_f8` for f8 with a per-tensor scale) vs torch (cuBLAS: torch.matmul, tf32
+enabled for f32 inputs; torch._scaled_mm for f8) and a plain Triton GEMM (benchmarks/_triton_gemm.py),
+one process.
 
-Shapes: 8192^3 (bars), 4096^3 and the skinny 16384x1024x1024 and 1024x1024x16384 with --shapes all.
-Dtypes bf16, f16 and f32 (run as tf32 by all three). Our tile shapes and Triton's configs are tried
-like an autotuner and the best of each is reported (every candidate is a row). Each result is checked
-against NumPy float64 on 16 random rows before timing; device events, L2 flushed before each launch,
-all candidates interleaved, median. TFLOP/s also as a fraction of the H200's dense peak (989 TFLOP/s
-16-bit, 494 tf32).
-Bars (DESIGN §8): bf16 and f16 8192^3 >= 0.95x torch.matmul and >= 1.0x the plain Triton GEMM.
+Cases (shape, dtype, layout): NN is row-major B (K x N); NT is B stored N x K, as a linear layer's weight
+and as torch._scaled_mm takes it, and the layout tf32 and f8 tensor cores read (K-major). Every peer gets
+the same layout. Dtypes bf16, f16, f32 (run as tf32 by all) and e4m3 (f8e4m3fn inputs, bf16 output,
+f32 accumulation). Our tile shapes and Triton's configs are tried like an autotuner and the best of each
+is reported (every candidate is a row). Each result is checked against NumPy float64 on 16 random rows
+before timing; device events, L2 flushed before each launch, all candidates interleaved, median.
+TFLOP/s also as a fraction of the H200's dense peak (989 TFLOP/s 16-bit, 494 tf32, 1979 f8).
+Bars (DESIGN §8, issue 11): bf16 and f16 8192^3 NN >= 0.95x torch.matmul and >= 1.0x the plain Triton
+GEMM; 4096^3 and the skinny 16384x1024x1024 and 1024x1024x16384 (bf16, f16) >= 0.85x torch.matmul;
+tf32 8192^3 >= 0.75x cuBLAS tf32 (NT: tf32 wgmma reads B K-major only); e4m3 8192^3 >= 0.85x
+torch._scaled_mm.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,83 +32,174 @@ import tile_kernels_lib as K  # noqa: E402
 from dsl import tile  # noqa: E402
 
 DSL_TILES = {"16bit": ((128, 256, 64), (128, 128, 64), (128, 256, 32), (128, 128, 32)),
-             "f32": ((128, 128, 32), (64, 64, 32))}
+             "f32": ((128, 128, 32), (128, 256, 32), (64, 64, 32)),
+             "e4m3": ((128, 256, 128), (128, 128, 128), (128, 256, 64), (128, 128, 64))}
 SHAPES = {"8192^3": (8192, 8192, 8192), "4096^3": (4096, 4096, 4096),
           "16384x1024x1024": (16384, 1024, 1024), "1024x1024x16384": (1024, 1024, 16384)}
-DENSE_PEAK = {"bf16": 989.0, "f16": 989.0, "f32": 494.0}   # H200 SXM dense tensor TFLOP/s (f32: tf32)
+DENSE_PEAK = {"bf16": 989.0, "f16": 989.0, "f32": 494.0, "e4m3": 1979.0}   # H200 SXM dense tensor TFLOP/s
 BARS = {"torch.matmul": 0.95, "Triton": 1.0}
+SHAPE_BAR = 0.85        # 4096^3 and the skinny shapes vs cuBLAS
+TF32_BAR = 0.75
+F8_BAR = 0.85
 
 
-def one_shape(ops: Ops, torch: Any, tg: Any, rng: np.random.Generator, shape: str, label: str, host_dtype: Any,
-              tiles: list[tuple[int, int, int]], triton_configs: list[tuple]) -> None:
+class Case(NamedTuple):
+    shape: str
+    label: str           # bf16 | f16 | f32 | e4m3
+    layout: str          # NN | NT
+    triton: bool         # time the Triton peer too
+
+
+# What a default run (and the GPU check) measures: every bar, plus row-major tf32 for reference.
+DEFAULT_CASES = (
+    [Case("8192^3", d, "NN", True) for d in ("bf16", "f16", "f32")]
+    + [Case("8192^3", "bf16", "NT", True), Case("8192^3", "f32", "NT", True), Case("8192^3", "e4m3", "NT", False)]
+    + [Case(s, d, "NN", False) for s in ("4096^3", "16384x1024x1024", "1024x1024x16384") for d in ("bf16", "f16")])
+
+
+def host_operands(rng: np.random.Generator, case: Case, host_dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A (M x K) and B as the case stores it: K x N (NN) or N x K (NT)."""
+    m, n, k = SHAPES[case.shape]
+    a = rng.standard_normal((m, k), dtype=np.float32).astype(host_dtype)
+    b = rng.standard_normal((n, k) if case.layout == "NT" else (k, n), dtype=np.float32).astype(host_dtype)
+    return a, b
+
+
+def ours(case: Case, a: Any, b: Any, m: int, n: int, tiles: list, arch: str, ops: Ops, op: str) -> dict:
+    """Our candidates: name -> (launch, check builder)."""
     import bridge
-    m, n, k = SHAPES[shape]
-    ah = rng.standard_normal((m, k), dtype=np.float32).astype(host_dtype)
-    bh = rng.standard_normal((k, n), dtype=np.float32).astype(host_dtype)
-    rows = np.sort(rng.choice(m, 16, replace=False))
-    ref = ah[rows].astype(np.float64) @ bh.astype(np.float64)
-    scale = float(np.sqrt(k))
-    tol = {"rtol": 1e-2, "atol": 5e-3 * scale} if label == "f32" else {"rtol": 1e-3, "atol": 1e-3 * scale}
-    a, b = bridge.from_host(ah), bridge.from_host(bh)
-    arch = bridge.current_device().arch
-    op = f"GEMM {shape} {label}"
-    impls: dict = {}
-    ours: set[str] = set()
-    for bm, bn, bk in tiles or DSL_TILES["f32" if label == "f32" else "16bit"]:
-        c = bridge.full((m, n), np.nan, "float32")
+    out = {}
+    f8 = case.label == "e4m3"
+    for bm, bn, bk in tiles or DSL_TILES["16bit" if case.label in ("bf16", "f16") else case.label]:
+        c = bridge.full((m, n), np.nan, "bfloat16" if f8 else "float32")
         part = tile.partition(c, (bm, bn))
         name = f"DSL tile {bm}x{bn}x{bk}"
+        kernel = K.gemm_f8 if f8 else K.gemm_nt if case.layout == "NT" else K.gemm
+        args = (a, b, np.float32(1.0), part, bk) if f8 else (a, b, part, bk)
         try:
-            K.gemm.compile((a, b, part, bk), arch)
+            kernel.compile(args, arch)
         except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a row, not fatal
             ops.rep.row(f"{op}: {name}", None, "TFLOP/s", note=f"not compiled: {type(exc).__name__}: {exc}"[:300])
             continue
-        ours.add(name)
-        impls[name] = ((lambda i, p=part, kk=bk: K.gemm(a, b, p, kk)),
-                       (lambda c=c, nm=name: check_close(nm, c.to_host()[rows], ref, **tol)))
+        out[name] = ((lambda i, kk=kernel, aa=args: kk(*aa)), c)
+    return out
+
+
+def one_case(ops: Ops, torch: Any, tg: Any, rng: np.random.Generator, case: Case, host_dtype: Any,
+             tiles: list[tuple[int, int, int]], triton_configs: list[tuple]) -> None:
+    import bridge
+    m, n, k = SHAPES[case.shape]
+    f8 = case.label == "e4m3"
+    ah, bh = host_operands(rng, case, host_dtype)
+    rows = np.sort(rng.choice(m, 16, replace=False))
+    b64 = bh.astype(np.float64).T if case.layout == "NT" else bh.astype(np.float64)
+    ref = ah[rows].astype(np.float64) @ b64
+    scale = float(np.sqrt(k))
+    tol = ({"rtol": 1e-2, "atol": 5e-3 * scale} if case.label == "f32" else
+           {"rtol": 1e-2, "atol": 1e-2} if f8 else {"rtol": 1e-3, "atol": 1e-3 * scale})
+    a, b = bridge.from_host(ah), bridge.from_host(bh)
+    op = f"GEMM {case.shape} {case.label}" + (" NT" if case.layout == "NT" else "")
+    impls: dict = {}
+    mine = ours(case, a, b, m, n, tiles, bridge.current_device().arch, ops, op)
+    for name, (launch, c) in mine.items():
+        impls[name] = (launch, (lambda c=c, nm=name: check_close(nm, c.to_host()[rows].astype(np.float32), ref, **tol)))
     peers: dict[str, set[str]] = {"torch.matmul": set(), "Triton": set()}
     if torch is not None:
-        ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
-        trows = torch.as_tensor(rows, device=ta.device)
-        tc = torch.empty((m, n), dtype=torch.float32, device=ta.device)
-        res: list = []
-        # cuBLAS rounds its output to the input dtype: allow that rounding in its check
-        impls["torch.matmul"] = (keep_first(res, lambda: torch.matmul(ta, tb)), lambda: check_close(
-            "torch.matmul", res[0][trows].float().cpu().numpy(), ref, rtol=1e-2, atol=tol["atol"]))
-        peers["torch.matmul"].add("torch.matmul")
-        if tg is not None:
-            for cfg in triton_configs:
-                if label == "f32" and cfg[2] * cfg[0] > 128 * 32:
-                    continue         # f32 tiles this large do not fit Triton's shared memory
-                name = "Triton {}x{}x{} w{} s{}".format(*cfg)
-                impls[name] = ((lambda i, cfg=cfg: tg.gemm(ta, tb, tc, cfg)),
-                               (lambda nm=name: check_close(nm, tc[trows].cpu().numpy(), ref, **tol)))
-                peers["Triton"].add(name)
-    tf = ops.run(op, impls, ours, "TFLOP/s", 2 * m * n * k / 1e12,
-                 extra=lambda v: {"of_peak": round(v / DENSE_PEAK[label], 3)})
-    if not tf:
+        peer_impls(torch, tg, case, ah, bh, a, b, rows, ref, tol, triton_configs, impls, peers)
+    tf = ops.run(op, impls, set(mine), "TFLOP/s", 2 * m * n * k / 1e12,
+                 extra=lambda v: {"of_peak": round(v / DENSE_PEAK[case.label], 3)})
+    if tf:
+        ratios(ops, case, op, tf, set(mine), peers)
+
+
+def peer_impls(torch: Any, tg: Any, case: Case, ah, bh, a, b, rows, ref, tol, triton_configs, impls, peers) -> None:
+    """cuBLAS (torch.matmul, or torch._scaled_mm for f8) and the Triton configs, on the same bytes."""
+    m, n, k = SHAPES[case.shape]
+    res: list = []
+    if case.label == "e4m3":
+        dev = torch.device("cuda")
+        ta = torch.from_numpy(ah.view(np.uint8)).to(dev).view(torch.float8_e4m3fn)
+        tb = torch.from_numpy(bh.view(np.uint8)).to(dev).view(torch.float8_e4m3fn)
+        one = torch.ones((), dtype=torch.float32, device=dev)
+        trows = torch.as_tensor(rows, device=dev)
+        impls["torch._scaled_mm"] = (keep_first(res, lambda: torch._scaled_mm(ta, tb.t(), scale_a=one, scale_b=one,
+                                                                          out_dtype=torch.bfloat16)),
+                                     lambda: check_close("torch._scaled_mm", res[0][trows].float().cpu().numpy(), ref,
+                                                         **tol))
+        peers["torch.matmul"].add("torch._scaled_mm")
         return
-    best = max((x for x in tf if x in ours), key=tf.get, default=None)
+    ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+    tbk = tb.t() if case.layout == "NT" else tb                 # the K x N operand, a view either way
+    trows = torch.as_tensor(rows, device=ta.device)
+    tc = torch.empty((m, n), dtype=torch.float32, device=ta.device)
+    # cuBLAS rounds its output to the input dtype: allow that rounding in its check
+    impls["torch.matmul"] = (keep_first(res, lambda: torch.matmul(ta, tbk)), lambda: check_close(
+        "torch.matmul", res[0][trows].float().cpu().numpy(), ref, rtol=1e-2, atol=tol["atol"]))
+    peers["torch.matmul"].add("torch.matmul")
+    if tg is None or not case.triton:
+        return
+    for cfg in triton_configs:
+        if case.label == "f32" and cfg[2] * cfg[0] > 128 * 32:
+            continue         # f32 tiles this large do not fit Triton's shared memory
+        name = "Triton {}x{}x{} w{} s{}".format(*cfg)
+        impls[name] = ((lambda i, cfg=cfg: tg.gemm(ta, tbk, tc, cfg)),
+                       (lambda nm=name: check_close(nm, tc[trows].cpu().numpy(), ref, **tol)))
+        peers["Triton"].add(name)
+
+
+def ratios(ops: Ops, case: Case, op: str, tf: dict, mine: set, peers: dict) -> None:
+    best = max((x for x in tf if x in mine), key=tf.get, default=None)
     if best is None:
         ops.failed.append(f"{op}: no DSL tile configuration compiled and ran correctly")
         return
+    cfg = best.split("tile ")[-1]
     for peer, names in peers.items():
         pbest = max((x for x in tf if x in names), key=tf.get, default=None)
         if pbest is None:
             continue
         ops.rep.row(f"{op}: best DSL / {peer}", tf[best] / tf[pbest], "x", ours=best, peer=pbest)
-        if shape == "8192^3" and label in ("bf16", "f16"):
-            ops.rep.bar(f"GEMM 8192^3 {label}: DSL tile ({best.split('tile ')[-1]}) vs {peer}", tf[best],
-                    tf[pbest], higher_is_better=True, bar=BARS[peer],
-                    peer_name="torch.matmul (cuBLAS)" if peer == "torch.matmul" else f"plain Triton ({pbest})")
+        bar, peer_name = bar_for(case, peer, pbest)
+        if bar is not None:
+            ops.rep.bar(f"{op}: DSL tile ({cfg}) vs {pbest if peer == 'torch.matmul' else peer}", tf[best],
+                        tf[pbest], higher_is_better=True, bar=bar, peer_name=peer_name)
+
+
+def bar_for(case: Case, peer: str, pbest: str) -> tuple[float | None, str]:
+    """The bar this case carries against `peer` (None: reported, no bar)."""
+    if case.label == "e4m3":
+        return F8_BAR, "torch._scaled_mm (cuBLAS f8)"
+    if peer != "torch.matmul" and not (case.shape == "8192^3" and case.layout == "NN"):
+        return None, ""
+    if case.label == "f32":
+        return (TF32_BAR, "torch.matmul (cuBLAS tf32)") if case.layout == "NT" else (None, "")
+    if case.shape == "8192^3" and case.layout == "NN":
+        return BARS[peer], ("torch.matmul (cuBLAS)" if peer == "torch.matmul" else f"plain Triton ({pbest})")
+    if case.layout == "NN":
+        return SHAPE_BAR, "torch.matmul (cuBLAS)"
+    return None, ""
+
+
+def cases_from(args: argparse.Namespace) -> list[Case]:
+    """DEFAULT_CASES, or the product of --shapes x --dtypes x --layouts (f8 is NT only)."""
+    if not (args.shapes or args.dtypes or args.layouts):
+        return list(DEFAULT_CASES)
+    shapes = list(SHAPES) if args.shapes == "all" else (args.shapes or "8192^3").split(",")
+    out = []
+    for shape in shapes:
+        for label in (args.dtypes or "bf16,f16,f32").split(","):
+            for layout in (args.layouts or "NN").upper().split(","):
+                if label != "e4m3" or layout == "NT":
+                    out.append(Case(shape, label, layout, label != "e4m3"))
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", help="write results here")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--shapes", default="8192^3", help="comma list of " + ", ".join(SHAPES) + " or 'all'")
-    ap.add_argument("--dtypes", default="bf16,f16,f32")
+    ap.add_argument("--shapes", help="comma list of " + ", ".join(SHAPES) + " or 'all' (default: DEFAULT_CASES)")
+    ap.add_argument("--dtypes", help="comma list of bf16, f16, f32, e4m3")
+    ap.add_argument("--layouts", help="comma list of NN (row-major B), NT (B stored N x K)")
     ap.add_argument("--tiles", help="our tile shapes, e.g. 128x256x64,128x256x32 (default: the candidates)")
     ap.add_argument("--triton", default="all", help="Triton configs by index into _triton_gemm.CONFIGS "
                     "(e.g. 1,4), 'all' or 'none'")
@@ -122,8 +218,8 @@ def main() -> int:
             import _triton_gemm as tg
         except Exception as exc:  # noqa: BLE001 - a missing peer is reported
             rep.missing["Triton"] = f"{type(exc).__name__}: {exc}"[:200]
-    shapes = list(SHAPES) if args.shapes == "all" else args.shapes.split(",")
-    dtypes = {"bf16": getattr(ml, "bfloat16", None), "f16": np.float16, "f32": np.float32}
+    dtypes = {"bf16": getattr(ml, "bfloat16", None), "f16": np.float16, "f32": np.float32,
+              "e4m3": getattr(ml, "float8_e4m3fn", None)}
     if torch is not None:
         torch.backends.cuda.matmul.allow_tf32 = True   # the f32 peer is cuBLAS tf32
     tiles = [tuple(int(x) for x in t.split("x")) for t in args.tiles.split(",")] if args.tiles else []
@@ -133,12 +229,12 @@ def main() -> int:
     rng = np.random.default_rng(7)
     try:
         with bridge.use_stream(bridge.Stream()):
-            for shape in shapes:
-                for label in args.dtypes.split(","):
-                    if dtypes[label] is None:
-                        rep.row(f"GEMM {shape} {label}", None, "TFLOP/s", note="ml_dtypes missing: no host bfloat16")
-                        continue
-                    one_shape(ops, torch, tg, rng, shape, label, dtypes[label], tiles, tcfgs)
+            for case in cases_from(args):
+                if dtypes[case.label] is None:
+                    rep.row(f"GEMM {case.shape} {case.label}", None, "TFLOP/s",
+                            note="ml_dtypes missing: no host bfloat16 / float8")
+                    continue
+                one_case(ops, torch, tg, rng, case, dtypes[case.label], tiles, tcfgs)
     finally:
         rep.finish(args.json)
     return ops.exit_code()
