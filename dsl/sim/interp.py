@@ -117,6 +117,8 @@ class Machine:
         self.consts: dict[int, object] = {}
         self.addresses = AddressSpace(shared)     # raw addresses of inline PTX (dsl/sim/addresses.py)
         self.copies = AsyncCopies(self.L)
+        # state of other stateful inline-PTX semantics (mbarriers, pending wgmma groups), by name
+        self.ext: dict[str, object] = {}
 
     # ------------------------------------------------------------------------------ plumbing
     @property

@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from dsl.ir import nodes as N
-from dsl.ir.types import ArrayType, ScalarType
+from dsl.ir.types import ArrayType, ScalarType, TensorMapType
 from dsl.sim import arith
 from dsl.sim.faults import FaultRecord, collect_sites
 from dsl.sim.interp import Machine
@@ -83,6 +83,8 @@ def _bind(fn: N.Function, args: list) -> dict[int, object]:
     for k, (p, a) in enumerate(zip(fn.params, args)):
         if isinstance(p.type, ArrayType):
             out[id(p)] = _memref(fn, k, p, a)
+        elif isinstance(p.type, TensorMapType):
+            out[id(p)] = a        # the caller's description of the map (dsl/tile/ptx_sim_sm90.TensorMap)
         else:
             assert isinstance(p.type, ScalarType), f"{fn.name}: parameter type {p.type} cannot be simulated"
             out[id(p)] = _scalar(p.type, a)

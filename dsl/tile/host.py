@@ -241,15 +241,16 @@ class TileKernel:
         return hit
 
     def simulate_lowered(self, *args, num_warps: int | None = None, blocks: int | None = None,
-                         tensor_cores: bool = False) -> None:
+                         tensor_cores: bool = False, arch: str = "sm_89") -> None:
         """Run the GPU lowering (the SIMT IR the backend compiles) on the SIMT CPU simulator: checks
         the thread mapping, shared-memory staging and warp reductions without a GPU. `blocks`: the
-        grid of a persistent kernel (default: one block per tile). `tensor_cores`: lower as an sm_89
-        build does, with the arrays' own launch facts: the cp.async GEMM loop, ldmatrix fragments,
-        mma.sync (f16/bf16/tf32/f8) and the tensor-core tile.matmul all run through their CPU semantics
-        (dsl/tile/ptx_sim.py); without it, the portable lowering. The launch is validated first against
-        the lowered kernel's own contract (the one builder, the one native validator), as a GPU launch
-        of it would be."""
+        grid of a persistent kernel (default: one block per tile). `tensor_cores`: lower as a GPU
+        build for `arch` does ("sm_80", "sm_89" or "sm_90"), with the arrays' own launch facts: the
+        cp.async GEMM loop, ldmatrix fragments, mma.sync (f16/bf16/tf32/f8, dsl/tile/ptx_sim.py), on
+        sm_90 the TMA + wgmma loop (dsl/tile/ptx_sim_sm90.py), and the tensor-core tile.matmul all run
+        through the CPU semantics of their PTX; without it, the portable lowering. The launch is
+        validated first against the lowered kernel's own contract (the one builder, the one native
+        validator, tensor maps included), as a GPU launch of it would be."""
         import json
         from dsl.sim.launch import run
         from dsl.sim.validator import host_launcher
@@ -261,8 +262,9 @@ class TileKernel:
         if not tensor_cores:   # no 16-byte facts: no cp.async GEMM loop, the portable lowering
             facts = {k: dict(v, aligned16=False) for k, v in facts.items()}
         info: dict = {}
+        from dsl.backend.target import parse_arch
         simt_fn = lower(fn, threads, self.name, facts, info, persistent=self.persistent,
-                        cc=89 if tensor_cores else 0, tc_matmul=tensor_cores)
+                        cc=parse_arch(arch) if tensor_cores else 0, tc_matmul=tensor_cores)
         contract = contract_for(simt_fn, fn, facts, info["relied"], self.persistent)
         if info["dynamic_smem"]:
             contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
@@ -276,7 +278,7 @@ class TileKernel:
                 min(tiles, blocks) if isinstance(blocks, int) and not isinstance(blocks, bool) else blocks
         g, b, smem, skip = host_launcher(json.dumps(contract), self.name).validate_only(flat, grid=grid)
         if not skip:
-            run(simt_fn, list(flat), g, b, smem)
+            run(simt_fn, list(flat) + _tensor_maps(simt_fn, flat), g, b, smem)
 
     # -------------------------------------------------------------------------------- GPU
     def ptx(self, *args, arch: str = "sm_90") -> str:
@@ -429,3 +431,19 @@ def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False,
         return TileKernel(f, warps, persist, lines)
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _tensor_maps(simt_fn: Any, flat: tuple) -> list:
+    """The simulator's values of the lowered kernel's TensorMapType parameters (after the others),
+    described from the (validated) arrays they map, as the launcher encodes them on the GPU."""
+    from dsl.ir.types import TensorMapType
+    from dsl.sim.memory import MemRef
+    from dsl.tile.ptx_sim_sm90 import TensorMap
+    names = [p.name for p in simt_fn.params]
+    out = []
+    for p in simt_fn.params[len(flat):]:
+        assert isinstance(p.type, TensorMapType), p
+        arr = flat[names.index(p.type.array)]
+        out.append(TensorMap(MemRef(p.type.array, arr, None, shared=False), p.type.box, p.type.swizzle))
+    return out
+

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import I32, INDEX, U32, U64, ArrayType, TensorMapType
+from dsl.tile import ptx_sim_sm90 as S90
 from dsl.tile.layout import c32
 
 BAR = "mbarrier.{}.shared::cta.b64"
@@ -66,10 +67,10 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
 
     def init() -> None:
         for st in range(S):
-            L.asm(BAR.format("init") + " [$0], 1;", "r", [bar(c32(st))])
-        L.asm("fence.mbarrier_init.release.cluster;")
-        L.asm("prefetch.tensormap [$0];", "l", [tmap_a])
-        L.asm("prefetch.tensormap [$0];", "l", [tmap_b])
+            L.asm(BAR.format("init") + " [$0], 1;", "r", [bar(c32(st))], sim=S90.mbarrier_init(1))
+        L.asm("fence.mbarrier_init.release.cluster;", sim=S90.no_op)
+        L.asm("prefetch.tensormap [$0];", "l", [tmap_a], sim=S90.no_op)
+        L.asm("prefetch.tensormap [$0];", "l", [tmap_b], sim=S90.no_op)
     L.emit(N.If(leader, L.block_of(init), []))
     L.sync()
 
@@ -77,16 +78,19 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
         """Thread 0: expect the stage's bytes, then copy k tile `kt` of A and B into `stage`."""
         k0 = L.tmp(N.BinOp("mul", N.BinOp("add", kt, start, I32), c32(bk), I32), "k0")
         b_at = L.tmp(bar(stage), "sbar")
-        L.asm(BAR.format("arrive.expect_tx") + " _, [$0], $1;", "r,r", [b_at, N.Const(tx, U32)])
+        L.asm(BAR.format("arrive.expect_tx") + " _, [$0], $1;", "r,r", [b_at, N.Const(tx, U32)],
+              sim=S90.arrive_expect_tx)
         copy = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
                 "[$0], [$1, {$2, $3}], [$4];")
         a_dst = sa(N.BinOp("mul", stage, c32(bm * bk), I32))
-        L.asm(copy, "r,l,r,r,r", [a_dst, tmap_a, k0, row0, b_at])
+        L.asm(copy, "r,l,r,r,r", [a_dst, tmap_a, k0, row0, b_at], sim=S90.tma_load_2d)
         if kmaj:      # one box [BN, BK] of the N x K array, swizzled like A's
-            L.asm(copy, "r,l,r,r,r", [sb(N.BinOp("mul", stage, c32(bk * bn), I32)), tmap_b, k0, col0, b_at])
+            L.asm(copy, "r,l,r,r,r", [sb(N.BinOp("mul", stage, c32(bk * bn), I32)), tmap_b, k0, col0, b_at],
+                  sim=S90.tma_load_2d)
         for t in range(0 if kmaj else bn // 64):
             b_dst = sb(N.BinOp("add", N.BinOp("mul", stage, c32(bk * bn), I32), c32(t * bk * 64), I32))
-            L.asm(copy, "r,l,r,r,r", [b_dst, tmap_b, N.BinOp("add", col0, c32(t * 64), I32), k0, b_at])
+            L.asm(copy, "r,l,r,r,r", [b_dst, tmap_b, N.BinOp("add", col0, c32(t * 64), I32), k0, b_at],
+                  sim=S90.tma_load_2d)
 
     ahead = S - 2
     for st in range(ahead):
@@ -98,7 +102,7 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
         stage = L.tmp(N.BinOp("mod", N.ReadVar(it), c32(S), I32), "cst")
         parity = L.tmp(N.BinOp("and_", N.BinOp("floordiv", N.ReadVar(it), c32(S), I32), c32(1), I32), "par")
         L.asm("{ .reg .pred p; KB_WAIT_${:uid}: " + BAR.format("try_wait.parity") + " p, [$0], $1; "
-             "@!p bra KB_WAIT_${:uid}; }", "r,r", [bar(stage), parity])
+             "@!p bra KB_WAIT_${:uid}; }", "r,r", [bar(stage), parity], sim=S90.try_wait_parity)
         L.sync()    # every warpgroup is past wait_group 1 of the last iteration: stage it-2 is free
         pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
         L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)),

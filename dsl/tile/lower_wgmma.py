@@ -14,6 +14,7 @@ from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import F32, I32, U32, U64
 from dsl.tile.layout import c32, imul, ir32
+from dsl.tile import ptx_sim_sm90 as S90
 from dsl.tile.mma_types import mma_type
 
 SWIZZLE_128B, SWIZZLE_64B = 1, 2
@@ -48,7 +49,8 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
             "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, $%d, $%d, p, 1, 1%s; }"
             % (regs + 2, bn, 32 // es, ta, tb, outs, regs, regs + 1, trans))
     cons = ",".join(["=f"] * regs + ["l", "l", "r"] + [str(i) for i in range(regs)])
-    L.asm("wgmma.fence.sync.aligned;")
+    L.asm("wgmma.fence.sync.aligned;", sim=S90.no_op)
+    sim = S90.wgmma(S90.WgmmaOp(bn, ta, tb, es == 2 and not plan.b_kmajor))
     for kk in range(row_bytes // 32):
         a_addr = N.BinOp("add", a_base, N.Const(kk * 32, U32), U32)
         da = _desc(L, a_addr, 16, 8 * row_bytes, kmode)
@@ -60,10 +62,10 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
         out = L.new_var(TN.tuple_of(F32, regs), "wgmma")
         L.emit(N.Assign(out, TN.InlinePtx(text, cons, [da, db, N.Const(1, U32),
                                                        *[N.ReadVar(v) for v in acc_vars]],
-                                          TN.tuple_of(F32, regs), True)))
+                                          TN.tuple_of(F32, regs), True, sim=sim)))
         for i, v in enumerate(acc_vars):
             L.emit(N.Assign(v, N.TupleGet(N.ReadVar(out), i, F32)))
-    L.asm("wgmma.commit_group.sync.aligned;")
+    L.asm("wgmma.commit_group.sync.aligned;", sim=S90.wgmma_commit)
     wait_wgmma(L, 1, acc_vars)
 
 
@@ -75,6 +77,6 @@ def wait_wgmma(L, pending: int, acc_vars: list[N.Var]) -> None:
     out = L.new_var(ty, "wgwait")
     L.emit(N.Assign(out, TN.InlinePtx(f"wgmma.wait_group.sync.aligned {pending};",
                                       ",".join(["=f"] * n + [str(i) for i in range(n)]),
-                                      [N.ReadVar(v) for v in acc_vars], ty, True)))
+                                      [N.ReadVar(v) for v in acc_vars], ty, True, sim=S90.wgmma_wait(pending))))
     for i, v in enumerate(acc_vars):
         L.emit(N.Assign(v, N.TupleGet(N.ReadVar(out), i, F32)))

@@ -150,6 +150,8 @@ def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
 
 
 cp_async = _flag(_cp_async, machine=True, per_thread=True)
+# fence.proxy.async: the simulator has one proxy, writes are visible to the next statement
+no_op_fence = _flag(lambda args: None, per_thread=True)
 commit_group = _flag(lambda args, mach, lanes: mach.copies.commit(lanes), machine=True, per_thread=True)
 
 

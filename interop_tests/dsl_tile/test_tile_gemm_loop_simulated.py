@@ -1,8 +1,11 @@
-"""The sm_80 tensor-core GEMM loop (cp.async stages, XOR swizzle, ldmatrix fragments, mma.sync) runs
-in the SIMT simulator through the CPU semantics of its PTX (dsl/tile/ptx_sim.py), for row-major B and
-for B stored N x K (K-major, `tile.transpose(tile.load(bt, ...))`), f16/bf16/tf32, against float64
-NumPy on shapes that are not multiples of the tile. The simulator models cp.async as the hardware
-runs it, so a lowering with too weak a wait reads stale shared memory there too."""
+"""The tensor-core GEMM loops run in the SIMT simulator through the CPU semantics of their PTX: the
+sm_80/89 loop (cp.async stages, XOR swizzle, ldmatrix fragments, mma.sync; dsl/tile/ptx_sim.py) and the
+sm_90 loop (TMA boxes on mbarriers into swizzled stages, wgmma from matrix descriptors, one group in
+flight; dsl/tile/ptx_sim_sm90.py), for row-major B and for B stored N x K (K-major,
+`tile.transpose(tile.load(bt, ...))`), f16/bf16/tf32/f8, against float64 NumPy on shapes that are not
+multiples of the tile. The sm_90 model reproduces the bf16 TMA + wgmma GEMM proven on the H200. The
+simulator runs the asynchronous parts as the hardware does, so a too-weak cp.async or wgmma wait, a
+wrong swizzle or a copy that never lands fails here too."""
 from __future__ import annotations
 
 import collections
@@ -14,6 +17,8 @@ import tile_kernels_lib as K
 
 import dsl.sim.interp as interp
 import dsl.tile.lower_mma as lower_mma
+import dsl.tile.lower_wgmma as lower_wgmma
+import dsl.tile.ptx_sim_sm90 as sm90
 from dsl import tile
 from dsl.sim.addresses import AddressSpace
 from dsl.sim.faults import SimulationError
@@ -42,8 +47,11 @@ class PtxCounter:
         original = interp.Machine.e_InlinePtx
 
         def spy(mach, e, sel):
-            text = e.asm.split(";")[-3] if e.asm.startswith("{") else e.asm
-            self.seen[text.split()[0]] += 1
+            if "wgmma.mma_async" in e.asm:
+                self.seen["wgmma.mma_async"] += 1
+            else:
+                text = e.asm.split(";")[-3] if e.asm.startswith("{") else e.asm
+                self.seen[text.split()[0]] += 1
             return original(mach, e, sel)
         monkeypatch.setattr(interp.Machine, "e_InlinePtx", spy)
 
@@ -112,3 +120,73 @@ def test_a_raw_address_outside_its_allocation_is_a_simulation_error():
         space.global_read(np.array([base * 5]), 16)
     with pytest.raises(SimulationError, match="never allocated"):
         space.shared_bytes(np.array([0]), 16)
+
+
+def run_sm90(kernel, a, b, tshape, bk, persistent=False, scale=None, out=np.float32):
+    c = np.full((a.shape[0], b.shape[0] if kernel is not K.gemm else b.shape[1]), np.nan, out)
+    k = tile.kernel(kernel.pyfunc, persistent=True) if persistent else kernel
+    args = (a, b, tile.partition(c, tshape), bk) if scale is None else (a, b, np.float32(scale), tile.partition(c, tshape), bk)
+    k.simulate_lowered(*args, tensor_cores=True, arch="sm_90", **({"blocks": 2} if persistent else {}))
+    return c
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("tshape,bk", [((128, 128), 64), ((128, 256), 32)])
+def test_the_h200_proven_tma_wgmma_gemm_matches_numpy_in_the_simulator(monkeypatch, rng, dtype, tshape, bk):
+    """Row-major B: A one TMA box [128, BK], B BN/64 MN-major swizzle atoms, wgmma imm-trans-b 1 (the
+    GPU-proven path that calibrates the sm_90 model); ragged M, N and K, more k tiles than stages."""
+    m, k, n = 136, 456, 264
+    a = rng.standard_normal((m, k)).astype(DTYPES[dtype])
+    b = rng.standard_normal((k, n)).astype(DTYPES[dtype])
+    ptx = PtxCounter(monkeypatch)
+    c = run_sm90(K.gemm, a, b, tshape, bk)
+    assert ptx.seen["cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"] > 0
+    assert ptx.seen["wgmma.mma_async"] > 0 and ptx.seen["wgmma.wait_group.sync.aligned"] > 0
+    np.testing.assert_allclose(c, reference(a, b), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "tf32"])
+@pytest.mark.parametrize("tshape,bk", [((128, 128), 32), ((128, 256), 16)])
+@pytest.mark.parametrize("persistent", [False, True], ids=["tma", "persistent-cp.async"])
+def test_a_k_major_b_feeds_wgmma_correctly_in_the_simulator(rng, dtype, tshape, bk, persistent):
+    if dtype != "tf32" and bk == 16:
+        bk = 32                       # 16-bit operands need 64-byte rows for wgmma
+    m, k, n = 136, 200, 264
+    a = rng.standard_normal((m, k)).astype(DTYPES[dtype])
+    b = rng.standard_normal((k, n)).astype(DTYPES[dtype])
+    c = run_sm90(K.gemm_nt, a, np.ascontiguousarray(b.T), tshape, bk, persistent)
+    if dtype == "tf32":                # wgmma reads tf32 by dropping the low mantissa bits
+        trunc = (lambda x: (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64))
+        ref = trunc(a) @ trunc(b)
+    else:
+        ref = reference(a, b)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("ta,tb", [(ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fn),
+                                   (ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn)], ids=["e4m3", "e5m2-e4m3"])
+@pytest.mark.parametrize("tshape,bk", [((128, 128), 64), ((128, 256), 128)])
+def test_the_f8_wgmma_gemm_matches_numpy_in_the_simulator(rng, ta, tb, tshape, bk):
+    m, k, n = 136, 272, 264
+    a, bt = rng.standard_normal((m, k)).astype(ta), rng.standard_normal((n, k)).astype(tb)
+    c = run_sm90(K.gemm_f8, a, bt, tshape, bk, scale=0.5)
+    np.testing.assert_allclose(c, 0.5 * (a.astype(np.float64) @ bt.astype(np.float64).T), rtol=1e-5, atol=1e-4)
+
+
+def test_a_too_weak_wgmma_wait_lets_a_stage_be_overwritten_while_it_is_read(monkeypatch, rng):
+    """wait_group 2 where 1 is needed: the stage still read by the group in flight is refilled first,
+    and the simulator (which reads a group's operands when its wait completes it) sees the new data."""
+    a = rng.standard_normal((136, 512)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((512, 136)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_allclose(run_sm90(K.gemm, a, b, (128, 128), 64), reference(a, b), rtol=1e-5, atol=1e-4)
+    weaker = lower_wgmma.wait_wgmma
+    monkeypatch.setattr(lower_wgmma, "wait_wgmma", lambda L, pending, acc: weaker(L, 2 if pending == 1 else pending, acc))
+    assert np.abs(run_sm90(K.gemm, a, b, (128, 128), 64) - reference(a, b)).max() > 1.0
+
+
+def test_an_mbarrier_wait_whose_copies_never_land_is_a_simulated_deadlock(monkeypatch, rng):
+    a = rng.standard_normal((136, 128)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((128, 136)).astype(ml_dtypes.bfloat16)
+    monkeypatch.setattr(sm90, "tma_load_2d", sm90.no_op)         # the copies are issued but never land
+    with pytest.raises(SimulationError, match="never completes"):
+        run_sm90(K.gemm, a, b, (128, 128), 64)

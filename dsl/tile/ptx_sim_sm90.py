@@ -1,0 +1,268 @@
+"""CPU semantics of the sm_90 GEMM loop's inline PTX (dsl/tile/lower_tma.py, lower_wgmma.py): TMA bulk
+tensor copies into swizzled shared memory, mbarriers with transaction counts, and warpgroup MMA reading
+its operands through shared-memory matrix descriptors. With these the SIMT simulator runs what an
+sm_90a build of the GEMM loop runs (`simulate_lowered(..., tensor_cores=True, arch="sm_90")`).
+
+How the hardware behaviour is modelled:
+- Shared-memory swizzles act on address bits (128B: bits 7-9 into 4-6; 64B: 7-8 into 4-5; 32B: bit 7
+  into bit 4), which is why the operand stages are 1024-byte aligned.
+- A TMA copy reads its box from the array (zero outside it) and writes the swizzled rows at once, then
+  completes its bytes on the mbarrier. An mbarrier phase completes when its arrivals and its
+  transaction bytes are both used up; waiting on a phase that cannot complete any more (no copy in
+  flight in a lock-step simulation) is a SimulationError: a deadlock on the GPU.
+- A wgmma is recorded when issued, and its product is read from shared memory and added to the
+  accumulators only when a `wgmma.wait_group` completes its group (the accumulators pass through the
+  wait), so shared memory rewritten before the wait gives a wrong result here as on the device.
+  Operand element (row, k) of a K-major descriptor sits at start + (row / 8) SBO + (row % 8) W +
+  k bytes (W the swizzle width); of an MN-major one (k, n) at start + (n / (W / esize)) LBO +
+  (k / 8) SBO + (k % 8) W + (n % (W / esize)) esize. tf32 operands keep 10 mantissa bits (the low ones
+  are ignored, not rounded). Products are summed in f64 and rounded to f32 once.
+The model was checked against the bf16 wgmma + TMA GEMM proven on the H200 (row-major B), whose
+results it reproduces; the K-major, tf32 and f8 forms use the same address rules.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from dsl.ir.types import BF16, F8E4M3, F8E5M2, F16
+from dsl.sim import arith
+from dsl.sim.faults import SimulationError
+from dsl.sim.memory import MemRef
+from dsl.tile.ptx_sim import _flag
+
+SWIZZLE_BITS = {128: 7, 64: 3, 32: 1}          # mask of address bits 7.. XORed into bits 4..
+MODE_WIDTH = {1: 128, 2: 64, 3: 32}             # descriptor swizzle mode -> swizzle width in bytes
+_NP = {"bf16": arith.np_dtype(BF16), "f16": arith.np_dtype(F16), "tf32": np.dtype(np.float32),
+       "e4m3": arith.np_dtype(F8E4M3), "e5m2": arith.np_dtype(F8E5M2)}
+
+
+def swizzle(addr: np.ndarray, width: int) -> np.ndarray:
+    return addr ^ (((addr >> 7) & SWIZZLE_BITS[width]) << 4) if width in SWIZZLE_BITS else addr
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """What a CUtensorMap describes, as the simulator binds a TensorMapType parameter: the array, the
+    box in the array's axis order and the swizzle width (0: none)."""
+    mem: MemRef
+    box: tuple[int, ...]
+    swizzle: int
+
+
+@dataclass
+class _Barrier:
+    count: int
+    pending: int
+    tx: int = 0
+    phase: int = 0           # completed phases
+
+
+@dataclass
+class _Wgmma:
+    groups: list = field(default_factory=list)   # committed groups: lists of (da, db, op) records
+    open: list = field(default_factory=list)
+
+
+def _state(mach, name: str, make: Callable) -> dict:
+    return mach.ext.setdefault("sm90." + name, make())
+
+
+# ----------------------------------------------------------------------------------- mbarriers
+def _bars(mach) -> dict:
+    return _state(mach, "bars", dict)
+
+
+def _complete(b: _Barrier) -> None:
+    if b.pending == 0 and b.tx == 0:
+        b.phase += 1
+        b.pending = b.count
+
+
+def mbarrier_init(count: int) -> Callable:
+    def run(args: list, mach, lanes: np.ndarray) -> None:
+        for blk, addr in zip(mach.lanes.blk[lanes], np.asarray(args[0], np.int64)):
+            _bars(mach)[int(blk), int(addr)] = _Barrier(count, count)
+    return _flag(run, machine=True, per_thread=True)
+
+
+def _arrive_expect_tx(args: list, mach, lanes: np.ndarray) -> None:
+    for blk, addr, tx in zip(mach.lanes.blk[lanes], np.asarray(args[0], np.int64), np.asarray(args[1], np.int64)):
+        b = _barrier(mach, int(blk), int(addr))
+        b.tx += int(tx)
+        b.pending -= 1
+        _complete(b)
+
+
+def _barrier(mach, blk: int, addr: int) -> _Barrier:
+    b = _bars(mach).get((blk, addr))
+    if b is None:
+        raise SimulationError("simulator: an mbarrier used before mbarrier.init")
+    return b
+
+
+def _try_wait_parity(args: list, mach, lanes: np.ndarray) -> None:
+    """Spin until the phase of parity `parity` has completed: in lock-step, it must have already."""
+    for blk, addr, par in zip(mach.lanes.blk[lanes], np.asarray(args[0], np.int64), np.asarray(args[1], np.int64)):
+        b = _barrier(mach, int(blk), int(addr))
+        if (b.phase & 1) == int(par):       # phase `par` (mod 2) not completed: nothing can complete it
+            raise SimulationError("simulator: waiting on an mbarrier phase that never completes (a deadlock "
+                                  "on the GPU: the copies or arrivals it waits for were never issued)")
+
+
+arrive_expect_tx = _flag(_arrive_expect_tx, machine=True, per_thread=True)
+try_wait_parity = _flag(_try_wait_parity, machine=True, per_thread=True)
+no_op = _flag(lambda args, *rest: None, per_thread=True)
+
+
+# ----------------------------------------------------------------------------------------- TMA
+def _tma_load_2d(args: list, mach, lanes: np.ndarray) -> None:
+    """cp.async.bulk.tensor.2d ... [dst], [map, {c0, c1}], [bar]: box rows c1.., columns c0.."""
+    for k, lane in enumerate(lanes):
+        dst, tmap = int(np.asarray(args[0])[k]), np.asarray(args[1], dtype=object).reshape(-1)[k]
+        c0, c1, bar = (int(np.asarray(a).reshape(-1)[k]) for a in args[2:5])
+        rows, cols = tmap.box
+        data = tmap.mem.data
+        es = data.dtype.itemsize
+        box = np.zeros((rows, cols), data.dtype)
+        r_hi, c_hi = min(data.shape[0], c1 + rows), min(data.shape[1], c0 + cols)
+        if r_hi > max(c1, 0) and c_hi > max(c0, 0):
+            box[max(c1, 0) - c1:r_hi - c1, max(c0, 0) - c0:c_hi - c0] = data[max(c1, 0):r_hi, max(c0, 0):c_hi]
+        raw = np.ascontiguousarray(box).view(np.uint8).reshape(-1)
+        linear = dst + np.arange(raw.size, dtype=np.int64)
+        phys = swizzle(linear, tmap.swizzle) if tmap.swizzle else linear
+        smem, off = mach.addresses.shared_bytes(phys, 1)
+        blk = int(mach.lanes.blk[lane])
+        smem[blk, off] = raw
+        b = _barrier(mach, blk, bar)
+        b.tx -= rows * cols * es
+        _complete(b)
+
+
+tma_load_2d = _flag(_tma_load_2d, machine=True, per_thread=True)
+
+
+# --------------------------------------------------------------------------------------- wgmma
+@dataclass(frozen=True)
+class WgmmaOp:
+    n: int
+    a_type: str
+    b_type: str
+    trans_b: bool            # B MN-major (imm-trans-b 1, 16-bit types only)
+
+
+def _decode(desc: int) -> tuple[int, int, int, int]:
+    """(start, LBO, SBO, swizzle width) of a wgmma matrix descriptor."""
+    return (desc & 0x3FFF) << 4, ((desc >> 16) & 0x3FFF) << 4, ((desc >> 32) & 0x3FFF) << 4, \
+        MODE_WIDTH.get(desc >> 62, 0)
+
+
+def _read(mach, blk: int, addr: np.ndarray, dtype: np.dtype, tname: str) -> np.ndarray:
+    es = dtype.itemsize
+    rows, off = mach.addresses.shared_bytes(addr.reshape(-1), es)
+    raw = rows[blk, off[:, None] + np.arange(es)]
+    vals = np.ascontiguousarray(raw).view(dtype).reshape(addr.shape)
+    if tname == "tf32":        # the tensor cores read 10 mantissa bits and ignore the rest
+        vals = (vals.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+    return vals.astype(np.float64)
+
+
+def _operand_kmajor(mach, blk: int, desc: int, rows: int, kbytes: int, tname: str) -> np.ndarray:
+    start, _, sbo, width = _decode(desc)
+    dt = _NP[tname]
+    es = dt.itemsize
+    r = np.arange(rows)[:, None]
+    kb = (np.arange(kbytes // es) * es)[None, :]
+    addr = start + (r // 8) * sbo + (r % 8) * width + kb
+    return _read(mach, blk, swizzle(addr, width), dt, tname)           # [rows, k]
+
+
+def _operand_mnmajor(mach, blk: int, desc: int, n: int, k: int, tname: str) -> np.ndarray:
+    start, lbo, sbo, width = _decode(desc)
+    dt = _NP[tname]
+    es = dt.itemsize
+    per = width // es
+    kk = np.arange(k)[:, None]
+    nn = np.arange(n)[None, :]
+    addr = start + (nn // per) * lbo + (kk // 8) * sbo + (kk % 8) * width + (nn % per) * es
+    return _read(mach, blk, swizzle(addr, width), dt, tname)           # [k, n]
+
+
+def _product(mach, blk: int, da: int, db: int, op: WgmmaOp) -> np.ndarray:
+    """The 64 x n product of one wgmma (32 bytes of K)."""
+    ea = _NP[op.a_type].itemsize
+    a = _operand_kmajor(mach, blk, da, 64, 32, op.a_type)               # [64, k]
+    k = 32 // ea
+    b = _operand_mnmajor(mach, blk, db, op.n, k, op.b_type) if op.trans_b else \
+        _operand_kmajor(mach, blk, db, op.n, 32, op.b_type).T             # [k, n]
+    return a @ b
+
+
+def _groups(mach) -> dict:
+    return _state(mach, "wgmma", dict)
+
+
+def _warpgroups(mach, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    tp = mach.lanes.Tp
+    return pos // tp, (pos % tp) // 128
+
+
+def wgmma(op: WgmmaOp) -> Callable:
+    """Record the wgmma for its warpgroup (args: A and B descriptors, scale-d, accumulators); the
+    accumulators pass through unchanged until the wait that completes the group."""
+    def run(args: list, pos: np.ndarray, present: np.ndarray, mach, lanes: np.ndarray) -> tuple:
+        blk, wg = _warpgroups(mach, pos)
+        da, db = np.asarray(args[0], np.uint64), np.asarray(args[1], np.uint64)
+        if not np.all(np.asarray(args[2]) != 0):
+            raise SimulationError("simulator: wgmma with scale-d 0 is not modelled")
+        for key in set(zip(blk.tolist(), wg.tolist())):
+            at = np.flatnonzero((blk == key[0]) & (wg == key[1]))
+            if len(at) != 128:
+                raise SimulationError("simulator: a wgmma executed by only part of a warpgroup")
+            _groups(mach).setdefault(key, _Wgmma()).open.append((int(da[at[0]]), int(db[at[0]]), op))
+        return tuple(np.asarray(a, np.float32) for a in args[3:])
+    return _flag(run, machine=True)
+
+
+def _commit(args: list, pos: np.ndarray, present: np.ndarray, mach, lanes: np.ndarray) -> None:
+    blk, wg = _warpgroups(mach, pos)
+    for key in set(zip(blk.tolist(), wg.tolist())):
+        st = _groups(mach).setdefault(key, _Wgmma())
+        st.groups.append(st.open)
+        st.open = []
+
+
+wgmma_commit = _flag(_commit, machine=True)
+
+
+def wgmma_wait(keep: int) -> Callable:
+    """wgmma.wait_group `keep`: complete all but the `keep` newest groups of each warpgroup, adding
+    their products (read from shared memory now) to the accumulators passing through."""
+    def run(args: list, pos: np.ndarray, present: np.ndarray, mach, lanes: np.ndarray) -> tuple:
+        blk, wg = _warpgroups(mach, pos)
+        out = [np.asarray(a, np.float64).copy() for a in args]
+        n_regs = len(out)
+        lane_in_wg = (pos % mach.lanes.Tp) % 128
+        warp, g, t = lane_in_wg // 32, (lane_in_wg % 32) // 4, lane_in_wg % 4
+        for key in set(zip(blk.tolist(), wg.tolist())):
+            st = _groups(mach).get(key)
+            if st is None:
+                continue
+            done = st.groups[:max(0, len(st.groups) - keep)]
+            st.groups = st.groups[len(done):]
+            if not done:
+                continue
+            total = None
+            for group in done:
+                for da, db, op in group:
+                    p = _product(mach, key[0], da, db, op)
+                    total = p if total is None else total + p
+            at = np.flatnonzero((blk == key[0]) & (wg == key[1]))
+            for i in range(n_regs):
+                row = 16 * warp[at] + g[at] + 8 * ((i % 4) >= 2)
+                col = 8 * (i // 4) + 2 * t[at] + (i % 2)
+                out[i][at] += total[row, col]
+        return tuple(x.astype(np.float32) for x in out)
+    return _flag(run, machine=True)
