@@ -145,9 +145,13 @@ def test_tma_gemm_rebuilds_tensor_maps_when_the_views_change(rng):
     np.testing.assert_allclose(c.to_host(), a[:136].astype(np.float64) @ b.astype(np.float64), rtol=1e-3, atol=1e-2)
 
 
-@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32], ids=["f16", "bf16", "tf32"])
-@pytest.mark.parametrize("tshape,bk", [((128, 128), 32), ((128, 256), 32), ((64, 64), 32), ((128, 128), 16)])
-@pytest.mark.parametrize("mkn", [(300, 200, 176), (136, 24, 72)], ids=["7-k-tiles", "1-k-tile"])
+NT_CASES = [(dt, ts, 32, (300, 200, 176)) for dt in (np.float16, ml_dtypes.bfloat16, np.float32)
+            for ts in ((128, 128), (128, 256), (64, 64))] + \
+    [(np.float32, (128, 128), 16, (136, 24, 72)), (ml_dtypes.bfloat16, (128, 128), 32, (136, 24, 72))]
+
+
+@pytest.mark.parametrize("dtype,tshape,bk,mkn", NT_CASES,
+                         ids=[f"{np.dtype(c[0]).name}-{c[1][0]}x{c[1][1]}x{c[2]}-{c[3][1]}k" for c in NT_CASES])
 def test_gemm_with_b_stored_n_by_k_matches_numpy(rng, dtype, tshape, bk, mkn):
     """c = a @ bt.T with bt N x K (K-major): TMA boxes [BN, BK] into wgmma (tf32 wgmma for f32) on
     sm_90 for 128-row tiles, the cp.async + ldmatrix mma.sync loop otherwise; ragged M, N and K."""
@@ -165,11 +169,15 @@ def test_gemm_with_b_stored_n_by_k_matches_numpy(rng, dtype, tshape, bk, mkn):
     np.testing.assert_allclose(c.to_host(), ref, **tol)
 
 
-@pytest.mark.parametrize("ta,tb", [(ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fn),
-                                   (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)], ids=["e4m3-e4m3", "e4m3-e5m2"])
-@pytest.mark.parametrize("tshape,bk", [((128, 128), 64), ((128, 256), 128), ((64, 64), 64)])
-@pytest.mark.parametrize("out_dtype", [np.float32, ml_dtypes.bfloat16], ids=["f32-out", "bf16-out"])
-@pytest.mark.parametrize("mkn", [(300, 208, 176), (136, 48, 72)], ids=["4-k-tiles", "1-k-tile"])
+E4, E5 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
+F8_CASES = [(E4, E4, ts, bk, ml_dtypes.bfloat16, (300, 208, 176)) for ts, bk in (((128, 128), 64), ((128, 256), 128),
+                                                                                 ((64, 64), 64))] + \
+    [(E4, E5, (128, 128), 64, np.float32, (300, 208, 176)), (E4, E5, (64, 64), 64, np.float32, (136, 48, 72))]
+
+
+@pytest.mark.parametrize("ta,tb,tshape,bk,out_dtype,mkn", F8_CASES,
+                         ids=[f"{np.dtype(c[0]).name[7:]}-{np.dtype(c[1]).name[7:]}-{c[2][0]}x{c[2][1]}x{c[3]}-"
+                              f"{np.dtype(c[4]).name}-{c[5][1]}k" for c in F8_CASES])
 def test_gpu_f8_gemm_with_a_scale_matches_numpy(rng, ta, tb, tshape, bk, out_dtype, mkn):
     """f8 GEMM: wgmma k32 fed by TMA boxes on sm_90 for 128-row tiles, mma.sync m16n8k32 otherwise;
     ragged M and N, a per-tensor scale in the epilogue, f32 or bf16 output."""
