@@ -117,3 +117,12 @@ def test_an_f8_scalar_argument_is_refused_and_nothing_is_written():
     with pytest.raises(DTypeError, match=r"argument 's'.*f8 scalars are not supported"):
         scaled.simulate(E4(1.0), out)
     assert (out == 7.0).all()
+
+
+def test_torch_float8_tensors_arrive_as_the_dsl_f8_types():
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    import bridge
+    for tdt, tag in ((torch.float8_e4m3fn, "f8e4m3fn"), (torch.float8_e5m2, "f8e5m2")):
+        t = torch.zeros(8, dtype=tdt)
+        view = bridge.asarray(t)
+        assert view.dtype_tag == tag and view.ptr == t.data_ptr()

@@ -195,6 +195,24 @@ def test_gpu_f8_gemm_with_a_scale_matches_numpy(rng, ta, tb, tshape, bk, out_dty
     np.testing.assert_allclose(c.to_host().astype(np.float64), ref, rtol=tol, atol=tol)
 
 
+def test_gpu_f8_gemm_takes_torch_float8_tensors_zero_copy(rng):
+    """torch.float8_e4m3fn CUDA tensors arrive through DLPack as f8e4m3fn views (no copy) and feed the
+    f8 GEMM; the result matches torch._scaled_mm on the same tensors."""
+    torch = pytest.importorskip("torch")
+    m, k, n = 256, 208, 192
+    a = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32)).cuda().to(torch.float8_e4m3fn)
+    bt = torch.from_numpy(rng.standard_normal((n, k)).astype(np.float32)).cuda().to(torch.float8_e4m3fn)
+    c = torch.full((m, n), float("nan"), dtype=torch.float32, device="cuda")
+    av = bridge.asarray(a)
+    assert av.dtype_tag == "f8e4m3fn" and av.ptr == a.data_ptr()
+    K.gemm_f8(a, bt, np.float32(0.5), tile.partition(c, (128, 128)), 64)
+    one = torch.ones((), dtype=torch.float32, device="cuda")
+    peer = torch._scaled_mm(a, bt.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
+    ref = 0.5 * (a.float().cpu().numpy().astype(np.float64) @ bt.float().cpu().numpy().astype(np.float64).T)
+    np.testing.assert_allclose(c.cpu().numpy(), ref, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(c.cpu().numpy(), 0.5 * peer.cpu().numpy(), rtol=1e-4, atol=1e-3)
+
+
 def test_gpu_f8_conversions_match_ml_dtypes_on_every_pattern_and_around_every_binade(rng):
     """The software conversions (integer code, every arch) against ml_dtypes with saturation."""
     x = np.concatenate([rng.standard_normal(20000) * s for s in (1e-6, 1e-3, 0.1, 1, 40, 1e3, 1e5)])
