@@ -71,10 +71,8 @@ class AddressSpace:
                                   f"({rows.shape[1]} bytes) at offset {int(off.max())}")
         return rows, off
 
-    def global_read(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
-        """`nbytes` bytes at each global address (rows of a uint8 matrix)."""
-        addr = np.asarray(addr, np.int64)
-        out = np.zeros((len(addr), nbytes), np.uint8)
+    def _global(self, addr: np.ndarray, nbytes: int):
+        """Yield (argument bytes, lanes, byte offsets) of the addresses in each argument they name."""
         for k in np.unique(addr // GLOBAL_STEP):
             at = addr // GLOBAL_STEP == k
             if not 1 <= k <= len(self.globals):
@@ -83,8 +81,21 @@ class AddressSpace:
             flat = _bytes(mem.data, f"argument '{mem.name}'")
             off = addr[at] - int(k) * GLOBAL_STEP
             if (off < 0).any() or (off + nbytes > flat.size).any():
-                raise SimulationError(f"simulator: a {nbytes}-byte read outside argument '{mem.name}' "
+                raise SimulationError(f"simulator: a {nbytes}-byte access outside argument '{mem.name}' "
                                       f"({flat.size} bytes) at byte {int(off.max())}")
+            yield flat, at, off
+
+    def global_write(self, addr: np.ndarray, data: np.ndarray) -> None:
+        """Write row i of the uint8 matrix `data` at global address addr[i]."""
+        addr = np.asarray(addr, np.int64)
+        for flat, at, off in self._global(addr, data.shape[1]):
+            flat[off[:, None] + np.arange(data.shape[1])] = data[at]
+
+    def global_read(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
+        """`nbytes` bytes at each global address (rows of a uint8 matrix)."""
+        addr = np.asarray(addr, np.int64)
+        out = np.zeros((len(addr), nbytes), np.uint8)
+        for flat, at, off in self._global(addr, nbytes):
             out[at] = flat[off[:, None] + np.arange(nbytes)]
         return out
 

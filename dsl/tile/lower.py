@@ -329,6 +329,7 @@ class Lowerer:
         return self.geo.per_thread(size)
 
     def store(self, s: T.Store) -> None:
+        from dsl.tile.lower_store import pairs_ok, store_pairs
         v = self.expr(s.value)
         if not isinstance(v.layout, MmaLayout):
             v = self.to_layout(v, "D")
@@ -336,14 +337,20 @@ class Lowerer:
         ts = p.type.tile_shape  # type: ignore[union-attr]
         arr = self.pref(p)
         own = self.geo.owner(v.size) if v.layout == "D" else True
-        for e, coords in zip(v.elems, self.coords_of(v.layout, ts)):
-            idx = [self.global_index(self.bids[k], ts[k], c) for k, c in enumerate(coords)]
-            cond: N.Expr | None = None if own is True else own  # type: ignore[assignment]
-            for k, i in enumerate(idx):
-                c = N.Compare("lt", i, N.ArrayLen(arr, k))
-                cond = c if cond is None else N.Logical("and", cond, c)
-            st = N.Store(arr, idx, e, "unchecked", 0, s.loc)
-            self.emit(N.If(cond, [st], []) if cond is not None else st)
+
+        def checked() -> None:
+            for e, coords in zip(v.elems, self.coords_of(v.layout, ts)):
+                idx = [self.global_index(self.bids[k], ts[k], c) for k, c in enumerate(coords)]
+                cond: N.Expr | None = None if own is True else own  # type: ignore[assignment]
+                for k, i in enumerate(idx):
+                    c = N.Compare("lt", i, N.ArrayLen(arr, k))
+                    cond = c if cond is None else N.Logical("and", cond, c)
+                st = N.Store(arr, idx, e, "unchecked", 0, s.loc)
+                self.emit(N.If(cond, [st], []) if cond is not None else st)
+        if pairs_ok(self, p, v):
+            store_pairs(self, p, v, checked)      # the GEMM epilogue (dsl/tile/lower_store.py)
+        else:
+            checked()
 
     # ------------------------------------------------------------------------------ layouts
     def coords_of(self, layout, shape: tuple[int, ...]) -> list[list]:

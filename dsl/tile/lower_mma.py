@@ -2,12 +2,15 @@
 
     for k in range(start, stop):
         acc = tile.mma(tile.load(a, (i, k), (BM, BK)), tile.load(b, (k, j), (BK, BN)), acc)
+        # or, B stored N x K:  tile.transpose(tile.load(bt, (j, k), (BN, BK)))
 
-with f16/bf16 operands (or f32, run as tf32 on mma.sync m16n8k8), C-contiguous 16-byte-aligned arrays
-whose rows are multiples of 8 elements (specialised at launch and stated in the contract). The loop becomes an S-stage cp.async pipeline
-into XOR-swizzled shared memory (conflict-free ldmatrix), ldmatrix.x4 (.trans for B) fragment loads
-and mma.sync.m16n8k16 with f32 accumulators that stay in registers (MmaLayout) across iterations.
-Anything else falls back to the portable path in lower_matmul.py.
+with f16/bf16 operands (or f32, run as tf32 on mma.sync m16n8k8; or f8 on m16n8k32, sm_89+, B stored
+N x K), C-contiguous 16-byte-aligned arrays whose rows are whole 16-byte chunks (specialised at launch
+and stated in the contract). The loop becomes an S-stage cp.async pipeline into XOR-swizzled shared
+memory (conflict-free ldmatrix), ldmatrix.x4 fragment loads (.trans for a row-major 16-bit B) and
+mma.sync with f32 accumulators that stay in registers (MmaLayout) across iterations. On sm_90 the
+wgmma loops (lower_wgmma.py, lower_tma.py) take the plans they can run. Anything else falls back to the
+portable path in lower_matmul.py.
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ class MmaPlan:
     stages: int
     layout: MmaLayout
     kind: str = "mma"        # "mma" (mma.sync, sm_80+) | "wgmma" (sm_90 warpgroup MMA, cp.async) | "tma"
-    esize: int = 2           # operand element bytes: 2 (f16/bf16, m16n8k16) or 4 (f32 as tf32, m16n8k8)
+    esize: int = 2           # operand element bytes: 1 (f8, m16n8k32), 2 (f16/bf16, m16n8k16), 4 (tf32, m16n8k8)
     b_kmajor: bool = False   # B is tile.transpose(tile.load(bt, (j, k), (BN, BK))): bt rows are K-contiguous
 
 

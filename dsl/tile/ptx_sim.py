@@ -155,6 +155,16 @@ no_op_fence = _flag(lambda args: None, per_thread=True)
 commit_group = _flag(lambda args, mach, lanes: mach.copies.commit(lanes), machine=True, per_thread=True)
 
 
+def st_global(nbytes: int) -> Callable:
+    """st.global of `nbytes` (8: .v2.f32 of two f32 operands; 4: .b32 of one packed register)."""
+    def run(args: list, mach, lanes: np.ndarray) -> None:
+        vals = [np.asarray(a) for a in args[1:]]
+        raw = np.stack([np.ascontiguousarray(x.astype(np.float32 if x.dtype.kind == "f" else np.uint32)).view(np.uint8)
+                        .reshape(-1, 4) for x in vals], axis=1).reshape(len(lanes), nbytes)
+        mach.addresses.global_write(np.asarray(args[0]), raw)
+    return _flag(run, machine=True, per_thread=True)
+
+
 def wait_group(keep: int) -> Callable:
     return _flag(lambda args, mach, lanes: mach.copies.wait(lanes, keep, mach.addresses),
                  machine=True, per_thread=True)

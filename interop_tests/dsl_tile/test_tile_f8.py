@@ -97,7 +97,7 @@ def test_f8_gemm_runs_wgmma_k32_through_tma_on_sm90(tshape, bk):
     c = json.loads(ck.contract_json)
     assert c["tensor_maps"] == [{"arg": "a", "box": [128, bk], "swizzle": bk},
                                 {"arg": "bt", "box": [tshape[1], bk], "swizzle": bk}]
-    assert c["requires"] == ["a.shape[1] % 16 == 0", "bt.shape[1] % 16 == 0"]
+    assert c["requires"] == ["a.shape[1] % 16 == 0", "bt.shape[1] % 16 == 0", "c.shape[1] % 8 == 0"]
     assert ptxas_usage(ck.ptx, "sm_90a")["spill"] == 0
 
 
