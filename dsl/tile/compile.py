@@ -10,6 +10,7 @@ grid (each tile block owns one tile of each).
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -102,6 +103,20 @@ def tc_matmul_enabled() -> bool:
     return env_switch("KB_TILE_TC_MATMUL", True)
 
 
+def gemm_pipeline() -> str:
+    """The sm_90 TMA GEMM loop (dsl/tile/lower_tma.py): "release" (default: per-stage empty mbarriers
+    that each warpgroup arrives on once its wgmma of the stage is done, copies S - 1 tiles ahead, no
+    block-wide barrier in the loop) or "sync" (KB_TILE_GEMM_PIPELINE=sync: the earlier loop, a
+    __syncthreads per k tile and copies S - 2 ahead, kept selectable until the release loop has run on
+    a GPU)."""
+    return "sync" if os.environ.get("KB_TILE_GEMM_PIPELINE", "").strip().lower() == "sync" else "release"
+
+
+def switches_key() -> tuple:
+    """Lowering switches that are not the default, for the compile caches' keys."""
+    return ("gemm_pipeline_sync",) if gemm_pipeline() == "sync" else ()
+
+
 def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, dict] | None = None,
                  persistent: bool = False, lineinfo: bool = True, dump: Any = None) -> CompiledTile:
     """Compile one specialisation for `arch` ("sm_80", "sm_90", ...). The target is the
@@ -117,7 +132,7 @@ def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, d
     # which is also the contract's "kernel" (the bridge checks they agree)
     info: dict = {}
     simt_fn = lower(fn, threads, fn.name, facts, info, cc=parse_arch(arch), persistent=persistent,
-                    tc_matmul=tc_matmul_enabled())
+                    tc_matmul=tc_matmul_enabled(), gemm_pipeline=gemm_pipeline())
     contract = contract_for(simt_fn, fn, facts, info["relied"], persistent)
     if info["dynamic_smem"]:     # after grid_from, where tile contracts have always had it
         contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
@@ -141,7 +156,7 @@ def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str) -> Com
         t0 = time.perf_counter()
         key = cache_key(kernel.pyfunc, [("tile", *sig), sorted(facts.items())],
                         ("tile", kernel.num_warps, kernel.persistent, kernel.lineinfo)
-                        + (("tc_matmul",) if tc_matmul_enabled() else ()), arch)
+                        + (("tc_matmul",) if tc_matmul_enabled() else ()) + switches_key(), arch)
         hit = disk.load(key)
         if hit is not None:
             meta = dict(hit.metadata, cache="disk", key=key, hit_seconds=round(time.perf_counter() - t0, 6))

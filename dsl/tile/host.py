@@ -183,10 +183,12 @@ class TileKernel:
         `arch`) as text, like a SIMT kernel's `ir()` (returned, not printed)."""
         from dsl.backend.target import parse_arch
         from dsl.ir.printer import format_function
+        from dsl.tile.compile import gemm_pipeline, tc_matmul_enabled
         from dsl.tile.lower import lower, pick_threads
         fn = self.tile_ir(*args)
         return format_function(lower(fn, pick_threads(fn, self.num_warps), self.name, self.facts(args),
-                                     cc=parse_arch(arch), persistent=self.persistent))
+                                     cc=parse_arch(arch), persistent=self.persistent,
+                                     tc_matmul=tc_matmul_enabled(), gemm_pipeline=gemm_pipeline()))
 
     def _flat(self, args: tuple) -> tuple:
         """The kernel's launch arguments: partitions as their arrays, constants left out."""
@@ -263,8 +265,10 @@ class TileKernel:
             facts = {k: dict(v, aligned16=False) for k, v in facts.items()}
         info: dict = {}
         from dsl.backend.target import parse_arch
+        from dsl.tile.compile import gemm_pipeline
         simt_fn = lower(fn, threads, self.name, facts, info, persistent=self.persistent,
-                        cc=parse_arch(arch) if tensor_cores else 0, tc_matmul=tensor_cores)
+                        cc=parse_arch(arch) if tensor_cores else 0, tc_matmul=tensor_cores,
+                        gemm_pipeline=gemm_pipeline())
         contract = contract_for(simt_fn, fn, facts, info["relied"], self.persistent)
         if info["dynamic_smem"]:
             contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
@@ -288,11 +292,11 @@ class TileKernel:
     def compile(self, args: tuple, arch: str) -> Any:
         """Compile (cached per signature, facts and arch, in memory and on disk) →
         dsl.tile.compile.CompiledTile."""
-        from dsl.tile.compile import compile_cached, tc_matmul_enabled
+        from dsl.tile.compile import compile_cached, switches_key, tc_matmul_enabled
         sig = self.signature(args)
         facts = self.facts(args)
         key = (sig, tuple(sorted((k, tuple(sorted(v.items()))) for k, v in facts.items())), arch,
-               tc_matmul_enabled())
+               tc_matmul_enabled(), switches_key())
         ck = self._gpu_cache.get(key)
         if ck is None:
             ck = self._gpu_cache[key] = compile_cached(self, sig, facts, arch)

@@ -29,7 +29,7 @@ class Lowerer:
     def __init__(self, fn: T.TileFunction, threads: int, kernel_name: str,
                  facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
                  persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None,
-                 pipelines: bool = True) -> None:
+                 pipelines: bool = True, gemm_pipeline: str = "release") -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -46,6 +46,7 @@ class Lowerer:
         self.cc = cc                            # target compute capability (0: portable only)
         self.persistent = persistent            # blocks loop over tiles (grid may be < tile count)
         self.tc_matmul = tc_matmul              # experimental tensor-core tile.matmul (lower_matmul_tc.py)
+        self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "release" or "sync" (lower_tma.py)
         self.dyn_bytes = 0                      # dynamic shared bytes (tensor-core operand stages)
         self.arch_specific = False              # uses sm_90a-only instructions (wgmma)
         self.var_layouts: dict[int, object] = {}
@@ -709,12 +710,14 @@ def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> 
 
 
 def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, dict] | None = None,
-          info: dict | None = None, cc: int = 0, persistent: bool = False, tc_matmul: bool = False) -> N.Function:
+          info: dict | None = None, cc: int = 0, persistent: bool = False, tc_matmul: bool = False,
+          gemm_pipeline: str = "release") -> N.Function:
     """Tile IR → SIMT IR kernel with an exact block of `threads` threads (power of two, >= 32).
     `facts`: per array parameter {"layout": "C"|"any", "aligned16": bool, "div8": bool, "div16": bool} known at
     launch. `info` receives "relied" (parameters whose facts the code relies on: the contract states
     them), "dynamic_smem" (bytes of dynamic shared memory the launch must provide) and
-    "arch_specific" (the code uses instructions of the arch-specific target, e.g. sm_90a's wgmma)."""
+    "arch_specific" (the code uses instructions of the arch-specific target, e.g. sm_90a's wgmma).
+    `gemm_pipeline`: the sm_90 TMA GEMM loop's pipeline (dsl/tile/compile.py gemm_pipeline)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower_mma import MAX_STAGES, SMEM_LIMIT
@@ -726,7 +729,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     pipelines = True
     for _ in range(6):
         lw = Lowerer(fn, threads, kernel_name, facts, max_stages=MAX_STAGES, cc=cc, persistent=persistent,
-                     tc_matmul=tc_matmul, layout_hints=hints, pipelines=pipelines)
+                     tc_matmul=tc_matmul, layout_hints=hints, pipelines=pipelines, gemm_pipeline=gemm_pipeline)
         out = lw.lower()
         if lw.new_hints:
             hints = {**hints, **lw.new_hints}
@@ -736,7 +739,8 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
             break
     if lw.smem_bytes() > SMEM_LIMIT and tc_matmul:
         # the tensor-core products' padded operand buffers do not fit where the portable path's do
-        return lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=False)
+        return lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=False,
+                     gemm_pipeline=gemm_pipeline)
     if lw.smem_bytes() > SMEM_LIMIT:
         raise LoweringError(f"{fn.name}: needs {lw.smem_bytes()} bytes of static shared memory for "
                             f"relayouts (limit {SMEM_LIMIT}); use smaller tiles")

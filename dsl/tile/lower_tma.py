@@ -13,10 +13,14 @@ view is a typed refusal naming the argument). A is one box [BM, BK] (128-byte sw
 with 128-byte swizzle, the MN-major atoms [BN/64][BK][64], or, stored N x K (K-major), one box
 [BN, BK] swizzled like A.
 
-Pipeline (S stages, each with one mbarrier, phase = use count & 1): stage `it` is waited for, a
-barrier makes sure every warpgroup's wgmma of stage it-2 is done (each waited with wait_group 1 in the
-previous iteration), thread 0 refills that stage with k tile it+S-2, then the stage's wgmma group is
-issued and left in flight.
+Pipeline (S stages, phase = use count & 1), by default ("release"): stage `it` is waited for on its
+"full" mbarrier, its wgmma group is issued, and wait_group 1 leaves it in flight while completing the
+group of tile it-1; each warpgroup's first thread then arrives on tile it-1's "empty" mbarrier (count
+2), and thread 0 waits for that phase before refilling the stage with k tile it+S-1. So copies run
+S-1 tiles ahead and no block-wide barrier sits in the loop (the CUTLASS consumer-release pipeline,
+without a separate producer warpgroup). KB_TILE_GEMM_PIPELINE=sync selects the earlier loop: a
+__syncthreads per k tile makes sure every warpgroup is done with tile it-2, whose stage thread 0 then
+refills with k tile it+S-2.
 """
 from __future__ import annotations
 
@@ -50,12 +54,21 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     kmaj = plan.b_kmajor
     tmap_b = _tensor_map_param(L, plan.b.param, (bn, bk) if kmaj else (bk, 64), kswz if kmaj else 128)
     _, _, sa, sb = operand_stages(L, plan)
-    bars = N.SharedAlloc("gemm_stage_bars", ArrayType(U64, 1, writable=True, space="shared", shape=(S,)), align=8)
+    release = L.gemm_pipeline == "release"
+    # S "full" barriers (the stage's copies landed), then S "empty" ones (both warpgroups are done with it)
+    nbars = 2 * S if release else S
+    bars = N.SharedAlloc("gemm_stage_bars", ArrayType(U64, 1, writable=True, space="shared", shape=(nbars,)),
+                         align=8)
     L.extra_shared.append(bars)
     bar0 = L.tmp(TN.SharedAddress(N.SharedArray(bars), N.Const(0, INDEX)), "bar0")
 
-    def bar(stage: N.Expr) -> N.Expr:
-        return N.BinOp("add", bar0, N.BinOp("mul", N.Cast(stage, U32), N.Const(8, U32), U32), U32)
+    def bar(stage: N.Expr, empty: bool = False) -> N.Expr:
+        slot = N.BinOp("add", stage, c32(S), I32) if empty else stage
+        return N.BinOp("add", bar0, N.BinOp("mul", N.Cast(slot, U32), N.Const(8, U32), U32), U32)
+
+    def wait(at: N.Expr, parity: N.Expr) -> None:
+        L.asm("{ .reg .pred p; KB_WAIT_${:uid}: " + BAR.format("try_wait.parity") + " p, [$0], $1; "
+              "@!p bra KB_WAIT_${:uid}; }", "r,r", [at, parity], sim=S90.try_wait_parity)
 
     tid = L.geo.tid
     leader = L.tmp(N.Compare("eq", tid, c32(0)), "leader")
@@ -68,6 +81,8 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     def init() -> None:
         for st in range(S):
             L.asm(BAR.format("init") + " [$0], 1;", "r", [bar(c32(st))], sim=S90.mbarrier_init(1))
+            if release:
+                L.asm(BAR.format("init") + " [$0], 2;", "r", [bar(c32(st), True)], sim=S90.mbarrier_init(2))
         L.asm("fence.mbarrier_init.release.cluster;", sim=S90.no_op)
         L.asm("prefetch.tensormap [$0];", "l", [tmap_a], sim=S90.no_op)
         L.asm("prefetch.tensormap [$0];", "l", [tmap_b], sim=S90.no_op)
@@ -92,22 +107,37 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
             L.asm(copy, "r,l,r,r,r", [b_dst, tmap_b, N.BinOp("add", col0, c32(t * 64), I32), k0, b_at],
                   sim=S90.tma_load_2d)
 
-    ahead = S - 2
+    ahead = S - 1 if release else S - 2
     for st in range(ahead):
         L.emit(N.If(N.Logical("and", leader, N.Compare("lt", c32(st), kt_n)),
                     L.block_of(lambda st=st: issue(c32(st), c32(st))), []))
     it = L.new_var(I32, "kit")
+    wg_first = L.tmp(N.Compare("eq", N.BinOp("and_", tid, c32(127), I32), c32(0)), "wg0") if release else None
+
+    def refill(pre: N.Expr) -> None:
+        """Leader: copy k tile `pre` into its stage, once both warpgroups released the tile before it."""
+        pst = L.tmp(N.BinOp("mod", pre, c32(S), I32), "pst")
+        if release:       # the stage's last use was tile pre - S: wait for phase (pre / S - 1) of its empty barrier
+            used = N.Compare("ge", pre, c32(S))
+            par = N.BinOp("and_", N.BinOp("add", N.BinOp("floordiv", pre, c32(S), I32), c32(1), I32), c32(1), I32)
+            L.emit(N.If(used, L.block_of(lambda: wait(bar(pst, True), par)), []))
+        issue(pre, pst)
 
     def body() -> None:
         stage = L.tmp(N.BinOp("mod", N.ReadVar(it), c32(S), I32), "cst")
         parity = L.tmp(N.BinOp("and_", N.BinOp("floordiv", N.ReadVar(it), c32(S), I32), c32(1), I32), "par")
-        L.asm("{ .reg .pred p; KB_WAIT_${:uid}: " + BAR.format("try_wait.parity") + " p, [$0], $1; "
-             "@!p bra KB_WAIT_${:uid}; }", "r,r", [bar(stage), parity], sim=S90.try_wait_parity)
-        L.sync()    # every warpgroup is past wait_group 1 of the last iteration: stage it-2 is free
+        wait(bar(stage), parity)
+        if not release:
+            L.sync()    # every warpgroup is past wait_group 1 of the last iteration: stage it-2 is free
         pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
-        L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)),
-                    L.block_of(lambda: issue(pre, L.tmp(N.BinOp("mod", pre, c32(S), I32), "pst"))), []))
+        if not release:
+            L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)), L.block_of(lambda: refill(pre)), []))
         compute_wgmma(L, plan, sa, sb, stage, acc_vars)
+        if release:       # wait_group 1 passed: this warpgroup is done with tile it - 1's stage
+            prev = N.BinOp("mod", N.BinOp("add", N.ReadVar(it), c32(S - 1), I32), c32(S), I32)
+            L.emit(N.If(N.Logical("and", wg_first, N.Compare("gt", N.ReadVar(it), c32(0))), L.block_of(
+                lambda: L.asm(BAR.format("arrive") + " _, [$0];", "r", [bar(prev, True)], sim=S90.arrive)), []))
+            L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)), L.block_of(lambda: refill(pre)), []))
     L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(body), s.loc))
     wait_wgmma(L, 0, acc_vars)
     L.sync()

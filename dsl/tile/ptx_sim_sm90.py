@@ -112,6 +112,14 @@ def _try_wait_parity(args: list, mach, lanes: np.ndarray) -> None:
                                   "on the GPU: the copies or arrivals it waits for were never issued)")
 
 
+def _arrive(args: list, mach, lanes: np.ndarray) -> None:
+    for blk, addr in zip(mach.lanes.blk[lanes], np.asarray(args[0], np.int64)):
+        b = _barrier(mach, int(blk), int(addr))
+        b.pending -= 1
+        _complete(b)
+
+
+arrive = _flag(_arrive, machine=True, per_thread=True)
 arrive_expect_tx = _flag(_arrive_expect_tx, machine=True, per_thread=True)
 try_wait_parity = _flag(_try_wait_parity, machine=True, per_thread=True)
 no_op = _flag(lambda args, *rest: None, per_thread=True)

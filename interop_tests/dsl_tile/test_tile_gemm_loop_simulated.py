@@ -217,3 +217,20 @@ def test_a_bf16_output_tile_stores_packed_pairs(monkeypatch, rng):
     assert ptx.seen["st.global.b32"] > 0
     ref = (a.astype(np.float64) @ bt.astype(np.float64).T).astype(np.float32).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(c.astype(np.float32), ref.astype(np.float32))
+
+
+@pytest.mark.parametrize("mode", ["release", "sync"])
+def test_both_tma_pipelines_match_numpy_and_only_sync_has_a_barrier_in_its_loop(monkeypatch, rng, mode):
+    """release (default): each warpgroup arrives on the stage's empty mbarrier after its wgmma of it is
+    done, the leader waits on it before refilling, copies run S - 1 tiles ahead; sync
+    (KB_TILE_GEMM_PIPELINE=sync): a block-wide barrier per k tile, copies S - 2 ahead."""
+    if mode == "sync":
+        monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "sync")
+    a = rng.standard_normal((136, 520)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((520, 264)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_allclose(run_sm90(K.gemm, a, b, (128, 256), 64), reference(a, b), rtol=1e-5, atol=1e-4)
+    ptx = K.gemm.compile((a, b, tile.partition(np.zeros((136, 264), np.float32), (128, 256)), 64), "sm_90").ptx
+    body = ptx[ptx.index("wgmma.fence"):]           # from the first wgmma: the loop, then the epilogue
+    loop = body[:body.index("wgmma.wait_group.sync.aligned 0;")]
+    assert ("bar.sync" in loop) == (mode == "sync")
+    assert ("mbarrier.arrive.shared::cta.b64" in ptx) == (mode == "release")

@@ -185,7 +185,8 @@ def test_a_k_major_b_feeds_wgmma_through_one_tma_box_on_sm90(dtype, bk, tshape):
     else:
         name = "f16" if dtype == np.float16 else "bf16"
         assert wg and all(f"m64n{tshape[1]}k16.f32.{name}.{name}" in w and "p, 1, 1, 0, 0; }" in w for w in wg)
-    assert len(wg) == bk * es // 32                     # one wgmma per 32 bytes of K per stage
+    per_stage = bk * es // 32                            # one wgmma per 32 bytes of K per stage
+    assert len(wg) >= per_stage and len(wg) % per_stage == 0   # (LLVM may peel the first iteration)
     copies = ck.ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes")
     assert copies >= 2 * 2 and copies % 2 == 0           # one A box and one B box per stage
     assert c["requires"] == ["a.shape[1] % 8 == 0", "bt.shape[1] % 8 == 0", "c.shape[1] % 8 == 0"]
