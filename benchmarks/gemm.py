@@ -18,6 +18,8 @@ torch._scaled_mm.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from typing import Any, NamedTuple
 
@@ -65,19 +67,48 @@ def host_operands(rng: np.random.Generator, case: Case, host_dtype: Any) -> tupl
     return a, b
 
 
+@contextlib.contextmanager
+def gemm_pipeline(mode: str):
+    """KB_TILE_GEMM_PIPELINE=mode while a candidate compiles and makes its first launch (its kernel
+    object's dispatcher then keeps that launcher)."""
+    old = os.environ.get("KB_TILE_GEMM_PIPELINE")
+    os.environ["KB_TILE_GEMM_PIPELINE"] = mode
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["KB_TILE_GEMM_PIPELINE"]
+        else:
+            os.environ["KB_TILE_GEMM_PIPELINE"] = old
+
+
+def candidates(case: Case, tiles: list) -> list[tuple[int, int, int, str]]:
+    """(BM, BN, BK, sm_90 TMA pipeline): every tile shape with the default pipeline; at 8192^3 for
+    16-bit inputs also the 128x256 tiles with the other two (sync, ws), measured side by side."""
+    shapes = tiles or DSL_TILES["16bit" if case.label in ("bf16", "f16") else case.label]
+    out = [(bm, bn, bk, "release") for bm, bn, bk in shapes]
+    if case.shape == "8192^3" and case.label in ("bf16", "f16") and not tiles:
+        out += [(bm, bn, bk, mode) for mode in ("sync", "ws") for bm, bn, bk in shapes if (bm, bn) == (128, 256)]
+    return out
+
+
 def ours(case: Case, a: Any, b: Any, m: int, n: int, tiles: list, arch: str, ops: Ops, op: str) -> dict:
-    """Our candidates: name -> (launch, check builder)."""
+    """Our candidates: name -> (launch, output)."""
     import bridge
     out = {}
     f8 = case.label == "e4m3"
-    for bm, bn, bk in tiles or DSL_TILES["16bit" if case.label in ("bf16", "f16") else case.label]:
+    base = K.gemm_f8 if f8 else K.gemm_nt if case.layout == "NT" else K.gemm
+    kernels = {"release": base}
+    for bm, bn, bk, mode in candidates(case, tiles):
         c = bridge.full((m, n), np.nan, "bfloat16" if f8 else "float32")
         part = tile.partition(c, (bm, bn))
-        name = f"DSL tile {bm}x{bn}x{bk}"
-        kernel = K.gemm_f8 if f8 else K.gemm_nt if case.layout == "NT" else K.gemm
+        name = f"DSL tile {bm}x{bn}x{bk}" + ("" if mode == "release" else f" {mode}")
+        kernel = kernels.setdefault(mode, tile.kernel(base.pyfunc))     # one dispatcher per pipeline
         args = (a, b, np.float32(1.0), part, bk) if f8 else (a, b, part, bk)
         try:
-            kernel.compile(args, arch)
+            with gemm_pipeline(mode):
+                kernel.compile(args, arch)
+                kernel(*args)
         except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a row, not fatal
             ops.rep.row(f"{op}: {name}", None, "TFLOP/s", note=f"not compiled: {type(exc).__name__}: {exc}"[:300])
             continue

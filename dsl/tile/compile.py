@@ -103,18 +103,24 @@ def tc_matmul_enabled() -> bool:
     return env_switch("KB_TILE_TC_MATMUL", True)
 
 
+GEMM_PIPELINES = ("release", "sync", "ws")
+
+
 def gemm_pipeline() -> str:
-    """The sm_90 TMA GEMM loop (dsl/tile/lower_tma.py): "release" (default: per-stage empty mbarriers
-    that each warpgroup arrives on once its wgmma of the stage is done, copies S - 1 tiles ahead, no
-    block-wide barrier in the loop) or "sync" (KB_TILE_GEMM_PIPELINE=sync: the earlier loop, a
-    __syncthreads per k tile and copies S - 2 ahead, kept selectable until the release loop has run on
-    a GPU)."""
-    return "sync" if os.environ.get("KB_TILE_GEMM_PIPELINE", "").strip().lower() == "sync" else "release"
+    """The sm_90 TMA GEMM loop (dsl/tile/lower_tma.py), KB_TILE_GEMM_PIPELINE: "release" (default:
+    per-stage empty mbarriers that each warpgroup arrives on once its wgmma of the stage is done,
+    copies S - 1 tiles ahead, no block-wide barrier in the loop); "sync" (the earlier loop, a
+    __syncthreads per k tile and copies S - 2 ahead); "ws" (warp-specialised: a third warpgroup
+    issues the copies, the two others only compute). "sync" and "ws" stay selectable until the GPU
+    has measured all three."""
+    mode = os.environ.get("KB_TILE_GEMM_PIPELINE", "").strip().lower()
+    return mode if mode in GEMM_PIPELINES else "release"
 
 
 def switches_key() -> tuple:
     """Lowering switches that are not the default, for the compile caches' keys."""
-    return ("gemm_pipeline_sync",) if gemm_pipeline() == "sync" else ()
+    mode = gemm_pipeline()
+    return () if mode == "release" else (f"gemm_pipeline_{mode}",)
 
 
 def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, dict] | None = None,
@@ -138,10 +144,11 @@ def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, d
         contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
     target = canonical_arch(arch, specific=info["arch_specific"])
     contract_json = json.dumps(contract)
-    ck = compile_ir(simt_fn, KernelOptions(block=(threads, 1, 1), boundscheck=False, lineinfo=lineinfo),
+    block = simt_fn.exact_block           # threads, plus a producer warpgroup when warp-specialised
+    ck = compile_ir(simt_fn, KernelOptions(block=block, boundscheck=False, lineinfo=lineinfo),
                     target, contract_json=contract_json, dump=dump)
     meta = dict(ck.metadata, arch=target)
-    return CompiledTile(ck.ptx, fn.name, contract_json, threads, simt_fn, meta,
+    return CompiledTile(ck.ptx, fn.name, contract_json, block[0], simt_fn, meta,
                         dynamic_smem=info["dynamic_smem"])
 
 

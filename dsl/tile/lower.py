@@ -12,6 +12,7 @@ from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import BOOL, F32, I32, INDEX, VOID, ArrayType, ScalarType
 from dsl.tile import ir as T
+from dsl.tile import ptx_sim
 from dsl.tile.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
                              flat_of, iadd, iand, imul, ir32, ishr, log2, strides)
 from dsl.tile.lower_frags import assign_shared, frag_layout
@@ -19,6 +20,7 @@ from dsl.tile.lower_reduce import lower_reduce
 from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType
 
 GROUP_M = 8         # tile-row group of the L2-friendly block order of GEMM kernels
+WS_PRODUCERS = 128  # the producer warpgroup of a warp-specialised GEMM (tid.x < 128)
 
 
 class LoweringError(Exception):
@@ -46,7 +48,12 @@ class Lowerer:
         self.cc = cc                            # target compute capability (0: portable only)
         self.persistent = persistent            # blocks loop over tiles (grid may be < tile count)
         self.tc_matmul = tc_matmul              # experimental tensor-core tile.matmul (lower_matmul_tc.py)
-        self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "release" or "sync" (lower_tma.py)
+        self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "release", "sync" or "ws" (lower_tma.py)
+        # warp specialisation (gemm_pipeline "ws"): WS_PRODUCERS more threads issue the copies; the tile
+        # program runs on the T threads after them (geo.tid = tid.x - WS_PRODUCERS); ws_tid is tid.x
+        self.ws = False
+        self.ws_tid: N.Expr | None = None
+        self.consumers_only = False             # barriers from here on: the T consumers' named barrier
         self.dyn_bytes = 0                      # dynamic shared bytes (tensor-core operand stages)
         self.arch_specific = False              # uses sm_90a-only instructions (wgmma)
         self.var_layouts: dict[int, object] = {}
@@ -127,7 +134,10 @@ class Lowerer:
         return N.Cast(ld, BOOL) if dtype == BOOL else ld
 
     def sync(self) -> None:
-        self.emit(N.SyncThreads())
+        if self.consumers_only:      # warp-specialised, after the split: the consumer threads only
+            self.asm(f"bar.sync 1, {self.T};", sim=ptx_sim.named_barrier(WS_PRODUCERS))
+        else:
+            self.emit(N.SyncThreads())
 
     def asm(self, text: str, cons: str = "", args: list | None = None, sim=None) -> None:
         """An inline PTX statement with side effects (copies, barriers, fences); `sim`: its CPU
@@ -146,7 +156,13 @@ class Lowerer:
         for p, q in zip(fn.params, lowered_params(fn, self.facts)):
             self.params[id(p)] = q
         tid = self.new_var(I32, "tid")
-        self.emit(N.Assign(tid, N.Cast(N.Special("tid.x"), I32)))
+        ws_at = self._ws_loop() if self.gemm_pipeline == "ws" else None
+        self.ws = ws_at is not None
+        if self.ws:
+            self.ws_tid = self.tmp(N.Cast(N.Special("tid.x"), I32), "rawtid")
+            self.emit(N.Assign(tid, N.BinOp("sub", self.ws_tid, c32(WS_PRODUCERS), I32)))
+        else:
+            self.emit(N.Assign(tid, N.Cast(N.Special("tid.x"), I32)))
         self.geo = Geometry(self.T, N.ReadVar(tid))
         prologue_at = len(self.body)
         nb = self._num_blocks()
@@ -167,7 +183,12 @@ class Lowerer:
             self.emit(N.ForRange(tv, lin, total, step, self.block_of(body)))
         else:
             self._block_ids(lin, nb)
-            self.stmts(fn.body)
+            if self.ws:        # the GEMM loop splits the roles; what follows is the consumers' alone
+                self.stmts(fn.body[:ws_at + 1])
+                consumer = N.Compare("ge", self.ws_tid, c32(WS_PRODUCERS))
+                self.emit(N.If(consumer, self.block_of(lambda: self.stmts(fn.body[ws_at + 1:])), []))
+            else:
+                self.stmts(fn.body)
         self.body[prologue_at:prologue_at] = self.prologue
         for key, alloc in self.scratch_allocs.items():
             alloc.type = ArrayType(alloc.type.dtype, 1, writable=True, space="shared",
@@ -175,7 +196,25 @@ class Lowerer:
         return N.Function(self.kernel_name, list(self.params.values()) + self.extra_params, N.VOID, self.body, True,
                           fn.loc, locals=self.locals,
                           shared=list(self.scratch_allocs.values()) + self.extra_shared,
-                          exact_block=(self.T, 1, 1), boundscheck=False)
+                          exact_block=(self.T + (WS_PRODUCERS if self.ws else 0), 1, 1), boundscheck=False)
+
+    def _ws_loop(self) -> int | None:
+        """Index of the top-level GEMM loop a warp-specialised kernel splits at, or None: sm_90, not
+        persistent, 8 warps, a loop the TMA path lowers, only scalar and constant-tile assignments
+        before it (the producers run them too) and no other product after it."""
+        from dsl.tile.lower_mma import match
+        if self.cc < 90 or self.persistent or self.T != 256:
+            return None
+        body = self.fn.body
+        k = next((i for i, s in enumerate(body) if not isinstance(s, T.Assign)), None)
+        if k is None or not isinstance(body[k], T.For):
+            return None
+        plan = match(self, body[k], self.max_stages)
+        if plan is None or plan.kind != "tma":
+            return None
+        simple = all(not isinstance(e, (T.Load, T.Matmul, T.Reduce)) for s in body[:k] for e in T.walk_exprs(s.value))
+        later = any(isinstance(e, T.Matmul) for e in _all_exprs(body[k + 1:]))
+        return k if simple and not later else None
 
     def global_index(self, tile_index: N.Expr, tile_size: int, coord) -> N.Expr:
         """tile_index * tile_size + coord in 64-bit (arrays may exceed 2^31 elements)."""

@@ -20,7 +20,11 @@ group of tile it-1; each warpgroup's first thread then arrives on tile it-1's "e
 S-1 tiles ahead and no block-wide barrier sits in the loop (the CUTLASS consumer-release pipeline,
 without a separate producer warpgroup). KB_TILE_GEMM_PIPELINE=sync selects the earlier loop: a
 __syncthreads per k tile makes sure every warpgroup is done with tile it-2, whose stage thread 0 then
-refills with k tile it+S-2.
+refills with k tile it+S-2. KB_TILE_GEMM_PIPELINE=ws (warp-specialised, L.ws): the release pipeline
+with its copies issued by thread 0 of an extra producer warpgroup (tid.x < 128) while the compute
+warpgroups (the tile program's threads) never issue; each iteration lowers the consumers' part first
+and the producer's refill after it, which a lock-step simulation needs (the refill waits for the
+consumers' release of tile it-1) and which costs nothing on the GPU, where the warpgroups diverge.
 """
 from __future__ import annotations
 
@@ -54,7 +58,8 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     kmaj = plan.b_kmajor
     tmap_b = _tensor_map_param(L, plan.b.param, (bn, bk) if kmaj else (bk, 64), kswz if kmaj else 128)
     _, _, sa, sb = operand_stages(L, plan)
-    release = L.gemm_pipeline == "release"
+    release = L.gemm_pipeline in ("release", "ws")
+    ws = L.ws            # warp-specialised: tid.x < 128 produce (thread 0 copies), the rest compute
     # S "full" barriers (the stage's copies landed), then S "empty" ones (both warpgroups are done with it)
     nbars = 2 * S if release else S
     bars = N.SharedAlloc("gemm_stage_bars", ArrayType(U64, 1, writable=True, space="shared", shape=(nbars,)),
@@ -71,7 +76,8 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
               "@!p bra KB_WAIT_${:uid}; }", "r,r", [at, parity], sim=S90.try_wait_parity)
 
     tid = L.geo.tid
-    leader = L.tmp(N.Compare("eq", tid, c32(0)), "leader")
+    leader = L.tmp(N.Compare("eq", L.ws_tid if ws else tid, c32(0)), "leader")
+    consumer = L.tmp(N.Compare("ge", L.ws_tid, c32(128)), "consumer") if ws else None
     row0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.a.index[0]), I32), c32(bm), I32), "arow")
     col0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.b.index[0 if kmaj else 1]), I32), c32(bn), I32), "bcol")
     start, stop = L.scalar(s.start), L.scalar(s.stop)
@@ -126,19 +132,35 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     def body() -> None:
         stage = L.tmp(N.BinOp("mod", N.ReadVar(it), c32(S), I32), "cst")
         parity = L.tmp(N.BinOp("and_", N.BinOp("floordiv", N.ReadVar(it), c32(S), I32), c32(1), I32), "par")
-        wait(bar(stage), parity)
-        if not release:
-            L.sync()    # every warpgroup is past wait_group 1 of the last iteration: stage it-2 is free
         pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
-        if not release:
-            L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)), L.block_of(lambda: refill(pre)), []))
-        compute_wgmma(L, plan, sa, sb, stage, acc_vars)
-        if release:       # wait_group 1 passed: this warpgroup is done with tile it - 1's stage
-            prev = N.BinOp("mod", N.BinOp("add", N.ReadVar(it), c32(S - 1), I32), c32(S), I32)
-            L.emit(N.If(N.Logical("and", wg_first, N.Compare("gt", N.ReadVar(it), c32(0))), L.block_of(
-                lambda: L.asm(BAR.format("arrive") + " _, [$0];", "r", [bar(prev, True)], sim=S90.arrive)), []))
+
+        def consume() -> None:
+            wait(bar(stage), parity)
+            if not release:
+                L.sync()    # every warpgroup is past wait_group 1 of the last iteration: stage it-2 is free
+                L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)), L.block_of(lambda: refill(pre)), []))
+            compute_wgmma(L, plan, sa, sb, stage, acc_vars)
+            if release:       # wait_group 1 passed: this warpgroup is done with tile it - 1's stage
+                prev = N.BinOp("mod", N.BinOp("add", N.ReadVar(it), c32(S - 1), I32), c32(S), I32)
+                L.emit(N.If(N.Logical("and", wg_first, N.Compare("gt", N.ReadVar(it), c32(0))), L.block_of(
+                    lambda: L.asm(BAR.format("arrive") + " _, [$0];", "r", [bar(prev, True)], sim=S90.arrive)), []))
+        # the consumers' part first: the refill below waits for their release of tile it - 1, which a
+        # lock-step simulation must have run (on the GPU the warpgroups run independently either way)
+        if ws:
+            L.emit(N.If(consumer, L.block_of(consume), []))
+        else:
+            consume()
+        if release:
             L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)), L.block_of(lambda: refill(pre)), []))
     L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(body), s.loc))
-    wait_wgmma(L, 0, acc_vars)
-    L.sync()
+    if ws:                # from here on only the consumers run (dsl/tile/lower.py wraps what follows)
+        L.consumers_only = True
+
+        def drain() -> None:
+            wait_wgmma(L, 0, acc_vars)
+            L.sync()
+        L.emit(N.If(consumer, L.block_of(drain), []))
+    else:
+        wait_wgmma(L, 0, acc_vars)
+        L.sync()
     L.relied.update({plan.a.param.name, plan.b.param.name})

@@ -165,6 +165,22 @@ def st_global(nbytes: int) -> Callable:
     return _flag(run, machine=True, per_thread=True)
 
 
+def named_barrier(first: int) -> Callable:
+    """bar.sync 1, n: the threads from tid.x `first` on (a warp-specialised kernel's consumers) meet;
+    every running one of them must arrive, as for sync_threads()."""
+    from dsl.sim.faults import SimulationError
+
+    def run(args: list, mach, lanes: np.ndarray) -> None:
+        arrived = np.zeros(mach.L, bool)
+        arrived[lanes] = True
+        want = mach.live() & (mach.lanes.tid_lin >= first)
+        for b in np.unique(mach.lanes.blk[lanes]):
+            at = mach.lanes.blk == b
+            if (want[at] & ~arrived[at]).any():
+                raise SimulationError("simulator: a named barrier reached by only part of its threads")
+    return _flag(run, machine=True, per_thread=True)
+
+
 def wait_group(keep: int) -> Callable:
     return _flag(lambda args, mach, lanes: mach.copies.wait(lanes, keep, mach.addresses),
                  machine=True, per_thread=True)

@@ -9,6 +9,7 @@ wrong swizzle or a copy that never lands fails here too."""
 from __future__ import annotations
 
 import collections
+import json
 
 import ml_dtypes
 import numpy as np
@@ -20,6 +21,7 @@ import dsl.tile.lower_mma as lower_mma
 import dsl.tile.lower_wgmma as lower_wgmma
 import dsl.tile.ptx_sim_sm90 as sm90
 from dsl import tile
+from dsl.types import f32
 from dsl.sim.addresses import AddressSpace
 from dsl.sim.faults import SimulationError
 from dsl.sim.memory import MemRef, SharedSpace
@@ -234,3 +236,58 @@ def test_both_tma_pipelines_match_numpy_and_only_sync_has_a_barrier_in_its_loop(
     loop = body[:body.index("wgmma.wait_group.sync.aligned 0;")]
     assert ("bar.sync" in loop) == (mode == "sync")
     assert ("mbarrier.arrive.shared::cta.b64" in ptx) == (mode == "release")
+
+
+@pytest.mark.parametrize("which", ["gemm", "gemm_bias_relu", "gemm_nt", "gemm_f8"])
+def test_the_warp_specialised_gemm_matches_numpy_in_the_simulator(monkeypatch, rng, which):
+    """KB_TILE_GEMM_PIPELINE=ws: a third warpgroup (tid.x < 128; thread 0) issues every TMA copy and
+    refills a stage once both compute warpgroups released it; the compute warpgroups only wait, multiply
+    and release, then run the epilogue alone (their barriers are a named barrier of 256 threads)."""
+    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
+    m, k, n = 300, 208, 264
+    f8 = which == "gemm_f8"
+    dt = ml_dtypes.float8_e4m3fn if f8 else ml_dtypes.bfloat16
+    a = rng.standard_normal((m, k)).astype(dt)
+    b = rng.standard_normal((k, n)).astype(dt)
+    ref = reference(a, b)
+    c = np.full((m, n), np.nan, np.float32)
+    part = tile.partition(c, (128, 256))
+    kernel = getattr(K, which)
+    if which == "gemm_bias_relu":
+        bias = rng.standard_normal(n).astype(np.float32)
+        args, ref = (a, b, bias, part, 64), np.maximum(ref + bias, 0)
+    elif which == "gemm":
+        args = (a, b, part, 64)
+    else:
+        bt = np.ascontiguousarray(b.T)
+        args = (a, bt, np.float32(1.0), part, 128) if f8 else (a, bt, part, 64)
+    kernel.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+    ck = kernel.compile(args, "sm_90")
+    assert json.loads(ck.contract_json)["block"] == {"exact": [384, 1, 1]} and ".reqntid 384, 1, 1" in ck.ptx
+    loop = ck.ptx[ck.ptx.index("wgmma.fence"):ck.ptx.index("wgmma.wait_group.sync.aligned 0;")]
+    assert "bar.sync" not in loop and "bar.sync 1, 256;" in ck.ptx
+
+
+def test_a_kernel_that_loads_before_its_gemm_loop_is_not_warp_specialised(monkeypatch, rng):
+    """The producers run what precedes the split, so only scalar and constant-tile assignments may."""
+    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
+
+    @tile.kernel
+    def gemm_plus_row(a: tile.Array[K.E, 2], b: tile.Array[K.E, 2], r: tile.Array[f32, 1],
+                      c: tile.Partition[f32, 2], bk: K.T):
+        bm, bn = c.tile_shape
+        i, j = tile.bid(0), tile.bid(1)
+        row = tile.load(r, j, (bn,))
+        acc = tile.zeros((bm, bn), f32)
+        for kk in range((a.shape[1] + bk - 1) // bk):
+            acc = tile.mma(tile.load(a, (i, kk), (bm, bk)), tile.load(b, (kk, j), (bk, bn)), acc)
+        c.store(acc + row[None, :])
+    a = rng.standard_normal((136, 64)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((64, 264)).astype(ml_dtypes.bfloat16)
+    r = rng.standard_normal(264).astype(np.float32)
+    c = np.full((136, 264), np.nan, np.float32)
+    gemm_plus_row.simulate_lowered(a, b, r, tile.partition(c, (128, 256)), 64, tensor_cores=True, arch="sm_90")
+    np.testing.assert_allclose(c, reference(a, b) + r, rtol=1e-5, atol=1e-4)
+    ck = gemm_plus_row.compile((a, b, r, tile.partition(c, (128, 256)), 64), "sm_90")
+    assert json.loads(ck.contract_json)["block"] == {"exact": [256, 1, 1]}

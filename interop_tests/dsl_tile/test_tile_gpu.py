@@ -230,6 +230,27 @@ def test_gpu_f8_conversions_match_ml_dtypes_on_every_pattern_and_around_every_bi
         assert np.array_equal(q.to_host().astype(np.float64), ref.astype(np.float64), equal_nan=True), dt
 
 
+@pytest.mark.parametrize("pipeline", ["release", "sync", "ws"])
+@pytest.mark.parametrize("tshape,bk", [((128, 128), 64), ((128, 256), 32)])
+def test_gpu_every_tma_gemm_pipeline_matches_numpy(monkeypatch, rng, pipeline, tshape, bk):
+    """KB_TILE_GEMM_PIPELINE: release (default, empty mbarriers), sync (a barrier per k tile), ws (a
+    producer warpgroup issues the copies): the same results, with a fused epilogue, ragged M, N, K."""
+    if bridge.current_device().cc < (9, 0):
+        pytest.skip("the TMA GEMM loop: sm_90 or newer")
+    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", pipeline)
+    m, k, n = 300, 456, 264
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    bias = rng.standard_normal(n).astype(np.float32)
+    c, _ = poisoned(rng, (m, n))
+    args = (dev(a), dev(b), dev(bias), tile.partition(c, tshape), bk)
+    ck = K.gemm_bias_relu.compile(args, bridge.current_device().arch)
+    assert "cp.async.bulk.tensor" in ck.ptx and ck.threads == (384 if pipeline == "ws" else 256)
+    K.gemm_bias_relu(*args)
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+    np.testing.assert_allclose(c.to_host(), ref, rtol=1e-3, atol=1e-2)
+
+
 def test_gpu_b_operand_shorter_than_a_reads_zeros_past_its_end(rng):
     """The cp.async loop bounds B's copies by B's own rows (it once used a's k extent)."""
     a = rng.standard_normal((64, 64)).astype(np.float16)
