@@ -353,10 +353,14 @@ class GuardedRegion(Stmt):
 
 @dataclass(eq=False)
 class If(Stmt):
+    """`concurrent`: the two sides are roles of one block that wait on each other (a warp-specialised
+    kernel's producer and consumer warps, synchronised by mbarriers); code generation is the same,
+    the simulator runs the sides as coroutines (dsl/sim/roles.py)."""
     cond: Expr
     then: list[Stmt]
     else_: list[Stmt]
     loc: Loc = NOLOC
+    concurrent: bool = False
 
 
 @dataclass(eq=False)

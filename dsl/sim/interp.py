@@ -214,6 +214,17 @@ class Machine:
         c = vec(self.ev(s.cond, sel), count(sel, self.L))
         then_m = self._mask_from(sel, c) & ~self.exited
         else_m = mask & ~then_m & ~self.exited
+        if s.concurrent:          # roles that wait on each other: coroutines (dsl/sim/roles.py)
+            from dsl.sim.roles import Roles
+            if "roles" in self.ext:
+                raise self._err(s, "nested concurrent roles are not simulated")
+            roles = self.ext["roles"] = Roles()
+            try:
+                outs = roles.run([lambda: self.exec_body(s.then, then_m) if then_m.any() else then_m,
+                                  lambda: self.exec_body(s.else_, else_m) if else_m.any() else else_m])
+            finally:
+                del self.ext["roles"]
+            return outs[0] | outs[1]
         out_t = self.exec_body(s.then, then_m) if s.then else then_m
         out_e = self.exec_body(s.else_, else_m) if s.else_ else else_m
         return out_t | out_e

@@ -53,6 +53,7 @@ class Lowerer:
         # program runs on the T threads after them (geo.tid = tid.x - WS_PRODUCERS); ws_tid is tid.x
         self.ws = False
         self.ws_tid: N.Expr | None = None
+        self.ws_consumer: N.Expr | None = None   # warpgroup index >= 1, through a shuffle: warp-uniform
         self.consumers_only = False             # barriers from here on: the T consumers' named barrier
         self.dyn_bytes = 0                      # dynamic shared bytes (tensor-core operand stages)
         self.arch_specific = False              # uses sm_90a-only instructions (wgmma)
@@ -161,6 +162,10 @@ class Lowerer:
         if self.ws:
             self.ws_tid = self.tmp(N.Cast(N.Special("tid.x"), I32), "rawtid")
             self.emit(N.Assign(tid, N.BinOp("sub", self.ws_tid, c32(WS_PRODUCERS), I32)))
+            # the role test through lane 0's value (a shuffle), so ptxas sees it uniform per warp: a
+            # wgmma under a branch it cannot prove uniform is serialised
+            group = self.tmp(N.Warp("shfl", [N.BinOp("rshift", self.ws_tid, c32(7), I32), c32(0)], I32), "wgidx")
+            self.ws_consumer = self.tmp(N.Compare("ge", group, c32(WS_PRODUCERS // 128)), "consumer")
         else:
             self.emit(N.Assign(tid, N.Cast(N.Special("tid.x"), I32)))
         self.geo = Geometry(self.T, N.ReadVar(tid))
@@ -185,8 +190,7 @@ class Lowerer:
             self._block_ids(lin, nb)
             if self.ws:        # the GEMM loop splits the roles; what follows is the consumers' alone
                 self.stmts(fn.body[:ws_at + 1])
-                consumer = N.Compare("ge", self.ws_tid, c32(WS_PRODUCERS))
-                self.emit(N.If(consumer, self.block_of(lambda: self.stmts(fn.body[ws_at + 1:])), []))
+                self.emit(N.If(self.ws_consumer, self.block_of(lambda: self.stmts(fn.body[ws_at + 1:])), []))
             else:
                 self.stmts(fn.body)
         self.body[prologue_at:prologue_at] = self.prologue

@@ -21,10 +21,12 @@ S-1 tiles ahead and no block-wide barrier sits in the loop (the CUTLASS consumer
 without a separate producer warpgroup). KB_TILE_GEMM_PIPELINE=sync selects the earlier loop: a
 __syncthreads per k tile makes sure every warpgroup is done with tile it-2, whose stage thread 0 then
 refills with k tile it+S-2. KB_TILE_GEMM_PIPELINE=ws (warp-specialised, L.ws): the release pipeline
-with its copies issued by thread 0 of an extra producer warpgroup (tid.x < 128) while the compute
-warpgroups (the tile program's threads) never issue; each iteration lowers the consumers' part first
-and the producer's refill after it, which a lock-step simulation needs (the refill waits for the
-consumers' release of tile it-1) and which costs nothing on the GPU, where the warpgroups diverge.
+with its copies issued by thread 0 of an extra producer warpgroup (tid.x < 128) in a loop of its own,
+beside the compute warpgroups' loop, under one concurrent If (the simulator runs the two sides as
+coroutines, dsl/sim/roles.py). A producer step inside the compute loop would put the wgmmas in a path
+ptxas cannot prove uniform, and it serialises them (C7518); the role test itself goes through a
+shuffle, so ptxas sees it uniform per warp. No register reallocation: ptxas 13.0 failed to allocate
+the compute side at setmaxnreg 232 (C7600), so a 128x256 tile with a bias epilogue spills in ws mode.
 """
 from __future__ import annotations
 
@@ -77,7 +79,7 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
 
     tid = L.geo.tid
     leader = L.tmp(N.Compare("eq", L.ws_tid if ws else tid, c32(0)), "leader")
-    consumer = L.tmp(N.Compare("ge", L.ws_tid, c32(128)), "consumer") if ws else None
+    consumer = L.ws_consumer
     row0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.a.index[0]), I32), c32(bm), I32), "arow")
     col0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.b.index[0 if kmaj else 1]), I32), c32(bn), I32), "bcol")
     start, stop = L.scalar(s.start), L.scalar(s.stop)
@@ -114,7 +116,7 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
                   sim=S90.tma_load_2d)
 
     ahead = S - 1 if release else S - 2
-    for st in range(ahead):
+    for st in range(0 if ws else ahead):
         L.emit(N.If(N.Logical("and", leader, N.Compare("lt", c32(st), kt_n)),
                     L.block_of(lambda st=st: issue(c32(st), c32(st))), []))
     it = L.new_var(I32, "kit")
@@ -132,7 +134,7 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     def body() -> None:
         stage = L.tmp(N.BinOp("mod", N.ReadVar(it), c32(S), I32), "cst")
         parity = L.tmp(N.BinOp("and_", N.BinOp("floordiv", N.ReadVar(it), c32(S), I32), c32(1), I32), "par")
-        pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
+        pre = None if ws else L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
 
         def consume() -> None:
             wait(bar(stage), parity)
@@ -144,23 +146,27 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
                 prev = N.BinOp("mod", N.BinOp("add", N.ReadVar(it), c32(S - 1), I32), c32(S), I32)
                 L.emit(N.If(N.Logical("and", wg_first, N.Compare("gt", N.ReadVar(it), c32(0))), L.block_of(
                     lambda: L.asm(BAR.format("arrive") + " _, [$0];", "r", [bar(prev, True)], sim=S90.arrive)), []))
-        # the consumers' part first: the refill below waits for their release of tile it - 1, which a
-        # lock-step simulation must have run (on the GPU the warpgroups run independently either way)
-        if ws:
-            L.emit(N.If(consumer, L.block_of(consume), []))
-        else:
-            consume()
-        if release:
+        consume()
+        if release and not ws:
             L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)), L.block_of(lambda: refill(pre)), []))
-    L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(body), s.loc))
-    if ws:                # from here on only the consumers run (dsl/tile/lower.py wraps what follows)
-        L.consumers_only = True
+    if ws:
+        # The roles' own loops, under one concurrent If (the simulator runs its sides as coroutines):
+        # the compute warpgroups wait, multiply, release and drain; thread 0 of the producer warpgroup
+        # copies every k tile into its stage once the tile S before it was released.
+        jt = L.new_var(I32, "pkt")
 
-        def drain() -> None:
+        def consumers() -> None:
+            L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(body), s.loc))
             wait_wgmma(L, 0, acc_vars)
-            L.sync()
-        L.emit(N.If(consumer, L.block_of(drain), []))
+
+        def producer() -> None:
+            L.emit(N.If(leader, L.block_of(lambda: L.emit(N.ForRange(jt, c32(0), kt_n, c32(1), L.block_of(
+                lambda: refill(N.ReadVar(jt))), s.loc))), []))
+        L.emit(N.If(consumer, L.block_of(consumers), L.block_of(producer), concurrent=True))
+        L.consumers_only = True       # from here on only the consumers run (dsl/tile/lower.py)
+        L.emit(N.If(consumer, L.block_of(L.sync), []))
     else:
+        L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(body), s.loc))
         wait_wgmma(L, 0, acc_vars)
         L.sync()
     L.relied.update({plan.a.param.name, plan.b.param.name})

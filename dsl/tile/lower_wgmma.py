@@ -45,11 +45,9 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
     outs = ",".join(f"${i}" for i in range(regs))
     # f16/bf16 take imm-trans-a/b (B MN-major: transposed); tf32 and f8 have no transpose, K-major B
     trans = "" if es != 2 else ", 0, %d" % (0 if plan.b_kmajor else 1)
-    text = ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; "
-            "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, $%d, $%d, p, 1, 1%s; }"
-            % (regs + 2, bn, 32 // es, ta, tb, outs, regs, regs + 1, trans))
+    text = ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; %s"
+            "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, $%d, $%d, p, 1, 1%s; }")
     cons = ",".join(["=f"] * regs + ["l", "l", "r"] + [str(i) for i in range(regs)])
-    L.asm("wgmma.fence.sync.aligned;", sim=S90.no_op)
     sim = S90.wgmma(S90.WgmmaOp(bn, ta, tb, es == 2 and not plan.b_kmajor))
     for kk in range(row_bytes // 32):
         a_addr = N.BinOp("add", a_base, N.Const(kk * 32, U32), U32)
@@ -59,8 +57,13 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
         else:                # MN-major atoms [bn/64][bk][64]: 16 rows of 128 B per step
             b_addr = N.BinOp("add", b_base, N.Const(kk * 16 * 128, U32), U32)
             db = _desc(L, b_addr, bk * 128, 8 * 128, SWIZZLE_128B)
+        # the fence rides in the first wgmma's statement: the register copies the compiler makes for
+        # the tied accumulators (the zeroed ones of the first k tile, say) then come before it, and
+        # ptxas need not insert a warpgroup.arrive (which in a divergent path serialises the wgmmas)
+        fence = "wgmma.fence.sync.aligned; " if kk == 0 else ""
+        step = text % (regs + 2, fence, bn, 32 // es, ta, tb, outs, regs, regs + 1, trans)
         out = L.new_var(TN.tuple_of(F32, regs), "wgmma")
-        L.emit(N.Assign(out, TN.InlinePtx(text, cons, [da, db, N.Const(1, U32),
+        L.emit(N.Assign(out, TN.InlinePtx(step, cons, [da, db, N.Const(1, U32),
                                                        *[N.ReadVar(v) for v in acc_vars]],
                                           TN.tuple_of(F32, regs), True, sim=sim)))
         for i, v in enumerate(acc_vars):

@@ -75,10 +75,13 @@ def _bars(mach) -> dict:
     return _state(mach, "bars", dict)
 
 
-def _complete(b: _Barrier) -> None:
+def _complete(b: _Barrier, mach=None) -> None:
     if b.pending == 0 and b.tx == 0:
         b.phase += 1
         b.pending = b.count
+        roles = mach.ext.get("roles") if mach is not None else None
+        if roles is not None:         # a side waiting on this phase may go on (dsl/sim/roles.py)
+            roles.notify()
 
 
 def mbarrier_init(count: int) -> Callable:
@@ -93,7 +96,7 @@ def _arrive_expect_tx(args: list, mach, lanes: np.ndarray) -> None:
         b = _barrier(mach, int(blk), int(addr))
         b.tx += int(tx)
         b.pending -= 1
-        _complete(b)
+        _complete(b, mach)
 
 
 def _barrier(mach, blk: int, addr: int) -> _Barrier:
@@ -104,19 +107,26 @@ def _barrier(mach, blk: int, addr: int) -> _Barrier:
 
 
 def _try_wait_parity(args: list, mach, lanes: np.ndarray) -> None:
-    """Spin until the phase of parity `parity` has completed: in lock-step, it must have already."""
-    for blk, addr, par in zip(mach.lanes.blk[lanes], np.asarray(args[0], np.int64), np.asarray(args[1], np.int64)):
-        b = _barrier(mach, int(blk), int(addr))
-        if (b.phase & 1) == int(par):       # phase `par` (mod 2) not completed: nothing can complete it
-            raise SimulationError("simulator: waiting on an mbarrier phase that never completes (a deadlock "
-                                  "on the GPU: the copies or arrivals it waits for were never issued)")
+    """Spin until the phase of parity `parity` has completed. In lock-step it must have already; in a
+    concurrent role (dsl/sim/roles.py) the other roles run until it has, or all wait: a deadlock."""
+    waits = [(_barrier(mach, int(blk), int(addr)), int(par)) for blk, addr, par in
+             zip(mach.lanes.blk[lanes], np.asarray(args[0], np.int64), np.asarray(args[1], np.int64))]
+
+    def ready() -> bool:        # phase `par` (mod 2) completed
+        return all((b.phase & 1) != par for b, par in waits)
+    roles = mach.ext.get("roles")
+    if roles is not None:
+        roles.wait_until(ready)
+    elif not ready():
+        raise SimulationError("simulator: waiting on an mbarrier phase that never completes (a deadlock "
+                              "on the GPU: the copies or arrivals it waits for were never issued)")
 
 
 def _arrive(args: list, mach, lanes: np.ndarray) -> None:
     for blk, addr in zip(mach.lanes.blk[lanes], np.asarray(args[0], np.int64)):
         b = _barrier(mach, int(blk), int(addr))
         b.pending -= 1
-        _complete(b)
+        _complete(b, mach)
 
 
 arrive = _flag(_arrive, machine=True, per_thread=True)
@@ -146,7 +156,7 @@ def _tma_load_2d(args: list, mach, lanes: np.ndarray) -> None:
         smem[blk, off] = raw
         b = _barrier(mach, blk, bar)
         b.tx -= rows * cols * es
-        _complete(b)
+        _complete(b, mach)
 
 
 tma_load_2d = _flag(_tma_load_2d, machine=True, per_thread=True)

@@ -21,6 +21,7 @@ import dsl.tile.lower_mma as lower_mma
 import dsl.tile.lower_wgmma as lower_wgmma
 import dsl.tile.ptx_sim_sm90 as sm90
 from dsl import tile
+from dsl.backend.ptxas import find_ptxas
 from dsl.types import f32
 from dsl.sim.addresses import AddressSpace
 from dsl.sim.faults import SimulationError
@@ -291,3 +292,36 @@ def test_a_kernel_that_loads_before_its_gemm_loop_is_not_warp_specialised(monkey
     np.testing.assert_allclose(c, reference(a, b) + r, rtol=1e-5, atol=1e-4)
     ck = gemm_plus_row.compile((a, b, r, tile.partition(c, (128, 256)), 64), "sm_90")
     assert json.loads(ck.contract_json)["block"] == {"exact": [256, 1, 1]}
+
+
+def test_consumers_that_never_release_a_stage_deadlock_the_simulated_producer(monkeypatch, rng):
+    """With the roles as coroutines, a producer waiting on an empty barrier nobody arrives on, while
+    the consumers wait on a copy it never issues, is a deadlock the simulator reports."""
+    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
+    monkeypatch.setattr(sm90, "arrive", sm90.no_op)
+    a = rng.standard_normal((136, 640)).astype(ml_dtypes.bfloat16)      # 10 k tiles > the stages
+    b = rng.standard_normal((640, 264)).astype(ml_dtypes.bfloat16)
+    with pytest.raises(SimulationError, match="every role of the block waits"):
+        run_sm90(K.gemm, a, b, (128, 256), 64)
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("mode", ["release", "sync", "ws"])
+def test_ptxas_neither_serialises_the_wgmmas_nor_injects_warpgroup_syncs(monkeypatch, mode):
+    """ptxas -v reports C7518 (wgmmas serialised) or C7517/C7519 (warpgroup wait/arrive injected) when
+    accumulator registers are touched between the fence and the wgmmas or the wgmmas sit in a path it
+    cannot prove uniform; any of them costs the tensor cores' overlap."""
+    import subprocess
+    import tempfile
+    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", mode)
+    a = np.zeros((256, 256), ml_dtypes.bfloat16)
+    for kernel, args in ((K.gemm, (a, a)), (K.gemm_bias_relu, (a, a, np.zeros(256, np.float32)))):
+        ck = kernel.compile((*args, tile.partition(np.zeros((256, 256), np.float32), (128, 256)), 64), "sm_90")
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(f"{tmp}/k.ptx", "w") as f:
+                f.write(ck.ptx)
+            log = subprocess.run([find_ptxas(), "-arch=sm_90a", "-v", f"{tmp}/k.ptx", "-o", f"{tmp}/k.cubin"],
+                                 capture_output=True, text=True, timeout=120)
+        assert log.returncode == 0, log.stderr
+        text = log.stdout + log.stderr
+        assert not any(code in text for code in ("C7517", "C7518", "C7519")), text
