@@ -88,8 +88,7 @@ def validator_contract(fn, threads: int, facts: dict[str, dict], persistent: boo
 def tile_reads(fn) -> set[str]:
     """Parameters the tile IR loads from (partitions included: `out.load()`)."""
     from dsl.tile import ir as T
-    from dsl.tile.lower import _all_exprs
-    return {e.param.name for e in _all_exprs(fn.body) if isinstance(e, T.Load)}
+    return {e.param.name for e in T.body_exprs(fn.body) if isinstance(e, T.Load)}
 
 
 def _reads_partition(fn, p) -> bool:

@@ -274,3 +274,19 @@ def walk_exprs(e: TExpr):
     for name in ("args", "index"):
         for sub in getattr(e, name, None) or ():
             yield from walk_exprs(sub)
+
+
+def body_exprs(body: list):
+    """Yield every expression of the statements of `body`, nested bodies included."""
+    for s in body:
+        if isinstance(s, (Assign, Store)):
+            yield from walk_exprs(s.value)
+        elif isinstance(s, For):
+            for x in (s.start, s.stop, s.step):
+                yield from walk_exprs(x)
+            yield from body_exprs(s.body)
+        elif isinstance(s, If):
+            yield from walk_exprs(s.cond)
+            yield from body_exprs(s.then)
+            yield from body_exprs(s.else_)
+

@@ -17,10 +17,10 @@ from dsl.tile.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows
                              flat_of, iadd, iand, imul, ir32, ishr, log2, strides)
 from dsl.tile.lower_frags import assign_shared, frag_layout
 from dsl.tile.lower_reduce import lower_reduce
+from dsl.tile.lower_ws import WS_PRODUCERS
 from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType
 
 GROUP_M = 8         # tile-row group of the L2-friendly block order of GEMM kernels
-WS_PRODUCERS = 128  # the producer warpgroup of a warp-specialised GEMM (tid.x < 128)
 
 
 class LoweringError(Exception):
@@ -157,15 +157,11 @@ class Lowerer:
         for p, q in zip(fn.params, lowered_params(fn, self.facts)):
             self.params[id(p)] = q
         tid = self.new_var(I32, "tid")
-        ws_at = self._ws_loop() if self.gemm_pipeline == "ws" else None
+        from dsl.tile.lower_ws import bind_roles, ws_loop
+        ws_at = ws_loop(self) if self.gemm_pipeline == "ws" else None
         self.ws = ws_at is not None
         if self.ws:
-            self.ws_tid = self.tmp(N.Cast(N.Special("tid.x"), I32), "rawtid")
-            self.emit(N.Assign(tid, N.BinOp("sub", self.ws_tid, c32(WS_PRODUCERS), I32)))
-            # the role test through lane 0's value (a shuffle), so ptxas sees it uniform per warp: a
-            # wgmma under a branch it cannot prove uniform is serialised
-            group = self.tmp(N.Warp("shfl", [N.BinOp("rshift", self.ws_tid, c32(7), I32), c32(0)], I32), "wgidx")
-            self.ws_consumer = self.tmp(N.Compare("ge", group, c32(WS_PRODUCERS // 128)), "consumer")
+            bind_roles(self, tid)
         else:
             self.emit(N.Assign(tid, N.Cast(N.Special("tid.x"), I32)))
         self.geo = Geometry(self.T, N.ReadVar(tid))
@@ -201,24 +197,6 @@ class Lowerer:
                           fn.loc, locals=self.locals,
                           shared=list(self.scratch_allocs.values()) + self.extra_shared,
                           exact_block=(self.T + (WS_PRODUCERS if self.ws else 0), 1, 1), boundscheck=False)
-
-    def _ws_loop(self) -> int | None:
-        """Index of the top-level GEMM loop a warp-specialised kernel splits at, or None: sm_90, not
-        persistent, 8 warps, a loop the TMA path lowers, only scalar and constant-tile assignments
-        before it (the producers run them too) and no other product after it."""
-        from dsl.tile.lower_mma import match
-        if self.cc < 90 or self.persistent or self.T != 256:
-            return None
-        body = self.fn.body
-        k = next((i for i, s in enumerate(body) if not isinstance(s, T.Assign)), None)
-        if k is None or not isinstance(body[k], T.For):
-            return None
-        plan = match(self, body[k], self.max_stages)
-        if plan is None or plan.kind != "tma":
-            return None
-        simple = all(not isinstance(e, (T.Load, T.Matmul, T.Reduce)) for s in body[:k] for e in T.walk_exprs(s.value))
-        later = any(isinstance(e, T.Matmul) for e in _all_exprs(body[k + 1:]))
-        return k if simple and not later else None
 
     def global_index(self, tile_index: N.Expr, tile_size: int, coord) -> N.Expr:
         """tile_index * tile_size + coord in 64-bit (arrays may exceed 2^31 elements)."""
@@ -279,7 +257,7 @@ class Lowerer:
 
     def _block_ids(self, lin: N.Expr, nb: list[N.Expr]) -> None:
         """tile.bid(k) from the linear tile id (row-major, or grouped for GEMM kernels)."""
-        if len(nb) == 2 and any(isinstance(e, T.Matmul) for e in _all_exprs(self.fn.body)):
+        if len(nb) == 2 and any(isinstance(e, T.Matmul) for e in T.body_exprs(self.fn.body)):
             self.bids = self._grouped_ids(lin, nb, GROUP_M)
             return
         bids: list[N.Expr] = [c32(0)] * len(nb)
@@ -800,7 +778,7 @@ def pick_threads(fn: T.TileFunction, num_warps: int | None = None) -> int:
     if num_warps is not None:
         return 32 * num_warps
     biggest = 1
-    for e in _all_exprs(fn.body):
+    for e in T.body_exprs(fn.body):
         biggest = max(biggest, e.type.size)
         if isinstance(e, T.Matmul):
             return 256 if e.type.size >= 128 * 128 else 128
@@ -808,22 +786,6 @@ def pick_threads(fn: T.TileFunction, num_warps: int | None = None) -> int:
     while t < 512 and t * 8 < biggest:
         t *= 2
     return t
-
-
-def _all_exprs(body: list[T.TStmt]):
-    for s in body:
-        if isinstance(s, T.Assign):
-            yield from T.walk_exprs(s.value)
-        elif isinstance(s, T.Store):
-            yield from T.walk_exprs(s.value)
-        elif isinstance(s, T.For):
-            for x in (s.start, s.stop, s.step):
-                yield from T.walk_exprs(x)
-            yield from _all_exprs(s.body)
-        elif isinstance(s, T.If):
-            yield from T.walk_exprs(s.cond)
-            yield from _all_exprs(s.then)
-            yield from _all_exprs(s.else_)
 
 
 __all__ = ["lower", "lowered_params", "pick_threads", "LoweringError", "Lowerer", "ArrayParamType", "ishr", "iand"]
