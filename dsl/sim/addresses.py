@@ -12,6 +12,8 @@ missing or too-weak wait therefore reads stale shared memory in the simulator to
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from dsl.sim.faults import SimulationError
@@ -25,6 +27,16 @@ def _bytes(data: np.ndarray, what: str) -> np.ndarray:
     if not data.flags.c_contiguous:
         raise SimulationError(f"simulator: raw addresses into {what} need a C-contiguous array")
     return data.reshape(-1).view(np.uint8)
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """What a CUtensorMap describes, as the simulator binds a TensorMapType parameter (dsl/sim/launch.py,
+    from the bound array, as the launcher encodes one from the validated view): the array, the box in
+    the array's axis order and the swizzle width (0: none). Read by dsl/tile/ptx_sim_sm90.py's TMA."""
+    mem: MemRef
+    box: tuple[int, ...]
+    swizzle: int
 
 
 class AddressSpace:

@@ -17,6 +17,7 @@ from dsl.sim import arith
 from dsl.sim.faults import FaultRecord, collect_sites
 from dsl.sim.interp import Machine
 from dsl.sim.lanes import LaneSpace
+from dsl.sim.addresses import TensorMap
 from dsl.sim.memory import MemRef, SharedSpace
 
 from dsl.sim.limits import MAX_BLOCK, MAX_SHARED_BYTES, MAX_THREADS  # noqa: F401  (re-exported)
@@ -37,7 +38,8 @@ def run(fn: N.Function, args: list, grid, block, shared_mem: int = 0) -> None:
     """
     assert isinstance(fn, N.Function) and fn.is_kernel, f"run: not a kernel: {fn!r}"
     grid3, block3 = _dim3(grid), _dim3(block)
-    assert len(args) == len(fn.params), f"{fn.name}: {len(args)} arguments for {len(fn.params)} parameters"
+    values = [p for p in fn.params if not isinstance(p.type, TensorMapType)]   # tensor maps: from their arrays
+    assert len(args) == len(values), f"{fn.name}: {len(args)} arguments for {len(values)} parameters"
     params = _bind(fn, list(args))
     fault = FaultRecord(fn.name, collect_sites(fn))
     threads = block3[0] * block3[1] * block3[2]
@@ -78,16 +80,20 @@ def _dim3(v) -> tuple[int, int, int]:
 
 def _bind(fn: N.Function, args: list) -> dict[int, object]:
     """Parameter id -> MemRef (arrays, no copy) or typed NumPy scalar (conversion only: the
-    validator has checked kinds, dtypes, ndims, layouts, read-only flags and scalar ranges)."""
+    validator has checked kinds, dtypes, ndims, layouts, read-only flags and scalar ranges). A
+    TensorMapType parameter (after the others, as the launcher appends them) gets the TensorMap of
+    the array it names."""
     out: dict[int, object] = {}
+    by_name: dict[str, object] = {}
     for k, (p, a) in enumerate(zip(fn.params, args)):
         if isinstance(p.type, ArrayType):
-            out[id(p)] = _memref(fn, k, p, a)
-        elif isinstance(p.type, TensorMapType):
-            out[id(p)] = a        # the caller's description of the map (dsl/tile/ptx_sim_sm90.TensorMap)
+            out[id(p)] = by_name[p.name] = _memref(fn, k, p, a)
         else:
             assert isinstance(p.type, ScalarType), f"{fn.name}: parameter type {p.type} cannot be simulated"
             out[id(p)] = _scalar(p.type, a)
+    for p in fn.params[len(args):]:
+        assert isinstance(p.type, TensorMapType), f"{fn.name}: parameter '{p.name}' has no argument"
+        out[id(p)] = TensorMap(by_name[p.type.array], p.type.box, p.type.swizzle)
     return out
 
 

@@ -116,10 +116,16 @@ def gemm_pipeline() -> str:
     return mode if mode in GEMM_PIPELINES else "release"
 
 
+def lowering_switches() -> dict:
+    """The environment switches the lowering reads (dsl/tile/lower.py `lower` keywords), read now."""
+    return {"tc_matmul": tc_matmul_enabled(), "gemm_pipeline": gemm_pipeline()}
+
+
 def switches_key() -> tuple:
-    """Lowering switches that are not the default, for the compile caches' keys."""
-    mode = gemm_pipeline()
-    return () if mode == "release" else (f"gemm_pipeline_{mode}",)
+    """lowering_switches() for the compile caches' keys: the ones that are not off or the default."""
+    s = lowering_switches()
+    return (("tc_matmul",) if s["tc_matmul"] else ()) + \
+        (() if s["gemm_pipeline"] == "release" else (f"gemm_pipeline_{s['gemm_pipeline']}",))
 
 
 def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, dict] | None = None,
@@ -137,7 +143,7 @@ def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, d
     # which is also the contract's "kernel" (the bridge checks they agree)
     info: dict = {}
     simt_fn = lower(fn, threads, fn.name, facts, info, cc=parse_arch(arch), persistent=persistent,
-                    tc_matmul=tc_matmul_enabled(), gemm_pipeline=gemm_pipeline())
+                    **lowering_switches())
     contract = contract_for(simt_fn, fn, facts, info["relied"], persistent)
     if info["dynamic_smem"]:     # after grid_from, where tile contracts have always had it
         contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
@@ -162,7 +168,7 @@ def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str) -> Com
         t0 = time.perf_counter()
         key = cache_key(kernel.pyfunc, [("tile", *sig), sorted(facts.items())],
                         ("tile", kernel.num_warps, kernel.persistent, kernel.lineinfo)
-                        + (("tc_matmul",) if tc_matmul_enabled() else ()) + switches_key(), arch)
+                        + switches_key(), arch)
         hit = disk.load(key)
         if hit is not None:
             meta = dict(hit.metadata, cache="disk", key=key, hit_seconds=round(time.perf_counter() - t0, 6))

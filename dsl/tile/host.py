@@ -183,12 +183,12 @@ class TileKernel:
         `arch`) as text, like a SIMT kernel's `ir()` (returned, not printed)."""
         from dsl.backend.target import parse_arch
         from dsl.ir.printer import format_function
-        from dsl.tile.compile import gemm_pipeline, tc_matmul_enabled
+        from dsl.tile.compile import lowering_switches
         from dsl.tile.lower import lower, pick_threads
         fn = self.tile_ir(*args)
         return format_function(lower(fn, pick_threads(fn, self.num_warps), self.name, self.facts(args),
                                      cc=parse_arch(arch), persistent=self.persistent,
-                                     tc_matmul=tc_matmul_enabled(), gemm_pipeline=gemm_pipeline()))
+                                     **lowering_switches()))
 
     def _flat(self, args: tuple) -> tuple:
         """The kernel's launch arguments: partitions as their arrays, constants left out."""
@@ -282,7 +282,7 @@ class TileKernel:
                 min(tiles, blocks) if isinstance(blocks, int) and not isinstance(blocks, bool) else blocks
         g, b, smem, skip = host_launcher(json.dumps(contract), self.name).validate_only(flat, grid=grid)
         if not skip:
-            run(simt_fn, list(flat) + _tensor_maps(simt_fn, flat), g, b, smem)
+            run(simt_fn, list(flat), g, b, smem)
 
     # -------------------------------------------------------------------------------- GPU
     def ptx(self, *args, arch: str = "sm_90") -> str:
@@ -292,11 +292,11 @@ class TileKernel:
     def compile(self, args: tuple, arch: str) -> Any:
         """Compile (cached per signature, facts and arch, in memory and on disk) →
         dsl.tile.compile.CompiledTile."""
-        from dsl.tile.compile import compile_cached, switches_key, tc_matmul_enabled
+        from dsl.tile.compile import compile_cached, switches_key
         sig = self.signature(args)
         facts = self.facts(args)
         key = (sig, tuple(sorted((k, tuple(sorted(v.items()))) for k, v in facts.items())), arch,
-               tc_matmul_enabled(), switches_key())
+               switches_key())
         ck = self._gpu_cache.get(key)
         if ck is None:
             ck = self._gpu_cache[key] = compile_cached(self, sig, facts, arch)
@@ -435,19 +435,3 @@ def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False,
         return TileKernel(f, warps, persist, lines)
 
     return wrap(fn) if fn is not None else wrap
-
-
-def _tensor_maps(simt_fn: Any, flat: tuple) -> list:
-    """The simulator's values of the lowered kernel's TensorMapType parameters (after the others),
-    described from the (validated) arrays they map, as the launcher encodes them on the GPU."""
-    from dsl.ir.types import TensorMapType
-    from dsl.sim.memory import MemRef
-    from dsl.tile.ptx_sim_sm90 import TensorMap
-    names = [p.name for p in simt_fn.params]
-    out = []
-    for p in simt_fn.params[len(flat):]:
-        assert isinstance(p.type, TensorMapType), p
-        arr = flat[names.index(p.type.array)]
-        out.append(TensorMap(MemRef(p.type.array, arr, None, shared=False), p.type.box, p.type.swizzle))
-    return out
-

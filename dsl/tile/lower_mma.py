@@ -348,7 +348,7 @@ def lower_loop(L, plan: MmaPlan) -> None:
     def body() -> None:
         cp_async_wait(L, ahead - 1)
         if wg:   # make the cp.async (generic proxy) writes visible to wgmma (async proxy)
-            L.asm("fence.proxy.async.shared::cta;", sim=ptx_sim.no_op_fence)
+            L.asm("fence.proxy.async.shared::cta;", sim=ptx_sim.no_op)
         L.sync()
         pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
         pst = L.tmp(N.BinOp("mod", pre, c32(S), I32), "pst")

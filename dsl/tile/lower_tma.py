@@ -34,6 +34,7 @@ from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import I32, INDEX, U32, U64, ArrayType, TensorMapType
 from dsl.tile import ptx_sim_sm90 as S90
+from dsl.tile.ptx_sim import no_op
 from dsl.tile.layout import c32
 
 BAR = "mbarrier.{}.shared::cta.b64"
@@ -91,9 +92,9 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
             L.asm(BAR.format("init") + " [$0], 1;", "r", [bar(c32(st))], sim=S90.mbarrier_init(1))
             if release:
                 L.asm(BAR.format("init") + " [$0], 2;", "r", [bar(c32(st), True)], sim=S90.mbarrier_init(2))
-        L.asm("fence.mbarrier_init.release.cluster;", sim=S90.no_op)
-        L.asm("prefetch.tensormap [$0];", "l", [tmap_a], sim=S90.no_op)
-        L.asm("prefetch.tensormap [$0];", "l", [tmap_b], sim=S90.no_op)
+        L.asm("fence.mbarrier_init.release.cluster;", sim=no_op)
+        L.asm("prefetch.tensormap [$0];", "l", [tmap_a], sim=no_op)
+        L.asm("prefetch.tensormap [$0];", "l", [tmap_b], sim=no_op)
     L.emit(N.If(leader, L.block_of(init), []))
     L.sync()
 
@@ -135,19 +136,16 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
         stage = L.tmp(N.BinOp("mod", N.ReadVar(it), c32(S), I32), "cst")
         parity = L.tmp(N.BinOp("and_", N.BinOp("floordiv", N.ReadVar(it), c32(S), I32), c32(1), I32), "par")
         pre = None if ws else L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
-
-        def consume() -> None:
-            wait(bar(stage), parity)
-            if not release:
-                L.sync()    # every warpgroup is past wait_group 1 of the last iteration: stage it-2 is free
-                L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)), L.block_of(lambda: refill(pre)), []))
-            compute_wgmma(L, plan, sa, sb, stage, acc_vars)
-            if release:       # wait_group 1 passed: this warpgroup is done with tile it - 1's stage
-                prev = N.BinOp("mod", N.BinOp("add", N.ReadVar(it), c32(S - 1), I32), c32(S), I32)
-                L.emit(N.If(N.Logical("and", wg_first, N.Compare("gt", N.ReadVar(it), c32(0))), L.block_of(
-                    lambda: L.asm(BAR.format("arrive") + " _, [$0];", "r", [bar(prev, True)], sim=S90.arrive)), []))
-        consume()
-        if release and not ws:
+        wait(bar(stage), parity)
+        if not release:
+            L.sync()    # every warpgroup is past wait_group 1 of the last iteration: stage it-2 is free
+            L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)), L.block_of(lambda: refill(pre)), []))
+        compute_wgmma(L, plan, sa, sb, stage, acc_vars)
+        if release:       # wait_group 1 passed: this warpgroup is done with tile it - 1's stage
+            prev = N.BinOp("mod", N.BinOp("add", N.ReadVar(it), c32(S - 1), I32), c32(S), I32)
+            L.emit(N.If(N.Logical("and", wg_first, N.Compare("gt", N.ReadVar(it), c32(0))), L.block_of(
+                lambda: L.asm(BAR.format("arrive") + " _, [$0];", "r", [bar(prev, True)], sim=S90.arrive)), []))
+        if release and not ws:    # the producer step, after the release it waits for (lock-step order)
             L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)), L.block_of(lambda: refill(pre)), []))
     if ws:
         # The roles' own loops, under one concurrent If (the simulator runs its sides as coroutines):

@@ -17,6 +17,7 @@ import numpy as np
 
 from dsl.ir.types import BF16, F8E4M3, F8E5M2, F16
 from dsl.sim import arith
+from dsl.sim.faults import SimulationError
 
 _G, _T = np.arange(32) // 4, np.arange(32) % 4
 # element (row, col) of each fragment register / half, in register order
@@ -32,7 +33,9 @@ F8_B = [(4 * _T + j + 16 * r, _G) for r in range(2) for j in range(4)]
 ACC = [(_G, 2 * _T), (_G, 2 * _T + 1), (_G + 8, 2 * _T), (_G + 8, 2 * _T + 1)]
 
 
-def _flag(fn: Callable, machine: bool = False, per_thread: bool = False) -> Callable:
+def semantics(fn: Callable, machine: bool = False, per_thread: bool = False) -> Callable:
+    """Mark `fn` as the CPU semantics of an InlinePtx (how dsl/sim/interp.py calls it): `per_thread`
+    (on the selected lanes, else on whole warps) and `machine` (it also gets the Machine and lanes)."""
     fn.machine, fn.per_thread = machine, per_thread  # type: ignore[attr-defined]
     return fn
 
@@ -69,7 +72,7 @@ def mma_elements(args: list, pos: np.ndarray, present: np.ndarray) -> tuple:
     return warp_mma((16, 16, 8), F16_A, F16_B, args[0:8], args[8:12], args[12:16], pos, present)
 
 
-mma_elements = _flag(mma_elements)
+mma_elements = semantics(mma_elements)
 
 
 def _halves(reg: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -94,21 +97,21 @@ def mma_packed(a_type: str, b_type: str) -> Callable:
             a = [x for r in args[0:4] for x in _bytes_of(r, da)]
             b = [x for r in args[4:6] for x in _bytes_of(r, db)]
             return warp_mma((16, 32, 8), F8_A, F8_B, a, b, args[6:10], pos, present)
-        return _flag(run8)
+        return semantics(run8)
     tname = a_type
     if tname == "tf32":
         def run(args: list, pos: np.ndarray, present: np.ndarray) -> tuple:
             a = [np.asarray(r, np.uint32).view(np.float32) for r in args[0:4]]
             b = [np.asarray(r, np.uint32).view(np.float32) for r in args[4:6]]
             return warp_mma((16, 8, 8), TF32_A, TF32_B, a, b, args[6:10], pos, present)
-        return _flag(run)
+        return semantics(run)
     dt = arith.np_dtype(BF16 if tname == "bf16" else F16)
 
     def run16(args: list, pos: np.ndarray, present: np.ndarray) -> tuple:
         a = [h for r in args[0:4] for h in _halves(r, dt)]
         b = [h for r in args[4:6] for h in _halves(r, dt)]
         return warp_mma((16, 16, 8), F16_A, F16_B, a, b, args[6:10], pos, present)
-    return _flag(run16)
+    return semantics(run16)
 
 
 def pack_halves(dtype) -> Callable:
@@ -118,7 +121,7 @@ def pack_halves(dtype) -> Callable:
     def run(args: list) -> np.ndarray:
         lo, hi = (np.asarray(x).astype(dt).view(np.uint16).astype(np.uint32) for x in args)
         return lo | (hi << np.uint32(16))
-    return _flag(run, per_thread=True)
+    return semantics(run, per_thread=True)
 
 
 def _cvt_rna_tf32(args: list) -> np.ndarray:
@@ -127,7 +130,7 @@ def _cvt_rna_tf32(args: list) -> np.ndarray:
     return np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits).astype(np.uint32)
 
 
-cvt_rna_tf32 = _flag(_cvt_rna_tf32, per_thread=True)
+cvt_rna_tf32 = semantics(_cvt_rna_tf32, per_thread=True)
 
 
 def _ld_shared_b32(args: list, mach, lanes: np.ndarray) -> np.ndarray:
@@ -136,7 +139,7 @@ def _ld_shared_b32(args: list, mach, lanes: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(raw).view(np.uint32).reshape(-1)
 
 
-ld_shared_b32 = _flag(_ld_shared_b32, machine=True, per_thread=True)
+ld_shared_b32 = semantics(_ld_shared_b32, machine=True, per_thread=True)
 
 
 def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
@@ -149,10 +152,11 @@ def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
     mach.copies.issue(lanes, mach.lanes.blk[lanes], dst, data)
 
 
-cp_async = _flag(_cp_async, machine=True, per_thread=True)
-# fence.proxy.async: the simulator has one proxy, writes are visible to the next statement
-no_op_fence = _flag(lambda args: None, per_thread=True)
-commit_group = _flag(lambda args, mach, lanes: mach.copies.commit(lanes), machine=True, per_thread=True)
+cp_async = semantics(_cp_async, machine=True, per_thread=True)
+# fences, prefetches, barrier initialisation fences: the simulator has one proxy and no caches, so a
+# write is visible to the next statement already
+no_op = semantics(lambda args: None, per_thread=True)
+commit_group = semantics(lambda args, mach, lanes: mach.copies.commit(lanes), machine=True, per_thread=True)
 
 
 def st_global(nbytes: int) -> Callable:
@@ -162,14 +166,12 @@ def st_global(nbytes: int) -> Callable:
         raw = np.stack([np.ascontiguousarray(x.astype(np.float32 if x.dtype.kind == "f" else np.uint32)).view(np.uint8)
                         .reshape(-1, 4) for x in vals], axis=1).reshape(len(lanes), nbytes)
         mach.addresses.global_write(np.asarray(args[0]), raw)
-    return _flag(run, machine=True, per_thread=True)
+    return semantics(run, machine=True, per_thread=True)
 
 
 def named_barrier(first: int) -> Callable:
     """bar.sync 1, n: the threads from tid.x `first` on (a warp-specialised kernel's consumers) meet;
     every running one of them must arrive, as for sync_threads()."""
-    from dsl.sim.faults import SimulationError
-
     def run(args: list, mach, lanes: np.ndarray) -> None:
         arrived = np.zeros(mach.L, bool)
         arrived[lanes] = True
@@ -178,11 +180,11 @@ def named_barrier(first: int) -> Callable:
             at = mach.lanes.blk == b
             if (want[at] & ~arrived[at]).any():
                 raise SimulationError("simulator: a named barrier reached by only part of its threads")
-    return _flag(run, machine=True, per_thread=True)
+    return semantics(run, machine=True, per_thread=True)
 
 
 def wait_group(keep: int) -> Callable:
-    return _flag(lambda args, mach, lanes: mach.copies.wait(lanes, keep, mach.addresses),
+    return semantics(lambda args, mach, lanes: mach.copies.wait(lanes, keep, mach.addresses),
                  machine=True, per_thread=True)
 
 
@@ -209,4 +211,4 @@ def ldmatrix(trans: bool) -> Callable:
                 lo, hi = m16[w, i, g, 2 * t], m16[w, i, g, 2 * t + 1]
             out.append((lo.astype(np.uint32) | (hi.astype(np.uint32) << np.uint32(16)))[pos])
         return tuple(out)
-    return _flag(run, machine=True)
+    return semantics(run, machine=True)

@@ -30,8 +30,7 @@ import numpy as np
 from dsl.ir.types import BF16, F8E4M3, F8E5M2, F16
 from dsl.sim import arith
 from dsl.sim.faults import SimulationError
-from dsl.sim.memory import MemRef
-from dsl.tile.ptx_sim import _flag
+from dsl.tile.ptx_sim import semantics
 
 SWIZZLE_BITS = {128: 7, 64: 3, 32: 1}          # mask of address bits 7.. XORed into bits 4..
 MODE_WIDTH = {1: 128, 2: 64, 3: 32}             # descriptor swizzle mode -> swizzle width in bytes
@@ -41,15 +40,6 @@ _NP = {"bf16": arith.np_dtype(BF16), "f16": arith.np_dtype(F16), "tf32": np.dtyp
 
 def swizzle(addr: np.ndarray, width: int) -> np.ndarray:
     return addr ^ (((addr >> 7) & SWIZZLE_BITS[width]) << 4) if width in SWIZZLE_BITS else addr
-
-
-@dataclass(frozen=True)
-class TensorMap:
-    """What a CUtensorMap describes, as the simulator binds a TensorMapType parameter: the array, the
-    box in the array's axis order and the swizzle width (0: none)."""
-    mem: MemRef
-    box: tuple[int, ...]
-    swizzle: int
 
 
 @dataclass
@@ -88,7 +78,7 @@ def mbarrier_init(count: int) -> Callable:
     def run(args: list, mach, lanes: np.ndarray) -> None:
         for blk, addr in zip(mach.lanes.blk[lanes], np.asarray(args[0], np.int64)):
             _bars(mach)[int(blk), int(addr)] = _Barrier(count, count)
-    return _flag(run, machine=True, per_thread=True)
+    return semantics(run, machine=True, per_thread=True)
 
 
 def _arrive_expect_tx(args: list, mach, lanes: np.ndarray) -> None:
@@ -129,10 +119,9 @@ def _arrive(args: list, mach, lanes: np.ndarray) -> None:
         _complete(b, mach)
 
 
-arrive = _flag(_arrive, machine=True, per_thread=True)
-arrive_expect_tx = _flag(_arrive_expect_tx, machine=True, per_thread=True)
-try_wait_parity = _flag(_try_wait_parity, machine=True, per_thread=True)
-no_op = _flag(lambda args, *rest: None, per_thread=True)
+arrive = semantics(_arrive, machine=True, per_thread=True)
+arrive_expect_tx = semantics(_arrive_expect_tx, machine=True, per_thread=True)
+try_wait_parity = semantics(_try_wait_parity, machine=True, per_thread=True)
 
 
 # ----------------------------------------------------------------------------------------- TMA
@@ -159,7 +148,7 @@ def _tma_load_2d(args: list, mach, lanes: np.ndarray) -> None:
         _complete(b, mach)
 
 
-tma_load_2d = _flag(_tma_load_2d, machine=True, per_thread=True)
+tma_load_2d = semantics(_tma_load_2d, machine=True, per_thread=True)
 
 
 # --------------------------------------------------------------------------------------- wgmma
@@ -241,7 +230,7 @@ def wgmma(op: WgmmaOp) -> Callable:
                 raise SimulationError("simulator: a wgmma executed by only part of a warpgroup")
             _groups(mach).setdefault(key, _Wgmma()).open.append((int(da[at[0]]), int(db[at[0]]), op))
         return tuple(np.asarray(a, np.float32) for a in args[3:])
-    return _flag(run, machine=True)
+    return semantics(run, machine=True)
 
 
 def _commit(args: list, pos: np.ndarray, present: np.ndarray, mach, lanes: np.ndarray) -> None:
@@ -252,7 +241,7 @@ def _commit(args: list, pos: np.ndarray, present: np.ndarray, mach, lanes: np.nd
         st.open = []
 
 
-wgmma_commit = _flag(_commit, machine=True)
+wgmma_commit = semantics(_commit, machine=True)
 
 
 def wgmma_wait(keep: int) -> Callable:
@@ -283,4 +272,4 @@ def wgmma_wait(keep: int) -> Callable:
                 col = 8 * (i // 4) + 2 * t[at] + (i % 2)
                 out[i][at] += total[row, col]
         return tuple(x.astype(np.float32) for x in out)
-    return _flag(run, machine=True)
+    return semantics(run, machine=True)

@@ -20,6 +20,7 @@ import dsl.sim.interp as interp
 import dsl.tile.lower_mma as lower_mma
 import dsl.tile.lower_wgmma as lower_wgmma
 import dsl.tile.ptx_sim_sm90 as sm90
+from dsl.tile import ptx_sim
 from dsl import tile
 from dsl.backend.ptxas import find_ptxas
 from dsl.types import f32
@@ -190,7 +191,7 @@ def test_a_too_weak_wgmma_wait_lets_a_stage_be_overwritten_while_it_is_read(monk
 def test_an_mbarrier_wait_whose_copies_never_land_is_a_simulated_deadlock(monkeypatch, rng):
     a = rng.standard_normal((136, 128)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((128, 136)).astype(ml_dtypes.bfloat16)
-    monkeypatch.setattr(sm90, "tma_load_2d", sm90.no_op)         # the copies are issued but never land
+    monkeypatch.setattr(sm90, "tma_load_2d", ptx_sim.no_op)         # the copies are issued but never land
     with pytest.raises(SimulationError, match="never completes"):
         run_sm90(K.gemm, a, b, (128, 128), 64)
 
@@ -298,7 +299,7 @@ def test_consumers_that_never_release_a_stage_deadlock_the_simulated_producer(mo
     """With the roles as coroutines, a producer waiting on an empty barrier nobody arrives on, while
     the consumers wait on a copy it never issues, is a deadlock the simulator reports."""
     monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
-    monkeypatch.setattr(sm90, "arrive", sm90.no_op)
+    monkeypatch.setattr(sm90, "arrive", ptx_sim.no_op)
     a = rng.standard_normal((136, 640)).astype(ml_dtypes.bfloat16)      # 10 k tiles > the stages
     b = rng.standard_normal((640, 264)).astype(ml_dtypes.bfloat16)
     with pytest.raises(SimulationError, match="every role of the block waits"):
