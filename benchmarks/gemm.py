@@ -68,7 +68,7 @@ def host_operands(rng: np.random.Generator, case: Case, host_dtype: Any) -> tupl
 
 
 @contextlib.contextmanager
-def gemm_pipeline(mode: str):
+def pipeline_env(mode: str):
     """KB_TILE_GEMM_PIPELINE=mode while a candidate compiles and makes its first launch (its kernel
     object's dispatcher then keeps that launcher)."""
     old = os.environ.get("KB_TILE_GEMM_PIPELINE")
@@ -106,7 +106,7 @@ def ours(case: Case, a: Any, b: Any, m: int, n: int, tiles: list, arch: str, ops
         kernel = kernels.setdefault(mode, tile.kernel(base.pyfunc))     # one dispatcher per pipeline
         args = (a, b, np.float32(1.0), part, bk) if f8 else (a, b, part, bk)
         try:
-            with gemm_pipeline(mode):
+            with pipeline_env(mode):
                 kernel.compile(args, arch)
                 kernel(*args)
         except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a row, not fatal

@@ -13,7 +13,7 @@ from dsl.ir import nodes as N
 from dsl.ir.types import (INDEX, ArrayType, ChunkType, ScalarType, SlotType, ThreadIndexType, TupleType,
                           Type)
 from dsl.sim import arith
-from dsl.sim.addresses import AddressSpace, AsyncCopies
+from dsl.sim.addresses import AddressSpace
 from dsl.sim.faults import FaultRecord, SimulationError, where
 from dsl.sim.lanes import LaneSpace, count, subsel, to_mask, to_sel, vec
 from dsl.sim.memory import MemRef, SharedSpace
@@ -116,8 +116,7 @@ class Machine:
         self.frames = [self.kernel_frame]
         self.consts: dict[int, object] = {}
         self.addresses = AddressSpace(shared)     # raw addresses of inline PTX (dsl/sim/addresses.py)
-        self.copies = AsyncCopies(self.L)
-        # state of other stateful inline-PTX semantics (mbarriers, pending wgmma groups), by name
+        # state of stateful inline-PTX semantics (pending copies, mbarriers, wgmma groups), by name
         self.ext: dict[str, object] = {}
 
     # ------------------------------------------------------------------------------ plumbing

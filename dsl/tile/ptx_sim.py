@@ -17,6 +17,7 @@ import numpy as np
 
 from dsl.ir.types import BF16, F8E4M3, F8E5M2, F16
 from dsl.sim import arith
+from dsl.sim.addresses import AsyncCopies
 from dsl.sim.faults import SimulationError
 
 _G, _T = np.arange(32) // 4, np.arange(32) % 4
@@ -142,6 +143,14 @@ def _ld_shared_b32(args: list, mach, lanes: np.ndarray) -> np.ndarray:
 ld_shared_b32 = semantics(_ld_shared_b32, machine=True, per_thread=True)
 
 
+def copies(mach) -> AsyncCopies:
+    """The pending cp.async copies of this batch of blocks (made on the first copy)."""
+    found = mach.ext.get("cp.async")
+    if found is None:
+        found = mach.ext["cp.async"] = AsyncCopies(mach.L)
+    return found
+
+
 def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
     """cp.async.cg 16 bytes with src-size 16 (copy) or 0 (zero fill: the source is not read)."""
     dst, src, size = (np.asarray(a) for a in args)
@@ -149,14 +158,14 @@ def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
     full = size == 16
     if full.any():
         data[full] = mach.addresses.global_read(src[full], 16)
-    mach.copies.issue(lanes, mach.lanes.blk[lanes], dst, data)
+    copies(mach).issue(lanes, mach.lanes.blk[lanes], dst, data)
 
 
 cp_async = semantics(_cp_async, machine=True, per_thread=True)
 # fences, prefetches, barrier initialisation fences: the simulator has one proxy and no caches, so a
 # write is visible to the next statement already
 no_op = semantics(lambda args: None, per_thread=True)
-commit_group = semantics(lambda args, mach, lanes: mach.copies.commit(lanes), machine=True, per_thread=True)
+commit_group = semantics(lambda args, mach, lanes: copies(mach).commit(lanes), machine=True, per_thread=True)
 
 
 def st_global(nbytes: int) -> Callable:
@@ -184,7 +193,7 @@ def named_barrier(first: int) -> Callable:
 
 
 def wait_group(keep: int) -> Callable:
-    return semantics(lambda args, mach, lanes: mach.copies.wait(lanes, keep, mach.addresses),
+    return semantics(lambda args, mach, lanes: copies(mach).wait(lanes, keep, mach.addresses),
                  machine=True, per_thread=True)
 
 
