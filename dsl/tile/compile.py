@@ -46,8 +46,10 @@ def tile_requires(fn, facts: dict[str, dict], relied: set[str]) -> list[str]:
     """The tile model's relations: a last extent divisible by 8 (16 for 1-byte elements: 16-byte rows)
     where the lowering relied on it, and one tile grid for every partition (each tile block owns one
     tile of each)."""
-    requires = [f"{p.name}.shape[{p.type.ndim - 1}] % {16 if p.type.dtype.itemsize == 1 else 8} == 0"
-                for p in fn.params if p.name in relied and facts.get(p.name, {}).get("div8")]
+    def rows(p) -> int:        # the divisor of the fact the lowering relied on (lower_mma: 16-byte rows)
+        return 16 if p.type.dtype.itemsize == 1 else 8
+    requires = [f"{p.name}.shape[{p.type.ndim - 1}] % {rows(p)} == 0" for p in fn.params
+                if p.name in relied and facts.get(p.name, {}).get(f"div{rows(p)}")]
     gp = fn.grid_param
     assert isinstance(gp.type, PartitionParamType)
     for p in fn.params:
