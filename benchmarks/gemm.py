@@ -83,12 +83,12 @@ def pipeline_env(mode: str):
 
 
 def candidates(case: Case, tiles: list) -> list[tuple[int, int, int, str]]:
-    """(BM, BN, BK, sm_90 TMA pipeline): every tile shape with the default pipeline; for the bars'
-    cases (8192^3 NN, 16-bit) also the 128x256 tiles with the other two (sync, ws), side by side."""
+    """(BM, BN, BK, sm_90 TMA pipeline): every tile shape with the default pipeline (sync); for the
+    bars' cases (8192^3 NN, 16-bit) also the 128x256 tiles warp-specialised (ws), side by side."""
     shapes = tiles or DSL_TILES["16bit" if case.label in ("bf16", "f16") else case.label]
-    out = [(bm, bn, bk, "release") for bm, bn, bk in shapes]
+    out = [(bm, bn, bk, "sync") for bm, bn, bk in shapes]
     if case.shape == "8192^3" and case.layout == "NN" and case.label in ("bf16", "f16") and not tiles:
-        out += [(bm, bn, bk, mode) for mode in ("sync", "ws") for bm, bn, bk in shapes if (bm, bn) == (128, 256)]
+        out += [(bm, bn, bk, "ws") for bm, bn, bk in shapes if (bm, bn) == (128, 256)]
     return out
 
 
@@ -98,11 +98,11 @@ def ours(case: Case, a: Any, b: Any, m: int, n: int, tiles: list, arch: str, ops
     out = {}
     f8 = case.label == "e4m3"
     base = K.gemm_f8 if f8 else K.gemm_nt if case.layout == "NT" else K.gemm
-    kernels = {"release": base}
+    kernels = {"sync": base}
     for bm, bn, bk, mode in candidates(case, tiles):
         c = bridge.full((m, n), np.nan, "bfloat16" if f8 else "float32")
         part = tile.partition(c, (bm, bn))
-        name = f"DSL tile {bm}x{bn}x{bk}" + ("" if mode == "release" else f" {mode}")
+        name = f"DSL tile {bm}x{bn}x{bk}" + ("" if mode == "sync" else f" {mode}")
         kernel = kernels.setdefault(mode, tile.kernel(base.pyfunc))     # one dispatcher per pipeline
         args = (a, b, np.float32(1.0), part, bk) if f8 else (a, b, part, bk)
         try:
@@ -127,7 +127,7 @@ def one_case(ops: Ops, torch: Any, tg: Any, rng: np.random.Generator, case: Case
     ref = ah[rows].astype(np.float64) @ b64
     scale = float(np.sqrt(k))
     tol = ({"rtol": 1e-2, "atol": 5e-3 * scale} if case.label == "f32" else
-           {"rtol": 1e-2, "atol": 1e-2} if f8 else {"rtol": 1e-3, "atol": 1e-3 * scale})
+           {"rtol": 1e-2, "atol": 4e-3 * scale} if f8 else {"rtol": 1e-3, "atol": 1e-3 * scale})
     a, b = bridge.from_host(ah), bridge.from_host(bh)
     op = f"GEMM {case.shape} {case.label}" + (" NT" if case.layout == "NT" else "")
     impls: dict = {}
@@ -153,11 +153,15 @@ def peer_impls(torch: Any, tg: Any, case: Case, ah, bh, a, b, rows, ref, tol, tr
         tb = torch.from_numpy(bh.view(np.uint8)).to(dev).view(torch.float8_e4m3fn)
         one = torch.ones((), dtype=torch.float32, device=dev)
         trows = torch.as_tensor(rows, device=dev)
-        impls["torch._scaled_mm"] = (keep_first(res, lambda: torch._scaled_mm(ta, tb.t(), scale_a=one, scale_b=one,
-                                                                          out_dtype=torch.bfloat16)),
-                                     lambda: check_close("torch._scaled_mm", res[0][trows].float().cpu().numpy(), ref,
-                                                         **tol))
-        peers["torch.matmul"].add("torch._scaled_mm")
+        # both accumulation modes: use_fast_accum=True keeps the tensor core's own accumulation, as our
+        # wgmma path does (the same error, measured); the default promotes to f32 every few k steps.
+        # The bar is against the faster of the two in this run.
+        for fast in (False, True):
+            name, out = f"torch._scaled_mm{' fast_accum' if fast else ''}", []
+            impls[name] = (keep_first(out, lambda fast=fast: torch._scaled_mm(
+                ta, tb.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast)),
+                (lambda nm=name, out=out: check_close(nm, out[0][trows].float().cpu().numpy(), ref, **tol)))
+            peers["torch.matmul"].add(name)
         return
     ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
     tbk = tb.t() if case.layout == "NT" else tb                 # the K x N operand, a view either way

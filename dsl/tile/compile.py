@@ -104,18 +104,16 @@ def tc_matmul_enabled() -> bool:
     return env_switch("KB_TILE_TC_MATMUL", True)
 
 
-GEMM_PIPELINES = ("release", "sync", "ws")
+GEMM_PIPELINES = ("sync", "ws")
 
 
 def gemm_pipeline() -> str:
-    """The sm_90 TMA GEMM loop (dsl/tile/lower_tma.py), KB_TILE_GEMM_PIPELINE: "release" (default:
-    per-stage empty mbarriers that each warpgroup arrives on once its wgmma of the stage is done,
-    copies S - 1 tiles ahead, no block-wide barrier in the loop); "sync" (the earlier loop, a
-    __syncthreads per k tile and copies S - 2 ahead); "ws" (warp-specialised: a third warpgroup
-    issues the copies, the two others only compute). "sync" and "ws" stay selectable until the GPU
-    has measured all three."""
+    """The sm_90 TMA GEMM loop (dsl/tile/lower_tma.py), KB_TILE_GEMM_PIPELINE: "sync" (default: a
+    __syncthreads per k tile, copies S - 2 ahead) or "ws" (warp-specialised: a third warpgroup issues
+    the copies through per-stage empty mbarriers, the two others only compute). They tie at the
+    best 8192^3 tiles on the H200; sync is ahead at BK=32 (docs/results)."""
     mode = os.environ.get("KB_TILE_GEMM_PIPELINE", "").strip().lower()
-    return mode if mode in GEMM_PIPELINES else "release"
+    return mode if mode in GEMM_PIPELINES else "sync"
 
 
 def lowering_switches() -> dict:
@@ -127,7 +125,7 @@ def switches_key() -> tuple:
     """lowering_switches() for the compile caches' keys: the ones that are not off or the default."""
     s = lowering_switches()
     return (("tc_matmul",) if s["tc_matmul"] else ()) + \
-        (() if s["gemm_pipeline"] == "release" else (f"gemm_pipeline_{s['gemm_pipeline']}",))
+        (() if s["gemm_pipeline"] == "sync" else (f"gemm_pipeline_{s['gemm_pipeline']}",))
 
 
 def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, dict] | None = None,

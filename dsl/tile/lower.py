@@ -31,7 +31,7 @@ class Lowerer:
     def __init__(self, fn: T.TileFunction, threads: int, kernel_name: str,
                  facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
                  persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None,
-                 pipelines: bool = True, gemm_pipeline: str = "release") -> None:
+                 pipelines: bool = True, gemm_pipeline: str = "sync") -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -48,7 +48,7 @@ class Lowerer:
         self.cc = cc                            # target compute capability (0: portable only)
         self.persistent = persistent            # blocks loop over tiles (grid may be < tile count)
         self.tc_matmul = tc_matmul              # experimental tensor-core tile.matmul (lower_matmul_tc.py)
-        self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "release", "sync" or "ws" (lower_tma.py)
+        self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "sync" or "ws" (lower_tma.py)
         # warp specialisation (gemm_pipeline "ws"): WS_PRODUCERS more threads issue the copies; the tile
         # program runs on the T threads after them (geo.tid = tid.x - WS_PRODUCERS); ws_tid is tid.x
         self.ws = False
@@ -732,7 +732,7 @@ def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> 
 
 def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, dict] | None = None,
           info: dict | None = None, cc: int = 0, persistent: bool = False, tc_matmul: bool = False,
-          gemm_pipeline: str = "release") -> N.Function:
+          gemm_pipeline: str = "sync") -> N.Function:
     """Tile IR → SIMT IR kernel with an exact block of `threads` threads (power of two, >= 32).
     `facts`: per array parameter {"layout": "C"|"any", "aligned16": bool, "div8": bool, "div16": bool} known at
     launch. `info` receives "relied" (parameters whose facts the code relies on: the contract states

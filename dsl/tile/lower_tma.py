@@ -13,19 +13,20 @@ view is a typed refusal naming the argument). A is one box [BM, BK] (128-byte sw
 with 128-byte swizzle, the MN-major atoms [BN/64][BK][64], or, stored N x K (K-major), one box
 [BN, BK] swizzled like A.
 
-Pipeline (S stages, phase = use count & 1), by default ("release"): stage `it` is waited for on its
-"full" mbarrier, its wgmma group is issued, and wait_group 1 leaves it in flight while completing the
-group of tile it-1; each warpgroup's first thread then arrives on tile it-1's "empty" mbarrier (count
-2), and thread 0 waits for that phase before refilling the stage with k tile it+S-1. So copies run
-S-1 tiles ahead and no block-wide barrier sits in the loop (the CUTLASS consumer-release pipeline,
-without a separate producer warpgroup). KB_TILE_GEMM_PIPELINE=sync selects the earlier loop: a
-__syncthreads per k tile makes sure every warpgroup is done with tile it-2, whose stage thread 0 then
-refills with k tile it+S-2. KB_TILE_GEMM_PIPELINE=ws (warp-specialised, L.ws): the release pipeline
-with its copies issued by thread 0 of an extra producer warpgroup (tid.x < 128) in a loop of its own,
-beside the compute warpgroups' loop, under one concurrent If (the simulator runs the two sides as
-coroutines, dsl/sim/roles.py). A producer step inside the compute loop would put the wgmmas in a path
+Pipeline (S stages, phase = use count & 1), by default ("sync", the loop measured best on the H200):
+stage `it` is waited for on its "full" mbarrier, its wgmma group is issued and wait_group 1 leaves it
+in flight while completing the group of tile it-1; a __syncthreads per k tile makes sure every
+warpgroup is done with tile it-2, whose stage thread 0 then refills with k tile it+S-2.
+KB_TILE_GEMM_PIPELINE=ws (warp-specialised, L.ws): thread 0 of an extra producer warpgroup
+(tid.x < 128) issues every copy in a loop of its own, S-1 tiles ahead, beside the compute warpgroups'
+loop, under one concurrent If (the simulator runs the two sides as coroutines, dsl/sim/roles.py); each
+compute warpgroup's first thread arrives on a stage's "empty" mbarrier (count 2) once wait_group 1 has
+passed its wgmma, and the producer waits for that phase before refilling it (the CUTLASS
+consumer-release pipeline). A producer step inside the compute loop would put the wgmmas in a path
 ptxas cannot prove uniform, and it serialises them (C7518); the role test itself goes through a
-shuffle, so ptxas sees it uniform per warp. No register reallocation: ptxas 13.0 failed to allocate
+shuffle, so ptxas sees it uniform per warp. H200, 2026-12-01: sync and ws tie at 128x256x64
+(725 TFLOP/s bf16 8192^3); at BK=32 sync keeps 724 where ws gives 676 and a lock-step release loop
+(dropped) 605. No register reallocation: ptxas 13.0 failed to allocate
 the compute side at setmaxnreg 232 (C7600), so a 128x256 tile with a bias epilogue spills in ws mode.
 """
 from __future__ import annotations
@@ -61,10 +62,9 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     kmaj = plan.b_kmajor
     tmap_b = _tensor_map_param(L, plan.b.param, (bn, bk) if kmaj else (bk, 64), kswz if kmaj else 128)
     _, _, sa, sb = operand_stages(L, plan)
-    release = L.gemm_pipeline in ("release", "ws")
     ws = L.ws            # warp-specialised: tid.x < 128 produce (thread 0 copies), the rest compute
     # S "full" barriers (the stage's copies landed), then S "empty" ones (both warpgroups are done with it)
-    nbars = 2 * S if release else S
+    nbars = 2 * S if ws else S
     bars = N.SharedAlloc("gemm_stage_bars", ArrayType(U64, 1, writable=True, space="shared", shape=(nbars,)),
                          align=8)
     L.extra_shared.append(bars)
@@ -90,7 +90,7 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     def init() -> None:
         for st in range(S):
             L.asm(BAR.format("init") + " [$0], 1;", "r", [bar(c32(st))], sim=S90.mbarrier_init(1))
-            if release:
+            if ws:
                 L.asm(BAR.format("init") + " [$0], 2;", "r", [bar(c32(st), True)], sim=S90.mbarrier_init(2))
         L.asm("fence.mbarrier_init.release.cluster;", sim=no_op)
         L.asm("prefetch.tensormap [$0];", "l", [tmap_a], sim=no_op)
@@ -116,17 +116,17 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
             L.asm(copy, "r,l,r,r,r", [b_dst, tmap_b, N.BinOp("add", col0, c32(t * 64), I32), k0, b_at],
                   sim=S90.tma_load_2d)
 
-    ahead = S - 1 if release else S - 2
+    ahead = S - 2        # sync: copies run S - 2 tiles ahead (ws: the producer has its own loop)
     for st in range(0 if ws else ahead):
         L.emit(N.If(N.Logical("and", leader, N.Compare("lt", c32(st), kt_n)),
                     L.block_of(lambda st=st: issue(c32(st), c32(st))), []))
     it = L.new_var(I32, "kit")
-    wg_first = L.tmp(N.Compare("eq", N.BinOp("and_", tid, c32(127), I32), c32(0)), "wg0") if release else None
+    wg_first = L.tmp(N.Compare("eq", N.BinOp("and_", tid, c32(127), I32), c32(0)), "wg0") if ws else None
 
     def refill(pre: N.Expr) -> None:
         """Leader: copy k tile `pre` into its stage, once both warpgroups released the tile before it."""
         pst = L.tmp(N.BinOp("mod", pre, c32(S), I32), "pst")
-        if release:       # the stage's last use was tile pre - S: wait for phase (pre / S - 1) of its empty barrier
+        if ws:            # the stage's last use was tile pre - S: wait for phase (pre / S - 1) of its empty barrier
             used = N.Compare("ge", pre, c32(S))
             par = N.BinOp("and_", N.BinOp("add", N.BinOp("floordiv", pre, c32(S), I32), c32(1), I32), c32(1), I32)
             L.emit(N.If(used, L.block_of(lambda: wait(bar(pst, True), par)), []))
@@ -137,16 +137,14 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
         parity = L.tmp(N.BinOp("and_", N.BinOp("floordiv", N.ReadVar(it), c32(S), I32), c32(1), I32), "par")
         pre = None if ws else L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
         wait(bar(stage), parity)
-        if not release:
+        if not ws:
             L.sync()    # every warpgroup is past wait_group 1 of the last iteration: stage it-2 is free
             L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)), L.block_of(lambda: refill(pre)), []))
         compute_wgmma(L, plan, sa, sb, stage, acc_vars)
-        if release:       # wait_group 1 passed: this warpgroup is done with tile it - 1's stage
+        if ws:            # wait_group 1 passed: this warpgroup is done with tile it - 1's stage
             prev = N.BinOp("mod", N.BinOp("add", N.ReadVar(it), c32(S - 1), I32), c32(S), I32)
             L.emit(N.If(N.Logical("and", wg_first, N.Compare("gt", N.ReadVar(it), c32(0))), L.block_of(
                 lambda: L.asm(BAR.format("arrive") + " _, [$0];", "r", [bar(prev, True)], sim=S90.arrive)), []))
-        if release and not ws:    # the producer step, after the release it waits for (lock-step order)
-            L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)), L.block_of(lambda: refill(pre)), []))
     if ws:
         # The roles' own loops, under one concurrent If (the simulator runs its sides as coroutines):
         # the compute warpgroups wait, multiply, release and drain; thread 0 of the producer warpgroup

@@ -223,13 +223,12 @@ def test_a_bf16_output_tile_stores_packed_pairs(monkeypatch, rng):
     np.testing.assert_array_equal(c.astype(np.float32), ref.astype(np.float32))
 
 
-@pytest.mark.parametrize("mode", ["release", "sync"])
+@pytest.mark.parametrize("mode", ["sync", "ws"])
 def test_both_tma_pipelines_match_numpy_and_only_sync_has_a_barrier_in_its_loop(monkeypatch, rng, mode):
-    """release (default): each warpgroup arrives on the stage's empty mbarrier after its wgmma of it is
-    done, the leader waits on it before refilling, copies run S - 1 tiles ahead; sync
-    (KB_TILE_GEMM_PIPELINE=sync): a block-wide barrier per k tile, copies S - 2 ahead."""
-    if mode == "sync":
-        monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "sync")
+    """sync (default): a block-wide barrier per k tile, copies S - 2 ahead; ws
+    (KB_TILE_GEMM_PIPELINE=ws): each compute warpgroup arrives on the stage's empty mbarrier after its
+    wgmma of it is done and the producer waits on it before refilling, no block-wide barrier."""
+    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", mode)
     a = rng.standard_normal((136, 520)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((520, 264)).astype(ml_dtypes.bfloat16)
     np.testing.assert_allclose(run_sm90(K.gemm, a, b, (128, 256), 64), reference(a, b), rtol=1e-5, atol=1e-4)
@@ -237,7 +236,7 @@ def test_both_tma_pipelines_match_numpy_and_only_sync_has_a_barrier_in_its_loop(
     body = ptx[ptx.index("wgmma.fence"):]           # from the first wgmma: the loop, then the epilogue
     loop = body[:body.index("wgmma.wait_group.sync.aligned 0;")]
     assert ("bar.sync" in loop) == (mode == "sync")
-    assert ("mbarrier.arrive.shared::cta.b64" in ptx) == (mode == "release")
+    assert ("mbarrier.arrive.shared::cta.b64" in ptx) == (mode == "ws")
 
 
 @pytest.mark.parametrize("which", ["gemm", "gemm_bias_relu", "gemm_nt", "gemm_f8"])
@@ -307,7 +306,7 @@ def test_consumers_that_never_release_a_stage_deadlock_the_simulated_producer(mo
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
-@pytest.mark.parametrize("mode", ["release", "sync", "ws"])
+@pytest.mark.parametrize("mode", ["sync", "ws"])
 def test_ptxas_neither_serialises_the_wgmmas_nor_injects_warpgroup_syncs(monkeypatch, mode):
     """ptxas -v reports C7518 (wgmmas serialised) or C7517/C7519 (warpgroup wait/arrive injected) when
     accumulator registers are touched between the fence and the wgmmas or the wgmmas sit in a path it

@@ -170,6 +170,14 @@ def test_gemm_with_b_stored_n_by_k_matches_numpy(rng, dtype, tshape, bk, mkn):
 
 
 E4, E5 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
+
+
+def f8_wgmma_bound(a: np.ndarray, bt: np.ndarray, scale: float) -> np.ndarray:
+    """Hopper's f8 wgmma accumulates with fewer mantissa bits than f32 (torch._scaled_mm calls it
+    use_fast_accum=True): its error scales with sum_k |a||b|, not with the result. Measured on the H200
+    (2026-12-01, K=8192): 4.53e-4 of sum_k |a||b| for our kernel and for _scaled_mm's fast mode alike;
+    the bound is 2^-10. A layout or staging bug is off by about |c| (~1e-2 of sum |a||b| at these K)."""
+    return 2.0 ** -10 * abs(scale) * (np.abs(a.astype(np.float64)) @ np.abs(bt.astype(np.float64)).T)
 F8_CASES = [(E4, E4, ts, bk, ml_dtypes.bfloat16, (300, 208, 176)) for ts, bk in (((128, 128), 64), ((128, 256), 128),
                                                                                  ((64, 64), 64))] + \
     [(E4, E5, (128, 128), 64, np.float32, (300, 208, 176)), (E4, E5, (64, 64), 64, np.float32, (136, 48, 72))]
@@ -191,13 +199,19 @@ def test_gpu_f8_gemm_with_a_scale_matches_numpy(rng, ta, tb, tshape, bk, out_dty
     assert ".f32.e4m3." in ptx and ("wgmma" in ptx or "m16n8k32" in ptx)
     K.gemm_f8(*args)
     ref = 0.25 * (a.astype(np.float64) @ bt.astype(np.float64).T)
-    tol = 1e-5 if out_dtype is np.float32 else 8e-3
-    np.testing.assert_allclose(c.to_host().astype(np.float64), ref, rtol=tol, atol=tol)
+    got = c.to_host().astype(np.float64)
+    if out_dtype is np.float32 and "wgmma" in ptx:
+        err = np.abs(got - ref)
+        assert np.all(err <= f8_wgmma_bound(a, bt, 0.25) + 1e-6), float(err.max())
+    else:               # mma.sync accumulates in f32; a bf16 output rounds to 8 bits
+        tol = 1e-5 if out_dtype is np.float32 else 8e-3
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
 
 
 def test_gpu_f8_gemm_takes_torch_float8_tensors_zero_copy(rng):
     """torch.float8_e4m3fn CUDA tensors arrive through DLPack as f8e4m3fn views (no copy) and feed the
-    f8 GEMM; the result matches torch._scaled_mm on the same tensors."""
+    f8 GEMM; the result matches float64 and torch._scaled_mm (its fast accumulation, which is what
+    wgmma does) on the same tensors."""
     torch = pytest.importorskip("torch")
     m, k, n = 256, 208, 192
     a = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32)).cuda().to(torch.float8_e4m3fn)
@@ -207,10 +221,12 @@ def test_gpu_f8_gemm_takes_torch_float8_tensors_zero_copy(rng):
     assert av.dtype_tag == "f8e4m3fn" and av.ptr == a.data_ptr()
     K.gemm_f8(a, bt, np.float32(0.5), tile.partition(c, (128, 128)), 64)
     one = torch.ones((), dtype=torch.float32, device="cuda")
-    peer = torch._scaled_mm(a, bt.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
-    ref = 0.5 * (a.float().cpu().numpy().astype(np.float64) @ bt.float().cpu().numpy().astype(np.float64).T)
-    np.testing.assert_allclose(c.cpu().numpy(), ref, rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(c.cpu().numpy(), 0.5 * peer.cpu().numpy(), rtol=1e-4, atol=1e-3)
+    peer = torch._scaled_mm(a, bt.t(), scale_a=one, scale_b=one, out_dtype=torch.float32, use_fast_accum=True)
+    a64, b64 = a.float().cpu().numpy().astype(np.float64), bt.float().cpu().numpy().astype(np.float64)
+    ref, bound = 0.5 * (a64 @ b64.T), f8_wgmma_bound(a64, b64, 0.5)
+    got = c.cpu().numpy().astype(np.float64)
+    assert np.all(np.abs(got - ref) <= bound + 1e-6), float(np.abs(got - ref).max())
+    assert np.all(np.abs(got - 0.5 * peer.cpu().numpy()) <= 2 * bound + 1e-6)
 
 
 def test_gpu_f8_conversions_match_ml_dtypes_on_every_pattern_and_around_every_binade(rng):
@@ -230,11 +246,11 @@ def test_gpu_f8_conversions_match_ml_dtypes_on_every_pattern_and_around_every_bi
         assert np.array_equal(q.to_host().astype(np.float64), ref.astype(np.float64), equal_nan=True), dt
 
 
-@pytest.mark.parametrize("pipeline", ["release", "sync", "ws"])
+@pytest.mark.parametrize("pipeline", ["sync", "ws"])
 @pytest.mark.parametrize("tshape,bk", [((128, 128), 64), ((128, 256), 32)])
 def test_gpu_every_tma_gemm_pipeline_matches_numpy(monkeypatch, rng, pipeline, tshape, bk):
-    """KB_TILE_GEMM_PIPELINE: release (default, empty mbarriers), sync (a barrier per k tile), ws (a
-    producer warpgroup issues the copies): the same results, with a fused epilogue, ragged M, N, K."""
+    """KB_TILE_GEMM_PIPELINE: sync (default, a barrier per k tile) and ws (a producer warpgroup issues
+    the copies through empty mbarriers): the same results, with a fused epilogue, ragged M, N, K."""
     if bridge.current_device().cc < (9, 0):
         pytest.skip("the TMA GEMM loop: sm_90 or newer")
     monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", pipeline)
