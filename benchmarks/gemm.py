@@ -7,7 +7,8 @@ Cases (shape, dtype, layout): NN is row-major B (K x N); NT is B stored N x K, a
 and as torch._scaled_mm takes it, and the layout tf32 and f8 tensor cores read (K-major). Every peer gets
 the same layout. Dtypes bf16, f16, f32 (run as tf32 by all) and e4m3 (f8e4m3fn inputs, bf16 output,
 f32 accumulation). Our tile shapes and Triton's configs are tried like an autotuner and the best of each
-is reported (every candidate is a row). Each result is checked against NumPy float64 on 16 random rows
+is reported (every candidate is a row); for K much longer than M and N also a parallel split-K in
+the DSL (two kernels, both timed). Each result is checked against NumPy float64 on 16 random rows
 before timing; device events, L2 flushed before each launch, all candidates interleaved, median.
 TFLOP/s also as a fraction of the H200's dense peak (989 TFLOP/s 16-bit, 494 tf32, 1979 f8).
 Bars (DESIGN §8, issue 11): bf16 and f16 8192^3 NN >= 0.95x torch.matmul and >= 1.0x the plain Triton
@@ -36,6 +37,8 @@ from dsl import tile  # noqa: E402
 DSL_TILES = {"16bit": ((128, 256, 64), (128, 128, 64), (128, 256, 32), (128, 128, 32)),
              "f32": ((128, 128, 32), (128, 256, 32), (64, 64, 32)),
              "e4m3": ((128, 256, 128), (128, 128, 128), (128, 256, 64), (128, 128, 64))}
+# parallel split-K candidates ((BM, BN, BK), splits) for the long-K shapes: about one wave of blocks
+SPLIT_K = (((128, 128, 64), 2), ((128, 256, 64), 4), ((128, 128, 64), 4), ((128, 256, 64), 2))
 SHAPES = {"8192^3": (8192, 8192, 8192), "4096^3": (4096, 4096, 4096),
           "16384x1024x1024": (16384, 1024, 1024), "1024x1024x16384": (1024, 1024, 16384)}
 DENSE_PEAK = {"bf16": 989.0, "f16": 989.0, "f32": 494.0, "e4m3": 1979.0}   # H200 SXM dense tensor TFLOP/s
@@ -92,6 +95,27 @@ def candidates(case: Case, tiles: list) -> list[tuple[int, int, int, str]]:
     return out
 
 
+def split_k_candidates(case: Case, a: Any, b: Any, m: int, n: int, k: int, ops: Ops, op: str) -> dict:
+    """Parallel split-K (K.gemm_split_k + K.sum_splits, both timed) where K is much longer than M and
+    N: one block per output tile would leave most of the 132 SMs idle."""
+    import bridge
+    out: dict = {}
+    if case.layout != "NN" or case.label not in ("bf16", "f16") or k < 4 * max(m, n):
+        return out
+    for (bm, bn, bk), splits in SPLIT_K:
+        c = bridge.full((m, n), np.nan, "float32")
+        partial = bridge.empty((K.split_k_rows(m, bm, splits), n), "float32")
+        name = f"DSL tile {bm}x{bn}x{bk} split-k {splits}"
+        run = (lambda i, c=c, p=partial, t=(bm, bn), bk=bk, s=splits: K.gemm_split_k_run(a, b, c, t, bk, s, p))
+        try:
+            run(0)
+        except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a row, not fatal
+            ops.rep.row(f"{op}: {name}", None, "TFLOP/s", note=f"not compiled: {type(exc).__name__}: {exc}"[:300])
+            continue
+        out[name] = (run, c)
+    return out
+
+
 def ours(case: Case, a: Any, b: Any, m: int, n: int, tiles: list, arch: str, ops: Ops, op: str) -> dict:
     """Our candidates: name -> (launch, output)."""
     import bridge
@@ -132,6 +156,7 @@ def one_case(ops: Ops, torch: Any, tg: Any, rng: np.random.Generator, case: Case
     op = f"GEMM {case.shape} {case.label}" + (" NT" if case.layout == "NT" else "")
     impls: dict = {}
     mine = ours(case, a, b, m, n, tiles, bridge.current_device().arch, ops, op)
+    mine.update(split_k_candidates(case, a, b, m, n, k, ops, op) if not tiles else {})
     for name, (launch, c) in mine.items():
         impls[name] = (launch, (lambda c=c, nm=name: check_close(nm, c.to_host()[rows].astype(np.float32), ref, **tol)))
     peers: dict[str, set[str]] = {"torch.matmul": set(), "Triton": set()}

@@ -39,6 +39,9 @@ def cases():
         "gemm_nt_bf16": (K.gemm_nt, (z((4, 4), ml_dtypes.bfloat16), z((4, 4), ml_dtypes.bfloat16),
                                      tile.partition(z((4, 4), f32), (64, 64)), 32)),
         "gemm_nt_tf32": (K.gemm_nt, (z((4, 4), f32), z((4, 4), f32), tile.partition(z((4, 4), f32), (64, 64)), 16)),
+        "gemm_split_k": (K.gemm_split_k, (z((256, 512), ml_dtypes.bfloat16), z((512, 256), ml_dtypes.bfloat16),
+                                          tile.partition(z((512, 256), f32), (128, 256)), 64)),
+        "sum_splits": (K.sum_splits, (z((512, 256), f32), 2, tile.partition(z((256, 256), f32), (16, 256)))),
         "gemm_bias_relu": (K.gemm_bias_relu, (z((4, 4), np.float16), z((4, 4), np.float16), z(4, f32),
                                               tile.partition(z((4, 4), f32), (64, 64)), 32)),
     }
@@ -55,7 +58,7 @@ def test_kernel_assembles(name, arch):
     ck = kernel.compile(args, arch)
     assert f".entry {ck.name}" in ck.ptx
     assert f".reqntid {ck.threads}, 1, 1" in ck.ptx
-    usage, _ = assemble(ck.ptx, arch)
+    usage, _ = assemble(ck.ptx, arch + ("a" if ".target sm_90a" in ck.ptx else ""))   # wgmma needs sm_90a
     assert usage and usage[0].spill_stores == 0, usage
 
 

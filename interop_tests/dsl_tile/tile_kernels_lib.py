@@ -73,6 +73,51 @@ def gemm(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Partition[f32, 2], bk
 
 
 @tile.kernel
+def gemm_split_k(a: tile.Array[E, 2], b: tile.Array[E, 2], partial: tile.Partition[f32, 2], bk: T):
+    """Parallel split-K, stage 1: `partial` is (splits * Mp, N) f32 with Mp = M rounded up to BM;
+    block row r computes split r // tiles_m of tile (r % tiles_m, j) over its share of the k tiles.
+    Each block still owns one tile (no atomics, deterministic); for a K much larger than M and N,
+    where one block per output tile leaves most SMs idle."""
+    bm, bn = partial.tile_shape
+    tm = (a.shape[0] + bm - 1) // bm
+    splits = partial.shape[0] // (tm * bm)
+    r, j = tile.bid(0), tile.bid(1)
+    s, i = r // tm, r % tm
+    kt = (a.shape[1] + bk - 1) // bk
+    per = (kt + splits - 1) // splits
+    acc = tile.zeros((bm, bn), f32)
+    for k in range(s * per, min(kt, s * per + per)):
+        acc = tile.mma(tile.load(a, (i, k), (bm, bk)), tile.load(b, (k, j), (bk, bn)), acc)
+    partial.store(acc)
+
+
+@tile.kernel
+def sum_splits(partial: tile.Array[f32, 2], splits: T, c: tile.Partition[f32, 2]):
+    """Parallel split-K, stage 2: c = the sum of the `splits` row blocks of `partial`."""
+    bm, bn = c.tile_shape
+    i, j = tile.bid(0), tile.bid(1)
+    per = partial.shape[0] // (splits * bm)       # c's tiles per split
+    acc = tile.zeros((bm, bn), f32)
+    for s in range(splits):
+        acc = acc + tile.load(partial, (s * per + i, j), (bm, bn))
+    c.store(acc)
+
+
+def split_k_rows(m: int, bm: int, splits: int) -> int:
+    """Rows of gemm_split_k's partial buffer: `splits` blocks of M rounded up to BM."""
+    return splits * (-(-m // bm) * bm)
+
+
+def gemm_split_k_run(a, b, c, tile_shape: tuple[int, int], bk: int, splits: int, partial,
+                     sum_tile: tuple[int, int] = (16, 256), simulate: bool = False) -> None:
+    """c = a @ b through the two split-K stages; `partial` has split_k_rows(M, BM, splits) x N f32."""
+    run1 = gemm_split_k.simulate if simulate else gemm_split_k
+    run2 = sum_splits.simulate if simulate else sum_splits
+    run1(a, b, tile.partition(partial, tile_shape), bk)
+    run2(partial, splits, tile.partition(c, sum_tile))
+
+
+@tile.kernel
 def gemm_nt(a: tile.Array[E, 2], bt: tile.Array[E, 2], c: tile.Partition[f32, 2], bk: T):
     """c = a @ bt.T with f32 accumulation: bt is N x K (a linear layer's weight), read K-major."""
     bm, bn = c.tile_shape
