@@ -61,3 +61,14 @@ def test_each_split_block_owns_its_own_tile_of_the_partial_buffer(rng):
         want = reference(a[:, ks], b[ks])
         np.testing.assert_allclose(partial[s * bm:s * bm + m], want, rtol=1e-5, atol=1e-4)
         np.testing.assert_array_equal(partial[s * bm + m:(s + 1) * bm], 0.0)   # A's zero-filled rows
+
+
+def test_split_k_stores_bf16_like_torch_matmul(rng):
+    """sum_splits rounds the f32 sum once, to c's dtype (bf16 here)."""
+    m, k, n = 136, 520, 264
+    a, b = operands(rng, m, k, n)
+    want = reference(a, b).astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+    partial = np.full((K.split_k_rows(m, 128, 2), n), np.nan, np.float32)
+    c = np.full((m, n), np.nan, ml_dtypes.bfloat16)
+    K.gemm_split_k_run(a, b, c, (128, 128), 64, 2, partial, simulate=True)
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=8e-3, atol=1e-2)

@@ -92,15 +92,15 @@ def gemm_split_k(a: tile.Array[E, 2], b: tile.Array[E, 2], partial: tile.Partiti
 
 
 @tile.kernel
-def sum_splits(partial: tile.Array[f32, 2], splits: T, c: tile.Partition[f32, 2]):
-    """Parallel split-K, stage 2: c = the sum of the `splits` row blocks of `partial`."""
+def sum_splits(partial: tile.Array[f32, 2], splits: T, c: tile.Partition[O, 2]):
+    """Parallel split-K, stage 2: c = the sum of the `splits` row blocks of `partial`, as c's dtype."""
     bm, bn = c.tile_shape
     i, j = tile.bid(0), tile.bid(1)
     per = partial.shape[0] // (splits * bm)       # c's tiles per split
     acc = tile.zeros((bm, bn), f32)
     for s in range(splits):
         acc = acc + tile.load(partial, (s * per + i, j), (bm, bn))
-    c.store(acc)
+    c.store(acc.astype(c.dtype))
 
 
 def split_k_rows(m: int, bm: int, splits: int) -> int:
