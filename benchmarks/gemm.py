@@ -38,7 +38,7 @@ DSL_TILES = {"16bit": ((128, 256, 64), (128, 128, 64), (128, 256, 32), (128, 128
              "f32": ((128, 128, 32), (128, 256, 32), (64, 64, 32)),
              "e4m3": ((128, 256, 128), (128, 128, 128), (128, 256, 64), (128, 128, 64))}
 # parallel split-K candidates ((BM, BN, BK), splits) for the long-K shapes: about one wave of blocks
-SPLIT_K = (((128, 128, 64), 2), ((128, 256, 64), 4), ((128, 128, 64), 4), ((128, 256, 64), 2))
+SPLIT_K = (((128, 128, 64), 2), ((128, 256, 64), 4))
 SHAPES = {"8192^3": (8192, 8192, 8192), "4096^3": (4096, 4096, 4096),
           "16384x1024x1024": (16384, 1024, 1024), "1024x1024x16384": (1024, 1024, 16384)}
 DENSE_PEAK = {"bf16": 989.0, "f16": 989.0, "f32": 494.0, "e4m3": 1979.0}   # H200 SXM dense tensor TFLOP/s
@@ -86,12 +86,15 @@ def pipeline_env(mode: str):
 
 
 def candidates(case: Case, tiles: list) -> list[tuple[int, int, int, str]]:
-    """(BM, BN, BK, sm_90 TMA pipeline): every tile shape with the default pipeline (sync); for the
-    bars' cases (8192^3 NN, 16-bit) also the 128x256 tiles warp-specialised (ws), side by side."""
+    """(BM, BN, BK, mode): every tile shape with the default pipeline (sync); for the 16-bit NN cases
+    also 128x256x64 (and 128x128x64 at 16384x1024x1024) persistent and warp-specialised ("pws": one
+    block per SM walking its tiles, the producer warpgroup loading the next tile while the consumers
+    store this one). Plain ws (no persistence) tied sync at 128x256x64 on the H200 (docs/tile.md)."""
     shapes = tiles or DSL_TILES["16bit" if case.label in ("bf16", "f16") else case.label]
     out = [(bm, bn, bk, "sync") for bm, bn, bk in shapes]
-    if case.shape == "8192^3" and case.layout == "NN" and case.label in ("bf16", "f16") and not tiles:
-        out += [(bm, bn, bk, "ws") for bm, bn, bk in shapes if (bm, bn) == (128, 256)]
+    if case.layout == "NN" and case.label in ("bf16", "f16") and not tiles:
+        pws = [(128, 256, 64)] + ([(128, 128, 64)] if case.shape == "16384x1024x1024" else [])
+        out += [(bm, bn, bk, "pws") for bm, bn, bk in pws]
     return out
 
 
@@ -127,10 +130,11 @@ def ours(case: Case, a: Any, b: Any, m: int, n: int, tiles: list, arch: str, ops
         c = bridge.full((m, n), np.nan, "bfloat16" if f8 else "float32")
         part = tile.partition(c, (bm, bn))
         name = f"DSL tile {bm}x{bn}x{bk}" + ("" if mode == "sync" else f" {mode}")
-        kernel = kernels.setdefault(mode, tile.kernel(base.pyfunc))     # one dispatcher per pipeline
+        # one dispatcher per pipeline (a dispatcher keeps the launcher its first launch made)
+        kernel = kernels.setdefault(mode, tile.kernel(base.pyfunc, persistent=mode == "pws"))
         args = (a, b, np.float32(1.0), part, bk) if f8 else (a, b, part, bk)
         try:
-            with pipeline_env(mode):
+            with pipeline_env("ws" if mode == "pws" else mode):
                 kernel.compile(args, arch)
                 kernel(*args)
         except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a row, not fatal

@@ -19,7 +19,8 @@ from dsl.observe import compiled
 from dsl.options import env_switch
 from dsl.tile.types import PartitionParamType
 
-PERSISTENT_BLOCKS_PER_SM = 2      # grid of a persistent tile kernel: this many blocks per SM
+PERSISTENT_BLOCKS_PER_SM = 2      # grid of a persistent tile kernel: this many blocks per SM ...
+SM_SHARED_BYTES = 227 * 1024      # ... or one, when two blocks' dynamic shared memory exceeds an SM's (sm_90)
 
 
 class CompiledTile:
@@ -59,8 +60,14 @@ def tile_requires(fn, facts: dict[str, dict], relied: set[str]) -> list[str]:
     return requires
 
 
+def persistent_blocks_per_sm(dynamic_smem: int) -> int:
+    """Blocks per SM of a persistent grid: a block with more than half an SM's shared memory (the
+    TMA GEMM's stages) runs alone, and a second block per SM would only wait for the first."""
+    return 1 if 2 * dynamic_smem > SM_SHARED_BYTES else PERSISTENT_BLOCKS_PER_SM
+
+
 def contract_for(simt_fn, fn, facts: dict[str, dict], relied: set[str], persistent: bool = False,
-                 reads: set[str] | None = None) -> dict:
+                 reads: set[str] | None = None, dynamic_smem: int = 0) -> dict:
     """The LaunchContract (docs/architecture.md schema v1) of the tile kernel `fn` lowered to
     `simt_fn`: the one IR-level builder (dsl/contracts.py) with the tile model's inputs — the grid of
     the first partition (`grid_from.tile`), the tile relations, and 16-byte alignment stated only
@@ -71,7 +78,7 @@ def contract_for(simt_fn, fn, facts: dict[str, dict], relied: set[str], persiste
     gp = fn.grid_param
     grid = {"arg": gp.name, "tile": list(gp.type.tile_shape)}
     if persistent:
-        grid["max_blocks_per_sm"] = PERSISTENT_BLOCKS_PER_SM
+        grid["max_blocks_per_sm"] = persistent_blocks_per_sm(dynamic_smem)
     aligned = {n for n in relied if facts.get(n, {}).get("aligned16")}
     return build_contract(simt_fn, block=simt_fn.exact_block, requires=requires or None, grid_from=grid,
                           reads=reads, aligned=aligned)
@@ -144,7 +151,7 @@ def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, d
     info: dict = {}
     simt_fn = lower(fn, threads, fn.name, facts, info, cc=parse_arch(arch), persistent=persistent,
                     **lowering_switches())
-    contract = contract_for(simt_fn, fn, facts, info["relied"], persistent)
+    contract = contract_for(simt_fn, fn, facts, info["relied"], persistent, dynamic_smem=info["dynamic_smem"])
     if info["dynamic_smem"]:     # after grid_from, where tile contracts have always had it
         contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
     target = canonical_arch(arch, specific=info["arch_specific"])

@@ -269,7 +269,8 @@ class TileKernel:
         simt_fn = lower(fn, threads, self.name, facts, info, persistent=self.persistent,
                         cc=parse_arch(arch) if tensor_cores else 0, tc_matmul=tensor_cores,
                         gemm_pipeline=gemm_pipeline())
-        contract = contract_for(simt_fn, fn, facts, info["relied"], self.persistent)
+        contract = contract_for(simt_fn, fn, facts, info["relied"], self.persistent,
+                                dynamic_smem=info["dynamic_smem"])
         if info["dynamic_smem"]:
             contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
         sig = [t for s, t in zip(self.specs, self.signature(args)) if s.kind != "const"]

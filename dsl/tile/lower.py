@@ -180,15 +180,11 @@ class Lowerer:
 
             def body() -> None:
                 self._block_ids(N.ReadVar(tv), nb)
-                self.stmts(fn.body)
+                self._tile_program(ws_at)
             self.emit(N.ForRange(tv, lin, total, step, self.block_of(body)))
         else:
             self._block_ids(lin, nb)
-            if self.ws:        # the GEMM loop splits the roles; what follows is the consumers' alone
-                self.stmts(fn.body[:ws_at + 1])
-                self.emit(N.If(self.ws_consumer, self.block_of(lambda: self.stmts(fn.body[ws_at + 1:])), []))
-            else:
-                self.stmts(fn.body)
+            self._tile_program(ws_at)
         self.body[prologue_at:prologue_at] = self.prologue
         for key, alloc in self.scratch_allocs.items():
             alloc.type = ArrayType(alloc.type.dtype, 1, writable=True, space="shared",
@@ -197,6 +193,17 @@ class Lowerer:
                           fn.loc, locals=self.locals,
                           shared=list(self.scratch_allocs.values()) + self.extra_shared,
                           exact_block=(self.T + (WS_PRODUCERS if self.ws else 0), 1, 1), boundscheck=False)
+
+    def _tile_program(self, ws_at: int | None) -> None:
+        """The tile program for one tile; warp-specialised, the GEMM loop splits the roles and what
+        follows it is the consumers' alone."""
+        body = self.fn.body
+        if ws_at is None:
+            self.stmts(body)
+            return
+        self.stmts(body[:ws_at + 1])
+        self.emit(N.If(self.ws_consumer, self.block_of(lambda: self.stmts(body[ws_at + 1:])), []))
+        self.consumers_only = False     # a persistent kernel's next tile starts with every thread
 
     def global_index(self, tile_index: N.Expr, tile_size: int, coord) -> N.Expr:
         """tile_index * tile_size + coord in 64-bit (arrays may exceed 2^31 elements)."""

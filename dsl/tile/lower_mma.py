@@ -114,10 +114,12 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
     if _wgmma_ok(L, esize, b_kmajor, bm, bn, bk):
         stages = min(WG_MAX_STAGES, WG_DYN_LIMIT // ((bm * bk + bk * bn) * esize))
         if stages >= 3:
-            # TMA-fed (dsl/tile/lower_tma.py) unless the kernel is persistent (its mbarrier phases
-            # would have to carry over from tile to tile): then cp.async feeds the same wgmma
+            # TMA-fed (dsl/tile/lower_tma.py; persistent kernels carry the mbarrier phases from tile
+            # to tile) when warp-specialised or not persistent; a persistent kernel on the default
+            # pipeline keeps cp.async feeding the same wgmma (the path proven on the GPU first)
+            tma = not L.persistent or L.gemm_pipeline == "ws"
             return MmaPlan(s, asg.var, a, b, bm, bn, bk, 8, 1, stages, MmaLayout((bm, bn), L.T, 8, 1),
-                           kind="wgmma" if L.persistent else "tma", esize=esize, b_kmajor=b_kmajor)
+                           kind="tma" if tma else "wgmma", esize=esize, b_kmajor=b_kmajor)
     warps = L.T // 32
     wm, wn = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4)}.get(warps, (0, 0))
     if not wm or bm % (wm * 16) or bn % (wn * 16) or bk % kstep:

@@ -68,7 +68,17 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     bars = N.SharedAlloc("gemm_stage_bars", ArrayType(U64, 1, writable=True, space="shared", shape=(nbars,)),
                          align=8)
     L.extra_shared.append(bars)
-    bar0 = L.tmp(TN.SharedAddress(N.SharedArray(bars), N.Const(0, INDEX)), "bar0")
+    # persistent: the barriers are set up once, before the tile loop, and a k-tile counter (kbase, the
+    # k tiles of the block's earlier tiles) runs on across tiles, so stages and phases carry over
+    once = L.in_prologue if L.persistent else (lambda f: f())
+    kbase = L.new_var(I32, "kbase") if L.persistent else None
+    if kbase is not None:
+        once(lambda: L.emit(N.Assign(kbase, c32(0))))
+    bar0 = once(lambda: L.tmp(TN.SharedAddress(N.SharedArray(bars), N.Const(0, INDEX)), "bar0"))
+
+    def g(local: N.Expr) -> N.Expr:
+        """The block's running k-tile number of this tile's k tile `local`."""
+        return local if kbase is None else N.BinOp("add", N.ReadVar(kbase), local, I32)
 
     def bar(stage: N.Expr, empty: bool = False) -> N.Expr:
         slot = N.BinOp("add", stage, c32(S), I32) if empty else stage
@@ -79,7 +89,7 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
               "@!p bra KB_WAIT_${:uid}; }", "r,r", [at, parity], sim=S90.try_wait_parity)
 
     tid = L.geo.tid
-    leader = L.tmp(N.Compare("eq", L.ws_tid if ws else tid, c32(0)), "leader")
+    leader = once(lambda: L.tmp(N.Compare("eq", L.ws_tid if ws else tid, c32(0)), "leader"))
     consumer = L.ws_consumer
     row0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.a.index[0]), I32), c32(bm), I32), "arow")
     col0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.b.index[0 if kmaj else 1]), I32), c32(bn), I32), "bcol")
@@ -95,8 +105,7 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
         L.asm("fence.mbarrier_init.release.cluster;", sim=no_op)
         L.asm("prefetch.tensormap [$0];", "l", [tmap_a], sim=no_op)
         L.asm("prefetch.tensormap [$0];", "l", [tmap_b], sim=no_op)
-    L.emit(N.If(leader, L.block_of(init), []))
-    L.sync()
+    once(lambda: (L.emit(N.If(leader, L.block_of(init), [])), L.sync()))
 
     def issue(kt: N.Expr, stage: N.Expr) -> None:
         """Thread 0: expect the stage's bytes, then copy k tile `kt` of A and B into `stage`."""
@@ -119,22 +128,29 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     ahead = S - 2        # sync: copies run S - 2 tiles ahead (ws: the producer has its own loop)
     for st in range(0 if ws else ahead):
         L.emit(N.If(N.Logical("and", leader, N.Compare("lt", c32(st), kt_n)),
-                    L.block_of(lambda st=st: issue(c32(st), c32(st))), []))
+                    L.block_of(lambda st=st: issue(c32(st), N.BinOp("mod", g(c32(st)), c32(S), I32)
+                                                   if kbase is not None else c32(st))), []))
     it = L.new_var(I32, "kit")
     wg_first = L.tmp(N.Compare("eq", N.BinOp("and_", tid, c32(127), I32), c32(0)), "wg0") if ws else None
 
     def refill(pre: N.Expr) -> None:
         """Leader: copy k tile `pre` into its stage, once both warpgroups released the tile before it."""
-        pst = L.tmp(N.BinOp("mod", pre, c32(S), I32), "pst")
-        if ws:            # the stage's last use was tile pre - S: wait for phase (pre / S - 1) of its empty barrier
-            used = N.Compare("ge", pre, c32(S))
-            par = N.BinOp("and_", N.BinOp("add", N.BinOp("floordiv", pre, c32(S), I32), c32(1), I32), c32(1), I32)
+        gp = L.tmp(g(pre), "gpre") if kbase is not None else pre
+        pst = L.tmp(N.BinOp("mod", gp, c32(S), I32), "pst")
+        if ws:            # the stage's last use was tile gp - S: wait for phase (gp / S - 1) of its empty barrier
+            used = N.Compare("ge", gp, c32(S))
+            par = N.BinOp("and_", N.BinOp("add", N.BinOp("floordiv", gp, c32(S), I32), c32(1), I32), c32(1), I32)
             L.emit(N.If(used, L.block_of(lambda: wait(bar(pst, True), par)), []))
         issue(pre, pst)
 
+    def advance() -> None:
+        if kbase is not None:
+            L.emit(N.Assign(kbase, N.BinOp("add", N.ReadVar(kbase), kt_n, I32)))
+
     def body() -> None:
-        stage = L.tmp(N.BinOp("mod", N.ReadVar(it), c32(S), I32), "cst")
-        parity = L.tmp(N.BinOp("and_", N.BinOp("floordiv", N.ReadVar(it), c32(S), I32), c32(1), I32), "par")
+        git = L.tmp(g(N.ReadVar(it)), "git") if kbase is not None else N.ReadVar(it)
+        stage = L.tmp(N.BinOp("mod", git, c32(S), I32), "cst")
+        parity = L.tmp(N.BinOp("and_", N.BinOp("floordiv", git, c32(S), I32), c32(1), I32), "par")
         pre = None if ws else L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
         wait(bar(stage), parity)
         if not ws:
@@ -142,7 +158,7 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
             L.emit(N.If(N.Logical("and", leader, N.Compare("lt", pre, kt_n)), L.block_of(lambda: refill(pre)), []))
         compute_wgmma(L, plan, sa, sb, stage, acc_vars)
         if ws:            # wait_group 1 passed: this warpgroup is done with tile it - 1's stage
-            prev = N.BinOp("mod", N.BinOp("add", N.ReadVar(it), c32(S - 1), I32), c32(S), I32)
+            prev = N.BinOp("mod", N.BinOp("add", git, c32(S - 1), I32), c32(S), I32)
             L.emit(N.If(N.Logical("and", wg_first, N.Compare("gt", N.ReadVar(it), c32(0))), L.block_of(
                 lambda: L.asm(BAR.format("arrive") + " _, [$0];", "r", [bar(prev, True)], sim=S90.arrive)), []))
     if ws:
@@ -154,15 +170,21 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
         def consumers() -> None:
             L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(body), s.loc))
             wait_wgmma(L, 0, acc_vars)
+            if kbase is not None:     # persistent: release the last stage too (the next tile refills it)
+                last = N.BinOp("mod", g(N.BinOp("sub", kt_n, c32(1), I32)), c32(S), I32)
+                L.emit(N.If(N.Logical("and", wg_first, N.Compare("gt", kt_n, c32(0))), L.block_of(
+                    lambda: L.asm(BAR.format("arrive") + " _, [$0];", "r", [bar(last, True)], sim=S90.arrive)), []))
 
         def producer() -> None:
             L.emit(N.If(leader, L.block_of(lambda: L.emit(N.ForRange(jt, c32(0), kt_n, c32(1), L.block_of(
                 lambda: refill(N.ReadVar(jt))), s.loc))), []))
         L.emit(N.If(consumer, L.block_of(consumers), L.block_of(producer), concurrent=True))
+        advance()
         L.consumers_only = True       # from here on only the consumers run (dsl/tile/lower.py)
         L.emit(N.If(consumer, L.block_of(L.sync), []))
     else:
         L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(body), s.loc))
         wait_wgmma(L, 0, acc_vars)
         L.sync()
+        advance()
     L.relied.update({plan.a.param.name, plan.b.param.name})

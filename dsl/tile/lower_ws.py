@@ -14,11 +14,13 @@ WS_PRODUCERS = 128  # the producer warpgroup
 
 
 def ws_loop(L) -> int | None:
-    """Index of the top-level GEMM loop a warp-specialised kernel splits at, or None: sm_90, not
-    persistent, 8 warps, a loop the TMA path lowers, only scalar and constant-tile assignments
-    before it (the producers run them too) and no other product after it."""
+    """Index of the top-level GEMM loop a warp-specialised kernel splits at, or None: sm_90, 8 warps,
+    a loop the TMA path lowers, only scalar and constant-tile assignments before it (the producers
+    run them too) and no other product after it. A persistent kernel splits the same way inside its
+    tile loop: the producer walks the block's tiles too and runs ahead into the next tile while the
+    consumers store this one."""
     from dsl.tile.lower_mma import match
-    if L.cc < 90 or L.persistent or L.T != 256:
+    if L.cc < 90 or L.T != 256:
         return None
     body = L.fn.body
     k = next((i for i, s in enumerate(body) if not isinstance(s, T.Assign)), None)

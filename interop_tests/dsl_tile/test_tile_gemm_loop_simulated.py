@@ -306,8 +306,8 @@ def test_consumers_that_never_release_a_stage_deadlock_the_simulated_producer(mo
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
-@pytest.mark.parametrize("mode", ["sync", "ws"])
-def test_ptxas_neither_serialises_the_wgmmas_nor_injects_warpgroup_syncs(monkeypatch, mode):
+@pytest.mark.parametrize("mode,persistent", [("sync", False), ("ws", False), ("ws", True)])
+def test_ptxas_neither_serialises_the_wgmmas_nor_injects_warpgroup_syncs(monkeypatch, mode, persistent):
     """ptxas -v reports C7518 (wgmmas serialised) or C7517/C7519 (warpgroup wait/arrive injected) when
     accumulator registers are touched between the fence and the wgmmas or the wgmmas sit in a path it
     cannot prove uniform; any of them costs the tensor cores' overlap."""
@@ -316,6 +316,7 @@ def test_ptxas_neither_serialises_the_wgmmas_nor_injects_warpgroup_syncs(monkeyp
     monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", mode)
     a = np.zeros((256, 256), ml_dtypes.bfloat16)
     for kernel, args in ((K.gemm, (a, a)), (K.gemm_bias_relu, (a, a, np.zeros(256, np.float32)))):
+        kernel = tile.kernel(kernel.pyfunc, persistent=True) if persistent else kernel
         ck = kernel.compile((*args, tile.partition(np.zeros((256, 256), np.float32), (128, 256)), 64), "sm_90")
         with tempfile.TemporaryDirectory() as tmp:
             with open(f"{tmp}/k.ptx", "w") as f:
@@ -325,3 +326,67 @@ def test_ptxas_neither_serialises_the_wgmmas_nor_injects_warpgroup_syncs(monkeyp
         assert log.returncode == 0, log.stderr
         text = log.stdout + log.stderr
         assert not any(code in text for code in ("C7517", "C7518", "C7519")), text
+
+
+def persistent_args(rng, which, m, k, n, tshape):
+    """Operands, output and float64 reference of one of the library GEMMs."""
+    f8 = which == "gemm_f8"
+    dt = ml_dtypes.float8_e4m3fn if f8 else ml_dtypes.bfloat16
+    a = rng.standard_normal((m, k)).astype(dt)
+    b = rng.standard_normal((k, n)).astype(dt)
+    ref = reference(a, b)
+    c = np.full((m, n), np.nan, np.float32)
+    part = tile.partition(c, tshape)
+    if which == "gemm_bias_relu":
+        bias = rng.standard_normal(n).astype(np.float32)
+        return (a, b, bias, part, 64), np.maximum(ref + bias, 0), c
+    if which == "gemm":
+        return (a, b, part, 64), ref, c
+    bt = np.ascontiguousarray(b.T)
+    return ((a, bt, np.float32(1.0), part, 128) if f8 else (a, bt, part, 64)), ref, c
+
+
+@pytest.mark.parametrize("which,blocks", [("gemm", 2), ("gemm", 4), ("gemm_bias_relu", 3), ("gemm_nt", 2),
+                                          ("gemm_f8", 2)])
+def test_the_persistent_warp_specialised_tma_gemm_matches_numpy_in_the_simulator(monkeypatch, rng, which, blocks):
+    """@tile.kernel(persistent=True) with KB_TILE_GEMM_PIPELINE=ws: the mbarriers are set up once
+    before the tile loop, the block's k-tile count runs on across its tiles (stages and phases carry
+    over), the consumers release a tile's last stage, and the producer walks the same tiles, running
+    ahead into the next tile while the consumers store this one. 9 tiles on 2-4 blocks (uneven),
+    ragged M, N, K."""
+    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
+    args, ref, c = persistent_args(rng, which, 300, 208, 264, (128, 128))
+    kernel = tile.kernel(getattr(K, which).pyfunc, persistent=True)
+    ck = kernel.compile(args, "sm_90")
+    assert ck.threads == 384 and "cp.async.bulk.tensor" in ck.ptx
+    stages = (ck.dynamic_smem - 1024) // (32 * 1024)              # 32 KiB a stage for every kernel here
+    assert ck.ptx.count("mbarrier.init") == 2 * stages              # once, before the tile loop
+    assert json.loads(ck.contract_json)["grid_from"]["max_blocks_per_sm"] == 1    # 193 KiB of stages
+    kernel.simulate_lowered(*args, tensor_cores=True, arch="sm_90", blocks=blocks)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_a_persistent_tma_gemm_that_cannot_be_warp_specialised_carries_its_phases_too(monkeypatch, rng):
+    """Persistent, ws asked for, but a load before the GEMM loop: the TMA loop without a producer
+    warpgroup (a barrier per k tile), its k-tile count still running on across the block's tiles."""
+    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
+
+    @tile.kernel(persistent=True)
+    def gemm_plus_row(a: tile.Array[K.E, 2], b: tile.Array[K.E, 2], r: tile.Array[f32, 1],
+                      c: tile.Partition[f32, 2], bk: K.T):
+        bm, bn = c.tile_shape
+        i, j = tile.bid(0), tile.bid(1)
+        row = tile.load(r, j, (bn,))
+        acc = tile.zeros((bm, bn), f32)
+        for kk in range((a.shape[1] + bk - 1) // bk):
+            acc = tile.mma(tile.load(a, (i, kk), (bm, bk)), tile.load(b, (kk, j), (bk, bn)), acc)
+        c.store(acc + row[None, :])
+    a = rng.standard_normal((300, 456)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((456, 264)).astype(ml_dtypes.bfloat16)
+    r = rng.standard_normal(264).astype(np.float32)
+    c = np.full((300, 264), np.nan, np.float32)
+    args = (a, b, r, tile.partition(c, (128, 128)), 64)
+    ck = gemm_plus_row.compile(args, "sm_90")
+    assert ck.threads == 256 and "cp.async.bulk.tensor" in ck.ptx
+    gemm_plus_row.simulate_lowered(*args, tensor_cores=True, arch="sm_90", blocks=2)
+    np.testing.assert_allclose(c, reference(a, b) + r, rtol=1e-5, atol=1e-4)
