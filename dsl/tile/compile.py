@@ -20,7 +20,7 @@ from dsl.options import env_switch
 from dsl.tile.types import PartitionParamType
 
 PERSISTENT_BLOCKS_PER_SM = 2      # grid of a persistent tile kernel: this many blocks per SM ...
-SM_SHARED_BYTES = 227 * 1024      # ... or one, when two blocks' dynamic shared memory exceeds an SM's (sm_90)
+SM_SHARED_BYTES = 227 * 1024      # ... or one for a TMA-fed block taking over half an SM's (sm_90)
 
 
 class CompiledTile:
@@ -60,10 +60,13 @@ def tile_requires(fn, facts: dict[str, dict], relied: set[str]) -> list[str]:
     return requires
 
 
-def persistent_blocks_per_sm(dynamic_smem: int) -> int:
-    """Blocks per SM of a persistent grid: a block with more than half an SM's shared memory (the
-    TMA GEMM's stages) runs alone, and a second block per SM would only wait for the first."""
-    return 1 if 2 * dynamic_smem > SM_SHARED_BYTES else PERSISTENT_BLOCKS_PER_SM
+def persistent_blocks_per_sm(simt_fn, dynamic_smem: int) -> int:
+    """Blocks per SM of a persistent grid: a TMA-fed block (tensor-map parameters) with more than half
+    an SM's shared memory runs alone, and a second block per SM would only wait for the first. Other
+    persistent kernels keep PERSISTENT_BLOCKS_PER_SM."""
+    from dsl.ir.types import TensorMapType
+    tma = any(isinstance(p.type, TensorMapType) for p in simt_fn.params)
+    return 1 if tma and 2 * dynamic_smem > SM_SHARED_BYTES else PERSISTENT_BLOCKS_PER_SM
 
 
 def contract_for(simt_fn, fn, facts: dict[str, dict], relied: set[str], persistent: bool = False,
@@ -78,7 +81,7 @@ def contract_for(simt_fn, fn, facts: dict[str, dict], relied: set[str], persiste
     gp = fn.grid_param
     grid = {"arg": gp.name, "tile": list(gp.type.tile_shape)}
     if persistent:
-        grid["max_blocks_per_sm"] = persistent_blocks_per_sm(dynamic_smem)
+        grid["max_blocks_per_sm"] = persistent_blocks_per_sm(simt_fn, dynamic_smem)
     aligned = {n for n in relied if facts.get(n, {}).get("aligned16")}
     return build_contract(simt_fn, block=simt_fn.exact_block, requires=requires or None, grid_from=grid,
                           reads=reads, aligned=aligned)

@@ -390,3 +390,15 @@ def test_a_persistent_tma_gemm_that_cannot_be_warp_specialised_carries_its_phase
     assert ck.threads == 256 and "cp.async.bulk.tensor" in ck.ptx
     gemm_plus_row.simulate_lowered(*args, tensor_cores=True, arch="sm_90", blocks=2)
     np.testing.assert_allclose(c, reference(a, b) + r, rtol=1e-5, atol=1e-4)
+    assert json.loads(ck.contract_json)["grid_from"]["max_blocks_per_sm"] == 1
+
+
+def test_a_persistent_gemm_on_the_default_pipeline_keeps_cp_async_and_two_blocks_per_sm(monkeypatch):
+    """Without ws, a persistent sm_90 GEMM keeps the GPU-proven cp.async + wgmma loop and its grid of
+    two blocks per SM (only TMA-fed persistent blocks run one per SM)."""
+    monkeypatch.delenv("KB_TILE_GEMM_PIPELINE", raising=False)
+    a = np.zeros((256, 256), ml_dtypes.bfloat16)
+    ck = tile.kernel(K.gemm.pyfunc, persistent=True).compile(
+        (a, a, tile.partition(np.zeros((256, 256), np.float32), (128, 128)), 64), "sm_90")
+    assert "cp.async.bulk.tensor" not in ck.ptx and "cp.async.cg" in ck.ptx and "wgmma" in ck.ptx
+    assert json.loads(ck.contract_json)["grid_from"]["max_blocks_per_sm"] == 2
