@@ -11,6 +11,9 @@ the results folder, and prints a compact summary table as its LAST output.
 Everything runs under one deadline (--budget, 570 s): the suite and the four sanitizer passes side by
 side, then the examples and their memcheck runs side by side, then the benchmarks one at a time, alone
 on the GPU. The verdict (exit code) is correctness; performance bars are printed with it, met or missed.
+Each step's line is printed when it ends, and results/gpu_check.partial.json is rewritten at the same
+moment. A check killed from outside (a remote runner's own time limit, which may be shorter than the
+timeout asked for once the machine's start is counted) still leaves its record up to that step.
 
 Multi-GPU: with 2 or more GPUs the suite runs with KB_REQUIRE_GPUS=2 (a skipped multigpu test fails),
 the sanitizers cover the multi-GPU tests, and the multi-GPU examples (one of them under torchrun) and
@@ -119,6 +122,26 @@ class Clock:
         return self.deadline - time.time() - reserve
 
 
+class Steps(dict):
+    """summary["steps"]: each step's result is printed (flushed) and the partial summary written the
+    moment it is recorded, so a check cut short from outside (the device tool's own time limit) still
+    leaves its record in the log and in results/gpu_check.partial.json."""
+
+    def __init__(self, summary: dict, path: Path) -> None:
+        super().__init__()
+        self.summary, self.path = summary, path
+
+    def __setitem__(self, name: str, result: dict) -> None:
+        super().__setitem__(name, result)
+        brief = ", ".join(f"{k} {v}" for k, v in result.items() if k in ("rc", "seconds", "passed", "failed",
+                                                                         "errors", "note", "not_run"))
+        print(f"[gpu_check] {name}: {brief}", flush=True)
+        try:
+            self.path.write_text(json.dumps(self.summary, indent=2))
+        except OSError:
+            pass
+
+
 def run_many(jobs: list[tuple[str, list[str], Path, float, dict | None]]) -> dict[str, tuple[int, float, str]]:
     """Run independent steps side by side (the GPU is shared between processes; timings are not taken here)."""
     with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
@@ -144,7 +167,8 @@ def main() -> int:
     logs.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
     py = sys.executable
-    summary: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": args.quick, "steps": {}}
+    summary: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": args.quick}
+    summary["steps"] = Steps(summary, res_dir / "gpu_check.partial.json")
     env = {"PYTHONUNBUFFERED": "1", "KB_REQUIRE_GPU": "1"}
     sanitizer = shutil.which("compute-sanitizer")
 

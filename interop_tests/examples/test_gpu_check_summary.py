@@ -76,3 +76,17 @@ def test_junit_counts_name_the_failed_tests(gpu_check, tmp_path):
     c = gpu_check.junit_counts(xml)
     assert (c["passed"], c["failed"], c["skipped"]) == (1, 1, 1)
     assert c["failed_tests"] == ["m.t::bad"] and c["skipped_tests"] == ["m.t::skip: why"]
+
+
+def test_each_recorded_step_is_printed_and_the_partial_summary_written_at_once(gpu_check, tmp_path, capsys):
+    """A check cut short from outside keeps what it had: every step is on stdout and in
+    gpu_check.partial.json the moment it is recorded."""
+    s: dict = {"date": "d"}
+    path = tmp_path / "gpu_check.partial.json"
+    s["steps"] = gpu_check.Steps(s, path)
+    s["steps"]["install"] = {"rc": 0, "seconds": 4.5}
+    assert capsys.readouterr().out.strip() == "[gpu_check] install: rc 0, seconds 4.5"
+    s["steps"]["tests"] = {"rc": 1, "seconds": 165.1, "passed": 2814, "failed": 2, "skipped": 49}
+    import json
+    assert json.loads(path.read_text())["steps"]["tests"]["failed"] == 2
+    assert "tests: rc 1, seconds 165.1, passed 2814, failed 2" in capsys.readouterr().out
