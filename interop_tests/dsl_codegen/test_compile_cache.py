@@ -194,3 +194,16 @@ def test_kernel_object_compile_uses_the_pipeline(tmp_path, disk):
     a = np.ones(10, np.float32)
     ck = k.compile(a, a, arch="sm_80")
     assert ".target sm_80" in ck.ptx and ".entry addone(" in ck.ptx
+
+
+def test_the_toolchain_fingerprint_covers_llvmlite_without_importing_it():
+    """The llvmlite build is in the key through its version module and library file (size, mtime),
+    read with os.scandir through importlib's spec: llvmlite itself is not imported in a fresh process."""
+    import subprocess
+    import sys
+    code = ("import sys; from dsl import cache; cache.toolchain_fingerprint(); "
+            "print('llvmlite' in sys.modules, [r[0] for r in cache._llvmlite_stats()])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    imported, names = out.split(" ", 1)
+    assert imported == "False"
+    assert "llvmlite/_version.py" in names and "llvmlite/binding/libllvmlite" in names
