@@ -1,10 +1,13 @@
-"""Autotuning tile kernels: candidate configurations (partition tile shapes, constants), pruned by the
-compiler and the launch contract before any timing, timed with CUDA events, and the pick kept in the
+"""Autotuning tile kernels: candidate configurations (partition tile shapes, constants, and the kernel
+options num_warps / persistent), pruned by the compiler and the launch contract before any timing, timed with CUDA events, and the pick kept in the
 disk cache so later processes launch at once.
 
     gemm_tuned = tile.autotune(gemm, [tile.Config(tiles={"c": (128, 256)}, constants={"bk": 64}),
                                       tile.Config(tiles={"c": (128, 128)}, constants={"bk": 64})])
     gemm_tuned(a, b, c)          # partitions as plain arrays, constants left out
+
+A configuration may also set `num_warps=` and `persistent=` (None: the kernel's own); each distinct
+option set runs on its own kernel object, as `tile.kernel(fn, num_warps=..., persistent=...)` would.
 
 Why prune first: a configuration that cannot run on this device (too much shared memory, a tile the
 lowering refuses, arguments its contract refuses) is dropped with its reason, never timed or
@@ -36,13 +39,22 @@ FLUSH_BYTES = 256 * 2**20           # written before every timed launch: evicts 
 
 @dataclass(frozen=True)
 class Config:
-    """One candidate: tile shapes per partition parameter and values per tile.Constant parameter."""
+    """One candidate: tile shapes per partition parameter, values per tile.Constant parameter, and
+    optionally the kernel options num_warps / persistent (None: the kernel's own)."""
     tiles: dict[str, tuple[int, ...]] = field(default_factory=dict)
     constants: dict[str, Any] = field(default_factory=dict)
+    num_warps: int | None = None
+    persistent: bool | None = None
+
+    def options(self) -> dict[str, Any]:
+        return {k: v for k, v in (("num_warps", self.num_warps), ("persistent", self.persistent)) if v is not None}
 
     def text(self) -> str:
-        return json.dumps({"tiles": {k: list(v) for k, v in sorted(self.tiles.items())},
-                           "constants": dict(sorted(self.constants.items()))}, sort_keys=True, default=repr)
+        d: dict[str, Any] = {"tiles": {k: list(v) for k, v in sorted(self.tiles.items())},
+                             "constants": dict(sorted(self.constants.items()))}
+        if self.options():               # configurations without options keep their earlier text
+            d["options"] = self.options()
+        return json.dumps(d, sort_keys=True, default=repr)
 
 
 def tuning_enabled() -> bool:
@@ -75,7 +87,8 @@ class Tuned:
         from dsl.tile.host import TileKernel
         if not isinstance(kernel, TileKernel):
             raise TypeError(f"tile.autotune: expected a @tile.kernel, got {type(kernel).__name__}")
-        cfgs = [c if isinstance(c, Config) else Config(dict(c.get("tiles", {})), dict(c.get("constants", {})))
+        cfgs = [c if isinstance(c, Config) else Config(dict(c.get("tiles", {})), dict(c.get("constants", {})),
+                                                       c.get("num_warps"), c.get("persistent"))
                 for c in configs]
         if not cfgs:
             raise ValueError(f"tile.autotune({kernel.name}): give at least one configuration")
@@ -87,6 +100,7 @@ class Tuned:
             for n in c.constants:
                 if names.get(n) != "const":
                     raise ValueError(f"tile.autotune({kernel.name}): constants[{n!r}]: not a tile.Constant parameter")
+            _check_options(kernel, c)
             missing = [s.name for s in kernel.specs if s.kind == "const" and s.name not in c.constants]
             if missing:
                 raise ValueError(f"tile.autotune({kernel.name}): configuration {c.text()} gives no value for "
@@ -99,14 +113,29 @@ class Tuned:
         self.picks: dict[str, Config] = {}        # documented cache: tuning key -> pick (this process)
         self.pruned: dict[str, dict[str, str]] = {}   # tuning key -> {config text: why it was dropped}
         self._lock = threading.Lock()
+        self._variants: dict[tuple, Any] = {}     # documented cache: (num_warps, persistent) -> kernel
 
     # ------------------------------------------------------------------------------ public
     def __call__(self, *args: Any) -> None:
-        self.kernel(*self.call_args(self.select(*args), args))
+        config = self.select(*args)
+        self.kernel_for(config)(*self.call_args(config, args))
 
     def simulate(self, *args: Any) -> None:
         """The first configuration on the CPU simulator (tuning needs a GPU)."""
-        self.kernel.simulate(*self.call_args(self.configs[0], args))
+        self.kernel_for(self.configs[0]).simulate(*self.call_args(self.configs[0], args))
+
+    def kernel_for(self, config: Config) -> Any:
+        """The kernel object `config` runs on: the kernel itself, or one with its options (its own
+        dispatcher and caches, as a separate @tile.kernel would have)."""
+        k = self.kernel
+        opts = (config.num_warps if config.num_warps is not None else k.num_warps,
+                config.persistent if config.persistent is not None else k.persistent)
+        if opts == (k.num_warps, k.persistent):
+            return k
+        if opts not in self._variants:
+            from dsl.tile.host import TileKernel
+            self._variants[opts] = TileKernel(k.pyfunc, opts[0], opts[1], k.lineinfo)
+        return self._variants[opts]
 
     def call_args(self, config: Config, args: tuple) -> tuple:
         return self.kernel.contract_call(args, tile_shapes=config.tiles, constants=config.constants)
@@ -140,7 +169,7 @@ class Tuned:
         out, why = [], self.pruned.setdefault(key, {})
         for c in self.configs:
             try:
-                self.kernel.compile(self.call_args(c, args), arch)
+                self.kernel_for(c).compile(self.call_args(c, args), arch)
             except Exception as exc:  # noqa: BLE001 - any compile refusal prunes the candidate
                 why[c.text()] = f"does not compile: {type(exc).__name__}: {exc}"[:300]
                 continue
@@ -197,15 +226,16 @@ class Tuned:
         reps = self.reps
 
         def time_one(config: Config, call: tuple) -> float:
+            kernel = self.kernel_for(config)
             try:
-                self.kernel(*call)                     # warm-up; validated first: a refusal prunes
+                kernel(*call)                          # warm-up; validated first: a refusal prunes
             except LaunchContractError as exc:
                 raise _Refused(f"refused by its launch contract: {type(exc).__name__}: {exc}"[:300]) from None
             ms = []
             for r in range(reps):
                 bridge.array._memset(flush, r & 0xFF, 4)
                 e0 = stream.record()
-                self.kernel(*call)
+                kernel(*call)
                 e1 = stream.record()
                 e1.synchronize()
                 ms.append(e0.elapsed_time(e1))
@@ -246,6 +276,15 @@ class Tuned:
 
 class _Refused(Exception):
     pass
+
+
+def _check_options(kernel: Any, c: Config) -> None:
+    """A configuration's kernel options, checked as @tile.kernel checks them (ValueError naming it)."""
+    from dsl.options import OptionError, check_tile_options
+    try:
+        check_tile_options(c.num_warps, c.persistent if c.persistent is not None else False)
+    except OptionError as err:
+        raise ValueError(f"tile.autotune({kernel.name}): configuration {c.text()}: {err}") from None
 
 
 def _driver_text() -> str:

@@ -132,3 +132,61 @@ def test_plain_dicts_are_accepted_as_configurations(cache):
     tuned = tile.Tuned(K.gemm, [{"tiles": {"c": (64, 64)}, "constants": {"bk": 32}}],
                        timer=FakeTimer({(64, 64): 1.0}))
     assert tuned.select(*gemm_args(), arch="sm_90") == CONFIGS[0]
+
+
+class OptionTimer:
+    """ms per configuration's (num_warps, persistent); records the kernel object each one ran on."""
+
+    def __init__(self, tuned, ms: dict):
+        self.tuned, self.ms, self.kernels = tuned, ms, []
+
+    def __call__(self, config, call):
+        self.kernels.append(self.tuned.kernel_for(config))
+        return self.ms[(config.num_warps, config.persistent)]
+
+
+OPTION_CONFIGS = [tile.Config(tiles={"c": (128, 128)}, constants={"bk": 32}),
+                  tile.Config(tiles={"c": (128, 128)}, constants={"bk": 32}, num_warps=4),
+                  tile.Config(tiles={"c": (128, 128)}, constants={"bk": 32}, persistent=True)]
+
+
+def test_configurations_may_differ_in_num_warps_and_persistence(cache):
+    """Each option set runs on its own kernel object with those options; the pick is the fastest and
+    its call runs on that object."""
+    tuned = tile.Tuned(K.gemm, OPTION_CONFIGS)
+    timer = OptionTimer(tuned, {(None, None): 3.0, (4, None): 2.0, (None, True): 1.0})
+    tuned._timer = timer
+    assert tuned.select(*gemm_args(), arch="sm_90") == OPTION_CONFIGS[2]
+    plain, four, persistent = timer.kernels
+    assert plain is K.gemm and four.num_warps == 4 and not four.persistent and persistent.persistent
+    assert tuned.kernel_for(OPTION_CONFIGS[1]) is four            # one object per option set
+    ck = four.compile(tuned.call_args(OPTION_CONFIGS[1], gemm_args()), "sm_90")
+    assert ck.threads == 128
+    ck = persistent.compile(tuned.call_args(OPTION_CONFIGS[2], gemm_args()), "sm_90")
+    assert "max_blocks_per_sm" in ck.contract_json
+
+
+def test_a_pick_with_options_is_reused_by_a_later_process_without_timing(cache):
+    first = tile.Tuned(K.gemm, OPTION_CONFIGS)
+    first._timer = OptionTimer(first, {(None, None): 3.0, (4, None): 1.0, (None, True): 2.0})
+    first.select(*gemm_args(), arch="sm_90")
+
+    def no_timing(config, call):
+        raise AssertionError("timed although the pick is on disk")
+    later = tile.Tuned(K.gemm, OPTION_CONFIGS, timer=no_timing)
+    pick = later.select(*gemm_args(), arch="sm_90")
+    assert pick == OPTION_CONFIGS[1] and later.kernel_for(pick).num_warps == 4 and later.timing_runs == 0
+
+
+def test_configurations_without_options_keep_their_earlier_text():
+    """Picks stored before options existed still match their candidate lists."""
+    assert CONFIGS[0].text() == '{"constants": {"bk": 32}, "tiles": {"c": [64, 64]}}'
+    assert '"options": {"num_warps": 4}' in OPTION_CONFIGS[1].text()
+
+
+@pytest.mark.parametrize("opts,text", [({"num_warps": 3}, "num_warps= must be a power of two"),
+                                       ({"persistent": "yes"}, "persistent")])
+def test_bad_kernel_options_in_a_configuration_are_refused_naming_it(opts, text):
+    with pytest.raises(ValueError, match=text) as err:
+        tile.autotune(K.gemm, [tile.Config(tiles={"c": (64, 64)}, constants={"bk": 32}, **opts)])
+    assert "configuration {" in str(err.value)
