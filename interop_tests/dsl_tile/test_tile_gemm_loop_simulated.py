@@ -239,29 +239,32 @@ def test_both_tma_pipelines_match_numpy_and_only_sync_has_a_barrier_in_its_loop(
     assert ("mbarrier.arrive.shared::cta.b64" in ptx) == (mode == "ws")
 
 
-@pytest.mark.parametrize("which", ["gemm", "gemm_bias_relu", "gemm_nt", "gemm_f8"])
-def test_the_warp_specialised_gemm_matches_numpy_in_the_simulator(monkeypatch, rng, which):
-    """KB_TILE_GEMM_PIPELINE=ws: a third warpgroup (tid.x < 128; thread 0) issues every TMA copy and
-    refills a stage once both compute warpgroups released it; the compute warpgroups only wait, multiply
-    and release, then run the epilogue alone (their barriers are a named barrier of 256 threads)."""
-    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
-    m, k, n = 300, 208, 264
+def library_gemm_args(rng, which, m, k, n, tshape):
+    """Operands, output and float64 reference of one of the library GEMMs."""
     f8 = which == "gemm_f8"
     dt = ml_dtypes.float8_e4m3fn if f8 else ml_dtypes.bfloat16
     a = rng.standard_normal((m, k)).astype(dt)
     b = rng.standard_normal((k, n)).astype(dt)
     ref = reference(a, b)
     c = np.full((m, n), np.nan, np.float32)
-    part = tile.partition(c, (128, 256))
-    kernel = getattr(K, which)
+    part = tile.partition(c, tshape)
     if which == "gemm_bias_relu":
         bias = rng.standard_normal(n).astype(np.float32)
-        args, ref = (a, b, bias, part, 64), np.maximum(ref + bias, 0)
-    elif which == "gemm":
-        args = (a, b, part, 64)
-    else:
-        bt = np.ascontiguousarray(b.T)
-        args = (a, bt, np.float32(1.0), part, 128) if f8 else (a, bt, part, 64)
+        return (a, b, bias, part, 64), np.maximum(ref + bias, 0), c
+    if which == "gemm":
+        return (a, b, part, 64), ref, c
+    bt = np.ascontiguousarray(b.T)
+    return ((a, bt, np.float32(1.0), part, 128) if f8 else (a, bt, part, 64)), ref, c
+
+
+@pytest.mark.parametrize("which", ["gemm", "gemm_bias_relu", "gemm_nt", "gemm_f8"])
+def test_the_warp_specialised_gemm_matches_numpy_in_the_simulator(monkeypatch, rng, which):
+    """KB_TILE_GEMM_PIPELINE=ws: a third warpgroup (tid.x < 128; thread 0) issues every TMA copy and
+    refills a stage once both compute warpgroups released it; the compute warpgroups only wait, multiply
+    and release, then run the epilogue alone (their barriers are a named barrier of 256 threads)."""
+    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
+    args, ref, c = library_gemm_args(rng, which, 300, 208, 264, (128, 256))
+    kernel = getattr(K, which)
     kernel.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
     ck = kernel.compile(args, "sm_90")
@@ -270,20 +273,22 @@ def test_the_warp_specialised_gemm_matches_numpy_in_the_simulator(monkeypatch, r
     assert "bar.sync" not in loop and "bar.sync 1, 256;" in ck.ptx
 
 
+def _gemm_plus_row(a: tile.Array[K.E, 2], b: tile.Array[K.E, 2], r: tile.Array[f32, 1],
+                   c: tile.Partition[f32, 2], bk: K.T):
+    """A GEMM that loads (a row of r) before its GEMM loop: the producers cannot run that part."""
+    bm, bn = c.tile_shape
+    i, j = tile.bid(0), tile.bid(1)
+    row = tile.load(r, j, (bn,))
+    acc = tile.zeros((bm, bn), f32)
+    for kk in range((a.shape[1] + bk - 1) // bk):
+        acc = tile.mma(tile.load(a, (i, kk), (bm, bk)), tile.load(b, (kk, j), (bk, bn)), acc)
+    c.store(acc + row[None, :])
+
+
 def test_a_kernel_that_loads_before_its_gemm_loop_is_not_warp_specialised(monkeypatch, rng):
     """The producers run what precedes the split, so only scalar and constant-tile assignments may."""
     monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
-
-    @tile.kernel
-    def gemm_plus_row(a: tile.Array[K.E, 2], b: tile.Array[K.E, 2], r: tile.Array[f32, 1],
-                      c: tile.Partition[f32, 2], bk: K.T):
-        bm, bn = c.tile_shape
-        i, j = tile.bid(0), tile.bid(1)
-        row = tile.load(r, j, (bn,))
-        acc = tile.zeros((bm, bn), f32)
-        for kk in range((a.shape[1] + bk - 1) // bk):
-            acc = tile.mma(tile.load(a, (i, kk), (bm, bk)), tile.load(b, (kk, j), (bk, bn)), acc)
-        c.store(acc + row[None, :])
+    gemm_plus_row = tile.kernel(_gemm_plus_row)
     a = rng.standard_normal((136, 64)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((64, 264)).astype(ml_dtypes.bfloat16)
     r = rng.standard_normal(264).astype(np.float32)
@@ -328,24 +333,6 @@ def test_ptxas_neither_serialises_the_wgmmas_nor_injects_warpgroup_syncs(monkeyp
         assert not any(code in text for code in ("C7517", "C7518", "C7519")), text
 
 
-def persistent_args(rng, which, m, k, n, tshape):
-    """Operands, output and float64 reference of one of the library GEMMs."""
-    f8 = which == "gemm_f8"
-    dt = ml_dtypes.float8_e4m3fn if f8 else ml_dtypes.bfloat16
-    a = rng.standard_normal((m, k)).astype(dt)
-    b = rng.standard_normal((k, n)).astype(dt)
-    ref = reference(a, b)
-    c = np.full((m, n), np.nan, np.float32)
-    part = tile.partition(c, tshape)
-    if which == "gemm_bias_relu":
-        bias = rng.standard_normal(n).astype(np.float32)
-        return (a, b, bias, part, 64), np.maximum(ref + bias, 0), c
-    if which == "gemm":
-        return (a, b, part, 64), ref, c
-    bt = np.ascontiguousarray(b.T)
-    return ((a, bt, np.float32(1.0), part, 128) if f8 else (a, bt, part, 64)), ref, c
-
-
 @pytest.mark.parametrize("which,blocks", [("gemm", 2), ("gemm", 4), ("gemm_bias_relu", 3), ("gemm_nt", 2),
                                           ("gemm_f8", 2)])
 def test_the_persistent_warp_specialised_tma_gemm_matches_numpy_in_the_simulator(monkeypatch, rng, which, blocks):
@@ -355,7 +342,7 @@ def test_the_persistent_warp_specialised_tma_gemm_matches_numpy_in_the_simulator
     ahead into the next tile while the consumers store this one. 9 tiles on 2-4 blocks (uneven),
     ragged M, N, K."""
     monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
-    args, ref, c = persistent_args(rng, which, 300, 208, 264, (128, 128))
+    args, ref, c = library_gemm_args(rng, which, 300, 208, 264, (128, 128))
     kernel = tile.kernel(getattr(K, which).pyfunc, persistent=True)
     ck = kernel.compile(args, "sm_90")
     assert ck.threads == 384 and "cp.async.bulk.tensor" in ck.ptx
@@ -370,17 +357,7 @@ def test_a_persistent_tma_gemm_that_cannot_be_warp_specialised_carries_its_phase
     """Persistent, ws asked for, but a load before the GEMM loop: the TMA loop without a producer
     warpgroup (a barrier per k tile), its k-tile count still running on across the block's tiles."""
     monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
-
-    @tile.kernel(persistent=True)
-    def gemm_plus_row(a: tile.Array[K.E, 2], b: tile.Array[K.E, 2], r: tile.Array[f32, 1],
-                      c: tile.Partition[f32, 2], bk: K.T):
-        bm, bn = c.tile_shape
-        i, j = tile.bid(0), tile.bid(1)
-        row = tile.load(r, j, (bn,))
-        acc = tile.zeros((bm, bn), f32)
-        for kk in range((a.shape[1] + bk - 1) // bk):
-            acc = tile.mma(tile.load(a, (i, kk), (bm, bk)), tile.load(b, (kk, j), (bk, bn)), acc)
-        c.store(acc + row[None, :])
+    gemm_plus_row = tile.kernel(_gemm_plus_row, persistent=True)
     a = rng.standard_normal((300, 456)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((456, 264)).astype(ml_dtypes.bfloat16)
     r = rng.standard_normal(264).astype(np.float32)
