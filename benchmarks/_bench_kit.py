@@ -114,12 +114,13 @@ def nvcc_module(source: str, name: str, extra: list[str] | None = None) -> Any:
     return bridge.load_module(image, name=name)
 
 
-def check_close(name: str, got: np.ndarray, ref: np.ndarray, rtol: float = 0.0, atol: float = 0.0) -> None:
-    """Raise AssertionError naming the implementation when `got` differs from the float64 reference."""
+def check_close(name: str, got: np.ndarray, ref: np.ndarray, rtol: float = 0.0, atol: Any = 0.0) -> None:
+    """Raise AssertionError naming the implementation when `got` differs from the float64 reference.
+    `atol` may be an array of ref's shape (a per-element error bound)."""
     got, ref = np.asarray(got), np.asarray(ref)
     if got.shape != ref.shape:
         raise AssertionError(f"{name}: result shape {got.shape} != reference {ref.shape}")
-    if rtol == 0 and atol == 0 and got.dtype == ref.dtype:
+    if rtol == 0 and np.ndim(atol) == 0 and atol == 0 and got.dtype == ref.dtype:
         bad = ~(got == ref)                      # bit-for-bit check without float64 copies
         got64, ref64 = got, ref
     else:
@@ -127,9 +128,10 @@ def check_close(name: str, got: np.ndarray, ref: np.ndarray, rtol: float = 0.0, 
         bad = ~(np.abs(got64 - ref64) <= atol + rtol * np.abs(ref64))
     if bad.any():
         k = int(np.flatnonzero(bad.reshape(-1))[0])
+        at = np.broadcast_to(atol, ref.shape).reshape(-1)[k] if np.ndim(atol) else atol
         raise AssertionError(f"{name}: {int(bad.sum())} of {bad.size} elements differ from the float64 "
                              f"reference (first at flat index {k}: got {got64.reshape(-1)[k]!r}, expected "
-                             f"{ref64.reshape(-1)[k]!r}, rtol {rtol}, atol {atol}); not timing it")
+                             f"{ref64.reshape(-1)[k]!r}, rtol {rtol}, atol {float(at)!r}); not timing it")
 
 
 def keep_first(store: list, f: Callable[[], Any]) -> Callable[[int], None]:

@@ -218,3 +218,17 @@ def test_benchmark_check_refuses_a_poisoned_or_inexact_output():
         kit.check_close("tol", ref + np.array([0, 0, 0, 1e-2] + [0] * 6, np.float32), ref.astype(np.float64),
                         rtol=1e-4, atol=1e-6)
     assert kit.input_sets(10 * 2**20) == 3 and kit.input_sets(1 << 30) == 1
+
+
+def test_benchmark_check_takes_a_per_element_bound():
+    """The f8 GEMM's check: each element within its own bound (2^-10 of sum_k |a||b|), named when not."""
+    kit, gemm = bench_module("_bench_kit"), bench_module("gemm")
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((4, 300)), rng.standard_normal((300, 5))
+    ref, bound = a @ b, gemm.f8_bound(a, b)
+    assert np.all(bound > 0.1) and np.all(bound < 0.5)          # 2^-10 * ~190
+    kit.check_close("f8", ref + 0.9 * bound, ref, atol=bound)
+    off = ref + 0.9 * bound
+    off[2, 3] += 0.2 * bound[2, 3]
+    with pytest.raises(AssertionError, match=rf"flat index 13: .*atol {float(bound[2, 3])!r}"):
+        kit.check_close("f8", off, ref, atol=bound)
