@@ -105,7 +105,11 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
         L.asm("fence.mbarrier_init.release.cluster;", sim=no_op)
         L.asm("prefetch.tensormap [$0];", "l", [tmap_a], sim=no_op)
         L.asm("prefetch.tensormap [$0];", "l", [tmap_b], sim=no_op)
-    once(lambda: (L.emit(N.If(leader, L.block_of(init), [])), L.sync()))
+
+    def set_up() -> None:
+        L.emit(N.If(leader, L.block_of(init), []))
+        L.sync()
+    once(set_up)
 
     def issue(kt: N.Expr, stage: N.Expr) -> None:
         """Thread 0: expect the stage's bytes, then copy k tile `kt` of A and B into `stage`."""
