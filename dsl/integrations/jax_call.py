@@ -274,15 +274,13 @@ class _Call:
         _driver.ensure_current(dev.ordinal)     # the fault record below is allocated in its context
         args = self._args(self.standins())
         if plan.is_tile:
-            from dsl.tile.compile import PERSISTENT_BLOCKS_PER_SM
             from dsl.tile.host import Partition
-            total = next(a.num_tiles for a in args if isinstance(a, Partition))   # one block per tile
-            if total == 0:
-                return -1
+            if next(a.num_tiles for a in args if isinstance(a, Partition)) == 0:
+                return -1                               # no tile: nothing to launch
             ck = plan.kernel.compile(tuple(args), dev.arch)
-            if plan.kernel.persistent:
-                total = min(total, PERSISTENT_BLOCKS_PER_SM * dev.sm_count)
-            grid, block, smem = (total, 1, 1), (ck.threads, 1, 1), ck.dynamic_smem
+            # the grid is the validator's (grid_from: one block per tile, capped by the contract's
+            # max_blocks_per_sm for persistent kernels), as for every other tile launch
+            grid, block, smem = None, (ck.threads, 1, 1), ck.dynamic_smem
             params = [p for p in plan.params if p.kind != "const"]
         else:
             ck = plan.kernel.compile(*args, arch=dev.arch)
@@ -303,8 +301,10 @@ class _Call:
                 v = v.item() if isinstance(v, np.generic) else v
                 descs.append(v)
                 slots.append(("scalar", v))
-        _native.validate(bk.contract, descs, grid=grid, block=block, smem=smem, limits=dev.limits,
-                         attrs=bk.attributes)
+        resolved, _ = _native.validate(bk.contract, descs, grid=grid, block=block, smem=smem, limits=dev.limits,
+                                       attrs=bk.attributes)
+        if plan.is_tile:
+            grid = resolved
         lim, at = dev.limits, bk.attributes
         limits = {k: getattr(lim, k) for k in ("cc", "max_threads_per_block", "max_block", "max_grid",
                                               "smem_per_block", "smem_per_block_optin", "sm_count")}

@@ -83,8 +83,11 @@ def contract_for(simt_fn, fn, facts: dict[str, dict], relied: set[str], persiste
     if persistent:
         grid["max_blocks_per_sm"] = persistent_blocks_per_sm(simt_fn, dynamic_smem)
     aligned = {n for n in relied if facts.get(n, {}).get("aligned16")}
-    return build_contract(simt_fn, block=simt_fn.exact_block, requires=requires or None, grid_from=grid,
-                          reads=reads, aligned=aligned)
+    contract = build_contract(simt_fn, block=simt_fn.exact_block, requires=requires or None, grid_from=grid,
+                              reads=reads, aligned=aligned)
+    if dynamic_smem:             # after grid_from, where tile contracts have always had it
+        contract["dynamic_smem"] = {"exact": dynamic_smem}
+    return contract
 
 
 def validator_contract(fn, threads: int, facts: dict[str, dict], persistent: bool = False) -> dict:
@@ -132,7 +135,8 @@ def lowering_switches() -> dict:
 
 
 def switches_key() -> tuple:
-    """lowering_switches() for the compile caches' keys: the ones that are not off or the default."""
+    """lowering_switches() for the compile caches' keys: tc_matmul when on (its default), the GEMM
+    pipeline when not the default; the disk keys of every earlier entry stay as they were."""
     s = lowering_switches()
     return (("tc_matmul",) if s["tc_matmul"] else ()) + \
         (() if s["gemm_pipeline"] == "sync" else (f"gemm_pipeline_{s['gemm_pipeline']}",))
@@ -155,8 +159,6 @@ def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, d
     simt_fn = lower(fn, threads, fn.name, facts, info, cc=parse_arch(arch), persistent=persistent,
                     **lowering_switches())
     contract = contract_for(simt_fn, fn, facts, info["relied"], persistent, dynamic_smem=info["dynamic_smem"])
-    if info["dynamic_smem"]:     # after grid_from, where tile contracts have always had it
-        contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
     target = canonical_arch(arch, specific=info["arch_specific"])
     contract_json = json.dumps(contract)
     block = simt_fn.exact_block           # threads, plus a producer warpgroup when warp-specialised

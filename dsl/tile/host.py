@@ -265,14 +265,12 @@ class TileKernel:
             facts = {k: dict(v, aligned16=False) for k, v in facts.items()}
         info: dict = {}
         from dsl.backend.target import parse_arch
-        from dsl.tile.compile import gemm_pipeline
+        from dsl.tile.compile import lowering_switches
         simt_fn = lower(fn, threads, self.name, facts, info, persistent=self.persistent,
-                        cc=parse_arch(arch) if tensor_cores else 0, tc_matmul=tensor_cores,
-                        gemm_pipeline=gemm_pipeline())
+                        cc=parse_arch(arch) if tensor_cores else 0,
+                        **dict(lowering_switches(), tc_matmul=tensor_cores))
         contract = contract_for(simt_fn, fn, facts, info["relied"], self.persistent,
                                 dynamic_smem=info["dynamic_smem"])
-        if info["dynamic_smem"]:
-            contract["dynamic_smem"] = {"exact": info["dynamic_smem"]}
         sig = [t for s, t in zip(self.specs, self.signature(args)) if s.kind != "const"]
         flat = tuple(np.asarray(a).astype(np_dtype(t.dtype))[()] if isinstance(t, ScalarParamType) else a
                      for t, a in zip(sig, self._flat(args)))
