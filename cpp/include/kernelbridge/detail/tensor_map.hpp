@@ -20,19 +20,16 @@ namespace kb {
 using TensorMapEncodeFn = decltype(&::cuTensorMapEncodeTiled);
 using ParamInfoFn = decltype(&::cuFuncGetParamInfo);
 
+static_assert(CU_TENSOR_MAP_DATA_TYPE_UINT8 == 0 && CU_TENSOR_MAP_DATA_TYPE_UINT16 == 1 &&
+                  CU_TENSOR_MAP_DATA_TYPE_UINT32 == 2 && CU_TENSOR_MAP_DATA_TYPE_INT32 == 3 &&
+                  CU_TENSOR_MAP_DATA_TYPE_UINT64 == 4 && CU_TENSOR_MAP_DATA_TYPE_INT64 == 5 &&
+                  CU_TENSOR_MAP_DATA_TYPE_FLOAT16 == 6 && CU_TENSOR_MAP_DATA_TYPE_FLOAT32 == 7 &&
+                  CU_TENSOR_MAP_DATA_TYPE_FLOAT64 == 8 && CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 == 9,
+              "detail::tma_element_type (validate.hpp) writes the driver API's CUtensorMapDataType values");
+
+// The type `t` is copied as; the validator (detail::tma_dtype_ok) admitted only types TMA moves.
 inline CUtensorMapDataType tma_data_type(DType t) {
-  switch (t) {
-    case DType::u8: case DType::f8e4m3fn: case DType::f8e5m2: return CU_TENSOR_MAP_DATA_TYPE_UINT8;
-    case DType::u16: return CU_TENSOR_MAP_DATA_TYPE_UINT16;
-    case DType::u32: return CU_TENSOR_MAP_DATA_TYPE_UINT32;
-    case DType::i32: return CU_TENSOR_MAP_DATA_TYPE_INT32;
-    case DType::u64: return CU_TENSOR_MAP_DATA_TYPE_UINT64;
-    case DType::i64: return CU_TENSOR_MAP_DATA_TYPE_INT64;
-    case DType::f16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    case DType::bf16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    case DType::f64: return CU_TENSOR_MAP_DATA_TYPE_FLOAT64;
-    default: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;   // f32 (detail::tma_dtype_ok admits no other)
-  }
+  return static_cast<CUtensorMapDataType>(detail::tma_element_type(t));
 }
 
 // The descriptor of `spec` for view `a` (axis 0 of a tensor map is the array's innermost axis). An

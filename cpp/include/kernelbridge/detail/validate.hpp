@@ -192,11 +192,25 @@ inline Error check_array(const LaunchContract& c, int k, const ArgValue& v, cons
 // contiguous, base address and every other byte stride multiples of 16 (strides below 2^40), extents
 // below 2^32, an element type TMA moves. Checked here so a bad view is refused naming the argument,
 // never a failed encode or a device fault. Empty arrays get no tensor map (nothing is copied).
-inline bool tma_dtype_ok(DType t) {
-  return t == DType::u8 || t == DType::u16 || t == DType::u32 || t == DType::i32 || t == DType::u64 ||
-         t == DType::i64 || t == DType::f16 || t == DType::bf16 || t == DType::f32 || t == DType::f64 ||
-         t == DType::f8e4m3fn || t == DType::f8e5m2;   // fp8: copied as bytes (tensor_map.hpp)
+// The one table of what TMA moves: the CUtensorMapDataType an element type is copied as (the driver
+// API's enum values; tensor_map.hpp, which has cuda.h, checks them), or -1 where TMA copies none.
+// fp8 is copied as bytes. The validator admits exactly what the encoder encodes.
+inline int tma_element_type(DType t) {
+  switch (t) {
+    case DType::u8: case DType::f8e4m3fn: case DType::f8e5m2: return 0;   // UINT8
+    case DType::u16: return 1;     // UINT16
+    case DType::u32: return 2;     // UINT32
+    case DType::i32: return 3;     // INT32
+    case DType::u64: return 4;     // UINT64
+    case DType::i64: return 5;     // INT64
+    case DType::f16: return 6;     // FLOAT16
+    case DType::f32: return 7;     // FLOAT32
+    case DType::f64: return 8;     // FLOAT64
+    case DType::bf16: return 9;    // BFLOAT16
+    default: return -1;
+  }
 }
+inline bool tma_dtype_ok(DType t) { return tma_element_type(t) >= 0; }
 // Why a view cannot be a TMA tensor map (check_tensor_map found that it cannot), first reason first.
 KB_COLD inline Error tensor_map_error(const LaunchContract& c, const TensorMapSpec& t, const ArgValue& v) {
   const ArrayView& a = v.array;
