@@ -12,7 +12,7 @@ from dsl.backend import lltypes as T
 from dsl.backend.errors import CodegenError
 from dsl.backend.values import SlotVal, TupleVal, leaves
 from dsl.ir import nodes as N
-from dsl.ir.types import F32, ScalarType
+from dsl.ir.types import F8_FORMATS, F32, ScalarType
 
 _HALF = ("f16", "bf16")
 
@@ -297,7 +297,7 @@ class ExprMixin:
         if src.is_f8:
             return self.cast(self.f8_to_f32(v, src), F32, dst)
         if dst.is_f8:
-            return self.f32_to_f8(self.cast(v, src, F32) if src != F32 else v, dst)
+            return self.f32_to_f8(self.cast(v, src, F32), dst)
         dty = T.scalar(dst)
         if dst.kind == "bool":
             if src.is_float:
@@ -339,10 +339,12 @@ class ExprMixin:
         exponent); subnormals are |x| / (their step), rounded to an even integer."""
         b = self.st.b
         f32, i32 = T.scalar(F32), T.I32
-        e4m3 = dst.name == "f8e4m3fn"
-        man, bias, top, sub_step = (3, 7, 448.0, 2.0 ** -9) if e4m3 else (2, 15, 57344.0, 2.0 ** -16)
+        fmt = F8_FORMATS[dst.name]
+        man, bias, top = fmt.mantissa, fmt.bias, fmt.max
+        sub_step = 2.0 ** (1 - bias - man)           # the subnormal step: 2^-9 (e4m3fn), 2^-16 (e5m2)
         fabs = self.call(f"llvm.{X.float_op_intrinsic('fabs')}.f32", f32, [v])
-        a = self.call("llvm.minnum.f32", f32, [fabs, ir.Constant(f32, top)])   # a NaN is patched below
+        fmin = f"llvm.{X.float_op_intrinsic('fmin')}.f32"
+        a = self.call(fmin, f32, [fabs, ir.Constant(f32, top)])   # a NaN is patched below
         bits = b.bitcast(a, i32)
         shift = 23 - man
         odd = b.and_(b.lshr(bits, ir.Constant(i32, shift)), ir.Constant(i32, 1))

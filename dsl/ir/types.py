@@ -57,6 +57,18 @@ BOOL, I8, I16, I32, I64 = (SCALARS[n] for n in ("bool", "i8", "i16", "i32", "i64
 U8, U16, U32, U64 = (SCALARS[n] for n in ("u8", "u16", "u32", "u64"))
 F16, BF16, F32, F64 = (SCALARS[n] for n in ("f16", "bf16", "f32", "f64"))
 F8E4M3, F8E5M2 = SCALARS["f8e4m3fn"], SCALARS["f8e5m2"]
+
+
+@dataclass(frozen=True)
+class F8Format:
+    """What a conversion to an fp8 type needs: mantissa bits, exponent bias, largest finite value
+    (what .satfinite saturates to; e4m3fn has no infinities, so its top is not the IEEE pattern)."""
+    mantissa: int
+    bias: int
+    max: float
+
+
+F8_FORMATS = {"f8e4m3fn": F8Format(3, 7, 448.0), "f8e5m2": F8Format(2, 15, 57344.0)}
 INDEX = I64            # type of indices, lengths, ThreadIndex components
 
 

@@ -83,6 +83,16 @@ class AddressSpace:
                                   f"({rows.shape[1]} bytes) at offset {int(off.max())}")
         return rows, off
 
+    def shared_read(self, blk: np.ndarray | int, addr: np.ndarray, nbytes: int) -> np.ndarray:
+        """`nbytes` bytes at each shared address of block(s) `blk` (rows of a uint8 matrix)."""
+        rows, off = self.shared_bytes(addr, nbytes)
+        return rows[np.asarray(blk)[..., None] if np.ndim(blk) else blk, off[:, None] + np.arange(nbytes)]
+
+    def shared_write(self, blk: np.ndarray | int, addr: np.ndarray, data: np.ndarray) -> None:
+        """Write row i of the uint8 matrix `data` at shared address addr[i] of block(s) `blk`."""
+        rows, off = self.shared_bytes(addr, data.shape[1])
+        rows[np.asarray(blk)[..., None] if np.ndim(blk) else blk, off[:, None] + np.arange(data.shape[1])] = data
+
     def _global(self, addr: np.ndarray, nbytes: int):
         """Yield (argument bytes, lanes, byte offsets) of the addresses in each argument they name."""
         for k in np.unique(addr // GLOBAL_STEP):
@@ -133,8 +143,7 @@ class AsyncCopies:
         for ln, grp, blk, dst, data in self.pending:
             done = waiting[ln] & (grp < self.commits[ln] - keep)
             if done.any():
-                rows, off = space.shared_bytes(dst[done], data.shape[1])
-                rows[blk[done][:, None], off[:, None] + np.arange(data.shape[1])] = data[done]
+                space.shared_write(blk[done], dst[done], data[done])
             if not done.all():
                 rest.append((ln[~done], grp[~done], blk[~done], dst[~done], data[~done]))
         self.pending = rest

@@ -20,14 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from bridge import dtypes
-from dsl.ir.types import ScalarType
+from dsl.ir.types import F8_FORMATS, ScalarType
 from dsl.vocab import host
 from dsl.vocab import math as vocab
 
 # IR scalar name -> the NumPy dtype that stores it: the DSL rows of the one dtype table.
 _NP: dict[str, np.dtype] = {row.name: dtypes.to_numpy(row.name) for row in dtypes.kernel_rows()}
 _F32 = np.dtype(np.float32)
-F8_MAX = {"f8e4m3fn": 448.0, "f8e5m2": 57344.0}     # largest finite values: what .satfinite saturates to
 _F64 = np.dtype(np.float64)
 
 
@@ -231,7 +230,7 @@ def cast(x, src: ScalarType, dst: ScalarType):
     if dst.name == "bf16" and src.name != "f32":
         return to_bf16(x.astype(_F64))
     if dst.is_f8:   # through f32, round to nearest even, saturating to the largest finite (.satfinite)
-        top = F8_MAX[dst.name]
+        top = F8_FORMATS[dst.name].max
         return np.clip(x.astype(_F32), -top, top).astype(dt)
     return x.astype(dt)
 

@@ -308,13 +308,19 @@ class Machine:
         f.returned |= mask & ~self.exited
         return np.zeros(self.L, bool)
 
+    def partial_barrier(self, arrived: np.ndarray, want: np.ndarray) -> int | None:
+        """The first block where some of the threads `want` (running, taking part) reached a barrier
+        that others of them did not (undefined behaviour on the GPU), or None."""
+        T = self.lanes.T
+        partial = arrived.reshape(-1, T).any(axis=1) & (want & ~arrived).reshape(-1, T).any(axis=1)
+        return int(np.flatnonzero(partial)[0]) if partial.any() else None
+
     def s_SyncThreads(self, s: N.SyncThreads, mask):
         T = self.lanes.T
         arrived = mask.reshape(-1, T)
         missing = (self.live() & ~mask).reshape(-1, T)
-        partial = arrived.any(axis=1) & missing.any(axis=1)
-        if partial.any():
-            b = int(np.flatnonzero(partial)[0])
+        b = self.partial_barrier(mask, self.live())
+        if b is not None:
             xyz = tuple(int(v) for v in self.lanes.block_xyz[b])
             raise self._err(s, f"sync_threads() reached by only {int(arrived[b].sum())} of "
                                f"{int((arrived[b] | missing[b]).sum())} running threads of block {xyz} "
@@ -508,8 +514,8 @@ class Machine:
         lanes (shared/global memory, pending copies)."""
         sim = getattr(e, "sim", None)
         if sim is None:
-            raise self._err(e, "inline PTX without CPU semantics cannot be simulated (the tensor-core "
-                               "paths are simulated through the portable lowering)")
+            raise self._err(e, "inline PTX without CPU semantics cannot be simulated (the tile "
+                               "lowering gives each statement its `sim`, dsl/tile/ptx_sim*.py)")
         n = count(sel, self.L)
         args = [vec(self.ev(a, sel), n) for a in e.args]
         extra = (self, self._lanes_of(sel)) if getattr(sim, "machine", False) else ()
@@ -527,9 +533,7 @@ class Machine:
 
     def e_GlobalAddress(self, e, sel):
         mem = self.ev(e.array, sel)
-        off = np.int64(0)
-        for i, st in zip(self._indices(e.indices, sel), mem.data.strides):
-            off = off + i * np.int64(st)
+        off = mem.element_id(None, self._indices(e.indices, sel))     # byte offset of a global element
         return (self.addresses.global_base(mem) + off).astype(np.uint64)
 
     def e_Call(self, e: N.Call, sel):

@@ -9,3 +9,8 @@ _NAMES = {BF16: "bf16", F16: "f16", F32: "tf32", F8E4M3: "e4m3", F8E5M2: "e5m2"}
 def mma_type(t: ScalarType) -> str:
     """"bf16", "f16", "tf32" (f32 operands run as tf32), "e4m3" or "e5m2"."""
     return _NAMES[t]
+
+
+def operand_type(name: str) -> ScalarType:
+    """The IR type of a PTX operand type name (mma_type's inverse; "tf32" is F32)."""
+    return next(t for t, n in _NAMES.items() if n == name)

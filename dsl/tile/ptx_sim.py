@@ -6,8 +6,8 @@ dsl/sim/interp.py); memory goes through the simulator's address model (dsl/sim/a
 
 Fragment layouts follow the PTX ISA ("Matrix fragments for mma.m16n8k16 / m16n8k8", "ldmatrix"):
 g = lane / 4, t = lane % 4. Products are summed in f64 and rounded to f32 once (the tensor cores'
-summation order differs; results agree to f32 rounding of the sum). sm_90's wgmma and TMA have no
-CPU semantics: the simulator lowers for sm_80.
+summation order differs; results agree to f32 rounding of the sum). sm_90's TMA, mbarriers and
+wgmma have theirs in dsl/tile/ptx_sim_sm90.py.
 """
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from typing import Callable
 
 import numpy as np
 
-from dsl.ir.types import BF16, F8E4M3, F8E5M2, F16
 from dsl.sim import arith
 from dsl.sim.addresses import AsyncCopies
 from dsl.sim.faults import SimulationError
+from dsl.tile.mma_types import operand_type
+from dsl.tile.sim import tf32_round
 
 _G, _T = np.arange(32) // 4, np.arange(32) % 4
 # element (row, col) of each fragment register / half, in register order
@@ -92,7 +93,7 @@ def mma_packed(a_type: str, b_type: str) -> Callable:
     """mma.sync on packed registers: 4 of A, 2 of B, 4 f32 accumulators (f16/bf16 k16, tf32 k8, f8
     e4m3/e5m2 k32, the two f8 operands of either type)."""
     if a_type in ("e4m3", "e5m2"):
-        da, db = (arith.np_dtype(F8E4M3 if t == "e4m3" else F8E5M2) for t in (a_type, b_type))
+        da, db = (arith.np_dtype(operand_type(t)) for t in (a_type, b_type))
 
         def run8(args: list, pos: np.ndarray, present: np.ndarray) -> tuple:
             a = [x for r in args[0:4] for x in _bytes_of(r, da)]
@@ -106,7 +107,7 @@ def mma_packed(a_type: str, b_type: str) -> Callable:
             b = [np.asarray(r, np.uint32).view(np.float32) for r in args[4:6]]
             return warp_mma((16, 8, 8), TF32_A, TF32_B, a, b, args[6:10], pos, present)
         return semantics(run)
-    dt = arith.np_dtype(BF16 if tname == "bf16" else F16)
+    dt = arith.np_dtype(operand_type(tname))
 
     def run16(args: list, pos: np.ndarray, present: np.ndarray) -> tuple:
         a = [h for r in args[0:4] for h in _halves(r, dt)]
@@ -125,30 +126,29 @@ def pack_halves(dtype) -> Callable:
     return semantics(run, per_thread=True)
 
 
-def _cvt_rna_tf32(args: list) -> np.ndarray:
-    bits = np.asarray(args[0], np.uint32)
-    finite = (bits & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
-    return np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits).astype(np.uint32)
-
-
-cvt_rna_tf32 = semantics(_cvt_rna_tf32, per_thread=True)
+cvt_rna_tf32 = semantics(lambda args: tf32_round(np.asarray(args[0], np.uint32).view(np.float32)).view(np.uint32),
+                         per_thread=True)
 
 
 def _ld_shared_b32(args: list, mach, lanes: np.ndarray) -> np.ndarray:
-    rows, off = mach.addresses.shared_bytes(args[0], 4)
-    raw = rows[mach.lanes.blk[lanes][:, None], off[:, None] + np.arange(4)]
+    raw = mach.addresses.shared_read(mach.lanes.blk[lanes], args[0], 4)
     return np.ascontiguousarray(raw).view(np.uint32).reshape(-1)
 
 
 ld_shared_b32 = semantics(_ld_shared_b32, machine=True, per_thread=True)
 
 
+def ext_state(mach, key: str, make: Callable):
+    """The inline-PTX state `key` of this batch of blocks in Machine.ext, made on first use."""
+    found = mach.ext.get(key)
+    if found is None:
+        found = mach.ext[key] = make()
+    return found
+
+
 def copies(mach) -> AsyncCopies:
     """The pending cp.async copies of this batch of blocks (made on the first copy)."""
-    found = mach.ext.get("cp.async")
-    if found is None:
-        found = mach.ext["cp.async"] = AsyncCopies(mach.L)
-    return found
+    return ext_state(mach, "cp.async", lambda: AsyncCopies(mach.L))
 
 
 def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
@@ -184,11 +184,8 @@ def named_barrier(first: int) -> Callable:
     def run(args: list, mach, lanes: np.ndarray) -> None:
         arrived = np.zeros(mach.L, bool)
         arrived[lanes] = True
-        want = mach.live() & (mach.lanes.tid_lin >= first)
-        for b in np.unique(mach.lanes.blk[lanes]):
-            at = mach.lanes.blk == b
-            if (want[at] & ~arrived[at]).any():
-                raise SimulationError("simulator: a named barrier reached by only part of its threads")
+        if mach.partial_barrier(arrived, mach.live() & (mach.lanes.tid_lin >= first)) is not None:
+            raise SimulationError("simulator: a named barrier reached by only part of its threads")
     return semantics(run, machine=True, per_thread=True)
 
 
@@ -206,8 +203,7 @@ def ldmatrix(trans: bool) -> Callable:
         addr = np.full(size, int(np.asarray(args[0]).reshape(-1)[0]), np.int64)
         addr[pos] = np.asarray(args[0], np.int64)
         blk = np.repeat(np.arange(size // 32) * 32 // mach.lanes.Tp, 32)
-        rows, off = mach.addresses.shared_bytes(addr, 16)
-        raw = rows[blk[:, None], off[:, None] + np.arange(16)]
+        raw = mach.addresses.shared_read(blk, addr, 16)
         m16 = np.ascontiguousarray(raw).view(np.uint16).reshape(-1, 4, 8, 8)   # warp, matrix, row, column
         w = np.arange(size) // 32
         lane = np.arange(size) % 32

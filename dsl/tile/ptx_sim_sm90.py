@@ -27,15 +27,18 @@ from typing import Callable
 
 import numpy as np
 
-from dsl.ir.types import BF16, F8E4M3, F8E5M2, F16
 from dsl.sim import arith
 from dsl.sim.faults import SimulationError
-from dsl.tile.ptx_sim import semantics
+from dsl.tile.mma_types import operand_type
+from dsl.tile.ptx_sim import ext_state, semantics
 
 SWIZZLE_BITS = {128: 7, 64: 3, 32: 1}          # mask of address bits 7.. XORed into bits 4..
 MODE_WIDTH = {1: 128, 2: 64, 3: 32}             # descriptor swizzle mode -> swizzle width in bytes
-_NP = {"bf16": arith.np_dtype(BF16), "f16": arith.np_dtype(F16), "tf32": np.dtype(np.float32),
-       "e4m3": arith.np_dtype(F8E4M3), "e5m2": arith.np_dtype(F8E5M2)}
+
+
+def _dtype(tname: str) -> np.dtype:
+    """The element dtype of a PTX operand type name ("tf32": f32 storage)."""
+    return arith.np_dtype(operand_type(tname))
 
 
 def swizzle(addr: np.ndarray, width: int) -> np.ndarray:
@@ -57,7 +60,7 @@ class _Wgmma:
 
 
 def _state(mach, name: str, make: Callable) -> dict:
-    return mach.ext.setdefault("sm90." + name, make())
+    return ext_state(mach, "sm90." + name, make)
 
 
 # ----------------------------------------------------------------------------------- mbarriers
@@ -65,11 +68,11 @@ def _bars(mach) -> dict:
     return _state(mach, "bars", dict)
 
 
-def _complete(b: _Barrier, mach=None) -> None:
+def _complete(b: _Barrier, mach) -> None:
     if b.pending == 0 and b.tx == 0:
         b.phase += 1
         b.pending = b.count
-        roles = mach.ext.get("roles") if mach is not None else None
+        roles = mach.ext.get("roles")
         if roles is not None:         # a side waiting on this phase may go on (dsl/sim/roles.py)
             roles.notify()
 
@@ -140,9 +143,8 @@ def _tma_load_2d(args: list, mach, lanes: np.ndarray) -> None:
         raw = np.ascontiguousarray(box).view(np.uint8).reshape(-1)
         linear = dst + np.arange(raw.size, dtype=np.int64)
         phys = swizzle(linear, tmap.swizzle) if tmap.swizzle else linear
-        smem, off = mach.addresses.shared_bytes(phys, 1)
         blk = int(mach.lanes.blk[lane])
-        smem[blk, off] = raw
+        mach.addresses.shared_write(blk, phys, raw[:, None])
         b = _barrier(mach, blk, bar)
         b.tx -= rows * cols * es
         _complete(b, mach)
@@ -168,8 +170,7 @@ def _decode(desc: int) -> tuple[int, int, int, int]:
 
 def _read(mach, blk: int, addr: np.ndarray, dtype: np.dtype, tname: str) -> np.ndarray:
     es = dtype.itemsize
-    rows, off = mach.addresses.shared_bytes(addr.reshape(-1), es)
-    raw = rows[blk, off[:, None] + np.arange(es)]
+    raw = mach.addresses.shared_read(blk, addr.reshape(-1), es)
     vals = np.ascontiguousarray(raw).view(dtype).reshape(addr.shape)
     if tname == "tf32":        # the tensor cores read 10 mantissa bits and ignore the rest
         vals = (vals.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
@@ -178,7 +179,7 @@ def _read(mach, blk: int, addr: np.ndarray, dtype: np.dtype, tname: str) -> np.n
 
 def _operand_kmajor(mach, blk: int, desc: int, rows: int, kbytes: int, tname: str) -> np.ndarray:
     start, _, sbo, width = _decode(desc)
-    dt = _NP[tname]
+    dt = _dtype(tname)
     es = dt.itemsize
     r = np.arange(rows)[:, None]
     kb = (np.arange(kbytes // es) * es)[None, :]
@@ -188,7 +189,7 @@ def _operand_kmajor(mach, blk: int, desc: int, rows: int, kbytes: int, tname: st
 
 def _operand_mnmajor(mach, blk: int, desc: int, n: int, k: int, tname: str) -> np.ndarray:
     start, lbo, sbo, width = _decode(desc)
-    dt = _NP[tname]
+    dt = _dtype(tname)
     es = dt.itemsize
     per = width // es
     kk = np.arange(k)[:, None]
@@ -199,7 +200,7 @@ def _operand_mnmajor(mach, blk: int, desc: int, n: int, k: int, tname: str) -> n
 
 def _product(mach, blk: int, da: int, db: int, op: WgmmaOp) -> np.ndarray:
     """The 64 x n product of one wgmma (32 bytes of K)."""
-    ea = _NP[op.a_type].itemsize
+    ea = _dtype(op.a_type).itemsize
     a = _operand_kmajor(mach, blk, da, 64, 32, op.a_type)               # [64, k]
     k = 32 // ea
     b = _operand_mnmajor(mach, blk, db, op.n, k, op.b_type) if op.trans_b else \
