@@ -17,7 +17,7 @@ from typing import Any
 from dsl.cache import CacheEntry, DiskCache, cache_enabled, cache_key
 from dsl.observe import compiled
 from dsl.options import env_switch
-from dsl.tile.types import PartitionParamType
+from dsl.tile.types import PartitionParamType, row_divisor
 
 PERSISTENT_BLOCKS_PER_SM = 2      # grid of a persistent tile kernel: this many blocks per SM ...
 SM_SHARED_BYTES = 227 * 1024      # ... or one for a TMA-fed block taking over half an SM's (sm_90)
@@ -47,8 +47,8 @@ def tile_requires(fn, facts: dict[str, dict], relied: set[str]) -> list[str]:
     """The tile model's relations: a last extent divisible by 8 (16 for 1-byte elements: 16-byte rows)
     where the lowering relied on it, and one tile grid for every partition (each tile block owns one
     tile of each)."""
-    def rows(p) -> int:        # the divisor of the fact the lowering relied on (lower_mma: 16-byte rows)
-        return 16 if p.type.dtype.itemsize == 1 else 8
+    def rows(p) -> int:        # the divisor of the fact the lowering relied on (16-byte rows)
+        return row_divisor(p.type.dtype.itemsize)
     requires = [f"{p.name}.shape[{p.type.ndim - 1}] % {rows(p)} == 0" for p in fn.params
                 if p.name in relied and facts.get(p.name, {}).get(f"div{rows(p)}")]
     gp = fn.grid_param

@@ -10,6 +10,11 @@ from dsl.ir.types import INDEX, U32, ArrayType
 from dsl.tile.layout import log2
 
 
+def stage_bytes(bm: int, bn: int, bk: int, esize: int) -> int:
+    """Bytes of one operand stage: a BM x BK tile of A and a BK x BN tile of B."""
+    return (bm * bk + bk * bn) * esize
+
+
 def operand_stages(L, plan) -> tuple[N.Expr, N.Expr, Callable[[N.Expr], N.Expr], Callable[[N.Expr], N.Expr]]:
     """The S operand stages in dynamic shared memory (A stages, then B stages), 1024-byte aligned at run
     time so the hardware swizzle (address bits) matches the XOR pattern of the copies (cp.async offsets
@@ -18,7 +23,7 @@ def operand_stages(L, plan) -> tuple[N.Expr, N.Expr, Callable[[N.Expr], N.Expr],
     buf = N.SharedAlloc("gemm_operands", ArrayType(plan.a.type.dtype, 1, writable=True, space="shared",
                                                    shape=(-1,)), align=1024)
     L.extra_shared.append(buf)
-    L.dyn_bytes = max(L.dyn_bytes, (S * bm * bk + S * bk * bn) * es + 1024)
+    L.dyn_bytes = max(L.dyn_bytes, S * stage_bytes(bm, bn, bk, es) + 1024)
     raw = L.tmp(TN.SharedAddress(N.SharedArray(buf), N.Const(0, INDEX)), "smem")
     rounded = N.BinOp("add", raw, N.Const(1023, U32), U32)
     base_a = L.tmp(N.BinOp("and_", rounded, N.Const(0xFFFFFC00, U32), U32), "sa0")

@@ -47,12 +47,11 @@ class Lowerer:
         self.max_stages = max_stages
         self.cc = cc                            # target compute capability (0: portable only)
         self.persistent = persistent            # blocks loop over tiles (grid may be < tile count)
-        self.tc_matmul = tc_matmul              # experimental tensor-core tile.matmul (lower_matmul_tc.py)
+        self.tc_matmul = tc_matmul              # tile.matmul on the tensor cores (lower_matmul_tc.py)
         self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "sync" or "ws" (lower_tma.py)
         # warp specialisation (gemm_pipeline "ws"): WS_PRODUCERS more threads issue the copies; the tile
         # program runs on the T threads after them (geo.tid = tid.x - WS_PRODUCERS); ws_tid is tid.x
-        self.ws = False
-        self.ws_tid: N.Expr | None = None
+        self.ws_tid: N.Expr | None = None       # set by lower_ws.bind_roles: the kernel is warp-specialised
         self.ws_consumer: N.Expr | None = None   # warpgroup index >= 1, through a shuffle: warp-uniform
         self.consumers_only = False             # barriers from here on: the T consumers' named barrier
         self.dyn_bytes = 0                      # dynamic shared bytes (tensor-core operand stages)
@@ -134,6 +133,8 @@ class Lowerer:
         ld: N.Expr = N.Load(buf, [N.Cast(ir32(idx), INDEX)], "none", 0, st)
         return N.Cast(ld, BOOL) if dtype == BOOL else ld
 
+    ws = property(lambda self: self.ws_tid is not None, doc="Warp-specialised (lower_ws.ws_loop took it).")
+
     def sync(self) -> None:
         if self.consumers_only:      # warp-specialised, after the split: the consumer threads only
             self.asm(f"bar.sync 1, {self.T};", sim=ptx_sim.named_barrier(WS_PRODUCERS))
@@ -142,7 +143,7 @@ class Lowerer:
 
     def asm(self, text: str, cons: str = "", args: list | None = None, sim=None) -> None:
         """An inline PTX statement with side effects (copies, barriers, fences); `sim`: its CPU
-        semantics (dsl/tile/ptx_sim.py), None where the simulator never runs it (sm_90 paths)."""
+        semantics (dsl/tile/ptx_sim.py, ptx_sim_sm90.py), None where the simulator never runs it."""
         self.emit(N.ExprStmt(TN.InlinePtx(text, cons, args or [], VOID, True, sim=sim)))
 
     def guarded(self, cond, stmts_fn) -> None:
@@ -159,8 +160,7 @@ class Lowerer:
         tid = self.new_var(I32, "tid")
         from dsl.tile.lower_ws import bind_roles, ws_loop
         ws_at = ws_loop(self) if self.gemm_pipeline == "ws" else None
-        self.ws = ws_at is not None
-        if self.ws:
+        if ws_at is not None:
             bind_roles(self, tid)
         else:
             self.emit(N.Assign(tid, N.Cast(N.Special("tid.x"), I32)))

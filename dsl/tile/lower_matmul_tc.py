@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F32, INDEX, U32
+from dsl.ir.types import F32, INDEX
 from dsl.tile import ir as T
 from dsl.tile.layout import (A_FRAG_COL, A_FRAG_ROW, LV, FragLayout, MmaLayout, MmaOperandA, SharedTile, iadd, iand,
                              imul, ir32, ishr)
 from dsl.tile import ptx_sim
-from dsl.tile.lower_mma import _emit_mmas, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_sync
+from dsl.tile.lower_mma import _emit_mmas, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_sync, pack_pairs
+from dsl.tile.mma_types import mma_type
 from dsl.tile.lower_prefetch import prefetch_next, wait_for
 from dsl.tile.tc_operands import async_ok, issue_copies
 
@@ -58,7 +59,7 @@ def _a_fragments(L, e, a: LV, layout: MmaLayout, k: int):
 
 def _stage_async(L, op: T.TExpr, slot: int) -> tuple[N.Expr, int] | None:
     """Stage a tile.load operand with cp.async (no registers) into rows padded by 8 elements, so the
-    fragment reads of a warp hit 32 distinct banks; None where _async_ok says no (then it is staged
+    fragment reads of a warp hit 32 distinct banks; None where async_ok says no (then it is staged
     through registers). Returns (shared buffer, row stride in elements)."""
     if not async_ok(L, op):
         return None
@@ -136,7 +137,7 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
         return [L.tmp(L.smem_load(buf, iadd(base, off), dtype), "tce") for off in offsets]
 
     dtype = e.a.type.dtype
-    tname = "bf16" if dtype == BF16 else "f16"
+    tname = mma_type(dtype)
     # cp.async-staged operands (padded rows, GPU only: the simulator stages through registers) are
     # read with ldmatrix.x4, four 8x8 matrices per instruction; the mma then takes packed registers
     a_ldm = a_regs is None and (copied or e.a in piped or shared_a is not None and shared_a.ldmatrix)
@@ -158,14 +159,14 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
         afr, bfr = {}, {}
         for mt in range(layout.mt):
             if a_regs is not None:
-                afr[mt] = _pack(L, a_regs[mt, ks], dtype) if packed else a_regs[mt, ks]
+                afr[mt] = pack_pairs(L, a_regs[mt, ks], dtype) if packed else a_regs[mt, ks]
             elif a_ldm:
                 afr[mt] = _ldmatrix(L, sa, iadd(a_lane, (mt * 16) * sa_st + ks * 16), False)
             else:
                 r = iadd(row0, iadd(g, mt * 16))
                 at = L.tmp(ir32(iadd(imul(r, sa_st), iadd(t2, ks * 16))), "tcai")       # A[r][2t + 16 ks]
                 afr[mt] = elems(sa, dtype, at, tuple(ro * sa_st + co for ro, co in zip(A_FRAG_ROW, A_FRAG_COL)))
-                afr[mt] = _pack(L, afr[mt], dtype) if packed else afr[mt]
+                afr[mt] = pack_pairs(L, afr[mt], dtype) if packed else afr[mt]
         for nt in range(layout.nt):
             if b_ldm:
                 if nt % 2 == 0:
@@ -180,19 +181,12 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
             else:                                                                   # B[2t + 16 ks][c]
                 bt = L.tmp(ir32(iadd(imul(iadd(t2, ks * 16), sb_st), c)), "tcbi")
                 bfr[nt] = elems(sb, dtype, bt, (0, sb_st, 8 * sb_st, 9 * sb_st))
-            bfr[nt] = _pack(L, bfr[nt], dtype) if packed else bfr[nt]
+            bfr[nt] = pack_pairs(L, bfr[nt], dtype) if packed else bfr[nt]
         _emit_mmas(L, mma, afr, bfr, acc_vars, layout.mt, layout.nt)
     L.sync()
     if piped:
         prefetch_next(L, pipe, piped)
     return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
-
-
-def _pack(L, halves: list[N.Expr], dtype) -> list[N.Expr]:
-    """16-bit elements pairwise into 32-bit registers, the first in the low half."""
-    return [L.tmp(TN.InlinePtx("mov.b32 $0, {$1, $2};", "=r,h,h", [lo, hi], U32, False,
-                               sim=ptx_sim.pack_halves(dtype)), "pk")
-            for lo, hi in zip(halves[0::2], halves[1::2])]
 
 
 def _ldmatrix(L, buf: N.Expr, elem: N.Expr, trans: bool) -> list[N.Expr]:

@@ -21,8 +21,10 @@ from dsl.ir import tile_nodes as TN
 from dsl.ir.types import BF16, F16, F32, I32, INDEX, U32, U64
 from dsl.tile import ir as T
 from dsl.tile import ptx_sim
+from dsl.tile.gemm_stages import operand_stages, stage_bytes
 from dsl.tile.mma_types import mma_type
 from dsl.tile.layout import MmaLayout, c32, iadd, iand, imul, ir32, ishr, log2
+from dsl.tile.types import chunked_rows
 
 SMEM_LIMIT = 48 * 1024          # static shared memory per block
 DYN_LIMIT = 160 * 1024          # dynamic shared memory for operand stages (fits sm_80's 163 KiB opt-in)
@@ -105,14 +107,12 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
     if a.padding != 0 or b.padding != 0:
         return None
     for p in (a.param, b.param):
-        f = L.facts.get(p.name, {})
-        rows16 = f.get("div16") if esize == 1 else f.get("div8")     # 16-byte rows: whole copy chunks
-        if not (f.get("layout") == "C" and f.get("aligned16") and rows16):
+        if not chunked_rows(L.facts.get(p.name, {}), esize):       # 16-byte rows: whole copy chunks
             return None
     bm, bk = a.type.shape
     bn = b.type.shape[0] if b_kmajor else b.type.shape[1]
     if _wgmma_ok(L, esize, b_kmajor, bm, bn, bk):
-        stages = min(WG_MAX_STAGES, WG_DYN_LIMIT // ((bm * bk + bk * bn) * esize))
+        stages = min(WG_MAX_STAGES, WG_DYN_LIMIT // stage_bytes(bm, bn, bk, esize))
         if stages >= 3:
             # TMA-fed (dsl/tile/lower_tma.py; persistent kernels carry the mbarrier phases from tile
             # to tile) when warp-specialised or not persistent; a persistent kernel on the default
@@ -126,9 +126,9 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
         return None
     if (bm * bk // epc) % L.T or (bk * bn // epc) % L.T:
         return None
-    stage_bytes = (bm * bk + bk * bn) * esize
+    one = stage_bytes(bm, bn, bk, esize)
     stages = max_stages
-    while stages > 1 and stages * stage_bytes > DYN_LIMIT:
+    while stages > 1 and stages * one > DYN_LIMIT:
         stages -= 1
     if stages < 2:
         return None
@@ -191,6 +191,13 @@ def cp_async_wait(L, keep: int) -> None:
     L.asm(f"cp.async.wait_group {keep};", sim=ptx_sim.wait_group(keep))
 
 
+def pack_pairs(L, halves: list[N.Expr], dtype) -> list[N.Expr]:
+    """16-bit elements pairwise into 32-bit registers (mov.b32), the first in the low half."""
+    return [L.tmp(TN.InlinePtx("mov.b32 $0, {$1, $2};", "=r,h,h", [lo, hi], U32, False,
+                               sim=ptx_sim.pack_halves(dtype)), "pk")
+            for lo, hi in zip(halves[0::2], halves[1::2])]
+
+
 def ldmatrix_x4(L, addr: N.Expr, trans: bool) -> list[N.Expr]:
     """ldmatrix.x4 (.trans) of 16-bit elements at this lane's row address `addr`: 4 registers."""
     quad = TN.tuple_of(U32, 4)
@@ -213,7 +220,6 @@ def lower_loop(L, plan: MmaPlan) -> None:
     es, epc = plan.esize, 16 // plan.esize      # element bytes, elements per 16-byte chunk
     ca, cb = bk // epc, bn // epc               # 16-byte chunks per row of the A and B stages
     tname = mma_type(plan.a.type.dtype), mma_type(plan.b.type.dtype)
-    from dsl.tile.gemm_stages import operand_stages
     base_a, base_b, sa, sb = operand_stages(L, plan)
     wg = plan.kind == "wgmma"
     if wg:

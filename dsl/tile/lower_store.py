@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, F32, INDEX, U32
+from dsl.ir.types import BF16, F16, F32, INDEX
 from dsl.tile import ptx_sim
 from dsl.tile.layout import LV, MmaLayout
+from dsl.tile.lower_mma import pack_pairs
+from dsl.tile.types import chunked_rows
 
 
 def pairs_ok(L, p, v: LV) -> bool:
-    f = L.facts.get(p.name, {})
     return (isinstance(v.layout, MmaLayout) and len(p.type.tile_shape) == 2 and v.dtype in (F32, F16, BF16)
-            and v.dtype == p.type.dtype and f.get("layout") == "C" and f.get("aligned16") and f.get("div8"))
+            and v.dtype == p.type.dtype and chunked_rows(L.facts.get(p.name, {}), v.dtype.itemsize))
 
 
 def store_pairs(L, p, v: LV, checked) -> None:
@@ -43,7 +44,6 @@ def store_pairs(L, p, v: LV, checked) -> None:
             if v.dtype == F32:
                 L.asm("st.global.v2.f32 [$0], {$1, $2};", "l,f,f", [addr, lo, hi], sim=ptx_sim.st_global(8))
             else:
-                packed = L.tmp(TN.InlinePtx("mov.b32 $0, {$1, $2};", "=r,h,h", [lo, hi], U32, False,
-                                            sim=ptx_sim.pack_halves(v.dtype)), "pk")
+                (packed,) = pack_pairs(L, [lo, hi], v.dtype)
                 L.asm("st.global.b32 [$0], $1;", "l,r", [addr, packed], sim=ptx_sim.st_global(4))
     L.emit(N.If(interior, L.block_of(fast), L.block_of(checked)))

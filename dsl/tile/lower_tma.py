@@ -52,12 +52,12 @@ def _tensor_map_param(L, array_param, box: tuple[int, int], swizzle: int) -> N.E
 
 def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     from dsl.tile.gemm_stages import operand_stages
-    from dsl.tile.lower_wgmma import compute_wgmma, wait_wgmma
+    from dsl.tile.lower_wgmma import compute_wgmma, kmajor_swizzle, wait_wgmma
     s = plan.loop
     bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages
     es = plan.esize
     L.arch_specific = True
-    kswz = 128 if bk * es == 128 else 64
+    kswz = kmajor_swizzle(plan)
     tmap_a = _tensor_map_param(L, plan.a.param, (bm, bk), kswz)
     kmaj = plan.b_kmajor
     tmap_b = _tensor_map_param(L, plan.b.param, (bn, bk) if kmaj else (bk, 64), kswz if kmaj else 128)
@@ -138,8 +138,9 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
     wg_first = L.tmp(N.Compare("eq", N.BinOp("and_", tid, c32(127), I32), c32(0)), "wg0") if ws else None
 
     def refill(pre: N.Expr) -> None:
-        """Leader: copy k tile `pre` into its stage, once both warpgroups released the tile before it."""
-        gp = L.tmp(g(pre), "gpre") if kbase is not None else pre
+        """Leader: copy k tile `pre` into its stage (ws: once both compute warpgroups released the
+        stage's previous use)."""
+        gp = L.tmp(g(pre), "gpre")
         pst = L.tmp(N.BinOp("mod", gp, c32(S), I32), "pst")
         if ws:            # the stage's last use was tile gp - S: wait for phase (gp / S - 1) of its empty barrier
             used = N.Compare("ge", gp, c32(S))
@@ -152,7 +153,7 @@ def lower_loop_tma(L, plan, acc_vars: list[N.Var]) -> None:
             L.emit(N.Assign(kbase, N.BinOp("add", N.ReadVar(kbase), kt_n, I32)))
 
     def body() -> None:
-        git = L.tmp(g(N.ReadVar(it)), "git") if kbase is not None else N.ReadVar(it)
+        git = L.tmp(g(N.ReadVar(it)), "git")
         stage = L.tmp(N.BinOp("mod", git, c32(S), I32), "cst")
         parity = L.tmp(N.BinOp("and_", N.BinOp("floordiv", git, c32(S), I32), c32(1), I32), "par")
         pre = None if ws else L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")

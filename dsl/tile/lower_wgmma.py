@@ -18,6 +18,13 @@ from dsl.tile import ptx_sim_sm90 as S90
 from dsl.tile.mma_types import mma_type
 
 SWIZZLE_128B, SWIZZLE_64B = 1, 2
+_MODE = {128: SWIZZLE_128B, 64: SWIZZLE_64B}
+
+
+def kmajor_swizzle(plan) -> int:
+    """The swizzle width (bytes) of a K-major operand's rows of BK * esize = 64 or 128 bytes: what
+    the TMA boxes (lower_tma.py) or the cp.async offsets write and the descriptors' mode reads."""
+    return 128 if plan.bk * plan.esize == 128 else 64
 
 
 def _desc(L, addr: N.Expr, lbo: int, sbo: int, mode: int) -> N.Expr:
@@ -35,7 +42,7 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
     bm, bn, bk, es = plan.bm, plan.bn, plan.bk, plan.esize
     ta, tb = mma_type(plan.a.type.dtype), mma_type(plan.b.type.dtype)
     row_bytes = bk * es
-    kmode = SWIZZLE_128B if row_bytes == 128 else SWIZZLE_64B
+    kmode = _MODE[kmajor_swizzle(plan)]
     _, warp = L.lane_warp()
     wg = ir32(N.BinOp("rshift", warp, c32(2), I32))
     a_elem = N.BinOp("add", ir32(imul(stage, bm * bk)), N.BinOp("mul", wg, c32(64 * bk), I32), I32)

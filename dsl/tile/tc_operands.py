@@ -9,6 +9,7 @@ from dsl.ir.types import BF16, F16, INDEX
 from dsl.tile import ir as T
 from dsl.tile.layout import c32, iadd, iand, imul, ir32, ishr, log2
 from dsl.tile.lower_mma import cp_async16
+from dsl.tile.types import chunked_rows
 
 
 def tc_warps(L, m: int, n: int, k: int, a_dtype, b_dtype) -> tuple[int, int] | None:
@@ -41,8 +42,7 @@ def async_ok(L, op: T.TExpr) -> bool:
     in the contract), on sm_80+."""
     if not (isinstance(op, T.Load) and op.padding == 0 and op.type.dtype in (F16, BF16) and L.cc >= 80):
         return False
-    f = L.facts.get(op.param.name, {})
-    return bool(f.get("layout") == "C" and f.get("aligned16") and f.get("div8")) and op.type.shape[1] % 8 == 0
+    return chunked_rows(L.facts.get(op.param.name, {}), op.type.dtype.itemsize) and op.type.shape[1] % 8 == 0
 
 
 def issue_copies(L, op: T.Load, buf: N.Expr, stride: int, base: list[N.Expr]) -> None:

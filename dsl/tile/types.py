@@ -12,6 +12,18 @@ import numpy as np
 from bridge import dtypes as _dtypes
 from dsl.ir.types import BOOL, F32, I32, SCALARS, ScalarType
 
+
+def row_divisor(itemsize: int) -> int:
+    """The last-extent divisor that makes an array's rows whole 16-byte chunks for the tensor-core
+    loops and pair stores: 16 for 1-byte elements ("div16"), else 8 ("div8"); the contract states it."""
+    return 16 if itemsize == 1 else 8
+
+
+def chunked_rows(facts: dict, itemsize: int) -> bool:
+    """The launch facts cp.async / TMA staging and the pair-store epilogue rely on: C-contiguous,
+    16-byte aligned, rows per row_divisor."""
+    return bool(facts.get("layout") == "C" and facts.get("aligned16") and facts.get(f"div{row_divisor(itemsize)}"))
+
 MAX_TILE_ELEMS = 1 << 20     # a tile larger than this is refused at compile time (registers/smem)
 
 
