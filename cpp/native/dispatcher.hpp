@@ -136,7 +136,9 @@ class Dispatcher {
       if (v.kind != kb::ArgKind::array) continue;
       const kb::ArrayView& a = v.array;
       const bool div8 = key_div8_ && a.ndim > 0 && a.shape[a.ndim - 1] % 8 == 0;
-      const bool div16 = div8 && a.shape[a.ndim - 1] % 16 == 0;   // 16-byte rows of 1-byte elements
+      // 16-byte rows of 1-byte elements: only those read it (dsl.tile.types.row_divisor), so other
+      // dtypes do not split into twin specialisations (TileKernel.facts gates it the same way)
+      const bool div16 = div8 && a.itemsize() == 1 && a.shape[a.ndim - 1] % 16 == 0;
       k[1] |= (uint64_t{1} << 40) | (static_cast<uint64_t>(a.dtype) << 16) |
               (static_cast<uint64_t>(static_cast<uint32_t>(a.ndim)) << 4) | (div8 ? 8u : 0u) | (div16 ? 4u : 0u) |
               (a.is_c_contiguous() ? 2u : 0u) | (a.ptr % 16 == 0 ? 1u : 0u);

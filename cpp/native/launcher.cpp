@@ -199,7 +199,7 @@ void register_launch(py::module_& m) {
            py::arg("plan") = py::none(), py::arg("key_div8") = false, py::arg("names") = py::none(),
            py::arg("kernel") = std::string("kernel"), py::arg("pass_device") = false,
            "plan: per position 0 (pass), 1 (a Tiling: launch its array, key on its tile shape) or 2 (a "
-           "constant: key by value, not passed); key_div8: also key arrays on last extent % 8 == 0 (and % 16 == 0); "
+           "constant: key by value, not passed); key_div8: also key arrays on last extent % 8 == 0 (and % 16 == 0 for 1-byte elements); "
            "names/kernel: for messages about arguments no Launcher has seen yet. The key includes the "
            "launch device; pass_device: the callback is miss_callback(args, device) and must return a "
            "Launcher of that device.")

@@ -153,9 +153,9 @@ class TileKernel:
 
     def facts(self, args: tuple) -> dict[str, dict]:
         """Per array parameter, what the compiler may specialise on (like Triton): C-contiguity,
-        16-byte alignment of the data pointer, last extent divisible by 8 and by 16 (16-byte rows of
-        2-byte and of 1-byte elements) — read through the one
-        intake path, the same facts the native Dispatcher keys on."""
+        16-byte alignment of the data pointer, last extent divisible by 8, and by 16 for 1-byte
+        elements (their 16-byte rows; no other dtype reads it) — read through the one intake path,
+        the same facts the native Dispatcher keys on."""
         out = {}
         for spec, arg in zip(self.specs, args):
             if spec.kind in ("array", "partition"):
@@ -164,7 +164,7 @@ class TileKernel:
                 out[spec.name] = {"layout": "C" if view.is_c_contiguous else "any",
                                   "aligned16": view.ptr % 16 == 0,
                                   "div8": bool(shape) and shape[-1] % 8 == 0,
-                                  "div16": bool(shape) and shape[-1] % 16 == 0}
+                                  "div16": view.itemsize == 1 and bool(shape) and shape[-1] % 16 == 0}
         return out
 
     def tile_ir(self, *args) -> Any:

@@ -113,3 +113,16 @@ def test_f8_gemm_uses_mma_sync_k32_on_sm89_and_the_portable_path_on_sm80():
     ptx80 = K.gemm_f8.compile(small, "sm_80").ptx
     assert "mma" not in ptx80 and "cvt.f32.f16" in ptx80      # f8 widened in software, FMA products
     ptxas_usage(ptx80, "sm_80")
+
+
+def test_the_16_byte_row_fact_is_kept_for_1_byte_elements_only():
+    """div16 (rows of whole 16-byte chunks of 1-byte elements) is a launch fact of f8 arrays; a 16-bit
+    array whose last extent is 8 mod 16 gets no second specialisation from it."""
+    e4 = np.zeros((64, 48), ml_dtypes.float8_e4m3fn)
+    facts = K.gemm_f8.facts((e4, e4, np.float32(1), tile.partition(np.zeros((64, 64), np.float32), (64, 64)), 64))
+    assert facts["a"]["div16"] and facts["a"]["div8"]
+    h = np.zeros((64, 24), np.float16)
+    facts = K.gemm.facts((h, h, tile.partition(np.zeros((64, 24), np.float32), (64, 64)), 32))
+    assert facts["a"]["div8"] and not facts["a"]["div16"]
+    h32 = np.zeros((64, 32), np.float16)
+    assert not K.gemm.facts((h32, h32, tile.partition(np.zeros((64, 32), np.float32), (64, 64)), 32))["a"]["div16"]
