@@ -139,7 +139,9 @@ def ours(case: Case, a: Any, b: Any, m: int, n: int, tiles: list, arch: str, ops
         part = tile.partition(c, (bm, bn))
         name = f"DSL tile {bm}x{bn}x{bk}" + ("" if mode == "sync" else f" {mode}")
         # one dispatcher per pipeline (a dispatcher keeps the launcher its first launch made)
-        kernel = kernels.setdefault(mode, tile.kernel(base.pyfunc, persistent=mode == "pws"))
+        if mode not in kernels:
+            kernels[mode] = tile.kernel(base.pyfunc, persistent=mode == "pws")
+        kernel = kernels[mode]
         args = (a, b, np.float32(1.0), part, bk) if f8 else (a, b, part, bk)
         try:
             with pipeline_env("ws" if mode == "pws" else mode):

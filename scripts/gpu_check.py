@@ -11,8 +11,8 @@ the results folder, and prints a compact summary table as its LAST output.
 Everything runs under one deadline (--budget, 570 s): the suite and the four sanitizer passes side by
 side, then the examples and their memcheck runs side by side, then the benchmarks one at a time, alone
 on the GPU. The verdict (exit code) is correctness; performance bars are printed with it, met or missed.
-Each step's line is printed when it ends, and results/gpu_check.partial.json is rewritten at the same
-moment. A check killed from outside (a remote runner's own time limit, which may be shorter than the
+Each step's line is printed when it ends, and results/gpu_check.json is rewritten at the same moment
+(without bars until the end). A check killed from outside (a remote runner's own time limit, which may be shorter than the
 timeout asked for once the machine's start is counted) still leaves its record up to that step.
 
 Multi-GPU: with 2 or more GPUs the suite runs with KB_REQUIRE_GPUS=2 (a skipped multigpu test fails),
@@ -125,7 +125,7 @@ class Clock:
 class Steps(dict):
     """summary["steps"]: each step's result is printed (flushed) and the partial summary written the
     moment it is recorded, so a check cut short from outside (the device tool's own time limit) still
-    leaves its record in the log and in results/gpu_check.partial.json."""
+    leaves its record in the log and in results/gpu_check.json."""
 
     def __init__(self, summary: dict, path: Path) -> None:
         super().__init__()
@@ -168,7 +168,7 @@ def main() -> int:
     skip = set(filter(None, args.skip.split(",")))
     py = sys.executable
     summary: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": args.quick}
-    summary["steps"] = Steps(summary, res_dir / "gpu_check.partial.json")
+    summary["steps"] = Steps(summary, res_dir / "gpu_check.json")
     env = {"PYTHONUNBUFFERED": "1", "KB_REQUIRE_GPU": "1"}
     sanitizer = shutil.which("compute-sanitizer")
 

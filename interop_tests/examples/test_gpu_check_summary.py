@@ -80,9 +80,9 @@ def test_junit_counts_name_the_failed_tests(gpu_check, tmp_path):
 
 def test_each_recorded_step_is_printed_and_the_partial_summary_written_at_once(gpu_check, tmp_path, capsys):
     """A check cut short from outside keeps what it had: every step is on stdout and in
-    gpu_check.partial.json the moment it is recorded."""
+    results/gpu_check.json the moment it is recorded."""
     s: dict = {"date": "d"}
-    path = tmp_path / "gpu_check.partial.json"
+    path = tmp_path / "gpu_check.json"
     s["steps"] = gpu_check.Steps(s, path)
     s["steps"]["install"] = {"rc": 0, "seconds": 4.5}
     assert capsys.readouterr().out.strip() == "[gpu_check] install: rc 0, seconds 4.5"
