@@ -164,7 +164,7 @@ class CallMixin:
         v = self.scalar(node.args[0], "the argument of abs()")
         if v.weak:
             return weak_const(abs(v.const_value), self.loc(node))
-        t = tr.arith_type(v.scalar) if v.scalar.kind != "bool" else irt.I64  # type: ignore[union-attr,arg-type]
+        t = irt.compute_type(v.scalar) if v.scalar.kind != "bool" else irt.I64  # type: ignore[union-attr,arg-type]
         return Val(ir.UnaryOp("abs", tr.cast(v.expr, t, self.loc(node)), t, self.loc(node)))
 
     def call_math(self, key: str, node: ast.Call) -> Val:
@@ -284,11 +284,11 @@ class CallMixin:
         if op == "sum":
             self.arity(node, 1)
             v = self.scalar(node.args[0], "the value")
-            t = tr.arith_type(v.scalar)  # type: ignore[arg-type]
+            t = irt.compute_type(v.scalar)  # type: ignore[arg-type]
             return Val(ir.Warp("sum", [tr.convert(v, t, loc)], t, loc))  # type: ignore[arg-type]
         self.arity(node, 2)
         v = self.scalar(node.args[0], "the value")
-        t = tr.arith_type(v.scalar)  # type: ignore[arg-type]
+        t = irt.compute_type(v.scalar)  # type: ignore[arg-type]
         if t.kind == "bool" or t.bits < 32 and not t.is_float:  # type: ignore[union-attr]
             self.err(node.args[0], f"warp.{op}() needs a 16/32/64-bit number, got {t}")
         lane = self.rule(node, tr.implicit, self.scalar(node.args[1], "the lane"), irt.I32, loc,

@@ -262,7 +262,7 @@ class ExprMixin:
         if v.weak:
             x = v.const_value
             return weak_const(-x if isinstance(node.op, ast.USub) else ~x, loc)
-        t = tr.arith_type(v.scalar)  # type: ignore[arg-type]
+        t = irt.compute_type(v.scalar)  # type: ignore[arg-type]
         if isinstance(node.op, ast.Invert):
             if not t.is_int:  # type: ignore[union-attr]
                 self.err(node, f"~ needs an integer, got {t}", "use `not x` for bools")

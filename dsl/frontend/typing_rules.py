@@ -93,7 +93,7 @@ def unify(a: Val, b: Val) -> irt.ScalarType:
             return weak.scalar  # type: ignore[return-value]
         if weak.scalar.is_float and not tt.is_float:  # type: ignore[union-attr]
             return irt.F32
-        return arith_type(tt)
+        return irt.compute_type(tt)
     return irt.promote(ta, tb)
 
 
@@ -124,10 +124,6 @@ def division_float_type(t: irt.ScalarType) -> irt.ScalarType:
     return irt.F64 if t.bits == 64 else irt.F32
 
 
-def arith_type(t: irt.ScalarType) -> irt.ScalarType:
-    """The type one-operand arithmetic (-x, abs, warp reductions and shuffles) computes in: f8 values
-    are storage only, so they compute in f32."""
-    return irt.F32 if t.is_f8 else t
 
 
 def math_arg_type(t: irt.ScalarType) -> irt.ScalarType:

@@ -142,6 +142,11 @@ class VoidType(Type):
 VOID = VoidType()
 
 
+def compute_type(t: ScalarType) -> ScalarType:
+    """The type a value of `t` computes in: f8 values are storage only, so f32; any other, itself."""
+    return F32 if t.is_f8 else t
+
+
 def promote(a: ScalarType, b: ScalarType) -> ScalarType:
     """Result type of a binary arithmetic op on two *typed* operands (NumPy-like, no weak literals).
 
@@ -150,7 +155,7 @@ def promote(a: ScalarType, b: ScalarType) -> ScalarType:
     type of twice the width (capped at i64 — as NumPy, minus the f64 surprise).
     """
     if a.is_f8 or b.is_f8:
-        return promote(F32 if a.is_f8 else a, F32 if b.is_f8 else b)
+        return promote(compute_type(a), compute_type(b))
     if a == b:
         return a
     if a.is_float or b.is_float:
