@@ -93,16 +93,19 @@ def pipeline_env(mode: str):
             os.environ["KB_TILE_GEMM_PIPELINE"] = old
 
 
-def candidates(case: Case, tiles: list) -> list[tuple[int, int, int, str]]:
-    """(BM, BN, BK, mode): every tile shape with the default pipeline (sync); for the 16-bit NN cases
-    also 128x256x64 (and 128x128x64 at 16384x1024x1024) persistent and warp-specialised ("pws": one
-    block per SM walking its tiles, the producer warpgroup loading the next tile while the consumers
-    store this one). Plain ws (no persistence) tied sync at 128x256x64 on the H200 (docs/tile.md)."""
+def candidates(case: Case, tiles: list) -> list[tuple[int, int, int, str, bool]]:
+    """(BM, BN, BK, mode, cast): every tile shape with the default pipeline (sync); for the 16-bit NN
+    cases also 128x256x64 (and 128x128x64 at 16384x1024x1024) persistent and warp-specialised ("pws":
+    one block per SM walking its tiles, the producer warpgroup loading the next tile while the
+    consumers store this one), and `gemm_cast` candidates (cast: C in the input dtype, as
+    torch.matmul returns it, named "->bf16"). Plain ws (no persistence) tied sync at 128x256x64 on the
+    H200 (docs/tile.md)."""
     shapes = tiles or DSL_TILES["16bit" if case.label in ("bf16", "f16") else case.label]
-    out = [(bm, bn, bk, "sync") for bm, bn, bk in shapes]
+    out = [(bm, bn, bk, "sync", False) for bm, bn, bk in shapes]
     if case.layout == "NN" and case.label in ("bf16", "f16") and not tiles:
         pws = [(128, 256, 64)] + ([(128, 128, 64)] if case.shape == "16384x1024x1024" else [])
-        out += [(bm, bn, bk, "pws") for bm, bn, bk in pws]
+        out += [(bm, bn, bk, "pws", False) for bm, bn, bk in pws]
+        out += [(128, 256, 64, "pws", True)] + ([(128, 256, 64, "sync", True)] if case.shape == "16384x1024x1024" else [])
     return out
 
 
@@ -133,15 +136,17 @@ def ours(case: Case, a: Any, b: Any, m: int, n: int, tiles: list, arch: str, ops
     out = {}
     f8 = case.label == "e4m3"
     base = K.gemm_f8 if f8 else K.gemm_nt if case.layout == "NT" else K.gemm
-    kernels = {"sync": base}
-    for bm, bn, bk, mode in candidates(case, tiles):
-        c = bridge.full((m, n), np.nan, "bfloat16" if f8 else "float32")
+    kernels: dict = {}
+    for bm, bn, bk, mode, cast in candidates(case, tiles):
+        out_dtype = "bfloat16" if f8 else {"bf16": "bfloat16", "f16": "float16"}[case.label] if cast else "float32"
+        c = bridge.full((m, n), np.nan, out_dtype)
         part = tile.partition(c, (bm, bn))
-        name = f"DSL tile {bm}x{bn}x{bk}" + ("" if mode == "sync" else f" {mode}")
-        # one dispatcher per pipeline (a dispatcher keeps the launcher its first launch made)
-        if mode not in kernels:
-            kernels[mode] = tile.kernel(base.pyfunc, persistent=mode == "pws")
-        kernel = kernels[mode]
+        name = f"DSL tile {bm}x{bn}x{bk}" + ("" if mode == "sync" else f" {mode}") + (f" ->{case.label}" if cast else "")
+        # one dispatcher per (kernel, pipeline): a dispatcher keeps the launcher its first launch made
+        fn = K.gemm_cast if cast else base
+        if (fn, mode) not in kernels:
+            kernels[fn, mode] = fn if mode == "sync" else tile.kernel(fn.pyfunc, persistent=mode == "pws")
+        kernel = kernels[fn, mode]
         args = (a, b, np.float32(1.0), part, bk) if f8 else (a, b, part, bk)
         try:
             with pipeline_env("ws" if mode == "pws" else mode):

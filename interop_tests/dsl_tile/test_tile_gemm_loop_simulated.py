@@ -211,16 +211,39 @@ def test_interior_tiles_store_pairs_and_edge_tiles_store_checked_elements(monkey
     assert np.isnan(c.base[m:]).all()
 
 
-def test_a_bf16_output_tile_stores_packed_pairs(monkeypatch, rng):
+def test_a_bf16_output_tile_stores_swapped_packed_pairs(monkeypatch, rng):
+    """A 16-bit C: the lanes of a pair swap one packed word (shfl.xor 1) so each stores 4 consecutive
+    columns (8 bytes); ragged edges keep the checked per-element stores."""
     m, k, n = 136, 64, 136
     a = rng.standard_normal((m, k)).astype(ml_dtypes.float8_e4m3fn)
     bt = rng.standard_normal((n, k)).astype(ml_dtypes.float8_e4m3fn)
     ptx = PtxCounter(monkeypatch)
     c = np.zeros((m, n), ml_dtypes.bfloat16)
     K.gemm_f8.simulate_lowered(a, bt, np.float32(1.0), tile.partition(c, (64, 64)), 64, tensor_cores=True)
-    assert ptx.seen["st.global.b32"] > 0
+    assert ptx.seen["st.global.v2.b32"] > 0 and ptx.seen["st.global.b32"] == 0
     ref = (a.astype(np.float64) @ bt.astype(np.float64).T).astype(np.float32).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(c.astype(np.float32), ref.astype(np.float32))
+
+
+@pytest.mark.parametrize("mode,persistent", [("sync", False), ("ws", True)])
+def test_a_16_bit_c_from_the_tma_gemm_is_rounded_once_and_stored_8_bytes_a_lane(monkeypatch, rng, mode, persistent):
+    """gemm_cast into a bf16 C on sm_90 (TMA + wgmma, sync and persistent ws): the accumulators are
+    rounded once into C's dtype, interior tiles go out through the pair-swapped 8-byte stores, ragged
+    edge tiles element by element; nothing outside C is written."""
+    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", mode)
+    m, k, n = 300, 136, 520
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    c = np.full((m, n), np.nan, ml_dtypes.bfloat16)
+    kernel = tile.kernel(K.gemm_cast.pyfunc, persistent=persistent)
+    args = (a, b, tile.partition(c, (128, 256)), 64)
+    ptx = PtxCounter(monkeypatch)
+    kernel.simulate_lowered(*args, tensor_cores=True, arch="sm_90", **({"blocks": 2} if persistent else {}))
+    assert ptx.seen["st.global.v2.b32"] > 0
+    ck = kernel.compile(args, "sm_90")
+    assert "cp.async.bulk.tensor" in ck.ptx and ck.threads == (384 if mode == "ws" else 256)
+    ref = reference(a, b)
+    np.testing.assert_allclose(c.astype(np.float32), ref, rtol=2 ** -8, atol=1e-2)
 
 
 @pytest.mark.parametrize("mode", ["sync", "ws"])

@@ -221,7 +221,9 @@ def test_gpu_f8_gemm_takes_torch_float8_tensors_zero_copy(rng):
     assert av.dtype_tag == "f8e4m3fn" and av.ptr == a.data_ptr()
     K.gemm_f8(a, bt, np.float32(0.5), tile.partition(c, (128, 128)), 64)
     one = torch.ones((), dtype=torch.float32, device="cuda")
-    peer = torch._scaled_mm(a, bt.t(), scale_a=one, scale_b=one, out_dtype=torch.float32, use_fast_accum=True)
+    # into initialised memory: cuBLAS stores its result with TMA, which initcheck does not track
+    peer = torch.zeros((m, n), dtype=torch.float32, device="cuda")
+    torch._scaled_mm(a, bt.t(), scale_a=one, scale_b=one, out_dtype=torch.float32, use_fast_accum=True, out=peer)
     a64, b64 = a.float().cpu().numpy().astype(np.float64), bt.float().cpu().numpy().astype(np.float64)
     ref, bound = 0.5 * (a64 @ b64.T), f8_wgmma_bound(a64, b64, 0.5)
     got = c.cpu().numpy().astype(np.float64)
@@ -385,7 +387,8 @@ def test_gpu_persistent_warp_specialised_tma_gemm_matches_numpy(monkeypatch, rng
     if bridge.current_device().cc < (9, 0):
         pytest.skip("the TMA GEMM loop: sm_90 or newer")
     monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
-    m, k, n = 2100, 136, 1100 if tshape == (128, 128) else 2100     # 153 tiles, 3 k tiles, all ragged
+    # 153 tiles, 3 k tiles, all ragged; N a multiple of 8 (16-byte rows: TMA can read B)
+    m, k, n = 2100, 136, 1096 if tshape == (128, 128) else 2104
     a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
     c, _ = poisoned(rng, (m, n))
@@ -401,3 +404,26 @@ def test_gpu_persistent_warp_specialised_tma_gemm_matches_numpy(monkeypatch, rng
     assert args[-2].num_tiles > bridge.current_device().sm_count      # blocks walk more than one tile
     kernel(*args)
     np.testing.assert_allclose(c.to_host(), ref, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("pipeline", ["sync", "pws"])
+def test_gpu_gemm_into_a_16_bit_c_matches_numpy(monkeypatch, rng, dtype, pipeline):
+    """gemm_cast: f32 accumulators rounded once into a bf16 / f16 C, interior tiles stored 8 bytes a
+    lane after the pair swap (one shfl.xor), edge tiles element by element; on the default loop and
+    the persistent warp-specialised one; ragged M, N, K; the output starts poisoned."""
+    if bridge.current_device().cc < (9, 0):
+        pytest.skip("the TMA GEMM loop: sm_90 or newer")
+    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws" if pipeline == "pws" else "sync")
+    np_dtype = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}[dtype]
+    m, k, n = 2100, 200, 1096
+    a = rng.standard_normal((m, k)).astype(np_dtype)
+    b = rng.standard_normal((k, n)).astype(np_dtype)
+    c, _ = poisoned(rng, (m, n), np_dtype)
+    kernel = tile.kernel(K.gemm_cast.pyfunc, persistent=pipeline == "pws")
+    args = (dev(a), dev(b), tile.partition(c, (128, 256)), 64)
+    ck = kernel.compile(args, bridge.current_device().arch)
+    assert ck.threads == (384 if pipeline == "pws" else 256) and "st.global.v2.b32" in ck.ptx
+    kernel(*args)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.to_host().astype(np.float64), ref, rtol=2 ** -7, atol=2e-2)

@@ -42,6 +42,8 @@ def cases():
         "gemm_split_k": (K.gemm_split_k, (z((256, 512), ml_dtypes.bfloat16), z((512, 256), ml_dtypes.bfloat16),
                                           tile.partition(z((512, 256), f32), (128, 256)), 64)),
         "sum_splits": (K.sum_splits, (z((512, 256), f32), 2, tile.partition(z((256, 256), f32), (16, 256)))),
+        "gemm_cast_bf16": (K.gemm_cast, (z((256, 512), ml_dtypes.bfloat16), z((512, 256), ml_dtypes.bfloat16),
+                                          tile.partition(z((256, 256), ml_dtypes.bfloat16), (128, 256)), 64)),
         "gemm_bias_relu": (K.gemm_bias_relu, (z((4, 4), np.float16), z((4, 4), np.float16), z(4, f32),
                                               tile.partition(z((4, 4), f32), (64, 64)), 32)),
     }

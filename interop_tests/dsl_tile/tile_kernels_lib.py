@@ -73,6 +73,18 @@ def gemm(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Partition[f32, 2], bk
 
 
 @tile.kernel
+def gemm_cast(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Partition[O, 2], bk: T):
+    """c = a @ b with f32 accumulation, rounded once into c's dtype (a bf16 or f16 C, as torch.matmul
+    returns it: half the output bytes of an f32 C)."""
+    bm, bn = c.tile_shape
+    i, j = tile.bid(0), tile.bid(1)
+    acc = tile.zeros((bm, bn), f32)
+    for k in range((a.shape[1] + bk - 1) // bk):
+        acc = tile.mma(tile.load(a, (i, k), (bm, bk)), tile.load(b, (k, j), (bk, bn)), acc)
+    c.store(acc.astype(c.dtype))
+
+
+@tile.kernel
 def gemm_split_k(a: tile.Array[E, 2], b: tile.Array[E, 2], partial: tile.Partition[f32, 2], bk: T):
     """Parallel split-K, stage 1: `partial` is (splits * Mp, N) f32 with Mp = M rounded up to BM;
     block row r computes split r // tiles_m of tile (r % tiles_m, j) over its share of the k tiles.
