@@ -55,14 +55,25 @@ def test_bad_shapes_are_refused_naming_the_argument(bad, text):
         FA.launch_args(q, q, v, np.zeros((256, d), np.float32), bad.get("seq", 128), False)
 
 
+def test_the_tile_is_the_first_preferred_one_that_divides_the_sequence():
+    """D64 takes 128 query rows a block where the sequence allows it, 64 otherwise; D128 takes 64."""
+    def tile_of(seq, d):
+        q = np.zeros((2 * seq, d), np.float32)
+        args = FA.launch_args(q, q, q, np.zeros((2 * seq, d), np.float32), seq, False, tensor_cores=True)
+        return args[3].tile_shape[0], args[6]
+    assert tile_of(256, 64) == (128, 64)
+    assert tile_of(192, 64) == (64, 64)
+    assert tile_of(256, 128) == (64, 64)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d,seq", [(64, 192), (64, 256), (128, 192)])   # D64 at S256: 128 query rows a block
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_gpu_matches_torch_sdpa(d, causal, dtype):
+def test_gpu_matches_torch_sdpa(d, seq, causal, dtype):
     torch = pytest.importorskip("torch", reason="the SDPA reference needs torch")
     import torch.nn.functional as F
-    batch, heads, seq = 2, 3, 192
+    batch, heads = 2, 3
     g = torch.Generator(device="cuda").manual_seed(d + causal)
     q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=getattr(torch, dtype), generator=g)
                for _ in range(3))

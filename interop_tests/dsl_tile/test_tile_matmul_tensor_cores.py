@@ -76,10 +76,10 @@ def test_tiles_the_warps_cannot_split_take_the_portable_path(rng, monkeypatch):
     assert "mma.sync" not in ptx
 
 
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d,seq", [(64, 64), (128, 64), (64, 128)])   # D64 at S128: 128 query rows a block
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_flash_attention_on_the_tensor_cores_in_the_simulator(rng, d, causal):
-    seq, heads = 64, 2
+def test_flash_attention_on_the_tensor_cores_in_the_simulator(rng, d, seq, causal):
+    heads = 2
     q, k, v = (rng.standard_normal((heads * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
     out = np.full((heads * seq, d), np.nan, np.float32)
     FA.flash_fwd.simulate_lowered(*FA.launch_args(q, k, v, out, seq, causal), tensor_cores=True)
@@ -102,9 +102,10 @@ def _ptxas(ptx: str, arch: str, tmp_path: Path) -> subprocess.CompletedProcess:
 def test_the_switch_turns_the_products_into_mma_sync_that_ptxas_assembles(arch, monkeypatch, tmp_path):
     seq, d = 128, 64
     q = np.zeros((2 * seq, d), ml_dtypes.bfloat16)
-    args = FA.launch_args(q, q, q, np.zeros((2 * seq, d), np.float32), seq, True)
+    args = FA.launch_args(q, q, q, np.zeros((2 * seq, d), np.float32), seq, True, tensor_cores=True)
+    portable = FA.launch_args(q, q, q, np.zeros((2 * seq, d), np.float32), seq, True, tensor_cores=False)
     monkeypatch.setenv("KB_TILE_TC_MATMUL", "0")
-    default = tile.kernel(FA.flash_fwd.pyfunc).compile(args, arch)       # a fresh kernel object
+    default = tile.kernel(FA.flash_fwd.pyfunc).compile(portable, arch)   # a fresh kernel object
     assert "mma.sync" not in default.ptx
     monkeypatch.delenv("KB_TILE_TC_MATMUL")                              # the default: tensor cores
     ck = tile.kernel(FA.flash_fwd.pyfunc).compile(args, arch)
