@@ -255,3 +255,115 @@ def test_products_whose_padded_buffers_do_not_fit_take_the_portable_path():
     # 128x256 tiles: the tensor-core staging needs > 48 KiB of static shared memory, the portable path fits
     ptx = K.gemm.compile((a, b, tile.partition(c, (128, 256)), 64), "sm_90").ptx
     assert "mma.sync" not in ptx and "fma.rn.f32" in ptx
+
+
+@tile.kernel(num_warps=4)
+def mma_into_bias(a: tile.Array[E, 2], b: tile.Array[E, 2], bias: tile.Array[f32, 2],
+                  c: tile.Partition[f32, 2], kk: tile.Constant):
+    i, j = tile.bid(0), tile.bid(1)
+    m, n = c.tile_shape
+    c.store(tile.mma(tile.load(a, (i, 0), (m, kk)), tile.load(b, (0, j), (kk, n)), tile.load(bias, (i, j), (m, n))) * 0.5)
+
+
+@tile.kernel(num_warps=4)
+def bias_plus_product(a: tile.Array[E, 2], b: tile.Array[E, 2], bias: tile.Array[f32, 2],
+                      c: tile.Partition[f32, 2], kk: tile.Constant):
+    i, j = tile.bid(0), tile.bid(1)
+    m, n = c.tile_shape
+    c.store((tile.load(bias, (i, j), (m, n)) + tile.matmul(tile.load(a, (i, 0), (m, kk)), tile.load(b, (0, j), (kk, n)))) * 0.5)
+
+
+@tile.kernel(num_warps=4)
+def product_plus_bias(a: tile.Array[E, 2], b: tile.Array[E, 2], bias: tile.Array[f32, 2],
+                      c: tile.Partition[f32, 2], kk: tile.Constant):
+    i, j = tile.bid(0), tile.bid(1)
+    m, n = c.tile_shape
+    c.store((tile.matmul(tile.load(a, (i, 0), (m, kk)), tile.load(b, (0, j), (kk, n))) + tile.load(bias, (i, j), (m, n))) * 0.5)
+
+
+@tile.kernel
+def gemm_by_adds(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Partition[f32, 2], bk: tile.Constant):
+    bm, bn = c.tile_shape
+    i, j = tile.bid(0), tile.bid(1)
+    acc = tile.zeros((bm, bn), f32)
+    for k in range((a.shape[1] + bk - 1) // bk):
+        acc = acc + tile.load(a, (i, k), (bm, bk)) @ tile.load(b, (k, j), (bk, bn))
+    c.store(acc)
+
+
+def _instructions(ptx: str) -> list[str]:
+    """The PTX instructions in order, by their opcode (kernel, parameter and symbol names, source
+    files and lines aside)."""
+    out = []
+    for line in ptx.splitlines():
+        t = line.strip()
+        if t and not t.startswith(("//", ".", "$", "{", "}", ")", "(")) and not t.endswith(":"):
+            out.append(t.split()[0] if not t.startswith("@") else t.split()[1])
+    return out
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_adding_an_f32_tile_to_a_product_accumulates_into_it_like_mma(rng, arch):
+    """`acc + a @ b` in either order lowers exactly as `tile.mma(a, b, acc)`: the accumulators start
+    from acc (no second set of registers for the product), and the results match."""
+    a, b, product = operands(rng, "bf16", 64, 32, 64)
+    bias = rng.standard_normal((64, 64)).astype(np.float32)
+    args = (a, b, bias, tile.partition(np.zeros((64, 64), np.float32), (64, 64)), 32)
+    want = _instructions(mma_into_bias.compile(args, arch).ptx)
+    assert want.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") > 0
+    for kern in (bias_plus_product, product_plus_bias):
+        assert _instructions(kern.compile(args, arch).ptx) == want
+        c = np.full((64, 64), np.nan, np.float32)
+        kern.simulate_lowered(a, b, bias, tile.partition(c, (64, 64)), 32, tensor_cores=True)
+        ref = (product + bias) * 0.5
+        np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_k_loop_written_with_adds_is_the_gemm_loop():
+    """acc = acc + a @ b over k is the GEMM main loop (TMA + wgmma on sm_90), the same kernel as mma."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tile_kernels_lib as K
+    a = np.zeros((300, 256), ml_dtypes.bfloat16)
+    b = np.zeros((256, 264), ml_dtypes.bfloat16)
+    args = (a, b, tile.partition(np.zeros((300, 264), np.float32), (128, 128)), 64)
+    ptx = gemm_by_adds.compile(args, "sm_90").ptx
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
+    assert _instructions(ptx) == _instructions(K.gemm.compile(args, "sm_90").ptx)
+
+
+@pytest.mark.parametrize("d,bm,bn", [(128, 128, 32), (64, 128, 64), (128, 64, 64)])
+def test_flash_attention_tiles_of_32_query_rows_a_warp_do_not_spill(d, bm, bn, tmp_path):
+    """acc * alpha + p @ v accumulating into the rescaled acc keeps flash attention's registers in
+    bounds: at 128 query rows on 4 warps, D128 spilled 352 bytes and D64 8 bytes before (ptxas, sm_90)."""
+    import os
+    import re
+    seq = 256
+    q = np.zeros((2 * seq, d), ml_dtypes.bfloat16)
+    args = (q, q, q, tile.partition(np.zeros((2 * seq, d), np.float32), (bm, d)), seq, 0.125, bn, True)
+    ck = FA.flash_fwd.compile(args, "sm_90")
+    assert ck.threads == 128 and "mma.sync" in ck.ptx
+    src = tmp_path / "fa.ptx"
+    src.write_text(ck.ptx)
+    from bridge import toolkit
+    tool = toolkit.locate("ptxas").path
+    if tool is None:
+        pytest.skip("ptxas not found")
+    r = subprocess.run([str(tool), "-v", "-arch=sm_90", str(src), "-o", os.path.join(tmp_path, "fa.cubin")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(re.search(r"(\d+) bytes spill stores", r.stdout + r.stderr).group(1)) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kern", [bias_plus_product, product_plus_bias], ids=["bias+product", "product+bias"])
+def test_gpu_a_product_accumulating_into_an_added_tile_matches_numpy(rng, kern):
+    """`bias + a @ b` on the device: the mma accumulators start from the bias tile; ragged edges; the
+    output starts poisoned."""
+    import bridge
+    a, b, product = operands(rng, "bf16", 70, 64, 100)
+    bias = rng.standard_normal((70, 100)).astype(np.float32)
+    out = bridge.full((70, 100), -7.0, "float32")
+    kern(bridge.from_host(a), bridge.from_host(b), bridge.from_host(bias), tile.partition(out, (32, 32)), 64)
+    bridge.synchronize()
+    np.testing.assert_allclose(out.to_host(), (product + bias) * 0.5, rtol=1e-5, atol=1e-4)
