@@ -5,16 +5,46 @@ Shapes: B4 H16 S4096 D128 (the bar), D64, and S1024; causal and not. Each result
 SDPA before timing; device events, L2 flushed before each launch, ours and SDPA interleaved, median.
 TFLOP/s count 4*B*H*S^2*D (halved when causal). Bar (DESIGN §8): >= 1.0x SDPA's flash backend.
 The kernel runs as the default build does: its products on the tensor cores (docs/tile.md).
+`--sweep` also times other (query rows, key rows, warps) tiles of the same kernel at S4096, each
+checked like the default (no bar: the bar is the example's own tile).
 """
 from __future__ import annotations
 
 import importlib.util
 import sys
 
+import argparse
+
 from _bench_kit import ROOT, gpu_or_note, time_interleaved
-from _common import Report, parse_args, try_import
+from _common import Report, try_import
 
 SHAPES = [(4, 16, 4096, 128), (4, 16, 4096, 64), (4, 16, 1024, 128)]
+# --sweep: (query rows, key rows, warps or None for the kernel's own pick) per head dim
+SWEEP = {128: [(128, 32, None), (128, 64, 8), (64, 32, None)],
+         64: [(64, 64, None), (128, 128, 8), (64, 128, None)]}
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--json", help="write results here")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--sweep", action="store_true", help="also time the SWEEP tiles at S4096")
+    return ap.parse_args()
+
+
+def variants(fa, tile, q, k, v, new_out, s: int, d: int, causal: bool, sweep: bool) -> dict:
+    """name -> (launch args, kernel, output): the example's own tile, then the sweep's (S4096 only)."""
+    out = new_out()
+    found = {"DSL tile flash_fwd": (fa.launch_args(q, k, v, out, s, causal), fa.flash_fwd, out)}
+    if sweep and s == 4096:
+        kernels: dict = {}
+        for bm, bn, warps in SWEEP[d]:
+            if warps not in kernels:
+                kernels[warps] = fa.flash_fwd if warps is None else tile.kernel(fa.flash_fwd.pyfunc, num_warps=warps)
+            out = new_out()
+            args = (q, k, v, tile.partition(out, (bm, d)), s, d ** -0.5, bn, causal)
+            found[f"DSL tile flash_fwd {bm}x{bn} w{warps or 'auto'}"] = (args, kernels[warps], out)
+    return found
 
 
 def load_example():
@@ -25,7 +55,7 @@ def load_example():
 
 
 def main() -> int:
-    args = parse_args(__doc__)
+    args = parse()
     rep = Report("flash attention forward: dsl.tile vs torch SDPA (flash backend), bf16")
     if not gpu_or_note(rep):
         rep.finish(args.json)
@@ -39,16 +69,15 @@ def main() -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import bridge
+    from dsl import tile
     fa = load_example()
     failed = []
     with bridge.use_stream(bridge.Stream()):
         for b, h, s, d in SHAPES[:1] if args.quick else SHAPES:
             g = torch.Generator(device="cuda").manual_seed(s + d)
             q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-            out = torch.empty((b * h * s, d), device="cuda")
             for causal in (False, True):
                 name = f"B{b} H{h} S{s} D{d} {'causal' if causal else 'full'}"
-                call = fa.launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, s, causal)
                 res: list = []
 
                 def sdpa(i, causal=causal):
@@ -56,21 +85,31 @@ def main() -> int:
                         r = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                     if not res:
                         res.append(r)
-                ours = (lambda i, call=call: fa.flash_fwd(*call))
-                ours(0)
                 sdpa(0)
-                err = (out.reshape(q.shape) - res[0].float()).abs().max().item()
-                if not err < 3e-2:
-                    failed.append(f"{name}: max |ours - SDPA| = {err}")
+                fns = {}
+
+                def new_out():
+                    return torch.full((b * h * s, d), float("nan"), device="cuda")
+                for label, (call, kern, out) in variants(fa, tile, *(x.reshape(-1, d) for x in (q, k, v)), new_out,
+                                                         s, d, causal, args.sweep).items():
+                    kern(*call)
+                    err = (out.reshape(q.shape) - res[0].float()).abs().max().item()
+                    if not err < 3e-2:
+                        failed.append(f"{name}: {label}: max |ours - SDPA| = {err}")
+                        continue
+                    fns[label] = (lambda i, kk=kern, a=call: kk(*a))
+                if "DSL tile flash_fwd" not in fns:
                     continue
-                ms = time_interleaved({"ours": ours, "sdpa": sdpa}, reps=3 if args.quick else 5)
+                ms = time_interleaved({**fns, "sdpa": sdpa}, reps=3 if args.quick else 5)
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
                 tf = {n: flops / (t * 1e-3) / 1e12 for n, t in ms.items()}
-                rep.row(f"{name}: DSL tile flash_fwd", tf["ours"], "TFLOP/s", ms=round(ms["ours"], 3))
+                for label in fns:
+                    rep.row(f"{name}: {label}", tf[label], "TFLOP/s", ms=round(ms[label], 3),
+                            vs_sdpa=round(tf[label] / tf["sdpa"], 3))
                 rep.row(f"{name}: torch SDPA (flash)", tf["sdpa"], "TFLOP/s", ms=round(ms["sdpa"], 3))
                 if (s, d) == (4096, 128):
-                    rep.bar(f"flash attention {name} vs SDPA flash", tf["ours"], tf["sdpa"], higher_is_better=True,
-                            bar=1.0, peer_name="torch SDPA flash backend")
+                    rep.bar(f"flash attention {name} vs SDPA flash", tf["DSL tile flash_fwd"], tf["sdpa"],
+                            higher_is_better=True, bar=1.0, peer_name="torch SDPA flash backend")
     rep.finish(args.json)
     if failed:
         print("FAILED (wrong results):\n  " + "\n  ".join(failed))
