@@ -20,7 +20,7 @@ from _common import Report, try_import
 
 SHAPES = [(4, 16, 4096, 128), (4, 16, 4096, 64), (4, 16, 1024, 128)]
 # --sweep: (query rows, key rows, warps or None for the kernel's own pick) per head dim
-SWEEP = {128: [(128, 32, None), (128, 64, 8), (64, 32, None)],
+SWEEP = {128: [(128, 32, None), (128, 64, None), (128, 64, 8), (64, 32, None)],   # 128x64: dynamic staging
          64: [(64, 64, None), (128, 128, 8), (64, 128, None)]}
 
 

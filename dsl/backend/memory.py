@@ -283,13 +283,18 @@ class MemoryMixin:
         if gv is None:
             gv = self._dynamic_smem(alloc.align) if dynamic else self._static_smem(alloc)
             self._shared[id(alloc)] = gv
+        ptr = gv
         if dynamic:
             size = self.st.b.zext(self.sreg("dynamic_smem_size"), T.I64)
+            if alloc.offset:        # a view further in: its bytes start `offset` bytes after the symbol's
+                off = ir.Constant(T.I64, alloc.offset)
+                ptr = self.st.b.gep(gv, [off], inbounds=True, source_etype=T.I8)
+                size = self.st.b.sub(size, off)
             extents = [self.st.b.udiv(size, ir.Constant(T.I64, t.dtype.itemsize))]
         else:
             extents = [ir.Constant(T.I64, d) for d in t.shape]
         one = ir.Constant(T.I64, 1)
-        return ArrayVal(t, alloc.name, gv, extents, [one] * len(extents), key=alloc)
+        return ArrayVal(t, alloc.name, ptr, extents, [one] * len(extents), key=alloc)
 
     def _static_smem(self, alloc: N.SharedAlloc) -> ir.GlobalVariable:
         t: ArrayType = alloc.type

@@ -430,11 +430,14 @@ class SharedAlloc:
     operand stages). Static: `type.shape` is its fixed shape. Dynamic: `type.shape == (-1,)`: a view
     of the kernel's dynamic shared memory (the one `extern` symbol every dynamic allocation aliases;
     its length comes from the launch). `align`: byte alignment of the start (static buffers; for
-    dynamic ones the extern symbol gets the largest alignment any of them asks for)."""
+    dynamic ones the extern symbol gets the largest alignment any of them asks for). `offset`: where
+    a dynamic view starts, in bytes into the dynamic shared memory (a multiple of `align`), so one
+    kernel can lay several buffers side by side there."""
     name: str
     type: ArrayType          # space="shared", static shape (or (-1,) for dynamic)
     loc: Loc = NOLOC
     align: int = 16
+    offset: int = 0
 
     @property
     def dynamic(self) -> bool:

@@ -49,7 +49,8 @@ class AddressSpace:
 
     def shared_base(self, mem: MemRef) -> int:
         if self.shared.raw is not None and np.may_share_memory(mem.data, self.shared.raw):
-            return 0          # a view of the dynamic bytes
+            # a view of the dynamic bytes, from its offset on (SharedAlloc.offset)
+            return int(mem.data.__array_interface__["data"][0] - self.shared.raw.__array_interface__["data"][0])
         for k, m in enumerate(self.static):
             if m is mem:
                 return (k + 1) * SHARED_STEP

@@ -109,18 +109,19 @@ class SharedSpace:
     def get(self, alloc) -> MemRef:
         ref = self.buffers.get(id(alloc))
         if ref is None:
-            ref = self.buffers[id(alloc)] = MemRef(alloc.name, self._allocate(alloc.type), alloc.type.dtype,
-                                                   shared=True)
+            ref = self.buffers[id(alloc)] = MemRef(alloc.name, self._allocate(alloc.type, alloc.offset),
+                                                   alloc.type.dtype, shared=True)
         return ref
 
-    def _allocate(self, t) -> np.ndarray:
+    def _allocate(self, t, offset: int = 0) -> np.ndarray:
+        """A static buffer, or a view of the dynamic bytes from `offset` on (SharedAlloc.offset)."""
         dt = arith.np_dtype(t.dtype)
         shape = tuple(t.shape or ())
         if shape and shape[0] == -1:
             if self.raw is None:
                 self.raw = np.full((self.nblocks, self.dynamic), SHARED_FILL, np.uint8)
-            usable = (self.dynamic // dt.itemsize) * dt.itemsize
-            return self.raw[:, :usable].view(dt)
+            usable = (max(self.dynamic - offset, 0) // dt.itemsize) * dt.itemsize
+            return self.raw[:, offset:offset + usable].view(dt)
         nbytes = self.nblocks * int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         return np.full(nbytes, SHARED_FILL, np.uint8).view(dt).reshape((self.nblocks,) + shape)
 

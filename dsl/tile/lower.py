@@ -18,6 +18,7 @@ from dsl.tile.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows
 from dsl.tile.lower_frags import assign_shared, frag_layout
 from dsl.tile.lower_reduce import lower_reduce
 from dsl.tile.lower_ws import WS_PRODUCERS
+from dsl.tile.shared_place import place_scratch, scratch_bytes
 from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType
 
 GROUP_M = 8         # tile-row group of the L2-friendly block order of GEMM kernels
@@ -186,9 +187,7 @@ class Lowerer:
             self._block_ids(lin, nb)
             self._tile_program(ws_at)
         self.body[prologue_at:prologue_at] = self.prologue
-        for key, alloc in self.scratch_allocs.items():
-            alloc.type = ArrayType(alloc.type.dtype, 1, writable=True, space="shared",
-                                   shape=(self.scratch_size[key],))
+        place_scratch(self)         # sizes; static, or views of the dynamic shared memory (shared_place.py)
         return N.Function(self.kernel_name, list(self.params.values()) + self.extra_params, N.VOID, self.body, True,
                           fn.loc, locals=self.locals,
                           shared=list(self.scratch_allocs.values()) + self.extra_shared,
@@ -241,10 +240,8 @@ class Lowerer:
         return self.frag_layout(("R", acc.key))  # type: ignore[return-value]
 
     def smem_bytes(self) -> int:
-        total = 0
-        for key, alloc in self.scratch_allocs.items():
-            total += self.scratch_size[key] * max(1, alloc.type.dtype.bits // 8)
-        return total
+        """Static shared bytes of the scratch buffers (place_scratch may have moved them all to dynamic)."""
+        return scratch_bytes(self, dynamic=False)
 
     def pref(self, p: T.TParam) -> N.ParamRef:
         return N.ParamRef(self.params[id(p)])
