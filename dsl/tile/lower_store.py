@@ -5,8 +5,8 @@ inside the array) every f32 pair is one 8-byte `st.global.v2.f32`, with no bound
 store instructions and none of the per-element compares and predicates. A 16-bit pair is only 4
 bytes, so a warp's 4-byte stores would fill half of each 32-byte sector; the lanes of a pair
 (l, l^1) first swap one packed word of two neighbouring 8-column fragments (one shfl.xor), so each
-lane stores 4 consecutive columns (8 bytes) and a quad writes 16 consecutive columns of its row. An edge tile keeps one checked store per element. The pair stores need the
-row starts aligned (C-contiguous, 16-byte-aligned data, last extent divisible by 8: launch facts the
+lane stores 4 consecutive columns (8 bytes) and a quad writes 16 consecutive columns of its row. An
+edge tile keeps one checked store per element. The pair stores need the row starts aligned (C-contiguous, 16-byte-aligned data, last extent divisible by 8: launch facts the
 contract then states) and a 2-D partition whose dtype is the value's.
 """
 from __future__ import annotations

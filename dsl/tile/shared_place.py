@@ -1,7 +1,7 @@
 """Where a tile kernel's scratch buffers live (Lowerer.scratch: relayouts, the tensor-core products'
 staged operands, their loop pipelines): in static shared memory while they fit its 48 KiB, else, for
 kernels whose products run on the tensor cores, side by side in the dynamic shared memory a block may
-opt into, after the GEMM stages. Flash attention with 128 query rows at D128 stages 96 KiB."""
+opt into, after the GEMM stages. Flash attention with 128 query rows at D128 stages 68 KiB."""
 from __future__ import annotations
 
 from dsl.ir.types import ArrayType
