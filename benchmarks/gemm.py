@@ -117,7 +117,7 @@ def split_k_candidates(case: Case, a: Any, b: Any, m: int, n: int, k: int, ops: 
     if case.layout != "NN" or case.label not in ("bf16", "f16") or k < 4 * max(m, n):
         return out
     for ((bm, bn, bk), splits), dt in [(x, "float32") for x in SPLIT_K] + [(SPLIT_K[0], case.label)]:
-        c = bridge.full((m, n), np.nan, {"bf16": "bfloat16", "f16": "float16"}.get(dt, dt))
+        c = bridge.full((m, n), np.nan, dt)       # "float32", or the case's label (bridge dtype names)
         partial = bridge.empty((K.split_k_rows(m, bm, splits), n), "float32")
         name = f"DSL tile {bm}x{bn}x{bk} split-k {splits}" + ("" if dt == "float32" else f" ->{dt}")
         run = (lambda i, c=c, p=partial, t=(bm, bn), bk=bk, s=splits: K.gemm_split_k_run(a, b, c, t, bk, s, p))
@@ -138,8 +138,7 @@ def ours(case: Case, a: Any, b: Any, m: int, n: int, tiles: list, arch: str, ops
     base = K.gemm_f8 if f8 else K.gemm_nt if case.layout == "NT" else K.gemm
     kernels: dict = {}
     for bm, bn, bk, mode, cast in candidates(case, tiles):
-        out_dtype = "bfloat16" if f8 else {"bf16": "bfloat16", "f16": "float16"}[case.label] if cast else "float32"
-        c = bridge.full((m, n), np.nan, out_dtype)
+        c = bridge.full((m, n), np.nan, "bfloat16" if f8 else case.label if cast else "float32")
         part = tile.partition(c, (bm, bn))
         name = f"DSL tile {bm}x{bn}x{bk}" + ("" if mode == "sync" else f" {mode}") + (f" ->{case.label}" if cast else "")
         # one dispatcher per (kernel, pipeline): a dispatcher keeps the launcher its first launch made

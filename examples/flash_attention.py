@@ -28,8 +28,9 @@ E = TypeVar("E")
 LOG2E = 1.4426950408889634                      # softmax(x) = 2^(x log2 e - max) / sum: the same numbers
 # (query rows BM, key rows BN) per head dim, in order of preference: the first whose BM and BN divide the
 # sequence length is taken. On the tensor cores (4 warps): at D64, 128 query rows (32 a warp, so each
-# K/V fragment feeds two m-tiles) ran 12% faster than 64 on the H200; at D128 the 128-row tile does not
-# fit the products' 48 KiB of staging (docs/results/gpu_runs_2026-12-01_2343_flash_sweep.md). The
+# K/V fragment feeds two m-tiles) ran 12% faster than 64 on the H200; at D128 the 128-row tiles are not
+# measured yet since they stage in dynamic shared memory and stopped spilling
+# (docs/results/gpu_runs_2026-12-01_2343_flash_sweep.md, benchmarks/attention.py --sweep). The
 # portable FMA path (KB_TILE_TC_MATMUL=0, pre-sm_80): the largest that fit its 48 KiB of relayout
 # shared memory without register spills (ptxas -v, sm_90).
 TILES = {64: ((128, 64), (64, 64)), 128: ((64, 64),)}
@@ -76,7 +77,7 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale:
     if d not in TILES:
         raise ValueError(f"q: head dim {d} not supported (expected one of {sorted(TILES)})")
     choices = (TILES if (tc_matmul_enabled() if tensor_cores is None else tensor_cores) else PORTABLE_TILES)[d]
-    fits = [(bm, bn) for bm, bn in choices if seq > 0 and seq % bm == 0 and seq % bn == 0]
+    fits = [(bm, bn) for bm, bn in choices if seq % bm == 0 and seq % bn == 0]
     if seq <= 0 or rows % seq or not fits:
         raise ValueError(f"q: {rows} rows of sequences of {seq}: expected whole sequences whose length is a "
                          f"multiple of {max(choices[-1])}")

@@ -10,10 +10,13 @@ from dsl.tile.lower_mma import SMEM_LIMIT
 PLACE_ALIGN = 128               # byte alignment of each buffer in the dynamic shared memory
 
 
+OPT_IN_KIB = {86: 99, 89: 99, 120: 99, 121: 99}     # the archs below their generation's figure
+
+
 def opt_in_bytes(cc: int) -> int:
     """Shared memory one block may opt into (CUDA's MaxSharedMemoryPerBlockOptin) on compute
     capability `cc` (80 = sm_80), less 1 KiB that static buffers and the driver's reserve may take."""
-    kib = 227 if cc >= 90 and cc not in (120, 121) else 99 if cc in (86, 89, 120, 121) else 163 if cc >= 80 else 48
+    kib = OPT_IN_KIB.get(cc, 227 if cc >= 90 else 163 if cc >= 80 else 48)
     return (kib - 1) * 1024
 
 
