@@ -20,13 +20,14 @@ def opt_in_bytes(cc: int) -> int:
     return (kib - 1) * 1024
 
 
+def _nbytes(L, key: str, alloc) -> int:
+    return L.scratch_size[key] * max(1, alloc.type.dtype.bits // 8)
+
+
 def scratch_bytes(L, dynamic: bool | None = None) -> int:
     """Bytes of L's scratch buffers (only the static or only the dynamic ones when asked)."""
-    total = 0
-    for key, alloc in L.scratch_allocs.items():
-        if dynamic is None or alloc.dynamic == dynamic:
-            total += L.scratch_size[key] * max(1, alloc.type.dtype.bits // 8)
-    return total
+    return sum(_nbytes(L, key, alloc) for key, alloc in L.scratch_allocs.items()
+               if dynamic is None or alloc.dynamic == dynamic)
 
 
 def place_scratch(L) -> None:
@@ -43,7 +44,7 @@ def place_scratch(L) -> None:
     layout = []
     for key, alloc in L.scratch_allocs.items():
         layout.append((alloc, at))
-        at = _align(at + L.scratch_size[key] * max(1, alloc.type.dtype.bits // 8))
+        at = _align(at + _nbytes(L, key, alloc))
     if at > opt_in_bytes(L.cc):
         return                  # too large for dynamic shared memory too: lower() decides what next
     for alloc, offset in layout:
