@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The per-commit budget. 2 s gets each target through 5-20x the inputs MIN_INPUTS (test_fuzz_targets.py)
 # demands even on a loaded 2-core machine; KB_FUZZ_SECONDS=600 is the nightly run (docs/fuzzing.md).
 DEFAULT_SECONDS = 2.0
+MIN_INPUTS_GRACE = 4.0
 MAX_REPORTED = 6            # distinct findings printed in a failure message
 REPR_LIMIT = 1500           # characters of an input's repr in a failure message
 
@@ -268,13 +269,17 @@ class Runner:
     """Runs one target for a time budget and collects what its inputs did."""
 
     def __init__(self, target: str, *, seconds: float | None = None, seed: int | None = None,
-                 max_inputs: int | None = None, first_index: int = 0, specs: list | None = None) -> None:
+                 max_inputs: int | None = None, min_inputs: int = 0, first_index: int = 0,
+                 specs: list | None = None) -> None:
         from interop_tests.fuzz.targets import load
         self.target = target
         self.module = load(target)
         self.seconds = budget_seconds() if seconds is None else seconds
         self.seed = target_seed(target) if seed is None else seed
         self.max_inputs = max_inputs
+        # A floor on inputs, so a loaded host (a GPU check runs tests ten wide) still runs enough of them;
+        # past the budget it may take up to MIN_INPUTS_GRACE times the budget more, never unbounded.
+        self.min_inputs = min_inputs
         self.first_index = first_index
         self.specs = specs          # fixed inputs instead of generated ones (the harness's own tests)
         if specs is not None:
@@ -291,16 +296,22 @@ class Runner:
         report = Report(self.target, self.seed, self.seconds)
         t0 = time.monotonic()
         deadline = t0 + self.seconds
+        grace = t0 + self.seconds * (1 + MIN_INPUTS_GRACE)
         tmp = tempfile.mkdtemp(prefix=f"kb_fuzz_{self.target}_")
         stderr_path = Path(tmp) / "worker.stderr"
         worker = self._spawn(stderr_path)
         index, per_input = self.first_index, 0.05
         try:
-            while time.monotonic() < deadline:
+            while True:
+                done, now = index - self.first_index, time.monotonic()
+                if now >= deadline and (done >= self.min_inputs or now >= grace):
+                    break
                 if self.max_inputs is not None and index - self.first_index >= self.max_inputs:
                     break
                 left = deadline - time.monotonic()
                 size = max(1, min(64, int(left / max(per_input, 1e-3) / 2)))
+                if left <= 0:
+                    size = max(1, min(64, self.min_inputs - done))
                 if self.max_inputs is not None:
                     size = min(size, self.first_index + self.max_inputs - index)
                 batch = [(i, self.generate(i)) for i in range(index, index + size)]

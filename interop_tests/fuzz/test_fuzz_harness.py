@@ -117,3 +117,11 @@ def test_a_worker_past_its_memory_budget_is_replaced_without_a_finding(monkeypat
     monkeypatch.setenv("KB_FUZZ_RECYCLE_MB", "1")          # every worker is over it after one input
     r = Runner("selftest", specs=[("ok", k) for k in range(4)], seconds=60).run()
     assert (r.ok, r.findings, r.restarts) == (4, [], 3)   # replaced before inputs 1, 2 and 3
+
+
+def test_a_floor_on_inputs_runs_past_the_budget_but_only_up_to_its_grace():
+    r = Runner("selftest", seconds=0.3, min_inputs=10**9).run()      # a floor it can never reach
+    bound = 0.3 * (1 + harness.MIN_INPUTS_GRACE)
+    assert bound - 0.05 <= r.elapsed < bound + 5.0 and r.ok == r.inputs > 0 and not r.findings
+    r = Runner("selftest", seconds=0.3, min_inputs=30).run()
+    assert r.inputs >= 30 and r.elapsed < bound + 5.0

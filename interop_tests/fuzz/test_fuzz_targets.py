@@ -14,10 +14,11 @@ MIN_INPUTS = {"contract": 200, "intake_asarray": 100, "intake_launch": 100, "mod
 
 
 def _run(target: str, minimum: int | None = None) -> None:
-    report = run_target(target)
+    floor = MIN_INPUTS[target] if minimum is None else minimum
+    report = run_target(target, min_inputs=floor)
     print(report.summary())
     assert not report.findings, report.failure_text()
-    assert report.inputs >= (MIN_INPUTS[target] if minimum is None else minimum) and report.ok > 0, \
+    assert report.inputs >= floor and report.ok > 0, \
         f"the fuzzer did too little to count: {report.summary()}"
 
 
