@@ -20,8 +20,10 @@ from _common import Report, try_import
 
 SHAPES = [(4, 16, 4096, 128), (4, 16, 4096, 64), (4, 16, 1024, 128)]
 # --sweep: (query rows, key rows, warps or None for the kernel's own pick) per head dim
-SWEEP = {128: [(128, 32, None), (128, 64, None), (128, 64, 8), (64, 32, None)],   # 128x64: dynamic staging
-         64: [(64, 64, None), (128, 128, 8), (64, 128, None)]}
+# (sm_90: 16 query rows a warp run the products on warpgroup MMA, 32 on mma.sync; KB_TILE_WGMMA_PRODUCTS=0
+# keeps all of them on mma.sync)
+SWEEP = {128: [(128, 64, 8), (128, 32, 8), (128, 128, 8), (128, 64, None), (64, 32, None)],
+         64: [(64, 64, None), (128, 64, 8), (128, 128, 8), (64, 128, None)]}
 
 
 def parse() -> argparse.Namespace:

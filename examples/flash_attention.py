@@ -10,7 +10,8 @@ exp(m_old - m_new) per block, so the S x S score matrix never exists. Scores are
 (scaled by log2 e), so each exponential is one exp2. The arrays are (B*H*S, D) row stacks of the
 (B, H, S, D) tensors; S must be a multiple of the tile rows.
 
-On the tensor cores (the default, sm_80+) the two products run as mma.sync with S, P, the row
+On the tensor cores (the default, sm_80+) the two products run as mma.sync, on sm_90 as warpgroup
+MMA (wgmma, Q and P from registers, K and V from swizzled shared memory), with S, P, the row
 statistics and the output accumulator in registers, and each iteration's key/value blocks are copied
 one iteration ahead by cp.async (docs/tile.md); benchmarks/attention.py measures it against SDPA.
 """
@@ -27,12 +28,14 @@ from dsl import TypeVar, f32, i32, tile
 E = TypeVar("E")
 LOG2E = 1.4426950408889634                      # softmax(x) = 2^(x log2 e - max) / sum: the same numbers
 # (query rows BM, key rows BN) per head dim, in order of preference: the first whose BM and BN divide the
-# sequence length is taken. On the tensor cores (4 warps): at D64, 128 query rows (32 a warp, so each
-# K/V fragment feeds two m-tiles) ran 12% faster than 64 on the H200; at D128 the 128-row tiles are not
-# measured yet since they stage in dynamic shared memory and stopped spilling
-# (docs/results/gpu_runs_2026-12-01_2343_flash_sweep.md, benchmarks/attention.py --sweep). The
-# portable FMA path (KB_TILE_TC_MATMUL=0, pre-sm_80): the largest that fit its 48 KiB of relayout
-# shared memory without register spills (ptxas -v, sm_90).
+# sequence length is taken. On sm_90 the products run on warpgroup MMA when each of the 4 warps holds
+# 16 query rows (BM 64): D128 64x64 ran 359 TFLOP/s against SDPA's 354 on the H200, D64 64x128 300
+# against 302. On mma.sync (sm_80, or KB_TILE_WGMMA_PRODUCTS=0): at D64, 128 query rows (32 a warp, so
+# each K/V fragment feeds two m-tiles) were 12% faster than 64; at D128, 64x64
+# (docs/results/gpu_runs_2026-12-02_0139_flash_wgmma.md, benchmarks/attention.py --sweep). The portable
+# FMA path (KB_TILE_TC_MATMUL=0, pre-sm_80): the largest that fit its 48 KiB of relayout shared memory
+# without register spills (ptxas -v, sm_90).
+WGMMA_TILES = {64: ((64, 128), (64, 64)), 128: ((64, 64),)}
 TILES = {64: ((128, 64), (64, 64)), 128: ((64, 64),)}
 PORTABLE_TILES = {64: ((64, 32),), 128: ((32, 32),)}
 
@@ -69,14 +72,19 @@ def flash_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: 
 
 
 def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale: float | None = None,
-                tensor_cores: bool | None = None) -> tuple:
+                tensor_cores: bool | None = None, wgmma: bool | None = None) -> tuple:
     """flash_fwd's arguments for (B*H*S, D) row stacks q, k, v and the f32 output `out` of that shape.
-    `tensor_cores`: pick the tiles of the tensor-core lowering (default: unless KB_TILE_TC_MATMUL=0)."""
-    from dsl.tile.compile import tc_matmul_enabled
+    `tensor_cores`: pick the tiles of the tensor-core lowering (default: unless KB_TILE_TC_MATMUL=0);
+    `wgmma`: those of its sm_90 warpgroup MMA (default: on an sm_90+ GPU unless KB_TILE_WGMMA_PRODUCTS=0)."""
+    from dsl.tile.compile import tc_matmul_enabled, wgmma_products_enabled
     rows, d = q.shape
     if d not in TILES:
         raise ValueError(f"q: head dim {d} not supported (expected one of {sorted(TILES)})")
-    choices = (TILES if (tc_matmul_enabled() if tensor_cores is None else tensor_cores) else PORTABLE_TILES)[d]
+    tc = tc_matmul_enabled() if tensor_cores is None else tensor_cores
+    if wgmma is None:
+        import bridge
+        wgmma = wgmma_products_enabled() and bridge.gpu_available() and bridge.current_device().cc >= (9, 0)
+    choices = ((WGMMA_TILES if tc and wgmma else TILES) if tc else PORTABLE_TILES)[d]
     fits = [(bm, bn) for bm, bn in choices if seq % bm == 0 and seq % bn == 0]
     if seq <= 0 or rows % seq or not fits:
         raise ValueError(f"q: {rows} rows of sequences of {seq}: expected whole sequences whose length is a "

@@ -129,9 +129,17 @@ def gemm_pipeline() -> str:
     return mode if mode in GEMM_PIPELINES else "sync"
 
 
+def wgmma_products_enabled() -> bool:
+    """On sm_90, tile.matmul products outside GEMM loops whose warps split M in 16-row slices run on
+    warpgroup MMA (dsl/tile/lower_product_wgmma.py) unless KB_TILE_WGMMA_PRODUCTS=0 keeps them on
+    mma.sync; in the disk-cache key when off."""
+    return env_switch("KB_TILE_WGMMA_PRODUCTS", True)
+
+
 def lowering_switches() -> dict:
     """The environment switches the lowering reads (dsl/tile/lower.py `lower` keywords), read now."""
-    return {"tc_matmul": tc_matmul_enabled(), "gemm_pipeline": gemm_pipeline()}
+    return {"tc_matmul": tc_matmul_enabled(), "gemm_pipeline": gemm_pipeline(),
+            "wgmma_products": wgmma_products_enabled()}
 
 
 def switches_key() -> tuple:
@@ -139,7 +147,8 @@ def switches_key() -> tuple:
     pipeline when not the default; the disk keys of every earlier entry stay as they were."""
     s = lowering_switches()
     return (("tc_matmul",) if s["tc_matmul"] else ()) + \
-        (() if s["gemm_pipeline"] == "sync" else (f"gemm_pipeline_{s['gemm_pipeline']}",))
+        (() if s["gemm_pipeline"] == "sync" else (f"gemm_pipeline_{s['gemm_pipeline']}",)) + \
+        (() if s["wgmma_products"] else ("no_wgmma_products",))
 
 
 def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, dict] | None = None,

@@ -32,7 +32,7 @@ class Lowerer:
     def __init__(self, fn: T.TileFunction, threads: int, kernel_name: str,
                  facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
                  persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None,
-                 pipelines: bool = True, gemm_pipeline: str = "sync") -> None:
+                 pipelines: bool = True, gemm_pipeline: str = "sync", wgmma_products: bool = True) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -50,6 +50,7 @@ class Lowerer:
         self.persistent = persistent            # blocks loop over tiles (grid may be < tile count)
         self.tc_matmul = tc_matmul              # tile.matmul on the tensor cores (lower_matmul_tc.py)
         self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "sync" or "ws" (lower_tma.py)
+        self.wgmma_products = wgmma_products    # sm_90 products on warpgroup MMA (lower_product_wgmma.py)
         # warp specialisation (gemm_pipeline "ws"): WS_PRODUCERS more threads issue the copies; the tile
         # program runs on the T threads after them (geo.tid = tid.x - WS_PRODUCERS); ws_tid is tid.x
         self.ws_tid: N.Expr | None = None       # set by lower_ws.bind_roles: the kernel is warp-specialised
@@ -60,6 +61,7 @@ class Lowerer:
         self.var_layouts: dict[int, object] = {}
         self.mma_plans: dict[int, object] = {}
         self.extra_shared: list[N.SharedAlloc] = []
+        self.wgmma_stages: dict[tuple, N.Expr] = {}     # B stages of wgmma products (tc_operands.wgmma_stage)
         self.extra_params: list[N.Param] = []  # appended after the tile parameters (TMA tensor maps)
         self.relied: set[str] = set()          # params whose alignment/divisibility facts were used
         self._lane_warp: tuple[N.Expr, N.Expr] | None = None
@@ -736,13 +738,14 @@ def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> 
 
 def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, dict] | None = None,
           info: dict | None = None, cc: int = 0, persistent: bool = False, tc_matmul: bool = False,
-          gemm_pipeline: str = "sync") -> N.Function:
+          gemm_pipeline: str = "sync", wgmma_products: bool = True) -> N.Function:
     """Tile IR → SIMT IR kernel with an exact block of `threads` threads (power of two, >= 32).
     `facts`: per array parameter {"layout": "C"|"any", "aligned16": bool, "div8": bool, "div16": bool} known at
     launch. `info` receives "relied" (parameters whose facts the code relies on: the contract states
     them), "dynamic_smem" (bytes of dynamic shared memory the launch must provide) and
     "arch_specific" (the code uses instructions of the arch-specific target, e.g. sm_90a's wgmma).
-    `gemm_pipeline`: the sm_90 TMA GEMM loop's pipeline (dsl/tile/compile.py gemm_pipeline)."""
+    `gemm_pipeline`: the sm_90 TMA GEMM loop's pipeline (dsl/tile/compile.py gemm_pipeline);
+    `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower_mma import MAX_STAGES, SMEM_LIMIT
@@ -754,7 +757,8 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     pipelines = True
     for _ in range(6):
         lw = Lowerer(fn, threads, kernel_name, facts, max_stages=MAX_STAGES, cc=cc, persistent=persistent,
-                     tc_matmul=tc_matmul, layout_hints=hints, pipelines=pipelines, gemm_pipeline=gemm_pipeline)
+                     tc_matmul=tc_matmul, layout_hints=hints, pipelines=pipelines, gemm_pipeline=gemm_pipeline,
+                     wgmma_products=wgmma_products)
         out = lw.lower()
         if lw.new_hints:
             hints = {**hints, **lw.new_hints}
@@ -765,7 +769,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     if lw.smem_bytes() > SMEM_LIMIT and tc_matmul:
         # the tensor-core products' padded operand buffers do not fit where the portable path's do
         return lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=False,
-                     gemm_pipeline=gemm_pipeline)
+                     gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products)
     if lw.smem_bytes() > SMEM_LIMIT:
         raise LoweringError(f"{fn.name}: needs {lw.smem_bytes()} bytes of static shared memory for "
                             f"relayouts (limit {SMEM_LIMIT}); use smaller tiles")

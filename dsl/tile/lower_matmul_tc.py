@@ -27,7 +27,7 @@ from dsl.tile import ptx_sim
 from dsl.tile.lower_mma import _emit_mmas, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_sync, pack_pairs
 from dsl.tile.mma_types import mma_type
 from dsl.tile.lower_prefetch import prefetch_next, wait_for
-from dsl.tile.tc_operands import async_ok, issue_copies
+from dsl.tile.tc_operands import async_ok, issue_copies, wgmma_b
 
 
 # A loop-invariant A operand of up to this many elements a thread is kept as A fragments in registers
@@ -109,6 +109,14 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
         else:
             a = L.concrete(a)
             a_regs = _a_fragments(L, e, a, layout, k)
+    wg_b = wgmma_b(L, m, n, k, e.a.type.dtype, e.b)
+    if wg_b is not None:                            # sm_90: the product on warpgroup MMA
+        from dsl.tile.lower_product_wgmma import lower_product_wgmma
+        if a_regs is None:                          # A into its fragments, from wherever it is
+            frag = L.frag_layout(("A", (m, k), layout.wm, layout.wn))
+            av = L.to_layout(a if a is not None else L.concrete(L.expr(e.a)), frag)
+            a_regs = {(0, ks): frag.fragment(av.elems, 0, ks) for ks in range(k // 16)}
+        return lower_product_wgmma(L, e, layout, acc_vars, a_regs, wg_b)
     b_t = isinstance(e.b, T.Permute) and tuple(e.b.axes) == (1, 0)
     b_op = e.b.operand if b_t else e.b
     # operands a loop pipeline copies ahead (dsl/tile/lower_prefetch.py), in staging order

@@ -24,7 +24,8 @@ from dsl.ir import nodes as N
 from dsl.ir.types import I32
 from dsl.tile import ir as T
 from dsl.tile.lower_mma import cp_async_commit, cp_async_wait
-from dsl.tile.tc_operands import async_ok, issue_copies, tc_warps
+from dsl.tile import ptx_sim
+from dsl.tile.tc_operands import SWIZZLE_SLACK, async_ok, issue_copies, swizzle_base, tc_warps, wgmma_b, wgmma_stage
 from dsl.tile.types import PartitionParamType
 
 BUDGET = 40 * 1024          # shared bytes the pipelined buffers may take (of the 48 KiB static; a
@@ -37,6 +38,7 @@ class Stage:
     load: T.Load
     buf: N.Expr
     stride: int
+    swizzled: bool = False      # the B of a warpgroup MMA: 128-byte swizzle atoms (tc_operands.wgmma_b)
 
 
 @dataclass
@@ -91,37 +93,45 @@ def plan(L, s: T.For) -> Pipeline | None:
         if isinstance(st, T.If) and any(isinstance(x, T.Matmul) for b in (st.then, st.else_)
                                         for y in T.walk_stmts(b) for x in _exprs_of(y)):
             return None                         # a product that may not run would break the count
-    loads: list[T.Load] = []
+    loads: list[tuple[T.Load, bool]] = []
     for st in s.body:
         for e in _exprs_of(st):
             for mm in _products(e):
                 (m, k), (_, n) = mm.a.type.shape, mm.b.type.shape
                 if tc_warps(L, m, n, k, mm.a.type.dtype, mm.b.type.dtype) is None:
                     continue
+                wg = wgmma_b(L, m, n, k, mm.a.type.dtype, mm.b)
                 b = mm.b.operand if isinstance(mm.b, T.Permute) and tuple(mm.b.axes) == (1, 0) else mm.b
-                for op in (mm.a, b):
+                for op in ((b,) if wg is not None else (mm.a, b)):   # a wgmma's A comes from registers
                     if isinstance(op, T.Load) and async_ok(L, op) and not isinstance(op.param.type, PartitionParamType) \
                             and _invariant_index(op, s.var, assigned):
-                        loads.append(op)
+                        loads.append((op, wg is not None))
     if not loads:
         return None
-    size = sum(op.type.shape[0] * (op.type.shape[1] + 8) * 2 for op in loads)
-    if size > BUDGET:
+    if sum(_stage_elems(op, swz) * 2 for op, swz in loads) > BUDGET:
         return None
-    stages = []
-    for i, op in enumerate(loads):
-        rows, cols = op.type.shape
-        stages.append(Stage(op, L.scratch(op.type.dtype, rows * (cols + 8), FIRST_SLOT + i), cols + 8))
+    stages = [Stage(op, wgmma_stage(L, op.type.dtype, _stage_elems(op, swz), ("pipe", id(s), i)) if swz else
+                    L.scratch(op.type.dtype, _stage_elems(op, swz), FIRST_SLOT + i), op.type.shape[1] + 8, swz)
+              for i, (op, swz) in enumerate(loads)]
     return Pipeline(s, stages)
 
 
-def wait_for(L, pipe: Pipeline, loads: list[T.Load]) -> None:
-    """Before a product that reads `loads` (its pipelined operands, in staging order)."""
+def _stage_elems(op: T.Load, swizzled: bool) -> int:
+    """Elements of a stage's buffer: rows padded by 8 (ldmatrix), or swizzle atoms and their slack."""
+    rows, cols = op.type.shape
+    return rows * cols + SWIZZLE_SLACK // 2 if swizzled else rows * (cols + 8)
+
+
+def wait_for(L, pipe: Pipeline, loads: list[T.Load], async_proxy: bool = False) -> None:
+    """Before a product that reads `loads` (its pipelined operands, in staging order). `async_proxy`:
+    a wgmma reads them, so the copies (generic proxy writes) are fenced for the async proxy."""
     for ld in loads:
         if pipe.position(ld) != pipe.used:
             pipe.in_order = False
         pipe.used += 1
     cp_async_wait(L, len(pipe.stages) - len(loads))
+    if async_proxy:
+        L.asm("fence.proxy.async.shared::cta;", sim=ptx_sim.no_op)
     L.sync()
 
 
@@ -143,7 +153,7 @@ def issue(L, pipe: Pipeline, st: Stage, iteration: N.Expr, runs: N.Expr) -> None
     try:
         def copies() -> None:
             base = [L.scalar(i) for i in st.load.index]
-            issue_copies(L, st.load, st.buf, st.stride, base)
+            issue_copies(L, st.load, st.buf, st.stride, base, swizzle_base(L, st.buf) if st.swizzled else None)
         L.guarded(runs, copies)
     finally:
         L.vars[id(pipe.loop.var)] = saved

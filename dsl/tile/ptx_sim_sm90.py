@@ -160,6 +160,7 @@ class WgmmaOp:
     a_type: str
     b_type: str
     trans_b: bool            # B MN-major (imm-trans-b 1, 16-bit types only)
+    a_regs: bool = False     # A from registers (4 per thread, mma.sync's A fragment per warp), not a descriptor
 
 
 def _decode(desc: int) -> tuple[int, int, int, int]:
@@ -198,10 +199,26 @@ def _operand_mnmajor(mach, blk: int, desc: int, n: int, k: int, tname: str) -> n
     return _read(mach, blk, swizzle(addr, width), dt, tname)           # [k, n]
 
 
-def _product(mach, blk: int, da: int, db: int, op: WgmmaOp) -> np.ndarray:
-    """The 64 x n product of one wgmma (32 bytes of K)."""
+def _register_a(regs: list, at: np.ndarray, pos: np.ndarray, tp: int, tname: str) -> np.ndarray:
+    """The 64 x 16 A operand of a register-A wgmma from its warpgroup's lanes `at`: warp w holds rows
+    16w.., its registers packed 16-bit pairs at mma.m16n8k16's A positions (g, 2t) (g+8, 2t) (g, 2t+8)
+    (g+8, 2t+8), the low half first."""
+    dt = _dtype(tname)
+    lane = (pos[at] % tp) % 128
+    w, g, t = lane // 32, (lane % 32) // 4, lane % 4
+    a = np.zeros((64, 16))
+    for i, (dr, dc) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
+        r = np.asarray(regs[i], np.uint32)[at]
+        lo, hi = (x.astype(np.uint16).view(dt).astype(np.float64) for x in (r & 0xFFFF, r >> 16))
+        a[16 * w + g + dr, 2 * t + dc] = lo
+        a[16 * w + g + dr, 2 * t + dc + 1] = hi
+    return a
+
+
+def _product(mach, blk: int, da, db: int, op: WgmmaOp) -> np.ndarray:
+    """The 64 x n product of one wgmma (32 bytes of K); `da`: A's descriptor, or A itself (a_regs)."""
     ea = _dtype(op.a_type).itemsize
-    a = _operand_kmajor(mach, blk, da, 64, 32, op.a_type)               # [64, k]
+    a = da if op.a_regs else _operand_kmajor(mach, blk, da, 64, 32, op.a_type)   # [64, k]
     k = 32 // ea
     b = _operand_mnmajor(mach, blk, db, op.n, k, op.b_type) if op.trans_b else \
         _operand_kmajor(mach, blk, db, op.n, 32, op.b_type).T             # [k, n]
@@ -222,15 +239,18 @@ def wgmma(op: WgmmaOp) -> Callable:
     accumulators pass through unchanged until the wait that completes the group."""
     def run(args: list, pos: np.ndarray, present: np.ndarray, mach, lanes: np.ndarray) -> tuple:
         blk, wg = _warpgroups(mach, pos)
-        da, db = np.asarray(args[0], np.uint64), np.asarray(args[1], np.uint64)
-        if not np.all(np.asarray(args[2]) != 0):
+        first = 4 if op.a_regs else 1          # A: 4 registers, or one descriptor
+        db = np.asarray(args[first], np.uint64)
+        if not np.all(np.asarray(args[first + 1]) != 0):
             raise SimulationError("simulator: wgmma with scale-d 0 is not modelled")
         for key in set(zip(blk.tolist(), wg.tolist())):
             at = np.flatnonzero((blk == key[0]) & (wg == key[1]))
             if len(at) != 128:
                 raise SimulationError("simulator: a wgmma executed by only part of a warpgroup")
-            _groups(mach).setdefault(key, _Wgmma()).open.append((int(da[at[0]]), int(db[at[0]]), op))
-        return tuple(np.asarray(a, np.float32) for a in args[3:])
+            da = _register_a(args[0:4], at, pos, mach.lanes.Tp, op.a_type) if op.a_regs else \
+                int(np.asarray(args[0], np.uint64)[at[0]])
+            _groups(mach).setdefault(key, _Wgmma()).open.append((da, int(db[at[0]]), op))
+        return tuple(np.asarray(a, np.float32) for a in args[first + 2:])
     return semantics(run, machine=True)
 
 
@@ -243,6 +263,9 @@ def _commit(args: list, pos: np.ndarray, present: np.ndarray, mach, lanes: np.nd
 
 
 wgmma_commit = semantics(_commit, machine=True)
+
+# wgmma.fence with the registers it orders passed through (tied operands): unchanged values
+wgmma_fence = semantics(lambda args, pos, present: tuple(np.asarray(a) for a in args))
 
 
 def wgmma_wait(keep: int) -> Callable:

@@ -56,14 +56,19 @@ def test_bad_shapes_are_refused_naming_the_argument(bad, text):
 
 
 def test_the_tile_is_the_first_preferred_one_that_divides_the_sequence():
-    """D64 takes 128 query rows a block where the sequence allows it, 64 otherwise; D128 takes 64."""
-    def tile_of(seq, d):
+    """On mma.sync D64 takes 128 query rows a block where the sequence allows it, 64 otherwise; on
+    sm_90's warpgroup MMA 64 query rows and 128 key rows where it allows; D128 takes 64x64 on both."""
+    def tile_of(seq, d, wgmma):
         q = np.zeros((2 * seq, d), np.float32)
-        args = FA.launch_args(q, q, q, np.zeros((2 * seq, d), np.float32), seq, False, tensor_cores=True)
+        args = FA.launch_args(q, q, q, np.zeros((2 * seq, d), np.float32), seq, False, tensor_cores=True,
+                              wgmma=wgmma)
         return args[3].tile_shape[0], args[6]
-    assert tile_of(256, 64) == (128, 64)
-    assert tile_of(192, 64) == (64, 64)
-    assert tile_of(256, 128) == (64, 64)
+    assert tile_of(256, 64, False) == (128, 64)
+    assert tile_of(192, 64, False) == (64, 64)
+    assert tile_of(256, 128, False) == (64, 64)
+    assert tile_of(256, 64, True) == (64, 128)
+    assert tile_of(192, 64, True) == (64, 64)
+    assert tile_of(256, 128, True) == (64, 64)
 
 
 @pytest.mark.gpu

@@ -148,7 +148,7 @@ def test_gpu_flash_attention_on_the_tensor_cores_matches_torch_sdpa(d, causal, d
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
     err = (out.reshape(ref.shape).double() - ref).abs().max().item()
     assert err < 2e-2, err
-    assert "mma.sync" in kern.compile(args, "sm_90").ptx
+    assert "mma.sync" in kern.compile(args, "sm_80").ptx
 
 
 @pytest.mark.gpu
@@ -180,14 +180,14 @@ def test_flash_attention_keeps_its_loop_in_registers_and_copies_one_iteration_ah
     seq, d = 256, 128
     q = np.zeros((2 * seq, d), ml_dtypes.bfloat16)
     args = FA.launch_args(q, q, q, np.zeros((2 * seq, d), np.float32), seq, True, tensor_cores=True)
-    ptx = tile.kernel(FA.flash_fwd.pyfunc).compile(args, "sm_90").ptx
+    ptx = tile.kernel(FA.flash_fwd.pyfunc).compile(args, "sm_80").ptx    # sm_90: wgmma (test_tile_products_wgmma)
     # S, P, the row statistics and the output never round-trip through shared memory
     assert "st.shared" not in ptx
     # K and V: copied before the loop, then each one iteration ahead; each product waits for its own
     assert ptx.count("cp.async.wait_group 1;") == 2 and ptx.count("cp.async.wait_group 0;") == 1
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx and "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
     assert "shfl.sync.bfly" in ptx                                      # row max / sum: quad shuffles
-    r = _ptxas(ptx, "sm_90", tmp_path)
+    r = _ptxas(ptx, "sm_80", tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
 
 
@@ -342,12 +342,16 @@ def test_adding_an_f32_tile_to_a_product_accumulates_into_it_like_mma(rng, arch)
     a, b, product = operands(rng, "bf16", 64, 32, 64)
     bias = rng.standard_normal((64, 64)).astype(np.float32)
     args = (a, b, bias, tile.partition(np.zeros((64, 64), np.float32), (64, 64)), 32)
-    want = _instructions(mma_into_bias.compile(args, arch).ptx)
-    assert want.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") > 0
+    ptx = mma_into_bias.compile(args, arch).ptx
+    want = _instructions(ptx)
+    # sm_90: 64 rows on 4 warps are one warpgroup's m64 wgmma (test_tile_products_wgmma.py)
+    mma = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" if arch == "sm_80" else \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"
+    assert ptx.count(mma) > 0
     for kern in (bias_plus_product, product_plus_bias):
         assert _instructions(kern.compile(args, arch).ptx) == want
         c = np.full((64, 64), np.nan, np.float32)
-        kern.simulate_lowered(a, b, bias, tile.partition(c, (64, 64)), 32, tensor_cores=True)
+        kern.simulate_lowered(a, b, bias, tile.partition(c, (64, 64)), 32, tensor_cores=True, arch=arch)
         ref = (product + bias) * 0.5
         np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
 
@@ -375,14 +379,15 @@ def test_flash_attention_tiles_of_32_query_rows_a_warp_do_not_spill(d, bm, bn, t
     q = np.zeros((2 * seq, d), ml_dtypes.bfloat16)
     args = (q, q, q, tile.partition(np.zeros((2 * seq, d), np.float32), (bm, d)), seq, 0.125, bn, True)
     ck = FA.flash_fwd.compile(args, "sm_90")
-    assert ck.threads == 128 and "mma.sync" in ck.ptx
+    assert ck.threads == 128 and ("mma.sync" in ck.ptx or "wgmma.mma_async" in ck.ptx)
+    target = "sm_90a" if ".target sm_90a" in ck.ptx else "sm_90"        # 64 rows on 4 warps: wgmma
     src = tmp_path / "fa.ptx"
     src.write_text(ck.ptx)
     from bridge import toolkit
     tool = toolkit.locate("ptxas").path
     if tool is None:
         pytest.skip("ptxas not found")
-    r = subprocess.run([str(tool), "-v", "-arch=sm_90", str(src), "-o", os.path.join(tmp_path, "fa.cubin")],
+    r = subprocess.run([str(tool), "-v", f"-arch={target}", str(src), "-o", os.path.join(tmp_path, "fa.cubin")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert int(re.search(r"(\d+) bytes spill stores", r.stdout + r.stderr).group(1)) == 0

@@ -1,0 +1,96 @@
+"""sm_90 warpgroup MMA for a tile.matmul outside the GEMM loops (lower_matmul_tc.py hands it the
+products tc_operands.wgmma_b accepts): flash attention's S = Q K^T and O += P V.
+
+The warps split M in 16-row slices, four to a warpgroup, so one m64nNk16 `wgmma.mma_async` per
+warpgroup and 16-element step of K computes the product. Its accumulators are laid out per warp
+exactly as mma.sync's m16n8 accumulators of MmaLayout (register i: row g (+8 for i % 4 >= 2),
+column 8 (i / 4) + 2t + i % 2), and its A operand comes from registers in mma.sync's A-fragment
+layout, so S, P (S's accumulators packed pairwise), the row statistics and a loop-invariant Q keep
+the layouts and registers of the mma.sync lowering. B is read by the tensor cores from shared memory
+through a matrix descriptor: the tile is staged by cp.async (copied a loop iteration ahead where the
+pipeline takes it) in 128-byte swizzle atoms [cols / 64][rows][64]: K of S = Q K^T is K-major B,
+V of P V is MN-major B (imm-trans-b). Each product waits for its group (wait_group 0) before its
+result is used; warpgroups of other blocks on the SM overlap with that wait.
+"""
+from __future__ import annotations
+
+from dsl.ir import nodes as N
+from dsl.ir import tile_nodes as TN
+from dsl.ir.types import F32, U32, TupleType
+from dsl.tile import ir as T
+from dsl.tile import ptx_sim, ptx_sim_sm90 as S90
+from dsl.tile.layout import LV, MmaLayout
+from dsl.tile.lower_mma import cp_async_commit, cp_async_wait, pack_pairs
+from dsl.tile.lower_prefetch import prefetch_next, wait_for
+from dsl.tile.lower_wgmma import SWIZZLE_128B, _desc, wait_wgmma
+from dsl.tile.mma_types import mma_type
+from dsl.tile.tc_operands import SWIZZLE_SLACK, issue_copies, swizzle_base, wgmma_stage
+
+def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var], a_frags: dict,
+                        b: T.Load) -> LV:
+    """e: the product, b: its B load (e.b itself, or the operand of e.b's transpose: K-major B);
+    a_frags: {(0, ks): 8 A elements} in registers; acc_vars: the initialised accumulators."""
+    (m, k), (_, n) = e.a.type.shape, e.b.type.shape
+    dtype = e.a.type.dtype
+    tname = mma_type(dtype)
+    L.arch_specific = True              # warpgroup MMA exists only on the arch-specific target sm_90a
+    kmajor = b is not e.b
+    rows, cols = b.type.shape
+    pipe = L.pipelined.get(id(b))
+    if pipe is not None:
+        stage = pipe.stages[pipe.position(b)]
+        assert stage.swizzled, "the pipeline staged a wgmma operand for ldmatrix"
+        buf = stage.buf
+        wait_for(L, pipe, [b], async_proxy=True)
+    else:
+        buf = wgmma_stage(L, dtype, rows * cols + SWIZZLE_SLACK // 2, ("product", id(e)))
+        issue_copies(L, b, buf, cols, [L.scalar(i) for i in b.index], swizzled=swizzle_base(L, buf))
+        cp_async_commit(L)
+        cp_async_wait(L, 0)
+        L.asm("fence.proxy.async.shared::cta;", sim=ptx_sim.no_op)
+        L.sync()
+    base = swizzle_base(L, buf)
+    a_regs = [pack_pairs(L, a_frags[0, ks], dtype) for ks in range(k // 16)]
+    accs, a_regs = _fence(L, acc_vars, a_regs)
+    regs = n // 2
+    outs = ",".join(f"${i}" for i in range(regs))
+    text = ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; "
+            "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, {$%d, $%d, $%d, $%d}, $%d, p, 1, 1, %d; }"
+            % (regs + 5, n, tname, tname, outs, regs, regs + 1, regs + 2, regs + 3, regs + 4, 0 if kmajor else 1))
+    cons = ",".join(["=f"] * regs + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(regs)])
+    sim = S90.wgmma(S90.WgmmaOp(n, tname, tname, not kmajor, a_regs=True))
+    for ks in range(k // 16):
+        if kmajor:      # B = K^T: n = rows, k = cols; 16 elements of k are 32 bytes of a 128-byte row
+            addr = N.BinOp("add", base, N.Const((ks // 4) * rows * 128 + (ks % 4) * 32, U32), U32)
+            db = _desc(L, addr, 16, 8 * 128, SWIZZLE_128B)
+        else:           # B = V: k = rows (16 of them a step), n = cols in panels of 64 (LBO apart)
+            addr = N.BinOp("add", base, N.Const(ks * 16 * 128, U32), U32)
+            db = _desc(L, addr, rows * 128, 8 * 128, SWIZZLE_128B)
+        out = L.new_var(TupleType((F32,) * regs), "wgmma")
+        L.emit(N.Assign(out, TN.InlinePtx(text, cons, [*a_regs[ks], db, N.Const(1, U32), *accs],
+                                          TupleType((F32,) * regs), True, sim=sim)))
+        accs = [N.TupleGet(N.ReadVar(out), i, F32) for i in range(regs)]
+    for v, x in zip(acc_vars, accs):
+        L.emit(N.Assign(v, x))
+    L.asm("wgmma.commit_group.sync.aligned;", sim=S90.wgmma_commit)
+    wait_wgmma(L, 0, acc_vars)
+    L.sync()                            # every warpgroup is done reading the stage
+    if pipe is not None:
+        prefetch_next(L, pipe, [b])
+    return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
+
+
+def _fence(L, acc_vars: list[N.Var], a_regs: list[list[N.Expr]]) -> tuple[list[N.Expr], list[list[N.Expr]]]:
+    """wgmma.fence with the accumulators and the packed A registers passed through it (tied operands),
+    so every write of them comes before the fence and every wgmma reads them after it: ptxas then
+    needs no warpgroup.arrive of its own, which would serialise the wgmmas."""
+    flat = [x for regs in a_regs for x in regs]
+    na, nr = len(acc_vars), len(flat)
+    ty = TupleType((F32,) * na + (U32,) * nr)
+    cons = ",".join(["=f"] * na + ["=r"] * nr + [str(i) for i in range(na + nr)])
+    out = L.new_var(ty, "wgfence")
+    L.emit(N.Assign(out, TN.InlinePtx("wgmma.fence.sync.aligned;", cons, [*(N.ReadVar(v) for v in acc_vars), *flat],
+                                      ty, True, sim=S90.wgmma_fence)))
+    got = [N.TupleGet(N.ReadVar(out), i, ty.elems[i]) for i in range(na + nr)]
+    accs = got[:na]
+    return accs, [got[na + 4 * i:na + 4 * i + 4] for i in range(len(a_regs))]
