@@ -43,6 +43,7 @@ SETTINGS: dict[str, str] = {
     "KB_REPRO_ISOLATED": "tests: one interpreter per reproducer",
     "KB_AUTOTUNE": "tile.autotune timing (0: first viable configuration, no timing)",
     "KB_TILE_TC_MATMUL": "tile.matmul outside GEMM loops on the tensor cores (default on; 0: portable FMA path)",
+    "KB_TILE_WGMMA_PRODUCTS": "sm_90: such products on warpgroup MMA where they fit (default on; 0: mma.sync)",
     "KB_TILE_GEMM_PIPELINE": "sm_90 TMA GEMM loop: sync (default, a barrier per k tile) or ws (a "
                              "producer warpgroup, empty mbarriers)",
 }   # docs/configuration.md is the full table (interop_tests/package/test_configuration_table.py)

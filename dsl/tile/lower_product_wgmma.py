@@ -22,7 +22,7 @@ from dsl.tile import ptx_sim, ptx_sim_sm90 as S90
 from dsl.tile.layout import LV, MmaLayout
 from dsl.tile.lower_mma import cp_async_commit, cp_async_wait, pack_pairs
 from dsl.tile.lower_prefetch import prefetch_next, wait_for
-from dsl.tile.lower_wgmma import SWIZZLE_128B, _desc, wait_wgmma
+from dsl.tile.lower_wgmma import SWIZZLE_128B, matrix_descriptor, wait_wgmma
 from dsl.tile.mma_types import mma_type
 from dsl.tile.tc_operands import SWIZZLE_SLACK, issue_copies, swizzle_base, wgmma_stage
 
@@ -62,10 +62,10 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
     for ks in range(k // 16):
         if kmajor:      # B = K^T: n = rows, k = cols; 16 elements of k are 32 bytes of a 128-byte row
             addr = N.BinOp("add", base, N.Const((ks // 4) * rows * 128 + (ks % 4) * 32, U32), U32)
-            db = _desc(L, addr, 16, 8 * 128, SWIZZLE_128B)
+            db = matrix_descriptor(L, addr, 16, 8 * 128, SWIZZLE_128B)
         else:           # B = V: k = rows (16 of them a step), n = cols in panels of 64 (LBO apart)
             addr = N.BinOp("add", base, N.Const(ks * 16 * 128, U32), U32)
-            db = _desc(L, addr, rows * 128, 8 * 128, SWIZZLE_128B)
+            db = matrix_descriptor(L, addr, rows * 128, 8 * 128, SWIZZLE_128B)
         out = L.new_var(TupleType((F32,) * regs), "wgmma")
         L.emit(N.Assign(out, TN.InlinePtx(text, cons, [*a_regs[ks], db, N.Const(1, U32), *accs],
                                           TupleType((F32,) * regs), True, sim=sim)))

@@ -27,7 +27,7 @@ def kmajor_swizzle(plan) -> int:
     return 128 if plan.bk * plan.esize == 128 else 64
 
 
-def _desc(L, addr: N.Expr, lbo: int, sbo: int, mode: int) -> N.Expr:
+def matrix_descriptor(L, addr: N.Expr, lbo: int, sbo: int, mode: int) -> N.Expr:
     """64-bit wgmma matrix descriptor: start address, leading/stride byte offsets (>> 4), swizzle."""
     const = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (mode << 62)
     start = N.BinOp("rshift", N.BinOp("and_", N.Cast(addr, U64), N.Const(0x3FFFF, U64), U64),
@@ -58,12 +58,12 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
     sim = S90.wgmma(S90.WgmmaOp(bn, ta, tb, es == 2 and not plan.b_kmajor))
     for kk in range(row_bytes // 32):
         a_addr = N.BinOp("add", a_base, N.Const(kk * 32, U32), U32)
-        da = _desc(L, a_addr, 16, 8 * row_bytes, kmode)
+        da = matrix_descriptor(L, a_addr, 16, 8 * row_bytes, kmode)
         if plan.b_kmajor:    # [bn][bk] rows, swizzled like A's
-            db = _desc(L, N.BinOp("add", b_base, N.Const(kk * 32, U32), U32), 16, 8 * row_bytes, kmode)
+            db = matrix_descriptor(L, N.BinOp("add", b_base, N.Const(kk * 32, U32), U32), 16, 8 * row_bytes, kmode)
         else:                # MN-major atoms [bn/64][bk][64]: 16 rows of 128 B per step
             b_addr = N.BinOp("add", b_base, N.Const(kk * 16 * 128, U32), U32)
-            db = _desc(L, b_addr, bk * 128, 8 * 128, SWIZZLE_128B)
+            db = matrix_descriptor(L, b_addr, bk * 128, 8 * 128, SWIZZLE_128B)
         # the fence rides in the first wgmma's statement: the register copies the compiler makes for
         # the tied accumulators (the zeroed ones of the first k tile, say) then come before it, and
         # ptxas need not insert a warpgroup.arrive (which in a divergent path serialises the wgmmas)
