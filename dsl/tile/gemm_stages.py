@@ -15,18 +15,28 @@ def stage_bytes(bm: int, bn: int, bk: int, esize: int) -> int:
     return (bm * bk + bk * bn) * esize
 
 
+SWIZZLE_ALIGN = 1024        # bytes: the 128-byte swizzle repeats every 8 rows of 128 bytes (address bits 4-9)
+
+
+def aligned_base(L, buf: N.Expr, hint: str) -> N.Expr:
+    """The first SWIZZLE_ALIGN-aligned shared address in `buf` (allocated SWIZZLE_ALIGN - 1 bytes or
+    more longer than it holds): there the hardware swizzle (address bits) matches the copies' XOR
+    pattern, whatever alignment the dynamic shared memory got at run time."""
+    raw = L.tmp(TN.SharedAddress(buf, N.Const(0, INDEX)), "smem")
+    rounded = N.BinOp("add", raw, N.Const(SWIZZLE_ALIGN - 1, U32), U32)
+    return L.tmp(N.BinOp("and_", rounded, N.Const(0xFFFFFFFF & ~(SWIZZLE_ALIGN - 1), U32), U32), hint)
+
+
 def operand_stages(L, plan) -> tuple[N.Expr, N.Expr, Callable[[N.Expr], N.Expr], Callable[[N.Expr], N.Expr]]:
     """The S operand stages in dynamic shared memory (A stages, then B stages), 1024-byte aligned at run
     time so the hardware swizzle (address bits) matches the XOR pattern of the copies (cp.async offsets
     or TMA's swizzle). Returns (A base, B base, sa, sb): sa/sb map an element index to its address."""
     bm, bn, bk, S, es = plan.bm, plan.bn, plan.bk, plan.stages, plan.esize
     buf = N.SharedAlloc("gemm_operands", ArrayType(plan.a.type.dtype, 1, writable=True, space="shared",
-                                                   shape=(-1,)), align=1024)
+                                                   shape=(-1,)), align=SWIZZLE_ALIGN)
     L.extra_shared.append(buf)
-    L.dyn_bytes = max(L.dyn_bytes, S * stage_bytes(bm, bn, bk, es) + 1024)
-    raw = L.tmp(TN.SharedAddress(N.SharedArray(buf), N.Const(0, INDEX)), "smem")
-    rounded = N.BinOp("add", raw, N.Const(1023, U32), U32)
-    base_a = L.tmp(N.BinOp("and_", rounded, N.Const(0xFFFFFC00, U32), U32), "sa0")
+    L.dyn_bytes = max(L.dyn_bytes, S * stage_bytes(bm, bn, bk, es) + SWIZZLE_ALIGN)
+    base_a = aligned_base(L, N.SharedArray(buf), "sa0")
     base_b = L.tmp(N.BinOp("add", base_a, N.Const(S * bm * bk * es, U32), U32), "sb0")
     shift = N.Const(log2(es), U32)
 

@@ -144,6 +144,14 @@ def _swz(row, chunk, chunks_per_row: int):
     return N.BinOp("xor", ir32(chunk), ir32(iand(ishr(row, log2(rows_per_128)), chunks_per_row - 1)), I32)
 
 
+def atom128_offset(row, chunk, rows: int):
+    """Element offset (16-bit elements) of 16-byte chunk `chunk` of tile row `row` in 128-byte swizzle
+    atoms [cols / 64][rows][64], chunk c of a 128-byte row at c ^ (row % 8): the MN-major operand
+    layout wgmma's 128-byte-swizzle descriptors read (GEMM B stages here, tile products' B stages
+    in tc_operands)."""
+    return iadd(imul(ishr(chunk, 3), rows * 64), iadd(imul(row, 64), imul(_swz(row, iand(chunk, 7), 8), 8)))
+
+
 def bind_warps(L, layout: MmaLayout) -> tuple[N.Expr, N.Expr, N.Expr, N.Expr, N.Expr, N.Expr]:
     """Bind `layout`'s lane geometry at the current point of the kernel. Returns (warp row, warp column)
     in the wm x wn warp grid, (lane / 4, 2 * (lane % 4)) and the warp's block origin (row, column)."""
@@ -189,6 +197,12 @@ def cp_async_commit(L) -> None:
 def cp_async_wait(L, keep: int) -> None:
     """Wait until at most `keep` of this thread's most recent committed copy groups are pending."""
     L.asm(f"cp.async.wait_group {keep};", sim=ptx_sim.wait_group(keep))
+
+
+def fence_proxy_async(L) -> None:
+    """Make this CTA's generic-proxy shared writes (cp.async copies, once waited for) visible to the
+    async proxy that wgmma reads its shared operands through."""
+    L.asm("fence.proxy.async.shared::cta;", sim=ptx_sim.no_op)
 
 
 def pack_pairs(L, halves: list[N.Expr], dtype) -> list[N.Expr]:
@@ -258,8 +272,7 @@ def lower_loop(L, plan: MmaPlan) -> None:
         q = iadd(r * L.T, tid)
         krow, ch = ishr(q, log2(cb)), iand(q, cb - 1)
         if wg:   # MN-major 128-byte swizzle atoms: [bn/64][bk][64]
-            off = L.tmp(ir32(iadd(imul(ishr(ch, 3), bk * 64),
-                                  iadd(imul(krow, 64), imul(_swz(krow, iand(ch, 7), 8), 8)))), "boff")
+            off = L.tmp(ir32(atom128_offset(krow, ch, bk)), "boff")
         else:
             off = L.tmp(ir32(iadd(imul(krow, bn), imul(_swz(krow, ch, cb), epc))), "boff")
         gcol = L.tmp(N.BinOp("add", N.BinOp("mul", jb, N.Const(bn, INDEX), INDEX),
@@ -356,7 +369,7 @@ def lower_loop(L, plan: MmaPlan) -> None:
     def body() -> None:
         cp_async_wait(L, ahead - 1)
         if wg:   # make the cp.async (generic proxy) writes visible to wgmma (async proxy)
-            L.asm("fence.proxy.async.shared::cta;", sim=ptx_sim.no_op)
+            fence_proxy_async(L)
         L.sync()
         pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
         pst = L.tmp(N.BinOp("mod", pre, c32(S), I32), "pst")

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from dsl.ir import nodes as N
 from dsl.ir.types import I32
 from dsl.tile import ir as T
-from dsl.tile.lower_mma import cp_async_commit, cp_async_wait
-from dsl.tile import ptx_sim
-from dsl.tile.tc_operands import SWIZZLE_SLACK, async_ok, issue_copies, swizzle_base, tc_warps, wgmma_b, wgmma_stage
+from dsl.tile.gemm_stages import aligned_base
+from dsl.tile.lower_mma import cp_async_commit, cp_async_wait, fence_proxy_async
+from dsl.tile.tc_operands import async_ok, issue_copies, tc_warps, wgmma_b, wgmma_stage
 from dsl.tile.types import PartitionParamType
 
 BUDGET = 40 * 1024          # shared bytes the pipelined buffers may take (of the 48 KiB static; a
@@ -111,15 +111,18 @@ def plan(L, s: T.For) -> Pipeline | None:
     if sum(_stage_elems(op, swz) * 2 for op, swz in loads) > BUDGET:
         return None
     stages = [Stage(op, wgmma_stage(L, op.type.dtype, _stage_elems(op, swz), ("pipe", id(s), i)) if swz else
-                    L.scratch(op.type.dtype, _stage_elems(op, swz), FIRST_SLOT + i), op.type.shape[1] + 8, swz)
+                    L.scratch(op.type.dtype, _stage_elems(op, swz), FIRST_SLOT + i), _stride(op, swz), swz)
               for i, (op, swz) in enumerate(loads)]
     return Pipeline(s, stages)
 
 
+def _stride(op: T.Load, swizzled: bool) -> int:
+    """Elements a staged row takes: padded by 8 for conflict-free ldmatrix, or the row itself (atoms)."""
+    return op.type.shape[1] + (0 if swizzled else 8)
+
+
 def _stage_elems(op: T.Load, swizzled: bool) -> int:
-    """Elements of a stage's buffer: rows padded by 8 (ldmatrix), or swizzle atoms and their slack."""
-    rows, cols = op.type.shape
-    return rows * cols + SWIZZLE_SLACK // 2 if swizzled else rows * (cols + 8)
+    return op.type.shape[0] * _stride(op, swizzled)
 
 
 def wait_for(L, pipe: Pipeline, loads: list[T.Load], async_proxy: bool = False) -> None:
@@ -131,7 +134,7 @@ def wait_for(L, pipe: Pipeline, loads: list[T.Load], async_proxy: bool = False) 
         pipe.used += 1
     cp_async_wait(L, len(pipe.stages) - len(loads))
     if async_proxy:
-        L.asm("fence.proxy.async.shared::cta;", sim=ptx_sim.no_op)
+        fence_proxy_async(L)
     L.sync()
 
 
@@ -153,7 +156,7 @@ def issue(L, pipe: Pipeline, st: Stage, iteration: N.Expr, runs: N.Expr) -> None
     try:
         def copies() -> None:
             base = [L.scalar(i) for i in st.load.index]
-            issue_copies(L, st.load, st.buf, st.stride, base, swizzle_base(L, st.buf) if st.swizzled else None)
+            issue_copies(L, st.load, st.buf, st.stride, base, aligned_base(L, st.buf, "swz") if st.swizzled else None)
         L.guarded(runs, copies)
     finally:
         L.vars[id(pipe.loop.var)] = saved

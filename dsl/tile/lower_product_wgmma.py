@@ -18,13 +18,15 @@ from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import F32, U32, TupleType
 from dsl.tile import ir as T
-from dsl.tile import ptx_sim, ptx_sim_sm90 as S90
+from dsl.tile import ptx_sim_sm90 as S90
 from dsl.tile.layout import LV, MmaLayout
-from dsl.tile.lower_mma import cp_async_commit, cp_async_wait, pack_pairs
+from dsl.tile.gemm_stages import aligned_base
+from dsl.tile.lower_mma import cp_async_commit, cp_async_wait, fence_proxy_async, pack_pairs
 from dsl.tile.lower_prefetch import prefetch_next, wait_for
 from dsl.tile.lower_wgmma import SWIZZLE_128B, matrix_descriptor, wait_wgmma
 from dsl.tile.mma_types import mma_type
-from dsl.tile.tc_operands import SWIZZLE_SLACK, issue_copies, swizzle_base, wgmma_stage
+from dsl.tile.tc_operands import issue_copies, wgmma_stage
+
 
 def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var], a_frags: dict,
                         b: T.Load) -> LV:
@@ -43,13 +45,13 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         buf = stage.buf
         wait_for(L, pipe, [b], async_proxy=True)
     else:
-        buf = wgmma_stage(L, dtype, rows * cols + SWIZZLE_SLACK // 2, ("product", id(e)))
-        issue_copies(L, b, buf, cols, [L.scalar(i) for i in b.index], swizzled=swizzle_base(L, buf))
+        buf = wgmma_stage(L, dtype, rows * cols, ("product", id(e)))
+        issue_copies(L, b, buf, cols, [L.scalar(i) for i in b.index], swizzled=aligned_base(L, buf, "swz"))
         cp_async_commit(L)
         cp_async_wait(L, 0)
-        L.asm("fence.proxy.async.shared::cta;", sim=ptx_sim.no_op)
+        fence_proxy_async(L)
         L.sync()
-    base = swizzle_base(L, buf)
+    base = aligned_base(L, buf, "swz")
     a_regs = [pack_pairs(L, a_frags[0, ks], dtype) for ks in range(k // 16)]
     accs, a_regs = _fence(L, acc_vars, a_regs)
     regs = n // 2

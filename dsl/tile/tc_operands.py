@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, I32, INDEX, U32, ArrayType
+from dsl.ir.types import BF16, F16, INDEX, U32, ArrayType
 from dsl.tile import ir as T
 from dsl.tile.layout import c32, iadd, iand, imul, ir32, ishr, log2
-from dsl.tile.lower_mma import cp_async16
+from dsl.tile.gemm_stages import SWIZZLE_ALIGN
+from dsl.tile.lower_mma import atom128_offset, cp_async16
 from dsl.tile.types import chunked_rows
 
 
@@ -51,9 +52,10 @@ def wgmma_b(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> T.Load | None:
     each warp's 16 rows the mma.sync fragments' rows, so S, P and the row statistics keep their
     layout), and a B tile.load that cp.async can stage in 128-byte swizzle atoms (rows of a multiple
     of 64 elements). The loop pipeline (lower_prefetch.py) asks the same question to lay out B's stage."""
-    if not (L.wgmma_products and L.tc_matmul and L.cc >= 90 and L.T % 128 == 0 and m == 16 * (L.T // 32)):
+    # tc_warps checks the switch, the dtypes and n, k; (warps, 1) with m = 16 x warps: 16 rows a warp
+    if not (L.wgmma_products and L.cc >= 90 and L.T % 128 == 0 and m == 16 * (L.T // 32) and n <= 256):
         return None
-    if n % 8 or n > 256 or k % 16 or tc_warps(L, m, n, k, a_dtype, b.type.dtype) != (L.T // 32, 1):
+    if tc_warps(L, m, n, k, a_dtype, b.type.dtype) != (L.T // 32, 1):
         return None
     op = b.operand if isinstance(b, T.Permute) and tuple(b.axes) == (1, 0) else b
     if not async_ok(L, op):
@@ -62,43 +64,28 @@ def wgmma_b(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> T.Load | None:
     return op if cols % 64 == 0 and rows % 8 == 0 else None
 
 
-def swizzled_offset(row: N.Expr, ch: N.Expr, rows: int) -> N.Expr:
-    """Byte offset of 16-byte chunk `ch` of tile row `row` in the 128-byte swizzle layout a wgmma
-    descriptor reads: [cols / 64][rows][64] elements, chunk c of a 128-byte row at c ^ (row % 8)."""
-    panel, c8 = ishr(ch, 3), iand(ch, 7)
-    return ir32(iadd(imul(panel, rows * 128), iadd(imul(row, 128), imul(N.BinOp("xor", ir32(c8), ir32(iand(row, 7)), I32), 16))))
-
-
-SWIZZLE_SLACK = 1024        # bytes a swizzled stage's buffer is longer by, to round its start up to 1024
-
-
 def wgmma_stage(L, dtype, elems: int, key: tuple) -> N.Expr:
-    """A stage buffer of `elems` elements for a wgmma operand, in dynamic shared memory (where the
+    """A stage buffer for `elems` elements of a wgmma operand, in dynamic shared memory (where the
     GEMM loops keep theirs: the simulator's matrix descriptors, like the hardware's, address one
-    shared window), with SWIZZLE_SLACK bytes to round its start up; one per `key` per lowering."""
+    shared window), SWIZZLE_ALIGN bytes longer so aligned_base finds its start; one per `key` per
+    lowering."""
     got = L.wgmma_stages.get(key)
     if got is None:
-        at = (L.dyn_bytes + SWIZZLE_SLACK - 1) // SWIZZLE_SLACK * SWIZZLE_SLACK
+        at = (L.dyn_bytes + SWIZZLE_ALIGN - 1) // SWIZZLE_ALIGN * SWIZZLE_ALIGN
         alloc = N.SharedAlloc(f"wgmma_stage{len(L.wgmma_stages)}",
-                              ArrayType(dtype, 1, writable=True, space="shared", shape=(-1,)), align=1024, offset=at)
+                              ArrayType(dtype, 1, writable=True, space="shared", shape=(-1,)), align=SWIZZLE_ALIGN,
+                              offset=at)
         L.extra_shared.append(alloc)
-        L.dyn_bytes = at + elems * dtype.itemsize + SWIZZLE_SLACK
+        L.dyn_bytes = at + elems * dtype.itemsize + SWIZZLE_ALIGN
         got = L.wgmma_stages[key] = N.SharedArray(alloc)
     return got
-
-
-def swizzle_base(L, buf: N.Expr) -> N.Expr:
-    """The 1024-byte aligned shared address inside `buf` where its swizzled stage starts: the 128-byte
-    swizzle acts on address bits 4-9, so the copies' XOR pattern matches the hardware's only there."""
-    raw = N.BinOp("add", TN.SharedAddress(buf, N.Const(0, INDEX)), N.Const(SWIZZLE_SLACK - 1, U32), U32)
-    return L.tmp(N.BinOp("and_", raw, N.Const(0xFFFFFFFF & ~(SWIZZLE_SLACK - 1), U32), U32), "swz")
 
 
 def issue_copies(L, op: T.Load, buf: N.Expr, stride: int, base: list[N.Expr], swizzled: N.Expr | None = None) -> None:
     """cp.async of tile `base` (tile indices) of `op`'s array into `buf` with rows of `stride`
     elements: 16-byte chunks, zero-filled past the array's edge (a chunk is wholly in or out, the
-    rows being multiples of 8 elements). `swizzled`: instead, the 1024-byte aligned shared address
-    of a stage in wgmma's 128-byte swizzle layout (swizzled_offset)."""
+    rows being multiples of 8 elements). `swizzled`: instead, the aligned start (gemm_stages.aligned_base)
+    of a stage in wgmma's 128-byte swizzle atoms (lower_mma.atom128_offset) of 16-bit elements."""
     rows, cols = op.type.shape
     arr = L.pref(op.param)
     nrows, ncols = L.tmp(N.ArrayLen(arr, 0), "srows"), L.tmp(N.ArrayLen(arr, 1), "scols")
@@ -115,7 +102,7 @@ def issue_copies(L, op: T.Load, buf: N.Expr, stride: int, base: list[N.Expr], sw
         ok = L.tmp(N.Logical("and", N.Logical("and", N.Compare("ge", grow, zero), N.Compare("lt", grow, nrows)),
                              N.Logical("and", N.Compare("ge", gcol, zero), N.Compare("lt", gcol, ncols))), "sok")
         if swizzled is not None:
-            dst = N.BinOp("add", swizzled, N.Cast(swizzled_offset(row, ch, rows), U32), U32)
+            dst = N.BinOp("add", swizzled, N.Cast(ir32(imul(atom128_offset(row, ch, rows), 2)), U32), U32)
         else:
             dst = TN.SharedAddress(buf, N.Cast(ir32(iadd(imul(row, stride), imul(ch, 8))), INDEX))
         L.guarded(True if chunks % L.T == 0 or r < chunks // L.T else N.Compare("lt", ir32(q), c32(chunks)),
