@@ -144,12 +144,13 @@ def _swz(row, chunk, chunks_per_row: int):
     return N.BinOp("xor", ir32(chunk), ir32(iand(ishr(row, log2(rows_per_128)), chunks_per_row - 1)), I32)
 
 
-def atom128_offset(row, chunk, rows: int):
-    """Element offset (16-bit elements) of 16-byte chunk `chunk` of tile row `row` in 128-byte swizzle
-    atoms [cols / 64][rows][64], chunk c of a 128-byte row at c ^ (row % 8): the MN-major operand
-    layout wgmma's 128-byte-swizzle descriptors read (GEMM B stages here, tile products' B stages
-    in tc_operands)."""
-    return iadd(imul(ishr(chunk, 3), rows * 64), iadd(imul(row, 64), imul(_swz(row, iand(chunk, 7), 8), 8)))
+def atom128_offset(row, chunk, rows: int, unit: int = 1):
+    """Offset of 16-byte chunk `chunk` of tile row `row` in 128-byte swizzle atoms [cols / 64][rows][64]
+    of 16-bit elements, chunk c of a 128-byte row at c ^ (row % 8): the MN-major operand layout wgmma's
+    128-byte-swizzle descriptors read (GEMM B stages here, tile products' B stages in tc_operands).
+    In elements, or with unit=2 in bytes."""
+    return iadd(imul(ishr(chunk, 3), rows * 64 * unit),
+                iadd(imul(row, 64 * unit), imul(_swz(row, iand(chunk, 7), 8), 8 * unit)))
 
 
 def bind_warps(L, layout: MmaLayout) -> tuple[N.Expr, N.Expr, N.Expr, N.Expr, N.Expr, N.Expr]:

@@ -25,7 +25,7 @@ from dsl.ir.types import I32
 from dsl.tile import ir as T
 from dsl.tile.gemm_stages import aligned_base
 from dsl.tile.lower_mma import cp_async_commit, cp_async_wait, fence_proxy_async
-from dsl.tile.tc_operands import async_ok, issue_copies, tc_warps, wgmma_b, wgmma_stage
+from dsl.tile.tc_operands import STAGE_SLACK_ELEMS, async_ok, issue_copies, tc_warps, wgmma_b, wgmma_stage
 from dsl.tile.types import PartitionParamType
 
 BUDGET = 40 * 1024          # shared bytes the pipelined buffers may take (of the 48 KiB static; a
@@ -122,7 +122,7 @@ def _stride(op: T.Load, swizzled: bool) -> int:
 
 
 def _stage_elems(op: T.Load, swizzled: bool) -> int:
-    return op.type.shape[0] * _stride(op, swizzled)
+    return op.type.shape[0] * _stride(op, swizzled) + (STAGE_SLACK_ELEMS if swizzled else 0)
 
 
 def wait_for(L, pipe: Pipeline, loads: list[T.Load], async_proxy: bool = False) -> None:

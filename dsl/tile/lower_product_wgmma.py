@@ -25,7 +25,7 @@ from dsl.tile.lower_mma import cp_async_commit, cp_async_wait, fence_proxy_async
 from dsl.tile.lower_prefetch import prefetch_next, wait_for
 from dsl.tile.lower_wgmma import SWIZZLE_128B, matrix_descriptor, wait_wgmma
 from dsl.tile.mma_types import mma_type
-from dsl.tile.tc_operands import issue_copies, wgmma_stage
+from dsl.tile.tc_operands import STAGE_SLACK_ELEMS, issue_copies, wgmma_stage
 
 
 def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var], a_frags: dict,
@@ -45,7 +45,7 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         buf = stage.buf
         wait_for(L, pipe, [b], async_proxy=True)
     else:
-        buf = wgmma_stage(L, dtype, rows * cols, ("product", id(e)))
+        buf = wgmma_stage(L, dtype, rows * cols + STAGE_SLACK_ELEMS, ("product", id(e)))
         issue_copies(L, b, buf, cols, [L.scalar(i) for i in b.index], swizzled=aligned_base(L, buf, "swz"))
         cp_async_commit(L)
         cp_async_wait(L, 0)

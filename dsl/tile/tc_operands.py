@@ -64,11 +64,16 @@ def wgmma_b(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> T.Load | None:
     return op if cols % 64 == 0 and rows % 8 == 0 else None
 
 
+STAGE_SLACK_ELEMS = SWIZZLE_ALIGN // 2        # see wgmma_stage
+
+
 def wgmma_stage(L, dtype, elems: int, key: tuple) -> N.Expr:
     """A stage buffer for `elems` elements of a wgmma operand, in dynamic shared memory (where the
     GEMM loops keep theirs: the simulator's matrix descriptors, like the hardware's, address one
     shared window), SWIZZLE_ALIGN bytes longer so aligned_base finds its start; one per `key` per
-    lowering."""
+    lowering. Callers pass STAGE_SLACK_ELEMS more elements than the tile holds: the layout the H200
+    measured (docs/results/gpu_check_2026-12-02_0142); the slack is counted twice, 1 KiB a stage
+    that could go once a GPU run confirms the tighter layout."""
     got = L.wgmma_stages.get(key)
     if got is None:
         at = (L.dyn_bytes + SWIZZLE_ALIGN - 1) // SWIZZLE_ALIGN * SWIZZLE_ALIGN
@@ -102,7 +107,7 @@ def issue_copies(L, op: T.Load, buf: N.Expr, stride: int, base: list[N.Expr], sw
         ok = L.tmp(N.Logical("and", N.Logical("and", N.Compare("ge", grow, zero), N.Compare("lt", grow, nrows)),
                              N.Logical("and", N.Compare("ge", gcol, zero), N.Compare("lt", gcol, ncols))), "sok")
         if swizzled is not None:
-            dst = N.BinOp("add", swizzled, N.Cast(ir32(imul(atom128_offset(row, ch, rows), 2)), U32), U32)
+            dst = N.BinOp("add", swizzled, N.Cast(ir32(atom128_offset(row, ch, rows, unit=2)), U32), U32)
         else:
             dst = TN.SharedAddress(buf, N.Cast(ir32(iadd(imul(row, stride), imul(ch, 8))), INDEX))
         L.guarded(True if chunks % L.T == 0 or r < chunks // L.T else N.Compare("lt", ir32(q), c32(chunks)),
