@@ -7,7 +7,10 @@ is read from a built module, or from the source compiled to PTX by nvcc (the rea
 reader of them). Size scalars that a relation ties to an array extent (`len(x) == n`) are dropped,
 because DSL arrays carry their shape; the relations are rewritten without them (through the native
 relation parser's tree). The body stays the user's: the generated file quotes the C++ body and says
-plainly that the test fails until the port computes the same thing.
+plainly that the test fails until the port computes the same thing. The test names the C++ file by a
+path relative to itself and reads its contract when it runs (`load_cpp_contract`), so it holds nothing
+of the machine that made it and follows a changed KB_CONTRACT; it passes the launch grid explicitly
+(`GRID`), which the user must give when the C++ contract derives none.
 """
 from __future__ import annotations
 
@@ -37,6 +40,10 @@ class PortError(Exception):
     """A port that cannot be made (no contract, a type the DSL lacks, a file that would be lost)."""
 
 
+class NoCompilerError(PortError):
+    """nvcc is needed (to read the contract of a .cu source, or to build it) and was not found."""
+
+
 def render_template(name: str, values: dict[str, str]) -> str:
     """Template file `dsl/templates/<name>` with every `@@KEY@@` replaced (all keys must be given)."""
     text = (TEMPLATES / name).read_text()
@@ -53,7 +60,7 @@ def _nvcc() -> str:
     from dsl.backend.toolkit import find_tool
     nvcc = find_tool("nvcc")
     if nvcc is None:
-        raise PortError("nvcc not found (set KB_NVCC or CUDA_HOME, or put the toolkit's bin/ on PATH); or give "
+        raise NoCompilerError("nvcc not found (set KB_NVCC or CUDA_HOME, or put the toolkit's bin/ on PATH); or give "
                         "--module with a built fatbin/cubin/PTX of the kernel")
     return nvcc
 
@@ -243,7 +250,8 @@ def port_of(contract: Any) -> Port:
         p.notes.append(f"'{s}' is not an argument here: it is {term}")
     grid_from = contract.grid_from
     if grid_from is None:
-        p.notes.append("the C++ kernel takes its grid from the caller; give the port's launches grid= as well")
+        p.notes.append("the C++ kernel takes its grid from the caller (no KB_GRID_FROM); set GRID in the test to the "
+                       "grid the C++ application launches it with")
     elif tuple(contract.per_thread) != (1, 1, 1):
         p.notes.append(f"the C++ grid comes from '{grid_from}' with {tuple(contract.per_thread)} items per thread; "
                        f"the port's grid comes from the DisjointSlice it writes at its ThreadIndex")
@@ -281,8 +289,28 @@ _INDEX = {1: "i = simt.thread.index_1d()", 2: "r, c = simt.thread.index_2d()",
           3: "d, r, c = simt.thread.index_3d()"}
 
 
-def port_files(contract_json: str, source: Path | None, source_text: str | None, cpp_path: str) -> dict[str, str]:
-    """File name -> text of the port and its test."""
+_GRID_DERIVED = """\
+# The launch grid of both kernels: None lets each derive its own. The C++ contract derives it from
+# '{grid_from}' (KB_GRID_FROM); a port whose contract derives none runs with the C++ kernel's grid.
+GRID = None"""
+_GRID_GIVEN = """\
+# The launch grid of both kernels. The C++ contract has no KB_GRID_FROM: its grid is the caller's, and
+# no grid that covers the work follows from the contract. Give the one the C++ application launches
+# with: a tuple, or a function of the sizes dict (array shapes by name), e.g. lambda s: (s["x"][0],).
+GRID = None   # PORT_TODO: the grid the C++ application launches {kernel} with"""
+
+
+def _relative(path: str, what: str) -> str:
+    if Path(path).is_absolute():
+        raise PortError(f"{what}: expected a path relative to the test file's folder, got the absolute {path!r} "
+                        f"(a generated test holds no path of the machine that made it)")
+    return Path(path).as_posix()
+
+
+def port_files(contract_json: str, source: Path | None, source_text: str | None, cpp_path: str,
+               includes: tuple[str, ...] = ()) -> dict[str, str]:
+    """File name -> text of the port and its test. `cpp_path` and `includes`: paths relative to the
+    folder the files are written to (the test resolves them against its own location at run time)."""
     from bridge import _native
     contract = _native.Contract(contract_json)
     p = port_of(contract)
@@ -304,13 +332,16 @@ def port_files(contract_json: str, source: Path | None, source_text: str | None,
         dropped = ("\nIts size argument(s) " + ", ".join(p.dropped) + " are gone: DSL arrays carry their shape.")
     notes = "".join(textwrap.fill(f"Note: {n}.", 100, initial_indent="# ", subsequent_indent="#   ") + "\n"
                     for n in p.notes)
-    values = {"KERNEL": name, "SOURCE": source.name if source else cpp_path, "DROPPED": dropped,
+    cpp_rel = _relative(cpp_path, "cpp_path")
+    values = {"KERNEL": name, "SOURCE": source.name if source else cpp_rel, "DROPPED": dropped,
               "TEST_FILE": f"test_{name}_port.py", "DSL_IMPORTS": ", ".join(imports),
               "NOTES": notes, "DECORATOR": dec,
               "PARAMS": ", ".join(p.params), "CPP_BODY": "\n".join(quoted), "INDEX": _INDEX[p.domain]}
-    cpp_expr = f"Path({cpp_path!r})" if Path(cpp_path).is_absolute() else f"HERE / {cpp_path!r}"
-    test_values = {"KERNEL": name, "SOURCE": source.name if source else cpp_path, "CPP_PATH": cpp_expr,
-                   "CONTRACT": repr(contract.to_json())}
+    grid = (_GRID_DERIVED.format(grid_from=contract.grid_from) if contract.grid_from is not None
+            else _GRID_GIVEN.format(kernel=name))
+    inc = "".join(f"HERE / {_relative(d, 'includes')!r}, " for d in includes)
+    test_values = {"KERNEL": name, "SOURCE": source.name if source else cpp_rel, "CPP_PATH": repr(cpp_rel),
+                   "INCLUDES": inc, "GRID": grid}
     return {f"{name}_port.py": render_template("port/kernel.py.in", values),
             f"test_{name}_port.py": render_template("port/test.py.in", test_values)}
 
@@ -327,10 +358,11 @@ def write_port(source: Path | None, kernel: str | None, out_dir: Path, module: P
         what = "give --kernel" if kernel is None else f"no kernel {kernel!r} with a contract"
         raise PortError(f"{what}: {module or source} has {', '.join(sorted(contracts))}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = (module or source).resolve()
-    rel = os.path.relpath(target, out_dir.resolve())
-    cpp_path = rel if rel.count("..") <= 2 else str(target)     # near the test: relative, else absolute
-    files = port_files(contracts[kernel], source, source.read_text(errors="replace") if source else None, cpp_path)
+    here = out_dir.resolve()
+    cpp_path = os.path.relpath((module or source).resolve(), here)      # relative to the test, always
+    rel_includes = tuple(os.path.relpath(Path(d).resolve(), here) for d in includes)
+    files = port_files(contracts[kernel], source, source.read_text(errors="replace") if source else None, cpp_path,
+                       rel_includes)
     paths = [out_dir / n for n in files]
     existing = [str(x) for x in paths if x.exists()]
     if existing and not force:
@@ -340,7 +372,22 @@ def write_port(source: Path | None, kernel: str | None, out_dir: Path, module: P
     return paths
 
 
-def load_cpp_kernel(path: str | Path, kernel: str, arch: str | None = None) -> Any:
+def load_cpp_contract(path: str | Path, kernel: str, arch: str = "sm_90", includes: tuple[str | Path, ...] = ()) -> Any:
+    """The contract `kernel` has now in a built module, or in a .cu source compiled to PTX by nvcc (no
+    GPU needed): what a generated test checks, so a changed KB_CONTRACT is seen without re-porting."""
+    from bridge import _native
+    path = Path(path)
+    module = path if path.suffix in MODULE_SUFFIXES else None
+    if module is None and not path.is_file():
+        raise PortError(f"no such file: {path}")
+    contracts = read_contracts(None if module else path, module, arch, tuple(str(d) for d in includes))
+    if kernel not in contracts:
+        raise PortError(f"no kernel {kernel!r} with a contract: {path} has {', '.join(sorted(contracts)) or 'none'}")
+    return _native.Contract(contracts[kernel])
+
+
+def load_cpp_kernel(path: str | Path, kernel: str, arch: str | None = None,
+                    includes: tuple[str | Path, ...] = ()) -> Any:
     """The `bridge.Kernel` `kernel` from a built module, or from a .cu source compiled with nvcc for the
     current GPU (kept in a temporary directory for the process)."""
     import bridge
@@ -350,7 +397,7 @@ def load_cpp_kernel(path: str | Path, kernel: str, arch: str | None = None) -> A
             cc = bridge.current_device().cc
             arch = f"sm_{cc[0]}{cc[1]}"
         out = Path(tempfile.mkdtemp(prefix="kb_port_")) / f"{path.stem}.cubin"
-        path = compile_source(path, out, "-cubin", arch)
+        path = compile_source(path, out, "-cubin", arch, tuple(str(d) for d in includes))
     return bridge.load_module(str(path)).get_kernel(kernel)
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from bridge.testing._generate import (Arguments, Request, UnsatisfiableContractError, contract_of,
-                                      generate, suggested_block, suggested_grid)
+from bridge.testing._generate import (Arguments, GridNotDerivableError, Request, UnsatisfiableContractError,
+                                      contract_of, generate, suggested_block, suggested_grid)
 
-__all__ = ["arguments", "Arguments", "contract_of", "UnsatisfiableContractError", "suggested_grid",
-           "suggested_block"]
+__all__ = ["arguments", "Arguments", "contract_of", "UnsatisfiableContractError", "GridNotDerivableError",
+           "suggested_grid", "suggested_block"]
 
 
 def arguments(kernel: Any, size: int = 1000, seed: int | None = None, *, edge: str | None = None,
@@ -39,8 +39,10 @@ def arguments(kernel: Any, size: int = 1000, seed: int | None = None, *, edge: s
     `any`), "contiguous", or a mapping name -> layout. readonly: read-only inputs are read-only views.
     shapes / scalars: fix some sizes; values: name -> array or `fn(rng, shape, numpy_dtype)` for
     values the kernel needs (e.g. valid bin indices). grid / block: the launch configuration to
-    validate with (a grid may be a callable of `sizes`); by default the contract's own, or a
-    suggested grid when the contract cannot derive one (`args.grid`). dtypes / options: how a generic
+    validate with (a grid may be a callable of `sizes`; `args.grid`); by default the grid the contract
+    derives from its grid_from (`args.grid` None). A contract without grid_from says nothing about how
+    its threads cover the work, so no grid is suggested for it: GridNotDerivableError, pass grid=.
+    dtypes / options: how a generic
     DSL kernel is specialised (e.g. dtypes={"T": "f32"}; tile kernels: options={"tile_shapes":
     {"out": (256,)}, "constants": {...}}).
     """
@@ -50,10 +52,10 @@ def arguments(kernel: Any, size: int = 1000, seed: int | None = None, *, edge: s
                                       grid=grid, block=block))
 
 
-from bridge.testing._equivalence import (EquivalenceError, EquivalenceReport,  # noqa: E402
+from bridge.testing._equivalence import (CoverageError, EquivalenceError, EquivalenceReport,  # noqa: E402
                                          assert_equivalent, check_compatible)
 from bridge.testing._sides import IncompatibleContractsError, configured, simulated  # noqa: E402
 from bridge.testing._strategies import strategy  # noqa: E402
 
 __all__ += ["assert_equivalent", "check_compatible", "configured", "simulated", "strategy",
-            "EquivalenceError", "EquivalenceReport", "IncompatibleContractsError"]
+            "EquivalenceError", "CoverageError", "EquivalenceReport", "IncompatibleContractsError"]

@@ -50,16 +50,26 @@ def close(expected: np.ndarray, actual: np.ndarray, rtol: float | None, atol: fl
 
 
 def first_mismatch(expected: np.ndarray, actual: np.ndarray, rtol: float | None, atol: float | None,
-                   ulps: int | None) -> Mismatch | None:
+                   ulps: int | None, where: np.ndarray | None = None) -> Mismatch | None:
+    """The first element (C order) where the two differ, among those `where` selects (all by default;
+    `total` counts the elements compared)."""
     if expected.shape != actual.shape:
         return Mismatch((), f"shape {expected.shape}", f"shape {actual.shape}", expected.size, expected.size)
     bad = ~close(expected, actual, rtol, atol, ulps)
+    if where is not None:
+        bad &= where
     count = int(np.count_nonzero(bad))
     if not count:
         return None
-    flat = int(np.flatnonzero(bad.reshape(-1))[0])
-    index = tuple(int(i) for i in np.unravel_index(flat, expected.shape))
-    return Mismatch(index, expected[index], actual[index], count, int(expected.size))
+    index = first_index(bad)
+    return Mismatch(index, expected[index], actual[index], count,
+                    int(expected.size if where is None else np.count_nonzero(where)))
+
+
+def first_index(mask: np.ndarray) -> tuple[int, ...]:
+    """Index of the first True element of `mask` in C order (one must be True)."""
+    flat = int(np.flatnonzero(mask.reshape(-1))[0])
+    return tuple(int(i) for i in np.unravel_index(flat, mask.shape))
 
 
 def value_text(v: object) -> str:

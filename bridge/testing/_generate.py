@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from bridge import _native
-from bridge.errors import ContractDefinitionError, LaunchContractError, MissingContractError
+from bridge.errors import ContractDefinitionError, GridSizeError, LaunchContractError, MissingContractError
 from bridge.testing import _arrays, _solve
 
 EDGES = (None, "one", "empty")
@@ -25,6 +25,21 @@ _MAX_BYTES = 1 << 33             # one generated array at most (8 GiB)
 class UnsatisfiableContractError(ContractDefinitionError):
     """No launch satisfying the contract was found (contradictory relations, or an edge case the
     contract does not allow, such as an empty launch under `len(x) > 0`)."""
+
+
+class GridNotDerivableError(GridSizeError):
+    """No launch grid that covers the kernel's work follows from its contract (it has no grid_from:
+    its threads range over no argument it writes), and none was given: pass grid=. Raised before
+    anything is generated or launched."""
+
+
+def no_grid_message(contract: Any, who: str | None = None) -> str:
+    """What GridNotDerivableError says: what cannot be derived, and what to pass instead."""
+    who = who or contract.kernel
+    return (f"{who}: cannot derive a launch grid: the contract has no grid_from (the kernel's threads range "
+            f"over no argument it writes, e.g. it writes through atomics, shared memory or unsafe stores), "
+            f"so no grid that covers its work follows from the contract; pass grid= (a tuple, or a callable "
+            f"of the sizes dict such as grid=lambda s: (s['x'][0],) for a block per row of x)")
 
 
 # ---------------------------------------------------------------------------------------- contracts
@@ -87,22 +102,23 @@ def suggested_block(contract: Any) -> tuple[int, int, int]:
     return (min(contract.max_threads or 256, 256), 1, 1)
 
 
-def suggested_grid(contract: Any, shapes: Sequence[tuple[int, ...]]) -> tuple[int, int, int] | None:
-    """None when the contract derives its grid (`grid_from`); else a grid whose threads cover the
-    largest extent of every array along each domain axis (x = last axis; 1-D domains cover the largest
-    extent of any axis). A suggestion for kernels such as reductions and histograms, whose contract
-    cannot derive a grid: pass `grid=` when the kernel wants another."""
+def suggested_grid(contract: Any, shapes: Sequence[tuple[int, ...]] = ()) -> None:
+    """None when the contract derives its grid (`grid_from`: the validator launches a thread for every
+    element of that array, so the grid covers it). A contract without grid_from says nothing about how
+    its threads map to the work (a warp per row, a block per partial histogram, ...), so any grid
+    suggested from shapes alone could silently under-cover it: GridNotDerivableError, pass grid=."""
+    if contract.grid_from is None:
+        raise GridNotDerivableError(no_grid_message(contract), kernel=contract.kernel)
+    return None
+
+
+def relations_config(contract: Any) -> tuple[Any, Any]:
+    """(grid, block) under which a launch's arguments and relations are validated when no grid is
+    given: the contract's own for a grid_from contract; one block for a contract without grid_from.
+    That grid only lets the validator check the arguments; it is never handed out as a launch grid."""
     if contract.grid_from is not None:
-        return None
-    block = suggested_block(contract)
-    grid = [1, 1, 1]
-    for d in range(contract.domain):
-        if contract.domain == 1:
-            extent = max((max(s) for s in shapes if s), default=1)
-        else:
-            extent = max((s[len(s) - 1 - d] for s in shapes if len(s) > d), default=1)
-        grid[d] = max(1, math.ceil(extent / block[d]))
-    return tuple(grid)
+        return None, None
+    return (1, 1, 1), suggested_block(contract)
 
 
 # ---------------------------------------------------------------------------------------- Arguments
@@ -111,8 +127,9 @@ class Arguments(Sequence):
     """One generated launch: the argument values (a sequence: `kernel(*args)`) and how to replay it.
 
     `sizes` names every extent and integer scalar that relations tie together; `grid`/`block` are the
-    suggested launch configuration (grid None: the contract derives it); `fresh()` gives new copies of
-    the written arguments with the same values (the read-only ones are shared).
+    launch configuration: the grid given to `arguments`, or None when the contract derives one from
+    its grid_from (a contract without grid_from needs grid=); `fresh()` gives new copies of the
+    written arguments with the same values (the read-only ones are shared).
     """
     kernel: str
     contract: Any
@@ -172,6 +189,10 @@ class Arguments(Sequence):
             extra += ", readonly=False"
         if r.values:
             extra += f", values=<the same {', '.join(r.values)}>"
+        if r.grid is not None:
+            extra += ", grid=<the same grid>" if callable(r.grid) else f", grid={r.grid!r}"
+        elif self.contract.grid_from is None:        # arguments() needs one: the contract derives none
+            extra += ", grid=<the grid the kernel launches with>"
         return f"bridge.testing.arguments(<{self.kernel}>, size={r.size}, seed={r.seed}{extra})"
 
     def to(self, library: str) -> "Arguments":
@@ -217,6 +238,7 @@ class Request:
     grid: Any = None
     block: Any = None
     view_library: str | None = None      # layouts must be viewable there (default: library)
+    relations_only: bool = False         # no grid needed: the caller gives each kernel its own
 
 
 def _check_request(contract: Any, r: Request) -> dict[str, int]:
@@ -288,14 +310,13 @@ def _validate(contract: Any, args: Sequence[Any], grid: Any, block: Any) -> tupl
     return _native.validate(contract, views, grid=grid, block=block, limits=limits, attrs=attrs)
 
 
-def _launch_config(contract: Any, r: Request, shapes: list[tuple[int, ...]], args_for_callable: Any) -> tuple:
-    block = r.block if r.block is not None else None
-    grid = r.grid(args_for_callable) if callable(r.grid) else r.grid     # a callable of the sizes
-    if grid is None:
-        grid = suggested_grid(contract, shapes)
-        if grid is not None and block is None:
-            block = suggested_block(contract)
-    return grid, block
+def _launch_config(contract: Any, r: Request, args_for_callable: Any) -> tuple:
+    """(grid, block) to validate with: the given grid (a callable of the sizes), else the contract's
+    derived one (None), else (relations only) one block that stands in for the caller's grid."""
+    grid = r.grid(args_for_callable) if callable(r.grid) else r.grid
+    if grid is None and contract.grid_from is None:
+        return relations_config(contract)
+    return grid, r.block
 
 
 def _layout_choice(contract: Any, r: Request, i: int, shape: tuple[int, ...], rng: np.random.Generator) -> str:
@@ -387,6 +408,8 @@ def generate(contract: Any, r: Request) -> Arguments:
     if pl.conflicts:
         raise UnsatisfiableContractError(f"{kernel}: the contract's relations contradict each other: "
                                          f"{'; '.join(pl.conflicts)}", kernel=kernel)
+    if r.grid is None and contract.grid_from is None and not r.relations_only:
+        raise GridNotDerivableError(no_grid_message(contract), kernel=kernel)
     if r.seed is None:
         r = replace(r, seed=int(np.random.SeedSequence().entropy % 2**32))   # so it can be replayed
     rng = np.random.default_rng(r.seed)
@@ -408,10 +431,8 @@ def generate(contract: Any, r: Request) -> Arguments:
         for name, v in (r.scalars or {}).items():
             i = names[name]
             scalars[i] = _arrays.numpy_dtype(contract.args[i]["dtype"]).type(v)
-        shapes = [tuple(sized[("dim", i, k)] for k in range(ndims[i]))
-                  for i, a in enumerate(contract.args) if a["kind"] == "array"]
         try:
-            grid, block = _launch_config(contract, r, shapes, _sizes_report(contract, ndims, sized))
+            grid, block = _launch_config(contract, r, _sizes_report(contract, ndims, sized))
             _validate(contract, _descs(contract, ndims, sized, scalars), grid, block)
         except LaunchContractError as e:
             last = str(e)
@@ -444,6 +465,8 @@ def _finish(contract: Any, r: Request, ndims: dict[int, int], sized: dict, rng: 
                     kernel=contract.kernel) from e
             force.add(e.arg)
             continue
+        if contract.grid_from is None and r.grid is None:     # relations only: the stand-in is no grid
+            grid, block = None, r.block
         args = Arguments(contract.kernel, contract, tuple(a["name"] for a in contract.args), tuple(values),
                          _sizes_report(contract, ndims, sized), r.seed, r.size, r.edge, layouts,
                          grid, block if block is not None else suggested_block(contract), "numpy", records, bases, r)

@@ -16,8 +16,8 @@ import numpy as np
 from bridge import _native
 from bridge.errors import LaunchContractError
 from bridge.testing import _arrays, _solve
-from bridge.testing._generate import (Arguments, _validate, contract_of, hook_options,
-                                      suggested_block, suggested_grid)
+from bridge.testing._generate import (Arguments, GridNotDerivableError, _validate, contract_of, hook_options,
+                                      no_grid_message, relations_config, suggested_block)
 
 
 def key(name: str) -> str:
@@ -198,12 +198,9 @@ def project(args: Arguments, target: Any, source_label: str, target_label: str) 
             values.append(_arrays.numpy_dtype(a["dtype"]).type(v) if a["kind"] == "scalar" else v)
         else:
             values.append(_arrays.numpy_dtype(a["dtype"]).type(sized[("scalar", i)]))
-    shapes = [tuple(np.shape(v)) for v, a in zip(values, target.args) if a["kind"] == "array"]
-    grid = suggested_grid(target, shapes)
-    block = suggested_block(target) if grid is not None else None
     if args.library == "numpy":          # device arrays were validated as host arrays before
         try:
-            _validate(target, values, grid, block)
+            _validate(target, values, *relations_config(target))
         except LaunchContractError as e:
             raise IncompatibleContractsError(f"{where}: {e}", [str(e)]) from e
     sizes: dict[str, Any] = {}
@@ -214,26 +211,60 @@ def project(args: Arguments, target: Any, source_label: str, target_label: str) 
             sizes[n] = int(v)
     rename = {key(n): n for n in names}
     return replace(args, kernel=target.kernel, contract=target, names=tuple(names), values=tuple(values),
-                   sizes=sizes, grid=grid, block=block or suggested_block(target),
+                   sizes=sizes, grid=None, block=suggested_block(target),
                    records={rename[key(n)]: r for n, r in args.records.items() if key(n) in rename},
                    bases={rename[key(n)]: b for n, b in args.bases.items() if key(n) in rename})
 
 
-def launch_config(side: Side, live: Arguments, grid: Any, block: Any) -> tuple[Any, Any]:
-    """The side's own configuration, else the call's, else the contract's (derived or suggested)."""
+def _own_grid(side: Side, live: Arguments, grid: Any, block: Any) -> tuple[Any, Any]:
+    """The side's configured grid/block, else the call's (callables of the sizes evaluated; a size
+    named `in_` on one side is also `in`, so one callable serves a C++ kernel and its port)."""
     g = side.grid if side.grid is not None else grid
     b = side.block if side.block is not None else block
-    g = g(live.sizes) if callable(g) else g
-    b = b(live.sizes) if callable(b) else b
-    if g is None and b is None:
-        return live.grid, (live.block if live.grid is not None else None)
-    return g, b
+    sizes = {**{key(n): v for n, v in live.sizes.items()}, **live.sizes}
+    return (g(sizes) if callable(g) else g), (b(sizes) if callable(b) else b)
 
 
-def run(side: Side, live: Arguments, grid: Any, block: Any, on_host: bool,
-        options: Mapping[str, Any] | None) -> Any:
+def launch_configs(sides: tuple[Side, Side], lives: Mapping[str, Arguments], grid: Any,
+                   block: Any) -> dict[str, tuple[Any, Any, str]]:
+    """Per side (by role): (grid, block, how the grid was chosen). A grid is given (configured() or
+    grid=), derived by the side's own contract (grid_from: grid None), or, when the side's contract
+    derives none, the grid the other side runs with (given, or resolved by the validator from that
+    side's grid_from). GridNotDerivableError when none of these exists: no grid is ever guessed."""
+    out: dict[str, tuple[Any, Any, str]] = {}
+    pending = []
+    for side in sides:
+        if side.contract is None or side.binds:
+            out[side.role] = (None, None, "none (a Python function)" if side.contract is None else
+                              "the grid its partitions define")
+            continue
+        g, b = _own_grid(side, lives[side.role], grid, block)
+        if g is not None:
+            out[side.role] = (g, b, f"grid {g} (given)")
+        elif side.contract.grid_from is not None:
+            out[side.role] = (None, b, f"the grid its contract derives from '{side.contract.grid_from}'")
+        else:
+            pending.append((side, b))
+    for side, b in pending:
+        other = next(x for x in sides if x is not side)
+        got = out.get(other.role)
+        if got is None or other.contract is None or other.binds:
+            raise GridNotDerivableError(f"assert_equivalent: {no_grid_message(side.contract, side.label)}; "
+                                        f"or configured(kernel, grid=...) for this kernel alone",
+                                        kernel=side.contract.kernel)
+        borrowed = got[0]
+        if borrowed is None:
+            borrowed = _validate(other.contract, list(lives[other.role].values), None, got[1])[0]
+        dims = (borrowed,) if isinstance(borrowed, (int, np.integer)) else tuple(borrowed)
+        borrowed = tuple(max(1, int(x)) for x in dims)        # an empty launch still gets one block
+        out[side.role] = (borrowed, b, f"grid {borrowed}: the {other.role}'s ({got[2]}), as its own "
+                                       f"contract derives none")
+    return out
+
+
+def run(side: Side, live: Arguments, config: tuple[Any, Any], on_host: bool) -> Any:
     """Launch one side on `live` (host arrays for the simulator / a Python function, device arrays
-    otherwise) and wait for it, so a device-side fault is reported here."""
+    otherwise) with its (grid, block) and wait for it, so a device-side fault is reported here."""
     args = tuple(live.values)
     if side.contract is None:
         return side.obj(*args)
@@ -241,7 +272,7 @@ def run(side: Side, live: Arguments, grid: Any, block: Any, on_host: bool,
         call = side.obj.contract_call(args, **hook_options(side.obj.contract_call, side.options, strict=False))
         (side.obj.simulate if on_host else side.obj)(*call)
     else:
-        g, b = launch_config(side, live, grid, block)
+        g, b = config
         kw = {}
         if side.shared_mem is not None:
             kw["shared_mem"] = side.shared_mem(live.sizes) if callable(side.shared_mem) else side.shared_mem

@@ -43,6 +43,9 @@ def every_contract() -> dict[str, _native.Contract]:
 
 
 CONTRACTS = every_contract()
+# contracts without grid_from derive no grid: a generated launch of one is validated with a given grid
+ONE_BLOCK = (1, 1, 1)
+SOFTMAX_ROWS = lambda s: (max(1, s["x"][0]),)           # noqa: E731 - legacy_softmax: a block per row
 
 
 def validate(args: T.Arguments) -> None:
@@ -59,7 +62,7 @@ def test_validator_accepts_every_generated_launch(name):
     contract = CONTRACTS[name]
 
     @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(T.strategy(contract, max_size=3000))
+    @given(T.strategy(contract, max_size=3000, grid=None if contract.grid_from else ONE_BLOCK))
     def check(args):
         validate(args)                                   # raises the typed error if not accepted
         for spec, value in zip(contract.args, args):
@@ -130,7 +133,7 @@ def test_edge_cases_one_and_empty_and_a_contract_that_forbids_empty():
     assert one.sizes == {"in": (1, 1), "out": (1, 1), "rows": 1, "cols": 1}
     empty = T.arguments(CONTRACTS["cpp:saxpy"], edge="empty", seed=1)
     assert empty["x"].shape == (0,) and int(empty["n"]) == 0
-    softmax = T.arguments(CONTRACTS["cpp:legacy_softmax"], edge="empty", seed=1)   # cols > 0: rows empty
+    softmax = T.arguments(CONTRACTS["cpp:legacy_softmax"], edge="empty", seed=1, grid=SOFTMAX_ROWS)  # cols > 0
     assert softmax["x"].shape[0] == 0 and softmax["x"].shape[1] > 0
     with pytest.raises(T.UnsatisfiableContractError, match=r"k: found no empty launch \(some array of size 0\) that satisfies the contract "
                        r"\(relations \['len\(a\) > 0'.*the relations keep every array non-empty"):
@@ -142,7 +145,7 @@ def test_values_are_non_zero_finite_and_in_range_for_every_dtype():
              "c64", "f8e4m3fn", "f8e5m2"]
     contract = LaunchContract("k", [ArgSpec.array(f"a_{d}", d, 1) for d in names] +
                               [ArgSpec.scalar(f"s_{d}", d) for d in ("f32", "i8", "u64", "bf16")], block=64)
-    args = T.arguments(contract, size=4000, seed=5, layouts="contiguous")
+    args = T.arguments(contract, size=4000, seed=5, layouts="contiguous", grid=ONE_BLOCK)
     for d in names:
         v = np.asarray(args[f"a_{d}"])
         if d == "bool":
@@ -161,7 +164,8 @@ def test_values_are_non_zero_finite_and_in_range_for_every_dtype():
 def test_layouts_any_gets_strided_negative_and_fortran_views_layout_c_stays_contiguous():
     contract = LaunchContract("k", [ArgSpec.array("a", "f32", 2), ArgSpec.array("c", "f32", 2, layout="C"),
                                     ArgSpec.array("out", "f32", 2, access="write")],
-                              domain=2, block=(16, 16), requires=["a.shape == c.shape", "a.shape == out.shape"])
+                              domain=2, block=(16, 16), requires=["a.shape == c.shape", "a.shape == out.shape"],
+                              grid_from="out")
     seen = set()
     for seed in range(40):
         args = T.arguments(contract, size=400, seed=seed)
@@ -191,12 +195,14 @@ def test_read_only_inputs_and_writable_outputs():
 
 
 def test_same_seed_same_launch_and_fresh_copies_keep_values():
-    a = T.arguments(CONTRACTS["zoo:sgemm_tiled"], seed=42)
-    b = T.arguments(CONTRACTS["zoo:sgemm_tiled"], seed=42)
+    tiles_of_c = lambda s: (-(-s["c"][1] // 16), -(-s["c"][0] // 16))     # noqa: E731
+    a = T.arguments(CONTRACTS["zoo:sgemm_tiled"], seed=42, grid=tiles_of_c)
+    b = T.arguments(CONTRACTS["zoo:sgemm_tiled"], seed=42, grid=tiles_of_c)
     assert a.sizes == b.sizes and a.layouts == b.layouts
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     assert "seed=42" in a.replay() and a.replay().startswith("bridge.testing.arguments(")
+    assert a.grid == tiles_of_c(a.sizes) and "grid=<the same grid>" in a.replay()
     fresh = a.fresh()
     assert fresh["c"] is not a["c"] and not np.shares_memory(fresh["c"], a["c"])
     np.testing.assert_array_equal(fresh["c"], a["c"])
@@ -204,23 +210,24 @@ def test_same_seed_same_launch_and_fresh_copies_keep_values():
     assert T.arguments(CONTRACTS["zoo:vecadd"]).seed is not None   # an unseeded launch can be replayed
 
 
-def test_suggested_grid_when_the_contract_cannot_derive_one():
-    args = T.arguments(CONTRACTS["cpp:legacy_softmax"], size=3000, seed=4)
-    rows, cols = args["x"].shape
-    assert args.block == (256, 1, 1)
-    assert args.grid == (-(-max(rows, cols) // 256), 1, 1)
-    assert T.arguments(CONTRACTS["cpp:saxpy"], seed=4).grid is None      # grid_from: derived
-    two_d = LaunchContract("k", [ArgSpec.array("a", "f32", 2), ArgSpec.array("h", "i32", 1, access="readwrite")],
-                           domain=2, block=(16, 8))
-    g = T.arguments(two_d, size=2000, seed=1)
-    rows, cols = g["a"].shape            # x covers the last axis of every array, y the one before
-    assert g.grid == (-(-max(cols, len(g["h"])) // 16), -(-rows // 8), 1)
+def test_a_contract_without_grid_from_gets_no_suggested_grid_only_the_given_one():
+    with pytest.raises(T.GridNotDerivableError,
+                       match=r"legacy_softmax: cannot derive a launch grid: the contract has no grid_from .*; pass grid="):
+        T.arguments(CONTRACTS["cpp:legacy_softmax"], size=3000, seed=4)
+    assert issubclass(T.GridNotDerivableError, bridge.GridSizeError)
+    with pytest.raises(T.GridNotDerivableError, match=r"the contract has no grid_from"):
+        T.suggested_grid(CONTRACTS["cpp:legacy_softmax"], [(3, 4), (3, 4)])
+    args = T.arguments(CONTRACTS["cpp:legacy_softmax"], size=3000, seed=4, grid=SOFTMAX_ROWS)
+    assert args.grid == (args["x"].shape[0],) and args.block == (256, 1, 1)
+    assert T.arguments(CONTRACTS["cpp:legacy_softmax"], seed=4, grid=(7, 1, 1)).grid == (7, 1, 1)
+    assert T.arguments(CONTRACTS["cpp:saxpy"], seed=4).grid is None      # grid_from: the validator derives it
+    assert T.suggested_grid(CONTRACTS["cpp:saxpy"], [(5,), (5,)]) is None
 
 
 def test_given_shapes_scalars_and_values_are_kept():
     bins = lambda rng, shape, dt: rng.integers(0, 37, shape).astype(dt)   # noqa: E731
     hist = T.contract_of(next(c.kernel for c in ZOO if c.name == "histogram"))
-    args = T.arguments(hist, seed=3, shapes={"hist": (37,)}, values={"data": bins})
+    args = T.arguments(hist, seed=3, shapes={"hist": (37,)}, values={"data": bins}, grid=ONE_BLOCK)
     assert args["hist"].shape == (37,)
     assert args["data"].min() >= 0 and args["data"].max() < 37
     s = T.arguments(CONTRACTS["cpp:saxpy"], seed=3, scalars={"n": 77})

@@ -3,6 +3,7 @@ validate against the C++ contracts, with a generated test that fails until the b
 on a GPU, passes once it computes what the C++ kernel computes)."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import json
@@ -21,8 +22,12 @@ from bridge.fatbin import embedded_contracts
 from dsl.port import PortError, port_files, rewrite_relations
 from interop_tests.porting.cpp_ports import PORTS
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 18 s of a full run on 2 cores: nvcc builds, generated tests run
+
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ("saxpy", "transpose", "block_reduce_sum", "legacy_softmax")
+# what the user writes for GRID when the C++ contract derives none: the grid the C++ application uses
+GRIDS = {"legacy_softmax": 'lambda s: (max(1, s["x"][0]),)'}
 
 
 def bare_pytest_env() -> dict:
@@ -81,7 +86,7 @@ def test_ported_files_say_what_they_are(ported):
     assert 'requires=["out.shape[0] == in_.shape[1]", "out.shape[1] == in_.shape[0]"]' in transpose
     softmax = (ported / "legacy_softmax_port.py").read_text()
     assert 'requires=["x.shape == y.shape", "x.shape[1] > 0"]' in softmax
-    assert "takes its grid from the caller" in softmax
+    assert "takes its grid from the caller (no KB_GRID_FROM); set GRID in the test" in softmax
 
 
 def test_generated_test_fails_until_the_body_is_written(ported):
@@ -112,6 +117,18 @@ def fill_body(port_file: Path, name: str) -> None:
     port_file.write_text(text)
 
 
+def give_grid(test: Path, name: str) -> None:
+    """Do what the generated GRID comment asks when the C++ contract derives no grid."""
+    text = test.read_text()
+    text = re.sub(r"GRID = None   # PORT_TODO: .*\n", lambda _: f"GRID = {GRIDS[name]}\n", text)
+    test.write_text(text)
+
+
+def run_pytest(test: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", str(test)],
+                          capture_output=True, text=True, timeout=600, cwd=test.parent, env=bare_pytest_env())
+
+
 def run_written_port(ported: Path, tmp_path: Path, name: str) -> subprocess.CompletedProcess:
     for f in (f"{name}_port.py", f"test_{name}_port.py"):
         (tmp_path / f).write_text((ported / f).read_text())
@@ -119,7 +136,9 @@ def run_written_port(ported: Path, tmp_path: Path, name: str) -> subprocess.Comp
     test = tmp_path / f"test_{name}_port.py"
     tol = {"block_reduce_sum": "rtol=1e-4, atol=5e-2", "legacy_softmax": "ulps=4"}.get(name)
     if tol:                                            # what the generated comment says to do
-        test.write_text(test.read_text().replace("trials=5)", f"trials=5, {tol})"))
+        test.write_text(test.read_text().replace("trials=5,", f"trials=5, {tol},"))
+    if name in GRIDS:
+        give_grid(test, name)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", str(test)],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path, env=bare_pytest_env())
 
@@ -147,9 +166,67 @@ def test_port_from_a_built_module_needs_no_compiler(tmp_path):
     assert "(no C++ source was given: pass the .cu file to quote its body here)" in text
     port = load(tmp_path / "transpose_port.py").transpose
     T.check_compatible(cpp_contract("transpose"), port)
-    rel = os.path.relpath(fatbin.resolve(), tmp_path.resolve())   # near the test: relative, else absolute
-    want = f"CPP = HERE / {rel!r}" if rel.count("..") <= 2 else f"CPP = Path({str(fatbin.resolve())!r})"
-    assert want in (tmp_path / "test_transpose_port.py").read_text()
+    rel = os.path.relpath(fatbin.resolve(), tmp_path.resolve())   # relative to the test, however far
+    assert f"CPP = HERE / {rel!r}" in (tmp_path / "test_transpose_port.py").read_text()
+    proc = run_pytest(tmp_path / "test_transpose_port.py")        # reads the contract from the fatbin
+    assert "PASSED test_transpose_port.py::test_port_signature_matches_the_cpp_contract" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_generated_test_holds_no_absolute_path_and_no_frozen_contract(ported, name):
+    text = (ported / f"test_{name}_port.py").read_text()
+    literals = [n.value for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    absolute = [v for v in literals if os.path.isabs(v) or v.startswith("~")]
+    assert not absolute, absolute                    # nothing of the machine that made it: the C++
+    # file is named relative to the test, however far away it is
+    assert f"CPP = HERE / {os.path.relpath(ROOT / 'cpp' / 'kernels' / f'{name}.cu', ported)!r}" in text
+    assert '"version"' not in text and '"requires"' not in text and "CPP_CONTRACT" not in text
+    assert f'load_cpp_contract(CPP, "{name}", includes=INCLUDES)' in text       # read when the test runs
+    assert "assert_equivalent(cpp, port, trials=5, grid=GRID)" in text         # the grid, explicitly
+    if name == "legacy_softmax":
+        assert "GRID = None   # PORT_TODO: the grid the C++ application launches legacy_softmax with" in text
+    else:
+        assert "The C++ contract derives it from" in text and "\nGRID = None\n" in text
+
+
+def test_generated_test_follows_its_project_and_reads_the_cpp_contract_when_it_runs(tmp_path, nvcc):
+    app = tmp_path / "app"
+    (app / "kernels").mkdir(parents=True)
+    (app / "kernels" / "saxpy.cu").write_text((ROOT / "cpp" / "kernels" / "saxpy.cu").read_text())
+    proc = dsl("port", str(app / "kernels" / "saxpy.cu"), "--kernel", "saxpy", "-o", str(app / "tests"))
+    assert proc.returncode == 0, proc.stderr
+    moved = tmp_path / "elsewhere" / "app"          # the project moves (or is checked out on another machine)
+    moved.parent.mkdir()
+    app.rename(moved)
+    test = moved / "tests" / "test_saxpy_port.py"
+    proc = run_pytest(test)
+    assert "PASSED test_saxpy_port.py::test_port_signature_matches_the_cpp_contract" in proc.stdout, proc.stdout
+    src = moved / "kernels" / "saxpy.cu"            # the C++ contract changes after the port was made
+    src.write_text(src.read_text().replace('"len(y) == n")', '"len(y) == n", "n % 4 == 0")'))
+    proc = run_pytest(test)
+    assert "FAILED test_saxpy_port.py::test_port_signature_matches_the_cpp_contract" in proc.stdout, proc.stdout
+    assert "n % 4 == 0" in proc.stdout
+
+
+def test_a_port_of_a_kernel_without_grid_from_fails_until_its_grid_is_given(ported, tmp_path):
+    for f in ("legacy_softmax_port.py", "test_legacy_softmax_port.py"):
+        (tmp_path / f).write_text((ported / f).read_text())
+    fill_body(tmp_path / "legacy_softmax_port.py", "legacy_softmax")
+    test = tmp_path / "test_legacy_softmax_port.py"
+    proc = run_pytest(test)
+    assert "FAILED test_legacy_softmax_port.py::test_launch_grid_is_known" in proc.stdout, proc.stdout
+    assert ("GRID is None, but the C++ contract has no grid_from (KB_GRID_FROM), so no grid can be derived: set "
+            "GRID to the grid the C++ application launches legacy_softmax with") in proc.stdout
+    give_grid(test, "legacy_softmax")
+    proc = run_pytest(test)
+    assert "PASSED test_legacy_softmax_port.py::test_launch_grid_is_known" in proc.stdout, proc.stdout
+
+
+def test_port_files_take_relative_paths_only():
+    contract = bridge.cpp_kernels.path("saxpy").read_bytes()
+    with pytest.raises(PortError, match=r"cpp_path: expected a path relative to the test file's folder, got the "
+                                        r"absolute '/opt/k.fatbin'"):
+        port_files(embedded_contracts(contract)["saxpy"], None, None, "/opt/k.fatbin")
 
 
 def test_port_refuses_unknown_kernels_and_overwriting_a_port(tmp_path, nvcc):
