@@ -105,7 +105,9 @@ class LaunchContract:
     names allowed to overlap; grid_from: the array whose shape derives the grid when none is given —
     one thread per element (`per_thread` elements per thread along each axis), or with `grid_tile`
     one block per tile of that shape (grid.x = number of tiles, at most `max_blocks_per_sm` * SMs
-    when that is > 0).
+    when that is > 0). strict_domain: the kernel's threads own elements by their `domain`-D index, so
+    a launch must have grid and block extent 1 on every other axis (DSL kernels that write a
+    DisjointSlice at the ThreadIndex or in chunk loops set it).
     """
 
     def __init__(self, kernel: str, args: Iterable[ArgSpec], domain: int = 1,
@@ -114,7 +116,7 @@ class LaunchContract:
                  inplace: Iterable[Sequence[str]] = (), grid_from: str | None = None,
                  per_thread: int | Sequence[int] = (1, 1, 1),
                  fault_sites: Iterable[Mapping[str, Any]] = (), grid_tile: Sequence[int] | None = None,
-                 max_blocks_per_sm: int = 0) -> None:
+                 max_blocks_per_sm: int = 0, strict_domain: bool = False) -> None:
         self.kernel = kernel
         self.args = tuple(args)
         for k, a in enumerate(self.args):
@@ -122,6 +124,7 @@ class LaunchContract:
                 raise ContractDefinitionError(
                     f"{kernel}: invalid contract: args[{k}]: expected an ArgSpec, got {type(a).__name__}", kernel=kernel)
         self.domain = domain
+        self.strict_domain = strict_domain
         self.block = None if block is None else _dims(block, f"{kernel}: block")
         if block is not None and launch_bounds is not None:
             raise ContractDefinitionError(f"{kernel}: invalid contract: give block (exact) or launch_bounds, not both",
@@ -148,6 +151,8 @@ class LaunchContract:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"version": 1, "kernel": self.kernel, "domain": self.domain}
+        if self.strict_domain:
+            d["strict_domain"] = self.strict_domain
         if self.block is not None:
             d["block"] = {"exact": list(self.block)}
         elif self.launch_bounds is not None:
@@ -185,7 +190,7 @@ class LaunchContract:
                   launch_bounds=c.max_threads or None, shared_mem=smem if smem_kind == "exact" else ("max", smem),
                   min_cc=c.min_cc, requires=c.requires, inplace=pairs, grid_from=c.grid_from,
                   per_thread=c.per_thread, fault_sites=c.fault_sites, grid_tile=c.grid_tile,
-                  max_blocks_per_sm=c.max_blocks_per_sm)
+                  max_blocks_per_sm=c.max_blocks_per_sm, strict_domain=c.strict_domain)
         return out
 
     def native(self) -> Any:

@@ -51,6 +51,18 @@ class ParamAnnotation:
     def is_generic(self) -> bool:
         return is_typevar(self.dtype)
 
+    def spelling(self) -> str:
+        """The annotation as the user writes it (`simt.DisjointSlice[f32, 2]`), for compile errors."""
+        from dsl.typevars import typevar_name
+        dtype = typevar_name(self.dtype) if self.is_generic else str(self.dtype)
+        if self.kind == "scalar":
+            return dtype
+        if self.kind == "array" and self.model == "simt":
+            kind = "simt.DisjointSlice" if self.writable else "simt.Array"
+            return f"{kind}[{dtype}{', ' + str(self.ndim) if self.ndim and self.ndim > 1 else ''}]"
+        kind = {"array": "tile.Array", "partition": "tile.Partition", "const": "tile.Constant"}.get(self.kind, self.kind)
+        return kind if self.dtype is None else f"{kind}[{dtype}]"
+
 
 class _Bad(Exception):
     """A refusal found without the source: message, hint, and what to point at ("annotation", "arg",

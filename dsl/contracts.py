@@ -95,13 +95,18 @@ def build_contract(fn: ir.Function, *, domain: int = 1, block: Sequence[int] | N
                    launch_bounds: int | None = None, dynamic_smem: int | tuple[str, int] | None = None,
                    min_cc: int | None = None, requires: Sequence[str] | None = None,
                    inplace: Iterable[Sequence[str]] | None = None, grid_from: dict | None = None,
-                   reads: set[str] | None = None, aligned: Iterable[str] | None = None) -> dict[str, Any]:
+                   reads: set[str] | None = None, aligned: Iterable[str] | None = None,
+                   strict_domain: bool = False) -> dict[str, Any]:
     """The schema-v1 contract dict of the lowered kernel `fn`. `block`: exact block (else
     `launch_bounds`: max threads; neither: any block). `dynamic_smem`: exact bytes or ("max", n).
-    `grid_from`: the schema's grid_from object. None omits a key; see the module docstring."""
+    `grid_from`: the schema's grid_from object. `strict_domain`: the threads own elements by their
+    domain-D index (launches must be 1 past the domain). None/False omits a key; see the module
+    docstring."""
     if not fn.is_kernel:
         raise TypeError(f"build_contract: {fn.name} is a device function, not a kernel")
     d: dict[str, Any] = {"version": 1, "kernel": fn.name, "domain": domain}
+    if strict_domain:
+        d["strict_domain"] = True
     if block is not None:
         d["block"] = {"exact": list(block)}
     elif launch_bounds is not None:

@@ -356,6 +356,7 @@ void register_contract_class(py::module_& m) {
       .def(py::init(&contract_from_object), py::arg("json"))
       .def_property_readonly("kernel", [](const C& c) { return c.kernel; })
       .def_property_readonly("domain", [](const C& c) { return c.domain; })
+      .def_property_readonly("strict_domain", [](const C& c) { return c.strict_domain; })
       .def_property_readonly("block_exact", [](const C& c) -> py::object {
         if (!c.block_exact) return py::none();
         return py::make_tuple(c.block[0], c.block[1], c.block[2]);

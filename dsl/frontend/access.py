@@ -13,6 +13,7 @@ import ast
 from typing import Any
 
 from dsl.frontend import typing_rules as tr
+from dsl.frontend.ownership import Claim, chunk_form, thread_form
 from dsl.frontend.proofs import Facts, in_range, index_key
 from dsl.frontend.values import SlotBinding, TupleVal, Val
 from dsl.ir import nodes as ir
@@ -164,8 +165,11 @@ class AccessMixin:
             self.require_shared_unsafe(base, target)
             return "unsafe"
         if self.thread_index_of(vals, whole) == t.ndim:
+            self.claim(base, thread_form(t.ndim), target)
             return "guarded"
-        if self.owned_index(vals) is not None and self.chunk_loops.get(id(self.owned_index(vals))):
+        owned = self.owned_index(vals)
+        if owned is not None and self.chunk_loops.get(id(owned)):
+            self.claim(base, chunk_form(self.chunk_sizes[id(owned)]), target)
             return "owned"
         if self.unsafe_depth > 0:
             return "unsafe"
@@ -180,6 +184,12 @@ class AccessMixin:
                  "ThreadIndex", f"write at the index itself: `i = simt.thread.index_{t.ndim}d()` then "
                  f"`{name}[i] = ...` (arithmetic on i gives a plain int), use {name}.get_mut(i), or "
                  "wrap the write in `with simt.unsafe():`")
+
+    def claim(self, base: Val, form: Any, target: ast.AST) -> None:
+        """Record a safe write of a DisjointSlice parameter (dsl/frontend/ownership.py); writes inside
+        `with simt.unsafe():` are the author's to vouch for and claim nothing."""
+        if self.unsafe_depth == 0 and isinstance(base.expr, ir.ParamRef):
+            self.claims.append(Claim(base.expr.param.index, form, self.src.span(target)))
 
     def lower_store(self, target: ast.Subscript, value_fn: Any, node: ast.AST) -> None:
         """`target = value_fn(load_of_target)`: emit the store with the right guard/check."""
@@ -249,6 +259,7 @@ class AccessMixin:
         if len(args) != 1:
             self.err(node, "slot.set() takes one value")
         arr_t: irt.ArrayType = slot.expr.array.type  # type: ignore[assignment]
+        self.claim(Val(slot.expr.array), thread_form(arr_t.ndim), node)
         v = self.scalar(args[0], "the value")
         value = self.rule(node, tr.implicit, v, arr_t.dtype, self.loc(node), f"'{slot.array_name}' element")
         self.emit(ir.SlotSet(slot.expr, value, self.loc(node)))

@@ -313,7 +313,7 @@ class CallMixin:
             if ann.kind == "array":
                 if not (isinstance(v, Val) and isinstance(v.type, irt.ArrayType)) or \
                         v.type.ndim != ann.ndim or (ann.writable and not v.type.writable):
-                    self.err(a, f"argument '{ann.name}' of '{fn.__name__}' must be {ann!r}, "
+                    self.err(a, f"argument '{ann.name}' of '{fn.__name__}' must be {ann.spelling()}, "
                              f"got {self.describe(v)}")
                 dt = v.type.dtype
                 t: irt.Type = v.type       # a DisjointSlice passed as simt.Array stays read-only there
@@ -355,4 +355,7 @@ class CallMixin:
             self.ctx.device_fns[key] = callee
         if callee not in self.callees:
             self.callees.append(callee)
+        if self.unsafe_depth == 0:       # a call inside `with simt.unsafe():` vouches for its writes
+            from dsl.frontend.ownership import mapped
+            self.claims += mapped(self.ctx.claims.get(id(callee), []), args, fn.__name__, self.loc(node))
         return Val(ir.Call(callee, args, callee.return_type, self.loc(node)))

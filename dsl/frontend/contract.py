@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from dsl.contracts import build_contract
 from dsl.frontend.annotations import parse_signature_annotations
-from dsl.frontend.grid import grid_source
+from dsl.frontend.grid import grid_source, owns_elements
 from dsl.ir import nodes as ir
 from dsl.options import KernelOptions
 
@@ -24,7 +24,8 @@ def contract_dict(fn: ir.Function, options: KernelOptions) -> dict[str, Any]:
     return build_contract(fn, domain=options.domain, block=options.block, launch_bounds=options.launch_bounds,
                           dynamic_smem=options.shared_mem, min_cc=options.min_cc,
                           requires=options.requires, inplace=options.inplace,
-                          grid_from={"arg": grid[0], "per_thread": [grid[1], 1, 1]} if grid else None)
+                          grid_from={"arg": grid[0], "per_thread": [grid[1], 1, 1]} if grid else None,
+                          strict_domain=owns_elements(fn))
 
 
 def contract_for(fn: ir.Function, options: KernelOptions) -> Any:
@@ -40,7 +41,7 @@ def contract_for(fn: ir.Function, options: KernelOptions) -> Any:
                           min_cc=options.min_cc, requires=options.requires, inplace=options.inplace,
                           grid_from=grid["arg"] if grid else None,
                           per_thread=tuple(grid["per_thread"]) if grid else (1, 1, 1),
-                          fault_sites=d.get("fault_sites", ()))
+                          fault_sites=d.get("fault_sites", ()), strict_domain=d.get("strict_domain", False))
 
 
 def validate_requires(pyfunc: Callable, options: KernelOptions) -> None:

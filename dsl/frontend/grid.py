@@ -114,6 +114,14 @@ def _statements(stmts: list[ir.Stmt]) -> Iterator[ir.Stmt]:
                     stack.extend(reversed(n.callee.body))
 
 
+def owns_elements(fn: ir.Function) -> bool:
+    """Does any thread write a DisjointSlice element it owns by its ThreadIndex or chunk (a guarded
+    store or a get_mut slot, device functions included)? Then the contract is `strict_domain`: a
+    launch wider than the domain would repeat each owner (dsl/frontend/ownership.py)."""
+    return any((isinstance(s, ir.Store) and s.mode == "guarded") or isinstance(s, ir.SlotSet)
+               for s in _statements(fn.body))
+
+
 def _chunk(fn: ir.Function) -> int:
     """Elements per thread of the kernel's first `simt.thread.chunk_1d(n)` (1 without one)."""
     for st in _statements(fn.body):

@@ -15,6 +15,7 @@ from dsl.frontend.calls import CallMixin
 from dsl.frontend.context import BuildContext
 from dsl.frontend.exprs import ExprMixin
 from dsl.frontend.loops import LoopMixin
+from dsl.frontend.ownership import Claim, check_claims
 from dsl.frontend.proofs import Facts
 from dsl.frontend.scope import Scope
 from dsl.frontend.source import Source, get_source
@@ -70,6 +71,8 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, AccessMixin):
         self.unsafe_depth = 0
         self.loop_depth = 0
         self.chunk_loops: dict[int, str] = {}     # id(Var) -> array the chunk loop writes
+        self.chunk_sizes: dict[int, int] = {}     # id(Var) -> n of its simt.thread.chunk_1d(n)
+        self.claims: list[Claim] = []             # safe DisjointSlice writes (dsl/frontend/ownership.py)
         self.assigned: dict[str, int] = {}
         self.relations: Relations | None = None
         self.readonly_params: set[str] = set()    # writable arrays received as simt.Array
@@ -145,6 +148,9 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, AccessMixin):
         if self.is_kernel:
             fn.exact_block = self.options.block
             fn.max_threads = self.options.launch_bounds
+            check_claims(tree.name, [p.name for p in params], self.claims, self.options.domain)
+        else:
+            self.ctx.claims[id(fn)] = self.claims
         return fn
 
     def block_facts(self) -> None:
@@ -184,7 +190,7 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, AccessMixin):
             relaxed = not self.is_kernel and isinstance(t, irt.ArrayType) and t.writable
             if not isinstance(t, irt.ArrayType) or t.ndim != ann.ndim or \
                     (t.writable != ann.writable and not relaxed):
-                self.err(node, f"parameter '{ann.name}' is declared {ann!r} but the signature "
+                self.err(node, f"parameter '{ann.name}' is declared {ann.spelling()} but the signature "
                          f"gives {t!r}")
             if t.writable and not ann.writable:
                 self.readonly_params.add(ann.name)

@@ -17,6 +17,7 @@ from dsl.sim.addresses import AddressSpace
 from dsl.sim.faults import FaultRecord, SimulationError, where
 from dsl.sim.lanes import LaneSpace, count, subsel, to_mask, to_sel, vec
 from dsl.sim.memory import MemRef, SharedSpace
+from dsl.sim.races import RaceLog
 from dsl.sim.warp import check_converged, warp_op
 
 MAX_CALL_DEPTH = 64
@@ -106,8 +107,11 @@ class Machine:
     """Executes one kernel on one LaneSpace (see the module docstring)."""
 
     def __init__(self, fn: N.Function, lanes: LaneSpace, params: dict[int, object],
-                 shared: SharedSpace, fault: FaultRecord) -> None:
+                 shared: SharedSpace, fault: FaultRecord, races: RaceLog | None = None) -> None:
         self.fn, self.lanes, self.shared, self.fault = fn, lanes, shared, fault
+        self.races = races                        # writers of global elements (dsl/sim/races.py)
+        self.block_epoch = np.zeros(lanes.nblocks, np.int64)   # sync_threads() passed, per block
+        self.gid = (lanes.first + lanes.blk) * lanes.T + lanes.tid_lin   # global linear thread ids
         self.L = lanes.L
         self.exited = np.zeros(self.L, bool)
         self.exit_epoch = 0
@@ -183,8 +187,13 @@ class Machine:
         keep = keep & ok
         if not keep.all():
             lanes, idx, value = lanes[keep], [i[keep] for i in idx], value[keep]
+        self._record_writes(mem, idx, lanes, s)
         mem.store(self._blk(mem, lanes), idx, value)
         return mask
+
+    def _record_writes(self, mem: MemRef, idx: list, lanes: np.ndarray, s) -> None:
+        if self.races is not None and not mem.shared:
+            self.races.record(mem, idx, self.gid[lanes], self.block_epoch[self.lanes.blk[lanes]], s.loc)
 
     def s_SlotSet(self, s: N.SlotSet, mask):
         sel = to_sel(mask)
@@ -194,6 +203,7 @@ class Machine:
         lanes = self._lanes_of(sel)
         keep = vec(slot.ok, n) & ~self.exited[lanes]
         value = vec(arith.as_type(value, slot.mem.dtype), n)
+        self._record_writes(slot.mem, [vec(i, n)[keep] for i in slot.idx], lanes[keep], s)
         slot.mem.store(self._blk(slot.mem, lanes[keep]), [vec(i, n)[keep] for i in slot.idx], value[keep])
         return mask
 
@@ -326,6 +336,7 @@ class Machine:
                                f"{int((arrived[b] | missing[b]).sum())} running threads of block {xyz} "
                                "(a barrier inside divergent control flow is undefined behaviour on the "
                                "GPU: move it where every thread of the block reaches it)")
+        self.block_epoch[arrived.any(axis=1)] += 1
         return mask
 
     # ---------------------------------------------------------------------------- expressions

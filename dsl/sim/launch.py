@@ -19,6 +19,7 @@ from dsl.sim.interp import Machine
 from dsl.sim.lanes import LaneSpace
 from dsl.sim.addresses import TensorMap
 from dsl.sim.memory import MemRef, SharedSpace
+from dsl.sim.races import RaceLog
 
 from dsl.sim.limits import MAX_BLOCK, MAX_SHARED_BYTES, MAX_THREADS  # noqa: F401  (re-exported)
 
@@ -42,6 +43,7 @@ def run(fn: N.Function, args: list, grid, block, shared_mem: int = 0) -> None:
     assert len(args) == len(values), f"{fn.name}: {len(args)} arguments for {len(values)} parameters"
     params = _bind(fn, list(args))
     fault = FaultRecord(fn.name, collect_sites(fn))
+    races = RaceLog(fn.name, grid3, block3)
     threads = block3[0] * block3[1] * block3[2]
     nblocks = grid3[0] * grid3[1] * grid3[2]
     per_batch = max(1, MAX_LANES // threads)
@@ -49,9 +51,11 @@ def run(fn: N.Function, args: list, grid, block, shared_mem: int = 0) -> None:
         for first in range(0, nblocks, per_batch):
             lanes = LaneSpace(grid3, block3, first, min(per_batch, nblocks - first), int(shared_mem))
             shared = SharedSpace(lanes.nblocks, int(shared_mem))
-            Machine(fn, lanes, params, shared, fault).run()
+            Machine(fn, lanes, params, shared, fault, races).run()
     if fault.hit:
         raise fault.exception()
+    if races.first is not None:
+        raise races.exception()
 
 
 def simulate(fn: N.Function, args: list, grid=None, block=None, shared_mem: int = 0) -> None:

@@ -61,8 +61,9 @@ DEFINITION_ERRORS = [
     ("domain", 4, "vecadd: invalid contract: domain: expected an integer in [1, 3], got 4"),
     ("domain", 0, "vecadd: invalid contract: domain: expected an integer in [1, 3], got 0"),
     ("domain", 1.5, "vecadd: invalid contract: domain: expected an integer, got a non-integer number"),
-    ("speed", 3, "vecadd: invalid contract: speed: unknown key (allowed: version, kernel, domain, block, "
-                 "dynamic_smem, min_cc, args, requires, inplace, grid_from, fault_sites, tensor_maps)"),
+    ("speed", 3, "vecadd: invalid contract: speed: unknown key (allowed: version, kernel, domain, strict_domain, "
+                 "block, dynamic_smem, min_cc, args, requires, inplace, grid_from, fault_sites, tensor_maps)"),
+    ("strict_domain", 1, "vecadd: invalid contract: strict_domain: expected true or false, got a number"),
     ("block", {"exact": [64, 32]}, "vecadd: invalid contract: block.exact: expected at most 1024 threads per block, "
                                    "got 2048"),
     ("block", {"exact": [0]}, "vecadd: invalid contract: block.exact[0]: expected an integer in [1, 1024], got 0"),
@@ -230,6 +231,7 @@ def contracts(draw):
 
 @settings(max_examples=150, deadline=None)
 @given(d=contracts())
+@pytest.mark.slow
 def test_random_contracts_round_trip(d):
     c = _native.Contract(json.dumps(d))
     text = c.to_json()

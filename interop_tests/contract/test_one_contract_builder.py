@@ -101,7 +101,7 @@ def test_the_simt_contract_is_the_builder_with_the_kernels_options():
     fn = scale.build(x, x.copy(), np.float32(2))
     expected = build_contract(fn, block=(128, 1, 1), dynamic_smem=("max", 2048), min_cc=0,
                               requires=["len(a) == len(out)"], inplace=[],
-                              grid_from={"arg": "out", "per_thread": [1, 1, 1]})
+                              grid_from={"arg": "out", "per_thread": [1, 1, 1]}, strict_domain=True)
     assert json.loads(scale.compile(x, x.copy(), np.float32(2)).contract_json) == expected
     assert expected["args"][1]["access"] == "write" and expected["args"][0]["align"] == 16
 

@@ -8,6 +8,8 @@ import pytest
 
 from bridge.fatbin import elf_contracts, embedded_contracts, ptx_contracts
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 8 s of a full run on 2 cores: an nvcc run a test
+
 HEADER = '#include "kernelbridge/kernel_contract.cuh"\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n'
 
 FULL = HEADER + r'''
@@ -32,6 +34,9 @@ KB_CONTRACT(full,
 #define PLAIN_THREADS 64
 extern "C" __global__ void plain(int* out) {}
 KB_CONTRACT(plain, KB_BLOCK_MAX(PLAIN_THREADS), KB_ARGS(KB_ARRAY(out, i32, 1, write)));
+
+extern "C" __global__ void owned(float* out) {}
+KB_CONTRACT(owned, KB_STRICT_DOMAIN(1), KB_ARGS(KB_ARRAY(out, f32, 1, write)), KB_GRID_FROM(out));
 '''
 
 FULL_EXPECTED = {
@@ -64,8 +69,13 @@ def full_cubin(compile_cu) -> bytes:
 
 def test_contract_json_in_cubin_is_the_declaration(full_cubin):
     got = elf_contracts(full_cubin)
-    assert set(got) == {"full", "plain"}
+    assert set(got) == {"full", "plain", "owned"}
     assert json.loads(got["full"]) == FULL_EXPECTED
+    assert json.loads(got["owned"]) == {
+        "version": 1, "kernel": "owned", "domain": 1, "strict_domain": True,
+        "args": [{"name": "out", "kind": "array", "dtype": "f32", "ndim": 1, "layout": "C", "align": 0,
+                  "access": "write", "abi": "pointer"}],
+        "grid_from": {"arg": "out", "per_thread": [1, 1, 1]}}
     assert json.loads(got["plain"]) == {
         "version": 1, "kernel": "plain", "block": {"max_threads": 64},
         "args": [{"name": "out", "kind": "array", "dtype": "i32", "ndim": 1, "layout": "C", "align": 0,

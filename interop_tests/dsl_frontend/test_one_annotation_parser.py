@@ -161,7 +161,8 @@ def test_simt_annotations_and_string_annotations_evaluate_in_the_function_global
     assert anns == [ParamAnnotation("a", "array", F32, 2, False), ParamAnnotation("out", "array", E, 1, True),
                     ParamAnnotation("n", "scalar", I64, 0, False)]
     assert repr(anns[0]) == "ParamAnnotation(name='a', kind='array', dtype=f32, ndim=1, writable=False)".replace(
-        "ndim=1", "ndim=2")   # the repr SIMT compile errors quote is unchanged
+        "ndim=1", "ndim=2")   # the dataclass repr is unchanged; compile errors quote spelling()
+    assert [a.spelling() for a in anns] == ["simt.Array[f32, 2]", "simt.DisjointSlice[E]", "i64"]
 
 
 def t_bad_dtype(a: tile.Array["float32"]):  # m-t-dtype  # noqa: F821 (a string that is no dtype: the error under test)
@@ -179,6 +180,7 @@ def test_tile_array_items_are_checked_at_the_decorator():
     assert tile_error(t_bad_ndim).message == "parameter 'a': ndim must be a positive int, got 0"
 
 
+@pytest.mark.slow
 def test_a_fresh_process_cache_hit_imports_no_front_end_or_llvm():
     """The first launch of a kernel in a fresh process with a warm disk cache goes annotations ->
     signature -> disk cache -> Launcher: no SIMT or tile front end, no llvmlite.binding."""

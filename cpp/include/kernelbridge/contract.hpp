@@ -76,6 +76,10 @@ struct FaultSite {
 struct LaunchContract {
   std::string kernel;
   int domain = 1;
+  // The kernel's threads own elements by their domain-dimensional index (a DSL DisjointSlice written at
+  // the ThreadIndex or in a chunk loop): the grid and block must have extent 1 on every axis past
+  // `domain`, or threads that differ only along those axes would write the same elements.
+  bool strict_domain = false;
   bool block_exact = false;
   int block[3] = {0, 0, 0};       // when block_exact
   int max_threads = 0;            // launch bounds; 0 = none

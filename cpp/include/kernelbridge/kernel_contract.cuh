@@ -25,6 +25,8 @@
 //
 // Clauses (any order, each at most once; omitted ones take the schema defaults):
 //   KB_DOMAIN(d)                      1, 2 or 3 (default 1)
+//   KB_STRICT_DOMAIN(d)               instead of KB_DOMAIN(d): also "strict_domain": true, so a launch must
+//                                     have grid and block extent 1 past axis d (each thread owns its elements)
 //   KB_BLOCK(x[, y[, z]])             exact block; use the same numbers in __launch_bounds__
 //   KB_BLOCK_MAX(n)                   launch bounds: at most n threads per block
 //   KB_SMEM(bytes) / KB_SMEM_MAX(bytes)   dynamic shared memory, exact / at most (default exactly 0)
@@ -145,6 +147,7 @@ template <std::size_t N> constexpr bool json_plain(const char (&s)[N]) {
 
 // ---- public clause macros: each expands to a tagged tuple read by KB_CONTRACT ------------------
 #define KB_DOMAIN(d) (KB__C_DOMAIN, d)
+#define KB_STRICT_DOMAIN(d) (KB__C_STRICT_DOMAIN, d)   // KB_DOMAIN(d), and a launch must be 1 past d
 #define KB_BLOCK(...) (KB__C_BLOCK, KB__PAD3(__VA_ARGS__))
 #define KB_BLOCK_MAX(n) (KB__C_BLOCK_MAX, n)
 #define KB_SMEM(bytes) (KB__C_SMEM, bytes)
@@ -247,6 +250,9 @@ template <std::size_t N> constexpr bool json_plain(const char (&s)[N]) {
 #define KB__C_DOMAIN_JSON(k, d) ",\"domain\":" #d
 #define KB__C_DOMAIN_CHECK(k, d) \
   KB__LITERAL(k, "KB_DOMAIN", d) static_assert((d) >= 1 && (d) <= 3, #k ": KB_DOMAIN must be 1, 2 or 3");
+#define KB__C_STRICT_DOMAIN_JSON(k, d) ",\"domain\":" #d ",\"strict_domain\":true"
+#define KB__C_STRICT_DOMAIN_CHECK(k, d) \
+  KB__LITERAL(k, "KB_STRICT_DOMAIN", d) static_assert((d) >= 1 && (d) <= 3, #k ": KB_STRICT_DOMAIN must be 1, 2 or 3");
 #define KB__C_BLOCK_JSON(k, x, y, z) ",\"block\":{\"exact\":[" #x "," #y "," #z "]}"
 #define KB__C_BLOCK_CHECK(k, x, y, z)                                                              \
   KB__LITERAL(k, "KB_BLOCK", x) KB__LITERAL(k, "KB_BLOCK", y) KB__LITERAL(k, "KB_BLOCK", z)         \

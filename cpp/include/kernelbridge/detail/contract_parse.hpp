@@ -60,7 +60,7 @@ class ContractReader {
     } else {
       return fail("kernel", "missing (required)");
     }
-    static const char* keys[] = {"version", "kernel", "domain", "block", "dynamic_smem", "min_cc", "args",
+    static const char* keys[] = {"version", "kernel", "domain", "strict_domain", "block", "dynamic_smem", "min_cc", "args",
                                  "requires", "inplace", "grid_from", "fault_sites", "tensor_maps"};
     if (!known_keys(root, "", keys, sizeof keys / sizeof *keys)) return false;
     int64_t v;
@@ -70,6 +70,10 @@ class ContractReader {
     if (const json::Value* x = root.get("domain")) {
       if (!integer(*x, "domain", 1, 3, v)) return false;
       c_.domain = static_cast<int>(v);
+    }
+    if (const json::Value* x = root.get("strict_domain")) {
+      if (x->type != json::Value::Type::boolean) return fail("strict_domain", std::string("expected true or false, got ") + json::type_name(x->type));
+      c_.strict_domain = x->b;
     }
     if (const json::Value* x = root.get("min_cc")) {
       if (!integer(*x, "min_cc", 0, 1000, v)) return false;
@@ -425,6 +429,7 @@ inline std::string contract_to_json(const LaunchContract& c) {
   std::string o = "{\"version\":1,\"kernel\":";
   write_string(o, c.kernel);
   o += ",\"domain\":" + std::to_string(c.domain);
+  if (c.strict_domain) o += ",\"strict_domain\":true";   // only when set: other contracts keep their bytes
   if (c.block_exact) { o += ",\"block\":{\"exact\":"; detail::write_dims(o, c.block, 3); o += '}'; }
   else if (c.max_threads > 0) o += ",\"block\":{\"max_threads\":" + std::to_string(c.max_threads) + "}";
   o += std::string(",\"dynamic_smem\":{\"") + (c.smem_exact ? "exact" : "max") + "\":" + std::to_string(c.smem) + "}";

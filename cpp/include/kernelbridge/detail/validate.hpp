@@ -523,6 +523,27 @@ inline Error check_grid(const LaunchContract& c, const ArgValue* args, LaunchCon
   return Error();
 }
 
+// A strict-domain kernel's threads own elements by their domain-dimensional index, so a launch that is
+// wider along any other axis would have two threads own (and write) each element: refused.
+KB_COLD inline Error strict_axis_error(const LaunchContract& c, bool block, const std::string& dims, int d,
+                                       int64_t got) {
+  const std::string nd = std::to_string(c.domain);
+  return config_error(c, block ? ErrorCode::block_size : ErrorCode::grid_size, (block ? "block " : "grid ") + dims,
+                      "extent 1 along " + std::string(axis_name(d)) + " (a " + nd + "-D kernel whose threads own " +
+                          "elements by their " + nd + "-D ThreadIndex: threads that differ only along " +
+                          axis_name(d) + " would write the same elements)",
+                      std::to_string(got) + " along " + axis_name(d));
+}
+
+inline Error check_strict_domain(const LaunchContract& c, const LaunchConfig& cfg) {
+  if (!c.strict_domain) return Error();
+  for (int d = c.domain; d < 3; ++d) {
+    if (cfg.block[d] != 1) return strict_axis_error(c, true, dims_text(cfg.block), d, cfg.block[d]);
+    if (cfg.grid[d] != 1 && !cfg.skip) return strict_axis_error(c, false, dims_text(cfg.grid), d, cfg.grid[d]);
+  }
+  return Error();
+}
+
 inline Error check_smem(const LaunchContract& c, LaunchConfig& cfg, const DeviceLimits& dev, const FuncAttrs& fn) {
   if (cfg.smem == -1) cfg.smem = c.smem_exact ? c.smem : 0;
   const char* what = "dynamic shared memory";
@@ -587,6 +608,7 @@ inline Error validate(const LaunchContract& c, const ArgValue* args, int nargs, 
   if (Error e = check_aliasing(c, args, n)) return e;
   if (Error e = check_block(c, cfg, dev, fn)) return e;
   if (Error e = check_grid(c, args, cfg, dev)) return e;
+  if (Error e = check_strict_domain(c, cfg)) return e;
   if (Error e = check_smem(c, cfg, dev, fn)) return e;
   if (dev.cc < c.min_cc)
     return config_error(c, ErrorCode::compute_capability, "compute capability", sm_text(c.min_cc) + " or newer",

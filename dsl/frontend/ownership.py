@@ -1,0 +1,112 @@
+"""Ownership of DisjointSlice elements: every safe write is owned by exactly one thread of the launch.
+
+A safe write (outside `with simt.unsafe():`) to a DisjointSlice names its element in one of these forms:
+- at the kernel's ThreadIndex (`out[i] = ...`, `out.get_mut(i).set(...)`): the thread whose global
+  index is i owns element i;
+- at the position a `simt.thread.chunk_1d(n)` loop gives (`for q in chunk: out[q] = ...`): thread t
+  owns elements [t*n, t*n + n). A chunk of 1 is the ThreadIndex form.
+Each form alone gives every element one owner, for the whole launch (the contract's `strict_domain`
+keeps the launch from repeating threads along the axes past the domain). Two forms on one slice do
+not: with `out[i]` and a `chunk_1d(4)` loop, thread 1 and thread 0 both own out[1]. So the front end
+records a claim for every safe write (device functions' claims are mapped onto the caller's
+arguments) and refuses a kernel whose claims on one slice disagree, or whose ThreadIndex does not
+span the kernel's domain, with a caret at the second write naming the first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsl.errors import DslCompileError
+from dsl.ir import nodes as ir
+
+
+@dataclass(frozen=True)
+class Form:
+    """How a write names its element: at an `ndim`-D ThreadIndex (per == 1) or in a chunk of `per`."""
+    ndim: int
+    per: int
+
+    def text(self, array: str) -> str:
+        if self.per == 1:
+            return f"at its {self.ndim}-D ThreadIndex (thread i owns {array}[i])"
+        return f"in a chunk_1d({self.per}) loop (thread t owns {array}[{self.per}*t : {self.per}*t + {self.per}])"
+
+
+THREAD_1D = Form(1, 1)
+
+
+def thread_form(ndim: int) -> Form:
+    return Form(ndim, 1)
+
+
+def chunk_form(n: int) -> Form:
+    return Form(1, n)     # chunk_1d(1) is the 1-D ThreadIndex form
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One safe write of parameter `param` (its position in the function that wrote it) in `form`,
+    at `loc` (a Span: the caret covers the written target); `via` names the device-function calls
+    that led there, outermost first."""
+    param: int
+    form: Form
+    loc: ir.Loc
+    via: tuple[str, ...] = ()
+
+    def where(self) -> str:
+        text = self.loc.text.strip()
+        place = f"line {self.loc.line}" + (f" (`{text}`)" if text else "")
+        return place + "".join(f" in {v}" for v in reversed(self.via))
+
+
+def mapped(claims: list[Claim], args: list[ir.Expr], callee: str, call_loc: ir.Loc) -> list[Claim]:
+    """The callee's claims as claims on the caller's own parameters (arrays reach a device function
+    only as parameters, so every writable argument is a ParamRef of the caller)."""
+    out = []
+    for c in claims:
+        a = args[c.param] if c.param < len(args) else None
+        if isinstance(a, ir.ParamRef):
+            out.append(Claim(a.param.index, c.form, c.loc,
+                             (f"device function '{callee}' called at line {call_loc.line}",) + c.via))
+    return out
+
+
+def ownership_error(message: str, loc: ir.Loc, hint: str) -> DslCompileError:
+    from dsl.frontend.source import compile_error
+    return compile_error(message, loc, hint)
+
+
+def check_claims(kernel: str, params: list[str], claims: list[Claim], domain: int) -> None:
+    """Every DisjointSlice of the kernel is claimed in one form, and that form spans the domain."""
+    first: dict[int, Claim] = {}
+    for c in claims:
+        name = params[c.param]
+        if c.form.per == 1 and c.form.ndim != domain:
+            raise ownership_error(
+                f"'{name}' is written at a {c.form.ndim}-D ThreadIndex in a kernel of domain={domain} "
+                f"({c.where()}): threads that differ only along the other axes would own the same element",
+                c.loc,
+                f"use simt.thread.index_{domain}d() (the kernel's domain) for every safe write, or declare "
+                f"@simt.kernel(domain={c.form.ndim}, ...)")
+        if c.form.per > 1 and domain != 1:
+            raise ownership_error(
+                f"'{name}' is written in a chunk_1d({c.form.per}) loop in a kernel of domain={domain} "
+                f"({c.where()}): chunks are 1-D, so threads that differ along the other axes would own the "
+                "same elements", c.loc,
+                "chunk loops need @simt.kernel(domain=1)")
+        prev = first.setdefault(c.param, c)
+        if prev.form != c.form:
+            raise ownership_error(
+                f"DisjointSlice '{name}' is written in two ownership forms, so two threads may write one "
+                f"element (a data race): {prev.where()} writes it {prev.form.text(name)}, and {c.where()} "
+                f"writes it {c.form.text(name)}; {_example(name, prev.form, c.form)}", c.loc,
+                f"write '{name}' in one form in the whole kernel (every write at the ThreadIndex, or "
+                "every write in chunk loops of one size), or wrap the writes you vouch for in "
+                "`with simt.unsafe():`")
+
+
+def _example(name: str, a: Form, b: Form) -> str:
+    """Two threads that own one element under forms `a` and `b` (1-D forms; n-D forms differ in ndim
+    only when the domain check above has already refused one)."""
+    e = min(a.per, b.per)        # e // min == 1, e // max == 0
+    return f"thread {e // a.per} and thread {e // b.per} would both write {name}[{e}]"
