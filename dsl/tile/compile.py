@@ -5,19 +5,19 @@ The contract derives everything a launch needs, so a tile kernel launches like a
 grid = one block per tile of the first partition (`grid_from.tile`; for persistent kernels at most
 PERSISTENT_BLOCKS_PER_SM blocks per SM), block = the exact thread count, dynamic shared memory = the
 exact bytes the lowering asked for, and relations that make every partition cut into the same tile
-grid (each tile block owns one tile of each).
+grid, or as many tiles for a partition of another ndim (each tile block owns one tile of each).
 """
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
+from bridge.settings import env_choice
 from dsl.cache import CacheEntry, DiskCache, cache_enabled, cache_key
 from dsl.observe import compiled
 from dsl.options import env_switch
-from dsl.tile.types import PartitionParamType, row_divisor
+from dsl.tile.types import PartitionParamType, row_divisor, tiles_by_number
 
 PERSISTENT_BLOCKS_PER_SM = 2      # grid of a persistent tile kernel: this many blocks per SM ...
 SM_SHARED_BYTES = 227 * 1024      # ... or one for a TMA-fed block taking over half an SM's (sm_90)
@@ -43,10 +43,17 @@ def _tile_count(p, ax: int) -> str:
     return f"({p.name}.shape[{ax}] + {t - 1}) // {t}" if t > 1 else f"{p.name}.shape[{ax}]"
 
 
+def _tile_total(p) -> str:
+    """The number of tiles of partition `p`, as a relation term (the grid's block count)."""
+    counts = [_tile_count(p, ax) for ax in range(p.type.ndim)]
+    return " * ".join(f"({c})" if len(counts) > 1 and " " in c else c for c in counts)
+
+
 def tile_requires(fn, facts: dict[str, dict], relied: set[str]) -> list[str]:
     """The tile model's relations: a last extent divisible by 8 (16 for 1-byte elements: 16-byte rows)
     where the lowering relied on it, and one tile grid for every partition (each tile block owns one
-    tile of each)."""
+    tile of each): equal tile counts per axis, or in all for a partition of another ndim than the
+    grid partition's (types.tiles_by_number)."""
     def rows(p) -> int:        # the divisor of the fact the lowering relied on (16-byte rows)
         return row_divisor(p.type.dtype.itemsize)
     requires = [f"{p.name}.shape[{p.type.ndim - 1}] % {rows(p)} == 0" for p in fn.params
@@ -55,6 +62,9 @@ def tile_requires(fn, facts: dict[str, dict], relied: set[str]) -> list[str]:
     assert isinstance(gp.type, PartitionParamType)
     for p in fn.params:
         if p is gp or not isinstance(p.type, PartitionParamType):
+            continue
+        if tiles_by_number(p.type, gp.type):
+            requires.append(f"{_tile_total(p)} == {_tile_total(gp)}")
             continue
         requires += [f"{_tile_count(p, ax)} == {_tile_count(gp, ax)}" for ax in range(gp.type.ndim)]
     return requires
@@ -124,9 +134,9 @@ def gemm_pipeline() -> str:
     """The sm_90 TMA GEMM loop (dsl/tile/lower_tma.py), KB_TILE_GEMM_PIPELINE: "sync" (default: a
     __syncthreads per k tile, copies S - 2 ahead) or "ws" (warp-specialised: a third warpgroup issues
     the copies through per-stage empty mbarriers, the two others only compute). They tie at the
-    best 8192^3 tiles on the H200; sync is ahead at BK=32 (docs/results)."""
-    mode = os.environ.get("KB_TILE_GEMM_PIPELINE", "").strip().lower()
-    return mode if mode in GEMM_PIPELINES else "sync"
+    best 8192^3 tiles on the H200; sync is ahead at BK=32 (docs/results). Another value is a
+    ConfigurationError (it used to mean "sync" silently)."""
+    return env_choice("KB_TILE_GEMM_PIPELINE", GEMM_PIPELINES, "sync")
 
 
 def wgmma_products_enabled() -> bool:

@@ -16,9 +16,9 @@ from dsl.tile import ir as T
 from dsl.tile import ops
 from dsl.tile.api import PY_MATH, Intrinsic
 from dsl.tile.errors import TileCompileError
-from dsl.tile.intrinsics import call_intrinsic
+from dsl.tile.intrinsics import call_intrinsic, partition_tiles
 from dsl.tile.types import (ConstParamType, PartitionParamType, ScalarParamType, TileType,
-                            as_scalar_type)
+                            as_scalar_type, tiles_by_number)
 from dsl.tile.values import Method, ParamHandle, ShapeHandle
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv",
@@ -498,9 +498,12 @@ class TileFrontend:
                 pad = kwargs.pop("padding", 0)
                 if args or kwargs:
                     raise self.err(node, f"{p.name}.load(padding=0) loads this block's own tile")
-                index = [T.BlockId(k, TileType(I32, ()), loc) for k in range(p.type.ndim)]
+                own = p if tiles_by_number(p.type, self.grid_param.type) else None
+                index = [T.BlockId(k, TileType(I32, ()), loc, own) for k in range(p.type.ndim)]
                 return self.make_load(p, index, p.type.tile_shape, pad, node)
             if m.name == "num_tiles":
+                if tiles_by_number(p.type, self.grid_param.type):
+                    return partition_tiles(self, p, args, kwargs, node)
                 return self.intrinsic("num_blocks", args, kwargs, node)
         x = recv
         assert isinstance(x, T.TExpr)

@@ -86,6 +86,17 @@ def _grid_query(fe, name: str, a: dict, node: ast.AST, loc) -> object:
     return cls(axis, TileType(I32, ()), loc)
 
 
+def partition_tiles(fe, p: T.TParam, args: list, kwargs: dict, node: ast.AST) -> T.NumBlocks:
+    """`p.num_tiles(axis)` of a partition matched to the grid by tile number (types.tiles_by_number):
+    its own tile count along its own axis, since the grid's axes are not its axes."""
+    axis = _bind(fe, "num_blocks", _SIGS["num_blocks"], args, kwargs, node)["axis"]
+    nd = p.type.ndim
+    if not isinstance(axis, int) or not 0 <= axis < nd:
+        raise fe.err(node, f"{p.name}.num_tiles(axis) needs a constant axis in [0, {nd}) (`{p.name}` "
+                           f"has {nd} dims)")
+    return T.NumBlocks(axis, TileType(I32, ()), fe.loc(node), p)
+
+
 def _load(fe, name: str, a: dict, node: ast.AST, loc) -> object:
     arr = a["array"]
     if not isinstance(arr, ParamHandle):

@@ -56,17 +56,22 @@ class Read(TExpr):
 
 @dataclass(eq=False)
 class BlockId(TExpr):
-    """tile.bid(axis): this tile block's coordinate along axis `axis` of the grid (i32 scalar)."""
+    """tile.bid(axis): this tile block's coordinate along axis `axis` of the grid (i32 scalar). With
+    `param`, a partition of another ndim than the grid's: the block's tile in it, the block's
+    row-major tile number unravelled over that partition's tiles (`p.load()` reads it)."""
     axis: int
     type: TileType
     loc: Loc = NOLOC
+    param: TParam | None = None
 
 
 @dataclass(eq=False)
 class NumBlocks(TExpr):
+    """tile.num_blocks(axis): tiles of the grid along `axis`; with `param`, of that partition."""
     axis: int
     type: TileType
     loc: Loc = NOLOC
+    param: TParam | None = None
 
 
 @dataclass(eq=False)

@@ -19,7 +19,7 @@ from dsl.tile.lower_frags import assign_shared, frag_layout
 from dsl.tile.lower_reduce import lower_reduce
 from dsl.tile.lower_ws import WS_PRODUCERS
 from dsl.tile.shared_place import place_scratch, scratch_bytes
-from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType
+from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType, tiles_by_number
 
 GROUP_M = 8         # tile-row group of the L2-friendly block order of GEMM kernels
 
@@ -249,31 +249,47 @@ class Lowerer:
         return N.ParamRef(self.params[id(p)])
 
     def _num_blocks(self) -> list[N.Expr]:
-        """Tile blocks per partition axis: ceil(extent / tile), computed once per kernel."""
+        """Tile blocks per grid axis, and the tile counts of each partition matched to the grid by
+        tile number (types.tiles_by_number), computed once per kernel."""
         gp = self.fn.grid_param
-        ts = gp.type.tile_shape  # type: ignore[union-attr]
+        self.nblocks = self._tile_counts(gp)
+        self.part_counts = {id(p): self._tile_counts(p) for p in self.fn.params
+                            if isinstance(p.type, PartitionParamType) and tiles_by_number(p.type, gp.type)}
+        return self.nblocks
+
+    def _tile_counts(self, p: T.TParam) -> list[N.Expr]:
+        """ceil(extent / tile) per axis of partition `p`."""
         nb = []
-        for k, t in enumerate(ts):
-            ext = N.ArrayLen(self.pref(gp), k)
+        for k, t in enumerate(p.type.tile_shape):  # type: ignore[union-attr]
+            ext = N.ArrayLen(self.pref(p), k)
             n = N.BinOp("rshift", N.BinOp("add", ext, N.Const(t - 1, INDEX), INDEX),
                         N.Const(log2(t), INDEX), INDEX)
             nb.append(self.tmp(N.Cast(n, I32), "nblocks"))
-        self.nblocks = nb
         return nb
 
     def _block_ids(self, lin: N.Expr, nb: list[N.Expr]) -> None:
-        """tile.bid(k) from the linear tile id (row-major, or grouped for GEMM kernels)."""
-        if len(nb) == 2 and any(isinstance(e, T.Matmul) for e in T.body_exprs(self.fn.body)):
-            self.bids = self._grouped_ids(lin, nb, GROUP_M)
-            return
-        bids: list[N.Expr] = [c32(0)] * len(nb)
+        """tile.bid(k) from the linear tile id (row-major, or grouped for GEMM kernels), and the
+        block's tile in each partition matched by tile number: its row-major number unravelled."""
+        grouped = len(nb) == 2 and any(isinstance(e, T.Matmul) for e in T.body_exprs(self.fn.body))
+        self.bids = self._grouped_ids(lin, nb, GROUP_M) if grouped else self._unravel_ids(lin, nb)
+        if self.part_counts and grouped:     # the row-major number of the grouped tile
+            lin = self.tmp(N.BinOp("add", N.BinOp("mul", self.bids[0], nb[1], I32), self.bids[1], I32), "tileno")
+        self.part_ids = {pid: self._unravel_ids(lin, counts) for pid, counts in self.part_counts.items()}
+
+    def _unravel_ids(self, lin: N.Expr, nb: list[N.Expr]) -> list[N.Expr]:
+        """Row-major coordinates of tile number `lin` in a tile grid of `nb` tiles per axis."""
+        ids: list[N.Expr] = [c32(0)] * len(nb)
         for k in reversed(range(len(nb))):
             if k == 0:
-                bids[k] = lin
+                ids[k] = lin
             else:
-                bids[k] = self.tmp(N.BinOp("mod", lin, nb[k], I32), "bid")
+                ids[k] = self.tmp(N.BinOp("mod", lin, nb[k], I32), "bid")
                 lin = self.tmp(N.BinOp("floordiv", lin, nb[k], I32), "bid")
-        self.bids = bids
+        return ids
+
+    def tile_ids(self, p: T.TParam) -> list[N.Expr]:
+        """The block's tile coordinates in partition `p`: the grid's, or its own by tile number."""
+        return self.part_ids.get(id(p), self.bids)
 
     def _grouped_ids(self, lin: N.Expr, nb: list[N.Expr], group: int) -> list[N.Expr]:
         """2-D tile ids in groups of `group` tile rows (a bijection of the row-major order), so
@@ -364,11 +380,12 @@ class Lowerer:
         p = s.param
         ts = p.type.tile_shape  # type: ignore[union-attr]
         arr = self.pref(p)
+        ids = self.tile_ids(p)
         own = self.geo.owner(v.size) if v.layout == "D" else True
 
         def checked() -> None:
             for e, coords in zip(v.elems, self.coords_of(v.layout, ts)):
-                idx = [self.global_index(self.bids[k], ts[k], c) for k, c in enumerate(coords)]
+                idx = [self.global_index(ids[k], ts[k], c) for k, c in enumerate(coords)]
                 cond: N.Expr | None = None if own is True else own  # type: ignore[assignment]
                 for k, i in enumerate(idx):
                     c = N.Compare("lt", i, N.ArrayLen(arr, k))
@@ -521,10 +538,11 @@ class Lowerer:
         return LV(layout, e.type.shape, e.type.dtype, [N.ReadVar(v) for v in vs])
 
     def x_BlockId(self, e: T.BlockId) -> LV:
-        return LV("U", (), I32, [self.bids[e.axis]])
+        return LV("U", (), I32, [(self.bids if e.param is None else self.tile_ids(e.param))[e.axis]])
 
     def x_NumBlocks(self, e: T.NumBlocks) -> LV:
-        return LV("U", (), I32, [self.nblocks[e.axis]])
+        counts = self.nblocks if e.param is None else self.part_counts[id(e.param)]
+        return LV("U", (), I32, [counts[e.axis]])
 
     def x_ArrayDim(self, e: T.ArrayDim) -> LV:
         return LV("U", (), I32, [self.tmp(N.Cast(N.ArrayLen(self.pref(e.param), e.axis), I32))])

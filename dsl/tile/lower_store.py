@@ -29,22 +29,23 @@ def store_pairs(L, p, v: LV, checked) -> None:
     """`checked()`: emit the element-by-element store (the edge tiles' path)."""
     L.relied.add(p.name)
     arr = L.pref(p)
+    ids = L.tile_ids(p)
     bm, bn = p.type.tile_shape
     coords = v.layout.coords_for((bm, bn))
 
     def inside(k: int, t: int) -> N.Expr:
-        end = N.BinOp("mul", N.BinOp("add", N.Cast(L.bids[k], INDEX), N.Const(1, INDEX), INDEX),
+        end = N.BinOp("mul", N.BinOp("add", N.Cast(ids[k], INDEX), N.Const(1, INDEX), INDEX),
                       N.Const(t, INDEX), INDEX)
         return N.Compare("le", end, N.ArrayLen(arr, k))
     interior = L.tmp(N.Logical("and", inside(0, bm), inside(1, bn)), "interior")
 
     def fast() -> None:
         if v.dtype != F32 and v.layout.nt % 2 == 0:
-            swapped_pairs(L, arr, (bm, bn), v)
+            swapped_pairs(L, arr, ids, (bm, bn), v)
             return
         for i in range(0, len(v.elems), 2):
             (row, col), lo, hi = coords[i], v.elems[i], v.elems[i + 1]
-            idx = [L.global_index(L.bids[0], bm, row), L.global_index(L.bids[1], bn, col)]
+            idx = [L.global_index(ids[0], bm, row), L.global_index(ids[1], bn, col)]
             addr = TN.GlobalAddress(arr, idx)
             if v.dtype == F32:
                 L.asm("st.global.v2.f32 [$0], {$1, $2};", "l,f,f", [addr, lo, hi], sim=ptx_sim.st_global(8))
@@ -54,10 +55,11 @@ def store_pairs(L, p, v: LV, checked) -> None:
     L.emit(N.If(interior, L.block_of(fast), L.block_of(checked)))
 
 
-def swapped_pairs(L, arr, tile_shape: tuple[int, int], v: LV) -> None:
+def swapped_pairs(L, arr, ids: list, tile_shape: tuple[int, int], v: LV) -> None:
     """16-bit interior stores, 8 bytes a lane: for fragments f (even) and f + 1 of a row, the even
     lane of a pair keeps its word of f and takes its partner's word of f (columns 8f + 2q .. +3), the
-    odd lane keeps its word of f + 1 and takes its partner's (columns 8(f+1) + 2q - 2 .. +1)."""
+    odd lane keeps its word of f + 1 and takes its partner's (columns 8(f+1) + 2q - 2 .. +1). `ids`:
+    the block's tile in the partition (Lowerer.tile_ids)."""
     lay: MmaLayout = v.layout  # type: ignore[assignment]
     bm, bn = tile_shape
     bit = L.tmp(N.BinOp("and_", lay.lane_col, c32(2), lay.lane_col.type), "oddbit")
@@ -76,6 +78,6 @@ def swapped_pairs(L, arr, tile_shape: tuple[int, int], v: LV) -> None:
                 hi = L.tmp(N.IfExp(odd, wg, got, wf.type), "sw")
                 row, col = coords[i]
                 col = N.BinOp("add", col, shift, shift.type)
-                idx = [L.global_index(L.bids[0], bm, row), L.global_index(L.bids[1], bn, col)]
+                idx = [L.global_index(ids[0], bm, row), L.global_index(ids[1], bn, col)]
                 L.asm("st.global.v2.b32 [$0], {$1, $2};", "l,r,r", [TN.GlobalAddress(arr, idx), lo, hi],
                       sim=ptx_sim.st_global(8))

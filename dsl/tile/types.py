@@ -64,6 +64,14 @@ class PartitionParamType:
     tile_shape: tuple[int, ...]
 
 
+def tiles_by_number(p: PartitionParamType, grid: PartitionParamType) -> bool:
+    """Does partition `p` find its tile by tile number? A partition of the grid partition's ndim has
+    the grid's tiles axis by axis (block (i, j) owns tile (i, j) of each); one of another ndim (1-D
+    per-row statistics beside a 2-D output) has as many tiles as the grid, and block b owns its tile
+    b, both counted in row-major order."""
+    return p.ndim != grid.ndim
+
+
 @dataclass(frozen=True)
 class ScalarParamType:
     dtype: ScalarType

@@ -49,6 +49,25 @@ def layernorm(x: tile.Array[f32, 2], w: tile.Array[f32, 1], b: tile.Array[f32, 1
 
 
 @tile.kernel
+def layer_norm_fwd(x: tile.Array[f32, 2], out: tile.Partition[f32, 2], w: tile.Array[f32, 1],
+                   b: tile.Array[f32, 1], mean: tile.Partition[f32, 1], rstd: tile.Partition[f32, 1],
+                   eps: f32):
+    """Layer norm forward with the arguments of Triton's tutorial kernel (X, Y, W, B, Mean, Rstd, eps):
+    a block normalises a row tile of `out` (BM rows, at least N columns) and stores each row's mean
+    and 1/std in its (BM,) tile of the 1-D `mean` and `rstd` (partitions of another ndim than the
+    grid's own tile by tile number: block b, tile b)."""
+    rows, cols = out.tile_shape
+    n = x.shape[1]
+    v = tile.load(x, (tile.bid(0), 0), (rows, cols))
+    mu = tile.sum(v, axis=1) / n
+    d = tile.where(tile.arange(cols)[None, :] < n, v - mu[:, None], 0.0)
+    r = 1.0 / tile.sqrt(tile.sum(d * d, axis=1) / n + eps)
+    mean.store(mu)
+    rstd.store(r)
+    out.store(d * r[:, None] * tile.load(w, 0, (cols,)) + tile.load(b, 0, (cols,)))
+
+
+@tile.kernel
 def block_sum(x: tile.Array[f32], out: tile.Partition[f32], block: T):
     """Stage of a two-stage full sum: tile block t writes the sum of x[t*block:(t+1)*block]."""
     out.store(tile.sum(tile.load(x, tile.bid(0), (block,))))
