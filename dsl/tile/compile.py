@@ -94,6 +94,7 @@ def contract_for(simt_fn, fn, facts: dict[str, dict], relied: set[str], persiste
         grid["max_blocks_per_sm"] = persistent_blocks_per_sm(simt_fn, dynamic_smem)
     aligned = {n for n in relied if facts.get(n, {}).get("aligned16")}
     contract = build_contract(simt_fn, block=simt_fn.exact_block, requires=requires or None, grid_from=grid,
+                              strict_domain=True,   # block b owns tile b: a second grid row would repeat it
                               reads=reads, aligned=aligned)
     if dynamic_smem:             # after grid_from, where tile contracts have always had it
         contract["dynamic_smem"] = {"exact": dynamic_smem}
