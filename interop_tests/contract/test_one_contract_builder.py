@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+import bridge
 from dsl import f32, simt, tile
 from dsl.contracts import build_contract, read_params
 from dsl.ir import nodes as N
@@ -132,6 +133,9 @@ def test_the_tile_contract_and_the_simulators_contract_come_from_the_same_builde
     assert [x["access"] for x in compiled["args"] if x["kind"] == "array"] == ["read", "readwrite"]
     assert compiled["grid_from"] == {"arg": "y", "tile": [128]} and compiled["block"]["exact"][1:] == [1, 1]
     assert host_launcher(json.dumps(sim), "axpy").validate_only((a, a.copy(), 2.0))[0] == (3, 1, 1)
+    assert compiled["strict_domain"] is True        # block b owns tile b: no second grid row
+    with pytest.raises(bridge.GridSizeError, match=r"axpy: grid \(3, 2, 1\): expected extent 1 along y"):
+        host_launcher(json.dumps(sim), "axpy").validate_only((a, a.copy(), 2.0), grid=(3, 2))
     b = (a, tile.partition(a.copy(), (128,)), tile.partition(a.copy(), (128,)))
     c = json.loads(two.compile(b, "sm_90").contract_json)
     assert c["requires"] == ["(q.shape[0] + 127) // 128 == (p.shape[0] + 127) // 128"]
