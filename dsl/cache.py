@@ -1,15 +1,21 @@
-"""Disk cache of compiled DSL kernels: `<key>.ptx` (PTX text) + `<key>.json` (name, contract, metadata).
+"""Disk cache of compiled DSL kernels (and of tile.autotune's picks): one sealed file per entry.
 
 Location: `$KB_CACHE_DIR`, else `$XDG_CACHE_HOME/kernelbridge/dsl`, else `~/.cache/kernelbridge/dsl`.
-`KB_CACHE=0` disables it. Writes are atomic (temp file in the same directory + `os.replace`; the PTX is
-written before the JSON), so a reader sees a complete entry or none. No pickle: both files are text.
+`KB_CACHE=0` disables it. The entries live in the cache's own folder `kb-cache-v3/` inside that
+directory (dsl/cache_folder.py: layout, trust checks, sealing); nothing else there is read or deleted.
+Writes are atomic (temporary file in the same folder + `os.replace`), so a reader sees a complete
+entry or none. No pickle: an entry is text.
 
-Integrity: the contract in an entry is trusted by the launch validator, so the whole entry is hashed.
-`<key>.json` is exactly `{"entry_sha256": "<sha256 of BODY>", "entry": BODY}`, where BODY is the JSON
-text of {format, key, name, contract, metadata, ptx_sha256}; the reader hashes BODY's bytes as stored
-(not a re-serialisation) and the PTX's bytes against ptx_sha256. Any damage — one flipped bit anywhere
-in either file, truncation, a FIFO, device or directory in an entry's place — is a miss (never an
-error, never a hang, never a different contract), and the rebuild overwrites the entry.
+Trust and integrity: the contract in an entry is trusted by the launch validator, so every entry is
+sealed with an HMAC-SHA256 keyed by the cache's own secret key, checked before anything in it is
+parsed. A forged entry, one copied from another cache or renamed, one flipped bit anywhere, a
+truncated file, a FIFO, device, link or directory in an entry's place, a body too deep or malformed
+to parse — each is a miss (never an error, never a hang, never a different contract), and the
+rebuild overwrites the entry. A cache folder that is not one kernelbridge made, or that others could
+write to, is not used at all: a miss, with one warning per process (CacheTrustWarning).
+
+`<key>.kernel` is `kbcache3 kernel <mac>\n` + META + `\n` + PTX, META being the JSON text of {format,
+key, name, contract, metadata} on one line; `<key>.pick` holds a tile.autotune pick (JSON) the same way.
 
 The key (see `cache_key`) covers everything the PTX depends on: the source text of the kernel and of
 the Python functions it references (device functions), the values of referenced globals and closure
@@ -27,15 +33,17 @@ import inspect
 import linecache
 import json
 import os
-import stat
 import types
 from pathlib import Path
 from typing import Any, Callable
 
 from bridge import __version__ as DSL_VERSION   # the one version source (pyproject reads it too)
+from dsl.cache_folder import (FOLDER, KEY_FILE, LAYOUT, MARKER, CacheRefusedError, Folder, atomic_write,
+                              entry_name, is_writer_tmp, open_folder, read_regular, refusal, remove_stale,
+                              split_entry_name, valid_key)
 from dsl.options import env_switch
 
-FORMAT = 2          # 2: whole-entry sha256 (format 1 entries are misses)
+FORMAT = LAYOUT     # 3: sealed single-file entries in kb-cache-v3/ (earlier layouts are never read)
 # Key text is hashed as UTF-8 keeping lone surrogates: a source path that is not UTF-8 (Python decodes
 # it with surrogate escapes) must give a key, not a UnicodeEncodeError.
 _UTF8, _KEEP = "utf-8", "surrogatepass"
@@ -231,166 +239,191 @@ def cache_key(pyfunc: Callable, signature: Any, options: Any, arch: str) -> str:
 
 
 # ---------------------------------------------------------------------------- store
+class CacheTrustWarning(UserWarning):
+    """The disk cache folder was refused (dsl/cache_folder.py): compiles run without the cache."""
+
+
+_WARNED: set[str] = set()     # refusals already reported by this process (one warning each)
+
+
+def _warn_refused(exc: CacheRefusedError) -> None:
+    text = str(exc)
+    if text not in _WARNED:
+        _WARNED.add(text)
+        import warnings
+        warnings.warn(f"kernelbridge: the DSL disk cache is not used (every compile misses): {text}",
+                      CacheTrustWarning, stacklevel=4)
+
+
+def parse_json(raw: bytes) -> Any:
+    """`raw` parsed as JSON, or None when it is not (malformed, not UTF-8, or nested too deep)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):      # JSONDecodeError, UnicodeDecodeError; deep nesting
+        return None
+
+
+def _kernel_entry(body: bytes, key: str) -> CacheEntry | None:
+    meta_text, newline, ptx = body.partition(b"\n")
+    meta = parse_json(meta_text)
+    if not newline or not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("key") != key:
+        return None
+    try:
+        return CacheEntry(ptx.decode("utf-8"), str(meta["name"]), str(meta["contract"]), dict(meta["metadata"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 class DiskCache:
+    """The cache under one directory (default: `cache_dir()`). `load`/`store` (and the tuning-pick
+    pair) never raise for the compile: a refused folder is a miss with one CacheTrustWarning.
+    `entries`/`clear`/`prune` raise CacheRefusedError instead, having changed nothing."""
+
     def __init__(self, directory: str | os.PathLike | None = None) -> None:
         self.dir = Path(directory) if directory is not None else cache_dir()
 
-    def _paths(self, key: str) -> tuple[Path, Path]:
-        return self.dir / f"{key}.ptx", self.dir / f"{key}.json"
+    @property
+    def folder(self) -> Path:
+        """The cache's own folder inside `dir`, where every entry is."""
+        return self.dir / FOLDER
 
     def load(self, key: str) -> CacheEntry | None:
-        """The entry for `key`, or None when absent, unreadable, damaged or not a regular file."""
-        ptx_path, json_path = self._paths(key)
-        meta = _verified_body(read_regular(json_path))
-        if meta is None or meta.get("format") != FORMAT or meta.get("key") != key:
-            return None
-        ptx = read_regular(ptx_path)
-        if ptx is None or meta.get("ptx_sha256") != hashlib.sha256(ptx).hexdigest():
-            return None
-        try:
-            return CacheEntry(ptx.decode("utf-8"), str(meta["name"]), str(meta["contract"]),
-                              dict(meta["metadata"]))
-        except (KeyError, TypeError, ValueError):
-            return None
+        """The entry for `key`, or None when absent, refused, not sealed by this cache, or damaged."""
+        body = self._read(key, "kernel")
+        return None if body is None else _kernel_entry(body, key)
 
     def store(self, key: str, entry: CacheEntry) -> None:
-        """Write the entry atomically; a failure to write (read-only dir, full disk) is not an error
-        for the compile — the next compile simply misses again."""
-        ptx_path, json_path = self._paths(key)
-        ptx = entry.ptx.encode("utf-8")
-        body = json.dumps({"format": FORMAT, "key": key, "name": entry.name, "contract": entry.contract_json,
-                           "metadata": entry.metadata, "ptx_sha256": hashlib.sha256(ptx).hexdigest()},
-                          sort_keys=True).encode("utf-8")
+        """Write the entry atomically; a failure to write (refused or read-only folder, full disk) is
+        not an error for the compile — the next compile simply misses again."""
+        meta = json.dumps({"format": FORMAT, "key": key, "name": entry.name, "contract": entry.contract_json,
+                           "metadata": entry.metadata}, sort_keys=True)     # ASCII, one line
+        self._write(key, "kernel", meta.encode("ascii") + b"\n" + entry.ptx.encode("utf-8"))
+
+    def load_pick(self, key: str) -> dict | None:
+        """A tile.autotune pick stored under `key` (dsl/tile/autotune.py), as `load` reads entries."""
+        body = self._read(key, "pick")
+        data = parse_json(body) if body is not None else None
+        return data if isinstance(data, dict) and data.get("key") == key else None
+
+    def store_pick(self, key: str, data: dict) -> None:
+        """Store a pick (a JSON object; its "key" is set to `key`) as `store` stores entries."""
+        self._write(key, "pick", json.dumps({**data, "key": key}, sort_keys=True).encode("ascii"))
+
+    def _open(self, create: bool) -> Folder | None:
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            atomic_write(ptx_path, ptx)
-            atomic_write(json_path, _ENTRY_HEAD + hashlib.sha256(body).hexdigest().encode() + _ENTRY_MID
-                          + body + _ENTRY_TAIL)
+            return open_folder(self.dir, create)
+        except CacheRefusedError as exc:
+            _warn_refused(exc)
+        except OSError:
+            pass
+        return None
+
+    def _read(self, key: str, kind: str) -> bytes | None:
+        folder = self._open(create=False) if valid_key(key) else None
+        if folder is None:
+            return None
+        name = entry_name(key, kind)
+        return folder.unseal(kind, name, read_regular(folder.path / name))
+
+    def _write(self, key: str, kind: str, body: bytes) -> None:
+        if not valid_key(key):
+            raise ValueError(f"DiskCache: key must be 1 to 128 ASCII letters, digits, '-' or '_', got {key!r}")
+        folder = self._open(create=True)
+        if folder is None:
+            return
+        name = entry_name(key, kind)
+        try:
+            atomic_write(folder.path / name, folder.seal(kind, name, body))
         except OSError:
             pass
 
-    def clear(self) -> int:
-        n = 0
-        for p in list(self.dir.glob("*.ptx")) + list(self.dir.glob("*.json")):
-            try:
-                p.unlink()
-                n += 1
-            except OSError:
-                pass
-        return n
+    # -- inspection and pruning (`python -m dsl cache list|clear|prune`) -------------------------
+    def scan(self) -> tuple[list[dict], int] | None:
+        """(the entries this cache wrote, newest first; how many other files its folder holds), or
+        None when there is no cache folder. Each entry: key, kind ("kernel", or "tuning pick"), kernel
+        name, arch, bytes, mtime (seconds), file. Raises CacheRefusedError for a refused folder."""
+        folder = open_folder(self.dir)
+        if folder is None:
+            return None
+        with os.scandir(folder.path) as it:
+            names = [e.name for e in it if e.name not in (MARKER, KEY_FILE) and not is_writer_tmp(e.name)]
+        entries = [e for e in (_verified(folder, n) for n in names) if e is not None]
+        return sorted(entries, key=lambda e: -e["mtime"]), len(names) - len(entries)
 
-    # -- inspection and pruning (`python -m dsl cache list|prune`) -------------------------------
     def entries(self) -> list[dict]:
-        """Every entry on disk, newest first: key, kind ("kernel", or "tuning pick" for tile.autotune's
-        tune-<key>.json), kernel name, arch, bytes, mtime (seconds). An entry whose JSON is missing or
-        unreadable is listed with name None."""
-        by_key: dict[str, list[Path]] = {}
-        for p in list(self.dir.glob("*.ptx")) + list(self.dir.glob("*.json")):
-            by_key.setdefault(p.stem, []).append(p)
-        out = []
-        for key, files in by_key.items():
-            try:
-                stats = [f.stat() for f in files]
-            except OSError:
-                continue
-            if not stats:
-                continue
-            if key.startswith(TUNE_PREFIX):          # a tile.autotune pick (dsl/tile/autotune.py)
-                name, arch, kind = _tuned_kernel(self.dir / f"{key}.json"), None, "tuning pick"
-            else:
-                meta = _verified_body(read_regular(self.dir / f"{key}.json")) or {}
-                md = meta.get("metadata")
-                name, arch, kind = meta.get("name"), md.get("arch") if isinstance(md, dict) else None, "kernel"
-            out.append({"key": key, "kind": kind, "name": name, "arch": arch,
-                        "bytes": sum(st.st_size for st in stats), "mtime": max(st.st_mtime for st in stats)})
-        return sorted(out, key=lambda e: -e["mtime"])
+        """The entries this cache wrote, newest first (see `scan`); [] when there is no cache yet."""
+        found = self.scan()
+        return found[0] if found is not None else []
+
+    def clear(self) -> int:
+        """Remove every entry this cache wrote (and what killed writers left); returns how many
+        entries. Files that do not verify as its entries stay. A directory that holds no cache folder
+        of ours, or one that may not be trusted, is refused (CacheRefusedError) and nothing is deleted."""
+        if not os.path.lexists(self.dir):
+            return 0
+        return self._remove(self._owned_entries())
 
     def prune(self, max_bytes: int | None = None, max_age_s: float | None = None) -> int:
-        """Remove entries older than `max_age_s`, then the oldest until the rest fit in `max_bytes`.
-        Returns the number of entries removed."""
+        """Remove entries older than `max_age_s`, then the oldest until the rest fit in `max_bytes`,
+        and writers' temporary files older than STALE_TMP_SECONDS. Returns the number of entries
+        removed. Refuses what `clear` refuses."""
+        if not os.path.lexists(self.dir):
+            return 0
         import time
-        now, kept, removed = time.time(), 0, 0
-        for e in self.entries():                      # newest first
+        now, kept, doomed = time.time(), 0, []
+        for e in self._owned_entries():                 # newest first
             old = max_age_s is not None and now - e["mtime"] > max_age_s
             big = max_bytes is not None and kept + e["bytes"] > max_bytes
-            if not (old or big):
+            if old or big:
+                doomed.append(e)
+            else:
                 kept += e["bytes"]
-                continue
-            for suffix in (".json", ".ptx"):          # JSON first: a reader then sees a miss, not half
-                try:
-                    (self.dir / f"{e['key']}{suffix}").unlink()
-                except OSError:
-                    pass
-            removed += 1
+        return self._remove(doomed)
+
+    def _owned_entries(self) -> list[dict]:
+        found = self.scan()
+        if found is None:
+            raise refusal(self.dir)
+        return found[0]
+
+    def _remove(self, entries: list[dict]) -> int:
+        removed = 0
+        for e in entries:
+            try:
+                (self.folder / e["file"]).unlink()
+                removed += 1
+            except OSError:
+                pass
+        remove_stale(self.folder)
+        remove_stale(self.dir)          # a cache folder whose publishing was killed
         return removed
 
 
-TUNE_PREFIX = "tune-"     # tile.autotune's picks share the directory: tune-<key>.json
-
-
-def _tuned_kernel(path: Path) -> str | None:
-    """The kernel a tuning pick is for, or None when the file is not a readable pick."""
-    raw = read_regular(path)
+def _verified(folder: Folder, name: str) -> dict | None:
+    """The listing of entry file `name` when it was sealed by this cache and parses as an entry of
+    its kind for its key, else None (such a file is not one of the cache's entries: never deleted)."""
+    parts = split_entry_name(name)
+    if parts is None:
+        return None
+    key, kind = parts
+    path = folder.path / name
     try:
-        data = json.loads(raw) if raw is not None else None
-    except ValueError:
-        return None
-    name = data.get("kernel") if isinstance(data, dict) else None
-    return name if isinstance(name, str) else None
-
-
-_ENTRY_HEAD, _ENTRY_MID, _ENTRY_TAIL = b'{"entry_sha256": "', b'", "entry": ', b"}"
-
-
-def _verified_body(raw: bytes | None) -> dict | None:
-    """The entry's BODY as a dict when its sha256 matches the bytes stored, else None."""
-    if raw is None or not raw.startswith(_ENTRY_HEAD) or not raw.endswith(_ENTRY_TAIL):
-        return None
-    digest = raw[len(_ENTRY_HEAD): len(_ENTRY_HEAD) + 64]
-    rest = raw[len(_ENTRY_HEAD) + 64:]
-    if not rest.startswith(_ENTRY_MID):
-        return None
-    body = rest[len(_ENTRY_MID): -len(_ENTRY_TAIL)]
-    if hashlib.sha256(body).hexdigest().encode() != digest:
-        return None
-    try:
-        meta = json.loads(body)
-    except ValueError:            # JSONDecodeError, UnicodeDecodeError
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
-def read_regular(path: Path) -> bytes | None:
-    """The bytes of `path` when it is a regular file, else None — without blocking: a FIFO is opened
-    non-blocking and refused by fstat before any read, a device or directory likewise. Every file of
-    the cache directory is read this way (a planted FIFO is a miss, never a hang)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        st = os.lstat(path)
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    body = folder.unseal(kind, name, read_regular(path))
+    if body is None:
+        return None
+    if kind == "kernel":
+        entry = _kernel_entry(body, key)
+        if entry is None:
             return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so a reader sees the old file or the new one, never half (a temporary in
-    the same directory, then os.replace). Every file of the cache directory is written this way."""
-    import tempfile
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        what, arch, kname = "kernel", entry.metadata.get("arch"), entry.name
+    else:
+        data = parse_json(body)
+        if not isinstance(data, dict) or data.get("key") != key:
+            return None
+        what, arch, kname = "tuning pick", None, data.get("kernel")
+    return {"key": key, "kind": what, "name": kname if isinstance(kname, str) else None,
+            "arch": arch if isinstance(arch, str) else None, "bytes": st.st_size, "mtime": st.st_mtime,
+            "file": name}

@@ -103,10 +103,10 @@ def _gpu_ptx(cc: int, api_version: int, archs: dict[str, dict]) -> dict[str, Any
 
 
 def cache_section() -> Section:
-    from dsl.cache_cli import cache_info, describe, network_warning
+    from dsl.cache_cli import cache_info, describe, network_warning, trust_warning
     info = cache_info()
-    warning = network_warning(info)
-    return Section("cache", info, describe(info), warnings=[warning] if warning else [])
+    warnings = [w for w in (trust_warning(info), network_warning(info)) if w]
+    return Section("cache", info, describe(info), warnings=warnings)
 
 
 def full_sections() -> list[Section]:

@@ -102,5 +102,4 @@ def get_source(pyfunc: Callable) -> Source:
     src = Source(file, fdefs[0], first - 1, indent)  # type: ignore[arg-type]
     if isinstance(fdefs[0], ast.AsyncFunctionDef):
         src.error(fdefs[0], "async functions cannot be kernels", "use a plain `def`")
-    _CACHE[pyfunc] = src
-    return src
+    return _CACHE.setdefault(pyfunc, src)     # atomic: the first parse wins, every thread gets one tree

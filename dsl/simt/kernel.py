@@ -11,6 +11,7 @@ import functools
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from dsl.observe import specialised
+from dsl.once import fill_once, new_lock
 from dsl.options import KernelOptions, OptionError, check_export, check_symbol_names, simt_options
 from bridge.kernel import launch_options
 from dsl.runmode import _ENV_DATA, _SIM_KEY, simulating
@@ -34,9 +35,11 @@ class SimtKernel:
         self.pyfunc = pyfunc
         self.options = options
         self._anns: list | None = None
-        # documented caches: per-signature IR / compiled code, and the native dispatcher
+        # documented caches: per-signature IR / compiled code, and the native dispatcher; filled once
+        # per key whichever threads ask (dsl/once.py)
         self._ir: dict[tuple, Any] = {}
         self._compiled: dict[tuple, Any] = {}
+        self._fill_lock = new_lock()
         self._dispatcher: Any = None
         self._fast: Any = None            # the dispatcher's fastcall (`k(*args)` without keywords)
         self._sim_launchers: dict[int, tuple[Any, Any]] = {}   # id(IR function) -> (function, validator)
@@ -58,11 +61,11 @@ class SimtKernel:
     def build(self, *args: Any) -> Any:
         """The typed IR Function for these arguments (cached per signature)."""
         sig = tuple(self.signature(*args))
-        fn = self._ir.get(sig)
-        if fn is None:
+
+        def make() -> Any:
             from dsl.frontend import build_ir
-            fn = self._ir[sig] = build_ir(self.pyfunc, list(sig), self.options)
-        return fn
+            return build_ir(self.pyfunc, list(sig), self.options)
+        return fill_once(self._ir, sig, self._fill_lock, make)
 
     def ir(self, *args: Any) -> str:
         """The typed IR for these arguments as text (returned, not printed; like `ptx()`)."""
@@ -72,12 +75,11 @@ class SimtKernel:
     def compile(self, *args: Any, arch: str = "sm_90") -> Any:
         """The CompiledKernel (PTX, name, contract JSON) for these arguments and `arch`."""
         sig = tuple(self.signature(*args))
-        key = (sig, arch)
-        ck = self._compiled.get(key)
-        if ck is None:
+
+        def make() -> Any:
             from dsl.compiler import compile_kernel
-            ck = self._compiled[key] = compile_kernel(self.pyfunc, list(sig), self.options, arch)
-        return ck
+            return compile_kernel(self.pyfunc, list(sig), self.options, arch)
+        return fill_once(self._compiled, (sig, arch), self._fill_lock, make)
 
     def ptx(self, *args: Any, arch: str = "sm_90") -> str:
         return self.compile(*args, arch=arch).ptx

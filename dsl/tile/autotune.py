@@ -30,8 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dsl.cache import (TUNE_PREFIX, atomic_write, cache_dir, cache_enabled, read_regular, source_fingerprint,
-                       toolchain_fingerprint)
+from dsl.cache import DiskCache, cache_enabled, source_fingerprint, toolchain_fingerprint
 from dsl.options import env_switch
 
 FLUSH_BYTES = 256 * 2**20           # written before every timed launch: evicts the inputs from L2
@@ -243,35 +242,21 @@ class Tuned:
         return time_one
 
     # ------------------------------------------------------------------------------ disk
-    def _path(self, key: str):
-        return cache_dir() / f"{TUNE_PREFIX}{key}.json"
-
+    # Picks are disk-cache entries (`<key>.pick`), sealed and checked by the one DiskCache code: a pick
+    # this cache did not write, or one for another candidate list, is a miss and the kernel is re-tuned.
     def _load(self, key: str) -> Config | None:
-        if not cache_enabled():
+        data = DiskCache().load_pick(key) if cache_enabled() else None
+        if data is None or data.get("key") != key or data.get("configs") != [c.text() for c in self.configs]:
             return None
-        raw = read_regular(self._path(key))
-        if raw is None:
-            return None
-        try:
-            data = json.loads(raw)
-            i = int(data["pick"])
-            if data.get("key") != key or data.get("configs") != [c.text() for c in self.configs]:
-                return None
-            return self.configs[i] if 0 <= i < len(self.configs) else None
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        i = data.get("pick")
+        return self.configs[i] if type(i) is int and 0 <= i < len(self.configs) else None
 
     def _store(self, key: str, best: int, times: dict[int, float]) -> None:
         if not cache_enabled():
-            return
-        path = self._path(key)
-        data = {"key": key, "kernel": self.kernel.name, "pick": best, "configs": [c.text() for c in self.configs],
-                "ms": {str(i): round(t, 6) for i, t in times.items()}}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, json.dumps(data).encode())
-        except OSError:
-            pass                              # a read-only cache only costs re-tuning later
+            return                            # a refused or read-only cache only costs re-tuning later
+        DiskCache().store_pick(key, {"key": key, "kernel": self.kernel.name, "pick": best,
+                                     "configs": [c.text() for c in self.configs],
+                                     "ms": {str(i): round(t, 6) for i, t in times.items()}})
 
 
 class _Refused(Exception):

@@ -20,6 +20,7 @@ from bridge.errors import ArgumentCountError, ArgumentKindError, DTypeError, Ndi
 from dsl.annotations import ParamAnnotation, parse_annotations
 from dsl.ir.types import ScalarType
 from dsl.observe import specialised
+from dsl.once import fill_once, new_lock
 from dsl.runmode import _ENV_DATA, _SIM_KEY, simulating
 from dsl.tile.api import _Annot
 from dsl.tile.types import (ArrayParamType, ConstParamType, PartitionParamType, ScalarParamType,
@@ -86,10 +87,12 @@ class TileKernel:
         self.lineinfo = lineinfo          # PTX line tables (docs/dsl.md, "Line info")
         self.specs: list[ParamAnnotation] = parse_annotations(pyfunc, "tile", "kernel")
         # documented caches: tile IR per signature, compiled kernels per (signature, facts, arch),
-        # host-memory validators per signature, and the native dispatcher
+        # host-memory validators per signature, and the native dispatcher; filled once per key
+        # whichever threads ask (dsl/once.py)
         self._ir_cache: dict[tuple, Any] = {}
         self._gpu_cache: dict[tuple, Any] = {}
         self._sim_validators: dict[tuple, Any] = {}
+        self._fill_lock = new_lock()
         self._dispatcher: Any = None
         self._fast: Any = None            # the dispatcher's fastcall (`k(*args)` without keywords)
         self.__doc__ = pyfunc.__doc__
@@ -148,6 +151,9 @@ class TileKernel:
             raise NdimError(f"{where}: expected a {spec.ndim}-d array, got shape {tuple(view.shape)}",
                             **info)
         if spec.kind == "partition":
+            if view.ndim == 0:     # as the annotation's ndim: a partition has tiles along an axis
+                raise NdimError(f"{where}: a partition needs at least one axis, got a 0-d array; "
+                                f"partition a (1,) array instead", **info)
             return PartitionParamType(dt, view.ndim, arg.tile_shape)  # type: ignore[union-attr]
         return ArrayParamType(dt, view.ndim)
 
@@ -172,11 +178,10 @@ class TileKernel:
         return self._ir_for(self.signature(args))
 
     def _ir_for(self, sig: tuple) -> Any:
-        fn = self._ir_cache.get(sig)
-        if fn is None:
+        def make() -> Any:
             from dsl.tile.frontend import TileFrontend
-            fn = self._ir_cache[sig] = TileFrontend(self.pyfunc, list(sig), self.name).build()
-        return fn
+            return TileFrontend(self.pyfunc, list(sig), self.name).build()
+        return fill_once(self._ir_cache, sig, self._fill_lock, make)
 
     def ir(self, *args, arch: str = "sm_90") -> str:
         """The typed IR this specialisation compiles to (the tile program lowered onto threads for
@@ -232,15 +237,15 @@ class TileKernel:
         """A driver-less native Launcher over this specialisation's contract (cached per signature)."""
         facts = self.facts(args)
         key = (sig, tuple(sorted((k, tuple(sorted(v.items()))) for k, v in facts.items())))
-        hit = self._sim_validators.get(key)
-        if hit is None:
+
+        def make() -> Any:
             import json
             from dsl.sim.validator import host_launcher
             from dsl.tile.compile import validator_contract
             from dsl.tile.lower import pick_threads
             contract = validator_contract(fn, pick_threads(fn, self.num_warps), facts, self.persistent)
-            hit = self._sim_validators[key] = host_launcher(json.dumps(contract), fn.name)
-        return hit
+            return host_launcher(json.dumps(contract), fn.name)
+        return fill_once(self._sim_validators, key, self._fill_lock, make)
 
     def simulate_lowered(self, *args, num_warps: int | None = None, blocks: int | None = None,
                          tensor_cores: bool = False, arch: str = "sm_89") -> None:
@@ -296,10 +301,7 @@ class TileKernel:
         facts = self.facts(args)
         key = (sig, tuple(sorted((k, tuple(sorted(v.items()))) for k, v in facts.items())), arch,
                switches_key())
-        ck = self._gpu_cache.get(key)
-        if ck is None:
-            ck = self._gpu_cache[key] = compile_cached(self, sig, facts, arch)
-        return ck
+        return fill_once(self._gpu_cache, key, self._fill_lock, lambda: compile_cached(self, sig, facts, arch))
 
     def inspect(self, *args, arch: str = "sm_90") -> KernelInfo:
         """Registers, spills and shared memory (`ptxas -v`), the contract, and SASS when available:

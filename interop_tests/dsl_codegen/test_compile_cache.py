@@ -1,5 +1,6 @@
 """The disk cache: miss then hit, keys that change with everything the PTX depends on, corrupt or
-truncated entries ignored and rebuilt, atomic plain-text entries (no pickle), KB_CACHE=0."""
+truncated entries ignored and rebuilt, atomic plain-text entries (no pickle) in the cache's own folder,
+KB_CACHE=0."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from dsl.cache import CacheEntry, DiskCache, cache_key, source_fingerprint
+from dsl.cache_folder import FOLDER, KEY_FILE, MARKER
 from dsl.compiler import compile_kernel
 from dsl.ir.types import F32, F64, ArrayType
 from dsl.options import KernelOptions
@@ -67,11 +69,12 @@ def test_miss_then_hit_returns_identical_ptx_and_contract(tmp_path, disk):
     assert first.metadata["cache"] == "miss" and second.metadata["cache"] == "disk"
     assert second.ptx == first.ptx and second.contract_json == first.contract_json
     assert second.name == first.name == "addone" and second.ir is None and first.ir is not None
-    files = sorted(p.suffix for p in disk.dir.iterdir())
-    assert files == [".json", ".ptx"]                      # plain text pair, nothing else
-    stored = json.loads(next(disk.dir.glob("*.json")).read_text())     # still plain JSON
-    assert sorted(stored) == ["entry", "entry_sha256"]
-    meta = stored["entry"]
+    assert [p.name for p in disk.dir.iterdir()] == [FOLDER]          # one folder of ours, nothing else
+    key = first.metadata["key"]
+    assert sorted(p.name for p in disk.folder.iterdir()) == sorted([MARKER, KEY_FILE, f"{key}.kernel"])
+    head, meta, ptx = (disk.folder / f"{key}.kernel").read_text().split("\n", 2)   # plain text
+    assert head.startswith("kbcache3 kernel ") and ptx == first.ptx
+    meta = json.loads(meta)
     assert meta["name"] == "addone" and json.loads(meta["contract"])["kernel"] == "addone"
 
 
@@ -124,25 +127,23 @@ def test_key_covers_closure_and_large_array_constants():
     assert source_fingerprint(make(t1, 2.0)) == source_fingerprint(make(t1.copy(), 2.0))
 
 
-@pytest.mark.parametrize("damage", ["truncate_ptx", "truncate_json", "garbage_json", "delete_ptx",
-                                    "wrong_key"])
+@pytest.mark.parametrize("damage", ["truncate_ptx", "truncate_meta", "garbage", "delete", "wrong_key"])
 def test_corrupt_entry_is_ignored_and_rebuilt(tmp_path, disk, damage):
     k = import_kernel(write_module(tmp_path, f"c_{damage}"))
     good = compile_kernel(k.pyfunc, sig(), k.options, "sm_90")
-    ptx_file = next(disk.dir.glob("*.ptx"))
-    json_file = next(disk.dir.glob("*.json"))
+    entry = disk.folder / f"{good.metadata['key']}.kernel"
+    raw = entry.read_bytes()
     if damage == "truncate_ptx":
-        ptx_file.write_text(ptx_file.read_text()[: len(good.ptx) // 2])
-    elif damage == "truncate_json":
-        json_file.write_text(json_file.read_text()[:40])
-    elif damage == "garbage_json":
-        json_file.write_bytes(b"\x00\xff\xfe not json")
-    elif damage == "delete_ptx":
-        ptx_file.unlink()
-    else:   # an intact entry of another key, under this key's file names
-        disk.store("0" * 64, disk.load(json_file.stem))
-        os.replace(disk.dir / ("0" * 64 + ".json"), json_file)
-        os.replace(disk.dir / ("0" * 64 + ".ptx"), ptx_file)
+        entry.write_bytes(raw[: len(raw) - len(good.ptx) // 2])
+    elif damage == "truncate_meta":
+        entry.write_bytes(raw[:120])
+    elif damage == "garbage":
+        entry.write_bytes(b"\x00\xff\xfe not an entry")
+    elif damage == "delete":
+        entry.unlink()
+    else:   # an intact entry of another key, under this key's file name
+        disk.store("0" * 64, disk.load(good.metadata["key"]))
+        os.replace(disk.folder / ("0" * 64 + ".kernel"), entry)
     again = compile_kernel(k.pyfunc, sig(), k.options, "sm_90")
     assert again.metadata["cache"] == "miss"             # ignored, recompiled ...
     assert again.ptx == good.ptx
@@ -153,7 +154,8 @@ def test_corrupt_entry_is_ignored_and_rebuilt(tmp_path, disk, damage):
 def test_store_is_atomic_and_leaves_no_temp_files(tmp_path):
     d = DiskCache(tmp_path / "c")
     d.store("k" * 64, CacheEntry(".version 8.0\n", "x", "{}", {"a": 1}))
-    assert sorted(p.name for p in d.dir.iterdir()) == ["k" * 64 + ".json", "k" * 64 + ".ptx"]
+    assert [p.name for p in d.dir.iterdir()] == [FOLDER]
+    assert sorted(p.name for p in d.folder.iterdir()) == sorted([MARKER, KEY_FILE, "k" * 64 + ".kernel"])
     loaded = d.load("k" * 64)
     assert loaded.ptx == ".version 8.0\n" and loaded.metadata == {"a": 1}
     assert d.load("z" * 64) is None
@@ -168,6 +170,7 @@ def test_cache_disabled_by_env(tmp_path, disk, monkeypatch):
     assert not disk.dir.exists() or not any(disk.dir.iterdir())
 
 
+@pytest.mark.slow
 def test_fresh_process_hits_the_cache_without_loading_llvm(tmp_path, disk):
     path = write_module(tmp_path, "fresh")
     child = textwrap.dedent(f'''

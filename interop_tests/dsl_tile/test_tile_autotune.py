@@ -1,14 +1,17 @@
 """tile.autotune without a GPU: candidates checked at construction, pruned by the compiler before
 any timing, the fastest picked (an injected timer stands in for CUDA events), the pick kept in the
 disk cache for later processes, KB_AUTOTUNE=0 deterministic, and the simulator running the first
-configuration."""
+configuration. A pick on disk is a sealed cache entry: one the cache did not write is re-tuned."""
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
 import tile_kernels_lib as K
 
 from dsl import tile
+from dsl.cache import DiskCache
 
 CONFIGS = [tile.Config(tiles={"c": (64, 64)}, constants={"bk": 32}),
            tile.Config(tiles={"c": (128, 128)}, constants={"bk": 32}),
@@ -41,6 +44,11 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
+def picks(cache) -> list:
+    """The pick files of the cache under `cache` (sealed entries in its own folder)."""
+    return sorted(DiskCache(cache).folder.glob("*.pick"))
+
+
 def test_the_fastest_compiling_configuration_is_picked(cache):
     timer = FakeTimer({(64, 64): 2.0, (128, 128): 1.0})
     tuned = tile.Tuned(K.gemm, CONFIGS, reps=3, timer=timer)
@@ -50,7 +58,7 @@ def test_the_fastest_compiling_configuration_is_picked(cache):
     assert tuned.timing_runs == 6
     (why,) = tuned.pruned.values()
     assert list(why) == [CONFIGS[2].text()] and "does not compile" in why[CONFIGS[2].text()]
-    assert len(list(cache.glob("tune-*.json"))) == 1
+    assert len(picks(cache)) == 1
 
 
 def test_a_later_process_reuses_the_pick_without_timing(cache):
@@ -78,13 +86,13 @@ def test_autotune_off_takes_the_first_viable_configuration_and_stores_nothing(ca
     tuned = tile.Tuned(K.gemm, [CONFIGS[2], *CONFIGS[:2]], timer=timer)
     assert tuned.select(*gemm_args(), arch="sm_90") == CONFIGS[0]
     assert timer.calls == [] and tuned.timing_runs == 0
-    assert not list(cache.glob("tune-*.json"))
+    assert not picks(cache)
 
 
 def test_a_damaged_pick_on_disk_is_retuned(cache):
     tile.Tuned(K.gemm, CONFIGS[:2], timer=FakeTimer({(64, 64): 1.0, (128, 128): 2.0})).select(*gemm_args(),
                                                                                            arch="sm_90")
-    (path,) = cache.glob("tune-*.json")
+    (path,) = picks(cache)
     path.write_text("{not json")
     timer = FakeTimer({(64, 64): 5.0, (128, 128): 2.0})
     tuned = tile.Tuned(K.gemm, CONFIGS[:2], timer=timer)
@@ -96,12 +104,28 @@ def test_a_fifo_in_place_of_a_pick_is_a_miss_not_a_hang(cache):
     import os
     tile.Tuned(K.gemm, CONFIGS[:2], timer=FakeTimer({(64, 64): 1.0, (128, 128): 2.0})).select(*gemm_args(),
                                                                                            arch="sm_90")
-    (path,) = cache.glob("tune-*.json")
+    (path,) = picks(cache)
     path.unlink()
     os.mkfifo(path)                              # a reader that opened it blocking would wait forever
     timer = FakeTimer({(64, 64): 5.0, (128, 128): 2.0})
     tuned = tile.Tuned(K.gemm, CONFIGS[:2], timer=timer)
     assert tuned.select(*gemm_args(), arch="sm_90") == CONFIGS[1] and len(timer.calls) == 2
+
+
+def test_a_pick_this_cache_did_not_write_is_retuned(cache, tmp_path):
+    """A pick sealed by another cache (another key), naming the slow configuration, planted over the
+    real one: not trusted, so the kernel is timed again and the fastest one kept."""
+    args = gemm_args()
+    tuned = tile.Tuned(K.gemm, CONFIGS[:2], timer=FakeTimer({(64, 64): 5.0, (128, 128): 1.0}))
+    key = tuned.key(args, "sm_90")
+    assert tuned.select(*args, arch="sm_90") == CONFIGS[1]
+    forger = DiskCache(tmp_path / "forger")
+    forger.store_pick(key, {"kernel": "gemm", "pick": 0, "configs": [c.text() for c in CONFIGS[:2]]})
+    (path,) = picks(cache)
+    shutil.copyfile(forger.folder / path.name, path)
+    timer = FakeTimer({(64, 64): 5.0, (128, 128): 1.0})
+    later = tile.Tuned(K.gemm, CONFIGS[:2], timer=timer)
+    assert later.select(*args, arch="sm_90") == CONFIGS[1] and len(timer.calls) == 2
 
 
 def test_simulate_runs_the_first_configuration_against_numpy(cache):
@@ -150,6 +174,7 @@ OPTION_CONFIGS = [tile.Config(tiles={"c": (128, 128)}, constants={"bk": 32}),
                   tile.Config(tiles={"c": (128, 128)}, constants={"bk": 32}, persistent=True)]
 
 
+@pytest.mark.slow
 def test_configurations_may_differ_in_num_warps_and_persistence(cache):
     """Each option set runs on its own kernel object with those options; the pick is the fastest and
     its call runs on that object."""
@@ -166,6 +191,7 @@ def test_configurations_may_differ_in_num_warps_and_persistence(cache):
     assert "max_blocks_per_sm" in ck.contract_json
 
 
+@pytest.mark.slow
 def test_a_pick_with_options_is_reused_by_a_later_process_without_timing(cache):
     first = tile.Tuned(K.gemm, OPTION_CONFIGS)
     first._timer = OptionTimer(first, {(None, None): 3.0, (4, None): 1.0, (None, True): 2.0})

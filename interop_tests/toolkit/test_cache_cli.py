@@ -1,7 +1,8 @@
 """`python -m dsl cache info|list|clear|prune` over the DSL disk cache, and the test run's own cache.
 
 Entries are written with DiskCache.store (synthetic PTX) into a per-test KB_CACHE_DIR; their ages are
-set with os.utime, so pruning decisions are exact.
+set with os.utime, so pruning decisions are exact. (What the commands refuse and leave alone:
+interop_tests/dsl_codegen/test_cache_ownership.py.)
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from dsl.cache import CacheEntry, DiskCache, cache_dir
 from dsl.cache_cli import filesystem_of, network_warning, parse_age, parse_size
+from dsl.cache_folder import KEY_FILE, MARKER
 
 DAY = 86400.0
 
@@ -25,8 +27,7 @@ def _fill(directory: Path, ages_days: dict[str, float], ptx_bytes: int = 1000) -
     now = time.time()
     for key, age in ages_days.items():
         cache.store(key, CacheEntry("x" * ptx_bytes, f"kernel_{key}", "{}", {"arch": "sm_90"}))
-        for suffix in (".ptx", ".json"):
-            os.utime(directory / f"{key}{suffix}", (now - age * DAY, now - age * DAY))
+        os.utime(cache.folder / f"{key}.kernel", (now - age * DAY, now - age * DAY))
     return cache
 
 
@@ -43,6 +44,7 @@ def test_test_run_uses_a_temporary_cache_never_the_users(kb_test_cache_dir):
     assert home_cache not in kb_test_cache_dir.parents
 
 
+@pytest.mark.slow
 def test_info_and_list_report_entries_newest_first(tmp_path):
     _fill(tmp_path / "c", {"aaaa": 3.0, "bbbb": 1.0})
     info = json.loads(_cli("info", "--json", cache=tmp_path / "c").stdout)
@@ -63,13 +65,21 @@ def test_info_on_a_cache_not_created_yet(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
-def test_clear_removes_every_file(tmp_path):
-    _fill(tmp_path / "c", {"aaaa": 0.0, "bbbb": 0.0})
+def test_clear_removes_every_entry(tmp_path):
+    cache = _fill(tmp_path / "c", {"aaaa": 0.0, "bbbb": 0.0})
     proc = _cli("clear", cache=tmp_path / "c")
-    assert proc.stdout.strip() == f"removed 4 files from {tmp_path / 'c'}"
-    assert list((tmp_path / "c").iterdir()) == []
+    assert proc.stdout.strip() == f"removed 2 entries from {tmp_path / 'c'}"
+    assert sorted(p.name for p in cache.folder.iterdir()) == sorted([MARKER, KEY_FILE])   # the cache stays
 
 
+def test_clear_and_prune_of_a_cache_not_created_yet_change_nothing(tmp_path):
+    for command in (("clear",), ("prune",)):
+        proc = _cli(*command, cache=tmp_path / "never")
+        assert proc.returncode == 0 and proc.stdout.startswith(f"removed 0 entries from {tmp_path / 'never'}")
+    assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.slow
 def test_prune_older_than_keeps_recent_entries(tmp_path):
     cache = _fill(tmp_path / "c", {"old1": 40.0, "old2": 31.0, "new1": 2.0})
     proc = _cli("prune", cache=tmp_path / "c")                  # default: older than 30 days
@@ -86,6 +96,7 @@ def test_prune_max_size_keeps_the_newest_that_fit(tmp_path):
     assert [e["key"] for e in cache.entries()] == ["k1", "k2"]
 
 
+@pytest.mark.slow
 def test_bad_prune_arguments_are_usage_errors(tmp_path):
     proc = _cli("prune", "--max-size", "lots", cache=tmp_path / "c")
     assert proc.returncode == 2
@@ -118,23 +129,26 @@ def test_network_file_system_is_detected_and_warned_about(tmp_path):
     assert network_warning({"network_fs": False, "dir": "/c", "filesystem": "ext4"}) is None
 
 
-def test_unreadable_entry_is_listed_and_prunable(tmp_path):
+def test_a_file_that_is_not_a_sealed_entry_is_counted_apart_and_never_pruned(tmp_path):
     cache = _fill(tmp_path / "c", {"good": 1.0})
-    (tmp_path / "c" / "bad.json").write_text("{not json")
-    entries = {e["key"]: e for e in cache.entries()}
-    assert entries["bad"]["name"] is None and entries["good"]["name"] == "kernel_good"
-    assert cache.prune(max_age_s=-1) == 2 and cache.entries() == []
+    (cache.folder / "bad.kernel").write_text("{not an entry")
+    assert [e["key"] for e in cache.entries()] == ["good"]
+    info = json.loads(_cli("info", "--json", cache=tmp_path / "c").stdout)
+    assert info["entries"] == 1 and info["other_files"] == 1 and info["refused"] is None
+    text = _cli("info", cache=tmp_path / "c").stdout
+    assert f"  1 other file(s) in {cache.folder} are not entries this cache wrote: never read or deleted" in text
+    assert cache.prune(max_age_s=-1) == 1 and cache.entries() == []
+    assert (cache.folder / "bad.kernel").read_text() == "{not an entry"
 
 
+@pytest.mark.slow
 def test_tuning_picks_are_listed_as_such_with_their_kernel(tmp_path):
-    _fill(tmp_path / "c", {"aaaa": 2.0})
-    pick = {"key": "k1", "kernel": "gemm_bf16", "pick": 0, "configs": ["bm=128"], "ms": {"0": 1.0}}
-    (tmp_path / "c" / "tune-k1.json").write_text(json.dumps(pick))   # the file tile.autotune writes
-    (tmp_path / "c" / "tune-k2.json").write_text("{not json")
+    cache = _fill(tmp_path / "c", {"aaaa": 2.0})
+    pick = {"kernel": "gemm_bf16", "pick": 0, "configs": ["bm=128"], "ms": {"0": 1.0}}
+    cache.store_pick("k1", pick)                              # what tile.autotune stores
     listed = {e["key"]: e for e in json.loads(_cli("list", "--json", cache=tmp_path / "c").stdout)}
-    assert listed["tune-k1"]["kind"] == "tuning pick" and listed["tune-k1"]["name"] == "gemm_bf16"
-    assert listed["tune-k2"]["kind"] == "tuning pick" and listed["tune-k2"]["name"] is None
+    assert listed["k1"]["kind"] == "tuning pick" and listed["k1"]["name"] == "gemm_bf16"
     assert listed["aaaa"]["kind"] == "kernel" and listed["aaaa"]["name"] == "kernel_aaaa"
-    text = _cli("list", cache=tmp_path / "c").stdout
-    assert "gemm_bf16 (tuning pick)" in text and "(unreadable entry) (tuning pick)" in text
-    assert DiskCache(tmp_path / "c").prune(max_age_s=-1) == 3 and not list((tmp_path / "c").glob("tune-*"))
+    assert listed["k1"]["file"] == "k1.pick" and listed["aaaa"]["file"] == "aaaa.kernel"
+    assert "gemm_bf16 (tuning pick)" in _cli("list", cache=tmp_path / "c").stdout
+    assert cache.prune(max_age_s=-1) == 2 and cache.load_pick("k1") is None
