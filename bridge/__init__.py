@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bridge.errors import (
     AliasingError, AlignmentError, ArgumentCountError, ArgumentKindError, BlockSizeError, BlockSizeTypeError,
-    ComputeCapabilityError, ContractDefinitionError, CudaError, DeviceMismatchError, DTypeError,
+    ComputeCapabilityError, ConfigurationError, ContractDefinitionError, CudaError, DeviceMismatchError, DTypeError,
     GridSizeError, GridSizeTypeError, KernelFault, LaunchContractError, LayoutError, MissingContractError, NdimError,
     NoDeviceError, PeerAccessError, ReadOnlyError, ScalarRangeError, SharedMemoryError, ShapeRelationError,
 )
@@ -41,7 +41,7 @@ __all__ = [
     "ShapeRelationError", "LayoutError", "AlignmentError", "ReadOnlyError", "AliasingError",
     "DeviceMismatchError", "ScalarRangeError", "BlockSizeError", "BlockSizeTypeError", "GridSizeError",
     "GridSizeTypeError", "SharedMemoryError", "ComputeCapabilityError", "ContractDefinitionError",
-    "MissingContractError", "PeerAccessError", "CudaError", "NoDeviceError", "KernelFault",
+    "MissingContractError", "PeerAccessError", "CudaError", "NoDeviceError", "KernelFault", "ConfigurationError",
     # machine
     "gpu_available", "gpu_unavailable_reason", "Device", "current_device", "device_count",
     # arrays

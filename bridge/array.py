@@ -15,10 +15,15 @@ from typing import Any, Sequence
 import numpy as np
 
 from bridge import _driver, _native, dtypes, memory
+from bridge.settings import env_switch
 from bridge.stream import current_stream
 
 _HOST_TYPES = (1, 3)          # kDLCPU, kDLCUDAHost
 _CUDA = 2
+
+# KB_FAST_INTAKE (an on/off switch, bridge/settings.py), read once when bridge is imported, before any
+# intake: off keeps torch tensors and CuPy arrays on their attribute paths (cpp/native/intake_fast.cpp).
+_native.set_fast_intake_setting(env_switch("KB_FAST_INTAKE", True))
 
 
 def _c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:

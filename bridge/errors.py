@@ -99,6 +99,17 @@ class MissingContractError(LaunchContractError):
     """The kernel has no contract: only `bridge.unsafe_launch` may launch it."""
 
 
+class ConfigurationError(ValueError):
+    """A `KB_*` environment setting holds a value kernelbridge does not accept. Raised where the setting
+    is read (bridge/settings.py), before anything it governs is done; the message names the variable,
+    the value given and the values accepted (docs/configuration.md)."""
+
+    def __init__(self, message: str, *, variable: str = "", value: str | None = None) -> None:
+        super().__init__(message)
+        self.variable = variable
+        self.value = value
+
+
 class CudaError(RuntimeError):
     """A CUDA driver call failed; the message names the call and the driver's error name."""
 

@@ -9,7 +9,10 @@ text, NUL-terminated) and `__kb_checksum_<kernel>` (u64: FNV-1a 64 of that text)
 
 The bytes are untrusted: every parse path raises only ModuleFormatError (and its subclasses) for
 malformed data, decompression stops at the size an entry declares, and a contract is returned only
-when its checksum is present and matches (ContractIntegrityError otherwise, naming the kernel).
+when its checksum is present and matches (ContractIntegrityError otherwise, naming the kernel). Every
+parse is linear in its input and bounded: a contract longer than MAX_CONTRACT_BYTES is refused before
+its checksum, one nested deeper than MAX_CONTRACT_DEPTH before JSON parsing (never a RecursionError),
+and a PTX initialiser's end is looked for no further than such a contract can reach.
 
 Fatbin layout (little endian, as nvcc 11–13 write it):
   container header (16 bytes): u32 magic 0xBA55ED50, u16 version, u16 header size, u64 payload size
@@ -23,6 +26,7 @@ Fatbin layout (little endian, as nvcc 11–13 write it):
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 import struct
@@ -30,7 +34,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 __all__ = [
-    "CONTRACT_SYMBOL_PREFIX", "CHECKSUM_SYMBOL_PREFIX", "MAX_ENTRY_BYTES", "FatbinEntry",
+    "CONTRACT_SYMBOL_PREFIX", "CHECKSUM_SYMBOL_PREFIX", "MAX_ENTRY_BYTES", "MAX_CONTRACT_BYTES",
+    "MAX_CONTRACT_DEPTH", "FatbinEntry",
     "ModuleFormatError", "CompressedEntryError", "ContractIntegrityError", "contract_checksum",
     "ptx_contract_directives", "module_format", "fatbin_entries", "embedded_contracts", "elf_contracts",
     "ptx_contracts",
@@ -40,6 +45,8 @@ CONTRACT_SYMBOL_PREFIX = "__kb_contract_"
 CHECKSUM_SYMBOL_PREFIX = "__kb_checksum_"
 FATBIN_MAGIC = 0xBA55ED50
 MAX_ENTRY_BYTES = 1 << 31     # a compressed entry may not declare more (2 GiB: far above real entries)
+MAX_CONTRACT_BYTES = 1 << 20  # an embedded contract may not be longer (1 MiB: real ones have a few KB)
+MAX_CONTRACT_DEPTH = 64       # JSON nesting of a contract, as the C++ reader allows (detail/json.hpp)
 _LZ4_MAX_RATIO = 255          # an LZ4 block cannot expand more than ~255x (one length byte = 255 bytes)
 _ELF_MAGIC = b"\x7fELF"
 _KIND_NAMES = {1: "ptx", 2: "elf"}
@@ -286,6 +293,9 @@ def _verified(blobs: dict[str, bytes], sums: dict[str, int], where: str) -> dict
     out: dict[str, str] = {}
     for name in sorted(blobs):
         text = blobs[name].split(b"\0", 1)[0]
+        if len(text) > MAX_CONTRACT_BYTES:
+            raise ModuleFormatError(f"{name}: the contract in the {where} has {len(text)} bytes, more than the "
+                                    f"{MAX_CONTRACT_BYTES} a contract may have; the module is damaged or hostile")
         if name not in sums:
             raise ContractIntegrityError(
                 f"{name}: the contract in the {where} has no checksum ({CHECKSUM_SYMBOL_PREFIX}{name}): "
@@ -305,16 +315,37 @@ def _verified(blobs: dict[str, bytes], sums: dict[str, int], where: str) -> dict
 def _named_contract(text: bytes, name: str, where: str) -> str:
     """The checksum covers the JSON, not the symbol name: the JSON must name the kernel it is stored for
     (a damaged name shared by both symbols would otherwise move a contract onto another kernel)."""
+    depth = _json_depth(text)
+    if depth > MAX_CONTRACT_DEPTH:
+        raise ModuleFormatError(f"{name}: the contract in the {where} is nested {depth} levels deep, deeper than "
+                                f"the {MAX_CONTRACT_DEPTH} levels a contract may have")
     try:
         decoded = text.decode("utf-8")
         obj = json.loads(decoded)
-    except ValueError:    # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    except (ValueError, RecursionError):    # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ModuleFormatError(f"{name}: the contract in the {where} is not JSON text") from None
     kernel = obj.get("kernel") if isinstance(obj, dict) else None
     if kernel != name:
         raise ContractIntegrityError(f"{name}: the contract stored for kernel {name!r} in the {where} names "
                                      f"kernel {kernel!r}; the module is damaged: rebuild it", kernel=name)
     return decoded
+
+
+_JSON_ESCAPE = re.compile(rb"\\[\s\S]")         # a backslash and the character it escapes
+_JSON_STRING = re.compile(rb'"[^"]*"')            # a string, once its escapes are gone
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = [1 if b in b"[{" else -1 for b in range(256)]       # a bracket's change of depth
+
+
+def _json_depth(text: bytes) -> int:
+    """The deepest nesting of `[`/`{` in JSON `text`, outside strings, in linear time and without
+    recursion (json.loads recurses once per level: RecursionError past ~1000). Escapes go first, then
+    strings. An unterminated string counts its brackets too, and a backslash outside a string (which
+    json.loads stops at) hides only what follows it: never shallower than json.loads goes."""
+    brackets = _JSON_STRING.sub(b"", _JSON_ESCAPE.sub(b"", text)).translate(None, _NOT_BRACKETS)
+    if len(brackets) <= MAX_CONTRACT_DEPTH:
+        return len(brackets)          # a bound, enough to pass: the real depth is no deeper
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)))
 
 
 # ---- ELF ---------------------------------------------------------------------------------------
@@ -419,16 +450,28 @@ def _cstr(buf: bytes, strtab: dict[str, int], off: int, where: str) -> str:
 
 # ---- PTX ---------------------------------------------------------------------------------------
 _PTX_GLOBAL = r"\.global\s+(?:\.align\s+\d+\s+)?"
-_PTX_CONTRACT = re.compile(
+_PTX_CONTRACT_HEAD = re.compile(     # up to the initialiser's opening `{` or `"`
     _PTX_GLOBAL + r"\.[bsu]8\s+" + CONTRACT_SYMBOL_PREFIX
-    + r"([A-Za-z_$][\w$]*)\s*\[\s*\d*\s*\]\s*=\s*\{([^}]*)\}", re.ASCII)
-_PTX_STRING = re.compile(
-    _PTX_GLOBAL + r"\.[bsu]8\s+" + CONTRACT_SYMBOL_PREFIX
-    + r"([A-Za-z_$][\w$]*)\s*\[\s*\d*\s*\]\s*=\s*\"((?:[^\"\\]|\\.)*)\"", re.ASCII | re.DOTALL)
+    + r"([A-Za-z_$][\w$]*)\s*\[\s*\d*\s*\]\s*=\s*([{\"])", re.ASCII)
 _PTX_CHECKSUM = re.compile(
     _PTX_GLOBAL + r"\.[bsu]64\s+" + CHECKSUM_SYMBOL_PREFIX
     + r"([A-Za-z_$][\w$]*)\s*=\s*(-?(?:0[xX][0-9A-Fa-f]+|\d+))U?\s*;", re.ASCII)
-_PTX_ESCAPES = {"n": 10, "t": 9, "r": 13, "0": 0, "\\": 92, '"': 34, "'": 39}
+_PTX_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|[\s\S]?)")   # splits a literal: text, escape, text, ...
+
+
+def _escape_table() -> dict[str, str]:
+    """Escape body (after the backslash) -> the one byte it stands for (as a latin-1 character)."""
+    table = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'"}
+    for v in range(256):
+        for form in ("x%x", "x%02x", "x%X", "x%02X"):
+            table[form % v] = chr(v)
+    for v in range(256):                       # \ooo: one to three octal digits, at most 0o377
+        for form in ("%o", "%02o", "%03o"):
+            table[form % v] = chr(v)
+    return table
+
+
+_PTX_UNESCAPED = _escape_table()
 
 
 def ptx_contracts(ptx: str | bytes) -> dict[str, str]:
@@ -451,10 +494,17 @@ def _ptx_contracts(text: str, where: str) -> dict[str, str]:
         if table.setdefault(name, value) != value:
             raise ModuleFormatError(f"{symbol}{name}: declared twice with different values in the {where}")
 
-    for m in _PTX_CONTRACT.finditer(text):
-        put(blobs, m.group(1), _ptx_bytes(m.group(2), m.group(1), where), CONTRACT_SYMBOL_PREFIX)
-    for m in _PTX_STRING.finditer(text):  # string-literal initialisers (some PTX producers)
-        put(blobs, m.group(1), _ptx_unescape(m.group(2), m.group(1), where), CONTRACT_SYMBOL_PREFIX)
+    pos = 0
+    while (m := _PTX_CONTRACT_HEAD.search(text, pos)) is not None:
+        name, body = m.group(1), m.end()
+        if m.group(2) == "{":
+            end = _initialiser_end(text, body, "}", 8 * MAX_CONTRACT_BYTES, name, where)
+            blob = _ptx_bytes(text[body:end], name, where)
+        else:                             # a string literal (some PTX producers)
+            end = _initialiser_end(text, body, '"', MAX_CONTRACT_BYTES, name, where)
+            blob = _ptx_unescape(text[body:end], name, where)
+        put(blobs, name, blob, CONTRACT_SYMBOL_PREFIX)
+        pos = end + 1
     for m in _PTX_CHECKSUM.finditer(text):
         value = int(m.group(2), 0)
         if not -(1 << 63) <= value <= _U64:
@@ -463,7 +513,29 @@ def _ptx_contracts(text: str, where: str) -> dict[str, str]:
     return _verified(blobs, sums, where)
 
 
+def _initialiser_end(text: str, start: int, closer: str, most: int, name: str, where: str) -> int:
+    """Index of the `closer` (`}`, or a `"` after an even run of backslashes) ending the initialiser whose
+    body starts at `start`, looked for only `most` characters far: each character is looked at once
+    or twice, and the text past a too long initialiser never (no regex: the `re` engine keeps a
+    backtracking frame per repetition of a group, hundreds of MB for a literal of megabytes)."""
+    stop = min(len(text), start + most + 1)
+    pos = start
+    while (end := text.find(closer, pos, stop)) >= 0:
+        run = end
+        while closer == '"' and run > start and text[run - 1] == "\\":
+            run -= 1
+        if (end - run) % 2 == 0:
+            return end
+        pos = end + 1                     # an escaped quote: part of the literal
+    what = "string initialiser" if closer == '"' else "initialiser"
+    if stop < len(text):
+        raise ModuleFormatError(f"{CONTRACT_SYMBOL_PREFIX}{name}: the {where}'s {what} is longer than the {most} "
+                                f"characters a contract of at most {MAX_CONTRACT_BYTES} bytes may take")
+    raise ModuleFormatError(f"{CONTRACT_SYMBOL_PREFIX}{name}: the {where}'s {what} has no closing {closer!r}")
+
+
 def _ptx_bytes(init: str, name: str, where: str) -> bytes:
+    """The bytes of a `{1, 2, ...}` initialiser."""
     out = bytearray()
     for tok in init.split(","):
         tok = tok.strip()
@@ -481,30 +553,18 @@ def _ptx_bytes(init: str, name: str, where: str) -> bytes:
 
 
 def _ptx_unescape(literal: str, name: str, where: str) -> bytes:
-    """C-style escapes of a PTX string initialiser (\\n \\t \\r \\0 \\\\ \\" \\' \\xHH \\ooo)."""
-    out = bytearray()
-    i = 0
-    while i < len(literal):
-        c = literal[i]
-        i += 1
-        if c != "\\":
-            out.append(ord(c))
-            continue
-        e = literal[i: i + 1]
-        m = re.match(r"x[0-9A-Fa-f]{1,2}|[0-7]{1,3}", literal[i:])
-        if m:
-            tok = m.group(0)
-            value = int(tok[1:], 16) if tok[0] == "x" else int(tok, 8)
-            i += len(tok)
-        elif e in _PTX_ESCAPES:
-            value = _PTX_ESCAPES[e]
-            i += 1
-        else:
-            raise ModuleFormatError(f"{CONTRACT_SYMBOL_PREFIX}{name}: bad escape \\{e} in the {where}'s string")
-        if value > 255:
-            raise ModuleFormatError(f"{CONTRACT_SYMBOL_PREFIX}{name}: escape out of byte range in the {where}")
-        out.append(value)
-    return bytes(out)
+    """C-style escapes of a PTX string initialiser (\\n \\t \\r \\0 \\\\ \\" \\' \\xHH \\ooo), in linear time:
+    one split into text and escape bodies, one table lookup per escape. `literal` holds one character
+    per byte (latin-1) and at most MAX_CONTRACT_BYTES of them (_initialiser_end looks no further)."""
+    parts = _PTX_ESCAPE.split(literal)       # text, escape body, text, escape body, ..., text
+    bodies = parts[1::2]
+    chars = [_PTX_UNESCAPED.get(b) for b in bodies]
+    if None in chars:
+        bad = bodies[chars.index(None)]
+        what = "escape out of byte range" if re.fullmatch("[0-7]{3}", bad) else f"bad escape \\{bad}"
+        raise ModuleFormatError(f"{CONTRACT_SYMBOL_PREFIX}{name}: {what} in the {where}'s string")
+    parts[1::2] = chars
+    return "".join(parts).encode("latin-1")
 
 
 # ---- decompression -----------------------------------------------------------------------------

@@ -7,8 +7,11 @@ which runs this file as a script) all ask this module, so they can never disagre
 Search order for each item, first hit wins:
   1. its own override, `KB_<NAME>` (`KB_NVCC`, `KB_PTXAS`, `KB_CUOBJDUMP`, `KB_NVDISASM`,
      `KB_COMPUTE_SANITIZER`, `KB_LIBDEVICE`, `KB_CUDA_INCLUDE`): the file (the directory for
-     `KB_CUDA_INCLUDE`) itself. An override that names nothing is reported, never skipped silently;
-  2. `KB_CUDA_HOME`: a toolkit root chosen for kernelbridge only;
+     `KB_CUDA_INCLUDE`) itself. An override that names nothing usable (a missing path, a directory or a
+     device where a file belongs, a file larger than such a file can be) is reported as the item's
+     `problem`, with the variable as its `variable`, never skipped silently;
+  2. `KB_CUDA_HOME`: a toolkit root chosen for kernelbridge only (a value that is not a directory is
+     reported like a bad override);
   3. `$CUDA_HOME`, then `$CUDA_PATH`;
   4. `PATH` (tools; files are looked for in the toolkit of the nvcc/ptxas on PATH);
   5. NVIDIA's wheels (`nvidia-cuda-nvcc`, `nvidia-cuda-runtime`, ...) in `sys.path`, then whatever
@@ -27,6 +30,7 @@ import glob
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -37,6 +41,7 @@ __all__ = ["ITEMS", "OVERRIDES", "Found", "locate", "locate_all", "find_tool", "
 
 DEFAULT_ROOT = "/usr/local/cuda"
 NO_TOOLKIT = "none"          # KB_CUDA_HOME=none: use no installed toolkit
+MAX_LIBDEVICE_BYTES = 16 << 20   # libdevice.10.bc has ~0.5 MB: a larger "libdevice" is not read
 
 _GET_TOOLKIT = ("install the CUDA toolkit and put its bin/ on PATH, or set CUDA_HOME or KB_CUDA_HOME "
                 "to its root")
@@ -61,6 +66,7 @@ class _Spec:
     in_wheels: tuple[str, ...]       # relative to a sys.path / site-packages directory
     tool: bool = True                # an executable (searched on PATH) rather than a file
     result_is_parent: bool = False   # report the directory holding the file (cuda.h)
+    max_bytes: int = 0               # a file larger than this is not the item (0: no limit)
 
 
 def _bins(name: str, *extra_wheel_dirs: str) -> _Spec:
@@ -78,7 +84,8 @@ ITEMS: dict[str, _Spec] = {
                                ("nvidia/cu13/bin/compute-sanitizer",)),
     "libdevice": _Spec("KB_LIBDEVICE", ("nvvm/libdevice/libdevice.10.bc",),
                        ("nvidia/cu13/nvvm/libdevice/libdevice.10.bc",
-                        "nvidia/cuda_nvcc/nvvm/libdevice/libdevice.10.bc"), tool=False),
+                        "nvidia/cuda_nvcc/nvvm/libdevice/libdevice.10.bc"), tool=False,
+                       max_bytes=MAX_LIBDEVICE_BYTES),
     "cuda-include": _Spec("KB_CUDA_INCLUDE", ("include/cuda.h", "targets/*/include/cuda.h"),
                           ("nvidia/cu13/include/cuda.h", "nvidia/cuda_runtime/include/cuda.h"),
                           tool=False, result_is_parent=True),
@@ -92,13 +99,14 @@ OVERRIDES: dict[str, str] = {name: spec.override for name, spec in ITEMS.items()
 class Found:
     """Where one item is (`path`, None when missing), which step found it (`found_by`: an override
     variable, 'KB_CUDA_HOME', 'CUDA_HOME', 'CUDA_PATH', 'PATH', 'NVIDIA wheel', 'cuda-pathfinder (...)',
-    '/usr/local/cuda', or 'not found'), a `problem` worth telling (a bad override) and a `hint` on how
-    to get it."""
+    '/usr/local/cuda', or 'not found'), a `problem` worth telling (a bad override, named by
+    `variable`) and a `hint` on how to get it."""
     name: str
     path: str | None
     found_by: str
     problem: str = ""
     hint: str = ""
+    variable: str = ""       # the KB_* setting whose value is the problem ('' when none is)
 
     def __bool__(self) -> bool:
         return self.path is not None
@@ -123,19 +131,44 @@ def _exe(name: str) -> str:
     return name + ".exe" if os.name == "nt" and not name.endswith(".bc") else name
 
 
-def _ok(path: str, tool: bool) -> bool:
-    if tool:
-        return os.path.isfile(path) and os.access(path, os.X_OK)
-    return os.path.exists(path)
+def _unusable(path: str, spec: _Spec) -> str:
+    """Why `path` cannot be the item ('' when it can): a tool must be an executable file; any other
+    item a regular file (never a directory or a device such as /dev/zero, which never ends) no larger
+    than `spec.max_bytes`."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):     # missing, a dangling link, no permission, a name too long
+        return "does not exist" if not spec.tool else "is not an executable"
+    if spec.tool:
+        return "" if stat.S_ISREG(st.st_mode) and os.access(path, os.X_OK) else "is not an executable"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a directory, not a file"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if spec.max_bytes and st.st_size > spec.max_bytes:
+        return f"has {st.st_size} bytes, more than the {spec.max_bytes} such a file may have"
+    return ""
 
 
-def _in_dir(base: str, patterns: tuple[str, ...], tool: bool) -> str | None:
+def _ok(path: str, spec: _Spec) -> bool:
+    return not _unusable(path, spec)
+
+
+def _in_dir(base: str, patterns: tuple[str, ...], spec: _Spec) -> str | None:
     for pattern in patterns:
-        pattern = _exe(pattern) if tool else pattern
+        pattern = _exe(pattern) if spec.tool else pattern
         for hit in sorted(glob.glob(os.path.join(base, pattern))):
-            if _ok(hit, tool):
+            if _ok(hit, spec):
                 return hit
     return None
+
+
+def _cuda_home_problem() -> str:
+    """'' when KB_CUDA_HOME is unset, `none` or a directory; else what is wrong with it."""
+    home = os.environ.get("KB_CUDA_HOME", "").strip()
+    if not home or home.lower() == NO_TOOLKIT or os.path.isdir(home):
+        return ""
+    return f"KB_CUDA_HOME={home} is not a directory (expected a CUDA toolkit root, or '{NO_TOOLKIT}')"
 
 
 def _path_toolkit_root() -> str | None:
@@ -229,11 +262,15 @@ def locate(name: str) -> Found:
     override = os.environ.get(spec.override, "").strip()
     if override:
         probe = os.path.join(override, "cuda.h") if spec.result_is_parent else override
-        if _ok(probe, spec.tool):
+        why = _unusable(probe, spec)
+        if not why:
             return Found(name, override, spec.override)
-        what = "an executable" if spec.tool else ("a directory holding cuda.h" if spec.result_is_parent
-                                                   else "an existing file")
-        return Found(name, None, "not found", f"{spec.override}={override} is not {what}", hint)
+        if spec.result_is_parent:
+            why = "is not a directory holding cuda.h"
+        return Found(name, None, "not found", f"{spec.override}={override} {why}", hint, spec.override)
+    home_problem = _cuda_home_problem()
+    if home_problem:
+        return Found(name, None, "not found", home_problem, hint, "KB_CUDA_HOME")
     roots = toolkit_roots()
     for root, by in roots:
         if by == DEFAULT_ROOT:
@@ -241,7 +278,7 @@ def locate(name: str) -> Found:
         if by == "PATH" and spec.tool:
             hit = shutil.which(_exe(name))
         else:
-            hit = _in_dir(root, spec.in_root, spec.tool)
+            hit = _in_dir(root, spec.in_root, spec)
         if hit:
             return Found(name, finish(hit), by)
     if spec.tool and not system_toolkit_disabled() and not any(by == "PATH" for _, by in roots):
@@ -249,14 +286,15 @@ def locate(name: str) -> Found:
         if hit:
             return Found(name, hit, "PATH")
     for site_dir in _site_dirs():
-        hit = _in_dir(site_dir, spec.in_wheels, spec.tool)
+        hit = _in_dir(site_dir, spec.in_wheels, spec)
         if hit:
             return Found(name, finish(hit), "NVIDIA wheel")
     found = _pathfinder(name, spec)
-    if found and (not system_toolkit_disabled() or _under_site(found[0])):
+    if found and (not system_toolkit_disabled() or _under_site(found[0])) and \
+            (spec.result_is_parent or _ok(found[0], spec)):
         return Found(name, found[0], found[1])
     if not system_toolkit_disabled():
-        hit = _in_dir(DEFAULT_ROOT, spec.in_root, spec.tool)
+        hit = _in_dir(DEFAULT_ROOT, spec.in_root, spec)
         if hit:
             return Found(name, finish(hit), DEFAULT_ROOT)
     problem = "KB_CUDA_HOME=none: installed toolkits ignored" if system_toolkit_disabled() else ""

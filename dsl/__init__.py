@@ -3,14 +3,14 @@
 `from dsl import simt, f32` for SIMT kernels; scalar types double as casts inside kernels.
 """
 from bridge import __version__   # one version for the distribution (bridge/__init__.py)
-from bridge.errors import KernelFault
+from bridge.errors import ConfigurationError, KernelFault
 from dsl import simt
 from dsl.errors import DslCompileError
 from dsl.types import (TypeVar, bf16, boolean, f8e4m3fn, f8e5m2, f16, f32, f64, i8, i16, i32, i64, u8,
                        u16, u32, u64)
 # tile: `from dsl import tile` is added by the Tile DSL (dsl/tile/)
 
-__all__ = ["simt", "tile", "DslCompileError", "KernelFault", "TypeVar", "f16", "bf16", "f32", "f64", "i8",
+__all__ = ["simt", "tile", "DslCompileError", "KernelFault", "ConfigurationError", "TypeVar", "f16", "bf16", "f32", "f64", "i8",
            "i16", "i32", "i64", "u8", "u16", "u32", "u64", "boolean", "f8e4m3fn", "f8e5m2"]
 from dsl import tile  # noqa: E402,F401  (Tile DSL, dsl/tile/)
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bridge import __version__ as DSL_VERSION   # the one version source (pyproject reads it too)
+from bridge.settings import env_directory
 from dsl.cache_folder import (FOLDER, KEY_FILE, LAYOUT, MARKER, CacheRefusedError, Folder, atomic_write,
                               entry_name, is_writer_tmp, open_folder, read_regular, refusal, remove_stale,
                               split_entry_name, valid_key)
@@ -65,9 +66,9 @@ def cache_enabled() -> bool:
 
 
 def cache_dir() -> Path:
-    explicit = os.environ.get("KB_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
+    explicit = env_directory("KB_CACHE_DIR")     # a path that exists and is no directory: ConfigurationError
+    if explicit is not None:
+        return explicit
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "kernelbridge" / "dsl"
 

@@ -65,7 +65,7 @@ def cache_info(directory: Path | None = None) -> dict[str, Any]:
     fstype = filesystem_of(cache.dir)
     return {"dir": str(cache.dir), "folder": str(cache.folder), "enabled": cache_enabled(),
             "exists": found is not None, "refused": refused,
-            "from": "KB_CACHE_DIR" if os.environ.get("KB_CACHE_DIR") else "default",
+            "from": "KB_CACHE_DIR" if os.environ.get("KB_CACHE_DIR", "").strip() else "default",
             "entries": len(entries), "bytes": sum(e["bytes"] for e in entries), "other_files": others,
             "filesystem": fstype, "network_fs": bool(fstype) and fstype.lower() in NETWORK_FS}
 

@@ -14,12 +14,11 @@ cache hit never loads LLVM.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from bridge.settings import env_directory, env_list, refused
 from dsl.cache import CacheEntry, DiskCache, cache_enabled, cache_key
 from dsl.observe import compiled
 from dsl.options import KernelOptions
@@ -111,10 +110,12 @@ _ALIASES = {"ir": "verify", "llvm": "llvm_ir", "opt": "optimize"}
 
 
 def parse_dump(spec: str | Iterable[str] | None) -> frozenset[str]:
-    """'a,b' / ['a', 'b'] / None (then $KB_DUMP) -> stage names; 'all' selects every stage."""
+    """'a,b' / ['a', 'b'] / None (then $KB_DUMP, a ConfigurationError when it names an unknown stage)
+    -> stage names; 'all' selects every stage."""
     if spec is None:
-        spec = os.environ.get("KB_DUMP", "")
-    items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+        items = list(env_list("KB_DUMP", (*STAGE_NAMES, *_ALIASES, "all")))
+    else:
+        items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
     if "all" in items:
         return frozenset(STAGE_NAMES)
     names = {_ALIASES.get(s, s) for s in items}
@@ -126,12 +127,16 @@ def parse_dump(spec: str | Iterable[str] | None) -> frozenset[str]:
 
 def _emit_dump(stage: Stage, value: Any, ctx: CompileContext) -> None:
     text = stage.render(value)
-    out_dir = os.environ.get("KB_DUMP_DIR")
-    if out_dir:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        (Path(out_dir) / f"{ctx.kernel_name}.{stage.name}.txt").write_text(text)
-    else:
+    out_dir = env_directory("KB_DUMP_DIR", create=True)
+    if out_dir is None:
         print(f"// ===== {ctx.kernel_name}: stage {stage.name} =====\n{text}", file=sys.stderr)
+        return
+    path = out_dir / f"{ctx.kernel_name}.{stage.name}.txt"
+    try:
+        path.write_text(text)
+    except OSError as exc:      # no permission, disk full, ...: the setting is what to change
+        raise refused("KB_DUMP_DIR", str(out_dir), f"a writable directory (writing {path.name}: "
+                                                   f"{exc.strerror or exc})") from None
 
 
 def run_pipeline(value: Any, ctx: CompileContext, start: str = "frontend", stop: str = "ptx") -> Any:

@@ -18,12 +18,13 @@ fresh process stays within its few milliseconds).
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import weakref
 from collections import deque
 from typing import Any
+
+from bridge.settings import env_count
 
 DEFAULT_MAX_SPECIALISATIONS = 32
 _LAST = 8   # signatures the warning names
@@ -75,19 +76,8 @@ def compiled(model: str, kernel: str, arch: str, cache: str, seconds: float, key
 
 def max_specialisations() -> int:
     """`KB_MAX_SPECIALISATIONS`: specialisations of one kernel object before the warning (0: never warn).
-    A value that is not a non-negative integer is reported (a warning) and the default used."""
-    raw = os.environ.get("KB_MAX_SPECIALISATIONS", "").strip()
-    if not raw:
-        return DEFAULT_MAX_SPECIALISATIONS
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        _logger("specialise").warning("KB_MAX_SPECIALISATIONS=%r is not a non-negative integer; using %d",
-                                      raw, DEFAULT_MAX_SPECIALISATIONS)
-        return DEFAULT_MAX_SPECIALISATIONS
-    return value
+    A value that is not a non-negative integer is a ConfigurationError (bridge/settings.py)."""
+    return env_count("KB_MAX_SPECIALISATIONS", DEFAULT_MAX_SPECIALISATIONS)
 
 
 def _describe(signature: Any) -> str:
@@ -100,6 +90,7 @@ def specialised(kernel_obj: Any, kernel: str, signature: Any, arch: str | None) 
     """Count one specialisation of `kernel_obj` (a Dispatcher miss that produced a launcher), log it,
     and warn each time the count passes another multiple of KB_MAX_SPECIALISATIONS (N+1, 2N+1, ...).
     Returns the kernel object's specialisation count."""
+    limit = max_specialisations()    # a bad setting is refused before anything is counted
     text = _describe(signature)
     with _LOCK:
         try:
@@ -115,7 +106,6 @@ def specialised(kernel_obj: Any, kernel: str, signature: Any, arch: str | None) 
     if _debug_on("specialise"):
         _logger("specialise").debug("kernel %s: specialisation #%d for %s: %s", kernel, count, arch, text,
                                     extra=facts)
-    limit = max_specialisations()
     if limit and count > limit and (count - 1) % limit == 0:
         _logger("specialise").warning(
             "kernel %s has specialised %d times (more than KB_MAX_SPECIALISATIONS=%d): every new argument "

@@ -8,9 +8,10 @@ heavy imports: this module is on the cache-hit path.
 from __future__ import annotations
 
 import numbers
-import os
 from dataclasses import dataclass, field
 from typing import Any
+
+from bridge.settings import env_switch   # the one KB_* reader (dsl/cache.py and the tile compiler use it)
 
 MAX_BLOCK = (1024, 1024, 64)     # CUDA's per-axis block limits (every supported arch)
 MAX_THREADS = 1024               # threads per block
@@ -102,25 +103,10 @@ def _check_bool(option: str, v: Any) -> bool:
     return v
 
 
-_OFF = ("0", "false", "no", "off")
-_ON = ("1", "true", "yes", "on")
-
-
-def env_switch(name: str, default: bool) -> bool:
-    """A KB_* on/off switch, spelled one way for all of them (docs/configuration.md): one that is on
-    by default is turned off by 0/false/no/off (any case, blanks ignored), one that is off by default is
-    turned on by 1/true/yes/on; unset gives the default."""
-    v = os.environ.get(name)
-    if v is None:
-        return default
-    v = v.strip().lower()
-    return v not in _OFF if default else v in _ON
-
-
 def check_lineinfo(v: Any) -> bool:
     """`lineinfo=`: True or False; None (the default) reads `KB_LINEINFO` (0/false/no/off turn line
-    tables off, anything else or unset leaves them on). Resolved when the decorator is applied, so
-    the value is part of the kernel's options and of its cache key."""
+    tables off, 1/true/yes/on or unset leave them on, anything else is a ConfigurationError). Resolved
+    when the decorator is applied, so the value is part of the kernel's options and of its cache key."""
     if v is None:
         return env_switch("KB_LINEINFO", True)
     return _check_bool("lineinfo", v)

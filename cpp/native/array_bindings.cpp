@@ -212,7 +212,7 @@ Launches pass the array itself (read again at every launch) and key specialisati
           return py::make_tuple(code, bits);
         }, py::arg("dtype"));
   m.def("dtype_from_typestr", [](const std::string& s) -> py::object {
-          kb::DType t = dtype_from_typestr(s.c_str());
+          kb::DType t = dtype_from_typestr(s.data(), s.size());
           return t == kb::DType::invalid ? py::object(py::none()) : py::object(py::str(kb::dtype_name(t)));
         }, py::arg("typestr"));
   m.def("dtype_typestr", [](const std::string& name) -> py::object {

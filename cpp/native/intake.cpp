@@ -487,6 +487,9 @@ void fill_from_dltensor(const DLTensor& t, bool subbyte_padded, kb::ArrayView& v
   if (__builtin_add_overflow(reinterpret_cast<uint64_t>(t.data), t.byte_offset, &view.ptr))
     raise_bridge_error("LayoutError", "DLPack tensor: data pointer " + std::to_string(reinterpret_cast<uint64_t>(t.data)) +
                                           " + byte_offset " + std::to_string(t.byte_offset) + " overflows 64 bits");
+  // A NULL `data` holds nothing, whatever byte_offset says (check_view_extent catches view.ptr == 0).
+  if (t.data == nullptr && view.ptr != 0 && !view.overflow_reason() && view.size() != 0)
+    raise_null_data(view, "DLPack tensor");
   view.device_type = device_from_dlpack(t.device.device_type);
   view.device_id = t.device.device_id;
 }
@@ -586,15 +589,17 @@ void from_cai(PyObject* dict, kb::ArrayView& view, IntakeInfo& info) {
   view = kb::ArrayView{};
   PyObject* typestr = item("typestr", true);
   if (!PyUnicode_Check(typestr)) throw_py(PyExc_TypeError, "__cuda_array_interface__['typestr'] must be a str");
-  const char* ts = PyUnicode_AsUTF8(typestr);
-  if (!ts) {  // e.g. a lone surrogate: not text any dtype could be named by
-    PyErr_Clear();
+  Py_ssize_t ts_len = 0;
+  const char* ts = PyUnicode_AsUTF8AndSize(typestr, &ts_len);
+  if (!ts || std::strlen(ts) != static_cast<size_t>(ts_len)) {
+    // a lone surrogate (not text any dtype could be named by) or a NUL inside: shown escaped, whole
+    if (!ts) PyErr_Clear();
     py::object shown = py::reinterpret_steal<py::object>(PyObject_ASCII(typestr));
     if (!shown) throw py::error_already_set();
     unsupported_dtype("CUDA Array Interface typestr " + std::string(PyUnicode_AsUTF8(shown.ptr())) +
-                      " (not valid text)");
+                      (ts ? " (a NUL byte inside it)" : " (not valid text)"));
   }
-  view.dtype = dtype_from_typestr(ts);
+  view.dtype = dtype_from_typestr(ts, static_cast<size_t>(ts_len));
   if (view.dtype == kb::DType::invalid) unsupported_dtype(std::string("CUDA Array Interface typestr '") + ts + "'");
   view.ndim = read_ints(item("shape", true), view.shape, "__cuda_array_interface__['shape']");
   check_shape(view, "__cuda_array_interface__");
@@ -713,14 +718,15 @@ constexpr TypestrEntry kTypestrs[] = {
     {"c8", kb::DType::c64},   {"c16", kb::DType::c128}};
 }  // namespace
 
-kb::DType dtype_from_typestr(const char* s) {
-  if (!s || !s[0]) return kb::DType::invalid;
+kb::DType dtype_from_typestr(const char* s, size_t n) {
+  if (!s || n == 0) return kb::DType::invalid;
   char order = s[0];
   bool little = PY_LITTLE_ENDIAN != 0;
   bool native = order == '|' || order == '=' || (order == '<' && little) || (order == '>' && !little);
   if (!native) return kb::DType::invalid;
   for (const auto& e : kTypestrs) {
-    if (std::strcmp(s + 1, e.body) == 0) {
+    const size_t body = std::strlen(e.body);
+    if (n - 1 == body && std::memcmp(s + 1, e.body, body) == 0) {   // the whole rest, no byte more
       bool single_byte = kb::dtype_bits(e.t) == 8;
       // NumPy writes '|' only for one-byte types; accept '<'/'=' there too.
       if (order == '|' && !single_byte) return kb::DType::invalid;

@@ -71,8 +71,9 @@ void set_pointer_device_resolver(PointerDeviceFn fn);
 // for anything unsupported (including lanes != 1).
 kb::DType dtype_from_dlpack(uint8_t code, uint8_t bits, uint16_t lanes);
 bool dtype_to_dlpack(kb::DType t, uint8_t& code, uint8_t& bits);
-// NumPy/CAI typestr ("<f4", "|b1", ...) -> DType; invalid when unknown or non-native byte order.
-kb::DType dtype_from_typestr(const char* s);
+// NumPy/CAI typestr ("<f4", "|b1", ...) of `n` bytes -> DType; invalid when unknown, of non-native
+// byte order, or with any byte past the type (a NUL included: "<f4\0junk" is not float32).
+kb::DType dtype_from_typestr(const char* s, size_t n);
 const char* dtype_typestr(kb::DType t);  // nullptr when the type has no typestr (bf16, float8, ...)
 
 // Raise a class of bridge.errors (e.g. "DTypeError") with `message`.
@@ -92,8 +93,12 @@ std::string exception_text(PyObject* exc);
 pybind11::str utf8_str(const std::string& text);
 
 // LayoutError unless `view` passes kb::ArrayView::overflow_reason() (element count, byte extent and
-// address range within 64 bits); `producer` names where the view came from ("DLPack tensor", ...).
+// address range within 64 bits) and, when it has elements, its data pointer is not NULL (an empty
+// array may have none); `producer` names where the view came from ("DLPack tensor", ...).
 void check_view_extent(const kb::ArrayView& view, const char* producer);
+// The LayoutError for a view with elements but a NULL data pointer (check_view_extent raises it, and
+// DLPack intake for a NULL `data` that a byte_offset moved off address 0).
+[[noreturn]] void raise_null_data(const kb::ArrayView& view, const char* producer);
 
 // In a failed intake of argument `pos` of `kernel`: re-raise `err` as a LaunchContractError subclass
 // whose message starts "kernel: argument 'name' (#pos): ". A LaunchContractError keeps its class; any

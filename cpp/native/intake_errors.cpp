@@ -33,18 +33,30 @@ py::str utf8_str(const std::string& text) {
   return py::reinterpret_steal<py::str>(s);
 }
 
+namespace {
+// "(4,)" / "(2, 3)": a tuple as Python writes it.
+std::string tuple_text(const int64_t* v, int n) {
+  std::string out = "(";
+  for (int i = 0; i < n; ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + (n == 1 ? ",)" : ")");
+}
+}  // namespace
+
+[[noreturn]] void raise_null_data(const kb::ArrayView& view, const char* producer) {
+  raise_bridge_error("LayoutError", std::string(producer) + " of shape " + tuple_text(view.shape, view.ndim) +
+                                        ": its data pointer is NULL (0) but it has " + std::to_string(view.size()) +
+                                        " element(s); only an empty array may come without memory");
+}
+
 void check_view_extent(const kb::ArrayView& view, const char* producer) {
   const char* why = view.overflow_reason();
-  if (!why) return;
-  std::string shape = "(", strides = "(";
-  for (int i = 0; i < view.ndim; ++i) {
-    shape += (i ? ", " : "") + std::to_string(view.shape[i]);
-    strides += (i ? ", " : "") + std::to_string(view.strides[i]);
+  if (!why) {
+    if (view.ptr == 0 && view.size() != 0) raise_null_data(view, producer);  // size() is exact: no overflow
+    return;
   }
-  shape += view.ndim == 1 ? ",)" : ")";
-  strides += view.ndim == 1 ? ",)" : ")";
-  raise_bridge_error("LayoutError", std::string(producer) + " of shape " + shape + " with byte strides " + strides +
-                                        " at address " + std::to_string(view.ptr) + ": " + why);
+  raise_bridge_error("LayoutError", std::string(producer) + " of shape " + tuple_text(view.shape, view.ndim) +
+                                        " with byte strides " + tuple_text(view.strides, view.ndim) + " at address " +
+                                        std::to_string(view.ptr) + ": " + why);
 }
 
 [[noreturn]] void raise_for_argument(py::error_already_set& err, const std::string& kernel, int pos,

@@ -18,10 +18,11 @@ namespace {
 
 enum class State : uint8_t { unresolved, on, off };
 
-bool env_disabled() {
-  const char* v = std::getenv("KB_FAST_INTAKE");
-  return v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0);
-}
+// KB_FAST_INTAKE, as bridge/settings.py read and validated it when bridge was imported
+// (set_fast_intake_setting): the one reader of KB_* values, with one spelling for every switch.
+bool g_setting_on = true;
+
+bool env_disabled() { return !g_setting_on; }
 
 // ---- torch --------------------------------------------------------------------------------------------
 
@@ -442,6 +443,9 @@ void register_fast_intake(py::module_& m) {
     return d;
   }, "For each fast intake path: (state, how it was resolved or why it is off). States: on, off, "
      "unresolved (not needed yet), disabled (set_fast_intake).");
+  m.def("set_fast_intake_setting", [](bool on) { g_setting_on = on; }, py::arg("on"),
+        "KB_FAST_INTAKE as bridge.settings read it (bridge.array applies it at import, before any intake); "
+        "off: the fast paths resolve to 'off', saying KB_FAST_INTAKE disables them.");
   m.def("set_fast_intake", [](py::object torch, py::object cupy) {
     if (!torch.is_none()) g_torch_enabled = torch.cast<bool>();
     if (!cupy.is_none()) g_cupy_enabled = cupy.cast<bool>();

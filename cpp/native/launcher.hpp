@@ -38,11 +38,9 @@ namespace launch_detail {
 
 constexpr int kStackArgs = 16;
 
-// Opt-in NVTX ranges around each launch, named after the kernel (KB_NVTX=1 or bridge.set_nvtx(True)).
-inline bool g_nvtx = [] {
-  const char* v = std::getenv("KB_NVTX");
-  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-}();
+// Opt-in NVTX ranges around each launch, named after the kernel (bridge.set_nvtx(True), or KB_NVTX=1,
+// which bridge/profiling.py reads through bridge/settings.py and applies when bridge is imported).
+inline bool g_nvtx = false;
 inline uint64_t g_nvtx_ranges = 0;   // ranges pushed (tests read it)
 
 // Launch-path phase timer for contributors (docs/contributing.md, "Profiling the launch path"): compiled

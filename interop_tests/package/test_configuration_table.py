@@ -1,10 +1,11 @@
 """docs/configuration.md lists every `KB_*` switch the code reads, and only those.
 
 The switches are found in the sources, not in a list kept beside them: Python reads through
-`os.environ` / `os.getenv` / the fuzz harness's `_env_int`, the toolkit locator's override table
-(`bridge.toolkit.OVERRIDES`, whose names are built from the item names), C/C++ `getenv`, and CMake
-cache variables, `$ENV{...}`, the override list of `kernelbridge.cmake` and inputs a CMake file tests
-before it sets them. Names only a test harness passes to its own children are listed in INTERNAL.
+`os.environ` / `os.getenv` / the fuzz harness's `_env_int` / bridge/settings.py's `env_*` readers, the
+toolkit locator's override table (`bridge.toolkit.OVERRIDES`, whose names are built from the item
+names), C/C++ `getenv`, and CMake cache variables, `$ENV{...}`, the override list of `kernelbridge.cmake`
+and inputs a CMake file tests before it sets them. Names only a test harness passes to its own children
+are listed in INTERNAL.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ PENDING: set[str] = set()
 SET_NOT_READ = {"KB_SANITIZER"}
 
 _PY_READS = [
-    re.compile(r"""(?:environ\.get|getenv|environ\.pop|environ\.setdefault|_env_int|env_switch)\(\s*["'](KB_\w+)["']"""),
+    # bridge/settings.py's readers are all named env_*: env_switch, env_choice, env_count, env_list, ...
+    re.compile(r"""(?:environ\.get|getenv|environ\.pop|environ\.setdefault|_env_int|\benv_\w+)\(\s*["'](KB_\w+)["']"""),
     re.compile(r"""environ\[\s*["'](KB_\w+)["']\s*\](?!\s*=[^=])"""),
     re.compile(r"""["'](KB_\w+)["']\s+(?:not\s+)?in\s+(?:os\.)?environ\b"""),
 ]
@@ -116,6 +118,7 @@ def test_the_scanner_finds_reads_of_every_kind(source):
     """Guards the scanner itself: one known read per source kind."""
     assert "dsl/cache.py" in source["KB_CACHE"]                 # os.environ.get
     assert "dsl/runmode.py" in source["KB_SIMULATE"]
+    assert "dsl/compiler.py" in source["KB_DUMP"]               # a bridge/settings.py env_* reader
     assert "bridge/toolkit.py" in source["KB_NVCC"]             # the locator's override table
     assert "cpp/cmake/kernelbridge.cmake" in source["KB_LIBDEVICE"]   # the CMake override list
     assert "CMakeLists.txt" in source["KB_CUDA_ARCHS"]          # a CACHE variable

@@ -20,7 +20,8 @@ import dsl.cache
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = (REPO / "pyproject.toml").read_text(encoding="utf-8")
 # submodules `import bridge` loads as implementation, reachable by name but not re-exported
-BRIDGE_IMPL_MODULES = {"profiling", "errors", "memory", "peer", "array", "device", "stream", "module", "kernel", "graph", "contract"}
+BRIDGE_IMPL_MODULES = {"profiling", "errors", "memory", "peer", "array", "device", "stream", "module", "kernel", "graph", "contract",
+                       "settings"}
 
 
 def _star(module: str) -> set[str]:
