@@ -101,7 +101,7 @@ def _multigpu_skip_reason() -> str | None:
 # Whole files move, so a module-scoped fixture is still set up once; the order within them is kept.
 LONG_FIRST = (
     "interop_tests/cpp/test_cpp_build_without_nvcc.py",    # builds the package with no toolkit: ~14 s
-    "interop_tests/fuzz/test_fuzz_targets.py",              # each target runs for KB_FUZZ_SECONDS
+    "interop_tests/fuzz/test_fuzz_targets.py",              # each target runs its count of inputs
     "interop_tests/cpp_link/test_porting_example.py",       # four CMake + nvcc builds
     "interop_tests/porting/test_new_project.py",            # four generated projects built and tested
     "interop_tests/fuzz/test_fuzz_harness.py",              # a module fixture that waits out a hang

@@ -8,8 +8,11 @@ Why a module of its own: these rules are what makes the simulator agree with the
   `//` is floor(a / b) like Python. Integer division by zero gives 0 here (undefined on the device).
 - Shifts clamp the amount like PTX `shl`/`shr`: an amount >= the bit width (or negative) shifts
   everything out (0, or -1 for a negative signed value shifted right).
-- float -> int casts truncate and saturate like PTX `cvt.rzi` (NaN -> 0); int -> int wraps.
-- min / max on floats ignore a NaN operand (PTX min.f32 / fminf); comparisons are ordered except `ne`.
+- float -> int casts truncate and saturate like PTX `cvt.rzi` (NaN -> 0); int -> int wraps; a NaN
+  cast to f16 / bf16 is 0x7fff, CUDA's canonical NaN (NumPy would keep payload bits).
+- min / max (and fmin / fmax) on floats are the device's `min` / `max` (dsl/vocab/minmax.py): a NaN
+  operand is ignored, -0 is below +0, two NaNs give the canonical NaN (f64: the second, quieted).
+- Comparisons are ordered except `ne`.
 - Math functions are the rows of dsl/vocab/math.py, evaluated by dsl/vocab/host.py with the rule the
   tile simulator uses too: in f64, rounded once to the operand type (f16/bf16 through f32); fma is
   rounded once like fma.rn. Exact ops stay correctly rounded; transcendentals agree with libdevice
@@ -23,6 +26,7 @@ from bridge import dtypes
 from dsl.ir.types import F8_FORMATS, ScalarType
 from dsl.vocab import host
 from dsl.vocab import math as vocab
+from dsl.vocab import minmax
 
 # IR scalar name -> the NumPy dtype that stores it: the DSL rows of the one dtype table.
 _NP: dict[str, np.dtype] = {row.name: dtypes.to_numpy(row.name) for row in dtypes.kernel_rows()}
@@ -78,6 +82,8 @@ def binop(op: str, a, b, t: ScalarType):
         return _shift(op, as_type(a, t), b, t)
     if op == "pow" and t.is_float and np.asarray(b).dtype.kind in "iub":
         return _powi(as_type(a, t), np.asarray(b).astype(np.int64), t)
+    if op in minmax.OPS and t.is_float:     # selected in the operand type, never computed (no rounding)
+        return minmax.minmax(op, as_type(a, t), as_type(b, t))
     if _narrow(t):
         r = _binop_core(op, as_type(a, t).astype(_F32), as_type(b, t).astype(_F32), _F32, True)
         return np.asarray(r).astype(np_dtype(t))
@@ -102,10 +108,10 @@ def _binop_core(op, a, b, dt, is_float, t: ScalarType | None = None):
         return np.fmod(a, b, dtype=dt)
     if op == "pow":
         return _int_pow(a, b, t) if not is_float else np.power(a, b, dtype=dt)
-    if op == "min":
-        return np.fmin(a, b) if is_float else np.minimum(a, b)
+    if op == "min":                         # integers only: float min/max leave in binop
+        return np.minimum(a, b)
     if op == "max":
-        return np.fmax(a, b) if is_float else np.maximum(a, b)
+        return np.maximum(a, b)
     if op == "copysign":
         return np.copysign(a, b, dtype=dt)
     if op in ("and_", "or_", "xor"):
@@ -227,12 +233,27 @@ def cast(x, src: ScalarType, dst: ScalarType):
         return x.astype(np.uint8).astype(dt)
     if src.name == "bf16" and dst.is_float and dst.bits == 64:
         return x.astype(_F32).astype(dt)
-    if dst.name == "bf16" and src.name != "f32":
-        return to_bf16(x.astype(_F64))
     if dst.is_f8:   # through f32, round to nearest even, saturating to the largest finite (.satfinite)
         top = F8_FORMATS[dst.name].max
         return np.clip(x.astype(_F32), -top, top).astype(dt)
+    if src.is_float and dst.is_float and dst.bits == 16 and src.name != dst.name:
+        with np.errstate(invalid="ignore"):      # NaNs (signalling ones too) are replaced below
+            r = to_bf16(x.astype(_F64)) if dst.name == "bf16" and src.name != "f32" else x.astype(dt)
+        return _nan_is_canonical(x, r)
     return x.astype(dt)
+
+
+# cvt.rn.{f16,bf16}.{f32,f64} of any NaN (payload and sign dropped): what CUDA's own emulation of the
+# conversion (__internal_float2half / __internal_float2bfloat16 in cuda_fp16.hpp / cuda_bf16.hpp)
+# returns; NumPy keeps payload bits (f16) and ml_dtypes gives 0x7fc0 (bf16).
+_HALF_CVT_NAN_BITS = 0x7FFF
+
+
+def _nan_is_canonical(x: np.ndarray, r: np.ndarray) -> np.ndarray:
+    nan = np.isnan(x)
+    if not np.any(nan):
+        return r
+    return np.where(nan, np.asarray(_HALF_CVT_NAN_BITS, np.uint16).view(r.dtype), r)
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:

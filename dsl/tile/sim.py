@@ -3,17 +3,17 @@
 Semantics the GPU lowering must match: loads pad outside the array, stores skip outside it; math is
 the math table's (dsl/vocab/host.py: f64, rounded once to the operand type, f16/bf16 through f32 —
 the same numbers as the SIMT simulator); f16/bf16 sums run in f32 and round back; matmul accumulates
-in f32 (f32 inputs rounded to tf32 first); min/max ignore NaN like CUDA fminf/fmaxf; integer // and %
-floor like Python.
+in f32 (f32 inputs rounded to tf32 first); float min/max, element-wise and reduced, are the device's
+(dsl/vocab/minmax.py: a NaN operand ignored, -0 below +0); integer // and % floor like Python.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from dsl.tile import ir as T
-from dsl.tile.types import PartitionParamType, np_dtype
+from dsl.tile.types import PartitionParamType, np_dtype, tiles_by_number
 from dsl.sim import arith
-from dsl.vocab import host
+from dsl.vocab import host, minmax
 
 
 def _f32_compute(dtype: np.dtype) -> bool:
@@ -29,7 +29,7 @@ def tf32_round(x: np.ndarray) -> np.ndarray:
 
 
 _BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
-        "floordiv": np.floor_divide, "mod": np.mod, "min": np.fmin, "max": np.fmax,
+        "floordiv": np.floor_divide, "mod": np.mod, "min": np.minimum, "max": np.maximum,   # ints; floats: minmax
         "and_": np.bitwise_and, "or_": np.bitwise_or, "xor": np.bitwise_xor,
         "lshift": np.left_shift, "rshift": np.right_shift}
 _CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
@@ -49,6 +49,19 @@ class BlockInterpreter:
 
     def run(self) -> None:
         self.block(self.fn.body)
+
+    def tile_counts(self, p: T.TParam) -> tuple[int, ...]:
+        """Tiles per axis of partition `p` (the grid's for the grid partition)."""
+        ts = p.type.tile_shape  # type: ignore[union-attr]
+        return tuple(-(-n // t) for n, t in zip(np.shape(self.args[p.index]), ts))
+
+    def tile_coords(self, p: T.TParam) -> tuple[int, ...]:
+        """This block's tile in partition `p`: the grid coordinates, or for a partition matched by
+        tile number (types.tiles_by_number) the block's row-major number unravelled over its tiles."""
+        if not tiles_by_number(p.type, self.fn.grid_param.type):  # type: ignore[arg-type]
+            return self.coords
+        number = int(np.ravel_multi_index(self.coords, self.grid))
+        return tuple(int(c) for c in np.unravel_index(number, self.tile_counts(p)))
 
     def block(self, stmts: list[T.TStmt]) -> None:
         for s in stmts:
@@ -72,9 +85,10 @@ class BlockInterpreter:
         ty = s.param.type
         assert isinstance(ty, PartitionParamType)
         val = self.eval(s.value)
+        coords = self.tile_coords(s.param)
         dst, src = [], []
         for k, ts in enumerate(ty.tile_shape):
-            lo = self.coords[k] * ts
+            lo = coords[k] * ts
             hi = min(lo + ts, out.shape[k])
             if hi <= lo:
                 return
@@ -107,9 +121,11 @@ class BlockInterpreter:
         if isinstance(e, T.Read):
             return self.env[id(e.var)]
         if isinstance(e, T.BlockId):
-            return np.asarray(self.coords[e.axis], np.int32)
+            coords = self.coords if e.param is None else self.tile_coords(e.param)
+            return np.asarray(coords[e.axis], np.int32)
         if isinstance(e, T.NumBlocks):
-            return np.asarray(self.grid[e.axis], np.int32)
+            counts = self.grid if e.param is None else self.tile_counts(e.param)
+            return np.asarray(counts[e.axis], np.int32)
         if isinstance(e, T.ArrayDim):
             return np.asarray(np.shape(self.args[e.param.index])[e.axis], np.int32)
         if isinstance(e, T.Load):
@@ -125,6 +141,8 @@ class BlockInterpreter:
             if dt == np.bool_:
                 fn = {"and_": np.logical_and, "or_": np.logical_or, "xor": np.logical_xor}[e.op]
                 return fn(x, y)
+            if e.op in minmax.OPS and e.type.dtype.is_float:     # selected in the operand type (f16/bf16 too)
+                return minmax.minmax(e.op, x.astype(dt), y.astype(dt))
             if _f32_compute(dt):
                 return _BIN[e.op](x.astype(np.float32), y.astype(np.float32)).astype(dt)
             if dt.kind in "iu" and e.op in ("floordiv", "mod"):
@@ -188,8 +206,10 @@ class BlockInterpreter:
                 r = x.astype(np.float32).sum(axis=e.axis)
             else:
                 r = x.sum(axis=e.axis, dtype=x.dtype)
+        elif e.op in ("max", "min") and e.operand.type.dtype.is_float:
+            r = minmax.reduce(e.op, x, e.axis)
         elif e.op in ("max", "min"):
-            ufunc = np.fmax if e.op == "max" else np.fmin
+            ufunc = np.maximum if e.op == "max" else np.minimum
             r = ufunc.reduce(x.reshape(-1) if e.axis is None else x, axis=0 if e.axis is None else e.axis)
         else:
             fn = np.argmax if e.op == "argmax" else np.argmin

@@ -124,6 +124,15 @@ def _fma_host(args: list, dtype: Any) -> Any:
     return fma(args, dtype)
 
 
+def _minmax_host(op: str) -> Callable[[list, Any], Any]:
+    """fmin / fmax as the device's min / max (signed zeros, NaN bits): dsl/vocab/minmax.py."""
+    def host(args: list, dtype: Any) -> Any:
+        from dsl.vocab.minmax import host_minmax   # at the first call: keeps NumPy out of this import
+        return host_minmax(op, args, dtype)
+    host.__name__ = host.__qualname__ = f"minmax_{op}"
+    return host
+
+
 # ---------------------------------------------------------------------------------- the table
 def _u(name: str, lowering: Lowering, doc: str, python: tuple[str, ...] | None = None,
        typing: str = FLOAT, ref: Callable[..., Any] | None = None) -> MathIntrinsic:
@@ -160,9 +169,11 @@ BUILTIN: tuple[MathIntrinsic, ...] = (
                   "remainder of x / y with the sign of x (C `fmod`; a SIMT kernel's float `%`)",
                   ("fmod",)),
     MathIntrinsic("fmin", 2, FLOAT, llvm("minnum"), _numpy("fmin"),
-                  "minimum; a NaN operand is ignored (CUDA `fminf`)", ()),
+                  "minimum; a NaN operand is ignored, -0 < +0 (PTX `min`, CUDA `fminf`)", (),
+                  host=_minmax_host("min")),
     MathIntrinsic("fmax", 2, FLOAT, llvm("maxnum"), _numpy("fmax"),
-                  "maximum; a NaN operand is ignored (CUDA `fmaxf`)", ()),
+                  "maximum; a NaN operand is ignored, -0 < +0 (PTX `max`, CUDA `fmaxf`)", (),
+                  host=_minmax_host("max")),
     _u("isnan", fcmp("isnan"), "x is NaN (bool)", typing=PREDICATE),
     _u("isinf", fcmp("isinf"), "x is +inf or -inf (bool)", typing=PREDICATE),
 )

@@ -113,6 +113,7 @@ def test_a_lazy_conjugate_is_still_refused(path):
         bridge.asarray(t)
 
 
+@pytest.mark.slow
 def test_kb_fast_intake_0_turns_the_fast_paths_off():
     code = ("import torch, bridge; from bridge import _native; bridge.asarray(torch.ones(2)); "
             "print(_native.fast_intake_status()['torch'])")

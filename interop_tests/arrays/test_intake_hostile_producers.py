@@ -55,6 +55,7 @@ def validate_x(x):
 
 # ---- crash reproducers (each SIGSEGV'd or raised SystemError before) -------------------------------------
 
+@pytest.mark.slow
 def test_cai_typestr_with_a_lone_surrogate_is_a_dtype_error_not_a_crash():
     r = run_python("""
         import bridge

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 7 s of a full run on 2 cores: nvcc and g++ builds
+
 INCLUDE = Path(__file__).resolve().parents[2] / "cpp" / "include"
 
 PROGRAM = r'''

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 5 s of a full run on 2 cores: a sanitizer build
+
 INCLUDE = Path(__file__).resolve().parents[2] / "cpp" / "include"
 
 HARNESS = r'''

@@ -208,6 +208,7 @@ int main() {
 '''
 
 
+@pytest.mark.slow
 def test_extreme_views_are_decided_without_undefined_behaviour(tmp_path):
     gxx = shutil.which("g++")
     if gxx is None:

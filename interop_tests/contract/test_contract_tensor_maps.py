@@ -94,6 +94,7 @@ def _entry_params(ptx: str) -> int:
 
 
 @pytest.mark.parametrize("case", ["tma_gemm", "cp_async_gemm", "simt_with_fault_record"])
+@pytest.mark.slow
 def test_param_count_matches_the_compiled_entry(case):
     """The launchers ask the driver for the offsets of exactly Contract.param_count parameters (never
     past the last one): it must be the PTX entry's parameter count, tensor maps and fault record included."""

@@ -22,6 +22,8 @@ import pytest
 
 from interop_tests.required_tools import missing
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 30 s of a full run on 2 cores: a package build, CMake configures
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -11,6 +11,8 @@ import pytest
 import bridge
 from bridge.fatbin import embedded_contracts, fatbin_entries
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 5 s of a full run on 2 cores: CMake builds
+
 SCALE_CU = r'''#include "kernelbridge/kernel_contract.cuh"
 #include "user_config.h"
 extern "C" __global__ void __launch_bounds__(128)

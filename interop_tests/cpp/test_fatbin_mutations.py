@@ -13,6 +13,8 @@ from bridge.fatbin import ModuleFormatError, embedded_contracts, fatbin_entries
 
 from interop_tests.cpp.lz4_support import hide_lz4_package, require_lz4_package
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 7 s of a full run on 2 cores: nvcc builds, mutation sweeps
+
 SOURCE = r'''#include "kernelbridge/kernel_contract.cuh"
 extern "C" __global__ void __launch_bounds__(128) scale(const float* __restrict__ x, float* y, float a, int n) {
   int i = blockIdx.x * 128 + threadIdx.x;

@@ -37,6 +37,7 @@ def test_aot_cli_writes_header_and_images(tmp_path, nvcc):
 
 
 @pytest.mark.parametrize("mode", ["--fatbin", "--ptx-only"])
+@pytest.mark.slow
 def test_aot_header_compiles_with_nvcc(tmp_path, nvcc, mode):
     assert _aot(tmp_path, mode).returncode == 0
     obj = tmp_path / "host.o"
@@ -143,6 +144,7 @@ int main() {
 '''
 
 
+@pytest.mark.slow
 def test_aot_header_refuses_a_contract_text_that_fails_its_checksum(tmp_path, nvcc):
     """The header's own copy of each contract is checked before kb::parse_contract (no GPU needed)."""
     assert _aot(tmp_path, "--ptx-only").returncode == 0

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 7 s of a full run on 2 cores: CMake + nvcc builds
+
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ROOT / "examples" / "link_cpp"
 

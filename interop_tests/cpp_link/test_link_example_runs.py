@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 2 s of a full run on 2 cores: nvcc and nvJitLink
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "link_cpp_device.py"
 

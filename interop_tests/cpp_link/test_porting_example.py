@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 17 s of a full run on 2 cores: CMake + nvcc builds
+
 ROOT = Path(__file__).resolve().parents[2]
 PORTING = ROOT / "examples" / "porting"
 

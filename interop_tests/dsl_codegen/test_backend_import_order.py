@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 3 s of a full run on 2 cores: a fresh interpreter a test
+
 MIXINS = ("dsl.backend.exprs", "dsl.backend.memory", "dsl.backend.tile_codegen", "dsl.backend.errors")
 
 

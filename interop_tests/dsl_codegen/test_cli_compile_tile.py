@@ -13,6 +13,8 @@ import pytest
 
 from interop_tests.dsl_codegen.codegen_kit import require_ptxas
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 20 s of a full run on 2 cores: a subprocess a test
+
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = '''
 from dsl import simt, tile, f32, TypeVar

@@ -221,6 +221,7 @@ MATH_2 = ("pow", "copysign", "fmin", "fmax", "fmod")
 
 
 @pytest.mark.parametrize("t", FLOATS, ids=str)
+@pytest.mark.slow
 def test_math_functions_link_libdevice(t):
     a, out, flags = params(("a", arr(t)), ("out", arr(t, writable=True)), ("flags", arr(BOOL, writable=True)))
     i, v = N.Var("i", INDEX), N.Var("v", t)

@@ -106,6 +106,7 @@ def run_cli(*args, cache_dir):
     return subprocess.run([sys.executable, "-m", "dsl", *args], capture_output=True, text=True, env=env)
 
 
+@pytest.mark.slow
 def test_cli_compile_prints_ptx_and_resource_usage(tmp_path):
     require_ptxas()
     src = tmp_path / "kern.py"
@@ -130,6 +131,7 @@ def test_cli_compile_prints_ptx_and_resource_usage(tmp_path):
     (["{src}::saxpy", "--sig", "f32,f32[:],f32[:],f32"], "parameter 'x' is an array"),
     (["{src}::saxpy", "--sig", "q32[:],f32[:],f32[:],f32"], "unknown dtype 'q32'"),
 ])
+@pytest.mark.slow
 def test_cli_usage_errors_are_clear(tmp_path, args, message):
     src = tmp_path / "kern.py"
     src.write_text(CLI_KERNEL)

@@ -39,6 +39,7 @@ def count_ptx(monkeypatch) -> collections.Counter:
 
 @pytest.mark.parametrize("ta,tb", PAIRS, ids=["e4m3-e4m3", "e4m3-e5m2", "e5m2-e5m2"])
 @pytest.mark.parametrize("k", [208, 200], ids=["16-byte-rows", "8-byte-rows"])
+@pytest.mark.slow
 def test_f8_gemm_with_a_scale_matches_numpy_on_every_simulated_path(monkeypatch, rng, ta, tb, k):
     """K = 208: rows of whole 16-byte chunks, the tensor-core loop; K = 200: the portable path."""
     m, n, scale = 136, 72, 0.375
@@ -86,6 +87,7 @@ def test_an_f8_tile_times_a_16_bit_tile_is_refused_at_compile_time():
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("tshape,bk", [((128, 128), 64), ((128, 256), 128)])
+@pytest.mark.slow
 def test_f8_gemm_runs_wgmma_k32_through_tma_on_sm90(tshape, bk):
     from test_tile_ptx_assembles import ptxas_usage
     a = np.zeros((256, 256), E4)
@@ -102,6 +104,7 @@ def test_f8_gemm_runs_wgmma_k32_through_tma_on_sm90(tshape, bk):
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.slow
 def test_f8_gemm_uses_mma_sync_k32_on_sm89_and_the_portable_path_on_sm80():
     from test_tile_ptx_assembles import ptxas_usage
     a = np.zeros((256, 256), E4)

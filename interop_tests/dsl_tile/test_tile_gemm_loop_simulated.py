@@ -28,6 +28,8 @@ from dsl.sim.addresses import AddressSpace
 from dsl.sim.faults import SimulationError
 from dsl.sim.memory import MemRef, SharedSpace
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 60 s of a full run on 2 cores: simulated GEMM loops, ptxas
+
 DTYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32}
 
 

@@ -99,6 +99,7 @@ def _ptxas(ptx: str, arch: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.slow
 def test_the_switch_turns_the_products_into_mma_sync_that_ptxas_assembles(arch, monkeypatch, tmp_path):
     seq, d = 128, 64
     q = np.zeros((2 * seq, d), ml_dtypes.bfloat16)
@@ -177,6 +178,7 @@ def rescaled_products(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Partitio
     c.store(acc)
 
 
+@pytest.mark.slow
 def test_flash_attention_keeps_its_loop_in_registers_and_copies_one_iteration_ahead(tmp_path):
     seq, d = 256, 128
     q = np.zeros((2 * seq, d), ml_dtypes.bfloat16)
@@ -245,6 +247,7 @@ def test_gpu_a_large_loop_invariant_operand_in_shared_memory_matches_numpy(rng):
     np.testing.assert_allclose(out.to_host(), ref, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_products_whose_staging_outgrows_static_shared_memory_stage_in_dynamic_shared_memory(rng):
     """128x256 products whose operands cannot be copied by cp.async (rows not a multiple of 8) stage
     51 KiB, more than the 48 KiB of static shared memory: the staging moves into dynamic shared memory
@@ -272,6 +275,7 @@ def test_products_whose_staging_outgrows_static_shared_memory_stage_in_dynamic_s
     np.testing.assert_allclose(c2, a2.astype(np.float64) @ b2.astype(np.float64), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_flash_attention_with_128_query_rows_at_d128_stages_in_dynamic_shared_memory(rng, tmp_path):
     """The 128 x 64 tile at D128 stages Q, K and V in 68 KiB: views of the dynamic shared memory side by
     side (each at its own offset), K and V still copied one iteration ahead; the lowered kernel matches
@@ -337,6 +341,7 @@ def _instructions(ptx: str) -> list[str]:
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.slow
 def test_adding_an_f32_tile_to_a_product_accumulates_into_it_like_mma(rng, arch):
     """`acc + a @ b` in either order lowers exactly as `tile.mma(a, b, acc)`: the accumulators start
     from acc (no second set of registers for the product), and the results match."""
@@ -357,6 +362,7 @@ def test_adding_an_f32_tile_to_a_product_accumulates_into_it_like_mma(rng, arch)
         np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_k_loop_written_with_adds_is_the_gemm_loop():
     """acc = acc + a @ b over k is the GEMM main loop (TMA + wgmma on sm_90), the same kernel as mma."""
     import sys
@@ -371,6 +377,7 @@ def test_a_k_loop_written_with_adds_is_the_gemm_loop():
 
 
 @pytest.mark.parametrize("d,bm,bn", [(128, 128, 32), (64, 128, 64), (128, 64, 64)])
+@pytest.mark.slow
 def test_flash_attention_tiles_of_32_query_rows_a_warp_do_not_spill(d, bm, bn, tmp_path):
     """acc * alpha + p @ v accumulating into the rescaled acc keeps flash attention's registers in
     bounds: at 128 query rows on 4 warps, D128 spilled 352 bytes and D64 8 bytes before (ptxas, sm_90)."""

@@ -91,6 +91,7 @@ def test_tile_kernels_have_ir_and_inspect_like_simt_kernels():
     assert info["contract_dict"]["grid_from"] == {"arg": "out", "tile": [128]}
 
 
+@pytest.mark.slow
 def test_a_fresh_process_is_served_by_the_disk_cache_without_frontend_or_llvm(tmp_path):
     script = textwrap.dedent("""
         import json, sys, time

@@ -18,6 +18,8 @@ import pytest
 
 from dsl import f32, tile
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 32 s of a full run on 2 cores: simulated flash attention
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("flash_attention_wg", ROOT / "examples" / "flash_attention.py")
 FA = importlib.util.module_from_spec(_spec)

@@ -17,6 +17,8 @@ import tile_kernels_lib as K
 from dsl import tile
 from dsl.backend.ptxas import assemble, find_ptxas
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 64 s of a full run on 2 cores: ptxas on every kernel
+
 z = np.zeros
 
 

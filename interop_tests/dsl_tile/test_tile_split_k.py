@@ -33,6 +33,7 @@ def test_split_k_matches_numpy_with_uneven_and_empty_splits(rng, splits):
 
 
 @pytest.mark.parametrize("arch,tshape", [("sm_90", (128, 256)), ("sm_80", (64, 64))])
+@pytest.mark.slow
 def test_split_k_runs_through_the_tensor_core_loops_in_the_simulator(rng, arch, tshape):
     """The k loop starting at a split's first tile lowers to the TMA + wgmma loop on sm_90 and to the
     cp.async + mma.sync loop on sm_80, and both run in the PTX-level simulator."""

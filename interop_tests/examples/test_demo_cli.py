@@ -27,6 +27,7 @@ def no_cpp_kernels(monkeypatch, tmp_path):
     monkeypatch.setattr(bridge.cpp_kernels, "build_info", lambda: NOT_BUILT)
 
 
+@pytest.mark.slow
 def test_dsl_demo_command_passes():
     proc = subprocess.run([sys.executable, "-m", "dsl", "demo"], capture_output=True, text=True, timeout=600,
                           env=dict(os.environ))

@@ -47,6 +47,7 @@ def test_file_compiles(path, tmp_path):
 
 
 @pytest.mark.parametrize("path", ALL)
+@pytest.mark.slow
 def test_help_runs(path):
     p = run(path, "--help")
     assert p.returncode == 0, p.stdout + p.stderr
@@ -55,6 +56,7 @@ def test_help_runs(path):
 
 @pytest.mark.skipif(not NO_GPU, reason="checks the no-GPU behaviour; a GPU is present")
 @pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.slow
 def test_example_without_gpu_fails_loudly(name):
     p = run(f"examples/{name}")
     assert p.returncode == 1, p.stdout + p.stderr
@@ -64,6 +66,7 @@ def test_example_without_gpu_fails_loudly(name):
 
 @pytest.mark.skipif(not NO_GPU, reason="checks the no-GPU behaviour; a GPU is present")
 @pytest.mark.parametrize("name", [b for b in BENCHMARKS if b != "compile_time.py"])
+@pytest.mark.slow
 def test_benchmark_without_gpu_writes_a_json_note(name, tmp_path):
     out = tmp_path / "r.json"
     p = run(f"benchmarks/{name}", "--json", str(out), "--quick")
@@ -74,6 +77,7 @@ def test_benchmark_without_gpu_writes_a_json_note(name, tmp_path):
     assert any(n.startswith("no GPU") for n in data["notes"]), data["notes"]
 
 
+@pytest.mark.slow
 def test_compile_time_benchmark_writes_bars(tmp_path):
     out = tmp_path / "c.json"
     p = run("benchmarks/compile_time.py", "--json", str(out), "--quick", "--repeat", "1", timeout=300)

@@ -5,10 +5,15 @@ failure that names the input, not a dead test runner. The parent (this module, i
 inputs from a seed, sends them in batches to `python -m interop_tests.fuzz.worker <target>`, and
 reads one result per input. When the worker dies (signal, abort, exit) or goes silent past the
 per-input timeout, the input it was running is a finding; the worker is restarted and the run goes
-on with the next input, until the time budget is spent.
+on with the next input.
+
+A run counts inputs, not seconds: each target runs its own number of inputs (`INPUTS` in its module,
+else targets.DEFAULT_INPUTS), the same inputs on every machine, so a loaded machine is slower, never
+short of inputs. A wall-clock limit (LIMIT_SECONDS past any time budget) stops only a stuck run.
 
 Knobs (environment; docs/fuzzing.md):
-- `KB_FUZZ_SECONDS`   seconds per target (default DEFAULT_SECONDS), worker start-up included;
+- `KB_FUZZ_SECONDS`   unset: the target's count of inputs; set (the nightly run): keep going for that many
+                      seconds per target, worker start-up included, and at least the count;
 - `KB_FUZZ_SEED`      the seed of every target (default: a fixed seed per target, see `target_seed`);
                       `random` draws a fresh one (printed in every failure);
 - `KB_FUZZ_MEMORY_MB` address-space limit of a worker (default 6144);
@@ -37,22 +42,24 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-# The per-commit budget. 2 s gets each target through 5-20x the inputs MIN_INPUTS (test_fuzz_targets.py)
-# demands even on a loaded 2-core machine; KB_FUZZ_SECONDS=600 is the nightly run (docs/fuzzing.md).
-DEFAULT_SECONDS = 2.0
-MIN_INPUTS_GRACE = 4.0
+# Seconds past its time budget (none without KB_FUZZ_SECONDS) after which a run stops unfinished: no
+# target needs a tenth of it on a loaded 2-core machine, so reaching it means stuck, not slow.
+LIMIT_SECONDS = 600.0
 MAX_REPORTED = 6            # distinct findings printed in a failure message
 REPR_LIMIT = 1500           # characters of an input's repr in a failure message
 
 
 # ----------------------------------------------------------------------------------- knobs
-def budget_seconds() -> float:
-    """Seconds each target runs for (`KB_FUZZ_SECONDS`)."""
+def budget_seconds() -> float | None:
+    """Seconds each target keeps running for (`KB_FUZZ_SECONDS`); None: just its count of inputs."""
     raw = os.environ.get("KB_FUZZ_SECONDS", "").strip()
     if not raw:
-        return DEFAULT_SECONDS
-    value = float(raw)
-    if not value > 0:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
         raise ValueError(f"KB_FUZZ_SECONDS must be a positive number of seconds, got {raw!r}")
     return value
 
@@ -162,13 +169,16 @@ class Finding:
 class Report:
     target: str
     seed: int
-    seconds: float
+    wanted: int                  # inputs the run was asked for
+    seconds: float | None        # its time budget (KB_FUZZ_SECONDS), None: the count alone
+    limit: float                 # the wall-clock limit that stops a stuck run
     inputs: int = 0
     ok: int = 0
     allowed: dict[str, int] = field(default_factory=dict)     # exception class -> count
     findings: list[Finding] = field(default_factory=list)
     restarts: int = 0
     elapsed: float = 0.0
+    limited: bool = False        # stopped by the wall-clock limit before it was done
 
     def distinct(self) -> list[tuple[Finding, int]]:
         """First finding of each (kind, title), with how many inputs hit it."""
@@ -181,8 +191,10 @@ class Report:
 
     def summary(self) -> str:
         allowed = ", ".join(f"{k} {v}" for k, v in sorted(self.allowed.items(), key=lambda kv: -kv[1]))
-        return (f"{self.target}: seed={self.seed} {self.inputs} inputs in {self.elapsed:.1f}s "
-                f"(budget {self.seconds:g}s), {self.ok} ok, allowed errors: {allowed or 'none'}, "
+        budget = f", budget {self.seconds:g}s" if self.seconds is not None else ""
+        stopped = f", STOPPED at its {self.limit:g}s wall-clock limit" if self.limited else ""
+        return (f"{self.target}: seed={self.seed} {self.inputs} inputs (of {self.wanted}{budget}) in "
+                f"{self.elapsed:.1f}s{stopped}, {self.ok} ok, allowed errors: {allowed or 'none'}, "
                 f"{len(self.findings)} findings, {self.restarts} worker restarts")
 
     def failure_text(self) -> str:
@@ -266,24 +278,26 @@ def _describe_exit(rc: int) -> str:
 
 # ----------------------------------------------------------------------------------- the parent
 class Runner:
-    """Runs one target for a time budget and collects what its inputs did."""
+    """Runs one target for its count of inputs (or a time budget) and collects what they did."""
 
-    def __init__(self, target: str, *, seconds: float | None = None, seed: int | None = None,
-                 max_inputs: int | None = None, min_inputs: int = 0, first_index: int = 0,
+    def __init__(self, target: str, *, inputs: int | None = None, seconds: float | None = None,
+                 limit: float | None = None, seed: int | None = None, first_index: int = 0,
                  specs: list | None = None) -> None:
+        """`inputs`: how many to run (default: the target's INPUTS; `specs`: all of them); `seconds`:
+        keep going until this much time has passed too (default KB_FUZZ_SECONDS, else none); `limit`:
+        seconds after which the run stops unfinished (default `seconds` + LIMIT_SECONDS)."""
         from interop_tests.fuzz.targets import load
         self.target = target
         self.module = load(target)
         self.seconds = budget_seconds() if seconds is None else seconds
         self.seed = target_seed(target) if seed is None else seed
-        self.max_inputs = max_inputs
-        # A floor on inputs, so a loaded host (a GPU check runs tests ten wide) still runs enough of them;
-        # past the budget it may take up to MIN_INPUTS_GRACE times the budget more, never unbounded.
-        self.min_inputs = min_inputs
         self.first_index = first_index
         self.specs = specs          # fixed inputs instead of generated ones (the harness's own tests)
         if specs is not None:
-            self.max_inputs = len(specs) if max_inputs is None else min(max_inputs, len(specs))
+            self.inputs = len(specs) if inputs is None else min(inputs, len(specs))
+        else:
+            self.inputs = self.module.INPUTS if inputs is None else inputs
+        self.limit = (self.seconds or 0.0) + LIMIT_SECONDS if limit is None else limit
         self.timeout = float(getattr(self.module, "TIMEOUT", 10.0))
         self.startup_timeout = 120.0
 
@@ -292,28 +306,27 @@ class Runner:
             return self.specs[index - self.first_index]
         return self.module.generate(input_rng(self.target, self.seed, index))
 
+    def _next_batch(self, done: int, t0: float, per_input: float) -> int:
+        """Inputs to send next: 0 when the run is over. The count first (batches of up to 64); then, with
+        a time budget, batches sized to about half the time left."""
+        now = time.monotonic() - t0
+        if now >= self.limit:
+            return 0
+        if done < self.inputs:
+            return min(64, self.inputs - done)
+        if self.specs is not None or self.seconds is None or now >= self.seconds:
+            return 0
+        return max(1, min(64, int((self.seconds - now) / max(per_input, 1e-3) / 2)))
+
     def run(self) -> Report:
-        report = Report(self.target, self.seed, self.seconds)
+        report = Report(self.target, self.seed, self.inputs, self.seconds, self.limit)
         t0 = time.monotonic()
-        deadline = t0 + self.seconds
-        grace = t0 + self.seconds * (1 + MIN_INPUTS_GRACE)
         tmp = tempfile.mkdtemp(prefix=f"kb_fuzz_{self.target}_")
         stderr_path = Path(tmp) / "worker.stderr"
         worker = self._spawn(stderr_path)
         index, per_input = self.first_index, 0.05
         try:
-            while True:
-                done, now = index - self.first_index, time.monotonic()
-                if now >= deadline and (done >= self.min_inputs or now >= grace):
-                    break
-                if self.max_inputs is not None and index - self.first_index >= self.max_inputs:
-                    break
-                left = deadline - time.monotonic()
-                size = max(1, min(64, int(left / max(per_input, 1e-3) / 2)))
-                if left <= 0:
-                    size = max(1, min(64, self.min_inputs - done))
-                if self.max_inputs is not None:
-                    size = min(size, self.first_index + self.max_inputs - index)
+            while size := self._next_batch(index - self.first_index, t0, per_input):
                 batch = [(i, self.generate(i)) for i in range(index, index + size)]
                 index += size
                 started = time.monotonic()
@@ -322,6 +335,8 @@ class Runner:
         finally:
             worker.close()
             report.elapsed = time.monotonic() - t0
+            report.limited = report.inputs < self.inputs or (
+                self.seconds is not None and self.specs is None and report.elapsed < self.seconds)
             try:
                 stderr_path.unlink()
                 os.rmdir(tmp)

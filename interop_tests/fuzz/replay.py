@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.show:
             continue
         if args.isolated:
-            report = Runner(args.target, seed=seed, specs=[spec], seconds=3600, first_index=index).run()
+            report = Runner(args.target, seed=seed, specs=[spec], first_index=index).run()
             print(report.failure_text() if report.findings else report.summary())
             verdicts += bool(report.findings)
             continue

@@ -18,6 +18,7 @@ from interop_tests.fuzz.hostile import RaisingDim
 from interop_tests.fuzz.targets import Oracle
 
 TIMEOUT = 30.0
+INPUTS = 60          # a suite run's inputs (targets.py): each compiles and simulates a kernel
 HEADER = """import math
 import dsl
 from dsl import simt, tile, f32, i32

@@ -27,6 +27,7 @@ import numpy as np
 from interop_tests.fuzz.targets import Oracle
 
 TIMEOUT = 30.0
+INPUTS = 40          # a suite run's inputs (targets.py; the GPU test runs 10): each compiles a kernel
 FLOATS = ("f32", "f64")
 TYPES = ("f32", "f64", "i32")
 UNIT = {"f32": 2.0**-24, "f64": 2.0**-53}

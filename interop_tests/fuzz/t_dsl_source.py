@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 TIMEOUT = 30.0
+INPUTS = 60          # a suite run's inputs (targets.py): each compiles a kernel
 ZOO_FILE = Path(__file__).resolve().parents[1] / "kernels_zoo.py"
 HEADER = """import math
 import dsl

@@ -26,6 +26,7 @@ from interop_tests.fuzz.hostile import (HostileError, IntSubclass, LyingSeq, Rai
 from interop_tests.fuzz.targets import Oracle
 
 TIMEOUT = 8.0
+INPUTS = 300         # a suite run's inputs (targets.py), for intake_asarray and intake_launch each
 PTR = 0x7F00_0000_0000
 
 

@@ -23,6 +23,7 @@ from interop_tests.cpp.contract_kernel_sources import AXPB, BARE, FILL, HEADER
 from interop_tests.fuzz.targets import Oracle
 
 TIMEOUT = 15.0
+INPUTS = 300         # a suite run's inputs (targets.py)
 SOURCE = HEADER + FILL + AXPB + BARE
 GENCODE = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=compute_90"]
 BUILDS: dict[str, list[str]] = {

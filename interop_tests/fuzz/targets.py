@@ -4,7 +4,9 @@
   in the parent from a structure-aware generator (mutated valid seeds, not only random bytes);
 - `execute(spec) -> str`: run in the worker; returns a short summary of a good result, or raises;
 - `allowed(exc, spec) -> bool`: whether an exception is one of the target's typed refusals;
-- `TIMEOUT`: seconds one input may take before it counts as a hang.
+- `TIMEOUT`: seconds one input may take before it counts as a hang;
+- `INPUTS` (optional): how many inputs a suite run gives it (default DEFAULT_INPUTS), chosen so the
+  target takes a few seconds on a 2-core machine: the suite counts inputs, not seconds.
 
 `execute` raises `Oracle(...)` when a result is wrong although no exception escaped (a different
 contract from corrupt bytes, a simulator result that disagrees with NumPy, ...): always a finding.
@@ -24,12 +26,15 @@ TARGETS: dict[str, str] = {
     "differential": "interop_tests.fuzz.t_differential",
     "differential_gpu": "interop_tests.fuzz.t_differential",   # the same kernels on the device (GPU tests)
     "selftest": "interop_tests.fuzz.t_selftest",     # the harness's own tests: crashes on request
+    "contract_depth": "interop_tests.fuzz.t_parsers",   # the bounded parsers of embedded contracts
+    "ptx_literal": "interop_tests.fuzz.t_parsers",
 }
 
-# what the CPU test suite runs (selftest is exercised by test_fuzz_harness.py, differential_gpu by a
-# GPU test)
-SUITE: tuple[str, ...] = ("contract", "intake_asarray", "intake_launch", "modules", "dsl_source",
-                          "decorator", "differential")
+DEFAULT_INPUTS = 50
+
+# what the CPU test suite runs (test_fuzz_targets.py), every registered target but the harness's own
+# (selftest, exercised by test_fuzz_harness.py) and the device ones (*_gpu, each run by a GPU test)
+SUITE: tuple[str, ...] = tuple(name for name in TARGETS if name != "selftest" and not name.endswith("_gpu"))
 
 
 class Oracle(Exception):
@@ -43,6 +48,7 @@ class _Bound:
         self.module, self.name = module, name
         variant = getattr(module, "variant", None)
         self.TIMEOUT = getattr(module, "TIMEOUT", 10.0)
+        self.INPUTS = int(getattr(module, "INPUTS", DEFAULT_INPUTS))
         self._variant = variant(name) if variant else None
 
     def warm(self) -> None:

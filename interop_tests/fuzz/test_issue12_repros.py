@@ -488,6 +488,7 @@ for _case, _mutate in MODULE_BYTES.items():
 
 
 @pytest.mark.parametrize("case", sorted(set(MODULE_BYTES) - {"flipped_digit_in_the_contract"}))
+@pytest.mark.slow
 def test_malformed_cubin_bytes_are_module_format_errors(reports, case):
     rep = outcome(reports, f"module_bytes[{case}]")
     _skip_without_cubin(rep)

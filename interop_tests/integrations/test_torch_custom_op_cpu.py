@@ -54,6 +54,7 @@ def test_torch_namespace_call_is_the_same_op(torch):
     assert torch.equal(getattr(getattr(torch.ops, ns), op)(x, 2.0), x * 2)
 
 
+@pytest.mark.slow
 def test_compiled_fullgraph_has_no_graph_break(torch, silu_op):
     def f(x):
         return silu_op(x * 2) + 1
@@ -210,6 +211,7 @@ def test_gradcheck_with_a_python_backward(torch):
     assert torch.autograd.gradcheck(op, (x,))
 
 
+@pytest.mark.slow
 def test_backward_kernel_through_compile(torch):
     op = dsl.torch.custom_op(op_name("silu"), K.silu, backward=K.silu_backward)
     x = torch.randn(64, requires_grad=True)

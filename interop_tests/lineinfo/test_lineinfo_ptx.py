@@ -49,6 +49,7 @@ def test_only_line_directives_no_dwarf_sections_and_no_debug_target():
         assert section not in ptx
 
 
+@pytest.mark.slow
 def test_tile_statements_map_to_their_tile_source_lines():
     ptx = K.tile_axpy.ptx(S, A, A, tile.partition(np.zeros(10, np.float32), (256,)), arch="sm_90")
     mine = _lines_of(ptx, KERNELS)
@@ -72,6 +73,7 @@ def test_zoo_ptx_with_line_tables_is_the_plain_ptx_plus_directives(case):
 
 
 @pytest.mark.parametrize("name", sorted(tile_cases()))
+@pytest.mark.slow
 def test_tile_ptx_with_line_tables_is_the_plain_ptx_plus_directives(name):
     on, off = tile_ptx(name, "sm_90", True), tile_ptx(name, "sm_90", False)
     assert has_debug_trace(on) and not has_debug_trace(off)

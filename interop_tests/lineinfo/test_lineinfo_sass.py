@@ -53,6 +53,7 @@ def _assert_same_sass(on: str, off: str, tmp: Path) -> None:
 
 
 @needs_disassembler
+@pytest.mark.slow
 def test_the_section_comparison_sees_what_the_disassembler_sees(tmp_path):
     """The code sections are what cuobjdump disassembles: equal sections, equal SASS text; a kernel
     with different code has different sections and different SASS."""
@@ -74,5 +75,6 @@ def test_zoo_sass_is_unchanged_by_line_tables(case, arch, tmp_path):
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("name", sorted(tile_cases()))
+@pytest.mark.slow
 def test_tile_sass_is_unchanged_by_line_tables(name, arch, tmp_path):
     _assert_same_sass(tile_ptx(name, arch, True), tile_ptx(name, arch, False), tmp_path)

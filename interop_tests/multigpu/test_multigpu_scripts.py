@@ -38,6 +38,7 @@ def load(path: str):
 
 
 @pytest.mark.parametrize("path", SCRIPTS)
+@pytest.mark.slow
 def test_help_runs(path):
     proc = run(path, "--help", timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -46,6 +47,7 @@ def test_help_runs(path):
 
 @pytest.mark.skipif(bridge.gpu_available(), reason="checks the message on a machine without a GPU")
 @pytest.mark.parametrize("path", SCRIPTS[:2])
+@pytest.mark.slow
 def test_examples_say_plainly_that_there_is_no_gpu(path):
     proc = run(path, timeout=120)
     assert proc.returncode == 1
@@ -53,6 +55,7 @@ def test_examples_say_plainly_that_there_is_no_gpu(path):
 
 
 @pytest.mark.skipif(bridge.device_count() >= 2, reason="checks the message on a machine with fewer than 2 GPUs")
+@pytest.mark.slow
 def test_benchmark_says_it_needs_two_gpus_and_writes_its_json(tmp_path):
     out = tmp_path / "ar.json"
     proc = run("benchmarks/allreduce_pipeline.py", "--json", str(out), timeout=120)

@@ -32,6 +32,7 @@ OLD_KEYS = ["kernel", "symbol", "arch", "resources", "ptxas_log", "contract", "c
 
 
 @needs_ptxas
+@pytest.mark.slow
 def test_simt_inspect_gives_attributes_with_the_contract_as_a_dict():
     a = np.zeros(100, np.float32)
     info = info_vecadd.inspect(a, a, a, arch="sm_90")
@@ -61,6 +62,7 @@ def test_the_old_dict_keys_still_answer_with_the_old_values():
 
 
 @needs_ptxas
+@pytest.mark.slow
 def test_str_is_a_short_report_of_resources_contract_and_arguments():
     a = np.zeros(100, np.float32)
     text = str(info_vecadd.inspect(a, a, a, arch="sm_90"))

@@ -30,6 +30,7 @@ def test_the_checked_in_page_is_what_the_generator_writes(gen, tmp_path):
         "docs/api.md is stale: run `python scripts/gen_api_docs.py` and commit docs/api.md"
 
 
+@pytest.mark.slow
 def test_check_mode_fails_on_a_stale_page_and_passes_on_a_fresh_one(tmp_path):
     stale = tmp_path / "api.md"
     stale.write_text(PAGE.read_text(encoding="utf-8").replace("zero-copy", "zero copy", 1), encoding="utf-8")
@@ -49,6 +50,7 @@ def test_every_exported_name_has_an_entry(module):
     assert not missing, f"{module}: exported but not in docs/api.md: {missing}"
 
 
+@pytest.mark.slow
 def test_the_integrations_are_documented_without_importing_torch_or_jax():
     page = PAGE.read_text(encoding="utf-8")
     for entry in ("### `dsl.torch.custom_op(", "### `dsl.jax.kernel_call(", "### `dsl.jax.check_faults()"):

@@ -13,6 +13,8 @@ import bridge
 from dsl.port import PortError
 from dsl.scaffold import create
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 16 s of a full run on 2 cores: generated projects built and tested
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from bridge import testing as T
 
+pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 15 s of a full run on 2 cores: ports checked on the simulator
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "porting"
 

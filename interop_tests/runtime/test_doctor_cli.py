@@ -103,6 +103,7 @@ def dsl_doctor() -> dict:
     return {"text": text, "json": as_json}
 
 
+@pytest.mark.slow
 def test_bridge_doctor_reports_tools_as_the_locator_finds_them(bridge_doctor):
     fake, proc = bridge_doctor["fake"], bridge_doctor["cli"]
     assert proc.returncode == 0, proc.stderr
@@ -120,6 +121,7 @@ def test_bridge_doctor_reports_tools_as_the_locator_finds_them(bridge_doctor):
     assert "run `python -m dsl doctor`" in out           # points to the full doctor
 
 
+@pytest.mark.slow
 def test_bridge_doctor_never_imports_the_dsl(bridge_doctor):
     proc = bridge_doctor["main"]                         # bridge.doctor.main([]) in a fresh interpreter
     assert proc.returncode == 0, proc.stderr
@@ -127,6 +129,7 @@ def test_bridge_doctor_never_imports_the_dsl(bridge_doctor):
     assert "verdict:" in proc.stdout
 
 
+@pytest.mark.slow
 def test_full_doctor_pins_nvptx_cpp_kernels_and_cache(kb_test_cache_dir, dsl_doctor):
     import llvmlite
     proc = dsl_doctor["text"]
@@ -144,6 +147,7 @@ def test_full_doctor_pins_nvptx_cpp_kernels_and_cache(kb_test_cache_dir, dsl_doc
     assert "(the DSL's part" not in out                  # this IS the full doctor
 
 
+@pytest.mark.slow
 def test_unknown_kb_setting_is_flagged_as_a_possible_typo(bridge_doctor):
     proc = bridge_doctor["cli"]
     assert proc.returncode == 0, proc.stderr
@@ -151,6 +155,7 @@ def test_unknown_kb_setting_is_flagged_as_a_possible_typo(bridge_doctor):
     assert "warning: KB_NVCCC is set but kernelbridge does not read it" in proc.stdout
 
 
+@pytest.mark.slow
 def test_doctor_json_schema(kb_test_cache_dir, dsl_doctor):
     proc = dsl_doctor["json"]
     assert proc.returncode == 0, proc.stderr

@@ -129,6 +129,7 @@ def test_every_row_reaches_the_back_end_through_its_lowering(gen, dt):
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.slow
 def test_kernels_calling_every_row_assemble(gen, arch):
     from dsl.backend.ptxas import assemble
     require_ptxas()

@@ -140,6 +140,7 @@ def test_registered_row_lowers_to_its_libdevice_function(cbrt_row, dtype, symbol
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.slow
 def test_registered_row_assembles_with_ptxas(cbrt_row, arch):
     from dsl.backend.ptxas import assemble
     require_ptxas()
