@@ -137,7 +137,7 @@ def test_fifo_named_like_a_cache_entry_is_a_miss_not_a_hang(kernel):
         ck = compile_kernel(m.twice.pyfunc, sig, m.twice.options, "sm_90")
         print(json.dumps([miss, seconds, ck.metadata["cache"], ck.ptx == {good.ptx!r}]))
     ''', disk.dir)
-    assert got[0] is True and got[1] < 1.0
+    assert got[0] is True and got[1] < 5.0     # a blocking open would hang until the watchdog
     assert got[2] == "miss" and got[3] is True             # rebuilt ...
     assert entry.is_file()                                 # ... over the FIFO
     assert _compile(k).metadata["cache"] == "disk"
