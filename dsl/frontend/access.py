@@ -13,7 +13,7 @@ import ast
 from typing import Any
 
 from dsl.frontend import typing_rules as tr
-from dsl.frontend.ownership import Claim, chunk_form, thread_form
+from dsl.frontend.ownership import Claim, Form, chunk_form, thread_form
 from dsl.frontend.proofs import Facts, in_range, index_key
 from dsl.frontend.values import SlotBinding, TupleVal, Val
 from dsl.ir import nodes as ir
@@ -168,8 +168,8 @@ class AccessMixin:
             self.claim(base, thread_form(t.ndim), target)
             return "guarded"
         owned = self.owned_index(vals)
-        if owned is not None and self.chunk_loops.get(id(owned)):
-            self.claim(base, chunk_form(self.chunk_sizes[id(owned)]), target)
+        if owned is not None:
+            self.claim(base, chunk_form(self.chunk_loops[id(owned)]), target)
             return "owned"
         if self.unsafe_depth > 0:
             return "unsafe"
@@ -185,7 +185,7 @@ class AccessMixin:
                  f"`{name}[i] = ...` (arithmetic on i gives a plain int), use {name}.get_mut(i), or "
                  "wrap the write in `with simt.unsafe():`")
 
-    def claim(self, base: Val, form: Any, target: ast.AST) -> None:
+    def claim(self, base: Val, form: Form, target: ast.AST) -> None:
         """Record a safe write of a DisjointSlice parameter (dsl/frontend/ownership.py); writes inside
         `with simt.unsafe():` are the author's to vouch for and claim nothing."""
         if self.unsafe_depth == 0 and isinstance(base.expr, ir.ParamRef):

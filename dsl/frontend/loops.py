@@ -129,8 +129,7 @@ class LoopMixin:
         array = self.chunk_array(node, name)
         var = self.new_var(name, irt.INDEX, self.loc(node.target))   # owned: see chunk_loops
         self.bindings[name] = var
-        self.chunk_loops[id(var)] = array.param.name
-        self.chunk_sizes[id(var)] = chunk.type.n   # type: ignore[attr-defined]   (a ChunkType)
+        self.chunk_loops[id(var)] = chunk.type.n   # type: ignore[attr-defined]   (a ChunkType)
         facts = self.facts.copy()
         key = ("var", id(var))
         facts.nonneg.add(key)

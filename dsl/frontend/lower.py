@@ -70,8 +70,7 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, AccessMixin):
         self.facts = Facts()
         self.unsafe_depth = 0
         self.loop_depth = 0
-        self.chunk_loops: dict[int, str] = {}     # id(Var) -> array the chunk loop writes
-        self.chunk_sizes: dict[int, int] = {}     # id(Var) -> n of its simt.thread.chunk_1d(n)
+        self.chunk_loops: dict[int, int] = {}     # id(Var) of a chunk loop -> n of its chunk_1d(n)
         self.claims: list[Claim] = []             # safe DisjointSlice writes (dsl/frontend/ownership.py)
         self.assigned: dict[str, int] = {}
         self.relations: Relations | None = None
@@ -148,7 +147,7 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, AccessMixin):
         if self.is_kernel:
             fn.exact_block = self.options.block
             fn.max_threads = self.options.launch_bounds
-            check_claims(tree.name, [p.name for p in params], self.claims, self.options.domain)
+            check_claims([p.name for p in params], self.claims, self.options.domain)
         else:
             self.ctx.claims[id(fn)] = self.claims
         return fn

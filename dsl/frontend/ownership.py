@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsl.errors import DslCompileError
+from dsl.frontend.source import compile_error
 from dsl.ir import nodes as ir
 
 
@@ -30,9 +30,6 @@ class Form:
         if self.per == 1:
             return f"at its {self.ndim}-D ThreadIndex (thread i owns {array}[i])"
         return f"in a chunk_1d({self.per}) loop (thread t owns {array}[{self.per}*t : {self.per}*t + {self.per}])"
-
-
-THREAD_1D = Form(1, 1)
 
 
 def thread_form(ndim: int) -> Form:
@@ -71,32 +68,27 @@ def mapped(claims: list[Claim], args: list[ir.Expr], callee: str, call_loc: ir.L
     return out
 
 
-def ownership_error(message: str, loc: ir.Loc, hint: str) -> DslCompileError:
-    from dsl.frontend.source import compile_error
-    return compile_error(message, loc, hint)
-
-
-def check_claims(kernel: str, params: list[str], claims: list[Claim], domain: int) -> None:
+def check_claims(params: list[str], claims: list[Claim], domain: int) -> None:
     """Every DisjointSlice of the kernel is claimed in one form, and that form spans the domain."""
     first: dict[int, Claim] = {}
     for c in claims:
         name = params[c.param]
         if c.form.per == 1 and c.form.ndim != domain:
-            raise ownership_error(
+            raise compile_error(
                 f"'{name}' is written at a {c.form.ndim}-D ThreadIndex in a kernel of domain={domain} "
                 f"({c.where()}): threads that differ only along the other axes would own the same element",
                 c.loc,
                 f"use simt.thread.index_{domain}d() (the kernel's domain) for every safe write, or declare "
                 f"@simt.kernel(domain={c.form.ndim}, ...)")
         if c.form.per > 1 and domain != 1:
-            raise ownership_error(
+            raise compile_error(
                 f"'{name}' is written in a chunk_1d({c.form.per}) loop in a kernel of domain={domain} "
                 f"({c.where()}): chunks are 1-D, so threads that differ along the other axes would own the "
                 "same elements", c.loc,
                 "chunk loops need @simt.kernel(domain=1)")
         prev = first.setdefault(c.param, c)
         if prev.form != c.form:
-            raise ownership_error(
+            raise compile_error(
                 f"DisjointSlice '{name}' is written in two ownership forms, so two threads may write one "
                 f"element (a data race): {prev.where()} writes it {prev.form.text(name)}, and {c.where()} "
                 f"writes it {c.form.text(name)}; {_example(name, prev.form, c.form)}", c.loc,
