@@ -322,7 +322,7 @@ def _named_contract(text: bytes, name: str, where: str) -> str:
     try:
         decoded = text.decode("utf-8")
         obj = json.loads(decoded)
-    except (ValueError, RecursionError):    # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    except ValueError:    # UnicodeDecodeError and JSONDecodeError (depth is bounded above)
         raise ModuleFormatError(f"{name}: the contract in the {where} is not JSON text") from None
     kernel = obj.get("kernel") if isinstance(obj, dict) else None
     if kernel != name:

@@ -19,8 +19,8 @@ from typing import Iterable
 
 from bridge.errors import ConfigurationError
 
-__all__ = ["ConfigurationError", "ON", "OFF", "env_text", "env_switch", "env_choice", "env_count",
-           "env_list", "env_directory"]
+__all__ = ["ConfigurationError", "ON", "OFF", "env_switch", "env_choice", "env_count", "env_list",
+           "env_directory"]
 
 ON = ("1", "true", "yes", "on")
 OFF = ("0", "false", "no", "off")
@@ -31,11 +31,6 @@ def refused(name: str, raw: str, accepted: str) -> ConfigurationError:
     """The error for `name`=`raw`: what was given and what the variable accepts."""
     return ConfigurationError(f"{name}={raw!r}: expected {accepted} (or leave {name} unset for the default)",
                               variable=name, value=raw)
-
-
-def env_text(name: str) -> str:
-    """The value of `name` without surrounding blanks; "" when unset."""
-    return os.environ.get(name, "").strip()
 
 
 def env_switch(name: str, default: bool) -> bool:

@@ -38,11 +38,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bridge import __version__ as DSL_VERSION   # the one version source (pyproject reads it too)
-from bridge.settings import env_directory
+from bridge.settings import env_directory, env_switch
 from dsl.cache_folder import (FOLDER, KEY_FILE, LAYOUT, MARKER, CacheRefusedError, Folder, atomic_write,
                               entry_name, is_writer_tmp, open_folder, read_regular, refusal, remove_stale,
                               split_entry_name, valid_key)
-from dsl.options import env_switch
 
 FORMAT = LAYOUT     # 3: sealed single-file entries in kb-cache-v3/ (earlier layouts are never read)
 # Key text is hashed as UTF-8 keeping lone surrogates: a source path that is not UTF-8 (Python decodes
@@ -275,6 +274,11 @@ def _kernel_entry(body: bytes, key: str) -> CacheEntry | None:
         return None
 
 
+def _pick_entry(body: bytes, key: str) -> dict | None:
+    data = parse_json(body)
+    return data if isinstance(data, dict) and data.get("key") == key else None
+
+
 class DiskCache:
     """The cache under one directory (default: `cache_dir()`). `load`/`store` (and the tuning-pick
     pair) never raise for the compile: a refused folder is a miss with one CacheTrustWarning.
@@ -303,8 +307,7 @@ class DiskCache:
     def load_pick(self, key: str) -> dict | None:
         """A tile.autotune pick stored under `key` (dsl/tile/autotune.py), as `load` reads entries."""
         body = self._read(key, "pick")
-        data = parse_json(body) if body is not None else None
-        return data if isinstance(data, dict) and data.get("key") == key else None
+        return None if body is None else _pick_entry(body, key)
 
     def store_pick(self, key: str, data: dict) -> None:
         """Store a pick (a JSON object; its "key" is set to `key`) as `store` stores entries."""
@@ -421,8 +424,8 @@ def _verified(folder: Folder, name: str) -> dict | None:
             return None
         what, arch, kname = "kernel", entry.metadata.get("arch"), entry.name
     else:
-        data = parse_json(body)
-        if not isinstance(data, dict) or data.get("key") != key:
+        data = _pick_entry(body, key)
+        if data is None:
             return None
         what, arch, kname = "tuning pick", None, data.get("kernel")
     return {"key": key, "kind": what, "name": kname if isinstance(kname, str) else None,

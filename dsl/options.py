@@ -11,7 +11,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.settings import env_switch   # the one KB_* reader (dsl/cache.py and the tile compiler use it)
+from bridge.settings import env_switch   # the one KB_* reader
 
 MAX_BLOCK = (1024, 1024, 64)     # CUDA's per-axis block limits (every supported arch)
 MAX_THREADS = 1024               # threads per block

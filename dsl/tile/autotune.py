@@ -30,8 +30,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from bridge.settings import env_switch
 from dsl.cache import DiskCache, cache_enabled, source_fingerprint, toolchain_fingerprint
-from dsl.options import env_switch
 
 FLUSH_BYTES = 256 * 2**20           # written before every timed launch: evicts the inputs from L2
 
@@ -246,7 +246,7 @@ class Tuned:
     # this cache did not write, or one for another candidate list, is a miss and the kernel is re-tuned.
     def _load(self, key: str) -> Config | None:
         data = DiskCache().load_pick(key) if cache_enabled() else None
-        if data is None or data.get("key") != key or data.get("configs") != [c.text() for c in self.configs]:
+        if data is None or data.get("configs") != [c.text() for c in self.configs]:
             return None
         i = data.get("pick")
         return self.configs[i] if type(i) is int and 0 <= i < len(self.configs) else None
@@ -254,7 +254,7 @@ class Tuned:
     def _store(self, key: str, best: int, times: dict[int, float]) -> None:
         if not cache_enabled():
             return                            # a refused or read-only cache only costs re-tuning later
-        DiskCache().store_pick(key, {"key": key, "kernel": self.kernel.name, "pick": best,
+        DiskCache().store_pick(key, {"kernel": self.kernel.name, "pick": best,
                                      "configs": [c.text() for c in self.configs],
                                      "ms": {str(i): round(t, 6) for i, t in times.items()}})
 

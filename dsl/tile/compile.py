@@ -13,10 +13,9 @@ import json
 import time
 from typing import Any
 
-from bridge.settings import env_choice
+from bridge.settings import env_choice, env_switch
 from dsl.cache import CacheEntry, DiskCache, cache_enabled, cache_key
 from dsl.observe import compiled
-from dsl.options import env_switch
 from dsl.tile.types import PartitionParamType, row_divisor, tiles_by_number
 
 PERSISTENT_BLOCKS_PER_SM = 2      # grid of a persistent tile kernel: this many blocks per SM ...
