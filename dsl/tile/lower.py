@@ -17,11 +17,10 @@ from dsl.tile.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows
                              flat_of, iadd, iand, imul, ir32, ishr, log2, strides)
 from dsl.tile.lower_frags import assign_shared, frag_layout
 from dsl.tile.lower_reduce import lower_reduce
+from dsl.tile.lower_tiles import block_ids, num_blocks
 from dsl.tile.lower_ws import WS_PRODUCERS
 from dsl.tile.shared_place import place_scratch, scratch_bytes
-from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType, tiles_by_number
-
-GROUP_M = 8         # tile-row group of the L2-friendly block order of GEMM kernels
+from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType
 
 
 class LoweringError(Exception):
@@ -169,7 +168,7 @@ class Lowerer:
             self.emit(N.Assign(tid, N.Cast(N.Special("tid.x"), I32)))
         self.geo = Geometry(self.T, N.ReadVar(tid))
         prologue_at = len(self.body)
-        nb = self._num_blocks()
+        nb = num_blocks(self)
         lin = self.tmp(N.Cast(N.Special("ctaid.x"), I32), "bid")
         from dsl.tile.lower_mma import plan_all
         plan_all(self, fn.body, self.max_stages)
@@ -182,11 +181,11 @@ class Lowerer:
             tv = self.new_var(I32, "tile")
 
             def body() -> None:
-                self._block_ids(N.ReadVar(tv), nb)
+                block_ids(self, N.ReadVar(tv), nb)
                 self._tile_program(ws_at)
             self.emit(N.ForRange(tv, lin, total, step, self.block_of(body)))
         else:
-            self._block_ids(lin, nb)
+            block_ids(self, lin, nb)
             self._tile_program(ws_at)
         self.body[prologue_at:prologue_at] = self.prologue
         place_scratch(self)         # sizes; static, or views of the dynamic shared memory (shared_place.py)
@@ -248,60 +247,9 @@ class Lowerer:
     def pref(self, p: T.TParam) -> N.ParamRef:
         return N.ParamRef(self.params[id(p)])
 
-    def _num_blocks(self) -> list[N.Expr]:
-        """Tile blocks per grid axis, and the tile counts of each partition matched to the grid by
-        tile number (types.tiles_by_number), computed once per kernel."""
-        gp = self.fn.grid_param
-        self.nblocks = self._tile_counts(gp)
-        self.part_counts = {id(p): self._tile_counts(p) for p in self.fn.params
-                            if isinstance(p.type, PartitionParamType) and tiles_by_number(p.type, gp.type)}
-        return self.nblocks
-
-    def _tile_counts(self, p: T.TParam) -> list[N.Expr]:
-        """ceil(extent / tile) per axis of partition `p`."""
-        nb = []
-        for k, t in enumerate(p.type.tile_shape):  # type: ignore[union-attr]
-            ext = N.ArrayLen(self.pref(p), k)
-            n = N.BinOp("rshift", N.BinOp("add", ext, N.Const(t - 1, INDEX), INDEX),
-                        N.Const(log2(t), INDEX), INDEX)
-            nb.append(self.tmp(N.Cast(n, I32), "nblocks"))
-        return nb
-
-    def _block_ids(self, lin: N.Expr, nb: list[N.Expr]) -> None:
-        """tile.bid(k) from the linear tile id (row-major, or grouped for GEMM kernels), and the
-        block's tile in each partition matched by tile number: its row-major number unravelled."""
-        grouped = len(nb) == 2 and any(isinstance(e, T.Matmul) for e in T.body_exprs(self.fn.body))
-        self.bids = self._grouped_ids(lin, nb, GROUP_M) if grouped else self._unravel_ids(lin, nb)
-        if self.part_counts and grouped:     # the row-major number of the grouped tile
-            lin = self.tmp(N.BinOp("add", N.BinOp("mul", self.bids[0], nb[1], I32), self.bids[1], I32), "tileno")
-        self.part_ids = {pid: self._unravel_ids(lin, counts) for pid, counts in self.part_counts.items()}
-
-    def _unravel_ids(self, lin: N.Expr, nb: list[N.Expr]) -> list[N.Expr]:
-        """Row-major coordinates of tile number `lin` in a tile grid of `nb` tiles per axis."""
-        ids: list[N.Expr] = [c32(0)] * len(nb)
-        for k in reversed(range(len(nb))):
-            if k == 0:
-                ids[k] = lin
-            else:
-                ids[k] = self.tmp(N.BinOp("mod", lin, nb[k], I32), "bid")
-                lin = self.tmp(N.BinOp("floordiv", lin, nb[k], I32), "bid")
-        return ids
-
     def tile_ids(self, p: T.TParam) -> list[N.Expr]:
         """The block's tile coordinates in partition `p`: the grid's, or its own by tile number."""
         return self.part_ids.get(id(p), self.bids)
-
-    def _grouped_ids(self, lin: N.Expr, nb: list[N.Expr], group: int) -> list[N.Expr]:
-        """2-D tile ids in groups of `group` tile rows (a bijection of the row-major order), so
-        consecutive blocks of a GEMM share A row panels and B column panels in L2."""
-        def op(o, a, b):
-            return self.tmp(N.BinOp(o, a, b, I32), "g")
-        per_group = op("mul", c32(group), nb[1])
-        gid = op("floordiv", lin, per_group)
-        first = op("mul", gid, c32(group))
-        size = op("min", op("sub", nb[0], first), c32(group))
-        inner = op("mod", lin, per_group)
-        return [op("add", first, op("mod", inner, size)), op("floordiv", inner, size)]
 
     # ------------------------------------------------------------------------------ statements
     def stmts(self, body: list[T.TStmt]) -> None:

@@ -1,0 +1,73 @@
+"""Which tile a block owns: tile counts per partition, and tile.bid(k) from the block's linear id.
+
+The grid is 1-D (x = linear tile id of the grid partition). It is unravelled row-major, or for GEMM
+kernels in groups of GROUP_M tile rows (an L2-friendly order, a bijection of the row-major one). A
+partition of another ndim than the grid partition (dsl/tile/types.tiles_by_number) owns tile b of
+its own tile grid for the block whose row-major tile number is b; its counts and ids are kept apart
+(`L.part_counts`, `L.part_ids`) and `Lowerer.tile_ids(p)` picks the right ones.
+"""
+from __future__ import annotations
+
+from dsl.ir import nodes as N
+from dsl.ir.types import I32, INDEX
+from dsl.tile import ir as T
+from dsl.tile.layout import c32, log2
+from dsl.tile.types import PartitionParamType, tiles_by_number
+
+GROUP_M = 8         # tile-row group of the L2-friendly block order of GEMM kernels
+
+
+def num_blocks(L) -> list[N.Expr]:
+    """Tile blocks per grid axis (L.nblocks), and the tile counts of each partition matched to the grid
+    by tile number (L.part_counts), computed once per kernel."""
+    gp = L.fn.grid_param
+    L.nblocks = tile_counts(L, gp)
+    L.part_counts = {id(p): tile_counts(L, p) for p in L.fn.params
+                     if isinstance(p.type, PartitionParamType) and tiles_by_number(p.type, gp.type)}
+    return L.nblocks
+
+
+def tile_counts(L, p: T.TParam) -> list[N.Expr]:
+    """ceil(extent / tile) per axis of partition `p`."""
+    nb = []
+    for k, t in enumerate(p.type.tile_shape):  # type: ignore[union-attr]
+        ext = N.ArrayLen(L.pref(p), k)
+        n = N.BinOp("rshift", N.BinOp("add", ext, N.Const(t - 1, INDEX), INDEX), N.Const(log2(t), INDEX), INDEX)
+        nb.append(L.tmp(N.Cast(n, I32), "nblocks"))
+    return nb
+
+
+def block_ids(L, lin: N.Expr, nb: list[N.Expr]) -> None:
+    """tile.bid(k) from the linear tile id (L.bids: row-major, or grouped for GEMM kernels), and the
+    block's tile in each partition matched by tile number (L.part_ids: its row-major number
+    unravelled)."""
+    grouped = len(nb) == 2 and any(isinstance(e, T.Matmul) for e in T.body_exprs(L.fn.body))
+    L.bids = grouped_ids(L, lin, nb, GROUP_M) if grouped else unravel_ids(L, lin, nb)
+    if L.part_counts and grouped:     # the row-major number of the grouped tile
+        lin = L.tmp(N.BinOp("add", N.BinOp("mul", L.bids[0], nb[1], I32), L.bids[1], I32), "tileno")
+    L.part_ids = {pid: unravel_ids(L, lin, counts) for pid, counts in L.part_counts.items()}
+
+
+def unravel_ids(L, lin: N.Expr, nb: list[N.Expr]) -> list[N.Expr]:
+    """Row-major coordinates of tile number `lin` in a tile grid of `nb` tiles per axis."""
+    ids: list[N.Expr] = [c32(0)] * len(nb)
+    for k in reversed(range(len(nb))):
+        if k == 0:
+            ids[k] = lin
+        else:
+            ids[k] = L.tmp(N.BinOp("mod", lin, nb[k], I32), "bid")
+            lin = L.tmp(N.BinOp("floordiv", lin, nb[k], I32), "bid")
+    return ids
+
+
+def grouped_ids(L, lin: N.Expr, nb: list[N.Expr], group: int) -> list[N.Expr]:
+    """2-D tile ids in groups of `group` tile rows (a bijection of the row-major order), so
+    consecutive blocks of a GEMM share A row panels and B column panels in L2."""
+    def op(o, a, b):
+        return L.tmp(N.BinOp(o, a, b, I32), "g")
+    per_group = op("mul", c32(group), nb[1])
+    gid = op("floordiv", lin, per_group)
+    first = op("mul", gid, c32(group))
+    size = op("min", op("sub", nb[0], first), c32(group))
+    inner = op("mod", lin, per_group)
+    return [op("add", first, op("mod", inner, size)), op("floordiv", inner, size)]
