@@ -5,14 +5,17 @@
 
 Kernels: every case of interop_tests/kernels_zoo.py, the tile cases of
 interop_tests/dsl_tile/test_tile_ptx_assembles.py, the tensor-core GEMM variants (mma.sync, wgmma, tf32:
-dynamic shared memory), the integration kernels, a persistent tile kernel and a SIMT kernel with static
-plus dynamic shared memory; each for sm_80 and sm_90. The disk cache is off, so every file is a fresh
+dynamic shared memory), the integration kernels, a persistent tile kernel, a SIMT kernel with static
+plus dynamic shared memory, flash attention in each tile choice and lowering, and the GEMM ladder of
+benchmarks/gemm.py (scripts/_snapshot_ladder.py: each under the environment switches that pick its
+lowering); each for sm_80 and sm_90. The disk cache is off, so every file is a fresh
 compile. `compare` names each differing file and, with `--rename OLD=NEW`, says whether the only
 difference is that symbol renamed.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -21,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ARCHS = ("sm_80", "sm_90")
 
 
-def _cases() -> dict[str, tuple[object, tuple, str]]:
-    """name -> (kernel, args, model)."""
+def _cases() -> dict[str, tuple[object, tuple, str, dict]]:
+    """name -> (kernel, args, model, environment switches to compile under)."""
     import ml_dtypes
     import numpy as np
     sys.path[:0] = [str(ROOT), str(ROOT / "interop_tests" / "dsl_tile")]
@@ -31,6 +34,7 @@ def _cases() -> dict[str, tuple[object, tuple, str]]:
     from interop_tests.integrations import integration_kernels as IK
     import tile_kernels_lib as K
     from scripts import _snapshot_kernels as EX
+    from scripts import _snapshot_ladder as LAD
     from dsl import tile
 
     out: dict[str, tuple[object, tuple, str]] = {}
@@ -58,15 +62,33 @@ def _cases() -> dict[str, tuple[object, tuple, str]]:
                                                          tile.partition(x.copy(), (128,))), "tile")
     out["extra.tile_persistent"] = (EX.padd, (x, x, tile.partition(x.copy(), (128,))), "tile")
     out["extra.simt_dynamic_shared"] = (EX.stage, (x, x.copy()), "simt")
-    return out
+    cases = {name: (*case, {}) for name, case in out.items()}
+    for name, (kernel, args, env) in {**LAD.flash_cases(), **LAD.gemm_cases()}.items():
+        cases[name] = (kernel, args, "tile", env)
+    return cases
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]):
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def write(dest: Path) -> None:
     os.environ["KB_CACHE"] = "0"
     dest.mkdir(parents=True, exist_ok=True)
-    for name, (kernel, args, model) in _cases().items():
+    for name, (kernel, args, model, env) in _cases().items():
         for arch in ARCHS:
-            ck = kernel.compile(*args, arch=arch) if model == "simt" else kernel.compile(args, arch)
+            with _environment(env):
+                ck = kernel.compile(*args, arch=arch) if model == "simt" else kernel.compile(args, arch)
             (dest / f"{name}.{arch}.ptx").write_text(ck.ptx)
             (dest / f"{name}.{arch}.json").write_text(ck.contract_json)
     print(f"wrote {len(list(dest.iterdir()))} files to {dest}")
