@@ -5,8 +5,9 @@ Each row says how one kernelbridge dtype is spelled everywhere it crosses a boun
 the NumPy type that holds it on the host (ml_dtypes for bfloat16 and the float8 family), its kind
 (bool/int/uint/float/complex), and — for the types DSL kernels use — the C type AOT headers declare.
 dsl reads this table (dsl/ir/types.py, dsl/types.py, the AOT header, the simulators); bridge never
-imports dsl. The C++ side (cpp/include/kernelbridge/array_view.hpp, cpp/native/intake.cpp) must agree
-with this table; interop_tests/arrays/test_dtype_table.py checks that it does.
+imports dsl. Five C++ lists must agree with this table (docs/contributing.md, "A new dtype", names
+them): interop_tests/package/test_dtype_tables.py reads them from the sources, and
+interop_tests/arrays/test_dtype_table.py asks the built extension.
 """
 from __future__ import annotations
 

@@ -333,8 +333,8 @@ def test_numpy_arrays_numpys_dlpack_refuses_are_viewed_zero_copy():
 
 def test_ml_dtypes_arrays_take_the_fast_path():
     import ml_dtypes
-    for dt, name in [(ml_dtypes.bfloat16, "bfloat16"), (ml_dtypes.float8_e4m3fn, "f8e4m3fn"),
-                     (ml_dtypes.float8_e5m2, "f8e5m2")]:
+    for dt, name in [(ml_dtypes.bfloat16, "bfloat16"), (ml_dtypes.float8_e4m3fn, "float8_e4m3fn"),
+                     (ml_dtypes.float8_e5m2, "float8_e5m2")]:
         a = np.zeros((4, 6), dt)[::2, 1:]
         v = _native.intake_view(a)
         assert (v.ptr, v.shape, v.strides, v.dtype_name) == (a.ctypes.data, (2, 5), a.strides, name)

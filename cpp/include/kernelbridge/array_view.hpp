@@ -52,7 +52,12 @@ inline const char* dtype_long_name(DType t) {
     case DType::f16: return "float16";     case DType::bf16: return "bfloat16";
     case DType::f32: return "float32";     case DType::f64: return "float64";
     case DType::c64: return "complex64";   case DType::c128: return "complex128";
-    default: return dtype_name(t);
+    case DType::f8e4m3fn: return "float8_e4m3fn";     case DType::f8e4m3fnuz: return "float8_e4m3fnuz";
+    case DType::f8e5m2: return "float8_e5m2";         case DType::f8e5m2fnuz: return "float8_e5m2fnuz";
+    case DType::f8e3m4: return "float8_e3m4";         case DType::f8e4m3: return "float8_e4m3";
+    case DType::f8e8m0fnu: return "float8_e8m0fnu";   case DType::f6e2m3fn: return "float6_e2m3fn";
+    case DType::f6e3m2fn: return "float6_e3m2fn";     case DType::f4e2m1fn: return "float4_e2m1fn";
+    default: return dtype_name(t);  // any, invalid
   }
 }
 
