@@ -49,6 +49,9 @@ MAX_CONTRACT_BYTES = 1 << 20  # an embedded contract may not be longer (1 MiB: r
 MAX_CONTRACT_DEPTH = 64       # JSON nesting of a contract, as the C++ reader allows (detail/json.hpp)
 _LZ4_MAX_RATIO = 255          # an LZ4 block cannot expand more than ~255x (one length byte = 255 bytes)
 _ELF_MAGIC = b"\x7fELF"
+# a PTX header line; [ \t]*, not \s*: \s* also eats newlines, and 64 KiB of them took 13 s to search
+_PTX_DIRECTIVE = re.compile(rb"^[ \t]*\.(?:version|target)\b", re.MULTILINE)
+_SNIFF_SIZE = 1 << 16        # module_format reads no further (PTX headers come first)
 _KIND_NAMES = {1: "ptx", 2: "elf"}
 _FLAG_LZ4 = 0x2000
 _FLAG_ZSTD = 0x8000
@@ -166,22 +169,45 @@ class FatbinEntry:
         return out
 
 
-@_typed_errors("data")
 def module_format(data: bytes | bytearray | memoryview | str) -> str:
-    """'fatbin', 'elf' or 'ptx' — decided by the leading bytes, not by a file extension."""
+    """'fatbin', 'cubin' or 'ptx', decided by the leading bytes (never by a file name): the one sniffer
+    of module images, asked by `bridge.load_module` and `embedded_contracts` alike. A fatbin starts
+    with FATBIN_MAGIC, a cubin with the ELF magic; PTX text (bytes, or a str) has a `.version` or
+    `.target` line in its first 64 KiB and no NUL byte before its trailing padding. Anything else is
+    a ModuleFormatError (a ValueError); a value that is neither bytes-like nor str is a TypeError."""
     if isinstance(data, str):
-        return "ptx"
-    head = bytes(data[:4])
-    if len(head) == 4 and struct.unpack("<I", head)[0] == FATBIN_MAGIC:
+        if _looks_like_ptx(data[:_SNIFF_SIZE].encode("utf-8", "replace")):
+            return "ptx"
+        raise _not_a_module(f"a str of {len(data)} characters", data[:8])
+    if isinstance(data, (bytes, bytearray)):
+        size, head = len(data), bytes(data[:_SNIFF_SIZE])
+    else:
+        try:
+            view = memoryview(data)
+        except TypeError:
+            raise TypeError(f"module image: expected bytes-like data (bytes, bytearray, memoryview) or str "
+                            f"(PTX text), got {type(data).__name__}") from None
+        size = view.nbytes
+        flat = view if view.ndim == 1 and view.itemsize == 1 else memoryview(view.tobytes())
+        head = bytes(flat[:_SNIFF_SIZE])
+    if len(head) >= 4 and struct.unpack_from("<I", head)[0] == FATBIN_MAGIC:
         return "fatbin"
-    if head == _ELF_MAGIC:
-        return "elf"
-    text = bytes(data[:4096]).decode("latin-1")
-    if re.search(r"^\s*\.(version|target)\b", text, re.MULTILINE):
+    if head[:4] == _ELF_MAGIC:
+        return "cubin"
+    if _looks_like_ptx(head):
         return "ptx"
-    raise ModuleFormatError(
-        f"data: expected a fatbin (magic 0x{FATBIN_MAGIC:08X}), an ELF cubin or PTX text, "
-        f"got leading bytes {head!r}")
+    raise _not_a_module(f"{size} bytes", head[:8])
+
+
+def _looks_like_ptx(head: bytes) -> bool:
+    """A .version/.target line, and no NUL byte but trailing padding (so no binary file is PTX)."""
+    return b"\0" not in head.rstrip(b"\0") and _PTX_DIRECTIVE.search(head) is not None
+
+
+def _not_a_module(what: str, start: bytes | str) -> ModuleFormatError:
+    shown = f" starting with {start!r}" if start else ""
+    return ModuleFormatError(f"module image: expected a fatbin (magic 0x{FATBIN_MAGIC:08X}), an ELF cubin or "
+                             f"PTX text (a .version or .target line); got {what}{shown}")
 
 
 @_typed_errors("fatbin")
@@ -246,7 +272,7 @@ def embedded_contracts(data: bytes | bytearray | memoryview | str) -> dict[str, 
     fmt = module_format(data)
     if fmt == "ptx":
         return ptx_contracts(data if isinstance(data, str) else bytes(data))
-    if fmt == "elf":
+    if fmt == "cubin":
         return elf_contracts(bytes(data))
     return _fatbin_contracts(bytes(data))
 

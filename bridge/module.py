@@ -4,18 +4,17 @@ Why a cache per (device, content hash): loading is expensive and the same image 
 PTX) is requested again and again; the driver module is shared, contracts stay per Module object.
 A module is loaded on one device; `Module.on_device(n)` loads the same image on device n, and a
 kernel launched with device n's arrays (or stream) does that itself (docs/architecture.md "Devices").
-Contracts come from the image's own metadata (`bridge.fatbin.embedded_contracts`, when that module is
-present) and from `contracts=`, which wins per kernel name. A module hands out `bridge.Kernel`s
+What an image is (PTX, cubin, fatbin) is decided by `bridge.fatbin.module_format`, the one sniffer.
+Contracts come from the image's own metadata (`bridge.fatbin.embedded_contracts`) and from
+`contracts=`, which wins per kernel name. A module hands out `bridge.Kernel`s
 (bridge/kernel.py, which knows nothing of modules beyond the object it is given); `kernel_from_ptx`,
 the DSL's entry point, is a one-kernel module of PTX text (cached per device, PTX, name, contract).
 """
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
 import re
-import struct
 import threading
 from typing import Any, Mapping
 
@@ -23,31 +22,11 @@ from bridge import _driver, _native
 from bridge.contract import native_contract
 from bridge.device import Device
 from bridge.errors import ContractDefinitionError
+from bridge.fatbin import embedded_contracts, module_format
 from bridge.kernel import Kernel
-
-FATBIN_MAGIC = 0xBA55ED50
-_ELF_MAGIC = b"\x7fELF"
-_PTX_DIRECTIVE = re.compile(rb"^\s*\.(version|target|entry|visible)\b", re.MULTILINE)
 
 _loaded: dict[tuple[int, str], int] = {}   # documented cache: (device, sha256) -> driver module handle
 _lock = threading.Lock()
-
-
-def module_kind(data: bytes) -> str:
-    """'ptx', 'cubin' or 'fatbin', from the leading bytes (not a file extension); ValueError otherwise."""
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise TypeError(f"module image must be bytes, got {type(data).__name__}")
-    data = bytes(data)
-    if len(data) >= 4 and struct.unpack("<I", data[:4])[0] == FATBIN_MAGIC:
-        return "fatbin"
-    if data[:4] == _ELF_MAGIC:
-        return "cubin"
-    head = data[:65536]
-    if b"\0" not in head.rstrip(b"\0") and _PTX_DIRECTIVE.search(head):
-        return "ptx"
-    raise ValueError(f"module image: expected PTX text (with .version/.target), a cubin (ELF magic 7f 45 4c 46) "
-                     f"or a fatbin (magic 0x{FATBIN_MAGIC:08X}); got {len(data)} bytes starting with "
-                     f"{data[:8]!r}")
 
 
 def read_image(path_or_bytes: str | bytes | bytearray | memoryview | os.PathLike) -> tuple[bytes, str]:
@@ -63,18 +42,6 @@ def read_image(path_or_bytes: str | bytes | bytearray | memoryview | os.PathLike
         with open(path, "rb") as f:
             return f.read(), os.path.basename(path)
     raise TypeError(f"load_module: expected a path, PTX text or bytes, got {type(path_or_bytes).__name__}")
-
-
-def embedded_contracts(data: bytes) -> dict[str, str]:
-    """Contracts carried by the image itself ({} when bridge.fatbin is absent or finds none), each
-    checksum-verified by the reader; its ModuleFormatError / ContractIntegrityError (a damaged or
-    pre-checksum contract, naming the kernel) propagates, so such a module is not loaded."""
-    try:
-        fatbin = importlib.import_module("bridge.fatbin")
-    except ImportError:
-        return {}
-    reader = getattr(fatbin, "embedded_contracts", None)
-    return dict(reader(data)) if reader is not None else {}
 
 
 class Module:
@@ -151,7 +118,7 @@ def load_module(path_or_bytes: str | bytes | os.PathLike, *, contracts: Mapping[
     """Load PTX text, a cubin or a fatbin (path, text or bytes) into the primary context of `device`
     (default: the current device); its kernels load it on other devices where they are launched."""
     data, display = read_image(path_or_bytes)
-    kind = module_kind(data)
+    kind = module_format(data)
     _driver.require()
     dev = Device(device if device is not None else _driver.current_ordinal()).ordinal
     merged: dict[str, Any] = {}

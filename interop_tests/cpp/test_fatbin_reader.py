@@ -44,7 +44,7 @@ def test_plain_fatbin_cubin_and_ptx_agree(build):
     fat = build("-fatbin", "-compress-mode=none", *GENCODE)
     cubin = build("-cubin", "-arch=sm_90")
     ptx = build("-ptx", "-arch=sm_90")
-    assert (module_format(fat), module_format(cubin), module_format(ptx)) == ("fatbin", "elf", "ptx")
+    assert (module_format(fat), module_format(cubin), module_format(ptx)) == ("fatbin", "cubin", "ptx")
     c = _fill(embedded_contracts(fat))
     assert c["block"] == {"exact": [64, 1, 1]} and c["grid_from"]["arg"] == "y"
     assert embedded_contracts(cubin) == embedded_contracts(fat) == embedded_contracts(ptx)

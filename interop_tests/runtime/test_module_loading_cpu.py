@@ -8,7 +8,8 @@ import pytest
 
 import bridge
 from bridge.errors import MissingContractError, NoDeviceError
-from bridge.module import FATBIN_MAGIC, module_kind, read_image
+from bridge.fatbin import FATBIN_MAGIC, module_format
+from bridge.module import read_image
 
 from runtime_helpers import KERNELS, rt_ptx
 
@@ -16,14 +17,14 @@ needs_no_gpu = pytest.mark.skipif(bridge.gpu_available(), reason="checks the beh
 
 
 def test_ptx_text_is_recognised():
-    assert module_kind(rt_ptx().encode()) == "ptx"
-    assert module_kind(b"// comment\n.version 8.0\n.target sm_80\n") == "ptx"
+    assert module_format(rt_ptx().encode()) == "ptx"
+    assert module_format(b"// comment\n.version 8.0\n.target sm_80\n") == "ptx"
 
 
 def test_cubin_is_recognised(tmp_path):
     cubin = tmp_path / "k.cubin"
     subprocess.run(["ptxas", "-arch=sm_90", str(KERNELS / "rt_kernels.ptx"), "-o", str(cubin)], check=True)
-    assert module_kind(cubin.read_bytes()) == "cubin"
+    assert module_format(cubin.read_bytes()) == "cubin"
 
 
 def test_fatbin_is_recognised(tmp_path):
@@ -32,19 +33,19 @@ def test_fatbin_is_recognised(tmp_path):
                    check=True)
     data = fatbin.read_bytes()
     assert struct.unpack("<I", data[:4])[0] == FATBIN_MAGIC
-    assert module_kind(data) == "fatbin"
+    assert module_format(data) == "fatbin"
 
 
 @pytest.mark.parametrize("garbage", [b"", b"\x00\x01\x02\x03garbage", b"hello world", b"MZ\x90\x00" * 8,
                                      b".version 8.0\x00\x00binary\x00junk"])
 def test_garbage_is_a_clear_value_error(garbage):
-    with pytest.raises(ValueError, match=r"module image: expected PTX text .*cubin .*fatbin"):
-        module_kind(garbage)
+    with pytest.raises(ValueError, match=r"module image: expected a fatbin .*, an ELF cubin or PTX text"):
+        module_format(garbage)
 
 
-def test_module_kind_wants_bytes():
-    with pytest.raises(TypeError, match="module image must be bytes, got int"):
-        module_kind(42)
+def test_module_format_wants_bytes_or_text():
+    with pytest.raises(TypeError, match=r"module image: expected bytes-like data .* or str \(PTX text\), got int"):
+        module_format(42)
 
 
 def test_read_image_accepts_paths_text_and_bytes(tmp_path):
