@@ -18,13 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from dsl.errors import DslCompileError
+from dsl.errors import DslCompileError, DslToolError
 from dsl.aot_header import AotKernel, AotParam, identifier, render_header
 from dsl.link import _arch_number, find_nvcc
 from dsl.userfile import load_user_file
 
 
-class AotError(ValueError):
+class AotError(DslToolError, ValueError):
     """The module cannot be compiled ahead of time (the message says which kernel and why)."""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dsl.cache import CacheRefusedError, DiskCache, cache_dir, cache_enabled
+from dsl.errors import DslToolError
 
 NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "afs")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
@@ -25,7 +26,7 @@ _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-class CacheCliError(ValueError):
+class CacheCliError(DslToolError, ValueError):
     """A bad `python -m dsl cache` argument; printed as `error: ...` with exit status 2."""
 
 

@@ -28,6 +28,8 @@ import stat
 import time
 from pathlib import Path
 
+from dsl.errors import DslCacheError
+
 LAYOUT = 3
 FOLDER = f"kb-cache-v{LAYOUT}"
 MARKER = "KERNELBRIDGE-CACHE"
@@ -43,7 +45,7 @@ _SEAL = b"kbcache3"
 _TMP_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")    # tempfile's random names
 
 
-class CacheRefusedError(PermissionError):
+class CacheRefusedError(DslCacheError, PermissionError):
     """kernelbridge will neither read nor change this cache folder (not one it made, or one that others
     could have written to); the message names the folder and says why."""
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from dsl.backend.toolkit import locate
+from dsl.errors import DslLinkError
 from dsl.userfile import load_user_file
 
 __all__ = ["LinkError", "LinkInput", "LinkedKernel", "available", "find_nvcc", "compile_cu", "link",
@@ -33,7 +34,7 @@ _KINDS = {".ptx": "PTX", ".ltoir": "LTOIR", ".o": "OBJECT", ".fatbin": "FATBIN",
           ".a": "LIBRARY"}
 
 
-class LinkError(RuntimeError):
+class LinkError(DslLinkError, RuntimeError):
     """nvJitLink or nvcc refused the inputs; the message carries the tool's log."""
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.settings import env_switch   # the one KB_* reader
+from dsl.errors import DslDeclarationError
 
 MAX_BLOCK = (1024, 1024, 64)     # CUDA's per-axis block limits (every supported arch)
 MAX_THREADS = 1024               # threads per block
@@ -36,7 +37,7 @@ class KernelOptions:
     lineinfo: bool = True                          # PTX line tables (.file/.loc) for profilers/sanitizers
 
 
-class OptionError(Exception):
+class OptionError(DslDeclarationError):
     """A decorator option is malformed. `option` names the keyword, `item` the offending element
     (a relation text, a parameter name) when there is one, so the error can point at it."""
 

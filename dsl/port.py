@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge import dtypes
+from dsl.errors import DslToolError
 from dsl.types import PUBLIC_NAME
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -36,7 +37,7 @@ _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
 _PREC = {"add": 1, "sub": 1, "mul": 2, "floordiv": 2, "mod": 2, "neg": 3}
 
 
-class PortError(Exception):
+class PortError(DslToolError):
     """A port that cannot be made (no contract, a type the DSL lacks, a file that would be lost)."""
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsl.errors import DslCompileStageError
 from dsl.types import is_typevar
 
 
-class TypeVarMismatch(Exception):
+class TypeVarMismatch(DslCompileStageError):
     """A parameter was given `given` but its declaration requires `expected`: the declared dtype
     (`typevar` None) or what the TypeVar `typevar` was bound to by an earlier parameter."""
 

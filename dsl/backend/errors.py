@@ -2,10 +2,11 @@
 (`exprs`, `memory`, `tile_codegen`) can all import them at the top without an import cycle."""
 from __future__ import annotations
 
+from dsl.errors import DslCompileStageError
 from dsl.ir import nodes as N
 
 
-class CodegenError(Exception):
+class CodegenError(DslCompileStageError):
     """The IR holds something the code generator cannot lower (a frontend/verifier bug)."""
 
     def __init__(self, msg: str, loc: N.Loc = N.NOLOC):

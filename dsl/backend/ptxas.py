@@ -12,13 +12,14 @@ from pathlib import Path
 
 from dsl.backend.target import parse_arch
 from dsl.backend.toolkit import locate
+from dsl.errors import DslTargetError
 
 
-class PtxasNotFound(FileNotFoundError):
+class PtxasNotFound(DslTargetError, FileNotFoundError):
     """ptxas is not installed (or not on PATH / CUDA_HOME)."""
 
 
-class PtxasError(RuntimeError):
+class PtxasError(DslTargetError, RuntimeError):
     """ptxas rejected the PTX; the message carries its diagnostics."""
 
 

@@ -11,6 +11,8 @@ import functools
 import re
 import threading
 
+from dsl.errors import DslTargetError
+
 TRIPLE = "nvptx64-nvidia-cuda"
 
 # arch (compute capability) -> PTX ISA version (major*10+minor) used for it.
@@ -24,7 +26,7 @@ _init_lock = threading.Lock()
 _initialised = False
 
 
-class TargetError(ValueError):
+class TargetError(DslTargetError, ValueError):
     """An unknown or unsupported GPU architecture was requested."""
 
 

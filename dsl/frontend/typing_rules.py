@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from dsl.errors import DslCompileStageError
 from dsl.frontend.values import Val
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
@@ -20,7 +21,7 @@ INT_RANGES = {t: ((-(1 << (t.bits - 1)), (1 << (t.bits - 1)) - 1) if t.kind == "
               for t in irt.SCALARS.values() if t.is_int}
 
 
-class TypeRuleError(Exception):
+class TypeRuleError(DslCompileStageError):
     """Raised by these rules; the lowering turns it into a DslCompileError at the right node."""
 
     def __init__(self, message: str, hint: str = "") -> None:

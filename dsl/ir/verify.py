@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Iterator
 
+from dsl.errors import DslCompileStageError
 from dsl.ir import nodes as N
 from dsl.ir.types import (BOOL, INDEX, ArrayType, ChunkType, ScalarType, SlotType, ThreadIndexType,
                           TupleType, VoidType)
@@ -18,7 +19,7 @@ BINOPS = {"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and_", "or_
           "rshift", "min", "max", "copysign"}
 
 
-class IRVerifyError(Exception):
+class IRVerifyError(DslCompileStageError):
     def __init__(self, msg: str, loc: N.Loc = N.NOLOC):
         super().__init__(f"{loc}: invalid IR: {msg}")
         self.loc = loc

@@ -6,10 +6,11 @@ as `bridge.errors.KernelFault` once the launch has completed.
 """
 from __future__ import annotations
 
+from dsl.errors import DslSimulationError
 from dsl.ir.nodes import NOLOC, FaultSite, Function, Loc
 
 
-class SimulationError(RuntimeError):
+class SimulationError(DslSimulationError, RuntimeError):
     """The kernel did something whose result is undefined on the GPU (a barrier reached by only part
     of a block, a warp op in divergent code, an out-of-range access the compiler did not check)."""
 

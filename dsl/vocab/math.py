@@ -23,6 +23,8 @@ import math as _pymath
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from dsl.errors import DslDeclarationError
+
 FLOAT = "float"
 PREDICATE = "predicate"
 ROUNDING = "rounding"
@@ -30,7 +32,7 @@ TYPINGS = (FLOAT, PREDICATE, ROUNDING)
 LOWERING_KINDS = ("llvm", "libdevice", "fcmp")
 
 
-class VocabularyError(ValueError):
+class VocabularyError(DslDeclarationError, ValueError):
     """A math row that cannot be registered (or removed); the message names the row and the field."""
 
 
