@@ -20,8 +20,9 @@ class InlinePtx(Expr):
     it to a tuple-typed Var and read components with TupleGet). Always treated as having side effects
     when `side_effects` (cp.async, barriers), else pure (mma, ldmatrix: `.sync.aligned` ops must still
     be executed by the whole warp; the lowering only places them in warp-uniform code).
-    `sim`: its CPU semantics for the simulator (dsl/tile/ptx_sim.py, ptx_sim_sm90.py; marked with
-    ptx_sim.semantics): `sim(args, pos, present)` -> the value (a vector per selected lane, or a tuple
+    `sim`: its CPU semantics for the simulator: the SemanticsRef of its row of dsl/tile/ptx/table.py
+    (resolved on first use), or in hand-built IR a function marked with dsl.tile.ptx.sm80.semantics:
+    `sim(args, pos, present)` -> the value (a vector per selected lane, or a tuple
     of them), with args evaluated on the selected lanes, `pos` their warp-padded positions and
     `present` which padded lanes take part (whole warps); a per-thread one is `sim(args)` on the
     selected lanes; one that needs memory also gets the Machine and the lane numbers. None: the

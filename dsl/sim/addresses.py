@@ -33,7 +33,7 @@ def _bytes(data: np.ndarray, what: str) -> np.ndarray:
 class TensorMap:
     """What a CUtensorMap describes, as the simulator binds a TensorMapType parameter (dsl/sim/launch.py,
     from the bound array, as the launcher encodes one from the validated view): the array, the box in
-    the array's axis order and the swizzle width (0: none). Read by dsl/tile/ptx_sim_sm90.py's TMA."""
+    the array's axis order and the swizzle width (0: none). Read by dsl/tile/ptx/sm90.py's TMA."""
     mem: MemRef
     box: tuple[int, ...]
     swizzle: int

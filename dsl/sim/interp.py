@@ -519,14 +519,16 @@ class Machine:
         return warp_op(e.op, pos, present, args, e.type, _scalar(e.args[0].type))
 
     def e_InlinePtx(self, e, sel):
-        """Inline PTX of the tile lowering: run through its `sim` semantics (dsl/tile/ptx_sim.py) when
-        it has them. A warp-collective statement needs whole warps, as e_Warp does; a per-thread one
+        """Inline PTX of the tile lowering: run through its `sim` semantics (a row of
+        dsl/tile/ptx/table.py, or a callable in hand-built IR) when it has them. A warp-collective statement needs whole warps, as e_Warp does; a per-thread one
         (`sim.per_thread`) runs on the selected lanes. `sim.machine`: it also gets this Machine and the
         lanes (shared/global memory, pending copies)."""
         sim = getattr(e, "sim", None)
         if sim is None:
             raise self._err(e, "inline PTX without CPU semantics cannot be simulated (the tile "
-                               "lowering gives each statement its `sim`, dsl/tile/ptx_sim*.py)")
+                               "lowering takes each statement from dsl/tile/ptx/table.py)")
+        if hasattr(sim, "resolve"):        # a table row's semantics, loaded on first use
+            sim = sim.resolve()
         n = count(sel, self.L)
         args = [vec(self.ev(a, sel), n) for a in e.args]
         extra = (self, self._lanes_of(sel)) if getattr(sim, "machine", False) else ()

@@ -5,6 +5,7 @@ Scalar dtypes are the shared `dsl.ir.types.ScalarType`s, so lowering onto the SI
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,10 +36,7 @@ class TileType:
 
     @property
     def size(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
     @property
     def ndim(self) -> int:

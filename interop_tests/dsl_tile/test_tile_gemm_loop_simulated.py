@@ -1,7 +1,7 @@
 """The tensor-core GEMM loops run in the SIMT simulator through the CPU semantics of their PTX: the
-sm_80/89 loop (cp.async stages, XOR swizzle, ldmatrix fragments, mma.sync; dsl/tile/ptx_sim.py) and the
+sm_80/89 loop (cp.async stages, XOR swizzle, ldmatrix fragments, mma.sync; dsl/tile/ptx/sm80.py) and the
 sm_90 loop (TMA boxes on mbarriers into swizzled stages, wgmma from matrix descriptors, one group in
-flight; dsl/tile/ptx_sim_sm90.py), for row-major B and for B stored N x K (K-major,
+flight; dsl/tile/ptx/sm90.py), for row-major B and for B stored N x K (K-major,
 `tile.transpose(tile.load(bt, ...))`), f16/bf16/tf32/f8, against float64 NumPy on shapes that are not
 multiples of the tile. The sm_90 model reproduces the bf16 TMA + wgmma GEMM proven on the H200. The
 simulator runs the asynchronous parts as the hardware does, so a too-weak cp.async or wgmma wait, a
@@ -17,10 +17,11 @@ import pytest
 import tile_kernels_lib as K
 
 import dsl.sim.interp as interp
-import dsl.tile.lower_mma as lower_mma
-import dsl.tile.lower_wgmma as lower_wgmma
-import dsl.tile.ptx_sim_sm90 as sm90
-from dsl.tile import ptx_sim
+import dsl.tile.lower.matmul.mma_sync as lower_mma
+import dsl.tile.lower.matmul.wgmma as lower_wgmma
+from dsl.tile.ptx import sm80 as ptx_sim
+from dsl.tile.ptx import table as ptx_table
+from dsl.tile.ptx.table import SemanticsRef
 from dsl import tile
 from dsl.backend.ptxas import find_ptxas
 from dsl.types import f32
@@ -193,14 +194,14 @@ def test_a_too_weak_wgmma_wait_lets_a_stage_be_overwritten_while_it_is_read(monk
 def test_an_mbarrier_wait_whose_copies_never_land_is_a_simulated_deadlock(monkeypatch, rng):
     a = rng.standard_normal((136, 128)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((128, 136)).astype(ml_dtypes.bfloat16)
-    monkeypatch.setattr(sm90, "tma_load_2d", ptx_sim.no_op)         # the copies are issued but never land
+    monkeypatch.setitem(ptx_table._RESOLVED, SemanticsRef("cp.async.bulk.tensor.2d"), ptx_sim.no_op)  # never land
     with pytest.raises(SimulationError, match="never completes"):
         run_sm90(K.gemm, a, b, (128, 128), 64)
 
 
 @pytest.mark.parametrize("arch", ["sm_89", "sm_90"])
 def test_interior_tiles_store_pairs_and_edge_tiles_store_checked_elements(monkeypatch, rng, arch):
-    """The epilogue (dsl/tile/lower_store.py): tiles entirely inside C store each lane's column pair with
+    """The epilogue (dsl/tile/lower/store.py): tiles entirely inside C store each lane's column pair with
     one st.global.v2.f32 (no bounds checks); edge tiles store element by element, only inside C."""
     m, k, n = 200, 64, 136                        # 128x128 tiles: one interior tile, three edge tiles
     a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
@@ -328,7 +329,7 @@ def test_consumers_that_never_release_a_stage_deadlock_the_simulated_producer(mo
     """With the roles as coroutines, a producer waiting on an empty barrier nobody arrives on, while
     the consumers wait on a copy it never issues, is a deadlock the simulator reports."""
     monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", "ws")
-    monkeypatch.setattr(sm90, "arrive", ptx_sim.no_op)
+    monkeypatch.setitem(ptx_table._RESOLVED, SemanticsRef("mbarrier.arrive"), ptx_sim.no_op)
     a = rng.standard_normal((136, 640)).astype(ml_dtypes.bfloat16)      # 10 k tiles > the stages
     b = rng.standard_normal((640, 264)).astype(ml_dtypes.bfloat16)
     with pytest.raises(SimulationError, match="every role of the block waits"):

@@ -1,4 +1,4 @@
-"""tile.matmul / tile.mma outside the GEMM main loops on the tensor cores (dsl/tile/lower_matmul_tc.py,
+"""tile.matmul / tile.mma outside the GEMM main loops on the tensor cores (dsl/tile/lower/matmul/products.py,
 the default; KB_TILE_TC_MATMUL=0 selects the portable path): the lowering run on the CPU simulator
 (its mma.sync carries CPU semantics) against float64 NumPy, ragged tiles included; flash attention
 through it, with the fragment layouts that keep S, P and the row statistics in registers; the switch

@@ -1,4 +1,4 @@
-"""tile.matmul products outside the GEMM loops on sm_90 warpgroup MMA (dsl/tile/lower_product_wgmma.py):
+"""tile.matmul products outside the GEMM loops on sm_90 warpgroup MMA (dsl/tile/lower/matmul/wgmma_products.py):
 flash attention's S = Q K^T (K-major B) and O += P V (MN-major B) with A from registers, B staged by
 cp.async in 128-byte swizzle atoms, run on the CPU simulator (whose wgmma reads B through the
 descriptors and swizzle as the hardware does) against float64 NumPy; the PTX ptxas assembles for

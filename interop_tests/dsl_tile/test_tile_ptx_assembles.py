@@ -149,7 +149,7 @@ def test_aligned_gemm_uses_tensor_cores(arch, dtype, tshape):
         assert f"mma.sync.aligned.m16n8k16.row.col.f32.{name}.{name}.f32" in ck.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ck.ptx
     assert c["args"][0]["align"] == 16 and c["args"][0]["layout"] == "C"
-    # c: the epilogue's paired stores rely on its rows too (dsl/tile/lower_store.py)
+    # c: the epilogue's paired stores rely on its rows too (dsl/tile/lower/store.py)
     assert c["requires"] == ["a.shape[1] % 8 == 0", "b.shape[1] % 8 == 0", "c.shape[1] % 8 == 0"]
     stages = (tshape[0] * 32 + 32 * tshape[1]) * 2        # operand bytes per pipeline stage
     assert c["dynamic_smem"]["exact"] >= 2 * stages + 1024 and c["dynamic_smem"]["exact"] == ck.dynamic_smem

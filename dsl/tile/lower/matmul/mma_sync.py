@@ -9,8 +9,8 @@ N x K), C-contiguous 16-byte-aligned arrays whose rows are whole 16-byte chunks 
 and stated in the contract). The loop becomes an S-stage cp.async pipeline into XOR-swizzled shared
 memory (conflict-free ldmatrix), ldmatrix.x4 fragment loads (.trans for a row-major 16-bit B) and
 mma.sync with f32 accumulators that stay in registers (MmaLayout) across iterations. On sm_90 the
-wgmma loops (lower_wgmma.py, lower_tma.py) take the plans they can run. Anything else falls back to the
-portable path in lower_matmul.py.
+wgmma loops (matmul/wgmma.py, matmul/tma.py) take the plans they can run. Anything else falls back to the
+portable path in matmul/portable.py.
 """
 from __future__ import annotations
 
@@ -18,13 +18,15 @@ from dataclasses import dataclass
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, F32, I32, INDEX, U32, U64
+from dsl.ir.types import BF16, F16, F32, I32, INDEX
 from dsl.tile import ir as T
-from dsl.tile import ptx_sim
-from dsl.tile.gemm_stages import operand_stages, stage_bytes
-from dsl.tile.mma_types import mma_type
-from dsl.tile.layout import MmaLayout, c32, iadd, iand, imul, ir32, ishr, log2
+from dsl.tile.ptx.table import instruction
+from dsl.tile.lower.matmul.stages import operand_stages, stage_bytes
+from dsl.tile.ptx.mma_types import mma_type
+from dsl.tile.lower.layout import MmaLayout, c32, iadd, iand, imul, ir32, ishr, log2
 from dsl.tile.types import chunked_rows
+from dsl.tile.lower.copies import cp_async16, cp_async_commit, cp_async_wait, fence_proxy_async
+from dsl.tile.lower.matmul.fragments import emit_mmas, ldmatrix_x4, mma_sync
 
 SMEM_LIMIT = 48 * 1024          # static shared memory per block
 DYN_LIMIT = 160 * 1024          # dynamic shared memory for operand stages (fits sm_80's 163 KiB opt-in)
@@ -114,7 +116,7 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
     if _wgmma_ok(L, esize, b_kmajor, bm, bn, bk):
         stages = min(WG_MAX_STAGES, WG_DYN_LIMIT // stage_bytes(bm, bn, bk, esize))
         if stages >= 3:
-            # TMA-fed (dsl/tile/lower_tma.py; persistent kernels carry the mbarrier phases from tile
+            # TMA-fed (dsl/tile/lower/matmul/tma.py; persistent kernels carry the mbarrier phases from tile
             # to tile) when warp-specialised or not persistent; a persistent kernel on the default
             # pipeline keeps cp.async feeding the same wgmma (the path proven on the GPU first)
             tma = not L.persistent or L.gemm_pipeline == "ws"
@@ -183,64 +185,58 @@ def plan_all(L, body: list[T.TStmt], max_stages: int) -> None:
 
 
 
-def cp_async16(L, dst: N.Expr, addr: N.Expr, ok: N.Expr, safe: N.Expr) -> None:
-    """One 16-byte cp.async to shared address `dst`: from `addr` when `ok`, else a zero fill that reads
-    0 bytes from `safe` (an address inside the array, so no out-of-range address is ever formed)."""
-    L.asm("cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r",
-          [dst, N.IfExp(ok, addr, safe, U64), N.IfExp(ok, N.Const(16, U32), N.Const(0, U32), U32)],
-          sim=ptx_sim.cp_async)
-
-
-def cp_async_commit(L) -> None:
-    L.asm("cp.async.commit_group;", sim=ptx_sim.commit_group)
-
-
-def cp_async_wait(L, keep: int) -> None:
-    """Wait until at most `keep` of this thread's most recent committed copy groups are pending."""
-    L.asm(f"cp.async.wait_group {keep};", sim=ptx_sim.wait_group(keep))
-
-
-def fence_proxy_async(L) -> None:
-    """Make this CTA's generic-proxy shared writes (cp.async copies, once waited for) visible to the
-    async proxy that wgmma reads its shared operands through."""
-    L.asm("fence.proxy.async.shared::cta;", sim=ptx_sim.no_op)
-
-
-def pack_pairs(L, halves: list[N.Expr], dtype) -> list[N.Expr]:
-    """16-bit elements pairwise into 32-bit registers (mov.b32), the first in the low half."""
-    return [L.tmp(TN.InlinePtx("mov.b32 $0, {$1, $2};", "=r,h,h", [lo, hi], U32, False,
-                               sim=ptx_sim.pack_halves(dtype)), "pk")
-            for lo, hi in zip(halves[0::2], halves[1::2])]
-
-
-def ldmatrix_x4(L, addr: N.Expr, trans: bool) -> list[N.Expr]:
-    """ldmatrix.x4 (.trans) of 16-bit elements at this lane's row address `addr`: 4 registers."""
-    quad = TN.tuple_of(U32, 4)
-    v = L.new_var(quad, "ldm")
-    L.emit(N.Assign(v, TN.InlinePtx(
-        f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 {{$0,$1,$2,$3}}, [$4];",
-        "=r,=r,=r,=r,r", [addr], quad, True, sim=ptx_sim.ldmatrix(trans))))
-    return [N.TupleGet(N.ReadVar(v), i, U32) for i in range(4)]
+@dataclass
+class _Loop:
+    """The loop-invariant values of one GEMM main loop: operand refs and extents, the tile indices,
+    the k-tile range, and the stage geometry (16-byte chunks per row of the A and B stages)."""
+    A: N.Expr
+    B: N.Expr
+    M: N.Expr
+    K: N.Expr
+    Nn: N.Expr
+    Kb: N.Expr
+    ia: N.Expr
+    jb: N.Expr
+    start: N.Expr
+    kt_n: N.Expr
+    lane: N.Expr
+    epc: int
+    ca: int
+    cb: int
 
 
 def lower_loop(L, plan: MmaPlan) -> None:
     if plan.kind == "tma":
-        from dsl.tile.lower_tma import lower_loop_tma
+        from dsl.tile.lower.matmul.tma import lower_loop_tma
         layout, acc_vars = L.vars[id(plan.acc)]
         assert layout is plan.layout
         lower_loop_tma(L, plan, acc_vars)
         return
-    s = plan.loop
-    bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages
-    es, epc = plan.esize, 16 // plan.esize      # element bytes, elements per 16-byte chunk
-    ca, cb = bk // epc, bn // epc               # 16-byte chunks per row of the A and B stages
     tname = mma_type(plan.a.type.dtype), mma_type(plan.b.type.dtype)
     base_a, base_b, sa, sb = operand_stages(L, plan)
     wg = plan.kind == "wgmma"
     if wg:
         L.arch_specific = True      # warpgroup MMA exists only on the arch-specific target sm_90a
-    A, B = L.pref(plan.a.param), L.pref(plan.b.param)
+    lp = _loop_values(L, plan)
+    a_desc, b_desc = _copy_descriptors(L, plan, lp, wg)
+    issue = _copy_issuer(L, plan, lp, a_desc, b_desc, sa, sb)
+    a_off, b_off, mt_n, nt_n = _fragment_offsets(L, plan, lp, wg)
+    layout, acc_vars = L.vars[id(plan.acc)]
+    assert layout is plan.layout
+    if wg:
+        from dsl.tile.lower.matmul.wgmma import compute_wgmma
+
+        def compute(stage: N.Expr) -> None:
+            compute_wgmma(L, plan, sa, sb, stage, acc_vars)
+    else:
+        compute = _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname)
+    _pipelined_loop(L, plan, lp, issue, compute, acc_vars, wg)
+
+
+def _loop_values(L, plan: MmaPlan) -> _Loop:
     kmaj = plan.b_kmajor
+    epc = 16 // plan.esize                      # elements per 16-byte chunk
+    A, B = L.pref(plan.a.param), L.pref(plan.b.param)
     M = L.tmp(N.ArrayLen(A, 0), "M")
     K = L.tmp(N.ArrayLen(A, 1), "K")
     # B's own extents bound its copies (its k extent may differ from A's: reads past it are zeros)
@@ -248,15 +244,21 @@ def lower_loop(L, plan: MmaPlan) -> None:
     Kb = L.tmp(N.ArrayLen(B, 1 if kmaj else 0), "Kb")
     ia = L.tmp(N.Cast(L.scalar(plan.a.index[0]), INDEX), "ia")
     jb = L.tmp(N.Cast(L.scalar(plan.b.index[0 if kmaj else 1]), INDEX), "jb")
+    s = plan.loop
     start, stop = L.scalar(s.start), L.scalar(s.stop)
     kt_n = L.tmp(N.BinOp("max", N.BinOp("sub", stop, start, I32), c32(0), I32), "ktiles")
-    tid = L.geo.tid
     lane, _ = L.lane_warp()
+    return _Loop(A, B, M, K, Nn, Kb, ia, jb, start, kt_n, lane, epc, plan.bk // epc, plan.bn // epc)
 
-    # per-thread copy descriptors (loop invariant)
+
+def _copy_descriptors(L, plan: MmaPlan, lp: _Loop, wg: bool) -> tuple[list, list]:
+    """Per-thread copy descriptors of the A and B stages (loop invariant): (shared offset, global
+    row, global column within the k tile), swizzled like the ldmatrix / wgmma reads."""
+    bm, bn, bk, epc, ca, cb = plan.bm, plan.bn, plan.bk, lp.epc, lp.ca, lp.cb
+    tid = L.geo.tid
+
     def kmajor_copies(rows: int, tile_row: N.Expr, tag: str) -> list:
-        """Copy descriptors of a K-major stage [rows][bk] (A, or B stored N x K): (shared offset,
-        global row, global column within the k tile), swizzled like the ldmatrix / wgmma reads."""
+        """A K-major stage [rows][bk]: A, or B stored N x K."""
         out = []
         for r in range(rows * ca // L.T):
             q = iadd(r * L.T, tid)
@@ -267,8 +269,9 @@ def lower_loop(L, plan: MmaPlan) -> None:
             out.append((off, grow, L.tmp(N.Cast(ir32(imul(ch, epc)), INDEX), tag + "gc")))
         return out
 
-    a_desc = kmajor_copies(bm, ia, "a")
-    b_desc = kmajor_copies(bn, jb, "b") if kmaj else []
+    kmaj = plan.b_kmajor
+    a_desc = kmajor_copies(bm, lp.ia, "a")
+    b_desc = kmajor_copies(bn, lp.jb, "b") if kmaj else []
     for r in range(0 if kmaj else bk * cb // L.T):
         q = iadd(r * L.T, tid)
         krow, ch = ishr(q, log2(cb)), iand(q, cb - 1)
@@ -276,38 +279,47 @@ def lower_loop(L, plan: MmaPlan) -> None:
             off = L.tmp(ir32(atom128_offset(krow, ch, bk)), "boff")
         else:
             off = L.tmp(ir32(iadd(imul(krow, bn), imul(_swz(krow, ch, cb), epc))), "boff")
-        gcol = L.tmp(N.BinOp("add", N.BinOp("mul", jb, N.Const(bn, INDEX), INDEX),
+        gcol = L.tmp(N.BinOp("add", N.BinOp("mul", lp.jb, N.Const(bn, INDEX), INDEX),
                              N.Cast(ir32(imul(ch, epc)), INDEX), INDEX), "bgc")
         grow0 = L.tmp(N.Cast(ir32(krow), INDEX), "bgr")
         b_desc.append((off, grow0, gcol))
+    return a_desc, b_desc
 
-    # A copy that falls outside the array reads 0 bytes (zero fill) from the array's first element:
-    # the address is selected, not the indices, so the in-range address stays a linear function of
-    # the k tile and the loop carries it forward instead of recomputing row * stride every stage.
+
+def _copy_issuer(L, plan: MmaPlan, lp: _Loop, a_desc: list, b_desc: list, sa, sb):
+    """issue(kt, stage): the cp.async copies of k tile `kt` into `stage`. A copy that falls outside
+    the array reads 0 bytes (zero fill) from the array's first element: the address is selected, not
+    the indices, so the in-range address stays a linear function of the k tile and the loop carries
+    it forward instead of recomputing row * stride every stage."""
+    bm, bn, bk, kmaj = plan.bm, plan.bn, plan.bk, plan.b_kmajor
     zero64 = N.Const(0, INDEX)
-    a_safe = L.tmp(TN.GlobalAddress(A, [zero64, zero64]), "asafe")
-    b_safe = L.tmp(TN.GlobalAddress(B, [zero64, zero64]), "bsafe")
+    a_safe = L.tmp(TN.GlobalAddress(lp.A, [zero64, zero64]), "asafe")
+    b_safe = L.tmp(TN.GlobalAddress(lp.B, [zero64, zero64]), "bsafe")
 
     def issue(kt: N.Expr, stage: N.Expr) -> None:
-        kt64 = L.tmp(N.Cast(N.BinOp("add", kt, start, I32), INDEX), "kt")
+        kt64 = L.tmp(N.Cast(N.BinOp("add", kt, lp.start, I32), INDEX), "kt")
         abase = L.tmp(ir32(imul(stage, bm * bk)), "sab")
         bbase = L.tmp(ir32(imul(stage, bk * bn)), "sbb")
         for off, grow, gcol0 in a_desc:
             gcol = N.BinOp("add", N.BinOp("mul", kt64, N.Const(bk, INDEX), INDEX), gcol0, INDEX)
             gcol = L.tmp(gcol, "gc")
-            ok = L.tmp(N.Logical("and", N.Compare("lt", grow, M), N.Compare("lt", gcol, K)), "ok")
-            cp_async16(L, sa(N.BinOp("add", abase, off, I32)), TN.GlobalAddress(A, [grow, gcol]), ok, a_safe)
+            ok = L.tmp(N.Logical("and", N.Compare("lt", grow, lp.M), N.Compare("lt", gcol, lp.K)), "ok")
+            cp_async16(L, sa(N.BinOp("add", abase, off, I32)), TN.GlobalAddress(lp.A, [grow, gcol]), ok, a_safe)
         for off, brow, bcol in b_desc:
             k_at = L.tmp(N.BinOp("add", N.BinOp("mul", kt64, N.Const(bk, INDEX), INDEX),
                                  bcol if kmaj else brow, INDEX), "gk")
             grow, gcol = (brow, k_at) if kmaj else (k_at, bcol)
-            ok = L.tmp(N.Logical("and", N.Compare("lt", k_at, Kb), N.Compare("lt", brow if kmaj else bcol, Nn)), "ok")
-            cp_async16(L, sb(N.BinOp("add", bbase, off, I32)), TN.GlobalAddress(B, [grow, gcol]), ok, b_safe)
+            ok = L.tmp(N.Logical("and", N.Compare("lt", k_at, lp.Kb),
+                                 N.Compare("lt", brow if kmaj else bcol, lp.Nn)), "ok")
+            cp_async16(L, sb(N.BinOp("add", bbase, off, I32)), TN.GlobalAddress(lp.B, [grow, gcol]), ok, b_safe)
+    return issue
 
-    def commit() -> None:
-        cp_async_commit(L)
 
-    # fragment address offsets (loop invariant): A rows per m-tile, B k-rows per 16-step
+def _fragment_offsets(L, plan: MmaPlan, lp: _Loop, wg: bool) -> tuple[dict, dict, int, int]:
+    """Fragment address offsets (loop invariant): A rows per m-tile, B k-rows per k step; and the
+    warp's m-tile and n-tile counts. wgmma reads its operands through descriptors: none."""
+    bm, bn, bk, es, kmaj = plan.bm, plan.bn, plan.bk, plan.esize, plan.b_kmajor
+    ca, cb, lane = lp.ca, lp.cb, lp.lane
     wtm, wtn = bm // plan.wm, bn // plan.wn
     mt_n, nt_n = wtm // 16, wtn // 8
     wr0 = L.tmp(ir32(imul(plan.wm_i, wtm)), "fa")  # type: ignore[attr-defined]
@@ -325,13 +337,13 @@ def lower_loop(L, plan: MmaPlan) -> None:
         for mt in range(mt_n):
             row = L.tmp(ir32(iadd(wr0, iadd(lo7, iadd(sel8, mt * 16)))), "ar")
             chunk = iadd(hi, kk * 2)
-            a_off[kk, mt] = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, chunk, ca), epc))), "ao")
+            a_off[kk, mt] = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, chunk, ca), lp.epc))), "ao")
         if kmaj:   # ldmatrix.x4 of Bt rows: n rows lo7 + 8 * (lane / 16), 16-byte chunk 2 kk + lane / 8 % 2
             for np_ in range(nt_n // 2):
                 row = L.tmp(ir32(iadd(imul(plan.wn_i, wtn), iadd(lo7, iadd(imul(hi, 8), np_ * 16)))),  # type: ignore[attr-defined]
                             "br")
                 chunk = iadd(ishr(sel8, 3), kk * 2)
-                b_off[kk, np_] = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, chunk, ca), epc))), "bo")
+                b_off[kk, np_] = L.tmp(ir32(iadd(imul(row, bk), imul(_swz(row, chunk, ca), lp.epc))), "bo")
             continue
         if es == 4:
             for nt in range(nt_n):
@@ -345,26 +357,20 @@ def lower_loop(L, plan: MmaPlan) -> None:
             krow = L.tmp(ir32(iadd(lo7, iadd(sel8, kk * 16))), "kr")
             chunk = L.tmp(ir32(iadd(wc0, iadd(hi, np_ * 2))), "nc")
             b_off[kk, np_] = L.tmp(ir32(iadd(imul(krow, bn), imul(_swz(krow, chunk, cb), 8))), "bo")
+    return a_off, b_off, mt_n, nt_n
 
-    layout, acc_vars = L.vars[id(plan.acc)]
-    assert layout is plan.layout
 
-    if wg:
-        from dsl.tile.lower_wgmma import compute_wgmma
-
-        def compute(stage: N.Expr) -> None:
-            compute_wgmma(L, plan, sa, sb, stage, acc_vars)
-    else:
-        compute = _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname)
-
-    # Copies run `ahead` stages in front of the compute. mma.sync finishes within its stage, so the
-    # stage computed last iteration is free: ahead = S-1. wgmma leaves one group in flight (wait_group 1),
-    # so the stage computed last iteration may still be read: ahead = S-2, and the barrier at the top of
-    # each iteration (after every warpgroup's wait_group 1 of the previous one) frees stage it-2.
+def _pipelined_loop(L, plan: MmaPlan, lp: _Loop, issue, compute, acc_vars: list, wg: bool) -> None:
+    """The S-stage loop. Copies run `ahead` stages in front of the compute. mma.sync finishes within
+    its stage, so the stage computed last iteration is free: ahead = S-1. wgmma leaves one group in
+    flight (wait_group 1), so the stage computed last iteration may still be read: ahead = S-2, and
+    the barrier at the top of each iteration (after every warpgroup's wait_group 1 of the previous
+    one) frees stage it-2."""
+    S, kt_n = plan.stages, lp.kt_n
     ahead = S - 2 if wg else S - 1
     for st in range(ahead):
         L.emit(N.If(N.Compare("lt", c32(st), kt_n), L.block_of(lambda st=st: issue(c32(st), c32(st))), []))
-        commit()
+        cp_async_commit(L)
     it = L.new_var(I32, "kit")
 
     def body() -> None:
@@ -375,11 +381,11 @@ def lower_loop(L, plan: MmaPlan) -> None:
         pre = L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
         pst = L.tmp(N.BinOp("mod", pre, c32(S), I32), "pst")
         L.emit(N.If(N.Compare("lt", pre, kt_n), L.block_of(lambda: issue(pre, pst)), []))
-        commit()
+        cp_async_commit(L)
         compute(L.tmp(N.BinOp("mod", N.ReadVar(it), c32(S), I32), "cst"))
-    L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(body), s.loc))
+    L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(body), plan.loop.loc))
     if wg:
-        from dsl.tile.lower_wgmma import wait_wgmma
+        from dsl.tile.lower.matmul.wgmma import wait_wgmma
         wait_wgmma(L, 0, acc_vars)
     cp_async_wait(L, 0)
     L.sync()
@@ -396,11 +402,9 @@ def _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname):
     bm, bn, bk = plan.bm, plan.bn, plan.bk
     tf32 = plan.esize == 4
     kstep = 32 // plan.esize
-    instr = f"mma.sync.aligned.m16n8k{kstep}.row.col.f32.{tname[0]}.{tname[1]}.f32"
 
     def rna(x: N.Expr, hint: str) -> N.Expr:
-        return L.tmp(TN.InlinePtx("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], U32, False, sim=ptx_sim.cvt_rna_tf32),
-                     hint)
+        return L.tmp(instruction("cvt.rna.tf32.f32", [x]), hint)
 
     def compute(stage: N.Expr) -> None:
         abase = L.tmp(ir32(imul(stage, bm * bk)), "cab")
@@ -423,8 +427,7 @@ def _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname):
                     regs = []
                     for half in range(2):
                         addr = sb(N.BinOp("add", bbase, b_off[kk, nt, half], I32))
-                        raw = L.tmp(TN.InlinePtx("ld.shared.b32 $0, [$1];", "=r,r", [addr], U32, True,
-                                                 sim=ptx_sim.ld_shared_b32), "b32")
+                        raw = L.tmp(instruction("ld.shared.b32", [addr]), "b32")
                         regs.append(rna(raw, "b32t"))
                     bfr[nt] = regs
             else:
@@ -432,31 +435,8 @@ def _mma_compute(L, plan, sa, sb, a_off, b_off, acc_vars, mt_n, nt_n, tname):
                     addr = sb(N.BinOp("add", bbase, b_off[kk, np_], I32))
                     regs = ldmatrix_x4(L, addr, True)
                     bfr[2 * np_], bfr[2 * np_ + 1] = regs[0:2], regs[2:4]
-            _emit_mmas(L, mma_sync(instr), afr, bfr, acc_vars, mt_n, nt_n)
+            emit_mmas(L, mma_sync(f"m16n8k{kstep}", *tname), afr, bfr, acc_vars, mt_n, nt_n)
 
     return compute
 
 
-def mma_sync(instr: str):
-    """(4 A registers, 2 B registers, 4 f32 accumulators) -> the InlinePtx of one `instr` (an mma.sync
-    whose operands are already packed registers; ".f32.<A type>.<B type>.f32" names their types)."""
-    sim = ptx_sim.mma_packed(*instr.split(".")[-3:-1])
-
-    def make(a_regs: list, b_regs: list, accs: list) -> N.Expr:
-        return TN.InlinePtx(f"{instr} {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};",
-                            "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", [*a_regs, *b_regs, *accs], TN.tuple_of(F32, 4),
-                            False, sim=sim)
-    return make
-
-
-def _emit_mmas(L, make, afr: dict, bfr: dict, acc_vars: list, mt_n: int, nt_n: int) -> None:
-    """One mma per (m-tile, n-tile) of the warp, its 4 f32 accumulators updated in place (element
-    ((mt * nt_n) + nt) * 4 + c of MmaLayout). `make(afr[mt], bfr[nt], accumulators)` builds the mma."""
-    for mt in range(mt_n):
-        for nt in range(nt_n):
-            base = (mt * nt_n + nt) * 4
-            accs = acc_vars[base:base + 4]
-            out = L.new_var(TN.tuple_of(F32, 4), "mma")
-            L.emit(N.Assign(out, make(afr[mt], bfr[nt], [N.ReadVar(x) for x in accs])))
-            for c, x in enumerate(accs):
-                L.emit(N.Assign(x, N.TupleGet(N.ReadVar(out), c, F32)))

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from dsl.ir import nodes as N
 from dsl.ir.types import I32
 from dsl.tile import ir as T
-from dsl.tile.gemm_stages import aligned_base
-from dsl.tile.lower_mma import cp_async_commit, cp_async_wait, fence_proxy_async
-from dsl.tile.tc_operands import STAGE_SLACK_ELEMS, async_ok, issue_copies, tc_warps, wgmma_b, wgmma_stage
+from dsl.tile.lower.matmul.stages import aligned_base
+from dsl.tile.lower.copies import cp_async_commit, cp_async_wait, fence_proxy_async
+from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, async_ok, issue_copies, tc_warps, wgmma_b, wgmma_stage
 from dsl.tile.types import PartitionParamType
 
 BUDGET = 40 * 1024          # shared bytes the pipelined buffers may take (of the 48 KiB static; a

@@ -5,7 +5,7 @@ opt into, after the GEMM stages. Flash attention with 128 query rows at D128 sta
 from __future__ import annotations
 
 from dsl.ir.types import ArrayType
-from dsl.tile.lower_mma import SMEM_LIMIT
+from dsl.tile.lower.matmul.mma_sync import SMEM_LIMIT
 
 PLACE_ALIGN = 128               # byte alignment of each buffer in the dynamic shared memory
 

@@ -1,4 +1,4 @@
-"""sm_90 warpgroup MMA for a tile.matmul outside the GEMM loops (lower_matmul_tc.py hands it the
+"""sm_90 warpgroup MMA for a tile.matmul outside the GEMM loops (matmul/products.py hands it the
 products tc_operands.wgmma_b accepts): flash attention's S = Q K^T and O += P V.
 
 The warps split M in 16-row slices, four to a warpgroup, so one m64nNk16 `wgmma.mma_async` per
@@ -15,17 +15,17 @@ result is used; warpgroups of other blocks on the SM overlap with that wait.
 from __future__ import annotations
 
 from dsl.ir import nodes as N
-from dsl.ir import tile_nodes as TN
 from dsl.ir.types import F32, U32, TupleType
 from dsl.tile import ir as T
-from dsl.tile import ptx_sim_sm90 as S90
-from dsl.tile.layout import LV, MmaLayout
-from dsl.tile.gemm_stages import aligned_base
-from dsl.tile.lower_mma import cp_async_commit, cp_async_wait, fence_proxy_async, pack_pairs
-from dsl.tile.lower_prefetch import prefetch_next, wait_for
-from dsl.tile.lower_wgmma import SWIZZLE_128B, matrix_descriptor, wait_wgmma
-from dsl.tile.mma_types import mma_type
-from dsl.tile.tc_operands import STAGE_SLACK_ELEMS, issue_copies, wgmma_stage
+from dsl.tile.ptx.table import instruction
+from dsl.tile.lower.layout import LV, MmaLayout
+from dsl.tile.lower.matmul.stages import aligned_base
+from dsl.tile.lower.copies import cp_async_commit, cp_async_wait, fence_proxy_async
+from dsl.tile.lower.matmul.fragments import pack_pairs
+from dsl.tile.lower.pipeline import prefetch_next, wait_for
+from dsl.tile.lower.matmul.wgmma import SWIZZLE_128B, matrix_descriptor, wait_wgmma
+from dsl.tile.ptx.mma_types import WgmmaOp, mma_type
+from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, issue_copies, wgmma_stage
 
 
 def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var], a_frags: dict,
@@ -55,12 +55,7 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
     a_regs = [pack_pairs(L, a_frags[0, ks], dtype) for ks in range(k // 16)]
     accs, a_regs = _fence(L, acc_vars, a_regs)
     regs = n // 2
-    outs = ",".join(f"${i}" for i in range(regs))
-    text = ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; "
-            "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, {$%d, $%d, $%d, $%d}, $%d, p, 1, 1, %d; }"
-            % (regs + 5, n, tname, tname, outs, regs, regs + 1, regs + 2, regs + 3, regs + 4, 0 if kmajor else 1))
-    cons = ",".join(["=f"] * regs + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(regs)])
-    sim = S90.wgmma(S90.WgmmaOp(n, tname, tname, not kmajor, a_regs=True))
+    op = WgmmaOp(n, tname, tname, not kmajor, a_regs=True)
     for ks in range(k // 16):
         if kmajor:      # B = K^T: n = rows, k = cols; 16 elements of k are 32 bytes of a 128-byte row
             addr = N.BinOp("add", base, N.Const((ks // 4) * rows * 128 + (ks % 4) * 32, U32), U32)
@@ -69,12 +64,11 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
             addr = N.BinOp("add", base, N.Const(ks * 16 * 128, U32), U32)
             db = matrix_descriptor(L, addr, rows * 128, 8 * 128, SWIZZLE_128B)
         out = L.new_var(TupleType((F32,) * regs), "wgmma")
-        L.emit(N.Assign(out, TN.InlinePtx(text, cons, [*a_regs[ks], db, N.Const(1, U32), *accs],
-                                          TupleType((F32,) * regs), True, sim=sim)))
+        L.emit(N.Assign(out, instruction("wgmma.mma_async.rs", [*a_regs[ks], db, N.Const(1, U32), *accs], op=op)))
         accs = [N.TupleGet(N.ReadVar(out), i, F32) for i in range(regs)]
     for v, x in zip(acc_vars, accs):
         L.emit(N.Assign(v, x))
-    L.asm("wgmma.commit_group.sync.aligned;", sim=S90.wgmma_commit)
+    L.asm("wgmma.commit_group")
     wait_wgmma(L, 0, acc_vars)
     L.sync()                            # every warpgroup is done reading the stage
     if pipe is not None:
@@ -89,10 +83,8 @@ def _fence(L, acc_vars: list[N.Var], a_regs: list[list[N.Expr]]) -> tuple[list[N
     flat = [x for regs in a_regs for x in regs]
     na, nr = len(acc_vars), len(flat)
     ty = TupleType((F32,) * na + (U32,) * nr)
-    cons = ",".join(["=f"] * na + ["=r"] * nr + [str(i) for i in range(na + nr)])
     out = L.new_var(ty, "wgfence")
-    L.emit(N.Assign(out, TN.InlinePtx("wgmma.fence.sync.aligned;", cons, [*(N.ReadVar(v) for v in acc_vars), *flat],
-                                      ty, True, sim=S90.wgmma_fence)))
+    L.emit(N.Assign(out, instruction("wgmma.fence", [*(N.ReadVar(v) for v in acc_vars), *flat], types=ty.elems)))
     got = [N.TupleGet(N.ReadVar(out), i, ty.elems[i]) for i in range(na + nr)]
     accs = got[:na]
     return accs, [got[na + 4 * i:na + 4 * i + 4] for i in range(len(a_regs))]

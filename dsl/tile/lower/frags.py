@@ -1,13 +1,14 @@
 """The fragment layouts of the tensor-core tile.matmul, made and bound once per kernel, and variables
-kept in shared memory (SharedTile): the Lowerer's side of dsl/tile/layout.py's FragLayout classes."""
+kept in shared memory (SharedTile): the Lowerer's side of dsl/tile/lower/layout.py's FragLayout classes."""
 from __future__ import annotations
 
 from dsl.ir import nodes as N
 from dsl.ir.types import I32
 from dsl.tile import ir as T
-from dsl.tile.layout import FragLayout, MmaLayout, MmaOperandA, MmaRows, SharedTile, c32, iadd, imul
-from dsl.tile.lower_mma import bind_warps, cp_async_commit, cp_async_wait
-from dsl.tile.tc_operands import async_ok, issue_copies
+from dsl.tile.lower.layout import FragLayout, MmaLayout, MmaOperandA, MmaRows, SharedTile, c32, iadd, imul
+from dsl.tile.lower.copies import cp_async_commit, cp_async_wait
+from dsl.tile.lower.matmul.mma_sync import bind_warps
+from dsl.tile.lower.matmul.operands import async_ok, issue_copies
 
 
 def frag_layout(L, key: tuple) -> FragLayout:

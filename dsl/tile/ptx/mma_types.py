@@ -1,6 +1,8 @@
 """PTX operand type names of the tensor-core input dtypes, shared by the mma.sync and wgmma loops."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from dsl.ir.types import BF16, F8E4M3, F8E5M2, F16, F32, ScalarType
 
 _NAMES = {BF16: "bf16", F16: "f16", F32: "tf32", F8E4M3: "e4m3", F8E5M2: "e5m2"}
@@ -14,3 +16,14 @@ def mma_type(t: ScalarType) -> str:
 def operand_type(name: str) -> ScalarType:
     """The IR type of a PTX operand type name (mma_type's inverse; "tf32" is F32)."""
     return next(t for t, n in _NAMES.items() if n == name)
+
+
+@dataclass(frozen=True)
+class WgmmaOp:
+    """One warpgroup MMA form: N, the operand type names, B MN-major (imm-trans-b 1, 16-bit types
+    only) and A from registers (4 a thread, mma.sync's A fragment per warp) instead of a descriptor."""
+    n: int
+    a_type: str
+    b_type: str
+    trans_b: bool
+    a_regs: bool = False

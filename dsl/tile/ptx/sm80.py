@@ -7,7 +7,7 @@ dsl/sim/interp.py); memory goes through the simulator's address model (dsl/sim/a
 Fragment layouts follow the PTX ISA ("Matrix fragments for mma.m16n8k16 / m16n8k8", "ldmatrix"):
 g = lane / 4, t = lane % 4. Products are summed in f64 and rounded to f32 once (the tensor cores'
 summation order differs; results agree to f32 rounding of the sum). sm_90's TMA, mbarriers and
-wgmma have theirs in dsl/tile/ptx_sim_sm90.py.
+wgmma have theirs in dsl/tile/ptx/sm90.py.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import numpy as np
 from dsl.sim import arith
 from dsl.sim.addresses import AsyncCopies
 from dsl.sim.faults import SimulationError
-from dsl.tile.mma_types import operand_type
+from dsl.tile.ptx.mma_types import operand_type
 from dsl.tile.sim import tf32_round
 
 _G, _T = np.arange(32) // 4, np.arange(32) % 4
@@ -176,6 +176,9 @@ def st_global(nbytes: int) -> Callable:
                         .reshape(-1, 4) for x in vals], axis=1).reshape(len(lanes), nbytes)
         mach.addresses.global_write(np.asarray(args[0]), raw)
     return semantics(run, machine=True, per_thread=True)
+
+
+st_global_8, st_global_4 = st_global(8), st_global(4)
 
 
 def named_barrier(first: int) -> Callable:

@@ -13,7 +13,7 @@ import math
 from dsl.ir import nodes as N
 from dsl.ir.types import BOOL, F32, I32, ScalarType
 from dsl.tile import ir as T
-from dsl.tile.layout import LV, U_MAX, MmaLayout, c32, flat_of, iadd, imul, ir32, strides
+from dsl.tile.lower.layout import LV, U_MAX, MmaLayout, c32, flat_of, iadd, imul, ir32, strides
 
 
 def _acc_type(op: str, dt: ScalarType) -> ScalarType:
@@ -61,70 +61,86 @@ class _Comb:
         return (L.tmp(N.IfExp(take, vb, va, self.t)), L.tmp(N.IfExp(take, ib, ia, I32)))
 
 
+class _Reduction:
+    """One tile reduction: the operand, its combiner and accumulator type, which axes are kept, and
+    how an element's coordinates name its output and (argmax/argmin) its index."""
+
+    def __init__(self, L, e: T.Reduce, x: LV) -> None:
+        self.L, self.e, self.x = L, e, x
+        self.acc_t = _acc_type(e.op, x.dtype)
+        self.comb = _Comb(L, e.op, self.acc_t)
+        self.shape = x.shape
+        reduced = set(range(len(self.shape))) if e.axis is None else {e.axis}
+        self.kept = [k for k in range(len(self.shape)) if k not in reduced]
+        self.kshape = tuple(self.shape[k] for k in self.kept)
+        self.n_out = 1
+        for s in self.kshape:
+            self.n_out *= s
+        self.sst = strides(self.shape)
+
+    def arg_index(self, coords):
+        return flat_of(coords, self.shape) if self.e.axis is None else coords[self.e.axis]
+
+    def out_index(self, coords):
+        return flat_of([coords[k] for k in self.kept], self.kshape)
+
+    def conv(self, v: N.Expr) -> N.Expr:
+        return N.Cast(v, self.acc_t) if v.type != self.acc_t else v
+
+    def finish(self, vals: list[tuple[N.Expr, N.Expr | None]], layout: str) -> LV:
+        e = self.e
+        if self.comb.arg:
+            elems = [i for _, i in vals]
+        else:
+            elems = [self.L.tmp(N.Cast(v, e.type.dtype)) if self.acc_t != e.type.dtype else v for v, _ in vals]
+        return LV(layout, e.type.shape, e.type.dtype, elems)  # type: ignore[arg-type]
+
+
 def lower_reduce(L, e: T.Reduce) -> LV:
     x = L.expr(e.operand)
     if isinstance(x.layout, MmaLayout) and x.layout.wn == 1 and e.axis == 1 and e.op in ("sum", "max", "min"):
         return _reduce_mma_rows(L, e, x)
     x = L.to_layout(x, "D") if not (x.layout == "U") else x
-    dt = x.dtype
-    acc_t = _acc_type(e.op, dt)
-    comb = _Comb(L, e.op, acc_t)
-    shape = x.shape
-    reduced = set(range(len(shape))) if e.axis is None else {e.axis}
-    kept = [k for k in range(len(shape)) if k not in reduced]
-    kshape = tuple(shape[k] for k in kept)
-    n_out = 1
-    for s in kshape:
-        n_out *= s
-    sst = strides(shape)
-
-    def arg_index(coords):
-        if e.axis is None:
-            return flat_of(coords, shape)
-        return coords[e.axis]
-
-    def out_index(coords):
-        return flat_of([coords[k] for k in kept], kshape)
-
-    def conv(v: N.Expr) -> N.Expr:
-        return N.Cast(v, acc_t) if v.type != acc_t else v
-
-    def finish(vals: list[tuple[N.Expr, N.Expr | None]], layout: str) -> LV:
-        if comb.arg:
-            elems = [i for _, i in vals]
-        else:
-            elems = [L.tmp(N.Cast(v, e.type.dtype)) if acc_t != e.type.dtype else v for v, _ in vals]
-        return LV(layout, e.type.shape, e.type.dtype, elems)  # type: ignore[arg-type]
-
+    R = _Reduction(L, e, x)
     if x.layout == "U":
-        groups: dict[int, list] = {}
-        for i, el in enumerate(x.elems):
-            coords = [(i // st) % sh for st, sh in zip(sst, shape)]
-            item = (conv(el), c32(arg_index(coords)) if comb.arg else None)
-            groups.setdefault(out_index(coords), []).append(item)
-        vals = []
-        for o in range(n_out):
-            acc = groups[o][0]
-            for item in groups[o][1:]:
-                acc = comb(acc, item)
-            vals.append(acc)
-        return finish(vals, "U")
-
-    N_ = x.size
-    Tn = L.T
-    fast = (N_ >= Tn and all(shape[k] == 1 or sst[k] >= Tn for k in kept)) or (N_ < Tn and n_out == 1)
+        return _reduce_uniform(R)
+    N_, Tn, kept, sst = x.size, L.T, R.kept, R.sst
+    fast = (N_ >= Tn and all(R.shape[k] == 1 or sst[k] >= Tn for k in kept)) or (N_ < Tn and R.n_out == 1)
     if not fast:
-        return _reduce_via_smem(L, e, x, comb, acc_t, kept, kshape, n_out, finish, conv)
+        return _reduce_via_smem(L, e, x, R.comb, R.acc_t, kept, R.kshape, R.n_out, R.finish, R.conv)
+    partial = _warp_butterfly(R, _thread_partials(R))
+    if Tn // 32 == 1 and R.n_out <= U_MAX:
+        return R.finish([partial[o] for o in range(R.n_out)], "U")
+    return _across_warps(R, partial)
 
-    # 1) per thread, per output (static grouping)
+
+def _reduce_uniform(R: _Reduction) -> LV:
+    """Every thread holds every element: combine them statically."""
+    groups: dict[int, list] = {}
+    for i, el in enumerate(R.x.elems):
+        coords = [(i // st) % sh for st, sh in zip(R.sst, R.shape)]
+        item = (R.conv(el), c32(R.arg_index(coords)) if R.comb.arg else None)
+        groups.setdefault(R.out_index(coords), []).append(item)
+    vals = []
+    for o in range(R.n_out):
+        acc = groups[o][0]
+        for item in groups[o][1:]:
+            acc = R.comb(acc, item)
+        vals.append(acc)
+    return R.finish(vals, "U")
+
+
+def _thread_partials(R: _Reduction) -> dict[int, tuple]:
+    """Per thread, per output (static grouping): threads past the tile contribute the identity."""
+    L, comb, acc_t = R.L, R.comb, R.acc_t
     partial: dict[int, tuple] = {}
-    own = L.geo.owner(N_)
-    for r, el in enumerate(x.elems):
-        coords = L.geo.coords(shape, r)
-        o = out_index(coords)
+    own = L.geo.owner(R.x.size)
+    for r, el in enumerate(R.x.elems):
+        coords = L.geo.coords(R.shape, r)
+        o = R.out_index(coords)
         assert isinstance(o, int)
-        v = conv(el)
-        idx = L.tmp(ir32(arg_index(coords))) if comb.arg else None
+        v = R.conv(el)
+        idx = L.tmp(ir32(R.arg_index(coords))) if comb.arg else None
         if own is not True:
             ident, iid = comb.identity()
             v = L.tmp(N.IfExp(own, v, ident, acc_t))
@@ -132,17 +148,24 @@ def lower_reduce(L, e: T.Reduce) -> LV:
                 idx = L.tmp(N.IfExp(own, idx, iid, I32))
         item = (L.tmp(v), idx)
         partial[o] = item if o not in partial else comb(partial[o], item)
-    # 2) warp butterfly
+    return partial
+
+
+def _warp_butterfly(R: _Reduction, partial: dict[int, tuple]) -> dict[int, tuple]:
+    L, comb = R.L, R.comb
     for o, (v, i) in list(partial.items()):
         for m in (16, 8, 4, 2, 1):
-            ov = L.tmp(N.Warp("shfl_xor", [v, c32(m)], acc_t))
+            ov = L.tmp(N.Warp("shfl_xor", [v, c32(m)], R.acc_t))
             oi = L.tmp(N.Warp("shfl_xor", [i, c32(m)], I32)) if comb.arg else None
             v, i = comb((v, i), (ov, oi))
         partial[o] = (v, i)
-    W = Tn // 32
-    if W == 1 and n_out <= U_MAX:
-        return finish([partial[o] for o in range(n_out)], "U")
-    # 3) one partial per (output, warp) through shared memory
+    return partial
+
+
+def _across_warps(R: _Reduction, partial: dict[int, tuple]) -> LV:
+    """One partial per (output, warp) through shared memory, combined by every thread."""
+    L, comb, acc_t, n_out = R.L, R.comb, R.acc_t, R.n_out
+    W = L.T // 32
     same = (acc_t == I32 or acc_t == BOOL)
     vbuf = L.scratch(acc_t, n_out * W * (2 if comb.arg and same else 1))
     ibuf = L.scratch(I32, n_out * W * (2 if same else 1)) if comb.arg else None
@@ -167,9 +190,9 @@ def lower_reduce(L, e: T.Reduce) -> LV:
             acc = item if acc is None else comb(acc, item)
         return acc
     if n_out <= U_MAX:
-        res = finish([read(o) for o in range(n_out)], "U")
+        res = R.finish([read(o) for o in range(n_out)], "U")
     else:
-        res = finish([read(L.tmp(ir32(L.geo.flat(n_out, r)))) for r in range(L.geo.per_thread(n_out))], "D")
+        res = R.finish([read(L.tmp(ir32(L.geo.flat(n_out, r)))) for r in range(L.geo.per_thread(n_out))], "D")
     L.sync()
     return res
 

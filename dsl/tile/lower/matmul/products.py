@@ -1,5 +1,5 @@
-"""Tensor-core lowering of a tile.matmul / tile.mma outside the GEMM main loops (lower_mma.py matches
-those): both operands are staged in shared memory as the portable path does (lower_matmul.py), then
+"""Tensor-core lowering of a tile.matmul / tile.mma outside the GEMM main loops (matmul/mma_sync.py matches
+those): both operands are staged in shared memory as the portable path does (matmul/portable.py), then
 every warp computes its block of the product with mma.sync m16n8k16 (f16/bf16 operands, f32
 accumulators), loading its A and B fragments from the staged tiles, and the result leaves in the
 accumulator layout of the GEMM loops (MmaLayout) for the consumer to convert. This is what makes the
@@ -8,7 +8,7 @@ two products of flash attention run on the tensor cores.
 On by default (KB_TILE_TC_MATMUL=0 selects the portable path, dsl/tile/compile.py). The register
 path (mma.sync with 16-bit elements read by ordinary shared loads) serves operands staged through
 registers; operands staged by cp.async (16-byte-aligned rows: GPU launch facts) are read with
-ldmatrix instead. Both have CPU semantics (dsl/tile/ptx_sim.py), so `simulate_lowered(...,
+ldmatrix instead. Both have CPU semantics (dsl/tile/ptx/sm80.py), so `simulate_lowered(...,
 tensor_cores=True)` runs the lowering an sm_80 build runs. Fragment layouts (PTX ISA, "Matrix fragments for
 mma.m16n8k16"): with g = lane / 4 and t = lane % 4, A register i holds rows g (+8 for i = 1, 3) at
 columns 2t, 2t+1 (+8 for i = 2, 3); B register i holds rows (k) 2t, 2t+1 (+8 for i = 1) at column
@@ -16,18 +16,21 @@ g; the accumulators are MmaLayout's c0..c3.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import F32, INDEX
 from dsl.tile import ir as T
-from dsl.tile.layout import (A_FRAG_COL, A_FRAG_ROW, LV, FragLayout, MmaLayout, MmaOperandA, SharedTile, iadd, iand,
+from dsl.tile.lower.layout import (A_FRAG_COL, A_FRAG_ROW, LV, FragLayout, MmaLayout, MmaOperandA, SharedTile, iadd, iand,
                              imul, ir32, ishr)
-from dsl.tile import ptx_sim
-from dsl.tile.lower_mma import _emit_mmas, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_sync, pack_pairs
-from dsl.tile.mma_types import mma_type
-from dsl.tile.lower_prefetch import prefetch_next, wait_for
-from dsl.tile.tc_operands import async_ok, issue_copies, wgmma_b
+from dsl.tile.ptx.table import instruction
+from dsl.tile.lower.copies import cp_async_commit, cp_async_wait
+from dsl.tile.lower.matmul.fragments import emit_mmas, ldmatrix_x4, mma_sync, pack_pairs
+from dsl.tile.ptx.mma_types import mma_type
+from dsl.tile.lower.pipeline import prefetch_next, wait_for
+from dsl.tile.lower.matmul.operands import async_ok, issue_copies, wgmma_b
 
 
 # A loop-invariant A operand of up to this many elements a thread is kept as A fragments in registers
@@ -95,8 +98,6 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
     (m, k), (_, n) = e.a.type.shape, e.b.type.shape
     layout = L.frag_layout(("C", (m, n), wm, wn))
     assert isinstance(layout, MmaLayout)
-    g, t2 = layout.lane_row, layout.lane_col
-    row0, col0 = layout.warp_row0, layout.warp_col0
     acc_vars = [L.new_var(F32, "tcacc") for _ in range(layout.per_thread)]
     init = L.to_layout(L.expr(e.acc), layout).elems if e.acc is not None else [N.Const(0.0, F32)] * layout.per_thread
     for v, x in zip(acc_vars, init):
@@ -111,18 +112,45 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
             a_regs = _a_fragments(L, e, a, layout, k)
     wg_b = wgmma_b(L, m, n, k, e.a.type.dtype, e.b)
     if wg_b is not None:                            # sm_90: the product on warpgroup MMA
-        from dsl.tile.lower_product_wgmma import lower_product_wgmma
+        from dsl.tile.lower.matmul.wgmma_products import lower_product_wgmma
         if a_regs is None:                          # A into its fragments, from wherever it is
             frag = L.frag_layout(("A", (m, k), layout.wm, layout.wn))
             av = L.to_layout(a if a is not None else L.concrete(L.expr(e.a)), frag)
             a_regs = {(0, ks): frag.fragment(av.elems, 0, ks) for ks in range(k // 16)}
         return lower_product_wgmma(L, e, layout, acc_vars, a_regs, wg_b)
+    ops = _stage_operands(L, e, a, a_regs, shared_a)
+    _mma_steps(L, e, layout, ops, a_regs, acc_vars)
+    L.sync()
+    if ops.piped:
+        prefetch_next(L, ops.pipe, ops.piped)
+    return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
+
+
+@dataclass
+class _Operands:
+    """Where the staged operands of one product are: shared buffers and row strides (sa is None when
+    A comes from registers), B transposed (K^T), the operands a loop pipeline copies ahead, and
+    whether A and B went through ldmatrix-readable cp.async stages."""
+    sa: N.Expr | None
+    sa_st: int
+    sb: N.Expr
+    sb_st: int
+    b_t: bool
+    b_op: T.TExpr
+    piped: list
+    pipe: object
+    a_ldm: bool
+    b_ldm: bool
+
+
+def _stage_operands(L, e, a, a_regs, shared_a) -> _Operands:
     b_t = isinstance(e.b, T.Permute) and tuple(e.b.axes) == (1, 0)
     b_op = e.b.operand if b_t else e.b
-    # operands a loop pipeline copies ahead (dsl/tile/lower_prefetch.py), in staging order
+    # operands a loop pipeline copies ahead (dsl/tile/lower/pipeline.py), in staging order
     piped = [op for op in ((e.a,) if a_regs is None else ()) + (b_op,) if id(op) in L.pipelined]
     pipe = L.pipelined[id(piped[0])] if piped else None
     copied = b_copied = False
+    sa, sa_st = None, 0
     if shared_a is not None:
         sa, sa_st = shared_a.buf, shared_a.stride
     elif a_regs is None:
@@ -140,29 +168,47 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
         _wait_async(L)
     if piped:
         wait_for(L, pipe, piped)
+    # cp.async-staged operands (padded rows, GPU only: the simulator stages through registers) are
+    # read with ldmatrix.x4, four 8x8 matrices per instruction; the mma then takes packed registers
+    a_ldm = a_regs is None and (copied or e.a in piped or shared_a is not None and shared_a.ldmatrix)
+    b_ldm = b_copied or b_op in piped
+    return _Operands(sa, sa_st, sb, sb_st, b_t, b_op, piped, pipe, a_ldm, b_ldm)
+
+
+def _ldmatrix_lanes(L, layout: MmaLayout, ops: _Operands, a_ldm: bool, b_ldm: bool) -> tuple:
+    """This lane's ldmatrix row addresses (element offsets) into the A and B stages."""
+    row0, col0 = layout.warp_row0, layout.warp_col0
+    lane, _ = L.lane_warp()
+    mat_lo = L.tmp(ir32(imul(iand(ishr(lane, 3), 1), 8)), "ldm_lo")     # 8 * (matrix & 1)
+    mat_hi = L.tmp(ir32(imul(ishr(lane, 4), 8)), "ldm_hi")              # 8 * (matrix >> 1)
+    r8 = L.tmp(ir32(iand(lane, 7)), "ldm_r")
+    a_lane = b_lane = None
+    if a_ldm:       # rows 8 * (matrix & 1) + r of the m-tile, k columns 8 * (matrix >> 1)
+        a_lane = L.tmp(ir32(iadd(imul(iadd(row0, iadd(mat_lo, r8)), ops.sa_st), mat_hi)), "ldm_a")
+    if b_ldm and ops.b_t:   # K rows (n) 8 * (matrix >> 1) + r of the n-tile pair, k columns 8 * (matrix & 1)
+        b_lane = L.tmp(ir32(iadd(imul(iadd(col0, iadd(mat_hi, r8)), ops.sb_st), mat_lo)), "ldm_b")
+    elif b_ldm:         # V rows (k) 8 * (matrix & 1) + r, n columns 8 * (matrix >> 1), transposed
+        b_lane = L.tmp(ir32(iadd(imul(iadd(mat_lo, r8), ops.sb_st), iadd(col0, mat_hi))), "ldm_b")
+    return a_lane, b_lane
+
+
+def _mma_steps(L, e, layout: MmaLayout, ops: _Operands, a_regs, acc_vars: list) -> None:
+    """The k/16 steps of mma.sync m16n8k16 over the warp's m-tiles x n-tiles."""
+    g, t2 = layout.lane_row, layout.lane_col
+    row0, col0 = layout.warp_row0, layout.warp_col0
+    k = e.a.type.shape[1]
+    sa, sa_st, sb, sb_st, b_t = ops.sa, ops.sa_st, ops.sb, ops.sb_st, ops.b_t
 
     def elems(buf: N.Expr, dtype, base, offsets: tuple[int, ...]) -> list[N.Expr]:
         return [L.tmp(L.smem_load(buf, iadd(base, off), dtype), "tce") for off in offsets]
 
     dtype = e.a.type.dtype
     tname = mma_type(dtype)
-    # cp.async-staged operands (padded rows, GPU only: the simulator stages through registers) are
-    # read with ldmatrix.x4, four 8x8 matrices per instruction; the mma then takes packed registers
-    a_ldm = a_regs is None and (copied or e.a in piped or shared_a is not None and shared_a.ldmatrix)
-    b_ldm = (b_copied or b_op in piped) and layout.nt % 2 == 0
+    a_ldm, b_ldm = ops.a_ldm, ops.b_ldm and layout.nt % 2 == 0
     packed = a_ldm or b_ldm
-    mma = mma_sync(f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32") if packed else mma_statement(tname)
+    mma = mma_sync("m16n8k16", tname, tname) if packed else mma_statement(tname)
     if packed:
-        lane, _ = L.lane_warp()
-        mat_lo = L.tmp(ir32(imul(iand(ishr(lane, 3), 1), 8)), "ldm_lo")     # 8 * (matrix & 1)
-        mat_hi = L.tmp(ir32(imul(ishr(lane, 4), 8)), "ldm_hi")              # 8 * (matrix >> 1)
-        r8 = L.tmp(ir32(iand(lane, 7)), "ldm_r")
-        if a_ldm:       # rows 8 * (matrix & 1) + r of the m-tile, k columns 8 * (matrix >> 1)
-            a_lane = L.tmp(ir32(iadd(imul(iadd(row0, iadd(mat_lo, r8)), sa_st), mat_hi)), "ldm_a")
-        if b_ldm and b_t:   # K rows (n) 8 * (matrix >> 1) + r of the n-tile pair, k columns 8 * (matrix & 1)
-            b_lane = L.tmp(ir32(iadd(imul(iadd(col0, iadd(mat_hi, r8)), sb_st), mat_lo)), "ldm_b")
-        elif b_ldm:         # V rows (k) 8 * (matrix & 1) + r, n columns 8 * (matrix >> 1), transposed
-            b_lane = L.tmp(ir32(iadd(imul(iadd(mat_lo, r8), sb_st), iadd(col0, mat_hi))), "ldm_b")
+        a_lane, b_lane = _ldmatrix_lanes(L, layout, ops, a_ldm, b_ldm)
     for ks in range(k // 16):
         afr, bfr = {}, {}
         for mt in range(layout.mt):
@@ -190,11 +236,7 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
                 bt = L.tmp(ir32(iadd(imul(iadd(t2, ks * 16), sb_st), c)), "tcbi")
                 bfr[nt] = elems(sb, dtype, bt, (0, sb_st, 8 * sb_st, 9 * sb_st))
             bfr[nt] = pack_pairs(L, bfr[nt], dtype) if packed else bfr[nt]
-        _emit_mmas(L, mma, afr, bfr, acc_vars, layout.mt, layout.nt)
-    L.sync()
-    if piped:
-        prefetch_next(L, pipe, piped)
-    return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
+        emit_mmas(L, mma, afr, bfr, acc_vars, layout.mt, layout.nt)
 
 
 def _ldmatrix(L, buf: N.Expr, elem: N.Expr, trans: bool) -> list[N.Expr]:
@@ -205,14 +247,6 @@ def _ldmatrix(L, buf: N.Expr, elem: N.Expr, trans: bool) -> list[N.Expr]:
 def mma_statement(tname: str):
     """(8 A elements, 4 B elements, 4 f32 accumulators) -> InlinePtx of one mma.sync m16n8k16 that
     packs the 16-bit elements pairwise into its A and B registers (first element in the low half)."""
-    text = ("{ .reg .b32 a<4>, b<2>; "
-            "mov.b32 a0, {$4, $5}; mov.b32 a1, {$6, $7}; mov.b32 a2, {$8, $9}; mov.b32 a3, {$10, $11}; "
-            "mov.b32 b0, {$12, $13}; mov.b32 b1, {$14, $15}; "
-            f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32 "
-            "{$0, $1, $2, $3}, {a0, a1, a2, a3}, {b0, b1}, {$16, $17, $18, $19}; }")
-    cons = ",".join(["=f"] * 4 + ["h"] * 12 + ["f"] * 4)
-
     def make(a_elems: list, b_elems: list, c_elems: list) -> N.Expr:
-        return TN.InlinePtx(text, cons, [*a_elems, *b_elems, *c_elems], TN.tuple_of(F32, 4), False,
-                            sim=ptx_sim.mma_elements)
+        return instruction("mma.sync.elements", [*a_elems, *b_elems, *c_elems], tname=tname)
     return make

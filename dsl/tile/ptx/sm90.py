@@ -1,4 +1,4 @@
-"""CPU semantics of the sm_90 GEMM loop's inline PTX (dsl/tile/lower_tma.py, lower_wgmma.py): TMA bulk
+"""CPU semantics of the sm_90 GEMM loop's inline PTX (dsl/tile/lower/matmul/tma.py, matmul/wgmma.py): TMA bulk
 tensor copies into swizzled shared memory, mbarriers with transaction counts, and warpgroup MMA reading
 its operands through shared-memory matrix descriptors. With these the SIMT simulator runs what an
 sm_90a build of the GEMM loop runs (`simulate_lowered(..., tensor_cores=True, arch="sm_90")`).
@@ -29,8 +29,8 @@ import numpy as np
 
 from dsl.sim import arith
 from dsl.sim.faults import SimulationError
-from dsl.tile.mma_types import operand_type
-from dsl.tile.ptx_sim import ext_state, semantics
+from dsl.tile.ptx.mma_types import WgmmaOp, operand_type
+from dsl.tile.ptx.sm80 import ext_state, semantics
 
 SWIZZLE_BITS = {128: 7, 64: 3, 32: 1}          # mask of address bits 7.. XORed into bits 4..
 MODE_WIDTH = {1: 128, 2: 64, 3: 32}             # descriptor swizzle mode -> swizzle width in bytes
@@ -154,13 +154,6 @@ tma_load_2d = semantics(_tma_load_2d, machine=True, per_thread=True)
 
 
 # --------------------------------------------------------------------------------------- wgmma
-@dataclass(frozen=True)
-class WgmmaOp:
-    n: int
-    a_type: str
-    b_type: str
-    trans_b: bool            # B MN-major (imm-trans-b 1, 16-bit types only)
-    a_regs: bool = False     # A from registers (4 per thread, mma.sync's A fragment per warp), not a descriptor
 
 
 def _decode(desc: int) -> tuple[int, int, int, int]:

@@ -16,6 +16,8 @@ Index arithmetic is on i32 and folds when operands are Python ints ("static" val
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Callable
 
@@ -100,10 +102,7 @@ class LV:
 
     @property
     def size(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
 
 class Geometry:

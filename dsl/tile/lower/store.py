@@ -14,9 +14,8 @@ from __future__ import annotations
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import BF16, F16, F32, INDEX
-from dsl.tile import ptx_sim
-from dsl.tile.layout import LV, MmaLayout, c32
-from dsl.tile.lower_mma import pack_pairs
+from dsl.tile.lower.layout import LV, MmaLayout, c32
+from dsl.tile.lower.matmul.fragments import pack_pairs
 from dsl.tile.types import chunked_rows
 
 
@@ -48,10 +47,10 @@ def store_pairs(L, p, v: LV, checked) -> None:
             idx = [L.global_index(ids[0], bm, row), L.global_index(ids[1], bn, col)]
             addr = TN.GlobalAddress(arr, idx)
             if v.dtype == F32:
-                L.asm("st.global.v2.f32 [$0], {$1, $2};", "l,f,f", [addr, lo, hi], sim=ptx_sim.st_global(8))
+                L.asm("st.global.v2.f32", [addr, lo, hi])
             else:
                 (packed,) = pack_pairs(L, [lo, hi], v.dtype)
-                L.asm("st.global.b32 [$0], $1;", "l,r", [addr, packed], sim=ptx_sim.st_global(4))
+                L.asm("st.global.b32", [addr, packed])
     L.emit(N.If(interior, L.block_of(fast), L.block_of(checked)))
 
 
@@ -79,5 +78,4 @@ def swapped_pairs(L, arr, ids: list, tile_shape: tuple[int, int], v: LV) -> None
                 row, col = coords[i]
                 col = N.BinOp("add", col, shift, shift.type)
                 idx = [L.global_index(ids[0], bm, row), L.global_index(ids[1], bn, col)]
-                L.asm("st.global.v2.b32 [$0], {$1, $2};", "l,r,r", [TN.GlobalAddress(arr, idx), lo, hi],
-                      sim=ptx_sim.st_global(8))
+                L.asm("st.global.v2.b32", [TN.GlobalAddress(arr, idx), lo, hi])

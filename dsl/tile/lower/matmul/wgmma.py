@@ -1,9 +1,9 @@
-"""sm_90 warpgroup MMA for the GEMM main loop of lower_mma.py (plan.kind == "wgmma").
+"""sm_90 warpgroup MMA for the GEMM main loop of matmul/mma_sync.py (plan.kind == "wgmma").
 
 Shared-memory operands are read by the tensor cores through matrix descriptors: A is K-major with
 the 64-byte or 128-byte swizzle (rows of BK * esize bytes): one swizzle row per tile row; B is
 either K-major the same way (stored N x K) or, for 16-bit types, MN-major in 128-byte swizzle atoms
-([BN/64][BK][64], see the copy offsets in lower_mma.py). tf32 and f8 need K-major B. Two warpgroups each own 64 rows of the
+([BN/64][BK][64], see the copy offsets in matmul/mma_sync.py). tf32 and f8 need K-major B. Two warpgroups each own 64 rows of the
 128-row tile; each 32-byte step of K is one `wgmma.mma_async` (k16, or k8 for tf32) per warpgroup. A stage's group is
 committed and left in flight (wait_group 1): the tensor cores work on it while the threads wait for the
 next stage's copies, pass the barrier and issue the copies after it.
@@ -13,9 +13,9 @@ from __future__ import annotations
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import F32, I32, U32, U64
-from dsl.tile.layout import c32, imul, ir32
-from dsl.tile import ptx_sim_sm90 as S90
-from dsl.tile.mma_types import mma_type
+from dsl.tile.lower.layout import c32, imul, ir32
+from dsl.tile.ptx.table import instruction
+from dsl.tile.ptx.mma_types import WgmmaOp, mma_type
 
 SWIZZLE_128B, SWIZZLE_64B = 1, 2
 _MODE = {128: SWIZZLE_128B, 64: SWIZZLE_64B}
@@ -23,7 +23,7 @@ _MODE = {128: SWIZZLE_128B, 64: SWIZZLE_64B}
 
 def kmajor_swizzle(plan) -> int:
     """The swizzle width (bytes) of a K-major operand's rows of BK * esize = 64 or 128 bytes: what
-    the TMA boxes (lower_tma.py) or the cp.async offsets write and the descriptors' mode reads."""
+    the TMA boxes (matmul/tma.py) or the cp.async offsets write and the descriptors' mode reads."""
     return 128 if plan.bk * plan.esize == 128 else 64
 
 
@@ -49,13 +49,8 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
     a_base = L.tmp(sa(a_elem), "wa")
     b_base = L.tmp(sb(ir32(imul(stage, bk * bn))), "wb")
     regs = bn // 2
-    outs = ",".join(f"${i}" for i in range(regs))
-    # f16/bf16 take imm-trans-a/b (B MN-major: transposed); tf32 and f8 have no transpose, K-major B
-    trans = "" if es != 2 else ", 0, %d" % (0 if plan.b_kmajor else 1)
-    text = ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; %s"
-            "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, $%d, $%d, p, 1, 1%s; }")
-    cons = ",".join(["=f"] * regs + ["l", "l", "r"] + [str(i) for i in range(regs)])
-    sim = S90.wgmma(S90.WgmmaOp(bn, ta, tb, es == 2 and not plan.b_kmajor))
+    # f16/bf16 B MN-major is transposed (imm-trans-b); tf32 and f8 have no transpose, K-major B
+    op = WgmmaOp(bn, ta, tb, es == 2 and not plan.b_kmajor)
     for kk in range(row_bytes // 32):
         a_addr = N.BinOp("add", a_base, N.Const(kk * 32, U32), U32)
         da = matrix_descriptor(L, a_addr, 16, 8 * row_bytes, kmode)
@@ -67,15 +62,13 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
         # the fence rides in the first wgmma's statement: the register copies the compiler makes for
         # the tied accumulators (the zeroed ones of the first k tile, say) then come before it, and
         # ptxas need not insert a warpgroup.arrive (which in a divergent path serialises the wgmmas)
-        fence = "wgmma.fence.sync.aligned; " if kk == 0 else ""
-        step = text % (regs + 2, fence, bn, 32 // es, ta, tb, outs, regs, regs + 1, trans)
         out = L.new_var(TN.tuple_of(F32, regs), "wgmma")
-        L.emit(N.Assign(out, TN.InlinePtx(step, cons, [da, db, N.Const(1, U32),
-                                                       *[N.ReadVar(v) for v in acc_vars]],
-                                          TN.tuple_of(F32, regs), True, sim=sim)))
+        L.emit(N.Assign(out, instruction("wgmma.mma_async.ss", [da, db, N.Const(1, U32),
+                                                                *[N.ReadVar(v) for v in acc_vars]],
+                                         op=op, k=32 // es, fence=kk == 0)))
         for i, v in enumerate(acc_vars):
             L.emit(N.Assign(v, N.TupleGet(N.ReadVar(out), i, F32)))
-    L.asm("wgmma.commit_group.sync.aligned;", sim=S90.wgmma_commit)
+    L.asm("wgmma.commit_group")
     wait_wgmma(L, 1, acc_vars)
 
 
@@ -85,8 +78,6 @@ def wait_wgmma(L, pending: int, acc_vars: list[N.Var]) -> None:
     n = len(acc_vars)
     ty = TN.tuple_of(F32, n)
     out = L.new_var(ty, "wgwait")
-    L.emit(N.Assign(out, TN.InlinePtx(f"wgmma.wait_group.sync.aligned {pending};",
-                                      ",".join(["=f"] * n + [str(i) for i in range(n)]),
-                                      [N.ReadVar(v) for v in acc_vars], ty, True, sim=S90.wgmma_wait(pending))))
+    L.emit(N.Assign(out, instruction("wgmma.wait_group", [N.ReadVar(v) for v in acc_vars], pending=pending, n=n)))
     for i, v in enumerate(acc_vars):
         L.emit(N.Assign(v, N.TupleGet(N.ReadVar(out), i, F32)))

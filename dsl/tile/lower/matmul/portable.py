@@ -2,7 +2,7 @@
 each thread accumulates its own output elements in f32 with FMA over K.
 
 Correct on every architecture and for any layout; GEMM loops over aligned, C-contiguous operands take
-the tensor-core path instead (lower_mma.py). f32 inputs are multiplied in full f32 here (the simulator
+the tensor-core path instead (matmul/mma_sync.py). f32 inputs are multiplied in full f32 here (the simulator
 rounds them to tf32 first, so results agree to tf32 accuracy).
 """
 from __future__ import annotations
@@ -10,15 +10,15 @@ from __future__ import annotations
 from dsl.ir import nodes as N
 from dsl.ir.types import F32, I32
 from dsl.tile import ir as T
-from dsl.tile.layout import LV, c32, iadd, imul, ir32
+from dsl.tile.lower.layout import LV, c32, iadd, imul, ir32
 
 
 def lower_matmul(L, e: T.Matmul) -> LV:
-    from dsl.tile.lower_matmul_tc import lower_matmul_tc
-    from dsl.tile.tc_operands import tc_warps
+    from dsl.tile.lower.matmul.products import lower_matmul_tc
+    from dsl.tile.lower.matmul.operands import tc_warps
     (m, k), (_, n) = e.a.type.shape, e.b.type.shape
     warps = tc_warps(L, m, n, k, e.a.type.dtype, e.b.type.dtype)
-    if warps is not None:          # tensor-core path (dsl/tile/lower_matmul_tc.py)
+    if warps is not None:          # tensor-core path (dsl/tile/lower/matmul/products.py)
         return lower_matmul_tc(L, e, *warps)
     a = L.concrete(L.expr(e.a))
     b = L.concrete(L.expr(e.b))

@@ -1,5 +1,5 @@
-"""What the tensor-core tile.matmul (lower_matmul_tc.py) and the loop pipeline that feeds it
-(lower_prefetch.py) both decide: how the warps split a product, and whether and how an operand is
+"""What the tensor-core tile.matmul (matmul/products.py) and the loop pipeline that feeds it
+(pipeline.py) both decide: how the warps split a product, and whether and how an operand is
 copied by cp.async."""
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import BF16, F16, INDEX, U32, ArrayType
 from dsl.tile import ir as T
-from dsl.tile.layout import c32, iadd, iand, imul, ir32, ishr, log2
-from dsl.tile.gemm_stages import SWIZZLE_ALIGN
-from dsl.tile.lower_mma import atom128_offset, cp_async16
+from dsl.tile.lower.layout import c32, iadd, iand, imul, ir32, ishr, log2
+from dsl.tile.lower.matmul.stages import SWIZZLE_ALIGN
+from dsl.tile.lower.copies import cp_async16
+from dsl.tile.lower.matmul.mma_sync import atom128_offset
 from dsl.tile.types import chunked_rows
 
 
@@ -47,11 +48,11 @@ def async_ok(L, op: T.TExpr) -> bool:
 
 
 def wgmma_b(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> T.Load | None:
-    """The B load of an m x n x k product that runs on sm_90 warpgroup MMA (lower_product_wgmma.py),
+    """The B load of an m x n x k product that runs on sm_90 warpgroup MMA (matmul/wgmma_products.py),
     else None: 16-bit operands, warps that split M in 16-row slices (one m64 wgmma per warpgroup,
     each warp's 16 rows the mma.sync fragments' rows, so S, P and the row statistics keep their
     layout), and a B tile.load that cp.async can stage in 128-byte swizzle atoms (rows of a multiple
-    of 64 elements). The loop pipeline (lower_prefetch.py) asks the same question to lay out B's stage."""
+    of 64 elements). The loop pipeline (pipeline.py) asks the same question to lay out B's stage."""
     # tc_warps checks the switch, the dtypes and n, k; (warps, 1) with m = 16 x warps: 16 rows a warp
     if not (L.wgmma_products and L.cc >= 90 and L.T % 128 == 0 and m == 16 * (L.T // 32) and n <= 256):
         return None

@@ -2,32 +2,34 @@
 
 One tile block = one CUDA block of T threads; the grid is 1-D (x = linear tile id, unravelled into
 tile.bid(k) once at kernel start). Tile values are spread over threads in the layouts of
-dsl/tile/layout.py; elementwise ops are per element, relayouts (broadcast of distributed values,
+dsl/tile/lower/layout.py; elementwise ops are per element, relayouts (broadcast of distributed values,
 transpose, reductions that cross threads, matmul) go through shared memory between barriers, and
 reductions whose groups span whole thread sets use warp butterflies plus one shared-memory stage.
 """
 from __future__ import annotations
 
+from dsl.errors import DslCompileStageError
 from dsl.ir import nodes as N
-from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BOOL, F32, I32, INDEX, VOID, ArrayType, ScalarType
+from dsl.ir.types import BOOL, I32, INDEX, ArrayType, ScalarType
 from dsl.tile import ir as T
-from dsl.tile import ptx_sim
-from dsl.tile.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
-                             flat_of, iadd, iand, imul, ir32, ishr, log2, strides)
-from dsl.tile.lower_frags import assign_shared, frag_layout
-from dsl.tile.lower_reduce import lower_reduce
-from dsl.tile.lower_tiles import block_ids, num_blocks
-from dsl.tile.lower_ws import WS_PRODUCERS
-from dsl.tile.shared_place import place_scratch, scratch_bytes
-from dsl.tile.types import ArrayParamType, PartitionParamType, ScalarParamType
+from dsl.tile.ptx.table import instruction
+from dsl.tile.lower.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
+                             flat_of, iadd, imul, ir32, strides)
+from dsl.tile.lower.frags import assign_shared, frag_layout
+from dsl.tile.lower.reduce import lower_reduce
+from dsl.tile.lower.elementwise import ElementwiseLowering
+from dsl.tile.lower.shapes import ShapeLowering
+from dsl.tile.lower.tiles import block_ids, num_blocks
+from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
+from dsl.tile.lower.shared import place_scratch, scratch_bytes
+from dsl.tile.types import PartitionParamType, ScalarParamType
 
 
-class LoweringError(Exception):
+class LoweringError(DslCompileStageError):
     """The tile program needs something this lowering does not do (says what)."""
 
 
-class Lowerer:
+class Lowerer(ElementwiseLowering, ShapeLowering):
     def __init__(self, fn: T.TileFunction, threads: int, kernel_name: str,
                  facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
                  persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None,
@@ -47,9 +49,9 @@ class Lowerer:
         self.max_stages = max_stages
         self.cc = cc                            # target compute capability (0: portable only)
         self.persistent = persistent            # blocks loop over tiles (grid may be < tile count)
-        self.tc_matmul = tc_matmul              # tile.matmul on the tensor cores (lower_matmul_tc.py)
-        self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "sync" or "ws" (lower_tma.py)
-        self.wgmma_products = wgmma_products    # sm_90 products on warpgroup MMA (lower_product_wgmma.py)
+        self.tc_matmul = tc_matmul              # tile.matmul on the tensor cores (matmul/products.py)
+        self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "sync" or "ws" (matmul/tma.py)
+        self.wgmma_products = wgmma_products    # sm_90 products on warpgroup MMA (matmul/wgmma_products.py)
         # warp specialisation (gemm_pipeline "ws"): WS_PRODUCERS more threads issue the copies; the tile
         # program runs on the T threads after them (geo.tid = tid.x - WS_PRODUCERS); ws_tid is tid.x
         self.ws_tid: N.Expr | None = None       # set by lower_ws.bind_roles: the kernel is warp-specialised
@@ -68,7 +70,7 @@ class Lowerer:
         self.prologue: list[N.Stmt] = []         # kernel-start statements emitted from anywhere
         self.layout_hints = dict(layout_hints or {})    # var id -> fragment layout key (see lower())
         self.new_hints: dict[int, tuple] = {}    # what this lowering learnt for the next one
-        self.pipelined: dict[int, object] = {}   # load id -> its loop's Pipeline (lower_prefetch.py)
+        self.pipelined: dict[int, object] = {}   # load id -> its loop's Pipeline (pipeline.py)
         self.pipelines = pipelines               # may loops copy their products' operands ahead
         self.pipelined_loops = 0
         self.assignments: dict[int, int] = {}    # var id -> assignments in the program text
@@ -139,14 +141,14 @@ class Lowerer:
 
     def sync(self) -> None:
         if self.consumers_only:      # warp-specialised, after the split: the consumer threads only
-            self.asm(f"bar.sync 1, {self.T};", sim=ptx_sim.named_barrier(WS_PRODUCERS))
+            self.asm("bar.sync.named", barrier=1, threads=self.T, first=WS_PRODUCERS)
         else:
             self.emit(N.SyncThreads())
 
-    def asm(self, text: str, cons: str = "", args: list | None = None, sim=None) -> None:
-        """An inline PTX statement with side effects (copies, barriers, fences); `sim`: its CPU
-        semantics (dsl/tile/ptx_sim.py, ptx_sim_sm90.py), None where the simulator never runs it."""
-        self.emit(N.ExprStmt(TN.InlinePtx(text, cons, args or [], VOID, True, sim=sim)))
+    def asm(self, family: str, args: list | None = None, **params) -> None:
+        """An inline PTX statement of `family` (dsl/tile/ptx/table.py) with side effects and no
+        result (copies, barriers, fences)."""
+        self.emit(N.ExprStmt(instruction(family, args or [], **params)))
 
     def guarded(self, cond, stmts_fn) -> None:
         if cond is True:
@@ -160,7 +162,7 @@ class Lowerer:
         for p, q in zip(fn.params, lowered_params(fn, self.facts)):
             self.params[id(p)] = q
         tid = self.new_var(I32, "tid")
-        from dsl.tile.lower_ws import bind_roles, ws_loop
+        from dsl.tile.lower.matmul.warp_specialised import bind_roles, ws_loop
         ws_at = ws_loop(self) if self.gemm_pipeline == "ws" else None
         if ws_at is not None:
             bind_roles(self, tid)
@@ -170,7 +172,7 @@ class Lowerer:
         prologue_at = len(self.body)
         nb = num_blocks(self)
         lin = self.tmp(N.Cast(N.Special("ctaid.x"), I32), "bid")
-        from dsl.tile.lower_mma import plan_all
+        from dsl.tile.lower.matmul.mma_sync import plan_all
         plan_all(self, fn.body, self.max_stages)
         if self.persistent:
             # tile t = ctaid.x + i * nctaid.x: every tile visited by exactly one block, in order
@@ -188,7 +190,7 @@ class Lowerer:
             block_ids(self, lin, nb)
             self._tile_program(ws_at)
         self.body[prologue_at:prologue_at] = self.prologue
-        place_scratch(self)         # sizes; static, or views of the dynamic shared memory (shared_place.py)
+        place_scratch(self)         # sizes; static, or views of the dynamic shared memory (shared.py)
         return N.Function(self.kernel_name, list(self.params.values()) + self.extra_params, N.VOID, self.body, True,
                           fn.loc, locals=self.locals,
                           shared=list(self.scratch_allocs.values()) + self.extra_shared,
@@ -231,7 +233,7 @@ class Lowerer:
         return self._lane_warp
 
     def frag_layout(self, key: tuple) -> FragLayout:
-        """The one fragment layout of `key` in this kernel, bound in the prologue (lower_frags.py)."""
+        """The one fragment layout of `key` in this kernel, bound in the prologue (frags.py)."""
         got = self.frags.get(key)
         return got if got is not None else frag_layout(self, key)
 
@@ -263,10 +265,10 @@ class Lowerer:
             elif isinstance(s, T.Store):
                 self.store(s)
             elif isinstance(s, T.For) and id(s) in self.mma_plans:
-                from dsl.tile.lower_mma import lower_loop
+                from dsl.tile.lower.matmul.mma_sync import lower_loop
                 lower_loop(self, self.mma_plans[id(s)])
             elif isinstance(s, T.For):
-                from dsl.tile.lower_prefetch import lower_for
+                from dsl.tile.lower.pipeline import lower_for
                 lower_for(self, s)
             elif isinstance(s, T.If):
                 cond = self.scalar(s.cond)
@@ -321,7 +323,7 @@ class Lowerer:
         return self.geo.per_thread(size)
 
     def store(self, s: T.Store) -> None:
-        from dsl.tile.lower_store import pairs_ok, store_pairs
+        from dsl.tile.lower.store import pairs_ok, store_pairs
         v = self.expr(s.value)
         if not isinstance(v.layout, MmaLayout):
             v = self.to_layout(v, "D")
@@ -341,7 +343,7 @@ class Lowerer:
                 st = N.Store(arr, idx, e, "unchecked", 0, s.loc)
                 self.emit(N.If(cond, [st], []) if cond is not None else st)
         if pairs_ok(self, p, v):
-            store_pairs(self, p, v, checked)      # the GEMM epilogue (dsl/tile/lower_store.py)
+            store_pairs(self, p, v, checked)      # the GEMM epilogue (dsl/tile/lower/store.py)
         else:
             checked()
 
@@ -518,171 +520,13 @@ class Lowerer:
             return out
         return LV("L", shape, dt, [], make=make)
 
-    def _elementwise(self, e: T.TExpr, operands: list[T.TExpr], make) -> LV:
-        vals = self.unify(*[self.expr(o) for o in operands])
-        if any(v.layout == "L" for v in vals):
-            return self._lazy_elementwise(e, vals, make)
-        n = len(vals[0].elems)
-        out = [self.tmp(make(*[v.elems[i] for v in vals])) for i in range(n)]
-        return LV(vals[0].layout, e.type.shape, e.type.dtype, out)
-
-    def _lazy_elementwise(self, e: T.TExpr, vals: list[LV], make) -> LV:
-        """Elementwise over pure lazy values and scalars: made again where the consumer needs it (a
-        causal mask's row and column indices land directly in the accumulator layout)."""
-        vals = [v if v.layout == "L" else LV("U", v.shape, v.dtype, [self.snapshot(x) for x in v.elems])
-                for v in vals]
-
-        def make_at(cl):
-            cols = [v.make(cl) if v.layout == "L" else self.gather_elems(v, [flat_of(c, v.shape) for c in cl])  # type: ignore[misc]
-                    for v in vals]
-            return [self.tmp(make(*xs)) for xs in zip(*cols)]
-        return LV("L", e.type.shape, e.type.dtype, [], make=make_at, pure=True)
-
-    def x_BinOp(self, e: T.BinOp) -> LV:
-        dt = e.type.dtype
-        return self._elementwise(e, [e.lhs, e.rhs], lambda a, b: self.binop(e.op, a, b, dt))
-
-    def binop(self, op: str, a: N.Expr, b: N.Expr, dt: ScalarType) -> N.Expr:
-        if dt.is_half:
-            r = self.binop(op, N.Cast(a, F32), N.Cast(b, F32), F32)
-            return N.Cast(r, dt)
-        if op in ("floordiv", "mod") and dt.is_float:
-            if op == "floordiv":
-                return N.Math("floor", [N.BinOp("truediv", a, b, dt)], dt)
-            a, b = self.tmp(a), self.tmp(b)
-            r = self.tmp(N.BinOp("mod", a, b, dt))
-            fix = N.Logical("and", N.Compare("ne", r, N.Const(0.0, dt)),
-                            N.Compare("ne", N.Compare("lt", r, N.Const(0.0, dt)),
-                                      N.Compare("lt", b, N.Const(0.0, dt))))
-            return N.IfExp(fix, N.BinOp("add", r, b, dt), r, dt)
-        if op in ("floordiv", "mod") and dt.is_signed:
-            a, b = self.tmp(a), self.tmp(b)
-            q = self.tmp(N.BinOp("floordiv", a, b, dt))
-            r = self.tmp(N.BinOp("mod", a, b, dt))
-            zero = N.Const(0, dt)
-            fix = N.Logical("and", N.Compare("ne", r, zero),
-                            N.Compare("ne", N.Compare("lt", r, zero), N.Compare("lt", b, zero)))
-            if op == "floordiv":
-                return N.IfExp(fix, N.BinOp("sub", q, N.Const(1, dt), dt), q, dt)
-            return N.IfExp(fix, N.BinOp("add", r, b, dt), r, dt)
-        if dt == BOOL:
-            if op in ("and_", "or_"):
-                return N.Logical("and" if op == "and_" else "or", a, b)
-            return N.Compare("ne", a, b)
-        return N.BinOp(op, a, b, dt)
-
-    def x_UnaryOp(self, e: T.UnaryOp) -> LV:
-        dt = e.type.dtype
-
-        def make(a):
-            if dt.is_half and e.op in ("neg", "abs"):
-                return N.Cast(N.UnaryOp(e.op, N.Cast(a, F32), F32), dt)
-            return N.UnaryOp(e.op, a, dt)
-        return self._elementwise(e, [e.operand], make)
-
-    def x_Compare(self, e: T.Compare) -> LV:
-        return self._elementwise(e, [e.lhs, e.rhs], lambda a, b: N.Compare(e.op, a, b))
-
-    def x_Math(self, e: T.Math) -> LV:
-        dt = e.type.dtype
-        src = e.args[0].type.dtype
-
-        def make(*args):
-            if src.is_half:
-                r = N.Math(e.fn, [N.Cast(a, F32) for a in args], BOOL if dt == BOOL else F32)
-                return r if dt == BOOL else N.Cast(r, dt)
-            if e.fn == "rsqrt":
-                return N.Math("rsqrt", list(args), dt)
-            return N.Math(e.fn, list(args), dt)
-        return self._elementwise(e, e.args, make)
-
-    def x_Where(self, e: T.Where) -> LV:
-        dt = e.type.dtype
-        return self._elementwise(e, [e.cond, e.then, e.else_], lambda c, a, b: N.IfExp(c, a, b, dt))
-
-    def x_Cast(self, e: T.Cast) -> LV:
-        dt = e.type.dtype
-        return self._elementwise(e, [e.operand], lambda a: N.Cast(a, dt))
-
-    def x_Reshape(self, e: T.Reshape) -> LV:
-        v = self.expr(e.operand)
-        shape = e.type.shape
-        if v.layout == "L":
-            src_make, src_shape = v.make, v.shape
-
-            def make(cl):
-                return src_make([_unravel(flat_of(c, shape), src_shape) for c in cl])  # type: ignore[misc]
-            return LV("L", shape, v.dtype, [], make=make, pure=v.pure)
-        if isinstance(v.layout, MmaRows) and shape[0] == v.shape[0] and all(x == 1 for x in shape[1:]):
-            return LV(v.layout, shape, v.dtype, v.elems)        # (BM,) <-> (BM, 1): same registers
-        if isinstance(v.layout, FragLayout):
-            v = self.to_layout(v, "D")
-        return LV(v.layout, shape, v.dtype, v.elems)
-
-    def x_Broadcast(self, e: T.Broadcast) -> LV:
-        v = self.expr(e.operand)
-        shape = e.type.shape
-        src = (1,) * (len(shape) - len(v.shape)) + v.shape
-        sst = strides(src)
-        lead = len(shape) - len(v.shape)
-
-        def index_of(coords):
-            acc = 0
-            for c, s_, st in zip(coords, src, sst):
-                if s_ != 1:
-                    acc = iadd(acc, imul(c, st))
-            return acc
-        if v.layout == "U" and e.type.size <= U_MAX:
-            elems = [v.elems[index_of(c)] for c in self.coords_of("U", shape)]  # type: ignore[index]
-            return LV("U", shape, v.dtype, elems)
-        if v.layout == "L":
-            src_make = v.make
-
-            def make_lazy(cl):
-                return src_make([[0 if s_ == 1 else c for c, s_ in zip(cs[lead:], v.shape)]  # type: ignore[misc]
-                                 for cs in cl])
-            return LV("L", shape, v.dtype, [], make=make_lazy, pure=v.pure)
-        by_layout = None
-        if isinstance(v.layout, MmaRows) and len(shape) == 2 and v.shape == (shape[0], 1):
-            rows = v.layout
-
-            def by_layout(lay):         # rows broadcast over accumulators whose rows they are
-                if not (isinstance(lay, MmaLayout) and lay.wn == 1 and lay.wm == rows.parent.wm
-                        and lay.shape[0] == rows.parent.shape[0]):
-                    return None
-                return [v.elems[2 * (r // (lay.nt * 4)) + (1 if r % 4 >= 2 else 0)] for r in range(lay.per_thread)]
-        small_u = v.layout == "U" and len(v.elems) <= 4
-        if small_u:
-            v = LV("U", v.shape, v.dtype, [self.snapshot(x) for x in v.elems])
-        return LV("L", shape, v.dtype, [], make=lambda cl: self.gather_elems(v, [index_of(c) for c in cl]),
-                  pure=small_u, by_layout=by_layout)
-
-    def x_Permute(self, e: T.Permute) -> LV:
-        v = self.expr(e.operand)
-        sst = strides(v.shape)
-
-        def index_of(coords):
-            acc = 0
-            for k, c in enumerate(coords):
-                acc = iadd(acc, imul(c, sst[e.axes[k]]))
-            return acc
-        if v.layout == "U":
-            elems = [v.elems[index_of(c)] for c in self.coords_of("U", e.type.shape)]  # type: ignore[index]
-            return LV("U", e.type.shape, v.dtype, elems)
-        return self.gather(self.concrete(v), e.type.shape, index_of)
-
     # ------------------------------------------------------------------------------ reductions
     def x_Reduce(self, e: T.Reduce) -> LV:
         return lower_reduce(self, e)
 
     def x_Matmul(self, e: T.Matmul) -> LV:
-        from dsl.tile.lower_matmul import lower_matmul
+        from dsl.tile.lower.matmul.portable import lower_matmul
         return lower_matmul(self, e)
-
-
-def _unravel(flat, shape: tuple[int, ...]) -> list:
-    """Coordinates of a flat (row-major) index in `shape` (powers of two: shifts and masks)."""
-    return [iand(ishr(flat, log2(st)), sh - 1) if sh > 1 else 0 for st, sh in zip(strides(shape), shape)]
 
 
 def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> list[N.Param]:
@@ -714,7 +558,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
-    from dsl.tile.lower_mma import MAX_STAGES, SMEM_LIMIT
+    from dsl.tile.lower.matmul.mma_sync import MAX_STAGES, SMEM_LIMIT
     # Layouts settle by lowering again: a lowering that finds a variable carried through a loop in a
     # fragment layout (mma accumulators, their row vectors, an A operand used every iteration) hints
     # it, and the next lowering creates the variable in that layout, so the loop keeps it in registers
@@ -761,5 +605,3 @@ def pick_threads(fn: T.TileFunction, num_warps: int | None = None) -> int:
         t *= 2
     return t
 
-
-__all__ = ["lower", "lowered_params", "pick_threads", "LoweringError", "Lowerer", "ArrayParamType", "ishr", "iand"]

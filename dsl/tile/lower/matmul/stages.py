@@ -1,5 +1,5 @@
 """The GEMM main loops' operand stages in dynamic shared memory, shared by the cp.async loop
-(lower_mma.py) and the TMA loop (lower_tma.py)."""
+(matmul/mma_sync.py) and the TMA loop (matmul/tma.py)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -7,7 +7,7 @@ from typing import Callable
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import INDEX, U32, ArrayType
-from dsl.tile.layout import log2
+from dsl.tile.lower.layout import log2
 
 
 def stage_bytes(bm: int, bn: int, bk: int, esize: int) -> int:

@@ -1,4 +1,4 @@
-"""Warp specialisation of a tile GEMM kernel (KB_TILE_GEMM_PIPELINE=ws, dsl/tile/lower_tma.py): which
+"""Warp specialisation of a tile GEMM kernel (KB_TILE_GEMM_PIPELINE=ws, dsl/tile/lower/matmul/tma.py): which
 kernels take it, and the roles' thread ids. The block gets WS_PRODUCERS more threads in front of the
 tile program's: tid.x < WS_PRODUCERS produce (thread 0 issues the TMA copies), the others run the tile
 program with geo.tid = tid.x - WS_PRODUCERS.
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dsl.ir import nodes as N
 from dsl.ir.types import I32
 from dsl.tile import ir as T
-from dsl.tile.layout import c32
+from dsl.tile.lower.layout import c32
 
 WS_PRODUCERS = 128  # the producer warpgroup
 
@@ -19,7 +19,7 @@ def ws_loop(L) -> int | None:
     run them too) and no other product after it. A persistent kernel splits the same way inside its
     tile loop: the producer walks the block's tiles too and runs ahead into the next tile while the
     consumers store this one."""
-    from dsl.tile.lower_mma import match
+    from dsl.tile.lower.matmul.mma_sync import match
     if L.cc < 90 or L.T != 256:
         return None
     body = L.fn.body

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dsl.ir import nodes as N
 from dsl.ir.types import I32, INDEX
 from dsl.tile import ir as T
-from dsl.tile.layout import c32, log2
+from dsl.tile.lower.layout import c32, log2
 from dsl.tile.types import PartitionParamType, tiles_by_number
 
 GROUP_M = 8         # tile-row group of the L2-friendly block order of GEMM kernels

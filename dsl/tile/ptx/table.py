@@ -1,0 +1,217 @@
+"""The PTX instruction families the tile lowering emits: one row each, with its text template,
+LLVM operand constraints, result type, side effects, minimum architecture and the name of its CPU
+semantics. The lowering builds every inline PTX statement through `instruction(...)`, so the text it
+emits and the semantics the simulator runs come from the same row.
+
+Semantics are named ("module:function", a module of this package), not imported: the lowering never
+imports the simulator, and the simulator resolves a statement's `SemanticsRef` on first use. A row
+whose `sim_params` is non-empty names a factory, called with those parameters' values.
+
+Fragment layouts, operand forms and memory models: PTX ISA 8.x ("Warp-level matrix instructions",
+"Asynchronous warpgroup level matrix instructions", "Tensor copy", "mbarrier"). Adding a family: see
+docs/contributing.md ("A PTX instruction family").
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from dsl.ir import tile_nodes as TN
+from dsl.ir.types import F32, U32, VOID, TupleType, Type
+
+Text = str | Callable[..., str]
+
+
+@dataclass(frozen=True)
+class PtxFamily:
+    """One instruction family. `text`, `constraints` and `result` are fixed or functions of the
+    family's parameters (`params`); `sim_params` (a subset) are what the semantics factory takes."""
+    name: str
+    text: Text
+    constraints: Text
+    result: Type | Callable[..., Type]
+    side_effects: bool
+    min_arch: int
+    semantics: str
+    doc: str
+    params: tuple[str, ...] = ()
+    sim_params: tuple[str, ...] = ()
+
+    def render(self, params: dict[str, Any]) -> tuple[str, str, Type]:
+        def value(x):
+            return x(**params) if callable(x) else x
+        return value(self.text), value(self.constraints), value(self.result)
+
+
+@dataclass(frozen=True)
+class SemanticsRef:
+    """The CPU semantics of one emitted statement: its family and the semantics factory's arguments.
+    Resolved by the simulator (dsl/sim/interp.py) on first use."""
+    family: str
+    args: tuple = ()
+
+    def resolve(self) -> Callable:
+        fn = _RESOLVED.get(self)
+        if fn is None:
+            row = FAMILIES[self.family]
+            module, _, name = row.semantics.partition(":")
+            fn = getattr(importlib.import_module(f"dsl.tile.ptx.{module}"), name)
+            if row.sim_params:
+                fn = fn(*self.args)
+            _RESOLVED[self] = fn
+        return fn
+
+
+# An explicit cache: semantics made by a factory, per (family, arguments). Only ever grows by the
+# distinct instruction forms a process simulates (a few dozen).
+_RESOLVED: dict[SemanticsRef, Callable] = {}
+
+
+def instruction(family: str, args: list, **params: Any) -> TN.InlinePtx:
+    """The inline PTX statement of `family` on operand expressions `args` (outputs are not listed:
+    they are the result), with the family's parameters as keywords."""
+    row = FAMILIES[family]
+    missing = set(row.params) - params.keys()
+    extra = params.keys() - set(row.params)
+    if missing or extra:
+        raise TypeError(f"PTX family {family!r} takes parameters {list(row.params)}; "
+                        f"missing {sorted(missing)}, unexpected {sorted(extra)}")
+    text, cons, result = row.render(params)
+    inputs = [c for c in cons.split(",") if c and not c.startswith("=")]
+    if len(inputs) != len(args):
+        raise TypeError(f"PTX family {family!r} takes {len(inputs)} operand(s) ({cons!r}), got {len(args)}")
+    ref = SemanticsRef(family, tuple(params[p] for p in row.sim_params))
+    return TN.InlinePtx(text, cons, list(args), result, row.side_effects, sim=ref)
+
+
+def _tied(outs: list[str]) -> str:
+    """Constraints of registers passed through a statement: each output tied to the same input."""
+    return ",".join(outs + [str(i) for i in range(len(outs))])
+
+
+def _mma_packed(shape: str, a_type: str, b_type: str) -> str:
+    return (f"mma.sync.aligned.{shape}.row.col.f32.{a_type}.{b_type}.f32 "
+            "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};")
+
+
+def _mma_elements(tname: str) -> str:
+    return ("{ .reg .b32 a<4>, b<2>; "
+            "mov.b32 a0, {$4, $5}; mov.b32 a1, {$6, $7}; mov.b32 a2, {$8, $9}; mov.b32 a3, {$10, $11}; "
+            "mov.b32 b0, {$12, $13}; mov.b32 b1, {$14, $15}; "
+            f"mma.sync.aligned.m16n8k16.row.col.f32.{tname}.{tname}.f32 "
+            "{$0, $1, $2, $3}, {a0, a1, a2, a3}, {b0, b1}, {$16, $17, $18, $19}; }")
+
+
+def _wgmma_ss(op, k: int, fence: bool) -> str:
+    """wgmma with A and B from shared-memory descriptors; the scale-d predicate is the last input.
+    16-bit types take imm-trans-a/b (B MN-major: transposed), tf32 and f8 none."""
+    regs = op.n // 2
+    trans = "" if op.a_type not in ("f16", "bf16") else ", 0, %d" % (1 if op.trans_b else 0)
+    return ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; %s"
+            "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, $%d, $%d, p, 1, 1%s; }"
+            % (regs + 2, "wgmma.fence.sync.aligned; " if fence else "", op.n, k, op.a_type, op.b_type,
+               ",".join(f"${i}" for i in range(regs)), regs, regs + 1, trans))
+
+
+def _wgmma_rs(op) -> str:
+    """wgmma with A from 4 registers a thread (an mma.sync A fragment per warp), B from a descriptor."""
+    regs = op.n // 2
+    return ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; "
+            "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, {$%d, $%d, $%d, $%d}, $%d, p, 1, 1, %d; }"
+            % (regs + 5, op.n, op.a_type, op.b_type, ",".join(f"${i}" for i in range(regs)), regs, regs + 1,
+               regs + 2, regs + 3, regs + 4, 1 if op.trans_b else 0))
+
+
+_BAR = "mbarrier.{}.shared::cta.b64"
+_TMA_2D = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+           "[$0], [$1, {$2, $3}], [$4];")
+_U32X4 = TupleType((U32,) * 4)
+_F32X4 = TupleType((F32,) * 4)
+
+_ROWS = (
+    # ------------------------------------------------------------------ sm_80: barriers and stores
+    PtxFamily("bar.sync.named", lambda barrier, threads, first: f"bar.sync {barrier}, {threads};", "", VOID,
+              True, 70, "sm80:named_barrier", "named barrier `barrier` of `threads` threads, those from "
+              "tid.x `first` on (a warp-specialised kernel's consumers)", ("barrier", "threads", "first"),
+              ("first",)),
+    PtxFamily("st.global.v2.f32", "st.global.v2.f32 [$0], {$1, $2};", "l,f,f", VOID, True, 70,
+              "sm80:st_global_8", "two f32 to an 8-byte aligned global address"),
+    PtxFamily("st.global.v2.b32", "st.global.v2.b32 [$0], {$1, $2};", "l,r,r", VOID, True, 70,
+              "sm80:st_global_8", "two 32-bit registers to an 8-byte aligned global address"),
+    PtxFamily("st.global.b32", "st.global.b32 [$0], $1;", "l,r", VOID, True, 70, "sm80:st_global_4",
+              "one 32-bit register (two packed 16-bit values) to a 4-byte aligned global address"),
+    PtxFamily("ld.shared.b32", "ld.shared.b32 $0, [$1];", "=r,r", U32, True, 70, "sm80:ld_shared_b32",
+              "a 32-bit load from a shared-window address"),
+    # ------------------------------------------------------------------ sm_80: cp.async
+    PtxFamily("cp.async.cg", "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", VOID, True, 80,
+              "sm80:cp_async", "16 bytes global -> shared, asynchronously, of which the first src-size "
+              "(the last operand, 16 or 0) are read and the rest zero-filled"),
+    PtxFamily("cp.async.commit_group", "cp.async.commit_group;", "", VOID, True, 80, "sm80:commit_group",
+              "close this thread's pending cp.async copies into a group"),
+    PtxFamily("cp.async.wait_group", lambda keep: f"cp.async.wait_group {keep};", "", VOID, True, 80,
+              "sm80:wait_group", "wait until at most `keep` of this thread's groups are pending",
+              ("keep",), ("keep",)),
+    PtxFamily("fence.proxy.async", "fence.proxy.async.shared::cta;", "", VOID, True, 90, "sm80:no_op",
+              "order generic-proxy shared writes before async-proxy reads (wgmma, TMA)"),
+    # ------------------------------------------------------------------ sm_80: registers and tensor cores
+    PtxFamily("mov.b32.pack", "mov.b32 $0, {$1, $2};", "=r,h,h", U32, False, 70, "sm80:pack_halves",
+              "two 16-bit values of `dtype` into one register, the first in the low half", ("dtype",),
+              ("dtype",)),
+    PtxFamily("cvt.rna.tf32.f32", "cvt.rna.tf32.f32 $0, $1;", "=r,r", U32, False, 80, "sm80:cvt_rna_tf32",
+              "f32 -> tf32 (round to nearest, ties away), as a 32-bit register"),
+    PtxFamily("ldmatrix.x4", lambda trans: f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}"
+              ".shared.b16 {$0,$1,$2,$3}, [$4];", "=r,=r,=r,=r,r", _U32X4, True, 75, "sm80:ldmatrix",
+              "four 8x8 b16 matrices from shared memory, each lane giving one row address (.trans: "
+              "transposed)", ("trans",), ("trans",)),
+    PtxFamily("mma.sync", _mma_packed, "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", _F32X4, False, 80,
+              "sm80:mma_packed", "warp MMA on packed registers: f16/bf16 m16n8k16, tf32 m16n8k8, f8 "
+              "m16n8k32 (sm_89+); 4 A, 2 B registers, 4 f32 accumulators", ("shape", "a_type", "b_type"),
+              ("a_type", "b_type")),
+    PtxFamily("mma.sync.elements", _mma_elements, ",".join(["=f"] * 4 + ["h"] * 12 + ["f"] * 4), _F32X4,
+              False, 80, "sm80:mma_elements", "mma.sync m16n8k16 on unpacked 16-bit elements (8 of A, "
+              "4 of B, packed in the statement) and 4 f32 accumulators", ("tname",)),
+    # ------------------------------------------------------------------ sm_90: mbarriers and TMA
+    PtxFamily("mbarrier.init", lambda count: _BAR.format("init") + f" [$0], {count};", "r", VOID, True, 90,
+              "sm90:mbarrier_init", "initialise a shared mbarrier expecting `count` arrivals a phase",
+              ("count",), ("count",)),
+    PtxFamily("fence.mbarrier_init", "fence.mbarrier_init.release.cluster;", "", VOID, True, 90,
+              "sm80:no_op", "make mbarrier initialisation visible to the async proxy"),
+    PtxFamily("prefetch.tensormap", "prefetch.tensormap [$0];", "l", VOID, True, 90, "sm80:no_op",
+              "prefetch a tensor map (a __grid_constant__ kernel parameter)"),
+    PtxFamily("mbarrier.arrive.expect_tx", _BAR.format("arrive.expect_tx") + " _, [$0], $1;", "r,r", VOID,
+              True, 90, "sm90:arrive_expect_tx", "arrive and expect $1 transaction bytes this phase"),
+    PtxFamily("mbarrier.arrive", _BAR.format("arrive") + " _, [$0];", "r", VOID, True, 90, "sm90:arrive",
+              "arrive on a shared mbarrier"),
+    PtxFamily("mbarrier.try_wait.parity", "{ .reg .pred p; KB_WAIT_${:uid}: " + _BAR.format("try_wait.parity")
+              + " p, [$0], $1; @!p bra KB_WAIT_${:uid}; }", "r,r", VOID, True, 90, "sm90:try_wait_parity",
+              "spin until the mbarrier's phase of parity $1 has completed"),
+    PtxFamily("cp.async.bulk.tensor.2d", _TMA_2D, "r,l,r,r,r", VOID, True, 90, "sm90:tma_load_2d",
+              "TMA: a 2-D box of a tensor map (coordinates $2 inner, $3 outer) into shared memory, "
+              "completing its bytes on the mbarrier $4"),
+    # ------------------------------------------------------------------ sm_90: warpgroup MMA
+    PtxFamily("wgmma.mma_async.ss", _wgmma_ss,
+              lambda op, k, fence: ",".join(["=f"] * (op.n // 2) + ["l", "l", "r"] + [str(i) for i in range(op.n // 2)]),
+              lambda op, k, fence: TupleType((F32,) * (op.n // 2)), True, 90, "sm90:wgmma",
+              "warpgroup MMA m64nNk(32 bytes), A and B from shared-memory descriptors, the f32 "
+              "accumulators tied; `fence`: a wgmma.fence rides in the statement", ("op", "k", "fence"),
+              ("op",)),
+    PtxFamily("wgmma.mma_async.rs", _wgmma_rs,
+              lambda op: ",".join(["=f"] * (op.n // 2) + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(op.n // 2)]),
+              lambda op: TupleType((F32,) * (op.n // 2)), True, 90, "sm90:wgmma",
+              "warpgroup MMA m64nNk16, A from registers (4 a thread), B from a descriptor", ("op",), ("op",)),
+    PtxFamily("wgmma.commit_group", "wgmma.commit_group.sync.aligned;", "", VOID, True, 90,
+              "sm90:wgmma_commit", "close this warpgroup's issued wgmmas into a group"),
+    PtxFamily("wgmma.wait_group", lambda pending, n: f"wgmma.wait_group.sync.aligned {pending};",
+              lambda pending, n: _tied(["=f"] * n), lambda pending, n: TupleType((F32,) * n), True, 90,
+              "sm90:wgmma_wait", "wait until at most `pending` wgmma groups are in flight; the `n` f32 "
+              "accumulators pass through (tied), so no use of them moves above the wait",
+              ("pending", "n"), ("pending",)),
+    PtxFamily("wgmma.fence", "wgmma.fence.sync.aligned;",
+              lambda types: _tied(["=f" if t == F32 else "=r" for t in types]),
+              lambda types: TupleType(tuple(types)), True, 90, "sm90:wgmma_fence",
+              "order register writes before the wgmmas that read them; the registers (`types`, f32 "
+              "accumulators then u32 A fragments) pass through it tied", ("types",)),
+)
+
+FAMILIES: dict[str, PtxFamily] = {row.name: row for row in _ROWS}
