@@ -1,7 +1,8 @@
-"""Write docs/api.md, the API reference, from the docstrings of the public API.
+"""Write docs/api.md, the API reference, from the docstrings of the public API (and docs/tile.md's
+table of tile ops, between `<!-- api:tile-ops -->` lines, from the tile-op table dsl/tile/tileops.py).
 
-    python scripts/gen_api_docs.py            # rewrite docs/api.md
-    python scripts/gen_api_docs.py --check    # exit 1 when docs/api.md is not what this would write
+    python scripts/gen_api_docs.py            # rewrite docs/api.md and docs/tile.md's table
+    python scripts/gen_api_docs.py --check    # exit 1 when either is not what this would write
 
 Public API = each module's `__all__` (bridge, bridge.testing, dsl, dsl.simt, dsl.tile) and the public
 functions of the integrations `dsl.torch` / `dsl.jax` (documented without importing torch or jax:
@@ -23,6 +24,8 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "api.md"
+TILE_MD = ROOT / "docs" / "tile.md"
+_TILE_OPS_BLOCK = re.compile(r"(<!-- api:tile-ops -->\n)(.*?)(<!-- /api:tile-ops -->)", re.S)
 
 # (name users write, module that implements it, one line on what it is for)
 MODULES: tuple[tuple[str, str, str], ...] = (
@@ -215,20 +218,40 @@ def render() -> str:
     return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
 
 
+def tile_ops_table() -> str:
+    """The Markdown table of docs/tile.md: one line per row of the tile-op table."""
+    from dsl.tile import tileops
+    lines = ["| function | method | what it computes |", "| --- | --- | --- |"]
+    for row in tileops.TILE_OPS:
+        method = f"`{row.method_signature()}`" if row.method else "—"
+        doc = row.doc.replace("|", r"\|")
+        lines.append(f"| `tile.{row.signature()}` | {method} | {doc} |")
+    return "\n".join(lines)
+
+
+def sync_tile_md(text: str) -> str:
+    """`text` (docs/tile.md) with its tile-op table regenerated."""
+    return _TILE_OPS_BLOCK.sub(lambda m: m.group(1) + tile_ops_table() + "\n" + m.group(3), text)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="only compare: exit 1 when docs/api.md is stale")
-    ap.add_argument("--output", type=Path, default=OUT, help="where to write (default docs/api.md)")
+    ap.add_argument("--output", type=Path, default=OUT,
+                    help="where to write the API page (default docs/api.md; another path leaves "
+                         "docs/tile.md alone)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    text = render()
-    if args.check:
-        current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is stale: run python scripts/gen_api_docs.py", file=sys.stderr)
+    pages = {args.output: render()}
+    if args.output.resolve() == OUT.resolve():
+        pages[TILE_MD] = sync_tile_md(TILE_MD.read_text(encoding="utf-8"))
+    for path, text in pages.items():
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        if args.check and current != text:
+            print(f"{path} is stale: run python scripts/gen_api_docs.py", file=sys.stderr)
             return 1
-        return 0
-    args.output.write_text(text, encoding="utf-8")
+        if not args.check and current != text:
+            path.write_text(text, encoding="utf-8")
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from dsl.ir.types import SCALARS, ScalarType
+from dsl.tile import tileops
 from dsl.vocab import math as _vocab
 
 
@@ -24,23 +25,6 @@ class Intrinsic:
         return f"<tile intrinsic {self.name}>"
 
 
-_DOCS = {
-    "bid": "bid(axis) -> i32: this tile block's tile coordinate along partition axis `axis`.",
-    "num_blocks": "num_blocks(axis) -> i32: number of tile blocks along partition axis `axis`.",
-    "load": "load(array, index, shape, padding=0): tile `index` (tile units) of `array`, edge-padded.",
-    "store": "store(partition, value): write this block's own tile of `partition` (edge-masked).",
-    "matmul": "matmul(a, b, acc=None): a @ b with f32 accumulation (tf32 for f32 inputs).",
-    "mma": "mma(a, b, acc): acc + a @ b (f32 accumulator).",
-    "sum": "sum(x, axis=None, keepdims=False)", "max": "max(x, axis=None, keepdims=False)",
-    "min": "min(x, axis=None, keepdims=False)", "argmax": "argmax(x, axis=None) -> i32",
-    "argmin": "argmin(x, axis=None) -> i32", "where": "where(cond, a, b): elementwise select",
-    "reshape": "reshape(x, shape)", "transpose": "transpose(x): reverse the axes",
-    "permute": "permute(x, axes)", "astype": "astype(x, dtype)",
-    "zeros": "zeros(shape, dtype=f32)", "full": "full(shape, value, dtype=None)",
-    "arange": "arange(n, dtype=i32)", "broadcast_to": "broadcast_to(x, shape)",
-    "expand_dims": "expand_dims(x, axis)", "maximum": "maximum(a, b)", "minimum": "minimum(a, b)",
-    "abs": "abs(x): elementwise absolute value (integers too; unsigned unchanged)",
-}
 # tile.<math function>: one object per row of the math table (dsl/vocab/math.py), made on first use.
 # An explicit cache (rows are only ever added or removed by dsl.vocab.register_math / unregister_math).
 _MATH_OBJECTS: dict[str, Intrinsic] = {}
@@ -58,7 +42,8 @@ def math_intrinsic(name: str) -> Intrinsic | None:
     return obj
 
 
-INTRINSICS: dict[str, Intrinsic] = {n: Intrinsic(n, d) for n, d in _DOCS.items()}
+# tile.<op>: one object per row of the tile-op table (dsl/tile/tileops.py), its doc line as __doc__
+INTRINSICS: dict[str, Intrinsic] = {row.name: Intrinsic(row.name, row.doc_line()) for row in tileops.TILE_OPS}
 INTRINSICS.update({n: math_intrinsic(n) for n in _vocab.names()})  # type: ignore[misc]
 
 

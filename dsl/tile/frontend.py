@@ -10,15 +10,14 @@ import ast
 import builtins
 import math
 
-from dsl.frontend.source import Source, Span, get_source
+from dsl.source import Source, Span, get_source
 from dsl.ir.types import BOOL, I32, ScalarType
 from dsl.tile import ir as T
-from dsl.tile import ops
+from dsl.tile import ops, tileops
 from dsl.tile.api import PY_MATH, Intrinsic
 from dsl.tile.errors import TileCompileError
-from dsl.tile.intrinsics import call_intrinsic, partition_tiles
-from dsl.tile.types import (ConstParamType, PartitionParamType, ScalarParamType, TileType,
-                            as_scalar_type, tiles_by_number)
+from dsl.tile.intrinsics import call_intrinsic, call_method
+from dsl.tile.types import ConstParamType, PartitionParamType, ScalarParamType, TileType, as_scalar_type
 from dsl.tile.values import Method, ParamHandle, ShapeHandle
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv",
@@ -418,7 +417,7 @@ class TileFrontend:
             if isinstance(ty, PartitionParamType):
                 if attr == "tile_shape":
                     return ty.tile_shape
-                if attr in ("store", "load", "num_tiles"):
+                if attr in tileops.method_names(tileops.PARTITION):
                     return Method(attr, base)
             raise self.err(node, f"`{base.param.name}` has no attribute `{attr}` usable in a tile kernel")
         if isinstance(base, T.TExpr):
@@ -430,8 +429,7 @@ class TileFrontend:
                 return base.type.ndim
             if attr == "T":
                 return ops.permute(base, tuple(reversed(range(base.type.ndim))), self.loc(node))
-            if attr in ("sum", "max", "min", "argmax", "argmin", "astype", "reshape", "transpose",
-                        "permute"):
+            if attr in tileops.method_names(tileops.TILE):
                 return Method(attr, base)
             raise self.err(node, f"a tile has no attribute `{attr}`")
         try:
@@ -485,41 +483,8 @@ class TileFrontend:
                              f"functions, casts and min/max/abs)")
 
     def method(self, m: Method, args: list, kwargs: dict, node: ast.Call) -> object:
-        loc = self.loc(node)
-        recv = m.receiver
-        if isinstance(recv, ParamHandle):
-            p = recv.param
-            if m.name == "store":
-                if len(args) != 1 or kwargs:
-                    raise self.err(node, f"{p.name}.store(value) takes the tile value only: a tile "
-                                         f"block writes exactly its own tile of the partition")
-                return self.store(p, args[0], node)
-            if m.name == "load":
-                pad = kwargs.pop("padding", 0)
-                if args or kwargs:
-                    raise self.err(node, f"{p.name}.load(padding=0) loads this block's own tile")
-                own = p if tiles_by_number(p.type, self.grid_param.type) else None
-                index = [T.BlockId(k, TileType(I32, ()), loc, own) for k in range(p.type.ndim)]
-                return self.make_load(p, index, p.type.tile_shape, pad, node)
-            if m.name == "num_tiles":
-                if tiles_by_number(p.type, self.grid_param.type):
-                    return partition_tiles(self, p, args, kwargs, node)
-                return self.intrinsic("num_blocks", args, kwargs, node)
-        x = recv
-        assert isinstance(x, T.TExpr)
-        if m.name in ("sum", "max", "min", "argmax", "argmin"):
-            return self.intrinsic(m.name, [x, *args], kwargs, node)
-        if m.name == "astype":
-            return self.intrinsic("astype", [x, *args], kwargs, node)
-        if m.name == "reshape":
-            shape = args[0] if len(args) == 1 and isinstance(args[0], tuple) else tuple(args)
-            return self.intrinsic("reshape", [x, shape], kwargs, node)
-        if m.name == "transpose" and not args:
-            return self.intrinsic("transpose", [x], kwargs, node)
-        if m.name in ("transpose", "permute"):
-            axes = args[0] if len(args) == 1 and isinstance(args[0], tuple) else tuple(args)
-            return self.intrinsic("permute", [x, axes], kwargs, node)
-        raise self.err(node, f"unknown tile method {m.name}")
+        """`x.sum(...)`, `out.store(v)`: the method form of a tile op (dsl/tile/tileops.py)."""
+        return call_method(self, m, args, kwargs, node)
 
     def store(self, p: T.TParam, value: object, node: ast.AST) -> "_StoreDone":
         ty = p.type

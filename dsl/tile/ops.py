@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import operator
 
+from dsl.errors import DslCompileStageError
 from dsl.ir.nodes import Loc
 from dsl.ir.types import BF16, BOOL, F16, F32, I32, ScalarType, promote
 from dsl.tile import ir as T
@@ -14,7 +15,7 @@ from dsl.tile.types import MAX_TILE_ELEMS, TileType, is_pow2
 from dsl.vocab import math as vocab
 
 
-class TileTypeError(Exception):
+class TileTypeError(DslCompileStageError):
     """A typing/shape mistake; the front end re-raises it as TileCompileError at the source location."""
 
 

@@ -1,6 +1,6 @@
 """What a name or attribute in a tile kernel body stands for when it is not a tile expression: a
 parameter, a parameter's shape, a bound method. Made by the tile front end (dsl/tile/frontend.py) and
-read by the intrinsics' handlers (dsl/tile/intrinsics.py), which the front end calls.
+read by the tile ops' binder (dsl/tile/intrinsics.py) and handlers (dsl/tile/handlers.py).
 """
 from __future__ import annotations
 
