@@ -7,7 +7,7 @@
 Light on purpose: a kernel's first launch in a fresh process with a warm disk cache parses its
 annotations, so this module reads them from the function object (`__code__`, `__annotations__`,
 string annotations evaluated in the function's globals and closure) and imports neither the front
-ends nor `ast`/`inspect`. Only a mistake reads the source (dsl/frontend/source.py), to put the error at
+ends nor `ast`/`inspect`. Only a mistake reads the source (dsl/source.py), to put the error at
 the parameter or annotation with the front ends' caret. Errors are `AnnotationError`, both a
 `DslCompileError` (file:line:col, caret, hint) and a `TypeError` (an annotation of the wrong type).
 """
@@ -77,7 +77,7 @@ class _Bad(Exception):
 def classify(name: str, value: object, model: str, what: str = "parameter") -> ParamAnnotation:
     """The ParamAnnotation of one evaluated annotation `value` of parameter `name` for `model`, or
     _Bad. Both front doors below use it, so both models accept and refuse the same way."""
-    from dsl.simt.annotations import ArraySpec
+    from dsl.vocab.simt import ArraySpec
     if isinstance(value, ArraySpec):
         if model != "simt":
             raise _Bad(f"{what} '{name}': unsupported annotation {value!r}", _HINTS[model])
@@ -97,7 +97,7 @@ def classify(name: str, value: object, model: str, what: str = "parameter") -> P
         raise _Bad(f"{what} '{name}': Python type {value.__name__!r} has no fixed width",  # type: ignore[union-attr]
                    "use a dsl scalar type such as i32, i64, f32 or f64 (from dsl import f32)")
     if isinstance(value, type) and value.__name__ in ("Array", "DisjointSlice") and \
-            value.__module__ == "dsl.simt.annotations":
+            value.__module__ == "dsl.vocab.simt":
         raise _Bad(f"{what} '{name}': {value.__name__} needs a dtype",
                    f"write simt.{value.__name__}[f32] or simt.{value.__name__}[f32, 2]")
     raise _Bad(f"{what} '{name}': unsupported annotation {value!r}", _HINTS[model])
@@ -156,7 +156,7 @@ def parse_annotations(pyfunc: Callable, model: str = "simt", what: str = "kernel
     `what`: "kernel" or "device function", for messages). Raises AnnotationError at the mistake."""
     code = getattr(pyfunc, "__code__", None)
     if code is None:                          # not a Python function: the front end's error for it
-        from dsl.frontend.source import get_source
+        from dsl.source import get_source
         get_source(pyfunc)
         raise AnnotationError(f"{pyfunc!r} is not a Python function", hint="decorate a `def` function")
     bad = plain_signature_problem(code, getattr(pyfunc, "__defaults__", None), what)
@@ -210,7 +210,7 @@ def _namespace(pyfunc: Callable) -> dict:
 def _raise(pyfunc: Callable, name: str | None, bad: _Bad) -> None:
     """Raise AnnotationError at the parameter `name` (its annotation, the parameter itself, or the
     signature's offending part), read from the source; without readable source at the def line."""
-    from dsl.frontend.source import error_position, get_source
+    from dsl.source import error_position, get_source
     try:
         src = get_source(pyfunc)
     except DslCompileError:
@@ -233,5 +233,5 @@ def _raise(pyfunc: Callable, name: str | None, bad: _Bad) -> None:
 
 def error_at(src: Any, node: Any, bad: _Bad) -> None:
     """Raise AnnotationError for `bad` at an AST node of a parsed Source (the AST front door)."""
-    from dsl.frontend.source import error_position
+    from dsl.source import error_position
     raise AnnotationError(bad.message, hint=bad.hint, **error_position(src.span(node))) from None

@@ -38,6 +38,6 @@ def build_ir(pyfunc: Callable, signature: list[irt.Type], options: KernelOptions
     except DslCompileError:
         raise
     except Exception as exc:   # noqa: BLE001 - outside any statement (parameters, facts): at the def
-        from dsl.frontend.source import get_source
+        from dsl.source import get_source
         from dsl.frontend.stmts import internal_error_text
         get_source(pyfunc).error(None, *internal_error_text(exc))

@@ -8,7 +8,7 @@ from typing import Callable
 
 from dsl.annotations import AnnotationError, ParamAnnotation, _Bad, classify, error_at, parse_annotations
 from dsl.frontend.scope import Scope
-from dsl.frontend.source import Source, get_source
+from dsl.source import Source, get_source
 from dsl.ir import types as irt
 from dsl.types import ScalarDType, is_typevar
 

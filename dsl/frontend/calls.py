@@ -1,6 +1,6 @@
 """Calls: the one table of simt intrinsics, Python builtins, math functions, casts, device functions.
 
-INTRINSICS maps an intrinsic key (dsl/simt/intrinsics.py) to the method that lowers it; keys
+INTRINSICS maps an intrinsic key (dsl/vocab/simt.py) to the method that lowers it; keys
 "math.<name>" are the rows of the math table (dsl/vocab/math.py), which also gives the arity, the
 typing rule and the Python `math` aliases. BUILTINS maps Python builtins to their methods.
 """
@@ -15,8 +15,8 @@ from dsl.frontend.values import PyObj, SlotBinding, TupleVal, Val, weak_const
 from dsl.typevars import TypeVarMismatch, bind_dtype
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
-from dsl.simt import intrinsics as si
-from dsl.simt.intrinsics import Intrinsic, Register
+from dsl.vocab import simt as si
+from dsl.vocab.simt import Intrinsic, Register
 from dsl.types import ScalarDType
 from dsl.vocab import math as vocab
 
@@ -298,7 +298,7 @@ class CallMixin:
     # ------------------------------------------------------------------ device functions
     def call_device(self, dev: Any, node: ast.Call) -> Val:
         from dsl.frontend.annotations import annotation_of, check_plain_signature, return_annotation
-        from dsl.frontend.source import get_source
+        from dsl.source import get_source
         from dsl.frontend.scope import Scope
         fn = dev.pyfunc
         src = get_source(fn)

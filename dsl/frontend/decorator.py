@@ -30,7 +30,7 @@ def _item(node: ast.expr, item: Any) -> ast.expr:
 
 def raise_option_error(pyfunc: Callable, decorator: str, err: OptionError) -> NoReturn:
     """Raise `err` as a DslCompileError at the decorator keyword (the `def` when not found)."""
-    from dsl.frontend.source import get_source
+    from dsl.source import get_source
     name = getattr(pyfunc, "__name__", "kernel")
     message = f"@{decorator} '{name}': {err.message}"
     hint = err.hint or f"see the @{decorator} options in docs/dsl.md"
@@ -53,7 +53,7 @@ def check_grid_from(pyfunc: Callable, options: KernelOptions) -> None:
     annotation, evaluated as the front end evaluates it)."""
     from dsl.frontend.annotations import annotation_of
     from dsl.frontend.scope import Scope
-    from dsl.frontend.source import get_source
+    from dsl.source import get_source
     name = options.grid_from
     if name is None:
         return

@@ -14,7 +14,7 @@ from dsl.frontend.scope import MISSING
 from dsl.frontend.values import PyObj, SlotBinding, TupleVal, Val, weak_const
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
-from dsl.simt.intrinsics import Register
+from dsl.vocab.simt import Register
 from dsl.types import BY_IR, ir_scalar_from_dtype, is_typevar
 
 BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv",

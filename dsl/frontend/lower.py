@@ -18,7 +18,7 @@ from dsl.frontend.loops import LoopMixin
 from dsl.frontend.ownership import Claim, check_claims
 from dsl.frontend.proofs import Facts
 from dsl.frontend.scope import Scope
-from dsl.frontend.source import Source, get_source
+from dsl.source import Source, get_source
 from dsl.frontend.stmts import StmtMixin
 from dsl.frontend.typing_rules import TypeRuleError
 from dsl.ir import nodes as ir

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsl.frontend.source import compile_error
+from dsl.source import compile_error
 from dsl.ir import nodes as ir
 
 

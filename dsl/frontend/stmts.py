@@ -12,7 +12,7 @@ from dsl.frontend.proofs import pure_index_expr
 from dsl.frontend.values import PyObj, SlotBinding, TupleVal, Val
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
-from dsl.simt.intrinsics import Intrinsic
+from dsl.vocab.simt import Intrinsic
 from dsl.types import ScalarDType
 
 UNSUPPORTED_STMT = {

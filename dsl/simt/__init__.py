@@ -1,7 +1,7 @@
 """dsl.simt — per-thread kernels in the spirit of cuda-oxide: ThreadIndex, DisjointSlice, contracts,
 and an explicit `unsafe` escape hatch. See docs/dsl.md for the language reference."""
-from dsl.simt.annotations import Array, ArraySpec, DisjointSlice
-from dsl.simt.intrinsics import (atomic, blockDim, blockIdx, gridDim, lane_id, math_intrinsic, shared,
+from dsl.vocab.simt import Array, ArraySpec, DisjointSlice
+from dsl.vocab.simt import (atomic, blockDim, blockIdx, gridDim, lane_id, math_intrinsic, shared,
                                  sync_threads, thread, threadIdx, unsafe, warp, warp_size)
 from dsl.vocab import math as _vocab
 from dsl.simt.kernel import DeviceFunction, SimtKernel, device, kernel

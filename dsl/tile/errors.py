@@ -1,6 +1,6 @@
 """Compile errors of the tile language: the SIMT front end's `dsl.DslCompileError` (file:line:col,
 the source line, a caret, a hint), raised from tile IR locations through the one source/caret
-convention (`dsl.frontend.source.error_position`)."""
+convention (`dsl.source.error_position`)."""
 from __future__ import annotations
 
 from dsl.errors import DslCompileError
@@ -14,5 +14,5 @@ class TileCompileError(DslCompileError):
         if loc is None:
             super().__init__(message, hint=hint)
             return
-        from dsl.frontend.source import error_position
+        from dsl.source import error_position
         super().__init__(message, hint=hint, **error_position(loc))

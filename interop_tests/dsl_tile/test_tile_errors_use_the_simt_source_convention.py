@@ -1,4 +1,4 @@
-"""SIMT and tile kernels share one source/location/caret convention (dsl/frontend/source.py): the same
+"""SIMT and tile kernels share one source/location/caret convention (dsl/source.py): the same
 `file:line:col: error:` header with the column in the user's file (indentation of a nested kernel
 included), the real source line, and a `^~~~` caret under the whole construct — whether the error is
 raised at the AST node or later from the IR location."""
