@@ -31,6 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dsl.errors import DslToolError
+
 _ARRAY = re.compile(r"^(\w+)\[([:,\s1]*)\](@16)?(%8)?(?:/([0-9x\s]+))?$")
 def _aliases() -> dict[str, str]:
     from bridge import dtypes   # the one dtype table: long names ("int32", "bfloat16") -> kernel names
@@ -40,7 +42,7 @@ def _aliases() -> dict[str, str]:
 _ALIASES = _aliases()
 
 
-class CliError(Exception):
+class CliError(DslToolError):
     """A usage mistake; printed as `error: ...` with exit status 2."""
 
 
@@ -227,14 +229,8 @@ def cmd_compile_tile(kernel: Any, args: argparse.Namespace) -> int:
     from dsl.backend.target import parse_arch
     parse_arch(args.arch)                      # an unsupported arch is a usage error before compiling
     sig, facts = tile_signature(kernel, args.sig)
-    if args.no_cache or args.dump:
-        from dsl.tile.compile import compile_tile
-        ck = compile_tile(kernel._ir_for(sig), args.arch, num_warps=kernel.num_warps, facts=facts,
-                          persistent=kernel.persistent, dump=args.dump)
-        ck.metadata["cache"] = "none"
-    else:
-        from dsl.tile.compile import compile_cached
-        ck = compile_cached(kernel, sig, facts, args.arch)
+    from dsl.tile.compile import compile_cached
+    ck = compile_cached(kernel, sig, facts, args.arch, dump=args.dump, cache=not args.no_cache)
     return _emit(ck, args, sig, ck.metadata.get("arch", args.arch))
 
 
@@ -260,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                                  '"f16[:,::1]@16%%8,f32[:,::1]/128x64,=32"')
     c.add_argument("-o", "--output", help="write the PTX here instead of stdout")
     c.add_argument("--dump", help="comma-separated stages to dump to stderr (frontend, ir, llvm_ir, "
-                                  "optimize, ptx, all)")
+                                  "optimize, ptx, all; tile kernels: tile_frontend, tile_lower, ir, ...)")
     c.add_argument("--no-cache", action="store_true", help="bypass the disk cache")
     pt = sub.add_parser("port", help="write a DSL kernel with a C++ kernel's signature, and a test comparing them")
     pt.add_argument("source", help="the .cu file holding the kernel (or a built .fatbin/.cubin/.ptx)")

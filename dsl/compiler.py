@@ -1,16 +1,21 @@
 """The compile pipeline: an ordered list of named stages, each dumpable, enterable in the middle.
 
-    frontend  (pyfunc, signature, options)  -> typed IR Function      dsl.frontend.build_ir
-    verify    Function                      -> Function               dsl.ir.verify
-    llvm_ir   Function                      -> LLVM IR text           dsl.backend.codegen.to_llvm_ir
-    optimize  LLVM IR text                  -> optimised LLVM module  (+ libdevice, -O3)
-    ptx       optimised module              -> PTX text
+One pipeline per programming model, sharing the tail from `verify` on:
 
-`compile_kernel` runs them behind the disk cache (dsl/cache.py). `run_pipeline(value, start=...)`
-starts anywhere (tests feed hand-built IR to "verify"). Dumps: `dump=("ir", "llvm_ir", ...)` or the
-environment `KB_DUMP=stage1,stage2` (`all` for every stage) print each named stage's output to stderr,
-or into `KB_DUMP_DIR/<kernel>.<stage>.txt` when that is set. The backend is imported lazily so a
-cache hit never loads LLVM.
+    simt: frontend       (pyfunc, signature, options)  -> typed IR Function   dsl.frontend.build_ir
+    tile: tile_frontend  (pyfunc, signature)           -> tile IR             dsl.tile.frontend
+          tile_lower     tile IR (+ ctx.tile settings) -> typed IR Function   dsl.tile.lower
+    both: verify         Function                      -> Function            dsl.ir.verify
+          llvm_ir        Function                      -> LLVM IR text        dsl.backend.codegen.to_llvm_ir
+          optimize       LLVM IR text                  -> optimised LLVM module  (+ libdevice, -O3)
+          ptx            optimised module              -> PTX text
+
+`compile_kernel` runs the SIMT one behind the disk cache (dsl/cache.py), dsl/tile/compile.py the tile
+one. `run_pipeline(value, ctx, start=...)` starts anywhere (tests feed hand-built IR to "verify", or
+tile IR to "tile_lower"). Dumps: `dump=("ir", "llvm_ir", ...)` or the environment
+`KB_DUMP=stage1,stage2` (`all` for every stage) print each named stage's output to stderr, or into
+`KB_DUMP_DIR/<kernel>.<stage>.txt` when that is set. The backend is imported lazily so a cache hit
+never loads LLVM.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from bridge.settings import env_directory, env_list, refused
 from dsl.cache import CacheEntry, DiskCache, cache_enabled, cache_key
+from dsl.errors import DslDeclarationError
 from dsl.observe import compiled
 from dsl.options import KernelOptions
 
@@ -38,14 +44,33 @@ class CompiledKernel:
         return f"CompiledKernel(name={self.name!r}, ptx=<{len(self.ptx)} chars>, metadata={self.metadata!r})"
 
 
+class StageError(DslDeclarationError, ValueError):
+    """A stage name that is not one of the model's pipeline (`dump=`, `start=`, `stop=`, KB_DUMP):
+    `argument` names the argument, `valid` lists the stages it may name."""
+
+    def __init__(self, argument: str, message: str, valid: Sequence[str]) -> None:
+        self.argument, self.valid = argument, tuple(valid)
+        super().__init__(f"{argument}: {message}")
+
+
 class CompileContext:
-    """What every stage may read: the inputs, dump selection, and per-stage timings."""
+    """What every stage may read: the inputs, dump selection, and per-stage timings. `model` picks
+    the pipeline ("simt" or "tile"); a tile context is handed its front stages (`front`) and carries
+    its lowering settings in `tile` (both from dsl.tile.compile.tile_context)."""
 
     def __init__(self, pyfunc: Callable | None, signature: Sequence[Any], options: KernelOptions,
-                 arch: str, dump: frozenset[str] = frozenset(), kernel_name: str = "kernel") -> None:
+                 arch: str, dump: frozenset[str] = frozenset(), kernel_name: str = "kernel", *,
+                 model: str = "simt", tile: Any = None, front: Sequence[Stage] | None = None) -> None:
         self.pyfunc, self.signature, self.options, self.arch = pyfunc, signature, options, arch
         self.dump = dump
         self.kernel_name = kernel_name
+        names = stage_names(model)             # an unknown model is refused here
+        front = _SIMT_FRONT if front is None and model == "simt" else tuple(front or ())
+        if tuple(st.name for st in front) != FRONT_STAGE_NAMES[model]:
+            raise ValueError(f"front: a {model} context needs the stages {', '.join(FRONT_STAGE_NAMES[model])} "
+                             f"(dsl.tile.compile.tile_context hands a tile context its own), got "
+                             f"{[st.name for st in front]}; the pipeline is {', '.join(names)}")
+        self.model, self.front, self.tile = model, front, tile
         self.timings: dict[str, float] = {}
 
 
@@ -98,30 +123,69 @@ def _render_ir(fn) -> str:
     return format_function(fn)
 
 
-STAGES: tuple[Stage, ...] = (
-    Stage("frontend", _frontend, _render_ir),
+# The one list of stage names: each model's own front stages, then the tail both share. The SIMT
+# front stage is defined here; the tile model's (dsl/tile/stages.py) stand above this module, so a tile
+# CompileContext is handed them (dsl.tile.compile.tile_context) instead of this module importing them.
+_SHARED_TAIL: tuple[Stage, ...] = (
     Stage("verify", _verify, _render_ir),
     Stage("llvm_ir", _llvm_ir),
     Stage("optimize", _optimize),
     Stage("ptx", _ptx),
 )
+_SIMT_FRONT: tuple[Stage, ...] = (Stage("frontend", _frontend, _render_ir),)
+FRONT_STAGE_NAMES: dict[str, tuple[str, ...]] = {"simt": ("frontend",), "tile": ("tile_frontend", "tile_lower")}
+STAGES = (*_SIMT_FRONT, *_SHARED_TAIL)          # the SIMT pipeline (its long-standing name)
 STAGE_NAMES = tuple(s.name for s in STAGES)
+TILE_STAGE_NAMES = (*FRONT_STAGE_NAMES["tile"], *(s.name for s in _SHARED_TAIL))
+ALL_STAGE_NAMES = tuple(dict.fromkeys(n for names in FRONT_STAGE_NAMES.values() for n in names)) + \
+    tuple(s.name for s in _SHARED_TAIL)
 _ALIASES = {"ir": "verify", "llvm": "llvm_ir", "opt": "optimize"}
 
 
-def parse_dump(spec: str | Iterable[str] | None) -> frozenset[str]:
-    """'a,b' / ['a', 'b'] / None (then $KB_DUMP, a ConfigurationError when it names an unknown stage)
-    -> stage names; 'all' selects every stage."""
+def stage_names(model: str) -> tuple[str, ...]:
+    """The stage names of `model` ("simt" or "tile"), in order."""
+    try:
+        return (*FRONT_STAGE_NAMES[model], *(s.name for s in _SHARED_TAIL))
+    except (KeyError, TypeError):
+        raise ValueError(f"model: expected one of {', '.join(FRONT_STAGE_NAMES)}, got {model!r}") from None
+
+
+def pipeline_of(ctx: CompileContext) -> tuple[Stage, ...]:
+    """The stages ctx's pipeline runs: its model's front stages, then the shared tail."""
+    return (*ctx.front, *_SHARED_TAIL)
+
+
+def _refuse_stages(argument: str, names: Iterable[str], model: str) -> StageError:
+    """The error for stage `names` that `model`'s pipeline lacks: which model has each, if any."""
+    valid = list(stage_names(model))
+    notes = []
+    for n in sorted(names):
+        other = [m for m in FRONT_STAGE_NAMES if m != model and n in stage_names(m)]
+        notes.append(f"{n!r} (a stage of {other[0]} kernels only)" if other else repr(n))
+    extra = " (and all, ir, llvm, opt)" if argument == "dump" else ""
+    return StageError(argument, f"unknown stage(s) for a {model} kernel: {', '.join(notes)}; its stages "
+                                f"are {', '.join(valid)}{extra}", valid)
+
+
+def parse_dump(spec: str | Iterable[str] | None, model: str = "simt") -> frozenset[str]:
+    """'a,b' / ['a', 'b'] / None -> names of `model`'s stages; 'all' selects every one. A name
+    that is not one of its stages is a StageError. None reads $KB_DUMP, which may name the stages
+    of either model (it applies to every kernel the process compiles): each model dumps its own,
+    and a name of no model is a ConfigurationError."""
+    valid = list(stage_names(model))
     if spec is None:
-        items = list(env_list("KB_DUMP", (*STAGE_NAMES, *_ALIASES, "all")))
-    else:
-        items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+        items = [_ALIASES.get(s, s) for s in env_list("KB_DUMP", (*ALL_STAGE_NAMES, *_ALIASES, "all"))]
+        return frozenset(valid) if "all" in items else frozenset(n for n in items if n in valid)
+    raw = spec.split(",") if isinstance(spec, str) else list(spec) if isinstance(spec, Iterable) else None
+    if raw is None or not all(isinstance(s, str) for s in raw):
+        raise StageError("dump", f"expected stage names ('a,b' or a list of names), got {spec!r}", valid)
+    items = [s.strip() for s in raw if s.strip()]
     if "all" in items:
-        return frozenset(STAGE_NAMES)
+        return frozenset(valid)
     names = {_ALIASES.get(s, s) for s in items}
-    unknown = names - set(STAGE_NAMES)
+    unknown = names - set(valid)
     if unknown:
-        raise ValueError(f"dump: unknown stage(s) {sorted(unknown)}; stages are {', '.join(STAGE_NAMES)}")
+        raise _refuse_stages("dump", unknown, model)
     return frozenset(names)
 
 
@@ -139,12 +203,20 @@ def _emit_dump(stage: Stage, value: Any, ctx: CompileContext) -> None:
                                                    f"{exc.strerror or exc})") from None
 
 
-def run_pipeline(value: Any, ctx: CompileContext, start: str = "frontend", stop: str = "ptx") -> Any:
-    """Run stages start..stop (inclusive) on `value`; each named in ctx.dump is dumped."""
-    if start not in STAGE_NAMES or stop not in STAGE_NAMES:
-        raise ValueError(f"start/stop must be one of {', '.join(STAGE_NAMES)}")
-    i, j = STAGE_NAMES.index(start), STAGE_NAMES.index(stop)
-    for stage in STAGES[i:j + 1]:
+def run_pipeline(value: Any, ctx: CompileContext, start: str | None = None, stop: str = "ptx") -> Any:
+    """Run the stages of ctx.model's pipeline from `start` (default: its first) to `stop`
+    (inclusive) on `value`; each named in ctx.dump is dumped."""
+    stages = pipeline_of(ctx)
+    names = [s.name for s in stages]
+    start = names[0] if start is None else start
+    for argument, name in (("start", start), ("stop", stop)):
+        if name not in names:
+            raise _refuse_stages(argument, [name], ctx.model)
+    i, j = names.index(start), names.index(stop)
+    if i > j:
+        raise StageError("stop", f"{stop!r} comes before start {start!r} in the {ctx.model} pipeline "
+                                 f"({', '.join(names)})", names)
+    for stage in stages[i:j + 1]:
         t0 = time.perf_counter()
         value = stage.run(value, ctx)
         ctx.timings[stage.name] = time.perf_counter() - t0
@@ -154,7 +226,9 @@ def run_pipeline(value: Any, ctx: CompileContext, start: str = "frontend", stop:
 
 
 # ---------------------------------------------------------------------------- entry points
-def _metadata(ctx: CompileContext, source: str) -> dict:
+def compile_metadata(ctx: CompileContext, source: str) -> dict:
+    """What a compile reports: arch, PTX ISA, LLVM, where the result came from (`source`), and
+    the seconds of each stage that ran."""
     from dsl.backend.target import llvm_version, parse_arch, ptx_version
     return {"arch": f"sm_{parse_arch(ctx.arch)}", "ptx_version": ptx_version(ctx.arch),
             "llvm": llvm_version(), "cache": source,
@@ -169,7 +243,7 @@ def compile_ir(fn, options: KernelOptions, arch: str, *, dump: str | Iterable[st
     ptx = run_pipeline(fn, ctx, start="verify")
     if contract_json is None:
         contract_json = _contract_json(fn, options)
-    return CompiledKernel(ptx, fn.name, contract_json, fn, _metadata(ctx, "none"))
+    return CompiledKernel(ptx, fn.name, contract_json, fn, compile_metadata(ctx, "none"))
 
 
 def _contract_json(fn, options: KernelOptions) -> str:
@@ -203,7 +277,7 @@ def compile_kernel(pyfunc: Callable, signature: Sequence[Any], options: KernelOp
     fn = run_pipeline(pyfunc, ctx, stop="verify")
     ptx = run_pipeline(fn, ctx, start="llvm_ir")
     contract = _contract_json(fn, options)
-    meta = _metadata(ctx, "miss")
+    meta = compile_metadata(ctx, "miss")
     if disk is not None:
         key = key or cache_key(pyfunc, signature, options, arch)
         disk.store(key, CacheEntry(ptx, fn.name, contract, meta))

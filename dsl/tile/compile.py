@@ -1,5 +1,6 @@
-"""Tile IR → SIMT IR (dsl/tile/lower.py) → the shared pipeline (`dsl.compiler.compile_ir`: verify,
-llvmlite, -O3, PTX), the launch contract of the tile kernel, and the disk cache both models share.
+"""The tile pipeline of dsl/compiler.py (tile_frontend → tile IR, tile_lower → SIMT IR, then the tail
+both models share: verify, llvmlite, -O3, PTX), the launch contract of the tile kernel, and the disk
+cache both models share.
 
 The contract derives everything a launch needs, so a tile kernel launches like any other kernel:
 grid = one block per tile of the first partition (`grid_from.tile`; for persistent kernels at most
@@ -11,12 +12,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.settings import env_choice, env_switch
 from dsl.cache import CacheEntry, DiskCache, cache_enabled, cache_key
 from dsl.observe import compiled
 from dsl.tile.types import PartitionParamType, row_divisor, tiles_by_number
+
+if TYPE_CHECKING:
+    from dsl.compiler import CompileContext
 
 PERSISTENT_BLOCKS_PER_SM = 2      # grid of a persistent tile kernel: this many blocks per SM ...
 SM_SHARED_BYTES = 227 * 1024      # ... or one for a TMA-fed block taking over half an SM's (sm_90)
@@ -102,7 +106,7 @@ def contract_for(simt_fn, fn, facts: dict[str, dict], relied: set[str], persiste
 
 def validator_contract(fn, threads: int, facts: dict[str, dict], persistent: bool = False) -> dict:
     """The contract the simulator validates against, without lowering the body: the lowered
-    kernel's signature (dsl/tile/lower.py lowered_params) and the partitions the tile IR reads, no
+    kernel's signature (dsl/tile/lower/kernel.py lowered_params) and the partitions the tile IR reads, no
     relied-on facts (the simulator relies on none)."""
     from dsl.ir import nodes as N
     from dsl.tile.lower import lowered_params
@@ -122,7 +126,7 @@ def _reads_partition(fn, p) -> bool:
 
 
 def tc_matmul_enabled() -> bool:
-    """tile.matmul outside GEMM loops runs on the tensor cores (dsl/tile/lower_matmul_tc.py) unless
+    """tile.matmul outside GEMM loops runs on the tensor cores (dsl/tile/lower/matmul/products.py) unless
     KB_TILE_TC_MATMUL=0 asks for the portable FMA path; part of the disk-cache key when on."""
     return env_switch("KB_TILE_TC_MATMUL", True)
 
@@ -131,7 +135,7 @@ GEMM_PIPELINES = ("sync", "ws")
 
 
 def gemm_pipeline() -> str:
-    """The sm_90 TMA GEMM loop (dsl/tile/lower_tma.py), KB_TILE_GEMM_PIPELINE: "sync" (default: a
+    """The sm_90 TMA GEMM loop (dsl/tile/lower/matmul/tma.py), KB_TILE_GEMM_PIPELINE: "sync" (default: a
     __syncthreads per k tile, copies S - 2 ahead) or "ws" (warp-specialised: a third warpgroup issues
     the copies through per-stage empty mbarriers, the two others only compute). They tie at the
     best 8192^3 tiles on the H200; sync is ahead at BK=32 (docs/results). Another value is a
@@ -141,13 +145,13 @@ def gemm_pipeline() -> str:
 
 def wgmma_products_enabled() -> bool:
     """On sm_90, tile.matmul products outside GEMM loops whose warps split M in 16-row slices run on
-    warpgroup MMA (dsl/tile/lower_product_wgmma.py) unless KB_TILE_WGMMA_PRODUCTS=0 keeps them on
+    warpgroup MMA (dsl/tile/lower/matmul/wgmma_products.py) unless KB_TILE_WGMMA_PRODUCTS=0 keeps them on
     mma.sync; in the disk-cache key when off."""
     return env_switch("KB_TILE_WGMMA_PRODUCTS", True)
 
 
 def lowering_switches() -> dict:
-    """The environment switches the lowering reads (dsl/tile/lower.py `lower` keywords), read now."""
+    """The environment switches the lowering reads (dsl/tile/lower/kernel.py `lower` keywords), read now."""
     return {"tc_matmul": tc_matmul_enabled(), "gemm_pipeline": gemm_pipeline(),
             "wgmma_products": wgmma_products_enabled()}
 
@@ -161,57 +165,78 @@ def switches_key() -> tuple:
         (() if s["wgmma_products"] else ("no_wgmma_products",))
 
 
+def tile_context(arch: str, *, num_warps: int | None = None, facts: dict[str, dict] | None = None,
+                 persistent: bool = False, lineinfo: bool = True, dump: Any = None, kernel: Any = None,
+                 sig: tuple = (), name: str = "kernel") -> CompileContext:
+    """A CompileContext for the tile pipeline (dsl/compiler.py): the lowering's settings (the
+    environment switches read now), the stages to dump (`dump=` as compile_ir takes it; None reads
+    KB_DUMP), and, for the tile_frontend stage, the kernel's Python function and signature."""
+    from dsl.compiler import CompileContext, parse_dump
+    from dsl.options import KernelOptions
+    from dsl.tile.stages import TILE_FRONT, TileLowering
+    lowering = TileLowering(lowering_switches(), num_warps, facts, persistent, lineinfo)
+    return CompileContext(getattr(kernel, "pyfunc", None), list(sig), KernelOptions(), arch,
+                          parse_dump(dump, "tile"), name, model="tile", tile=lowering, front=TILE_FRONT)
+
+
 def compile_tile(fn, arch: str, num_warps: int | None = None, facts: dict[str, dict] | None = None,
                  persistent: bool = False, lineinfo: bool = True, dump: Any = None) -> CompiledTile:
-    """Compile one specialisation for `arch` ("sm_80", "sm_90", ...). The target is the
-    arch-specific one (sm_90a) exactly when the lowering used its instructions (wgmma). `dump`:
-    pipeline stages to dump, as `dsl.compiler.compile_ir` takes them."""
-    from dsl.backend.target import canonical_arch, parse_arch
-    from dsl.compiler import compile_ir
-    from dsl.options import KernelOptions
-    from dsl.tile.lower import lower, pick_threads
-    facts = facts or {}
-    threads = pick_threads(fn, num_warps)
+    """Compile one specialisation, given as tile IR, for `arch` ("sm_80", "sm_90", ...): the tile
+    pipeline from tile_lower on. The target is the arch-specific one (sm_90a) exactly when the
+    lowering used its instructions (wgmma). `dump`: stages to dump, names of the tile pipeline."""
+    ctx = tile_context(arch, num_warps=num_warps, facts=facts, persistent=persistent, lineinfo=lineinfo,
+                       dump=dump, name=fn.name)
+    return _compile(fn, ctx)
+
+
+def _compile(fn, ctx: CompileContext) -> CompiledTile:
+    """Tile IR `fn` (None: run the tile_frontend stage first) -> CompiledTile, through the stages."""
+    from dsl.compiler import compile_metadata, run_pipeline
+    if fn is None:
+        fn = run_pipeline(None, ctx, stop="tile_frontend")
     # one module per specialisation (bridge.kernel_from_ptx), so the entry keeps the Python name,
     # which is also the contract's "kernel" (the bridge checks they agree)
-    info: dict = {}
-    simt_fn = lower(fn, threads, fn.name, facts, info, cc=parse_arch(arch), persistent=persistent,
-                    **lowering_switches())
-    contract = contract_for(simt_fn, fn, facts, info["relied"], persistent, dynamic_smem=info["dynamic_smem"])
-    target = canonical_arch(arch, specific=info["arch_specific"])
-    contract_json = json.dumps(contract)
-    block = simt_fn.exact_block           # threads, plus a producer warpgroup when warp-specialised
-    ck = compile_ir(simt_fn, KernelOptions(block=block, boundscheck=False, lineinfo=lineinfo),
-                    target, contract_json=contract_json, dump=dump)
-    meta = dict(ck.metadata, arch=target)
-    return CompiledTile(ck.ptx, fn.name, contract_json, block[0], simt_fn, meta,
-                        dynamic_smem=info["dynamic_smem"])
+    simt_fn = run_pipeline(fn, ctx, start="tile_lower", stop="tile_lower")
+    t = ctx.tile
+    contract_json = json.dumps(contract_for(simt_fn, fn, t.facts, t.relied, t.persistent,
+                                            dynamic_smem=t.dynamic_smem))
+    ptx = run_pipeline(simt_fn, ctx, start="verify")
+    meta = dict(compile_metadata(ctx, "none"), arch=ctx.arch)
+    # the block: threads, plus a producer warpgroup when warp-specialised
+    return CompiledTile(ptx, fn.name, contract_json, simt_fn.exact_block[0], simt_fn, meta,
+                        dynamic_smem=t.dynamic_smem)
 
 
-def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str) -> CompiledTile:
-    """`compile_tile` behind the disk cache SIMT kernels use (same key discipline: the kernel's source
-    and what it references, the signature and facts, the options, the arch, the toolchain). A hit
-    needs neither the tile front end nor LLVM."""
+def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str, *, dump: Any = None,
+                   cache: bool = True) -> CompiledTile:
+    """Compile the @tile.kernel `kernel` for one specialisation behind the disk cache SIMT kernels
+    use (same key discipline: the kernel's source and what it references, the signature and facts,
+    the options, the arch, the toolchain). A hit needs neither the tile front end nor LLVM. As
+    `dsl.compiler.compile_kernel`: `cache=False` bypasses the cache; with stages to dump (`dump=` or
+    KB_DUMP) the cache is not read but is written, and `tile_frontend` among them runs the front end
+    again (its tile IR is otherwise the kernel's, cached per signature)."""
+    from dsl.compiler import parse_dump
     start = time.perf_counter()
-    disk = DiskCache() if cache_enabled() else None
+    dumps = parse_dump(dump, "tile")
+    disk = DiskCache() if cache and cache_enabled() else None
     key = None
     if disk is not None:
         t0 = time.perf_counter()
         key = cache_key(kernel.pyfunc, [("tile", *sig), sorted(facts.items())],
                         ("tile", kernel.num_warps, kernel.persistent, kernel.lineinfo)
                         + switches_key(), arch)
-        hit = disk.load(key)
+        hit = None if dumps else disk.load(key)
         if hit is not None:
             meta = dict(hit.metadata, cache="disk", key=key, hit_seconds=round(time.perf_counter() - t0, 6))
             compiled("tile", hit.name, arch, "disk", time.perf_counter() - start, key)   # dsl/observe.py
             return CompiledTile(hit.ptx, hit.name, hit.contract_json, int(meta["threads"]), None, meta,
                                 dynamic_smem=int(meta.get("dynamic_smem", 0)))
-    ck = compile_tile(kernel._ir_for(sig), arch, num_warps=kernel.num_warps, facts=facts,
-                      persistent=kernel.persistent, lineinfo=kernel.lineinfo)
-    ck.metadata.update(threads=ck.threads, dynamic_smem=ck.dynamic_smem, cache="miss")
+    ctx = tile_context(arch, num_warps=kernel.num_warps, facts=facts, persistent=kernel.persistent,
+                       lineinfo=kernel.lineinfo, dump=dumps, kernel=kernel, sig=sig, name=kernel.name)
+    ck = _compile(None if "tile_frontend" in dumps else kernel._ir_for(sig), ctx)
+    ck.metadata.update(threads=ck.threads, dynamic_smem=ck.dynamic_smem, cache="miss" if cache else "none")
     if disk is not None:
         disk.store(key, CacheEntry(ck.ptx, ck.name, ck.contract_json, ck.metadata))
         ck.metadata["key"] = key
     compiled("tile", ck.name, arch, "miss" if disk is not None else "off", time.perf_counter() - start, key)
     return ck
-

@@ -75,6 +75,11 @@ def _view(array: object) -> Any:
         return None
 
 
+def _facts_key(facts: dict[str, dict]) -> tuple:
+    """`facts` as a hashable, order-free key of the in-memory caches."""
+    return tuple(sorted((k, tuple(sorted(v.items()))) for k, v in facts.items()))
+
+
 class TileKernel:
     """A @tile.kernel: specialises on argument dtypes/ndims/tile shapes/constants at first use."""
 
@@ -102,6 +107,17 @@ class TileKernel:
     def signature(self, args: tuple) -> tuple:
         """The specialisation these arguments select (raises the bridge's typed errors). TypeVars
         bind through the one binder (dsl/typevars.py), from arrays first, then from scalars."""
+        return self._signature(args, {})
+
+    def specialisation(self, args: tuple) -> tuple[tuple, dict[str, dict]]:
+        """(signature, facts) of these arguments, each array viewed once: what a compile miss
+        computes and passes on (the key, the compile, the specialisation log)."""
+        views: dict[int, Any] = {}
+        sig = self._signature(args, views)
+        return sig, self._facts_of(views)
+
+    def _signature(self, args: tuple, views: dict[int, Any]) -> tuple:
+        """signature(), keeping the view of each array argument in `views` (by position)."""
         if len(args) != len(self.specs):
             raise ArgumentCountError(f"{self.name}: expected {len(self.specs)} arguments "
                                      f"({', '.join(s.name for s in self.specs)}), got {len(args)}",
@@ -109,10 +125,11 @@ class TileKernel:
         bindings: dict[object, ScalarType] = {}
         out: list[object] = [None] * len(args)
         for i in sorted(range(len(args)), key=lambda k: self.specs[k].kind not in ("array", "partition")):
-            out[i] = self._param_type(i, self.specs[i], args[i], bindings)
+            out[i] = self._param_type(i, self.specs[i], args[i], bindings, views)
         return tuple(out)
 
-    def _param_type(self, i: int, spec: ParamAnnotation, arg: object, bindings: dict) -> object:
+    def _param_type(self, i: int, spec: ParamAnnotation, arg: object, bindings: dict,
+                    views: dict[int, Any]) -> object:
         where = f"{self.name}: argument '{spec.name}' (#{i})"
         info = {"kernel": self.name, "arg": i, "arg_name": spec.name}
         if spec.kind == "const":
@@ -139,6 +156,7 @@ class TileKernel:
             if view is None:
                 raise ArgumentKindError(f"{where}: expected an array, got {type(arg).__name__}",
                                         **info)
+        views[i] = view
         dt = as_scalar_type(view.dtype_tag)
         if dt is None:
             raise DTypeError(f"{where}: arrays of dtype {view.dtype_name} are not supported by the DSL", **info)
@@ -162,10 +180,16 @@ class TileKernel:
         16-byte alignment of the data pointer, last extent divisible by 8, and by 16 for 1-byte
         elements (their 16-byte rows; no other dtype reads it) — read through the one intake path,
         the same facts the native Dispatcher keys on."""
+        return self._facts_of({i: _view(arg.array if isinstance(arg, Partition) else arg)
+                               for i, (spec, arg) in enumerate(zip(self.specs, args))
+                               if spec.kind in ("array", "partition")})
+
+    def _facts_of(self, views: dict[int, Any]) -> dict[str, dict]:
+        """facts() from the views of the array arguments (by position)."""
         out = {}
-        for spec, arg in zip(self.specs, args):
+        for i, spec in enumerate(self.specs):
             if spec.kind in ("array", "partition"):
-                view = _view(arg.array if isinstance(arg, Partition) else arg)
+                view = views[i]
                 shape = tuple(view.shape)
                 out[spec.name] = {"layout": "C" if view.is_c_contiguous else "any",
                                   "aligned16": view.ptr % 16 == 0,
@@ -186,14 +210,13 @@ class TileKernel:
     def ir(self, *args, arch: str = "sm_90") -> str:
         """The typed IR this specialisation compiles to (the tile program lowered onto threads for
         `arch`) as text, like a SIMT kernel's `ir()` (returned, not printed)."""
-        from dsl.backend.target import parse_arch
+        from dsl.compiler import run_pipeline
         from dsl.ir.printer import format_function
-        from dsl.tile.compile import lowering_switches
-        from dsl.tile.lower import lower, pick_threads
-        fn = self.tile_ir(*args)
-        return format_function(lower(fn, pick_threads(fn, self.num_warps), self.name, self.facts(args),
-                                     cc=parse_arch(arch), persistent=self.persistent,
-                                     **lowering_switches()))
+        from dsl.tile.compile import tile_context
+        sig, facts = self.specialisation(args)
+        ctx = tile_context(arch, num_warps=self.num_warps, facts=facts, persistent=self.persistent,
+                           lineinfo=self.lineinfo, dump=(), name=self.name)
+        return format_function(run_pipeline(self._ir_for(sig), ctx, start="tile_lower", stop="tile_lower"))
 
     def _flat(self, args: tuple) -> tuple:
         """The kernel's launch arguments: partitions as their arrays, constants left out."""
@@ -204,17 +227,17 @@ class TileKernel:
     def validate_host(self, *args) -> tuple:
         """Validate a call with host (NumPy) arrays through the native validator, as `simulate()`
         does, without running it; returns (grid, block, shared_mem, skip)."""
-        sig = self.signature(args)
-        return self._sim_validator(sig, self._ir_for(sig), args).validate_only(self._flat(args))
+        sig, facts = self.specialisation(args)
+        return self._sim_validator(sig, facts, self._ir_for(sig)).validate_only(self._flat(args))
 
     def simulate(self, *args) -> None:
         """Run on the CPU: NumPy arrays in, partitions of NumPy arrays written in place.
 
         The call goes through the native validator first (host memory standing in for device
         memory), so the simulator refuses what a GPU launch refuses, with the same error."""
-        sig = self.signature(args)
+        sig, facts = self.specialisation(args)
         fn = self._ir_for(sig)
-        _grid, _block, _smem, skip = self.validate_host(*args)
+        _grid, _block, _smem, skip = self._sim_validator(sig, facts, fn).validate_only(self._flat(args))
         if skip:
             return
         from dsl.tile.sim import simulate as run_tiles
@@ -233,10 +256,9 @@ class TileKernel:
         grid = next(a.grid for a in args if isinstance(a, Partition))
         run_tiles(fn, bound, grid)
 
-    def _sim_validator(self, sig: tuple, fn: Any, args: tuple) -> Any:
+    def _sim_validator(self, sig: tuple, facts: dict[str, dict], fn: Any) -> Any:
         """A driver-less native Launcher over this specialisation's contract (cached per signature)."""
-        facts = self.facts(args)
-        key = (sig, tuple(sorted((k, tuple(sorted(v.items()))) for k, v in facts.items())))
+        key = (sig, _facts_key(facts))
 
         def make() -> Any:
             import json
@@ -253,8 +275,8 @@ class TileKernel:
         the thread mapping, shared-memory staging and warp reductions without a GPU. `blocks`: the
         grid of a persistent kernel (default: one block per tile). `tensor_cores`: lower as a GPU
         build for `arch` does ("sm_80", "sm_89" or "sm_90"), with the arrays' own launch facts: the
-        cp.async GEMM loop, ldmatrix fragments, mma.sync (f16/bf16/tf32/f8, dsl/tile/ptx_sim.py), on
-        sm_90 the TMA + wgmma loop (dsl/tile/ptx_sim_sm90.py), and the tensor-core tile.matmul all run
+        cp.async GEMM loop, ldmatrix fragments, mma.sync (f16/bf16/tf32/f8, dsl/tile/ptx/sm80.py), on
+        sm_90 the TMA + wgmma loop (dsl/tile/ptx/sm90.py), and the tensor-core tile.matmul all run
         through the CPU semantics of their PTX; without it, the portable lowering. The launch is
         validated first against the lowered kernel's own contract (the one builder, the one native
         validator, tensor maps included), as a GPU launch of it would be."""
@@ -263,9 +285,9 @@ class TileKernel:
         from dsl.sim.validator import host_launcher
         from dsl.tile.compile import contract_for
         from dsl.tile.lower import lower, pick_threads
-        fn = self.tile_ir(*args)
+        sig, facts = self.specialisation(args)
+        fn = self._ir_for(sig)
         threads = pick_threads(fn, num_warps if num_warps is not None else self.num_warps)
-        facts = self.facts(args)
         if not tensor_cores:   # no 16-byte facts: no cp.async GEMM loop, the portable lowering
             facts = {k: dict(v, aligned16=False) for k, v in facts.items()}
         info: dict = {}
@@ -276,9 +298,9 @@ class TileKernel:
                         **dict(lowering_switches(), tc_matmul=tensor_cores))
         contract = contract_for(simt_fn, fn, facts, info["relied"], self.persistent,
                                 dynamic_smem=info["dynamic_smem"])
-        sig = [t for s, t in zip(self.specs, self.signature(args)) if s.kind != "const"]
+        types = [t for s, t in zip(self.specs, sig) if s.kind != "const"]
         flat = tuple(np.asarray(a).astype(np_dtype(t.dtype))[()] if isinstance(t, ScalarParamType) else a
-                     for t, a in zip(sig, self._flat(args)))
+                     for t, a in zip(types, self._flat(args)))
         tiles = next(a.num_tiles for a in args if isinstance(a, Partition))
         grid = None                                # derived by the validator: one block per tile
         if self.persistent and tiles:
@@ -296,11 +318,12 @@ class TileKernel:
     def compile(self, args: tuple, arch: str) -> Any:
         """Compile (cached per signature, facts and arch, in memory and on disk) →
         dsl.tile.compile.CompiledTile."""
+        sig, facts = self.specialisation(args)
+        return self._compile(sig, facts, arch)
+
+    def _compile(self, sig: tuple, facts: dict[str, dict], arch: str) -> Any:
         from dsl.tile.compile import compile_cached, switches_key
-        sig = self.signature(args)
-        facts = self.facts(args)
-        key = (sig, tuple(sorted((k, tuple(sorted(v.items()))) for k, v in facts.items())), arch,
-               switches_key())
+        key = (sig, _facts_key(facts), arch, switches_key())
         return fill_once(self._gpu_cache, key, self._fill_lock, lambda: compile_cached(self, sig, facts, arch))
 
     def inspect(self, *args, arch: str = "sm_90") -> KernelInfo:
@@ -315,8 +338,9 @@ class TileKernel:
         (disk cache first), return that device's native Launcher (the Dispatcher keeps it)."""
         import bridge
         dev = bridge.Device(device) if device is not None else bridge.current_device()
-        ck = self.compile(args, dev.arch)
-        specialised(self, self.name, (*self.signature(args), self.facts(args)), ck.metadata.get("arch"))  # observe
+        sig, facts = self.specialisation(args)      # each array viewed once (issue 33)
+        ck = self._compile(sig, facts, dev.arch)
+        specialised(self, self.name, (*sig, facts), ck.metadata.get("arch"))  # observe
         return bridge.kernel_from_ptx(ck.ptx, ck.name, ck.contract_json, device=dev.ordinal).launcher
 
     @property

@@ -2,7 +2,7 @@
 
 The front end (dsl/tile/frontend.py) builds it with every shape and dtype resolved and every implicit
 broadcast made explicit (`Broadcast`), so the simulator (NumPy per tile block) and the lowering onto the
-SIMT IR (dsl/tile/lower.py) never infer anything. Every node carries a `dsl.ir.nodes.Loc`.
+SIMT IR (dsl/tile/lower/kernel.py) never infer anything. Every node carries a `dsl.ir.nodes.Loc`.
 """
 from __future__ import annotations
 

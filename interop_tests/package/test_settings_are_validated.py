@@ -79,7 +79,8 @@ def test_kb_dump_naming_an_unknown_stage_is_a_configuration_error_from_every_com
     monkeypatch.setenv("KB_DUMP", "ptx,bogus")
     a = np.ones(64, np.float32)
     with pytest.raises(bridge.ConfigurationError, match=r"^KB_DUMP='ptx,bogus': expected a comma-separated list of "
-                                                        r"frontend, verify, llvm_ir, optimize, ptx, ir, llvm, opt, "
+                                                        r"frontend, tile_frontend, tile_lower, verify, llvm_ir, "
+                                                        r"optimize, ptx, ir, llvm, opt, "
                                                         r"all \(unknown: 'bogus'\)") as err:
         if kernel == "simt":
             copy.ptx(a, a, arch="sm_80")
