@@ -220,62 +220,9 @@ def main() -> None:
     producer_rows("bridge arrays", xb, yb, zb, bridge.synchronize,
                   lambda: np.allclose(zb.to_host(), xb.to_host() + yb.to_host()))
 
-    cp = try_import("cupy", rep.missing)
-    if cp is not None:
-        x, y, z = (cp.random.rand(1, dtype=cp.float32) + 1 for _ in range(3))
-        csync = cp.cuda.Device().synchronize
-        producer_rows("CuPy arrays", x, y, z, csync, lambda: bool(np.allclose(z.get(), (x + y).get())))
-        rk = cp.RawModule(path=ptx_path).get_function("add")
-        n32 = np.int32(1)
-        paths.add("CuPy RawKernel (no validation)", lambda: rk((1,), (32,), (x, y, z, n32)), csync)
-        core = try_import("cuda.core", rep.missing)
-        if core is not None:
-            try:
-                try:
-                    from cuda.core import Device, LaunchConfig, ObjectCode, launch as core_launch
-                except ImportError:
-                    from cuda.core.experimental import Device, LaunchConfig, ObjectCode, launch as core_launch
-                d = Device(0)
-                d.set_current()
-                st = d.create_stream()
-                ker = ObjectCode.from_ptx(ptx).get_kernel("add")
-                cfg = LaunchConfig(grid=1, block=32)
-                xp, yp, zp = x.data.ptr, y.data.ptr, z.data.ptr
-                paths.add("cuda.core launch (raw pointers, no validation)",
-                          lambda: core_launch(st, cfg, ker, xp, yp, zp, n32), st.sync)
-            except Exception as exc:  # noqa: BLE001
-                rep.missing["cuda.core launch"] = repr(exc)[:200]
-
-    torch = try_import("torch", rep.missing)
-    if torch is not None:
-        tx, ty, tz = (torch.rand(1, device="cuda") + 1 for _ in range(3))
-        producer_rows("torch tensors", tx, ty, tz, torch.cuda.synchronize,
-                      lambda: bool(torch.allclose(tz, tx + ty)))
-        paths.add("torch.add(out=)", lambda: torch.add(tx, ty, out=tz), torch.cuda.synchronize)
-        triton = try_import("triton", rep.missing)
-        if triton is not None:
-            try:
-                import triton.language as tl
-
-                @triton.jit
-                def tadd(a_, b_, c_, nn, BLOCK: tl.constexpr):
-                    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-                    m = o < nn
-                    tl.store(c_ + o, tl.load(a_ + o, mask=m) + tl.load(b_ + o, mask=m), mask=m)
-                tadd[(1,)](tx, ty, tz, 1, BLOCK=128)
-                paths.add("Triton JIT launch", lambda: tadd[(1,)](tx, ty, tz, 1, BLOCK=128), torch.cuda.synchronize)
-            except Exception as exc:  # noqa: BLE001
-                rep.missing["triton launch"] = repr(exc)[:200]
-
-    floor_cmd = None
-    loop = os.path.join(tmp, "loop.cu")
-    open(loop, "w").write(LOOP)
-    try:
-        subprocess.check_call(["nvcc", "-O2", f"-arch={arch}", loop, "-o", os.path.join(tmp, "loop")])
-        floor_cmd = [os.path.join(tmp, "loop"), str(n)]
-    except Exception as exc:  # noqa: BLE001
-        rep.missing["C++ loop"] = repr(exc)[:200]
-
+    _cupy_rows(rep, paths, producer_rows, ptx, ptx_path)
+    _torch_rows(rep, paths, producer_rows)
+    floor_cmd = _cpp_loop(tmp, arch, n, rep)
     floor_fn = in_process_floor(tmp, arch, rep.missing)
     raw = run_rounds(paths, floor_cmd, floor_fn, rounds, n)
     labels = ["bridge arrays", "CuPy arrays", "torch tensors"]
@@ -285,6 +232,74 @@ def main() -> None:
     rep.extra["rounds"] = raw
     paired_bars(rep, paths, floor_fn, labels, rounds, n)
     rep.finish(args.json)
+
+
+def _cupy_rows(rep: Report, paths: Paths, producer_rows: Callable, ptx: bytes, ptx_path: str) -> None:
+    """CuPy arrays through every path, CuPy's RawKernel and cuda.core's launch (no validation)."""
+    cp = try_import("cupy", rep.missing)
+    if cp is None:
+        return
+    x, y, z = (cp.random.rand(1, dtype=cp.float32) + 1 for _ in range(3))
+    csync = cp.cuda.Device().synchronize
+    producer_rows("CuPy arrays", x, y, z, csync, lambda: bool(np.allclose(z.get(), (x + y).get())))
+    rk = cp.RawModule(path=ptx_path).get_function("add")
+    n32 = np.int32(1)
+    paths.add("CuPy RawKernel (no validation)", lambda: rk((1,), (32,), (x, y, z, n32)), csync)
+    core = try_import("cuda.core", rep.missing)
+    if core is not None:
+        try:
+            try:
+                from cuda.core import Device, LaunchConfig, ObjectCode, launch as core_launch
+            except ImportError:
+                from cuda.core.experimental import Device, LaunchConfig, ObjectCode, launch as core_launch
+            d = Device(0)
+            d.set_current()
+            st = d.create_stream()
+            ker = ObjectCode.from_ptx(ptx).get_kernel("add")
+            cfg = LaunchConfig(grid=1, block=32)
+            xp, yp, zp = x.data.ptr, y.data.ptr, z.data.ptr
+            paths.add("cuda.core launch (raw pointers, no validation)",
+                      lambda: core_launch(st, cfg, ker, xp, yp, zp, n32), st.sync)
+        except Exception as exc:  # noqa: BLE001
+            rep.missing["cuda.core launch"] = repr(exc)[:200]
+
+
+def _torch_rows(rep: Report, paths: Paths, producer_rows: Callable) -> None:
+    """torch tensors through every path, torch.add(out=) and a Triton JIT launch."""
+    torch = try_import("torch", rep.missing)
+    if torch is None:
+        return
+    tx, ty, tz = (torch.rand(1, device="cuda") + 1 for _ in range(3))
+    producer_rows("torch tensors", tx, ty, tz, torch.cuda.synchronize,
+                  lambda: bool(torch.allclose(tz, tx + ty)))
+    paths.add("torch.add(out=)", lambda: torch.add(tx, ty, out=tz), torch.cuda.synchronize)
+    triton = try_import("triton", rep.missing)
+    if triton is not None:
+        try:
+            import triton.language as tl
+
+            @triton.jit
+            def tadd(a_, b_, c_, nn, BLOCK: tl.constexpr):
+                o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+                m = o < nn
+                tl.store(c_ + o, tl.load(a_ + o, mask=m) + tl.load(b_ + o, mask=m), mask=m)
+            tadd[(1,)](tx, ty, tz, 1, BLOCK=128)
+            paths.add("Triton JIT launch", lambda: tadd[(1,)](tx, ty, tz, 1, BLOCK=128), torch.cuda.synchronize)
+        except Exception as exc:  # noqa: BLE001
+            rep.missing["triton launch"] = repr(exc)[:200]
+
+
+def _cpp_loop(tmp: str, arch: str, n: int, rep: Report) -> list[str] | None:
+    """The C++ <<<>>> floor as a command (nvcc-built loop of n launches), None without nvcc."""
+    floor_cmd = None
+    loop = os.path.join(tmp, "loop.cu")
+    open(loop, "w").write(LOOP)
+    try:
+        subprocess.check_call(["nvcc", "-O2", f"-arch={arch}", loop, "-o", os.path.join(tmp, "loop")])
+        floor_cmd = [os.path.join(tmp, "loop"), str(n)]
+    except Exception as exc:  # noqa: BLE001
+        rep.missing["C++ loop"] = repr(exc)[:200]
+    return floor_cmd
 
 
 Timer = Callable[[int], float]      # runs k launches, returns µs per launch

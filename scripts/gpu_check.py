@@ -162,102 +162,127 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=570.0, help="seconds for the whole check (default 570)")
     ap.add_argument("--skip", default="", help="comma list of steps to skip: tests,sanitize,examples,bench")
     args = ap.parse_args()
-    clock = Clock(args.budget)
-    res_dir = (ROOT / args.results).resolve()
-    logs = res_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    skip = set(filter(None, args.skip.split(",")))
-    py = sys.executable
-    summary: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": args.quick}
-    summary["steps"] = Steps(summary, res_dir / "gpu_check.json")
-    env = {"PYTHONUNBUFFERED": "1", "KB_REQUIRE_GPU": "1"}
-    sanitizer = shutil.which("compute-sanitizer")
+    run = _Run(args)
+    run.logs.mkdir(parents=True, exist_ok=True)
+    if not args.no_install and not run.install():
+        return 1
+    run.probe_devices()
+    run.suite_and_sanitizers()
+    if "examples" not in run.skip:
+        run.examples()
+    run.summary["bars"] = run.benchmarks() if "bench" not in run.skip else []
+    (run.res_dir / "gpu_check.json").write_text(json.dumps(run.summary, indent=2))
+    return print_summary(run.summary)
 
-    if not args.no_install:
-        rc, dt, out = sh([py, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-e", "."],
-                         logs / "install.log", min(400, clock.left()))
-        summary["steps"]["install"] = {"rc": rc, "seconds": round(dt, 1)}
+
+class _Run:
+    """One GPU check: its clock, folders, environment and the summary its phases fill in."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args, self.clock = args, Clock(args.budget)
+        self.res_dir = (ROOT / args.results).resolve()
+        self.logs = self.res_dir / "logs"
+        self.skip = set(filter(None, args.skip.split(",")))
+        self.py = sys.executable
+        self.summary: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": args.quick}
+        self.summary["steps"] = Steps(self.summary, self.res_dir / "gpu_check.json")
+        self.env = {"PYTHONUNBUFFERED": "1", "KB_REQUIRE_GPU": "1"}
+        self.sanitizer = shutil.which("compute-sanitizer")
+        self.multi, self.gpus = False, 0
+        self.bench_reserve = 0.0 if "bench" in self.skip else (170.0 if args.quick else 250.0)
+
+    def install(self) -> bool:
+        rc, dt, out = sh([self.py, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-e", "."],
+                         self.logs / "install.log", min(400, self.clock.left()))
+        self.summary["steps"]["install"] = {"rc": rc, "seconds": round(dt, 1)}
         if rc != 0:
             print(out[-3000:])
             print("INSTALL FAILED")
-            return 1
+        return rc == 0
 
-    rc, dt, out = sh([py, "-c", "import bridge; print(bridge.gpu_available())"], logs / "gpu.log", 60)
-    summary["gpu"] = out.strip().splitlines()[-1:] == ["True"]
-    gpus = count_gpus(py, logs)
-    summary["gpus"] = gpus
-    multi = gpus >= 2
-    if multi:
-        env["KB_REQUIRE_GPUS"] = "2"      # a multigpu test skipped here fails the run
-    else:
-        why = f"not run: {MULTI_GPU_SKIP}, found {gpus}"
-        for ex in MULTI_GPU_EXAMPLES:
-            summary["steps"][f"example:{ex}"] = {"rc": None, "not_run": why}
-        for b in MULTI_GPU_BENCHMARKS:
-            summary["steps"][f"bench:{b}"] = {"rc": None, "not_run": why}
-    rc, dt, out = sh([py, "-m", "bridge", "doctor"], logs / "doctor.log", 120)
-    summary["doctor"] = out.strip().splitlines()
-    summary["steps"]["doctor"] = {"rc": rc, "seconds": round(dt, 1)}
-
-    # Phase 1: the whole suite and the sanitizer passes side by side; benchmarks keep their time.
-    bench_reserve = 0.0 if "bench" in skip else (170.0 if args.quick else 250.0)
-    example_reserve = 0.0 if "examples" in skip else 60.0
-    phase1 = max(30.0, clock.left(bench_reserve + example_reserve))
-    jobs = []
-    if "tests" not in skip:
-        junit = res_dir / "pytest.xml"
-        par = ["-n", "10"] if have_xdist(py) else []   # 16 cores; the 4 sanitizer passes take the rest
-        jobs.append(("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *par, f"--junitxml={junit}"],
-                     logs / "pytest.log", phase1, env))
-    tools = SANITIZER_TOOLS[:3] if args.quick else SANITIZER_TOOLS
-    if "sanitize" not in skip and sanitizer:
-        files = [f for f in SANITIZE_FILES if (ROOT / f).exists()]
-        for tool in tools:
-            cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "200"]
-            if tool == "memcheck":
-                cmd += ["--leak-check", "no"]
-            cmd += [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "gpu and not nosanitize",
-                    f"--junitxml={res_dir / f'sanitize_{tool}.xml'}", *files]
-            jobs.append((f"sanitize_{tool}", cmd, logs / f"sanitize_{tool}.log", phase1,
-                         {**env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "KB_SANITIZER": tool}))
-    elif "sanitize" not in skip:
-        summary["steps"]["sanitize"] = {"rc": 127, "note": "compute-sanitizer not found"}
-    for name, (rc, dt, out) in run_many(jobs).items():
-        if name == "tests":
-            summary["steps"]["tests"] = {"rc": rc, "seconds": round(dt, 1), **junit_counts(res_dir / "pytest.xml")}
+    def probe_devices(self) -> None:
+        py, logs, summary = self.py, self.logs, self.summary
+        rc, dt, out = sh([py, "-c", "import bridge; print(bridge.gpu_available())"], logs / "gpu.log", 60)
+        summary["gpu"] = out.strip().splitlines()[-1:] == ["True"]
+        self.gpus = summary["gpus"] = count_gpus(py, logs)
+        self.multi = self.gpus >= 2
+        if self.multi:
+            self.env["KB_REQUIRE_GPUS"] = "2"      # a multigpu test skipped here fails the run
         else:
-            summary["steps"][name] = {"rc": rc, "seconds": round(dt, 1), "errors": sanitizer_errors(out),
-                                      "api_errors": sanitizer_api_errors(out),
-                                      **junit_counts(res_dir / f"{name}.xml")}
+            why = f"not run: {MULTI_GPU_SKIP}, found {self.gpus}"
+            for ex in MULTI_GPU_EXAMPLES:
+                summary["steps"][f"example:{ex}"] = {"rc": None, "not_run": why}
+            for b in MULTI_GPU_BENCHMARKS:
+                summary["steps"][f"bench:{b}"] = {"rc": None, "not_run": why}
+        rc, dt, out = sh([py, "-m", "bridge", "doctor"], logs / "doctor.log", 120)
+        summary["doctor"] = out.strip().splitlines()
+        summary["steps"]["doctor"] = {"rc": rc, "seconds": round(dt, 1)}
 
-    # Phase 2: each example, and each example again under memcheck, side by side.
-    if "examples" not in skip:
-        left = max(20.0, clock.left(bench_reserve))
-        ex_jobs = []
-        if multi:
+    def suite_and_sanitizers(self) -> None:
+        """Phase 1: the whole suite and the sanitizer passes side by side; benchmarks keep their time."""
+        py, res_dir, logs, env = self.py, self.res_dir, self.logs, self.env
+        example_reserve = 0.0 if "examples" in self.skip else 60.0
+        phase1 = max(30.0, self.clock.left(self.bench_reserve + example_reserve))
+        jobs = []
+        if "tests" not in self.skip:
+            junit = res_dir / "pytest.xml"
+            par = ["-n", "10"] if have_xdist(py) else []   # 16 cores; the 4 sanitizer passes take the rest
+            jobs.append(("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *par, f"--junitxml={junit}"],
+                         logs / "pytest.log", phase1, env))
+        tools = SANITIZER_TOOLS[:3] if self.args.quick else SANITIZER_TOOLS
+        if "sanitize" not in self.skip and self.sanitizer:
+            files = [f for f in SANITIZE_FILES if (ROOT / f).exists()]
+            for tool in tools:
+                cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "200"]
+                if tool == "memcheck":
+                    cmd += ["--leak-check", "no"]
+                cmd += [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "gpu and not nosanitize",
+                        f"--junitxml={res_dir / f'sanitize_{tool}.xml'}", *files]
+                jobs.append((f"sanitize_{tool}", cmd, logs / f"sanitize_{tool}.log", phase1,
+                             {**env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "KB_SANITIZER": tool}))
+        elif "sanitize" not in self.skip:
+            self.summary["steps"]["sanitize"] = {"rc": 127, "note": "compute-sanitizer not found"}
+        for name, (rc, dt, out) in run_many(jobs).items():
+            if name == "tests":
+                self.summary["steps"]["tests"] = {"rc": rc, "seconds": round(dt, 1),
+                                                  **junit_counts(res_dir / "pytest.xml")}
+            else:
+                self.summary["steps"][name] = {"rc": rc, "seconds": round(dt, 1), "errors": sanitizer_errors(out),
+                                               "api_errors": sanitizer_api_errors(out),
+                                               **junit_counts(res_dir / f"{name}.xml")}
+
+    def _example_jobs(self, left: float) -> list:
+        py, logs, env = self.py, self.logs, self.env
+        memcheck = self.sanitizer and "sanitize" not in self.skip
+        jobs = []
+        if self.multi:
             for ex, how in MULTI_GPU_EXAMPLES.items():
                 cmd = [py, ex] if how == "plain" else [py, "-m", "torch.distributed.run", "--standalone",
-                                                       f"--nproc_per_node={gpus}", ex]
-                ex_jobs.append((ex, cmd, logs / (Path(ex).stem + ".log"), left, env))
-                if how == "plain" and sanitizer and "sanitize" not in skip:
-                    ex_jobs.append((ex + "#memcheck", ["compute-sanitizer", "--tool", "memcheck", "--leak-check",
-                                                       "no", "--target-processes", "application-only", py, ex],
-                                    logs / (Path(ex).stem + "_memcheck.log"), left, env))
+                                                       f"--nproc_per_node={self.gpus}", ex]
+                jobs.append((ex, cmd, logs / (Path(ex).stem + ".log"), left, env))
+                if how == "plain" and memcheck:
+                    jobs.append((ex + "#memcheck", ["compute-sanitizer", "--tool", "memcheck", "--leak-check",
+                                                    "no", "--target-processes", "application-only", py, ex],
+                                 logs / (Path(ex).stem + "_memcheck.log"), left, env))
         for ex in EXAMPLES:
             if not (ROOT / ex).exists():
-                summary["steps"][f"example:{ex}"] = {"rc": None, "note": "missing"}
+                self.summary["steps"][f"example:{ex}"] = {"rc": None, "note": "missing"}
                 continue
-            ex_jobs.append((ex, [py, ex], logs / (Path(ex).stem + ".log"), left, env))
-            if sanitizer and "sanitize" not in skip:
+            jobs.append((ex, [py, ex], logs / (Path(ex).stem + ".log"), left, env))
+            if memcheck:
                 # application-only: the Python process's kernels, not the nvcc/cmake children some
                 # examples spawn (the porting app is sanitized by its own test); own build folders so
                 # the two runs of an example never share one.
-                ex_jobs.append((ex + "#memcheck", ["compute-sanitizer", "--tool", "memcheck", "--leak-check", "no",
-                                                   "--target-processes", "application-only", py, ex,
-                                                   *MEMCHECK_EXAMPLE_ARGS.get(ex, [])],
-                                logs / (Path(ex).stem + "_memcheck.log"), left, env))
-        done = run_many(ex_jobs)
-        for ex in EXAMPLES + (list(MULTI_GPU_EXAMPLES) if multi else []):
+                jobs.append((ex + "#memcheck", ["compute-sanitizer", "--tool", "memcheck", "--leak-check", "no",
+                                                "--target-processes", "application-only", py, ex,
+                                                *MEMCHECK_EXAMPLE_ARGS.get(ex, [])],
+                             logs / (Path(ex).stem + "_memcheck.log"), left, env))
+        return jobs
+
+    def examples(self) -> None:
+        """Phase 2: each example, and each example again under memcheck, side by side."""
+        done = run_many(self._example_jobs(max(20.0, self.clock.left(self.bench_reserve))))
+        for ex in EXAMPLES + (list(MULTI_GPU_EXAMPLES) if self.multi else []):
             if ex not in done:
                 continue
             rc, dt, out = done[ex]
@@ -266,31 +291,29 @@ def main() -> int:
             if ex + "#memcheck" in done:
                 rc2, _, out2 = done[ex + "#memcheck"]
                 st["memcheck_errors"], st["memcheck_rc"] = sanitizer_errors(out2), rc2
-            summary["steps"][f"example:{ex}"] = st
+            self.summary["steps"][f"example:{ex}"] = st
 
-    # Phase 3: benchmarks, one at a time, alone on the GPU.
-    bench_rows: list[dict] = []
-    if "bench" not in skip:
-        for b in BENCHMARKS + (MULTI_GPU_BENCHMARKS if multi else []):
+    def benchmarks(self) -> list[dict]:
+        """Phase 3: benchmarks, one at a time, alone on the GPU; their bar rows."""
+        rows: list[dict] = []
+        for b in BENCHMARKS + (MULTI_GPU_BENCHMARKS if self.multi else []):
             if not (ROOT / b).exists():
-                summary["steps"][f"bench:{b}"] = {"rc": None, "note": "missing"}
+                self.summary["steps"][f"bench:{b}"] = {"rc": None, "note": "missing"}
                 continue
-            left = clock.left(5.0)
+            left = self.clock.left(5.0)
             if left < 15:
-                summary["steps"][f"bench:{b}"] = {"rc": None, "note": "not run: the check's time budget ran out"}
+                self.summary["steps"][f"bench:{b}"] = {"rc": None, "note": "not run: the check's time budget ran out"}
                 continue
-            jpath = res_dir / (Path(b).stem + ".json")
-            cmd = [py, b, "--json", str(jpath)] + (["--quick"] if args.quick else [])
-            rc, dt, out = sh(cmd, logs / (Path(b).stem + ".log"), min(300, left), {"PYTHONUNBUFFERED": "1"})
-            summary["steps"][f"bench:{b}"] = {"rc": rc, "seconds": round(dt, 1)}
+            jpath = self.res_dir / (Path(b).stem + ".json")
+            cmd = [self.py, b, "--json", str(jpath)] + (["--quick"] if self.args.quick else [])
+            rc, dt, out = sh(cmd, self.logs / (Path(b).stem + ".log"), min(300, left), {"PYTHONUNBUFFERED": "1"})
+            self.summary["steps"][f"bench:{b}"] = {"rc": rc, "seconds": round(dt, 1)}
             if jpath.exists():
                 try:
-                    bench_rows += json.loads(jpath.read_text()).get("bars", [])
+                    rows += json.loads(jpath.read_text()).get("bars", [])
                 except json.JSONDecodeError:
                     pass
-    summary["bars"] = bench_rows
-    (res_dir / "gpu_check.json").write_text(json.dumps(summary, indent=2))
-    return print_summary(summary)
+        return rows
 
 
 def count_gpus(py: str, logs: Path) -> int:
