@@ -125,6 +125,28 @@ def test_no_module_reaches_itself_through_imports():
     assert not described, "import circles:\n" + "\n".join(described)
 
 
+SIMULATOR = ("dsl.sim", "dsl.tile.sim", "dsl.tile.ptx.sm80", "dsl.tile.ptx.sm90")
+
+
+def test_the_tile_lowering_never_imports_the_simulator():
+    """dsl/tile/lower/ emits PTX through the table (dsl/tile/ptx/table.py), which names each row's CPU
+    semantics instead of importing them: the lowering reaches no simulator module, directly or not."""
+    graph = _graph()
+    lowering = [m for m in graph if m == "dsl.tile.lower" or m.startswith("dsl.tile.lower.")]
+    lowering.append("dsl.tile.ptx.table")
+    assert len(lowering) > 10, lowering
+    seen, todo, bad = set(lowering), list(lowering), []
+    while todo:
+        m = todo.pop()
+        for t in graph[m]:
+            if any(t == s or t.startswith(s + ".") for s in SIMULATOR):
+                bad.append(f"{m} -> {t} (line {graph[m][t]})")
+            elif t not in seen and t.startswith("dsl."):
+                seen.add(t)
+                todo.append(t)
+    assert not bad, "the tile lowering reaches the simulator: " + "; ".join(bad)
+
+
 def test_the_reader_sees_the_imports_it_must_see():
     """A self-check, so an empty graph cannot pass the two tests above."""
     graph = _graph()
