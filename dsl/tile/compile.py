@@ -11,6 +11,7 @@ grid, or as many tiles for a partition of another ndim (each tile block owns one
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -207,6 +208,16 @@ def _compile(fn, ctx: CompileContext) -> CompiledTile:
                         dynamic_smem=t.dynamic_smem)
 
 
+def _dump_stages(dump: Any) -> frozenset[str]:
+    """The tile stages to dump (`dump=`, else KB_DUMP). Without either, the cache-hit path does not
+    import the compile pipeline (dsl/compiler.py) at all: a first launch with a warm cache pays only
+    for the disk read."""
+    if dump is None and not os.environ.get("KB_DUMP"):
+        return frozenset()
+    from dsl.compiler import parse_dump
+    return parse_dump(dump, "tile")
+
+
 def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str, *, dump: Any = None,
                    cache: bool = True) -> CompiledTile:
     """Compile the @tile.kernel `kernel` for one specialisation behind the disk cache SIMT kernels
@@ -215,9 +226,8 @@ def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str, *, dum
     `dsl.compiler.compile_kernel`: `cache=False` bypasses the cache; with stages to dump (`dump=` or
     KB_DUMP) the cache is not read but is written, and `tile_frontend` among them runs the front end
     again (its tile IR is otherwise the kernel's, cached per signature)."""
-    from dsl.compiler import parse_dump
     start = time.perf_counter()
-    dumps = parse_dump(dump, "tile")
+    dumps = _dump_stages(dump)
     disk = DiskCache() if cache and cache_enabled() else None
     key = None
     if disk is not None:
