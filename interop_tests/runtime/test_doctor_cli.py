@@ -215,11 +215,11 @@ def test_version_is_the_package_version(cmd, cli_runs):
     assert importlib.metadata.version("kernelbridge") == bridge.__version__   # pyproject reads the same
 
 
-def test_bridge_demo_points_to_the_new_command_without_importing_dsl(cli_runs):
+def test_bridge_demo_points_to_the_full_program_without_importing_dsl(cli_runs):
     proc, dsl_modules = cli_runs[("bridge", "demo")]
     assert dsl_modules == [], "dsl imported"
     assert proc.returncode == 2
-    assert "the demo moved: run `python -m dsl demo` (or `kernelbridge demo`)" in proc.stderr
+    assert "run `kernelbridge demo` or `python -m dsl demo`" in proc.stderr
 
 
 def test_unknown_subcommand_is_a_usage_error(cli_runs):
