@@ -19,6 +19,7 @@ FILES = {                      # written path -> template (under dsl/templates/p
     "kernels/scale_add.cu": "kernels/scale_add.cu.in",
     "pipeline.py": "pipeline.py.in",
     "pytest.ini": "pytest.ini.in",
+    "requirements-test.txt": "requirements-test.txt.in",   # pytest: not in kernelbridge's base install
     "tests/conftest.py": "tests/conftest.py.in",
     "tests/test_project.py": "tests/test_project.py.in",
 }
@@ -52,6 +53,7 @@ def cmd_new(args: Any) -> int:
     """The `python -m dsl new` subcommand."""
     root = create(args.name, args.dir, args.arrays, args.model)
     print(f"created {root} ({args.model} DSL kernel, {args.arrays} pipeline)")
-    print(f"next: cd {root} && cmake -S . -B build -Dkernelbridge_DIR=\"$(python -c 'import bridge; "
-          f"print(bridge.cmake_dir())')\" && cmake --build build && python -m pytest")
+    print(f"next: cd {root} && python -m pip install -r requirements-test.txt && cmake -S . -B build "
+          f"-Dkernelbridge_DIR=\"$(python -c 'import bridge; print(bridge.cmake_dir())')\" && "
+          f"cmake --build build && python -m pytest")
     return 0

@@ -19,6 +19,7 @@ from dsl.vocab import simt as si
 from dsl.vocab.simt import Intrinsic, Register
 from dsl.types import ScalarDType
 from dsl.vocab import math as vocab
+from dsl.vocab.numpy_calls import numpy_call_hint
 
 ATOMIC_FLOAT_OK = {"add", "exch"}
 INTRINSICS: dict[str, str] = {
@@ -78,6 +79,9 @@ class CallMixin:
         if handler is not None:
             return getattr(self, handler)(obj, node)
         name = getattr(obj, "__name__", repr(obj))
+        foreign = numpy_call_hint(obj, "simt")       # np.sqrt: name simt.sqrt, not @simt.device
+        if foreign is not None:
+            self.err(node.func, *foreign)
         if getattr(obj, "__module__", None) == "builtins" or isinstance(obj, type):
             self.err(node.func, f"the Python builtin '{name}' is not supported in kernels",
                      "kernels support len, range (in for loops), min, max, abs, bool and the dsl "

@@ -75,6 +75,7 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, AccessMixin):
         self.assigned: dict[str, int] = {}
         self.relations: Relations | None = None
         self.readonly_params: set[str] = set()    # writable arrays received as simt.Array
+        self.int_literal_vars: dict[ir.Var, int] = {}   # `acc = 0`: the literal (the float-start hint)
 
     # ---------------------------------------------------------------- diagnostics and helpers
     def err(self, node: ast.AST | None, message: str, hint: str = "") -> NoReturn:

@@ -167,8 +167,7 @@ class StmtMixin(ConditionFacts):
             if s is None:
                 self.err(target, f"'{name}' holds a {existing.type!r} number; cannot assign "
                          f"{self.describe(v)} to it", "use a new name")
-            value = self.rule(target, tr.implicit, s, existing.type, loc, f"variable '{name}'")
-            self.emit(ir.Assign(existing, value, loc))
+            self.emit(ir.Assign(existing, self.convert_to_var(target, s, existing, name), loc))
             return
         if existing is not None:
             self.err(target, f"cannot reassign '{name}': it holds {self.describe_binding(existing)}",
@@ -187,6 +186,8 @@ class StmtMixin(ConditionFacts):
             var = self.new_var(name, t, loc)
             self.emit(ir.Assign(var, tr.convert(s, t, loc) if s.weak else s.expr, loc))
             self.bindings[name] = var
+            if s.weak and t.is_int and isinstance(s.const_value, int):
+                self.int_literal_vars[var] = s.const_value
             return
         if not single:
             self.err(target, f"'{name}' is assigned more than once but holds {self.describe(v)}",
@@ -220,9 +221,22 @@ class StmtMixin(ConditionFacts):
                      f"{self.describe_binding(existing)}", "use a new name")
         cur = Val(ir.ReadVar(existing, self.loc(target)))
         result = self.binop(op, cur, self.scalar(node.value, "the right operand"), node)
-        value = self.rule(node, tr.implicit, result, existing.type, self.loc(node),
-                          f"variable '{target.id}'")
-        self.emit(ir.Assign(existing, value, self.loc(node)))
+        self.emit(ir.Assign(existing, self.convert_to_var(node, result, existing, target.id), self.loc(node)))
+
+    def convert_to_var(self, node: ast.AST, v: Val, var: ir.Var, name: str) -> ir.Expr:
+        """`v` converted for assignment to `var` (tr.implicit). A float into a variable that an int
+        literal started (`acc = 0; acc += a[i]`) is told to start it as a float: an int cast would
+        truncate every value."""
+        try:
+            return tr.implicit(v, var.type, self.loc(node), f"variable '{name}'")
+        except tr.TypeRuleError as exc:
+            vt = v.scalar
+            if var not in self.int_literal_vars or vt is None or not vt.is_float:
+                self.err(node, exc.message, exc.hint)
+            literal = self.int_literal_vars[var]
+            start = f"f64({literal})`" if vt.bits == 64 else f"f32({literal})` or `{name} = {float(literal)!r}`"
+            self.err(node, exc.message, f"'{name}' started as the int literal {literal}, so it holds "
+                     f"{var.type} values; start it as a float: `{name} = {start}")
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if not isinstance(node.target, ast.Name):

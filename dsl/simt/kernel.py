@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from dsl.no_device import add_simulate_hint
 from dsl.observe import specialised
 from dsl.once import fill_once, new_lock
 from dsl.options import KernelOptions, OptionError, check_export, check_symbol_names, simt_options
@@ -126,7 +127,11 @@ class SimtKernel:
         """Dispatcher miss: specialise for these arguments on the launch's device (its arch) and return
         that device's native Launcher."""
         import bridge
-        dev = bridge.Device(device) if device is not None else bridge.current_device()
+        try:
+            dev = bridge.Device(device) if device is not None else bridge.current_device()
+        except bridge.NoDeviceError as exc:
+            add_simulate_hint(exc, self.__name__, " (and grid=/block= where the call has them)")     # same error, with how to run it without a GPU
+            raise
         ck = self.compile(*args, arch=dev.arch)
         specialised(self, self.__name__, self.signature(*args), ck.metadata.get("arch"))   # dsl/observe.py
         return bridge.kernel_from_ptx(ck.ptx, ck.name, ck.contract_json, device=dev.ordinal).launcher

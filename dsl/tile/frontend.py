@@ -19,6 +19,7 @@ from dsl.tile.errors import TileCompileError
 from dsl.tile.intrinsics import call_intrinsic, call_method
 from dsl.tile.types import ConstParamType, PartitionParamType, ScalarParamType, TileType, as_scalar_type
 from dsl.tile.values import Method, ParamHandle, ShapeHandle
+from dsl.vocab.numpy_calls import numpy_call_hint
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv",
            ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow", ast.BitAnd: "and_",
@@ -57,6 +58,7 @@ class TileFrontend:
         self.env: dict[str, object] = {}
         self.locals: list[T.TVar] = []
         self.multi = _assigned_names(self.fdef)
+        self.int_literal_vars: dict[T.TVar, int] = {}   # `acc = 0`: the literal (the float-start hint)
         self.body_stack: list[list[T.TStmt]] = []
 
     # ---------------------------------------------------------------------------------- helpers
@@ -164,6 +166,9 @@ class TileFrontend:
         cur = self.env.get(name)
         if isinstance(cur, T.TVar):
             e = self.as_expr(value, node, like=cur.type.dtype)
+            if cur in self.int_literal_vars and e.type.dtype.is_float and e.type != cur.type \
+                    and not isinstance(value, (int, float, bool)):
+                raise self.literal_start_error(name, cur, e, node)
             if e.type.shape != cur.type.shape:
                 raise self.err(node, f"`{name}` was a {cur.type} and is assigned a {e.type}: a variable "
                                      f"keeps its shape; use a new name")
@@ -182,8 +187,23 @@ class TileFrontend:
             self.locals.append(var)
             self.env[name] = var
             self.emit(T.Assign(var, e, self.loc(node)))
+            if isinstance(value, int) and not isinstance(value, bool):
+                self.int_literal_vars[var] = value
             return
         self.env[name] = value   # compile-time value
+
+    def literal_start_error(self, name: str, cur: T.TVar, e: T.TExpr, node: ast.AST) -> TileCompileError:
+        """A float (tile) assigned to a variable an int literal started (`acc = 0; acc += x`): start it
+        as what it accumulates; an .astype cast to the int type would truncate every value."""
+        literal, dtype = self.int_literal_vars[cur], e.type.dtype
+        if e.type.shape:
+            start = f"tile.zeros({e.type.shape}, {dtype})" if literal == 0 else \
+                f"tile.full({e.type.shape}, {float(literal)!r}, {dtype})"
+        else:
+            start = f"{dtype}({literal})" + (f"` or `{name} = {float(literal)!r}" if dtype.name == "f32" else "")
+        return TileCompileError(f"`{name}` was a {cur.type} and is assigned a {e.type}", self.loc(node),
+                                f"`{name}` started as the int literal {literal}; start it as a float: "
+                                f"`{name} = {start}`")
 
     def for_stmt(self, node: ast.For) -> None:
         if node.orelse:
@@ -479,6 +499,9 @@ class TileFrontend:
                 return fn(*args, **kwargs)  # type: ignore[operator]
         except ops.TileTypeError as exc:
             raise self.err(node, str(exc)) from None
+        foreign = numpy_call_hint(fn, "tile")       # np.sqrt: name tile.sqrt
+        if foreign is not None:
+            raise TileCompileError(foreign[0], self.loc(node.func), foreign[1])
         raise self.err(node, f"cannot call {fn!r} in a tile kernel (only tile.* functions, math "
                              f"functions, casts and min/max/abs)")
 

@@ -19,6 +19,7 @@ from bridge.errors import ArgumentCountError, ArgumentKindError, DTypeError, Ndi
 
 from dsl.annotations import ParamAnnotation, parse_annotations
 from dsl.ir.types import ScalarType
+from dsl.no_device import add_simulate_hint
 from dsl.observe import specialised
 from dsl.once import fill_once, new_lock
 from dsl.runmode import _ENV_DATA, _SIM_KEY, simulating
@@ -337,7 +338,11 @@ class TileKernel:
         """Dispatcher miss: specialise for these arguments on the launch's device (its arch), compile
         (disk cache first), return that device's native Launcher (the Dispatcher keeps it)."""
         import bridge
-        dev = bridge.Device(device) if device is not None else bridge.current_device()
+        try:
+            dev = bridge.Device(device) if device is not None else bridge.current_device()
+        except bridge.NoDeviceError as exc:
+            add_simulate_hint(exc, self.name)     # same error, with how to run it without a GPU
+            raise
         sig, facts = self.specialisation(args)      # each array viewed once (issue 33)
         ck = self._compile(sig, facts, dev.arch)
         specialised(self, self.name, (*sig, facts), ck.metadata.get("arch"))  # observe

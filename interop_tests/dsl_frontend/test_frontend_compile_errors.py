@@ -279,7 +279,7 @@ CASES = [
     (k_fstring, (A, O), "E06", 'f"', ["f-strings are not supported"]),
     (k_unknown, (A, O), "E07", "undefined_thing", ["unknown name 'undefined_thing'"]),
     (k_mismatch, (A, O), "E08", "acc +=", ["variable 'acc' has type i64", "type f32",
-                                          "convert explicitly"]),
+                                          "`acc = f32(0)` or `acc = 0.0`"]),
     (k_float_index, (A, O), "E09", "a[i]]", ["array index must be an integer, got f32", "i64("]),
     (k_write_array, (A, O), "E10", "a[i]", ["write to Array parameter 'a'",
                                            "simt.DisjointSlice[f32]"]),

@@ -28,7 +28,7 @@ def test_new_project_passes_its_own_tests(tmp_path, cmake, nvcc, model, arrays):
     assert f"created {root}" in proc.stdout
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert files == ["CMakeLists.txt", "README.md", "dsl_kernels.py", "kernels/scale_add.cu", "pipeline.py",
-                     "pytest.ini", "tests/conftest.py", "tests/test_project.py"]
+                     "pytest.ini", "requirements-test.txt", "tests/conftest.py", "tests/test_project.py"]
     assert f"@{model}.kernel" in (root / "dsl_kernels.py").read_text()
     assert f"import {arrays}" in (root / "pipeline.py").read_text()
     assert "kernelbridge_add_cuda_module(myproj_kernels" in (root / "CMakeLists.txt").read_text()
