@@ -485,19 +485,19 @@ _PTX_CHECKSUM = re.compile(
 _PTX_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|[\s\S]?)")   # splits a literal: text, escape, text, ...
 
 
-def _escape_table() -> dict[str, str]:
-    """Escape body (after the backslash) -> the one byte it stands for (as a latin-1 character)."""
-    table = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'"}
-    for v in range(256):
-        for form in ("x%x", "x%02x", "x%X", "x%02X"):
-            table[form % v] = chr(v)
-    for v in range(256):                       # \ooo: one to three octal digits, at most 0o377
-        for form in ("%o", "%02o", "%03o"):
-            table[form % v] = chr(v)
-    return table
+_OCTAL_DIGITS = frozenset("01234567")
+_PTX_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'"}
 
 
-_PTX_UNESCAPED = _escape_table()
+def _escape_char(body: str) -> str | None:
+    """The one byte (as a latin-1 character) an escape body (after the backslash) stands for: a
+    letter, xH or xHH (hex digits of either case), or one to three octal digits up to 0o377; None if none."""
+    if body[:1] == "x" and len(body) > 1:
+        return chr(int(body[1:], 16))
+    if body[:1] in _OCTAL_DIGITS:
+        v = int(body, 8)
+        return chr(v) if v < 256 else None
+    return _PTX_SIMPLE_ESCAPES.get(body)
 
 
 def ptx_contracts(ptx: str | bytes) -> dict[str, str]:
@@ -580,11 +580,11 @@ def _ptx_bytes(init: str, name: str, where: str) -> bytes:
 
 def _ptx_unescape(literal: str, name: str, where: str) -> bytes:
     """C-style escapes of a PTX string initialiser (\\n \\t \\r \\0 \\\\ \\" \\' \\xHH \\ooo), in linear time:
-    one split into text and escape bodies, one table lookup per escape. `literal` holds one character
+    one split into text and escape bodies, each escape decoded on its own. `literal` holds one character
     per byte (latin-1) and at most MAX_CONTRACT_BYTES of them (_initialiser_end looks no further)."""
     parts = _PTX_ESCAPE.split(literal)       # text, escape body, text, escape body, ..., text
     bodies = parts[1::2]
-    chars = [_PTX_UNESCAPED.get(b) for b in bodies]
+    chars = [_escape_char(b) for b in bodies]
     if None in chars:
         bad = bodies[chars.index(None)]
         what = "escape out of byte range" if re.fullmatch("[0-7]{3}", bad) else f"bad escape \\{bad}"
