@@ -118,7 +118,7 @@ def _ptx(module, ctx: CompileContext):
     return emit_ptx(module, ctx.arch)
 
 
-def _render_ir(fn) -> str:
+def render_ir(fn) -> str:
     from dsl.ir.printer import format_function
     return format_function(fn)
 
@@ -127,12 +127,12 @@ def _render_ir(fn) -> str:
 # front stage is defined here; the tile model's (dsl/tile/stages.py) stand above this module, so a tile
 # CompileContext is handed them (dsl.tile.compile.tile_context) instead of this module importing them.
 _SHARED_TAIL: tuple[Stage, ...] = (
-    Stage("verify", _verify, _render_ir),
+    Stage("verify", _verify, render_ir),
     Stage("llvm_ir", _llvm_ir),
     Stage("optimize", _optimize),
     Stage("ptx", _ptx),
 )
-_SIMT_FRONT: tuple[Stage, ...] = (Stage("frontend", _frontend, _render_ir),)
+_SIMT_FRONT: tuple[Stage, ...] = (Stage("frontend", _frontend, render_ir),)
 FRONT_STAGE_NAMES: dict[str, tuple[str, ...]] = {"simt": ("frontend",), "tile": ("tile_frontend", "tile_lower")}
 STAGES = (*_SIMT_FRONT, *_SHARED_TAIL)          # the SIMT pipeline (its long-standing name)
 STAGE_NAMES = tuple(s.name for s in STAGES)

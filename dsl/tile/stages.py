@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsl.compiler import CompileContext, Stage
+from dsl.compiler import CompileContext, Stage, render_ir
 from dsl.options import KernelOptions
 
 
@@ -54,10 +54,5 @@ def render_tile_ir(fn) -> str:
     return format_tile_function(fn)
 
 
-def _render_ir(fn) -> str:
-    from dsl.ir.printer import format_function
-    return format_function(fn)
-
-
 TILE_FRONT: tuple[Stage, ...] = (Stage("tile_frontend", tile_frontend, render_tile_ir),
-                                 Stage("tile_lower", tile_lower, _render_ir))
+                                 Stage("tile_lower", tile_lower, render_ir))

@@ -167,7 +167,7 @@ def _wgmma(op: WgmmaOp) -> Probe:
         else:
             for step in range(4):
                 da = descriptor(b, N.BinOp("add", a_base, cu(step * 32), U32), 16, 8 * ROW)
-                accs = b.value("wgmma.mma_async.ss", [da, b_desc(step), cu(1), *accs], op=op, k=k // 4,
+                accs = b.value("wgmma.mma_async.ss", [da, b_desc(step), cu(1), *accs], op=op,
                                fence=step % 2 == 0)
                 if step % 2:
                     b.asm("wgmma.commit_group")

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import F32, U32, VOID, TupleType, Type
+from dsl.tile.ptx.mma_types import operand_type
 
 Text = str | Callable[..., str]
 
@@ -103,10 +104,11 @@ def _mma_elements(tname: str) -> str:
             "{$0, $1, $2, $3}, {a0, a1, a2, a3}, {b0, b1}, {$16, $17, $18, $19}; }")
 
 
-def _wgmma_ss(op, k: int, fence: bool) -> str:
-    """wgmma with A and B from shared-memory descriptors; the scale-d predicate is the last input.
-    16-bit types take imm-trans-a/b (B MN-major: transposed), tf32 and f8 none."""
-    regs = op.n // 2
+def _wgmma_ss(op, fence: bool) -> str:
+    """wgmma with A and B from shared-memory descriptors, K = 32 bytes of the operand type; the
+    scale-d predicate is the last input. 16-bit types take imm-trans-a/b (B MN-major: transposed),
+    tf32 and f8 none."""
+    regs, k = op.n // 2, 32 // operand_type(op.a_type).itemsize
     trans = "" if op.a_type not in ("f16", "bf16") else ", 0, %d" % (1 if op.trans_b else 0)
     return ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; %s"
             "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, $%d, $%d, p, 1, 1%s; }"
@@ -191,10 +193,10 @@ _ROWS = (
               "completing its bytes on the mbarrier $4"),
     # ------------------------------------------------------------------ sm_90: warpgroup MMA
     PtxFamily("wgmma.mma_async.ss", _wgmma_ss,
-              lambda op, k, fence: ",".join(["=f"] * (op.n // 2) + ["l", "l", "r"] + [str(i) for i in range(op.n // 2)]),
-              lambda op, k, fence: TupleType((F32,) * (op.n // 2)), True, 90, "sm90:wgmma",
+              lambda op, fence: ",".join(["=f"] * (op.n // 2) + ["l", "l", "r"] + [str(i) for i in range(op.n // 2)]),
+              lambda op, fence: TupleType((F32,) * (op.n // 2)), True, 90, "sm90:wgmma",
               "warpgroup MMA m64nNk(32 bytes), A and B from shared-memory descriptors, the f32 "
-              "accumulators tied; `fence`: a wgmma.fence rides in the statement", ("op", "k", "fence"),
+              "accumulators tied; `fence`: a wgmma.fence rides in the statement", ("op", "fence"),
               ("op",)),
     PtxFamily("wgmma.mma_async.rs", _wgmma_rs,
               lambda op: ",".join(["=f"] * (op.n // 2) + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(op.n // 2)]),

@@ -65,7 +65,7 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
         out = L.new_var(TN.tuple_of(F32, regs), "wgmma")
         L.emit(N.Assign(out, instruction("wgmma.mma_async.ss", [da, db, N.Const(1, U32),
                                                                 *[N.ReadVar(v) for v in acc_vars]],
-                                         op=op, k=32 // es, fence=kk == 0)))
+                                         op=op, fence=kk == 0)))
         for i, v in enumerate(acc_vars):
             L.emit(N.Assign(v, N.TupleGet(N.ReadVar(out), i, F32)))
     L.asm("wgmma.commit_group")
