@@ -61,8 +61,10 @@ class SimtKernel:
 
     def build(self, *args: Any) -> Any:
         """The typed IR Function for these arguments (cached per signature)."""
-        sig = tuple(self.signature(*args))
+        return self._ir_for(tuple(self.signature(*args)))
 
+    def _ir_for(self, sig: tuple) -> Any:
+        """The typed IR of signature `sig`, built once whichever threads ask (dsl/once.py)."""
         def make() -> Any:
             from dsl.frontend import build_ir
             return build_ir(self.pyfunc, list(sig), self.options)
@@ -113,14 +115,15 @@ class SimtKernel:
 
     def _sim_validator(self, fn: Any) -> Any:
         """A driver-less native Launcher over `fn`'s contract with simulator limits (cached per IR)."""
-        hit = self._sim_launchers.get(id(fn))
-        if hit is not None and hit[0] is fn:
-            return hit[1]
-        from dsl.frontend import contract_for
-        from dsl.sim.validator import host_launcher
-        launcher = host_launcher(contract_for(fn, self.options).to_json(), fn.name)
-        self._sim_launchers[id(fn)] = (fn, launcher)
-        return launcher
+        def make() -> tuple:
+            from dsl.frontend import contract_for
+            from dsl.sim.validator import host_launcher
+            return fn, host_launcher(contract_for(fn, self.options).to_json(), fn.name)
+        hit = fill_once(self._sim_launchers, id(fn), self._fill_lock, make)
+        if hit[0] is not fn:          # the id of an IR object no longer alive: made anew
+            with self._fill_lock:
+                hit = self._sim_launchers[id(fn)] = make()
+        return hit[1]
 
     # ------------------------------------------------------------------ launches
     def _miss(self, args: tuple, device: int | None = None) -> Any:
@@ -206,11 +209,7 @@ class SimtKernel:
                 if dt is None:
                     raise TypeError(f"{self.__name__}: dtypes[{name!r}]: not a DSL dtype: {chosen[name]!r}")
             sig.append(ArrayType(dt, ann.ndim, ann.writable, layout, False) if ann.kind == "array" else dt)
-        fn = self._ir.get(tuple(sig))
-        if fn is None:
-            from dsl.frontend import build_ir
-            fn = self._ir[tuple(sig)] = build_ir(self.pyfunc, list(sig), self.options)
-        return contract_for(fn, self.options)
+        return contract_for(self._ir_for(tuple(sig)), self.options)
 
 
 class DeviceFunction:
