@@ -14,8 +14,6 @@ from typing import Sequence
 
 from bridge.cli import add_version, version_line
 
-# Every command, in help order; the DSL ones are those `python -m bridge` points here for (bridge/cli.py).
-COMMANDS = ("demo", "doctor", "compile", "port", "new", "cache", "version")
 
 
 def _add_demo_doctor(sub: argparse._SubParsersAction) -> None:
@@ -53,7 +51,7 @@ def build_parser(prog: str = "kernelbridge") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description="kernelbridge: the demo, the doctor, the DSL "
                                  "compiler tools and the DSL cache. `kernelbridge` and `python -m dsl` are "
                                  "the same program; `python -m bridge` has only doctor and version.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
+    sub = ap.add_subparsers(dest="command", required=True)      # usage lists the commands as added
     _add_demo_doctor(sub)
     compile_cli.add_arguments(sub.add_parser("compile", help=compile_cli.HELP, description=compile_cli.DESCRIPTION))
     _add_port(sub)
