@@ -122,9 +122,14 @@ class Found:
                 "hint": None if self.path else self.hint}
 
 
+def _kb_cuda_home() -> str:
+    """KB_CUDA_HOME as the locator reads it everywhere: stripped, '' when unset."""
+    return os.environ.get("KB_CUDA_HOME", "").strip()
+
+
 def system_toolkit_disabled() -> bool:
     """True when KB_CUDA_HOME=none: installed toolkits (CUDA_HOME, PATH, /usr/local/cuda) are ignored."""
-    return os.environ.get("KB_CUDA_HOME", "").strip().lower() == NO_TOOLKIT
+    return _kb_cuda_home().lower() == NO_TOOLKIT
 
 
 def _exe(name: str) -> str:
@@ -165,8 +170,8 @@ def _in_dir(base: str, patterns: tuple[str, ...], spec: _Spec) -> str | None:
 
 def _cuda_home_problem() -> str:
     """'' when KB_CUDA_HOME is unset, `none` or a directory; else what is wrong with it."""
-    home = os.environ.get("KB_CUDA_HOME", "").strip()
-    if not home or home.lower() == NO_TOOLKIT or os.path.isdir(home):
+    home = _kb_cuda_home()
+    if not home or system_toolkit_disabled() or os.path.isdir(home):
         return ""
     return f"KB_CUDA_HOME={home} is not a directory (expected a CUDA toolkit root, or '{NO_TOOLKIT}')"
 
@@ -183,8 +188,8 @@ def _path_toolkit_root() -> str | None:
 def toolkit_roots() -> list[tuple[str, str]]:
     """(root, found_by) of every toolkit root searched, in order (step 2, 3, 4 for files, 6)."""
     roots: list[tuple[str, str]] = []
-    home = os.environ.get("KB_CUDA_HOME", "").strip()
-    if home and home.lower() != NO_TOOLKIT:
+    home = _kb_cuda_home()
+    if home and not system_toolkit_disabled():
         roots.append((home, "KB_CUDA_HOME"))
     if not system_toolkit_disabled():
         for var in ("CUDA_HOME", "CUDA_PATH"):

@@ -20,7 +20,6 @@ from bridge.toolkit import MAX_LIBDEVICE_BYTES
 from dsl.backend.toolkit import locate
 from dsl.errors import DslTargetError
 
-REL = Path("nvvm") / "libdevice" / "libdevice.10.bc"
 BITCODE_MAGICS = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")   # raw bitcode, the bitcode wrapper
 _EXPECTED = f"a libdevice.10.bc file: a regular file of LLVM bitcode of at most {MAX_LIBDEVICE_BYTES} bytes"
 
