@@ -20,7 +20,7 @@ from bridge.errors import ContractDefinitionError, DTypeError
 __all__ = ["ArgSpec", "LaunchContract"]
 
 _LAYOUTS = {"any": "any", "C": "C", "F": "F", "c": "C", "f": "F"}
-_ACCESS = ("read", "write", "readwrite")
+_ACCESS = ("read", "write", "readwrite", "atomic")   # atomic: written only through atomics (tile.Atomic)
 _ABIS = ("pointer", "view")
 
 
@@ -62,11 +62,14 @@ class ArgSpec:
     access: str = "read"
     align: int = 0
     abi: str = "view"
+    optional: bool = False
 
     @classmethod
     def array(cls, name: str, dtype: Any, ndim: int = 1, layout: str = "any", access: str = "read",
-              align: int = 0, abi: str = "view") -> "ArgSpec":
-        """An array argument. layout: any/C/F; access: read/write/readwrite; abi: view/pointer."""
+              align: int = 0, abi: str = "view", optional: bool = False) -> "ArgSpec":
+        """An array argument. layout: any/C/F; access: read/write/readwrite/atomic; abi: view/pointer.
+        optional=True: a launch may pass None for it (a null pointer and zero extents reach the
+        kernel, which must test it; relations naming it are skipped at that launch)."""
         if layout not in _LAYOUTS:
             raise ContractDefinitionError(f"argument '{name}': layout: expected one of any, C, F, got {layout!r}",
                                           arg_name=name)
@@ -76,7 +79,10 @@ class ArgSpec:
         if abi not in _ABIS:
             raise ContractDefinitionError(f"argument '{name}': abi: expected one of {', '.join(_ABIS)}, got {abi!r}",
                                           arg_name=name)
-        return cls(name, "array", _dtype_name(dtype, name), ndim, _LAYOUTS[layout], access, align, abi)
+        if not isinstance(optional, bool):
+            raise ContractDefinitionError(f"argument '{name}': optional: expected True or False, got {optional!r}",
+                                          arg_name=name)
+        return cls(name, "array", _dtype_name(dtype, name), ndim, _LAYOUTS[layout], access, align, abi, optional)
 
     @classmethod
     def scalar(cls, name: str, dtype: Any) -> "ArgSpec":
@@ -86,15 +92,19 @@ class ArgSpec:
     def to_dict(self) -> dict[str, Any]:
         if self.kind == "scalar":
             return {"name": self.name, "kind": "scalar", "dtype": self.dtype}
-        return {"name": self.name, "kind": "array", "dtype": self.dtype, "ndim": self.ndim, "layout": self.layout,
-                "align": self.align, "access": self.access, "abi": self.abi}
+        d = {"name": self.name, "kind": "array", "dtype": self.dtype, "ndim": self.ndim, "layout": self.layout,
+             "align": self.align, "access": self.access, "abi": self.abi}
+        if self.optional:           # only when set: other contracts keep their JSON text
+            d["optional"] = True
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ArgSpec":
         if d.get("kind") == "scalar":
             return cls.scalar(d["name"], d["dtype"])
         return cls.array(d["name"], d["dtype"], ndim=d.get("ndim", -1), layout=d.get("layout", "any"),
-                         access=d.get("access", "read"), align=d.get("align", 0), abi=d.get("abi", "pointer"))
+                         access=d.get("access", "read"), align=d.get("align", 0), abi=d.get("abi", "pointer"),
+                         optional=d.get("optional", False))
 
 
 class LaunchContract:
@@ -102,7 +112,8 @@ class LaunchContract:
 
     block: int or tuple = exact block; launch_bounds: max threads per block; shared_mem: exact dynamic
     bytes or ("max", n); requires: relations such as "len(a) == len(out)"; inplace: pairs of argument
-    names allowed to overlap; grid_from: the array whose shape derives the grid when none is given —
+    names allowed to overlap (relations may also name the resolved launch: grid.x|y|z, block.x|y|z,
+    checked once the grid is known, e.g. "grid.x == len(partials)"); grid_from: the array whose shape derives the grid when none is given —
     one thread per element (`per_thread` elements per thread along each axis), or with `grid_tile`
     one block per tile of that shape (grid.x = number of tiles, at most `max_blocks_per_sm` * SMs
     when that is > 0). strict_domain: the kernel's threads own elements by their `domain`-D index, so

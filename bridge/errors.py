@@ -35,7 +35,7 @@ class NdimError(LaunchContractError):
 
 
 class ShapeRelationError(LaunchContractError):
-    """A `requires=` relation between arguments does not hold."""
+    """A `requires=` relation between arguments (or with the launch: `grid.x == len(partials)`) does not hold."""
 
 
 class LayoutError(LaunchContractError):

@@ -1,7 +1,8 @@
 """What each kernel parameter declares: the ONE annotation parser of both programming models.
 
     simt.Array[T, n] / simt.DisjointSlice[T, n]        (SIMT kernels and device functions)
-    tile.Array[T, n] / tile.Partition[T, n] / tile.Constant[...]   (tile kernels; dtype and ndim optional)
+    tile.Array[T, n] / tile.Partition[T, n] / tile.Atomic[T, n] / tile.Constant[...]
+                                                       (tile kernels; dtype and ndim optional)
     a dsl scalar type (f32, i64, ...) or a dsl.TypeVar  (both)
 
 Light on purpose: a kernel's first launch in a fresh process with a warm disk cache parses its
@@ -39,13 +40,14 @@ class ParamAnnotation:
     """One parameter. kind: "array" (simt.Array/DisjointSlice, tile.Array), "partition"
     (tile.Partition), "scalar" or "const" (tile.Constant). dtype: an IR ScalarType, a TypeVar
     (generic) or None (tile: any dtype). ndim: the declared number of axes (None: any, tile arrays
-    without one; 0 for scalars). writable: DisjointSlice and Partition."""
+    without one; 0 for scalars). writable: DisjointSlice, Partition and tile.Atomic (an "array")."""
     name: str
     kind: str
     dtype: object
     ndim: int | None = 0
     writable: bool = False
     model: str = field(default="simt", repr=False, compare=False)
+    optional: bool = field(default=False, repr=False)   # simt arrays: `simt.Array[f32] | None` (None may be passed)
 
     @property
     def is_generic(self) -> bool:
@@ -59,8 +61,10 @@ class ParamAnnotation:
             return dtype
         if self.kind == "array" and self.model == "simt":
             kind = "simt.DisjointSlice" if self.writable else "simt.Array"
-            return f"{kind}[{dtype}{', ' + str(self.ndim) if self.ndim and self.ndim > 1 else ''}]"
-        kind = {"array": "tile.Array", "partition": "tile.Partition", "const": "tile.Constant"}.get(self.kind, self.kind)
+            opt = " | None" if self.optional else ""
+            return f"{kind}[{dtype}{', ' + str(self.ndim) if self.ndim and self.ndim > 1 else ''}]{opt}"
+        kind = {"array": "tile.Atomic" if self.writable else "tile.Array", "partition": "tile.Partition",
+                "const": "tile.Constant"}.get(self.kind, self.kind)
         return kind if self.dtype is None else f"{kind}[{dtype}]"
 
 
@@ -82,7 +86,7 @@ def classify(name: str, value: object, model: str, what: str = "parameter") -> P
         if model != "simt":
             raise _Bad(f"{what} '{name}': unsupported annotation {value!r}", _HINTS[model])
         dtype = value.dtype.ir if isinstance(value.dtype, ScalarDType) else value.dtype
-        return ParamAnnotation(name, "array", dtype, value.ndim, value.writable, model)
+        return ParamAnnotation(name, "array", dtype, value.ndim, value.writable, model, value.optional)
     tile_kind = _tile_marker(value)
     if tile_kind is not None:
         if model != "tile":
@@ -136,8 +140,8 @@ def _tile_annotation(name: str, kind: str, args: tuple, what: str) -> ParamAnnot
     ndim = args[1] if len(args) == 2 else None
     if ndim is not None and (not isinstance(ndim, int) or isinstance(ndim, bool) or ndim < 1):
         raise _Bad(f"{what} '{name}': ndim must be a positive int, got {ndim!r}", f"write e.g. tile.{kind}[f32, 2]")
-    kind_l = "partition" if kind == "Partition" else "array"
-    return ParamAnnotation(name, kind_l, dtype, ndim, kind_l == "partition", "tile")
+    kind_l = "partition" if kind == "Partition" else "array"     # tile.Atomic: a writable array
+    return ParamAnnotation(name, kind_l, dtype, ndim, kind != "Array", "tile")
 
 
 # ---------------------------------------------------------------------------------- from a function

@@ -75,6 +75,8 @@ def contract_args(fn: ir.Function, reads: set[str] | None = None,
             args.append({"name": p.name, "kind": "array", "dtype": t.dtype.name, "ndim": t.ndim,
                          "layout": t.layout, "align": 16 if is16 else t.dtype.itemsize,
                          "access": access, "abi": "view"})
+            if t.optional:      # `simt.Array[f32] | None`: the validator lets None through
+                args[-1]["optional"] = True
         elif isinstance(t, irt.ScalarType):
             args.append({"name": p.name, "kind": "scalar", "dtype": t.name})
         elif isinstance(t, irt.TensorMapType):
@@ -121,7 +123,8 @@ def build_contract(fn: ir.Function, *, domain: int = 1, block: Sequence[int] | N
         d["requires"] = list(requires)
     if inplace is not None:
         d["inplace"] = [list(p) for p in inplace]
-    if grid_from is not None:
+    optional = {p.name for p in fn.params if isinstance(p.type, irt.ArrayType) and p.type.optional}
+    if grid_from is not None and grid_from.get("arg") not in optional:   # never derived from what may be None
         d["grid_from"] = dict(grid_from)
     if fn.fault_sites:
         d["fault_sites"] = [_site(s) for s in fn.fault_sites]

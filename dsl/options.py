@@ -19,6 +19,7 @@ MAX_THREADS = 1024               # threads per block
 MIN_CC, MAX_CC = 50, 129         # compute capabilities sm_50 .. sm_12x (0 = no minimum)
 MAX_SHARED_MEM = (1 << 32) - 1   # the driver takes dynamic shared memory as an unsigned 32-bit count
 _TERMS = ("len", "shape", "size", "ndim")
+_LAUNCH = ("grid", "block")      # launch terms grid.x|y|z, block.x|y|z (the contract's relation language)
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,8 @@ def check_lineinfo(v: Any) -> bool:
 
 
 def _relations(v: Any, params: tuple[str, ...] | None) -> tuple[str, ...]:
-    """`requires=`: relation texts that parse and name only parameters (or len/shape/size/ndim)."""
+    """`requires=`: relation texts that parse and name only parameters (or len/shape/size/ndim, or the
+    launch terms grid.x|y|z / block.x|y|z). The native parser checks the rest when the contract is built."""
     import ast
     texts = (v,) if isinstance(v, str) else v
     if not isinstance(texts, (tuple, list)) or not all(isinstance(t, str) for t in texts):
@@ -134,8 +136,14 @@ def _relations(v: Any, params: tuple[str, ...] | None) -> tuple[str, ...]:
                               "split a long relation into several shorter ones", item=text) from None
         if params is None:
             continue
+        launch = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in ("x", "y", "z")
+                  and isinstance(n.value, ast.Name) and n.value.id in _LAUNCH}
         for n in ast.walk(tree):
-            if isinstance(n, ast.Name) and n.id not in params and n.id not in _TERMS:
+            if isinstance(n, ast.Name) and n.id in _LAUNCH and n.id not in params and id(n) not in launch:
+                raise OptionError("requires", f"requires=: {text!r} names '{n.id}' alone",
+                                  f"write {n.id}.x, {n.id}.y or {n.id}.z (the launch {n.id}'s extent on that axis)",
+                                  item=text)
+            if isinstance(n, ast.Name) and n.id not in params and n.id not in _TERMS and id(n) not in launch:
                 raise OptionError("requires", f"requires=: {text!r} names '{n.id}', which is not a "
                                   "parameter", f"parameters are: {', '.join(params)}", item=text)
     return tuple(texts)
@@ -165,6 +173,12 @@ def check_relations(params: tuple[str, ...], requires: Any, inplace: Any) -> Non
     """`requires=` and `inplace=` against the parameter names (raises OptionError)."""
     _relations(requires, params)
     _pairs(inplace, params)
+
+
+def check_requires(requires: Any, params: tuple[str, ...] | None) -> tuple[str, ...]:
+    """`requires=` of a kernel of either model: the relation texts, each parsed and naming only
+    `params` (None: names unchecked); raises OptionError."""
+    return _relations(requires, params)
 
 
 def simt_options(params: tuple[str, ...] | None, *, block: Any = None, launch_bounds: Any = None,

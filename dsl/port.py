@@ -154,6 +154,8 @@ def _render(node: dict, subst: dict[str, str]) -> str:
         return str(node["value"])
     if op == "scalar":
         return subst.get(node["arg"], py_name(node["arg"]))
+    if op in ("grid", "block"):         # launch terms grid.x / block.y ...
+        return f"{op}.{'xyz'[node['axis']]}"
     arg = py_name(node.get("arg", ""))
     if op == "len":
         return f"len({arg})"

@@ -407,6 +407,85 @@ def ref_affine(L):
     return {"out": (L.arg("a") * x + L.arg("b")).astype(x.dtype)}   # wraps / rounds per op like the GPU
 
 
+# ------------------------------------------------------------- a warp a row, a block a row (no unsafe writes)
+LN_EPS = 1e-5
+
+
+@simt.kernel(block=128, requires=["x.shape == out.shape", "len(w) == x.shape[1]", "len(b) == x.shape[1]",
+                                  "len(mean) == x.shape[0]", "len(rstd) == x.shape[0]"])
+def layernorm_warp(x: simt.Array[f32, 2], w: simt.Array[f32], b: simt.Array[f32],
+                   out: simt.DisjointSlice[f32, 2], mean: simt.DisjointSlice[f32],
+                   rstd: simt.DisjointSlice[f32]):
+    row = simt.warp.index_1d()               # this warp owns row `row`
+    if row < x.shape[0]:
+        C = x.shape[1]
+        s = f32(0.0)
+        for c in simt.warp.lanes(C):
+            s += x[row, c]
+        m = simt.warp.sum(s) / f32(C)
+        v = f32(0.0)
+        for c in simt.warp.lanes(C):
+            d = x[row, c] - m
+            v += d * d
+        r = simt.rsqrt(simt.warp.sum(v) / f32(C) + f32(LN_EPS))
+        for c in simt.warp.lanes(C):
+            out[row, c] = (x[row, c] - m) * r * w[c] + b[c]
+        mean[row] = m                        # once per warp, by lane 0
+        rstd[row] = r
+
+
+def make_layernorm_warp(rng, n):
+    rows, cols = n // 37 + 3, 70
+    x = randf(rng, (rows, cols)) * 3 + 1
+    return Launch(["x", "w", "b", "out", "mean", "rstd"],
+                  [x, randf(rng, cols), randf(rng, cols), np.full((rows, cols), np.nan, np.float32),
+                   np.full(rows, np.nan, np.float32), np.full(rows, np.nan, np.float32)],
+                  (cdiv(rows, 4),), (128,))
+
+
+def ref_layernorm_warp(L):
+    x = L.arg("x").astype(np.float64)
+    m = x.mean(1)
+    r = 1 / np.sqrt(x.var(1) + LN_EPS)
+    return {"out": (x - m[:, None]) * r[:, None] * L.arg("w") + L.arg("b"), "mean": m, "rstd": r}
+
+
+@simt.kernel(launch_bounds=256, requires=["x.shape == out.shape"])
+def rowscale_block(x: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2], peak: simt.DisjointSlice[f32]):
+    r = simt.block.index_1d()                # this block owns row `r`
+    with simt.unsafe():                      # shared scratch stays the author's to vouch for
+        red = simt.shared.array(32, f32)
+    m = f32(0.0)
+    for c in simt.block.threads(x.shape[1]):
+        m = max(m, abs(x[r, c]))
+    off = 16
+    while off > 0:                           # an i64 shuffle offset
+        m = max(m, simt.warp.shfl_xor(m, off))
+        off //= 2
+    with simt.unsafe():
+        if simt.threadIdx.x % 32 == 0:
+            red[simt.threadIdx.x // 32] = m
+        simt.sync_threads()
+        m = red[0]
+        for k in range(1, (simt.blockDim.x + 31) // 32):
+            m = max(m, red[k])
+    for c in simt.block.threads(x.shape[1]):
+        out[r, c] = x[r, c] / m
+    peak[r] = m                              # once per block, by thread 0
+
+
+def make_rowscale_block(rng, n):
+    rows, cols = n // 100 + 2, 333
+    return Launch(["x", "out", "peak"], [randf(rng, (rows, cols)), np.full((rows, cols), np.nan, np.float32),
+                                         np.full(rows, np.nan, np.float32)], (rows,), (96,))
+
+
+def ref_rowscale_block(L):
+    x = L.arg("x")
+    peak = np.abs(x).max(1)
+    return {"out": x / peak[:, None], "peak": peak}
+
+
 ZOO: list[ZooCase] = [
     ZooCase("vecadd", vecadd, make_vecadd, ref_vecadd),
     ZooCase("saxpy", saxpy, make_saxpy, ref_saxpy),
@@ -425,6 +504,9 @@ ZOO: list[ZooCase] = [
     ZooCase("affine_f32", affine, make_affine(np.float32), ref_affine),
     ZooCase("affine_f64", affine, make_affine(np.float64), ref_affine),
     ZooCase("affine_i32", affine, make_affine(np.int32), ref_affine),
+    ZooCase("layernorm_warp", layernorm_warp, make_layernorm_warp, ref_layernorm_warp, exact=False,
+            rtol=1e-4, atol=1e-4),
+    ZooCase("rowscale_block", rowscale_block, make_rowscale_block, ref_rowscale_block),
 ]
 ZOO_BY_NAME = {c.name: c for c in ZOO}
 

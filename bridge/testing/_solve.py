@@ -202,12 +202,17 @@ def choose_ndims(contract: Any, fixed_ndims: Mapping[int, int]) -> dict[int, int
     return out
 
 
+def _names_launch(node: dict) -> bool:
+    return node["op"] in ("grid", "block") or any(_names_launch(k) for k in node.get("operands", ()))
+
+
 def problem(contract: Any, ndims: dict[int, int]) -> Problem:
     args = list(contract.args)
     names = {a["name"]: i for i, a in enumerate(args)}
     atoms: list[Atom] = []
     for text, tree in zip(contract.requires, contract.relation_trees):
-        atoms.extend(_atoms(tree, names, ndims, text))
+        if not _names_launch(tree):      # relations of the launch grid/block (grid.x ...): no sizes to solve
+            atoms.extend(_atoms(tree, names, ndims, text))
     p = Problem(args, ndims, atoms)
     for a in atoms:
         _vars_of(a.left, p.mentioned)

@@ -237,6 +237,7 @@ py::dict arg_dict(const kb::ArgSpec& a) {
     d["align"] = a.align;
     d["access"] = kb::detail::access_name(a.access);
     d["abi"] = kb::detail::abi_name(a.abi);
+    if (a.optional) d["optional"] = true;   // as in the JSON: only when set
   }
   return d;
 }
@@ -328,15 +329,15 @@ void register_array_desc(py::module_& m) {
 // argument; "cmp" lists its operands and the operators between them.
 py::dict relation_node(const kb::LaunchContract& c, const kb::Relation& r, int i) {
   using Op = kb::RelNode::Op;
-  static const char* names[] = {"lit", "len", "shape_k", "shape", "size", "ndim", "scalar", "tuple",
-                                "neg", "add", "sub", "mul", "floordiv", "mod", "cmp", "and"};
+  static const char* names[] = {"lit", "len", "shape_k", "shape", "size", "ndim", "scalar", "grid", "block",
+                                "tuple", "neg", "add", "sub", "mul", "floordiv", "mod", "cmp", "and"};
   const kb::RelNode& n = r.nodes[i];
   py::dict d;
   d["op"] = names[static_cast<int>(n.op)];
   d["text"] = kb::detail::node_text(r, i);
   if (n.op == Op::lit) d["value"] = n.k;
-  if (n.is_term()) d["arg"] = c.args[n.arg].name;
-  if (n.op == Op::shape_k) d["axis"] = n.k;
+  if (n.is_term() && !n.is_launch()) d["arg"] = c.args[n.arg].name;
+  if (n.op == Op::shape_k || n.is_launch()) d["axis"] = n.k;   // launch terms: 0 x, 1 y, 2 z
   if (!n.kids.empty()) {
     py::list kids;
     for (int k : n.kids) kids.append(relation_node(c, r, k));
@@ -419,6 +420,13 @@ void register_contract_class(py::module_& m) {
 // Python value → ArgValue: ArrayDesc, then scalars, then the one array intake (no stream sync);
 // anything else stays an unusable scalar so the validator reports a kind error naming its type.
 void arg_from_python(py::handle o, kb::ArgValue& v, IntakeInfo& info) {
+  if (o.is_none()) {   // an absent array (allowed where the contract declares it optional)
+    v = kb::ArgValue();
+    v.kind = kb::ArgKind::array;
+    v.none = true;
+    v.type_name = "None";
+    return;
+  }
   if (py::isinstance<ArrayDesc>(o)) {
     v = kb::ArgValue();
     v.kind = kb::ArgKind::array;

@@ -133,7 +133,7 @@ class Dispatcher {
         k[1] |= 1;
         continue;
       }
-      if (v.kind != kb::ArgKind::array) continue;
+      if (v.kind != kb::ArgKind::array || v.none) continue;   // None: its type (k[0]) is the key
       const kb::ArrayView& a = v.array;
       const bool div8 = key_div8_ && a.ndim > 0 && a.shape[a.ndim - 1] % 8 == 0;
       // 16-byte rows of 1-byte elements: only those read it (dsl.tile.types.row_divisor), so other

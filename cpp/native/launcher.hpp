@@ -96,6 +96,13 @@ class ReadPlan {
   // One argument into `v`: a scalar, or an array view (and `info`); false for neither (`v` is then an
   // unsupported scalar naming its type, for the validator's message). Intake errors propagate.
   bool read(int i, PyObject* obj, kb::ArgValue& v, IntakeInfo& info, uint64_t stream, IntakeMemo& memo) {
+    if (obj == Py_None) {   // an absent array: the validator allows it where the contract says optional
+      v = kb::ArgValue{};
+      v.kind = kb::ArgKind::array;
+      v.none = true;
+      v.type_name = "None";
+      return true;
+    }
     PyTypeObject* t = Py_TYPE(obj);
     const bool known = i >= 0 && i < kStackArgs && types_[i] == t;
     Plan p = known ? plans_[i] : Plan::unknown;
@@ -131,7 +138,7 @@ class ReadPlan {
 
 // Equal as far as the validator can tell: every field kb::validate reads (array views up to ndim).
 inline bool same_launch_value(const kb::ArgValue& x, const kb::ArgValue& y) {
-  if (x.kind != y.kind) return false;
+  if (x.kind != y.kind || x.none != y.none) return false;
   if (x.kind == kb::ArgKind::array) {
     const kb::ArrayView& a = x.array;
     const kb::ArrayView& b = y.array;
@@ -623,7 +630,7 @@ class Launcher {
     uint64_t done[kStackArgs];
     int ndone = 0;
     for (int i = 0; i < n; ++i) {
-      if (vals[i].kind != kb::ArgKind::array) continue;
+      if (vals[i].kind != kb::ArgKind::array || vals[i].none) continue;
       uint64_t lo, hi;
       vals[i].array.extent(lo, hi);
       kb::rt::order_use(lo, hi, stream, device_, contract_.args[i].writable());
@@ -641,7 +648,7 @@ class Launcher {
   // now: the graph remembers its ranges and Graph.replay orders and records them on the replay stream.
   void record_after(const kb::ArgValue* vals, int n, uint64_t stream, bool captured) {
     for (int i = 0; i < n; ++i) {
-      if (vals[i].kind != kb::ArgKind::array) continue;
+      if (vals[i].kind != kb::ArgKind::array || vals[i].none) continue;
       uint64_t lo, hi;
       vals[i].array.extent(lo, hi);
       const bool write = contract_.args[i].writable();
@@ -663,7 +670,7 @@ class Launcher {
     py::list temps = py::reinterpret_steal<py::list>(py::handle());   // no list unless a temporary needs one
     bool any = false;
     for (int i = 0; i < n; ++i) {
-      if (vals[i].kind != kb::ArgKind::array) continue;
+      if (vals[i].kind != kb::ArgKind::array || vals[i].none) continue;
       const Py_ssize_t refs = Py_REFCNT(objs[i]) - (infos[i].keepalive.ptr() == objs[i] ? 1 : 0);
       if (refs > (inner && inner[i] ? 1 : temp_refcount)) continue;
       if (!any) { temps = py::list(); any = true; }

@@ -74,6 +74,14 @@ class ExprMixin:
     def visit_ThreadIndexValue(self, e: N.ThreadIndexValue):
         return TupleVal(self.thread_index(e.ndim))
 
+    def visit_OwnerIndexValue(self, e: N.OwnerIndexValue):
+        """The warp's (lane group's) global number (x-threads // 32 or // n: they need an exact block
+        of whole warps along x, dsl/frontend/ownership.py) or the block's number, as i64."""
+        if e.width is None:
+            return TupleVal([self.st.b.zext(self.sreg("ctaid.x"), T.I64)])
+        shift = e.width.bit_length() - 1
+        return TupleVal([self.st.b.lshr(self.thread_index(1)[0], ir.Constant(T.I64, shift))])
+
     def visit_TupleGet(self, e: N.TupleGet):
         return self.expr(e.value).elems[e.k]
 
@@ -398,7 +406,7 @@ class ExprMixin:
     def visit_Warp(self, e: N.Warp):
         b = self.st.b
         args = [self.expr(a) for a in e.args]
-        mask = ir.Constant(T.I32, X.FULL_MASK)
+        mask = self.member_mask(e.width)
         if e.op in X.VOTE:
             pred = args[0]
             ret = T.I32 if e.op == "ballot" else T.I1
@@ -409,37 +417,47 @@ class ExprMixin:
         if e.op == "sum":
             v = args[0]
             for m in X.WARP_SUM_MASKS:
-                other = self.shfl("bfly", 0x1F, v, src_t, ir.Constant(T.I32, m))
+                other = self.shfl("bfly", 0x1F, v, src_t, ir.Constant(T.I32, m), mask)
                 v = b.fadd(v, other, flags=self._fm()) if src_t.is_float else (
                     b.or_(v, other) if src_t.kind == "bool" else b.add(v, other))
             return v
         mode, c = X.SHFL[e.op]
         lane = self.int_resize(args[1], e.args[1].type, T.I32)
-        return self.shfl(mode, c, args[0], src_t, lane)
+        return self.shfl(mode, c, args[0], src_t, lane, mask)
 
-    def shfl(self, mode: str, c: int, v, t: ScalarType, lane):
+    def member_mask(self, width: int):
+        """The lanes taking part: the whole warp, or the executing lane's aligned group of `width`
+        lanes, ((1 << width) - 1) << (laneid & ~(width - 1))."""
+        if width == 32:
+            return ir.Constant(T.I32, X.FULL_MASK)
+        b = self.st.b
+        base = b.and_(self.sreg("laneid"), ir.Constant(T.I32, ~(width - 1) & 31))
+        return b.shl(ir.Constant(T.I32, (1 << width) - 1), base)
+
+    def shfl(self, mode: str, c: int, v, t: ScalarType, lane, mask=None):
         """shfl.sync of any scalar: 32-bit directly, 64-bit as two halves, narrow types widened."""
         b = self.st.b
+        mask = ir.Constant(T.I32, X.FULL_MASK) if mask is None else mask
         if t.name == "f32":
-            return self._shfl32(mode, c, v, lane, True)
+            return self._shfl32(mode, c, v, lane, True, mask)
         if t.bits == 64:
             raw = b.bitcast(v, T.I64) if t.is_float else v
-            lo = self._shfl32(mode, c, b.trunc(raw, T.I32), lane, False)
-            hi = self._shfl32(mode, c, b.trunc(b.lshr(raw, ir.Constant(T.I64, 32)), T.I32), lane, False)
+            lo = self._shfl32(mode, c, b.trunc(raw, T.I32), lane, False, mask)
+            hi = self._shfl32(mode, c, b.trunc(b.lshr(raw, ir.Constant(T.I64, 32)), T.I32), lane, False, mask)
             r = b.or_(b.zext(lo, T.I64), b.shl(b.zext(hi, T.I64), ir.Constant(T.I64, 32)))
             return b.bitcast(r, T.scalar(t)) if t.is_float else r
         if t.bits == 32:
-            return self._shfl32(mode, c, v, lane, False)
+            return self._shfl32(mode, c, v, lane, False, mask)
         bits = ir.IntType(max(t.bits, 1))
         raw = b.bitcast(v, bits) if t.is_float else v
-        r = b.trunc(self._shfl32(mode, c, b.zext(raw, T.I32), lane, False), bits)
+        r = b.trunc(self._shfl32(mode, c, b.zext(raw, T.I32), lane, False, mask), bits)
         return b.bitcast(r, T.scalar(t)) if t.is_float else r
 
-    def _shfl32(self, mode, c, v, lane, is_float):
+    def _shfl32(self, mode, c, v, lane, is_float, mask):
         ty = ir.FloatType() if is_float else T.I32
         fn = self.declare(X.shfl_intrinsic(mode, is_float), ty, [T.I32, ty, T.I32, T.I32])
         fn.attributes.add("convergent")
-        return self.st.b.call(fn, [ir.Constant(T.I32, X.FULL_MASK), v, lane, ir.Constant(T.I32, c)])
+        return self.st.b.call(fn, [mask, v, lane, ir.Constant(T.I32, c)])
 
     # ------------------------------------------------------------------ calls
     def visit_Call(self, e: N.Call):

@@ -13,7 +13,7 @@ import ast
 from typing import Any
 
 from dsl.frontend import typing_rules as tr
-from dsl.frontend.ownership import Claim, Form, chunk_form, thread_form
+from dsl.frontend.ownership import Claim, Form, chunk_form, group_form, thread_form
 from dsl.frontend.proofs import Facts, in_range, index_key
 from dsl.frontend.values import SlotBinding, TupleVal, Val
 from dsl.ir import nodes as ir
@@ -126,6 +126,21 @@ class AccessMixin:
                 return None
         return n
 
+    def group_index_of(self, vals: list[Val], ndim: int) -> str | None:
+        """"warp" / "block" when `vals` is that group's own index (1-D), or its index and a column of
+        its `lanes()` / `threads()` loop (2-D); else None."""
+        first = vals[0].expr if vals else None
+        if not (isinstance(first, ir.TupleGet) and isinstance(first.value, ir.OwnerIndexValue)):
+            return None
+        scope = first.value.scope
+        if ndim == 1 and len(vals) == 1:
+            return scope
+        if ndim == 2 and len(vals) == 2:
+            col = vals[1].expr
+            if isinstance(col, ir.ReadVar) and self.stride_loops.get(id(col.var)) == scope:
+                return scope
+        return None
+
     def owned_index(self, vals: list[Val]) -> ir.Var | None:
         if len(vals) == 1 and isinstance(vals[0].expr, ir.ReadVar) and \
                 id(vals[0].expr.var) in self.chunk_loops:
@@ -167,6 +182,10 @@ class AccessMixin:
         if self.thread_index_of(vals, whole) == t.ndim:
             self.claim(base, thread_form(t.ndim), target)
             return "guarded"
+        group = self.group_index_of(vals, t.ndim)
+        if group is not None:
+            self.claim(base, group_form(group, t.ndim), target)
+            return "guarded" if t.ndim == 2 else "leader"
         owned = self.owned_index(vals)
         if owned is not None:
             self.claim(base, chunk_form(self.chunk_loops[id(owned)]), target)
@@ -197,22 +216,16 @@ class AccessMixin:
         mode = self.store_mode(base, vals, whole, target)
         exprs = self.index_exprs(vals, target.slice)
         loc = self.loc(node)
-        name = array_name(base.expr)
-        if mode == "guarded":
-            # Proven in range here (e.g. inside `if 0 < r < u.shape[0] - 1 ...` with u.shape == out.shape):
-            # the guard can never fail, so the backend emits no test (the semantics are unchanged).
-            proven = self.proven(base, exprs)
-            saved_block, saved_facts = self.block, self.facts
-            self.block, self.facts = [], self.guard_facts(name, exprs)
-            self.guarded_depth = getattr(self, "guarded_depth", 0) + 1
-            try:
-                value = self.store_value(base, exprs, value_fn, node, target)
-                self.emit(ir.Store(base.expr, exprs, value, "guarded", 0, loc, proven=proven))
-                body = self.block
-            finally:
-                self.block, self.facts = saved_block, saved_facts
-                self.guarded_depth -= 1
-            self.emit(ir.GuardedRegion(base.expr, exprs, body, loc, proven=proven))
+        if mode in ("guarded", "leader"):
+            region = self.guarded_region(base, exprs, value_fn, node, target)
+            if mode == "leader":     # a group's own element: written once, by its first lane / thread
+                width = ir.scope_width(self.group_index_of(vals, 1))
+                rank: ir.Expr = ir.Special("tid.x" if width is None else "laneid", loc)
+                if width is not None and width < 32:
+                    rank = ir.BinOp("and_", rank, ir.Const(width - 1, irt.INDEX, loc), irt.INDEX, loc)
+                first = ir.Compare("eq", rank, ir.Const(0, irt.INDEX, loc), loc)
+                region = ir.If(first, [region], [], loc)
+            self.emit(region)
             return
         if mode == "owned":
             value = self.store_value(base, exprs, value_fn, node, target)
@@ -223,6 +236,25 @@ class AccessMixin:
         check, site = self.check_mode(base, exprs, target)
         self.emit(ir.Store(base.expr, exprs, value, "checked" if check == "fault" else "unchecked",
                            site, loc))
+
+    def guarded_region(self, base: Val, exprs: list[ir.Expr], value_fn: Any, node: ast.AST,
+                       target: ast.Subscript) -> ir.GuardedRegion:
+        """The store and the loads feeding it, run only where the indices are in range. Proven in range
+        here (e.g. inside `if 0 < r < u.shape[0] - 1 ...` with u.shape == out.shape), the guard can never
+        fail, so the backend emits no test (the semantics are unchanged)."""
+        loc, name = self.loc(node), array_name(base.expr)
+        proven = self.proven(base, exprs)
+        saved_block, saved_facts = self.block, self.facts
+        self.block, self.facts = [], self.guard_facts(name, exprs)
+        self.guarded_depth = getattr(self, "guarded_depth", 0) + 1
+        try:
+            value = self.store_value(base, exprs, value_fn, node, target)
+            self.emit(ir.Store(base.expr, exprs, value, "guarded", 0, loc, proven=proven))
+            body = self.block
+        finally:
+            self.block, self.facts = saved_block, saved_facts
+            self.guarded_depth -= 1
+        return ir.GuardedRegion(base.expr, exprs, body, loc, proven=proven)
 
     def store_value(self, base: Val, exprs: list[ir.Expr], value_fn: Any, node: ast.AST,
                     target: ast.Subscript) -> ir.Expr:

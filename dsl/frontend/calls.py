@@ -11,7 +11,7 @@ import builtins
 from typing import Any
 
 from dsl.frontend import typing_rules as tr
-from dsl.frontend.values import PyObj, SlotBinding, TupleVal, Val, weak_const
+from dsl.frontend.values import PyObj, SlotBinding, StrideVal, TupleVal, Val, weak_const
 from dsl.typevars import TypeVarMismatch, bind_dtype
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
@@ -29,6 +29,8 @@ INTRINSICS: dict[str, str] = {
     "shared.dynamic": "call_shared_misplaced",
     **{i.key: "call_atomic" for i in vars(si.atomic).values() if isinstance(i, Intrinsic)},
     **{i.key: "call_warp" for i in vars(si.warp).values() if isinstance(i, Intrinsic)},
+    "warp.index_1d": "call_owner_index", "block.index_1d": "call_owner_index",
+    "warp.lanes": "call_stride", "block.threads": "call_stride", "warp.group": "call_group_make",
 }
 BUILTINS: dict[Any, str] = {
     builtins.len: "call_len", builtins.min: "call_minmax", builtins.max: "call_minmax",
@@ -226,6 +228,37 @@ class CallMixin:
             self.err(node, "simt.thread.chunk_1d() needs a 1-D kernel (domain=1)")
         return Val(ir.ChunkValue(n, self.loc(node)))
 
+    def refuse_in_stride_loop(self, what: str, node: ast.AST) -> None:
+        """Lanes run different numbers of iterations of a lanes / threads loop (n not a multiple of
+        the group), so a warp operation there would miss lanes."""
+        scope = getattr(self, "stride_scope", None)
+        if scope is not None:
+            loop = {"warp": "simt.warp.lanes(n)", "block": "simt.block.threads(n)"}.get(
+                scope, f"simt.warp.group({ir.scope_width(scope)}).lanes(n)")
+            self.err(node, f"{what} inside a `for .. in {loop}` loop: lanes run different numbers of "
+                     "iterations when n is not a multiple of the group, so not every lane would take part",
+                     f"reduce inside the loop into a local, then call {what} after the loop")
+
+    def call_owner_index(self, key: str, node: ast.Call) -> Val:
+        """`simt.warp.index_1d()` / `simt.block.index_1d()`: the unforgeable index of the warp (block),
+        which owns row (element) `w` of a DisjointSlice (dsl/frontend/ownership.py)."""
+        self.arity(node, 0)
+        scope = key.split(".")[0]
+        if self.is_kernel:
+            from dsl.frontend.ownership import check_owner_options
+            check_owner_options(scope, self.options, self.src.span(node))
+        return Val(ir.TupleGet(ir.OwnerIndexValue(scope, self.loc(node)), 0, irt.INDEX, self.loc(node)))
+
+    def call_stride(self, key: str, node: ast.Call) -> StrideVal:
+        """`simt.warp.lanes(n)` / `simt.block.threads(n)`: iterated by a `for` loop (dsl/frontend/loops.py)."""
+        self.arity(node, 1)
+        v = self.scalar(node.args[0], "the stop")
+        if v.scalar.kind == "bool" or not v.scalar.is_int:   # type: ignore[union-attr]
+            self.err(node.args[0], f"{key}(n) needs an integer n, got {v.scalar}")
+        loc = self.loc(node)
+        stop = tr.convert(v, irt.INDEX, loc) if v.weak else tr.cast(v.expr, irt.INDEX, loc)
+        return StrideVal(key.split(".")[0], stop)
+
     def call_lane_id(self, key: str, node: ast.Call) -> Val:
         self.arity(node, 0)
         return Val(ir.Special("laneid", self.loc(node)))
@@ -281,6 +314,7 @@ class CallMixin:
             self.err(node, f"simt.warp.{op}() inside a guarded DisjointSlice write: threads past the end "
                      "skip the whole statement, so not every lane of the warp would take part",
                      f"compute it into a local first (`v = simt.warp.{op}(...)`), then write `out[i] = v`")
+        self.refuse_in_stride_loop(f"simt.warp.{op}()", node)
         if op in ("ballot", "any", "all"):
             self.arity(node, 1)
             pred = self.to_bool(node.args[0])
@@ -295,8 +329,12 @@ class CallMixin:
         t = irt.compute_type(v.scalar)  # type: ignore[arg-type]
         if t.kind == "bool" or t.bits < 32 and not t.is_float:  # type: ignore[union-attr]
             self.err(node.args[0], f"warp.{op}() needs a 16/32/64-bit number, got {t}")
-        lane = self.rule(node, tr.implicit, self.scalar(node.args[1], "the lane"), irt.I32, loc,
-                         "the lane / delta / mask")
+        lane_v = self.scalar(node.args[1], "the lane")
+        if not lane_v.weak and lane_v.scalar.is_int:   # type: ignore[union-attr]
+            # the hardware reads 5 bits of a lane / delta / xor mask: any integer width is exact
+            lane = tr.cast(lane_v.expr, irt.I32, loc)
+        else:
+            lane = self.rule(node, tr.implicit, lane_v, irt.I32, loc, "the lane / delta / mask")
         return Val(ir.Warp(op, [tr.convert(v, t, loc), lane], t, loc))  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ device functions

@@ -57,6 +57,13 @@ class ConditionFacts:
     def compare_fact(self, facts: Facts, op: ast.cmpop, lhs: ast.expr, rhs: ast.expr,
                      positive: bool, region: list[ast.stmt]) -> None:
         if isinstance(op, (ast.Is, ast.IsNot)):
+            opt = self.optional_param(lhs)
+            if opt is not None and isinstance(rhs, ast.Constant) and rhs.value is None \
+                    and isinstance(op, ast.IsNot) == positive:
+                facts.present.add(opt.name)      # `x is not None` / not `x is None`: x may be used here
+                return
+            if opt is not None:
+                return
             slot = self.pure_value(lhs)
             if isinstance(slot, SlotBinding) and isinstance(rhs, ast.Constant) and rhs.value is None \
                     and isinstance(op, ast.IsNot) == positive:

@@ -24,7 +24,7 @@ def contract_dict(fn: ir.Function, options: KernelOptions) -> dict[str, Any]:
     return build_contract(fn, domain=options.domain, block=options.block, launch_bounds=options.launch_bounds,
                           dynamic_smem=options.shared_mem, min_cc=options.min_cc,
                           requires=options.requires, inplace=options.inplace,
-                          grid_from={"arg": grid[0], "per_thread": [grid[1], 1, 1]} if grid else None,
+                          grid_from=grid.contract() if grid else None,
                           strict_domain=owns_elements(fn))
 
 
@@ -33,14 +33,16 @@ def contract_for(fn: ir.Function, options: KernelOptions) -> Any:
     from bridge.contract import ArgSpec, LaunchContract
     d = contract_dict(fn, options)
     specs = [ArgSpec.scalar(a["name"], a["dtype"]) if a["kind"] == "scalar" else
-             ArgSpec.array(a["name"], a["dtype"], a["ndim"], a["layout"], a["access"], a["align"], "view")
+             ArgSpec.array(a["name"], a["dtype"], a["ndim"], a["layout"], a["access"], a["align"], "view",
+                           a.get("optional", False))
              for a in d["args"]]
     grid = d.get("grid_from")
     return LaunchContract(fn.name, specs, domain=options.domain, block=options.block,
                           launch_bounds=options.launch_bounds, shared_mem=options.shared_mem,
                           min_cc=options.min_cc, requires=options.requires, inplace=options.inplace,
                           grid_from=grid["arg"] if grid else None,
-                          per_thread=tuple(grid["per_thread"]) if grid else (1, 1, 1),
+                          per_thread=tuple(grid.get("per_thread", (1, 1, 1))) if grid else (1, 1, 1),
+                          grid_tile=tuple(grid["tile"]) if grid and "tile" in grid else None,
                           fault_sites=d.get("fault_sites", ()), strict_domain=d.get("strict_domain", False))
 
 

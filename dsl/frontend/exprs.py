@@ -11,7 +11,7 @@ import numpy as np
 
 from dsl.frontend import typing_rules as tr
 from dsl.frontend.scope import MISSING
-from dsl.frontend.values import PyObj, SlotBinding, TupleVal, Val, weak_const
+from dsl.frontend.values import PyObj, SlotBinding, StrideVal, TupleVal, Val, weak_const
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
 from dsl.vocab.simt import Register
@@ -94,6 +94,8 @@ class ExprMixin:
             return f"a value of type {t!r}"
         if isinstance(v, TupleVal):
             return "a tuple"
+        if isinstance(v, StrideVal):
+            return "a lanes / threads range (iterate over it with `for c in ...:`)"
         if isinstance(v, SlotBinding):
             return "a get_mut() slot"
         if isinstance(v, PyObj):
@@ -107,6 +109,7 @@ class ExprMixin:
         if isinstance(b, ir.Var):
             return Val(ir.ReadVar(b, loc))
         if isinstance(b, ir.ParamRef):
+            self.require_present(b.param, node)
             return Val(ir.ParamRef(b.param, loc))
         if isinstance(b, ir.SharedAlloc):
             if self.unsafe_depth == 0:
@@ -121,6 +124,22 @@ class ExprMixin:
                      "define it before use, pass it as a kernel argument, or import it at module "
                      "level")
         return self.fold(value, node, node.id)
+
+    def optional_param(self, node: ast.expr) -> ir.Param | None:
+        """The kernel parameter `node` names when it is an optional array (`simt.Array[f32] | None`)."""
+        b = self.bindings.get(node.id) if isinstance(node, ast.Name) else None
+        if isinstance(b, ir.ParamRef) and isinstance(b.param.type, irt.ArrayType) and b.param.type.optional:
+            return b.param
+        return None
+
+    def require_present(self, param: ir.Param, node: ast.AST) -> None:
+        """An optional array may be used only where a test proved it is not None (kernels; a device
+        function receives it from such a place)."""
+        t = param.type
+        if self.is_kernel and isinstance(t, irt.ArrayType) and t.optional and param.name not in self.facts.present:
+            self.err(node, f"'{param.name}' is an optional array (it may be None) and is used where it was "
+                     "not tested", f"test it first: `if {param.name} is not None:` ... (or return early with "
+                     f"`if {param.name} is None: return`)")
 
     def fold(self, value: Any, node: ast.AST, name: str) -> Any:
         """A Python object seen from a kernel: numbers become constants, the rest compile-time objects."""
@@ -309,11 +328,17 @@ class ExprMixin:
     def compare_one(self, op: ast.cmpop, lhs: ast.expr, rhs: ast.expr, node: ast.AST) -> ir.Expr:
         loc = self.loc(node)
         if isinstance(op, (ast.Is, ast.IsNot)):
+            opt = self.optional_param(lhs) or self.optional_param(rhs)
+            other = rhs if self.optional_param(lhs) is not None else lhs
+            if opt is not None and isinstance(other, ast.Constant) and other.value is None:
+                # resolved per specialisation: None selects its own (ArrayType.absent), so no run-time test
+                present = not opt.type.absent  # type: ignore[union-attr]
+                return ir.Const(present == isinstance(op, ast.IsNot), irt.BOOL, loc)
             a, b = self.expr(lhs), self.expr(rhs)
             slot = a if isinstance(a, SlotBinding) else b if isinstance(b, SlotBinding) else None
             other = b if slot is a else a
             if slot is None or not (isinstance(other, PyObj) and other.obj is None):
-                self.err(node, "`is` / `is not` only compare a get_mut() slot with None",
+                self.err(node, "`is` / `is not` only compare a get_mut() slot or an optional array with None",
                          "compare numbers with == and !=")
             check = ir.SlotCheck(slot.expr, loc)
             return check if isinstance(op, ast.IsNot) else ir.UnaryOp("not_", check, irt.BOOL, loc)

@@ -6,6 +6,10 @@ A grid may be derived only from what the kernel's threads provably range over:
   with `i = simt.thread.index_Nd()` of the kernel's domain), or at the index a `simt.thread.chunk_1d(n)`
   loop owns (then each thread covers n elements: per_thread = n). Stores inside `@simt.device`
   functions count when the slice is a kernel parameter passed down.
+- a DisjointSlice a warp or block owns rows of (`out[w, c]` in a `simt.warp.lanes` loop, `mean[w]`,
+  dsl/frontend/ownership.py): one warp (block) per element along axis 0, so the grid is a tile grid of
+  blockDim.x / 32 rows (1 row) per block. A kernel mixing thread-owned and group-owned slices gets no
+  derived grid (no one rule covers both).
 Anything else (atomics, `with simt.unsafe():` writes, shared memory) gives no grid_from, so such a
 kernel must be launched with a grid: the validator refuses a launch without one (GridSizeError).
 
@@ -17,6 +21,7 @@ state how (`requires=`) or be launched with `grid=`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 from dsl.frontend.proofs import strip_int_casts
@@ -25,7 +30,24 @@ from dsl.ir import types as irt
 from dsl.ir.relations import Relations
 from dsl.options import KernelOptions
 
-Candidate = tuple[str, int]      # (kernel parameter name, elements per thread along x)
+Candidate = tuple[str, int, str]   # (kernel parameter name, elements per thread along x, owner scope)
+
+
+@dataclass(frozen=True)
+class GridRule:
+    """How a grid-less launch derives its grid: one thread per `per_thread` elements of `arg` along
+    each domain axis, or (`rows` set) one block per `rows` rows of `arg` (warp / block ownership)."""
+    arg: str
+    per_thread: int = 1
+    rows: int | None = None
+    ndim: int = 1
+
+    def contract(self) -> dict:
+        """The schema's grid_from object (a tile spanning every axis past the first whole: 2**40, the
+        schema's largest tile extent)."""
+        if self.rows is not None:
+            return {"arg": self.arg, "tile": [self.rows] + [1 << 40] * (self.ndim - 1)}
+        return {"arg": self.arg, "per_thread": [self.per_thread, 1, 1]}
 
 
 def _exprs(e: ir.Expr) -> Iterator[ir.Expr]:
@@ -53,9 +75,9 @@ class _Finder:
         self.domain = domain
         self.found: list[Candidate] = []
 
-    def add(self, array: ir.Expr, per_thread: int, params: dict[int, str]) -> None:
+    def add(self, array: ir.Expr, per_thread: int, params: dict[int, str], scope: str = "thread") -> None:
         if isinstance(array, ir.ParamRef) and id(array.param) in params:
-            self.found.append((params[id(array.param)], per_thread))
+            self.found.append((params[id(array.param)], per_thread, scope))
 
     def at_thread_index(self, indices: list[ir.Expr]) -> bool:
         n = len(indices)
@@ -72,7 +94,9 @@ class _Finder:
                 self.calls(e, params, chunks)
             if isinstance(s, ir.Store) and s.mode == "guarded":
                 idx = [strip_int_casts(i) for i in s.indices]
-                if self.at_thread_index(idx):
+                if idx and isinstance(idx[0], ir.TupleGet) and isinstance(idx[0].value, ir.OwnerIndexValue):
+                    self.add(s.array, 1, params, idx[0].value.scope)
+                elif self.at_thread_index(idx):
                     self.add(s.array, 1, params)
                 elif len(idx) == 1 and isinstance(idx[0], ir.ReadVar) and id(idx[0].var) in chunks:
                     self.add(s.array, chunks[id(idx[0].var)], params)
@@ -132,34 +156,60 @@ def _chunk(fn: ir.Function) -> int:
     return 1
 
 
+def _owner_scope(fn: ir.Function) -> str | None:
+    """"warp" / "block" when the kernel reads a warp's / block's index (its first one), else None."""
+    for st in _statements(fn.body):
+        for e in _stmt_exprs(st):
+            for n in _exprs(e):
+                if isinstance(n, ir.OwnerIndexValue):
+                    return n.scope
+    return None
+
+
+def _rule(fn: ir.Function, name: str, per: int, scope: str, options: KernelOptions) -> GridRule:
+    if scope == "thread":
+        return GridRule(name, per)
+    width = ir.scope_width(scope)
+    rows = options.block[0] // width if width is not None and options.block else 1
+    ndim = next((p.type.ndim for p in fn.params if p.name == name and isinstance(p.type, irt.ArrayType)), 1)
+    return GridRule(name, rows=rows, ndim=ndim)
+
+
 def _covers(c: Candidate, o: Candidate, rel: Relations, ndims: dict[str, int], domain: int) -> bool:
     """Does the grid derived from c launch a thread for every element o's threads own?"""
-    (cn, cp), (on, op) = c, o
+    (cn, cp, cs), (on, op, _) = c, o
     if cp > op:
         return False
+    if cs != "thread":           # a row (element) per warp / block: axis 0 alone counts
+        return rel.at_most((on, 0), (cn, 0))
     return all(rel.at_most((on, ndims[on] - 1 - d), (cn, ndims[cn] - 1 - d)) for d in range(domain))
 
 
-def grid_source(fn: ir.Function, options: KernelOptions) -> Candidate | None:
-    """(array, per_thread) a grid-less launch derives its grid from, or None: the launch needs a grid."""
+def grid_source(fn: ir.Function, options: KernelOptions) -> GridRule | None:
+    """The rule a grid-less launch derives its grid by, or None: the launch needs a grid."""
     if options.grid_from is not None:
-        return options.grid_from, _chunk(fn)
+        scope = _owner_scope(fn)
+        return _rule(fn, options.grid_from, _chunk(fn), scope or "thread", options)
     finder = _Finder(options.domain)
     kernel_params = {id(p): p.name for p in fn.params
                      if isinstance(p.type, irt.ArrayType) and p.type.writable}
     finder.body(fn.body, kernel_params, {})
     found: list[Candidate] = []
-    for name, per in finder.found:
+    for name, per, scope in finder.found:
         prev = next((k for k, c in enumerate(found) if c[0] == name), None)
         if prev is None:
-            found.append((name, per))
+            found.append((name, per, scope))
         elif per < found[prev][1]:
-            found[prev] = (name, per)
-    if len(found) <= 1:
-        return found[0] if found else None
+            found[prev] = (name, per, scope)
+    if not found:
+        return None
+    if len({c[2] for c in found}) > 1:
+        return None                  # thread-owned and group-owned slices: no one rule covers both
+    if len(found) == 1:
+        return _rule(fn, *found[0], options)
     ndims = {p.name: p.type.ndim for p in fn.params if isinstance(p.type, irt.ArrayType)}
     rel = Relations(options.requires, ndims)
     for c in found:
         if all(_covers(c, o, rel, ndims, options.domain) for o in found if o is not c):
-            return c
-    return found[0]
+            return _rule(fn, *c, options)
+    return _rule(fn, *found[0], options)

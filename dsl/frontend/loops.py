@@ -6,8 +6,8 @@ import ast
 import builtins
 
 from dsl.frontend import typing_rules as tr
-from dsl.frontend.proofs import index_key, nonnegative_expr
-from dsl.frontend.values import PyObj, Val
+from dsl.frontend.proofs import index_key, nonnegative_expr, strip_int_casts
+from dsl.frontend.values import PyObj, StrideVal, Val
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
 
@@ -39,7 +39,11 @@ class LoopMixin:
         if isinstance(v, Val) and isinstance(v.type, irt.ChunkType):
             self.chunk_loop(node, name, v)
             return
-        self.err(it, f"kernels iterate over range(...) or a simt.thread.chunk_1d() chunk, not "
+        if isinstance(v, StrideVal):
+            self.stride_loop(node, name, v)
+            return
+        self.err(it, f"kernels iterate over range(...), a simt.thread.chunk_1d() chunk, "
+                 "simt.warp.lanes(n) or simt.block.threads(n), not "
                  f"{self.describe(v)}", "write `for i in range(len(a)):` and index a[i]")
 
     @staticmethod
@@ -123,6 +127,42 @@ class LoopMixin:
         if isinstance(e, ir.ArrayLen):
             from dsl.frontend.access import array_name
             facts.add_extent(key, (array_name(e.array), e.axis))
+
+    def stride_loop(self, node: ast.For, name: str, sv: StrideVal) -> None:
+        """`for c in simt.warp.lanes(n)` (c = lane, lane + 32, ... < n) or `simt.block.threads(n)`
+        (c = threadIdx.x, + blockDim.x, ...): the columns this lane (thread) owns of its group's row
+        (dsl/frontend/ownership.py)."""
+        loc = self.loc(node)
+        width = ir.scope_width(sv.scope)
+        if width == 32:
+            start, step = ir.Special("laneid", loc), ir.Const(32, irt.INDEX, loc)
+        elif width is not None:       # a lane group: its rank, strided by its width
+            start = ir.BinOp("and_", ir.Special("laneid", loc), ir.Const(width - 1, irt.INDEX, loc),
+                             irt.INDEX, loc)
+            step = ir.Const(width, irt.INDEX, loc)
+        else:
+            start, step = ir.Special("tid.x", loc), ir.Special("ntid.x", loc)
+        var = self.new_var(name, irt.INDEX, self.loc(node.target))
+        self.bindings[name] = var
+        self.stride_loops[id(var)] = sv.scope
+        facts = self.facts.copy()
+        key = ("var", id(var))
+        facts.nonneg.add(key)
+        stop = strip_int_casts(sv.stop)
+        if isinstance(stop, ir.Const) and isinstance(stop.value, int):
+            facts.add_const(key, stop.value)
+        elif isinstance(stop, ir.ArrayLen):
+            from dsl.frontend.access import array_name
+            facts.add_extent(key, (array_name(stop.array), stop.axis))
+        self.loop_depth += 1
+        saved = self.innermost_chunk, self.stride_scope
+        self.innermost_chunk, self.stride_scope = False, sv.scope
+        try:
+            body = self.sub_block(node.body, facts)
+        finally:
+            self.loop_depth -= 1
+            self.innermost_chunk, self.stride_scope = saved
+        self.emit(ir.ForRange(var, start, sv.stop, step, body, loc))
 
     def chunk_loop(self, node: ast.For, name: str, chunk: Val) -> None:
         loc = self.loc(node)

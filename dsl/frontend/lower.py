@@ -14,6 +14,7 @@ from dsl.frontend.annotations import ParamAnnotation, annotation_of, check_plain
 from dsl.frontend.calls import CallMixin
 from dsl.frontend.context import BuildContext
 from dsl.frontend.exprs import ExprMixin
+from dsl.frontend.groups import GroupMixin
 from dsl.frontend.loops import LoopMixin
 from dsl.frontend.ownership import Claim, check_claims
 from dsl.frontend.proofs import Facts
@@ -46,7 +47,7 @@ def _mark_parents(tree: ast.AST) -> None:
             child._kb_parent = parent  # type: ignore[attr-defined]
 
 
-class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, AccessMixin):
+class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, GroupMixin, AccessMixin):
     """Lower one kernel or device function for one signature."""
 
     def __init__(self, pyfunc: Callable, signature: list[irt.Type], ctx: BuildContext, *,
@@ -71,6 +72,8 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, AccessMixin):
         self.unsafe_depth = 0
         self.loop_depth = 0
         self.chunk_loops: dict[int, int] = {}     # id(Var) of a chunk loop -> n of its chunk_1d(n)
+        self.stride_loops: dict[int, str] = {}    # id(Var) of a warp.lanes / block.threads loop -> scope
+        self.stride_scope: str | None = None      # scope of the innermost such loop around the code
         self.claims: list[Claim] = []             # safe DisjointSlice writes (dsl/frontend/ownership.py)
         self.assigned: dict[str, int] = {}
         self.relations: Relations | None = None
@@ -148,7 +151,7 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, AccessMixin):
         if self.is_kernel:
             fn.exact_block = self.options.block
             fn.max_threads = self.options.launch_bounds
-            check_claims([p.name for p in params], self.claims, self.options.domain)
+            check_claims([p.name for p in params], self.claims, self.options)
         else:
             self.ctx.claims[id(fn)] = self.claims
         return fn

@@ -5,6 +5,12 @@ A safe write (outside `with simt.unsafe():`) to a DisjointSlice names its elemen
   index is i owns element i;
 - at the position a `simt.thread.chunk_1d(n)` loop gives (`for q in chunk: out[q] = ...`): thread t
   owns elements [t*n, t*n + n). A chunk of 1 is the ThreadIndex form.
+- a warp a row (`w = simt.warp.index_1d()`, `for c in simt.warp.lanes(n): out[w, c] = ...`): warp w
+  owns row w of a 2-D slice and its lane l writes columns l, l + 32, ...; at the warp's index itself
+  (`mean[w] = m`, 1-D) the warp writes once, from lane 0. Warps are whole (an exact block of whole warps
+  along x), so the global warp number names one warp of the launch;
+- a block a row (`b = simt.block.index_1d()`, `for c in simt.block.threads(n): out[b, c] = ...`): the
+  same with block b and its thread t writing columns t, t + blockDim.x, ...; `sums[b] = s` from thread 0.
 Each form alone gives every element one owner, for the whole launch (the contract's `strict_domain`
 keeps the launch from repeating threads along the axes past the domain). Two forms on one slice do
 not: with `out[i]` and a `chunk_1d(4)` loop, thread 1 and thread 0 both own out[1]. So the front end
@@ -22,11 +28,23 @@ from dsl.ir import nodes as ir
 
 @dataclass(frozen=True)
 class Form:
-    """How a write names its element: at an `ndim`-D ThreadIndex (per == 1) or in a chunk of `per`."""
+    """How a write names its element: at an `ndim`-D ThreadIndex (per == 1) or in a chunk of `per`
+    (scope "thread"), or by a warp's / block's index (scope "warp" / "block": a row of a 2-D slice
+    strided over its lanes, or one element of a 1-D slice written by its first lane)."""
     ndim: int
     per: int
+    scope: str = "thread"
 
     def text(self, array: str) -> str:
+        if self.scope != "thread":
+            width = ir.scope_width(self.scope)
+            g = "block" if width is None else "warp" if width == 32 else f"group of {width} lanes"
+            k = "b" if width is None else "w" if width == 32 else "g"
+            first, step = ("thread 0", "blockDim.x") if width is None else ("lane 0", str(width))
+            if self.ndim == 1:
+                return f"at its {g}'s index ({g} {k}'s {first} writes {array}[{k}])"
+            return (f"a {g} a row ({g} {k} owns {array}[{k}, :]; its {'thread' if width is None else 'lane'} "
+                    f"r writes columns r, r + {step}, ...)")
         if self.per == 1:
             return f"at its {self.ndim}-D ThreadIndex (thread i owns {array}[i])"
         return f"in a chunk_1d({self.per}) loop (thread t owns {array}[{self.per}*t : {self.per}*t + {self.per}])"
@@ -38,6 +56,30 @@ def thread_form(ndim: int) -> Form:
 
 def chunk_form(n: int) -> Form:
     return Form(1, n)     # chunk_1d(1) is the 1-D ThreadIndex form
+
+
+def group_form(scope: str, ndim: int) -> Form:
+    """A row of a 2-D slice (ndim 2) or one element of a 1-D slice (ndim 1) owned by a warp / block."""
+    return Form(ndim, 1, scope)
+
+
+def check_owner_options(scope: str, options, loc: ir.Loc) -> None:
+    """Warp, lane-group and block indices own rows of a 1-D launch; a warp (group) index also needs an
+    exact block of whole warps along x, so that (x-thread // 32) names one hardware warp and the derived
+    grid is known."""
+    width = ir.scope_width(scope)
+    name = "simt.block.index_1d()" if width is None else "simt.warp.index_1d()" if width == 32 else \
+        f"simt.warp.group({width}).index_1d()"
+    if options.domain != 1:
+        raise compile_error(f"{name} in a kernel declared with domain={options.domain}: warps and blocks "
+                            "own rows of a 1-D launch", loc, "declare @simt.kernel(domain=1, ...)")
+    if width is not None:
+        b = options.block
+        if b is None or b[0] % 32 or b[1] != 1 or b[2] != 1:
+            got = "no exact block" if b is None else f"block={b}"
+            raise compile_error(f"{name} needs an exact 1-D block of whole warps (a multiple of 32 "
+                                f"threads), got {got}", loc,
+                                "declare e.g. @simt.kernel(block=256) (8 warps, each owning a row)")
 
 
 @dataclass(frozen=True)
@@ -68,12 +110,15 @@ def mapped(claims: list[Claim], args: list[ir.Expr], callee: str, call_loc: ir.L
     return out
 
 
-def check_claims(params: list[str], claims: list[Claim], domain: int) -> None:
+def check_claims(params: list[str], claims: list[Claim], options) -> None:
     """Every DisjointSlice of the kernel is claimed in one form, and that form spans the domain."""
+    domain = options.domain
     first: dict[int, Claim] = {}
     for c in claims:
         name = params[c.param]
-        if c.form.per == 1 and c.form.ndim != domain:
+        if c.form.scope != "thread":       # also for the claims of device functions
+            check_owner_options(c.form.scope, options, c.loc)
+        if c.form.scope == "thread" and c.form.per == 1 and c.form.ndim != domain:
             raise compile_error(
                 f"'{name}' is written at a {c.form.ndim}-D ThreadIndex in a kernel of domain={domain} "
                 f"({c.where()}): threads that differ only along the other axes would own the same element",
@@ -100,5 +145,7 @@ def check_claims(params: list[str], claims: list[Claim], domain: int) -> None:
 def _example(name: str, a: Form, b: Form) -> str:
     """Two threads that own one element under forms `a` and `b` (1-D forms; n-D forms differ in ndim
     only when the domain check above has already refused one)."""
+    if a.scope != b.scope or a.scope != "thread":
+        return "the two forms give its elements different owners, so two threads would write one element"
     e = min(a.per, b.per)        # e // min == 1, e // max == 0
     return f"thread {e // a.per} and thread {e // b.per} would both write {name}[{e}]"

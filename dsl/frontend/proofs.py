@@ -37,6 +37,8 @@ def index_key(e: ir.Expr) -> tuple | None:
     e = strip_int_casts(e)
     if isinstance(e, ir.TupleGet) and isinstance(e.value, ir.ThreadIndexValue):
         return ("tid", e.value.ndim, e.k)
+    if isinstance(e, ir.TupleGet) and isinstance(e.value, ir.OwnerIndexValue):
+        return ("own", e.value.scope)
     if isinstance(e, ir.ReadVar):
         return ("var", id(e.var))
     if isinstance(e, ir.Special):
@@ -63,7 +65,7 @@ def pure_index_expr(e: ir.Expr) -> bool:
             pure_index_expr(e.operand)
     if isinstance(e, (ir.Special, ir.ArrayLen)):
         return True
-    if isinstance(e, ir.TupleGet) and isinstance(e.value, ir.ThreadIndexValue):
+    if isinstance(e, ir.TupleGet) and isinstance(e.value, (ir.ThreadIndexValue, ir.OwnerIndexValue)):
         return True
     if isinstance(e, ir.Const):
         return isinstance(e.value, int) and not isinstance(e.value, bool)
@@ -94,7 +96,7 @@ def _upper(facts: "Facts", key: tuple) -> int | None:
         return bound
     if kind == "reg":
         return _REGISTER_BOUND.get(key[1], 1 << 32)
-    if kind == "tid" or facts.below_extent.get(key):
+    if kind in ("tid", "own") or facts.below_extent.get(key):
         return _EXTENT_BOUND
     return None
 
@@ -104,7 +106,7 @@ def _nonneg_key(facts: "Facts", key: tuple) -> bool:
         return key[1] >= 0
     if key[0] == "bin":
         return _nonneg_key(facts, key[2]) and _nonneg_key(facts, key[3])
-    return key[0] in ("reg", "tid") or key in facts.nonneg
+    return key[0] in ("reg", "tid", "own") or key in facts.nonneg
 
 
 def nonnegative_expr(e: ir.Expr) -> bool:
@@ -117,7 +119,7 @@ def nonnegative_expr(e: ir.Expr) -> bool:
         return True
     if isinstance(e, (ir.Special, ir.ArrayLen, ir.ChunkStart)):
         return True
-    if isinstance(e, ir.TupleGet) and isinstance(e.value, ir.ThreadIndexValue):
+    if isinstance(e, ir.TupleGet) and isinstance(e.value, (ir.ThreadIndexValue, ir.OwnerIndexValue)):
         return True
     if isinstance(e, ir.Const):
         return isinstance(e.value, (int, float)) and e.value >= 0
@@ -133,11 +135,12 @@ class Facts:
     slots: set[int] = field(default_factory=set)     # ids of get_mut() slots known not None
     at_least: dict[tuple, int] = field(default_factory=dict)              # key >= c  (`if r > 0:`)
     below_extent_minus: dict[tuple, set[tuple[Extent, int]]] = field(default_factory=dict)  # key < ext - d
+    present: set[str] = field(default_factory=set)   # optional array parameters tested `is not None`
 
     def copy(self) -> "Facts":
         return Facts({k: set(v) for k, v in self.below_extent.items()}, dict(self.below_const),
                      set(self.nonneg), set(self.slots), dict(self.at_least),
-                     {k: set(v) for k, v in self.below_extent_minus.items()})
+                     {k: set(v) for k, v in self.below_extent_minus.items()}, set(self.present))
 
     def add_lower(self, key: tuple, bound: int) -> None:
         self.at_least[key] = max(bound, self.at_least.get(key, bound))

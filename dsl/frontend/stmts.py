@@ -396,6 +396,13 @@ class StmtMixin(ConditionFacts):
                 f = got.obj if isinstance(got, PyObj) else None
             if isinstance(f, Intrinsic) and f.key == "sync_threads":
                 self.arity(value, 0)
+                scope = getattr(self, "stride_scope", None)
+                if scope is not None:
+                    loop = "simt.warp.lanes(n)" if scope == "warp" else "simt.block.threads(n)"
+                    self.err(value, f"simt.sync_threads() inside a `for .. in {loop}` loop: threads run "
+                             "different numbers of iterations when n is not a multiple of the group, so "
+                             "not every thread would reach the barrier",
+                             "synchronise before or after the loop")
                 self.emit(ir.SyncThreads(self.loc(value)))
                 return
         v = self.expr(value)

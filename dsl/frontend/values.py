@@ -2,7 +2,7 @@
 
 `Val` wraps an IR expression; `weak` marks an untyped literal (or a folded module constant) whose type
 is decided by the other operand. `TupleVal` is a compile-time tuple (multi-dim indices, `a.shape`).
-`PyObj` is a compile-time Python object (a namespace, an intrinsic, a type, a device function).
+`StrideVal` is the iterable of a lanes / threads loop. `PyObj` is a compile-time Python object (a namespace, an intrinsic, a type, a device function).
 """
 from __future__ import annotations
 
@@ -37,6 +37,15 @@ class Val:
 @dataclass
 class TupleVal:
     items: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class StrideVal:
+    """`simt.warp.lanes(stop)`, `simt.block.threads(stop)`, `g.lanes(stop)`: only the iterable of a
+    `for` loop (dsl/frontend/loops.py), which becomes a ForRange from the lane (thread) rank by the
+    group's size; `scope` is "warp", "group<n>" or "block" (ir.scope_width)."""
+    scope: str
+    stop: ir.Expr
 
 
 @dataclass

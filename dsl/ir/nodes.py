@@ -180,6 +180,32 @@ class ThreadIndexValue(Expr):
 
 
 @dataclass(eq=False)
+class OwnerIndexValue(Expr):
+    """`simt.warp.index_1d()` (scope "warp": the global warp number, (blockIdx.x * blockDim.x +
+    threadIdx.x) // 32), `simt.warp.group(n).index_1d()` ("group<n>": the same // n) or
+    `simt.block.index_1d()` ("block": blockIdx.x). Like a ThreadIndex it is read
+    through TupleGet(.., 0), so the front end can tell the unforgeable value from arithmetic on it
+    (dsl/frontend/ownership.py)."""
+    scope: str
+    loc: Loc = NOLOC
+
+    @property
+    def type(self) -> Type:  # type: ignore[override]
+        return TupleType((INDEX,))
+
+    @property
+    def width(self) -> int | None:
+        return scope_width(self.scope)
+
+
+def scope_width(scope: str) -> int | None:
+    """Lanes of an owning group: "warp" 32, "group8" 8 (`simt.warp.group(8)`), "block" None."""
+    if scope == "block":
+        return None
+    return 32 if scope == "warp" else int(scope.removeprefix("group"))
+
+
+@dataclass(eq=False)
 class TupleGet(Expr):
     """Component k of a ThreadIndex (or other tuple-typed value). Result is a plain INDEX int."""
     value: Expr
@@ -251,7 +277,9 @@ class Atomic(Expr):
 
 @dataclass(eq=False)
 class Warp(Expr):
-    """Warp-synchronous op over the full warp (mask 0xffffffff).
+    """Warp-synchronous op over the full warp (mask 0xffffffff), or with `width` n < 32 over the
+    executing lane's aligned group of n lanes (mask = those lanes; `simt.warp.group(n)`, whose
+    operations read only lanes of their own group).
     op: shfl (args value, src_lane) shfl_up/shfl_down (value, delta) shfl_xor (value, lane_mask),
     ballot (pred) -> u32, any/all (pred) -> bool, sum (value) -> value's type (butterfly reduction;
     every lane gets the sum)."""
@@ -259,6 +287,7 @@ class Warp(Expr):
     args: list[Expr]
     type: ScalarType
     loc: Loc = NOLOC
+    width: int = 32
 
 
 @dataclass(eq=False)

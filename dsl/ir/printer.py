@@ -65,6 +65,9 @@ class _Printer:
     def e_ThreadIndexValue(self, x: N.ThreadIndexValue) -> str:
         return f"thread.index_{x.ndim}d()"
 
+    def e_OwnerIndexValue(self, x: N.OwnerIndexValue) -> str:
+        return f"{x.scope}.index_1d()"
+
     def e_TupleGet(self, x: N.TupleGet) -> str:
         return f"{self.e(x.value)}[{x.k}]"
 

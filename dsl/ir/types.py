@@ -80,6 +80,8 @@ class ArrayType(Type):
     specialised at launch). aligned16: the data pointer is 16-byte aligned (specialised at launch; lets
     chunked accesses use vector loads/stores). space: "global" | "shared". shape: static shape for shared
     arrays (None for global; -1 in a shape entry = dynamic shared memory, length from the launch).
+    optional: the parameter may be None (`simt.Array[f32] | None`); absent: this specialisation was
+    given None (a null pointer and zero extents reach the kernel; `x is not None` is False).
     """
     dtype: ScalarType
     ndim: int
@@ -88,10 +90,13 @@ class ArrayType(Type):
     aligned16: bool = False
     space: str = "global"
     shape: tuple[int, ...] | None = None
+    optional: bool = False
+    absent: bool = False
 
     def __repr__(self) -> str:
         kind = "Shared" if self.space == "shared" else ("DisjointSlice" if self.writable else "Array")
-        extra = f", {self.layout}" + (", a16" if self.aligned16 else "")
+        extra = f", {self.layout}" + (", a16" if self.aligned16 else "") + \
+            (", None" if self.absent else ", optional" if self.optional else "")
         return f"{kind}[{self.dtype}, {self.ndim}{extra}]"
 
 

@@ -429,6 +429,11 @@ class Machine:
     def e_ThreadIndexValue(self, e: N.ThreadIndexValue, sel):
         return tuple(c[sel] for c in self.lanes.thread_index[e.ndim])
 
+    def e_OwnerIndexValue(self, e: N.OwnerIndexValue, sel):
+        if e.width is None:
+            return (vec(self.e_Special(N.Special("ctaid.x"), sel), count(sel, self.L)),)
+        return (self.lanes.thread_index[1][0][sel] // np.int64(e.width),)
+
     def e_TupleGet(self, e: N.TupleGet, sel):
         return self.ev(e.value, sel)[e.k]
 
@@ -491,9 +496,9 @@ class Machine:
                                None if cmp is None else cmp[good])
         return out
 
-    def _warp_lanes(self, sel):
-        """(warp-padded positions of the selected lanes, which padded lanes take part, the warps where
-        only some live lanes do — or None)."""
+    def _warp_lanes(self, sel, width: int = 32):
+        """(warp-padded positions of the selected lanes, which padded lanes take part, the warps (lane
+        groups of `width`) where only some live lanes do — or None)."""
         lanes = self.lanes
         pos = lanes.warp_pos[sel]
         present = np.zeros(len(lanes.exists_padded), bool)
@@ -501,18 +506,20 @@ class Machine:
         live = np.zeros(len(lanes.exists_padded), bool)
         live[lanes.warp_pos] = self.live()
         present &= live
-        return pos, present, check_converged(present, live)
+        return pos, present, check_converged(present, live, width)
 
     def e_Warp(self, e: N.Warp, sel):
         lanes = self.lanes
         n = count(sel, self.L)
         args = [vec(self.ev(a, sel), n) for a in e.args]
-        pos, present, bad = self._warp_lanes(sel)
+        pos, present, bad = self._warp_lanes(sel, e.width)
         if bad is not None:
             w = int(bad[0])
-            b, first = divmod(w * 32, lanes.Tp)
+            b, first = divmod(w * e.width, lanes.Tp)
             xyz = tuple(int(v) for v in lanes.block_xyz[b])
-            raise self._err(e, f"warp op '{e.op}' executed by only part of warp {first // 32} of block "
+            who = f"warp {first // 32}" if e.width == 32 else \
+                f"the {e.width}-lane group at lanes {first % 32}..{first % 32 + e.width - 1} of warp {first // 32}"
+            raise self._err(e, f"warp op '{e.op}' executed by only part of {who} of block "
                                f"{xyz} (warp ops use the full mask: every thread of the warp must "
                                "reach them together; threads skipped by an `if`, a guarded store or "
                                "a loop that ended for them are absent)")

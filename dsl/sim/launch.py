@@ -103,7 +103,10 @@ def _bind(fn: N.Function, args: list) -> dict[int, object]:
 
 def _memref(fn: N.Function, k: int, p: N.Param, a) -> MemRef:
     """The simulator reads and writes the caller's NumPy array itself. Other host arrays pass the
-    validator (any DLPack / CAI producer) but have no NumPy memory to run on: a typed refusal."""
+    validator (any DLPack / CAI producer) but have no NumPy memory to run on: a typed refusal. None
+    for an optional array (the validator allowed it) is an empty array: zero extents, as on the GPU."""
+    if a is None and p.type.optional:
+        return MemRef(p.name, np.empty((0,) * p.type.ndim, arith.np_dtype(p.type.dtype)), p.type.dtype, shared=False)
     if not isinstance(a, np.ndarray):
         from bridge import errors as E  # lazy: dsl.sim imports without the runtime
         raise E.ArgumentKindError(f"{fn.name}: argument '{p.name}' (#{k}): the simulator needs a NumPy array, got "

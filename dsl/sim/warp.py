@@ -17,10 +17,11 @@ from dsl.sim.lanes import WARP
 SUM_MASKS = (16, 8, 4, 2, 1)
 
 
-def check_converged(present: np.ndarray, live_padded: np.ndarray) -> np.ndarray | None:
-    """Warps (row numbers) where some live lanes take part and others do not, or None."""
-    p = present.reshape(-1, WARP)
-    lv = live_padded.reshape(-1, WARP)
+def check_converged(present: np.ndarray, live_padded: np.ndarray, width: int = WARP) -> np.ndarray | None:
+    """Warps (lane groups of `width`: row numbers) where some live lanes take part and others do not,
+    or None."""
+    p = present.reshape(-1, width)
+    lv = live_padded.reshape(-1, width)
     bad = p.any(axis=1) & (lv & ~p).any(axis=1)
     return np.flatnonzero(bad) if bad.any() else None
 

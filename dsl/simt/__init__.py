@@ -1,7 +1,7 @@
 """dsl.simt — per-thread kernels in the spirit of cuda-oxide: ThreadIndex, DisjointSlice, contracts,
 and an explicit `unsafe` escape hatch. See docs/dsl.md for the language reference."""
-from dsl.vocab.simt import Array, ArraySpec, DisjointSlice
-from dsl.vocab.simt import (atomic, blockDim, blockIdx, gridDim, lane_id, math_intrinsic, shared,
+from dsl.vocab.simt import Array, ArraySpec, DisjointSlice, Optional
+from dsl.vocab.simt import (atomic, block, blockDim, blockIdx, gridDim, lane_id, math_intrinsic, shared,
                                  sync_threads, thread, threadIdx, unsafe, warp, warp_size)
 from dsl.vocab import math as _vocab
 from dsl.simt.kernel import DeviceFunction, SimtKernel, device, kernel
@@ -12,9 +12,9 @@ globals().update({_n: math_intrinsic(_n) for _n in _vocab.names()})
 _MATH_NAMES = _vocab.names()
 _vocab.add_model_namespace(__name__, globals())   # register_math refuses the names taken here
 
-__all__ = ["kernel", "device", "Array", "DisjointSlice", "ArraySpec", "SimtKernel", "DeviceFunction",
+__all__ = ["kernel", "device", "Array", "DisjointSlice", "Optional", "ArraySpec", "SimtKernel", "DeviceFunction",
            "thread", "threadIdx", "blockIdx", "blockDim", "gridDim", "lane_id", "warp_size",
-           "sync_threads", "shared", "atomic", "warp", "unsafe", "extern_device", "ExternDevice", *_MATH_NAMES]
+           "sync_threads", "shared", "atomic", "warp", "block", "unsafe", "extern_device", "ExternDevice", *_MATH_NAMES]
 
 
 def __getattr__(name: str) -> object:

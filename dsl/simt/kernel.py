@@ -208,7 +208,8 @@ class SimtKernel:
                 dt = ir_scalar_from_dtype(chosen[name])
                 if dt is None:
                     raise TypeError(f"{self.__name__}: dtypes[{name!r}]: not a DSL dtype: {chosen[name]!r}")
-            sig.append(ArrayType(dt, ann.ndim, ann.writable, layout, False) if ann.kind == "array" else dt)
+            sig.append(ArrayType(dt, ann.ndim, ann.writable, layout, False, optional=ann.optional)
+                       if ann.kind == "array" else dt)
         return contract_for(self._ir_for(tuple(sig)), self.options)
 
 

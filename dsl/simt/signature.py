@@ -4,7 +4,9 @@ Arrays: NumPy arrays, `bridge.Array`, and any CuPy/torch/DLPack/CAI object (view
 `bridge.asarray`, never imported here). dtype and ndim come from the array; the layout is "C" when it
 is C-contiguous and the pointer's 16-byte alignment is recorded (both specialise the code, as the
 native dispatcher's key does). Scalars: Python/NumPy numbers, or a dsl type object standing for one.
-Generic dtypes (TypeVars) bind from arrays first, then from scalar values.
+Generic dtypes (TypeVars) bind from arrays first, then from scalar values. None for an optional array
+(`simt.Array[f32] | None`) selects its own specialisation (ArrayType.absent: `x is not None` is False
+there); its dtype comes from the annotation or from a TypeVar another argument binds.
 """
 from __future__ import annotations
 
@@ -81,7 +83,7 @@ def signature_of(kernel: str, anns: Sequence[ParamAnnotation], args: Sequence[An
                                    kernel=kernel)
     typevars: dict[Any, irt.ScalarType] = {}
     out: list[irt.Type | None] = [None] * len(anns)
-    order = sorted(range(len(anns)), key=lambda k: anns[k].kind != "array")
+    order = sorted(range(len(anns)), key=lambda k: (anns[k].kind != "array", args[k] is None))
     for k in order:
         ann, value = anns[k], args[k]
         where = f"{kernel}: argument '{ann.name}' (#{k})"   # 0-based, as the validator
@@ -92,9 +94,24 @@ def signature_of(kernel: str, anns: Sequence[ParamAnnotation], args: Sequence[An
     return out  # type: ignore[return-value]
 
 
+def _absent_type(where: str, ann: ParamAnnotation, typevars: dict, k: int, kernel: str, E: Any) -> irt.ArrayType:
+    """The type of None passed for `ann`: allowed only where the annotation is optional."""
+    kind = "DisjointSlice" if ann.writable else "Array"
+    if not ann.optional:
+        raise E.ArgumentKindError(f"{where}: expected an array (simt.{kind}), got None (declare the parameter "
+                                  f"simt.{kind}[...] | None to allow None)", kernel=kernel, arg=k, arg_name=ann.name)
+    dtype = typevars.get(ann.dtype) if ann.is_generic else ann.dtype
+    if dtype is None:
+        raise E.DTypeError(f"{where}: got None, and no other argument binds its dtype {ann.dtype}; pass an "
+                           "array, or give the parameter a concrete dtype", kernel=kernel, arg=k, arg_name=ann.name)
+    return irt.ArrayType(dtype, ann.ndim, ann.writable, "any", False, optional=True, absent=True)
+
+
 def _array_type(where: str, ann: ParamAnnotation, value: Any, typevars: dict, k: int, kernel: str,
                 E: Any) -> irt.ArrayType:
     kind = "DisjointSlice" if ann.writable else "Array"
+    if value is None:
+        return _absent_type(where, ann, typevars, k, kernel, E)
     try:
         dtype, text, ndim, shape, contiguous, aligned = array_facts(value)
     except NotAnArray:
@@ -119,7 +136,7 @@ def _array_type(where: str, ann: ParamAnnotation, value: Any, typevars: dict, k:
     if ndim != ann.ndim:
         raise E.NdimError(f"{where}: expected a {ann.ndim}-D array, got a {ndim}-D array of shape "
                           f"{tuple(shape)}", kernel=kernel, arg=k, arg_name=ann.name)
-    return irt.ArrayType(dtype, ndim, ann.writable, "C" if contiguous else "any", aligned)
+    return irt.ArrayType(dtype, ndim, ann.writable, "C" if contiguous else "any", aligned, optional=ann.optional)
 
 
 def _scalar_param(where: str, ann: ParamAnnotation, value: Any, typevars: dict, k: int, kernel: str,

@@ -75,8 +75,8 @@ DTYPES: dict[str, ScalarType] = dict(SCALARS)
 
 
 class _Annot:
-    """Subscriptable annotation marker: tile.Array[f32, 2], tile.Constant[int] (and, through the host
-    class, tile.Partition[f32, 2])."""
+    """Subscriptable annotation marker: tile.Array[f32, 2], tile.Atomic[f32, 1] (updated only through
+    atomics), tile.Constant[int] (and, through the host class, tile.Partition[f32, 2])."""
 
     def __init__(self, kind: str, args: tuple = ()) -> None:
         self.kind = kind
@@ -90,4 +90,5 @@ class _Annot:
 
 
 Array = _Annot("Array")
+Atomic = _Annot("Atomic")      # an array written only through tile.atomic_* / tile.scatter_*, by any block
 Constant = _Annot("Constant")

@@ -133,7 +133,7 @@ class Tuned:
             return k
         if opts not in self._variants:
             from dsl.tile.host import TileKernel
-            self._variants[opts] = TileKernel(k.pyfunc, opts[0], opts[1], k.lineinfo)
+            self._variants[opts] = TileKernel(k.pyfunc, opts[0], opts[1], k.lineinfo, k.requires)
         return self._variants[opts]
 
     def call_args(self, config: Config, args: tuple) -> tuple:

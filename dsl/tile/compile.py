@@ -91,7 +91,7 @@ def contract_for(simt_fn, fn, facts: dict[str, dict], relied: set[str], persiste
     where the lowering relied on it. The block is the lowered kernel's exact block. `reads`: the
     parameters the kernel reads when `simt_fn` has no body (the simulator's validator)."""
     from dsl.contracts import build_contract
-    requires = tile_requires(fn, facts, relied)
+    requires = tile_requires(fn, facts, relied) + list(getattr(fn, "requires", ()))
     gp = fn.grid_param
     grid = {"arg": gp.name, "tile": list(gp.type.tile_shape)}
     if persistent:
@@ -102,7 +102,17 @@ def contract_for(simt_fn, fn, facts: dict[str, dict], relied: set[str], persiste
                               reads=reads, aligned=aligned)
     if dynamic_smem:             # after grid_from, where tile contracts have always had it
         contract["dynamic_smem"] = {"exact": dynamic_smem}
+    atomic = atomic_targets(fn)
+    for a in contract["args"]:   # written through atomics only, by any block (docs/architecture.md)
+        if a["name"] in atomic:
+            a["access"] = "atomic"
     return contract
+
+
+def atomic_targets(fn) -> set[str]:
+    """The tile.Atomic parameters of `fn` (their contract access is "atomic")."""
+    from dsl.tile.types import ArrayParamType
+    return {p.name for p in fn.params if isinstance(p.type, ArrayParamType) and p.type.atomic}
 
 
 def validator_contract(fn, threads: int, facts: dict[str, dict], persistent: bool = False) -> dict:
@@ -116,14 +126,15 @@ def validator_contract(fn, threads: int, facts: dict[str, dict], persistent: boo
 
 
 def tile_reads(fn) -> set[str]:
-    """Parameters the tile IR loads from (partitions included: `out.load()`)."""
+    """Parameters the tile IR loads or gathers from (partitions included: `out.load()`)."""
     from dsl.tile import ir as T
-    return {e.param.name for e in T.body_exprs(fn.body) if isinstance(e, T.Load)}
+    return {e.param.name for e in T.body_exprs(fn.body) if isinstance(e, (T.Load, T.Gather))}
 
 
 def _reads_partition(fn, p) -> bool:
-    """Does the tile kernel read partition `p` (dsl/integrations/_kernels.py asks)?"""
-    return p.name in tile_reads(fn)
+    """Does the tile kernel read argument `p` (dsl/integrations/_kernels.py asks, to zero-fill the
+    outputs a kernel accumulates into)? Loads count, and atomic updates (tile.Atomic)."""
+    return p.name in tile_reads(fn) or p.name in atomic_targets(fn)
 
 
 def tc_matmul_enabled() -> bool:
@@ -176,6 +187,7 @@ def tile_context(arch: str, *, num_warps: int | None = None, facts: dict[str, di
     from dsl.options import KernelOptions
     from dsl.tile.stages import TILE_FRONT, TileLowering
     lowering = TileLowering(lowering_switches(), num_warps, facts, persistent, lineinfo)
+    lowering.requires = tuple(getattr(kernel, "requires", ()))
     return CompileContext(getattr(kernel, "pyfunc", None), list(sig), KernelOptions(), arch,
                           parse_dump(dump, "tile"), name, model="tile", tile=lowering, front=TILE_FRONT)
 
@@ -234,7 +246,8 @@ def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str, *, dum
         t0 = time.perf_counter()
         key = cache_key(kernel.pyfunc, [("tile", *sig), sorted(facts.items())],
                         ("tile", kernel.num_warps, kernel.persistent, kernel.lineinfo)
-                        + switches_key(), arch)
+                        + switches_key() + ((("requires", *kernel.requires),) if kernel.requires else ()),
+                        arch)
         hit = None if dumps else disk.load(key)
         if hit is not None:
             meta = dict(hit.metadata, cache="disk", key=key, hit_seconds=round(time.perf_counter() - t0, 6))

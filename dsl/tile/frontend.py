@@ -45,8 +45,10 @@ def _assigned_names(fdef: ast.FunctionDef) -> dict[str, int]:
 
 
 class TileFrontend:
-    def __init__(self, pyfunc, signature: list, name: str | None = None) -> None:
+    def __init__(self, pyfunc, signature: list, name: str | None = None,
+                 requires: tuple[str, ...] = ()) -> None:
         self.pyfunc = pyfunc
+        self.requires = tuple(requires)      # the kernel's relations, carried by the tile IR
         self.src: Source = get_source(pyfunc)      # the SIMT front end's source, positions and carets
         self.fdef = self.src.tree
         self.signature = signature
@@ -104,7 +106,8 @@ class TileFrontend:
         for stmt in self.fdef.body:
             self.stmt(stmt)
         self.body_stack.pop()
-        return T.TileFunction(self.name, params, body, grid_param, self.locals, self.loc(self.fdef))
+        return T.TileFunction(self.name, params, body, grid_param, self.locals, self.loc(self.fdef),
+                              self.requires)
 
     # ---------------------------------------------------------------------------------- statements
     def stmt(self, node: ast.stmt) -> None:
@@ -509,9 +512,13 @@ class TileFrontend:
         """`x.sum(...)`, `out.store(v)`: the method form of a tile op (dsl/tile/tileops.py)."""
         return call_method(self, m, args, kwargs, node)
 
-    def store(self, p: T.TParam, value: object, node: ast.AST) -> "_StoreDone":
+    def store(self, p: T.TParam, value: object, node: ast.AST, chunk: object = None) -> "_StoreDone":
         ty = p.type
         assert isinstance(ty, PartitionParamType)
+        if chunk is not None:         # a sub-tile of the block's own tile (dsl/tile/chunks.py)
+            from dsl.tile.chunks import chunk_store
+            self.emit(chunk_store(self, p, value, chunk, node))
+            return _StoreDone()
         loc = self.loc(node)
         v = self.as_expr(value, node, like=ty.dtype)
         try:

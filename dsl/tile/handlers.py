@@ -14,6 +14,7 @@ from dsl.ir.nodes import Loc
 from dsl.ir.types import F32, I32, ScalarType
 from dsl.tile import ir as T
 from dsl.tile import ops
+from dsl.tile.atomics import atomic_region, gather, scatter  # noqa: F401 - handlers kept beside their checks
 from dsl.tile.types import ArrayParamType, PartitionParamType, TileType, as_scalar_type, tiles_by_number
 from dsl.tile.values import ParamHandle
 from dsl.vocab import math as vocab
@@ -90,8 +91,23 @@ def load(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> object:
 
 
 def store(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> object:
-    p = _partition(fe, a["partition"], node, "tile.store(partition, value)")
-    return fe.store(p, a["value"], node)
+    p = _partition(fe, a["partition"], node, "tile.store(partition, value, chunk=None)")
+    return fe.store(p, a["value"], node, a["chunk"])
+
+
+def cdiv(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> object:
+    """ceil(a / b) of integers, folded when both are compile-time ints (`tl.cdiv`)."""
+    x, y = a["a"], a["b"]
+    if isinstance(x, int) and isinstance(y, int) and not isinstance(x, bool) and not isinstance(y, bool):
+        if y <= 0:
+            raise fe.err(node, f"tile.cdiv(a, b) needs b > 0, got {y}")
+        return -(-x // y)
+    for v, what in ((x, "a"), (y, "b")):
+        if not (isinstance(v, int) and not isinstance(v, bool)) and not (
+                isinstance(v, T.TExpr) and v.type.shape == () and v.type.dtype.is_int):
+            raise fe.err(node, f"tile.cdiv(a, b): `{what}` must be an integer scalar, got "
+                               f"{v.type if isinstance(v, T.TExpr) else repr(v)}")
+    return ops.binary("floordiv", ops.binary("sub", ops.binary("add", x, y, loc), 1, loc), y, loc)
 
 
 def matmul(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> object:

@@ -85,12 +85,13 @@ class TileKernel:
     """A @tile.kernel: specialises on argument dtypes/ndims/tile shapes/constants at first use."""
 
     def __init__(self, pyfunc, num_warps: int | None = None, persistent: bool = False,
-                 lineinfo: bool = True) -> None:
+                 lineinfo: bool = True, requires: tuple[str, ...] = ()) -> None:
         self.pyfunc = pyfunc
         self.name = pyfunc.__name__
         self.num_warps = num_warps
         self.persistent = persistent
         self.lineinfo = lineinfo          # PTX line tables (docs/dsl.md, "Line info")
+        self.requires = tuple(requires)   # contract relations, as @simt.kernel(requires=) (checked at the def)
         self.specs: list[ParamAnnotation] = parse_annotations(pyfunc, "tile", "kernel")
         # documented caches: tile IR per signature, compiled kernels per (signature, facts, arch),
         # host-memory validators per signature, and the native dispatcher; filled once per key
@@ -174,7 +175,7 @@ class TileKernel:
                 raise NdimError(f"{where}: a partition needs at least one axis, got a 0-d array; "
                                 f"partition a (1,) array instead", **info)
             return PartitionParamType(dt, view.ndim, arg.tile_shape)  # type: ignore[union-attr]
-        return ArrayParamType(dt, view.ndim)
+        return ArrayParamType(dt, view.ndim, atomic=spec.writable)   # writable: tile.Atomic
 
     def facts(self, args: tuple) -> dict[str, dict]:
         """Per array parameter, what the compiler may specialise on (like Triton): C-contiguity,
@@ -205,7 +206,7 @@ class TileKernel:
     def _ir_for(self, sig: tuple) -> Any:
         def make() -> Any:
             from dsl.tile.frontend import TileFrontend
-            return TileFrontend(self.pyfunc, list(sig), self.name).build()
+            return TileFrontend(self.pyfunc, list(sig), self.name, self.requires).build()
         return fill_once(self._ir_cache, sig, self._fill_lock, make)
 
     def ir(self, *args, arch: str = "sm_90") -> str:
@@ -447,21 +448,36 @@ class TileKernel:
 
 
 def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False,
-           lineinfo: bool | None = None):
+           lineinfo: bool | None = None, requires: Any = ()):
     """`@tile.kernel`, `@tile.kernel(num_warps=8)` or `@tile.kernel(persistent=True)` (a grid of
     about two blocks per SM, each looping over tiles t = block, block + grid, ...; the same tile
     semantics, see docs/tile.md). `lineinfo=` as for @simt.kernel (default on unless
-    `KB_LINEINFO=0`). The options are checked at the `def` (DslCompileError)."""
-    from dsl.options import OptionError, check_lineinfo, check_symbol_names, check_tile_options
+    `KB_LINEINFO=0`). `requires=`: relations of the launch contract, the language and checks of
+    @simt.kernel(requires=) (docs/architecture.md). The options are checked at the `def`
+    (DslCompileError)."""
+    from dsl.options import (OptionError, check_lineinfo, check_requires, check_symbol_names,
+                             check_tile_options)
 
     def wrap(f) -> TileKernel:
         try:
             check_symbol_names(f)
             warps, persist = check_tile_options(num_warps, persistent)
             lines = check_lineinfo(lineinfo)
+            rels = check_requires(requires, _relation_names(f))
         except OptionError as err:
             from dsl.frontend.decorator import raise_option_error
             raise_option_error(f, "tile.kernel", err)
-        return TileKernel(f, warps, persist, lines)
+        return TileKernel(f, warps, persist, lines, rels)
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _relation_names(f) -> tuple[str, ...] | None:
+    """The parameters a relation may name: every one but the tile.Constants (they are folded, not
+    launch arguments); None when the annotations cannot be read here (the kernel's own error
+    comes at its first use)."""
+    from dsl.annotations import AnnotationError
+    try:
+        return tuple(s.name for s in parse_annotations(f, "tile", "kernel") if s.kind != "const")
+    except AnnotationError:       # raised again by TileKernel, at the parameter
+        return None

@@ -209,6 +209,19 @@ class Arange(TExpr):
     loc: Loc = NOLOC
 
 
+@dataclass(eq=False)
+class Gather(TExpr):
+    """tile.gather: element e is `param`[indices[0][e], ..., indices[n-1][e]] (one integer index tile
+    per axis of the array, all of `type.shape`), or `padding` where an index is outside the array or
+    `mask` (a bool tile of `type.shape`, or None) is False. `param` is a read-only tile.Array."""
+    param: TParam
+    indices: list[TExpr]
+    padding: object
+    mask: TExpr | None
+    type: TileType
+    loc: Loc = NOLOC
+
+
 # --------------------------------------------------------------------------------------- statements
 class TStmt:
     loc: Loc
@@ -224,10 +237,13 @@ class Assign(TStmt):
 @dataclass(eq=False)
 class Store(TStmt):
     """Write `value` (shape == the partition's tile shape) to this block's own tile of `param`;
-    elements past the array's edge are skipped (edge masking)."""
+    elements past the array's edge are skipped (edge masking). With `chunk`, `value` is a sub-tile
+    whose shape divides the tile shape and `chunk` its index in units of that shape inside the
+    block's own tile (dsl/tile/chunks.py): a chunk outside the tile writes nothing."""
     param: TParam
     value: TExpr
     loc: Loc = NOLOC
+    chunk: list[TExpr] | None = None
 
 
 @dataclass(eq=False)
@@ -249,6 +265,20 @@ class If(TStmt):
 
 
 @dataclass(eq=False)
+class Scatter(TStmt):
+    """tile.atomic_<op> / tile.scatter_<op> (dsl/tile/atomics.py): element e of `value` is combined
+    atomically (`op`: add, max, min) into `param`[indices[0][e], ...] (index tiles and `mask` of the
+    value's shape); elements whose index is outside the array, or whose `mask` is False, are skipped.
+    `param` is a tile.Atomic array: any block may update any element, and nothing stores it."""
+    op: str
+    param: TParam
+    indices: list[TExpr]
+    value: TExpr
+    mask: TExpr | None = None
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
 class TileFunction:
     name: str
     params: list[TParam]
@@ -256,6 +286,7 @@ class TileFunction:
     grid_param: TParam       # the partition that defines the grid
     locals: list[TVar] = field(default_factory=list)
     loc: Loc = NOLOC
+    requires: tuple[str, ...] = ()   # the kernel's `requires=` relations (the launch contract's)
 
 
 def walk_stmts(body: list):
@@ -272,11 +303,11 @@ def walk_stmts(body: list):
 def walk_exprs(e: TExpr):
     """Yield `e` and all sub-expressions (pre-order)."""
     yield e
-    for name in ("operand", "lhs", "rhs", "cond", "then", "else_", "a", "b", "acc"):
+    for name in ("operand", "lhs", "rhs", "cond", "then", "else_", "a", "b", "acc", "mask"):
         sub = getattr(e, name, None)
         if isinstance(sub, TExpr):
             yield from walk_exprs(sub)
-    for name in ("args", "index"):
+    for name in ("args", "index", "indices"):
         for sub in getattr(e, name, None) or ():
             yield from walk_exprs(sub)
 
@@ -286,6 +317,11 @@ def body_exprs(body: list):
     for s in body:
         if isinstance(s, (Assign, Store)):
             yield from walk_exprs(s.value)
+            for c in getattr(s, "chunk", None) or ():
+                yield from walk_exprs(c)
+        elif isinstance(s, Scatter):
+            for x in (*s.indices, s.value, *([s.mask] if s.mask is not None else [])):
+                yield from walk_exprs(x)
         elif isinstance(s, For):
             for x in (s.start, s.stop, s.step):
                 yield from walk_exprs(x)

@@ -16,7 +16,7 @@ def format_param_type(t: object) -> str:
     if isinstance(t, PartitionParamType):
         return f"Partition[{t.dtype}, {t.ndim}, tile={t.tile_shape}]"
     if isinstance(t, ArrayParamType):
-        return f"Array[{t.dtype}, {t.ndim}]"
+        return f"{'Atomic' if t.atomic else 'Array'}[{t.dtype}, {t.ndim}]"
     if isinstance(t, ScalarParamType):
         return str(t.dtype)
     return repr(t)
@@ -96,6 +96,10 @@ class _Printer:
     def e_Full(self, x: T.Full) -> str:
         return f"full({x.value!r}):{x.type}"
 
+    def e_Gather(self, x: T.Gather) -> str:
+        mask = "" if x.mask is None else f" if {self.e(x.mask)}"
+        return f"gather %{x.param.name}[{self.args(x.indices)}]{mask} padding={x.padding!r}:{x.type}"
+
     # Cast, Broadcast, Reshape, Arange print generically: cast(x):tile<f16, (16,)>, arange():...
 
     # ------------------------------------------------------------------ statements
@@ -111,7 +115,12 @@ class _Printer:
         if isinstance(x, T.Assign):
             self.lines.append(f"{pad}{self.var(x.var)} = {self.e(x.value)}{where}")
         elif isinstance(x, T.Store):
-            self.lines.append(f"{pad}store %{x.param.name} <- {self.e(x.value)}{where}")
+            at = "" if x.chunk is None else f"[chunk {self.args(x.chunk)}]"
+            self.lines.append(f"{pad}store %{x.param.name}{at} <- {self.e(x.value)}{where}")
+        elif isinstance(x, T.Scatter):
+            mask = "" if x.mask is None else f" if {self.e(x.mask)}"
+            self.lines.append(f"{pad}atomic_{x.op} %{x.param.name}[{self.args(x.indices)}] <- "
+                              f"{self.e(x.value)}{mask}{where}")
         elif isinstance(x, T.For):
             self.lines.append(f"{pad}for {self.var(x.var)} in range({self.e(x.start)}, {self.e(x.stop)}, "
                               f"{self.e(x.step)}):{where}")

@@ -13,6 +13,7 @@ import numpy as np
 from dsl.tile import ir as T
 from dsl.tile.types import PartitionParamType, np_dtype, tiles_by_number
 from dsl.sim import arith
+from dsl.sim.memory import MemRef
 from dsl.vocab import host, minmax
 
 
@@ -69,6 +70,8 @@ class BlockInterpreter:
                 self.env[id(s.var)] = self.eval(s.value)
             elif isinstance(s, T.Store):
                 self.store(s)
+            elif isinstance(s, T.Scatter):
+                self.scatter(s)
             elif isinstance(s, T.For):
                 start, stop, step = (int(self.eval(e)) for e in (s.start, s.stop, s.step))
                 for i in range(start, stop, step):
@@ -86,15 +89,47 @@ class BlockInterpreter:
         assert isinstance(ty, PartitionParamType)
         val = self.eval(s.value)
         coords = self.tile_coords(s.param)
+        chunk = [0] * len(coords) if s.chunk is None else [int(self.eval(c)) for c in s.chunk]
         dst, src = [], []
         for k, ts in enumerate(ty.tile_shape):
-            lo = coords[k] * ts
-            hi = min(lo + ts, out.shape[k])
+            size = val.shape[k] if s.chunk is not None else ts
+            if not 0 <= chunk[k] < ts // size:
+                return                  # a chunk outside the block's own tile writes nothing
+            lo = coords[k] * ts + chunk[k] * size
+            hi = min(lo + size, out.shape[k])
             if hi <= lo:
                 return
             dst.append(slice(lo, hi))
             src.append(slice(0, hi - lo))
         out[tuple(dst)] = val[tuple(src)].astype(out.dtype)
+
+    def _elements(self, indices: list[T.TExpr], mask: T.TExpr | None, arr: np.ndarray):
+        """(flat index arrays, which elements take part): in range of `arr` and where `mask` holds."""
+        idx = [np.asarray(self.eval(i)).astype(np.int64).reshape(-1) for i in indices]
+        ok = np.ones(idx[0].shape, bool) if idx else np.ones((1,), bool)
+        for i, n in zip(idx, arr.shape):
+            ok &= (i >= 0) & (i < n)
+        if mask is not None:
+            ok &= np.asarray(self.eval(mask), bool).reshape(-1)
+        return idx, ok
+
+    def scatter(self, s: T.Scatter) -> None:
+        """Atomic updates, applied in row-major element order through the SIMT simulator's atomics
+        (dsl/sim/memory.py: the same arithmetic, f16/bf16 rounded after every update)."""
+        arr = self.args[s.param.index]
+        assert isinstance(arr, np.ndarray)
+        idx, ok = self._elements(s.indices, s.mask, arr)
+        val = np.asarray(self.eval(s.value)).astype(arr.dtype).reshape(-1)
+        ref = MemRef(s.param.name, arr, s.param.type.dtype, shared=False)
+        ref.atomic(s.op, None, [i[ok] for i in idx], val[ok], None)
+
+    def gather(self, e: T.Gather) -> np.ndarray:
+        arr = self.args[e.param.index]
+        assert isinstance(arr, np.ndarray)
+        idx, ok = self._elements(e.indices, e.mask, arr)
+        out = np.full(ok.shape, e.padding, dtype=np_dtype(e.type.dtype))
+        out[ok] = arr[tuple(i[ok] for i in idx)]
+        return out.reshape(e.type.shape)
 
     def load(self, e: T.Load) -> np.ndarray:
         arr = self.args[e.param.index]
@@ -130,6 +165,8 @@ class BlockInterpreter:
             return np.asarray(np.shape(self.args[e.param.index])[e.axis], np.int32)
         if isinstance(e, T.Load):
             return self.load(e)
+        if isinstance(e, T.Gather):
+            return self.gather(e)
         if isinstance(e, T.Arange):
             return np.arange(e.type.shape[0], dtype=dt)
         with np.errstate(all="ignore"):

@@ -12,8 +12,10 @@ from dsl.options import KernelOptions
 class TileLowering:
     """What the tile_lower stage reads besides the tile IR (`ctx.tile`), and what it leaves there for
     the launch contract: `relied` (parameters whose facts the code relies on), `dynamic_smem`.
-    `switches`: the lowering's environment switches (dsl.tile.compile.lowering_switches())."""
-    __slots__ = ("num_warps", "facts", "persistent", "lineinfo", "switches", "relied", "dynamic_smem")
+    `switches`: the lowering's environment switches (dsl.tile.compile.lowering_switches()).
+    `requires`: the kernel's relations, for the tile IR the tile_frontend stage builds."""
+    __slots__ = ("num_warps", "facts", "persistent", "lineinfo", "switches", "relied", "dynamic_smem",
+                 "requires")
 
     def __init__(self, switches: dict, num_warps: int | None = None, facts: dict[str, dict] | None = None,
                  persistent: bool = False, lineinfo: bool = True) -> None:
@@ -21,6 +23,7 @@ class TileLowering:
         self.persistent, self.lineinfo = persistent, lineinfo
         self.relied: set[str] = set()
         self.dynamic_smem = 0
+        self.requires: tuple[str, ...] = ()
 
 
 def tile_frontend(value: Any, ctx: CompileContext):
@@ -28,7 +31,8 @@ def tile_frontend(value: Any, ctx: CompileContext):
     if ctx.pyfunc is None:
         raise TypeError("ctx.pyfunc: the tile_frontend stage needs the kernel's Python function "
                         "(dsl.tile.compile.tile_context(..., kernel=, sig=)), got None")
-    return TileFrontend(ctx.pyfunc, list(ctx.signature), ctx.kernel_name).build()
+    return TileFrontend(ctx.pyfunc, list(ctx.signature), ctx.kernel_name,
+                        getattr(ctx.tile, "requires", ())).build()
 
 
 def tile_lower(fn, ctx: CompileContext):

@@ -136,6 +136,7 @@ def op(name: str, params: str, doc: str, handler: Handler, method: MethodForm | 
 
 
 _REDUCE = "x, axis=None, keepdims=False"
+_ATOMIC_WORDS = (("add", "add"), ("max", "take the maximum of"), ("min", "take the minimum of"))
 
 TILE_OPS: tuple[TileOp, ...] = (
     op("bid", "axis", "this tile block's tile coordinate along the grid partition's axis `axis` (i32)",
@@ -148,9 +149,13 @@ TILE_OPS: tuple[TileOp, ...] = (
        "shape `shape` of an array parameter, elements outside the array reading `padding`; of a "
        "partition, this block's own tile (no `index` or `shape`)", h.load,
        MethodForm(PARTITION, params=("padding",))),
-    op("store", "partition, value", "write `value` (broadcast and cast to the tile's shape and dtype) "
-       "into this block's tile of `partition`, edge-masked: a tile block writes exactly its own tile",
-       h.store, PARTITION_METHOD),
+    op("store", "partition, value, chunk=None", "write `value` (broadcast and cast to the tile's shape "
+       "and dtype) into this block's tile of `partition`, edge-masked: a tile block writes exactly its "
+       "own tile; with `chunk`, `value` is a sub-tile whose shape divides the tile's and `chunk` its "
+       "index inside the block's own tile (an index outside it writes nothing)", h.store,
+       PARTITION_METHOD),
+    op("cdiv", "a, b", "ceil(`a` / `b`) of integer scalars (`b` > 0): the chunk count of a loop",
+       h.cdiv),
     op("matmul", "a, b, acc=None", "`a @ b` (+ `acc`) with f32 accumulation: two f16, two bf16, two "
        "f32 (as tf32) or two f8 tiles", h.matmul),
     op("mma", "a, b, acc", "`acc + a @ b` with `acc` the f32 accumulator", h.matmul),
@@ -183,6 +188,16 @@ TILE_OPS: tuple[TileOp, ...] = (
     op("maximum", "a, b", "elementwise maximum (integers too; PTX `max` on floats)", h.minmax),
     op("minimum", "a, b", "elementwise minimum (integers too; PTX `min` on floats)", h.minmax),
     op("abs", "x", "elementwise absolute value (integers too; unsigned unchanged)", h.abs_),
+    *(op(f"atomic_{o}", "array, index, value", f"atomically {w} `value`'s elements into the tile at "
+         f"`index` (tile units of the value's shape; a scalar is a 1-element tile) of a tile.Atomic "
+         f"array, skipping elements past its edge", h.atomic_region) for o, w in _ATOMIC_WORDS),
+    *(op(f"scatter_{o}", "array, indices, values, mask=None", f"atomically {w} each element of "
+         f"`values` into the tile.Atomic `array` at `indices` (an integer tile, a tuple of one per "
+         f"axis for more axes), skipping indices outside the array and elements where `mask` is False",
+         h.scatter) for o, w in _ATOMIC_WORDS),
+    op("gather", "array, indices, padding=0, mask=None", "the elements of a tile.Array at `indices` "
+       "(an integer tile, a tuple of one per axis for more axes); `padding` where an index is outside "
+       "the array or `mask` is False", h.gather),
 )
 
 

@@ -48,9 +48,12 @@ class TileType:
 
 @dataclass(frozen=True)
 class ArrayParamType:
-    """`tile.Array[T, ndim]`: read-only global array, loadable at any tile index."""
+    """`tile.Array[T, ndim]`: read-only global array, loadable at any tile index. `atomic`:
+    `tile.Atomic[T, ndim]`, written only through tile.atomic_* / tile.scatter_* by any block, never
+    loaded (other blocks may be updating it)."""
     dtype: ScalarType
     ndim: int
+    atomic: bool = False
 
 
 @dataclass(frozen=True)

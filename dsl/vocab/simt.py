@@ -9,7 +9,7 @@ functions (`simt.sqrt`, ...) are not listed here: they are the rows of dsl/vocab
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dsl.types import ScalarDType, is_typevar
 from dsl.vocab import math as _vocab
@@ -67,7 +67,45 @@ class Namespace:
 thread = Namespace("thread", ("index_1d", "index_2d", "index_3d", "chunk_1d"))
 shared = Namespace("shared", ("array", "dynamic"))
 atomic = Namespace("atomic", ("add", "sub", "min", "max", "exch", "cas", "and_", "or_", "xor"))
-warp = Namespace("warp", ("shfl", "shfl_up", "shfl_down", "shfl_xor", "ballot", "any", "all", "sum"))
+warp = Namespace("warp", ("shfl", "shfl_up", "shfl_down", "shfl_xor", "ballot", "any", "all", "sum",
+                          "index_1d", "lanes", "group"))
+# A block that owns rows as a warp does (dsl/frontend/ownership.py): its index and its threads' stride.
+block = Namespace("block", ("index_1d", "threads"))
+
+GROUP_METHODS = ("index_1d", "lanes", "rank", "sum", "max", "min", "shfl", "shfl_up", "shfl_down",
+                 "shfl_xor", "ballot", "any", "all")
+
+
+class GroupMethod:
+    """`g.sum(v)`, `g.index_1d()`, ... of a `simt.warp.group(n)`: lowered by the front end's call
+    protocol (`_dsl_call_`) with the group's width (dsl/frontend/groups.py)."""
+
+    def __init__(self, width: int, name: str) -> None:
+        self.width, self.name = width, name
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        raise RuntimeError(f"simt.warp.group({self.width}).{self.name}() can only be used inside a "
+                           "@simt.kernel or @simt.device function")
+
+    def _dsl_call_(self, lowerer, node):
+        return lowerer.call_group(self, node)
+
+    def __repr__(self) -> str:
+        return f"<simt.warp.group({self.width}).{self.name}>"
+
+
+class WarpGroup:
+    """`simt.warp.group(n)` inside a kernel: the n-lane groups a warp splits into (n = 2, 4, 8, 16 or
+    32), each with its own index, rank, lanes loop, reductions, shuffles and votes."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        for name in GROUP_METHODS:
+            setattr(self, name, GroupMethod(width, name))
+
+    def __repr__(self) -> str:
+        return f"<simt.warp.group({self.width})>"
+
 
 threadIdx = Dim3("tid", "threadIdx")
 blockIdx = Dim3("ctaid", "blockIdx")
@@ -97,14 +135,34 @@ def math_intrinsic(name: str) -> Intrinsic | None:
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """What `Array[...]` / `DisjointSlice[...]` evaluates to: dtype (ScalarDType or TypeVar), ndim."""
+    """What `Array[...]` / `DisjointSlice[...]` evaluates to: dtype (ScalarDType or TypeVar), ndim;
+    optional: `simt.Array[f32] | None` / `simt.Optional[...]` (a launch may pass None)."""
     dtype: object
     ndim: int
     writable: bool
+    optional: bool = False
 
     def __repr__(self) -> str:
         kind = "DisjointSlice" if self.writable else "Array"
-        return f"simt.{kind}[{self.dtype!r}, {self.ndim}]"
+        text = f"simt.{kind}[{self.dtype!r}, {self.ndim}]"
+        return f"{text} | None" if self.optional else text
+
+    def __or__(self, other: object) -> "ArraySpec":
+        if other is None or other is type(None):
+            return replace(self, optional=True)
+        return NotImplemented
+
+    __ror__ = __or__
+
+
+class Optional:
+    """`simt.Optional[simt.Array[f32]]`: the same as `simt.Array[f32] | None` — the argument may be
+    None; the kernel must test it (`if x is not None:`) before any use."""
+
+    def __class_getitem__(cls, item: object) -> ArraySpec:
+        if not isinstance(item, ArraySpec):
+            raise TypeError(f"simt.Optional[...] takes simt.Array[...] or simt.DisjointSlice[...], got {item!r}")
+        return replace(item, optional=True)
 
 
 def _spec(item: object, writable: bool, kind: str) -> ArraySpec:

@@ -82,7 +82,7 @@ DEFINITION_ERRORS = [
     ("args.0.kind", "tensor", "vecadd: invalid contract: args[0] ('a').kind: unknown value 'tensor' (expected one of "
                               "array, scalar)"),
     ("args.0.access", "rw", "vecadd: invalid contract: args[0] ('a').access: unknown value 'rw' (expected one of read, "
-                            "write, readwrite)"),
+                            "write, readwrite, atomic)"),
     ("args.0.layout", "c", "vecadd: invalid contract: args[0] ('a').layout: unknown value 'c' (expected one of any, C, F)"),
     ("args.0.abi", "ref", "vecadd: invalid contract: args[0] ('a').abi: unknown value 'ref' (expected one of pointer, "
                           "view)"),
@@ -91,7 +91,7 @@ DEFINITION_ERRORS = [
     ("args.0.ndim", -1, "vecadd: invalid contract: args[0] ('a').abi: abi 'view' packs ndim extents and strides, so "
                         "ndim must be fixed (got -1)"),
     ("args.0.shape", [3], "vecadd: invalid contract: args[0] ('a').shape: unknown key (allowed: name, kind, dtype, ndim, "
-                          "layout, align, access, abi)"),
+                          "layout, align, access, abi, optional)"),
     ("args.2.ndim", 1, "vecadd: invalid contract: args[2] ('s').ndim: unknown key (allowed: name, kind, dtype)"),
     ("args.2.dtype", "c64", "vecadd: invalid contract: args[2] ('s').dtype: a scalar must be bool, an integer, f16, "
                             "bf16, f32 or f64, got 'c64'"),
@@ -213,7 +213,7 @@ def contracts(draw):
             args.append({"name": n, "kind": "array", "dtype": draw(st.sampled_from(["any", "c64", "f8e4m3fn", "i32"])),
                          "ndim": draw(st.integers(1, 8)), "layout": draw(st.sampled_from(["any", "C", "F"])),
                          "align": draw(st.sampled_from([0, 1, 4, 16, 256])),
-                         "access": draw(st.sampled_from(["read", "write", "readwrite"])),
+                         "access": draw(st.sampled_from(["read", "write", "readwrite", "atomic"])),
                          "abi": draw(st.sampled_from(["pointer", "view"]))})
     arrays = [a["name"] for a in args if a["kind"] == "array"]
     d = {"version": 1, "kernel": draw(names), "domain": 1, "args": args,

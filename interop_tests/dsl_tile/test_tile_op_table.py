@@ -127,16 +127,59 @@ def products_case(rng):
     return (a, b, tile.partition(out, (16, 16))), out, 3 * (a.astype(np.float64) @ b.astype(np.float64))
 
 
+@tile.kernel
+def chunks(x: tile.Array[f32, 2], out: tile.Partition[f32, 2]):
+    for k in range(tile.cdiv(x.shape[1], 4)):
+        out.store(tile.load(x, (tile.bid(0), k), (2, 4)) * 2.0, chunk=(0, k))
+
+
+def chunks_case(rng):
+    x = rng.integers(-50, 50, (4, 10)).astype(np.float32)
+    out = np.zeros((4, 10), np.float32)
+    # out (4, 10) in (2, 16) tiles: 3 chunks of (2, 4) per block, the last cut at column 10
+    return (x, tile.partition(out, (2, 16))), out, 2 * x
+
+
+@tile.kernel
+def atomics(x: tile.Partition[i32], src: tile.Array[i32], acc: tile.Atomic[i32, 1],
+            hist: tile.Atomic[i32, 1], out: tile.Partition[i32]):
+    v = x.load(padding=-1)                               # the padding is skipped by the scatters
+    tile.atomic_add(acc, 0, tile.sum(x.load()))
+    tile.atomic_max(acc, 1, tile.max(v))
+    tile.atomic_min(acc, 2, tile.min(x.load(padding=99)))
+    tile.atomic_add(hist, 3, tile.full((8,), 1, i32))   # the region hist[24:32]
+    tile.scatter_add(hist, v, 1)
+    tile.scatter_max(hist, v + 8, v * 10)
+    tile.scatter_min(hist, v + 16, -v, mask=v > 2)
+    out.store(tile.gather(src, v, padding=-5))
+
+
+def atomics_case(rng):
+    x = rng.integers(0, 8, 12).astype(np.int32)            # 2 blocks of 8, the second cut at 12
+    src = np.arange(100, 106, dtype=np.int32)               # x >= 6 gathers the padding
+    acc, hist, out = np.array([0, -100, 100], np.int32), np.zeros(32, np.int32), np.zeros(12, np.int32)
+    seen = np.bincount(x, minlength=8) > 0
+    b = np.arange(8)
+    want_hist = np.concatenate([np.bincount(x, minlength=8), np.where(seen, 10 * b, 0),
+                                np.where(seen & (b > 2), -b, 0), np.full(8, 2)]).astype(np.int32)
+    want_out = np.where(x < 6, 100 + x, -5).astype(np.int32)
+    return ((tile.partition(x, (8,)), src, acc, hist, tile.partition(out, (8,))), (acc, hist, out),
+            (np.array([x.sum(), x.max(), x.min()], np.int32), want_hist, want_out))
+
+
 CASES = {"reductions": (reductions, reductions_case), "shapes": (shapes, shapes_case),
          "elementwise": (elementwise, elementwise_case), "grid": (grid, grid_case),
-         "products": (products, products_case)}
+         "products": (products, products_case), "chunks": (chunks, chunks_case),
+         "atomics": (atomics, atomics_case)}
 EXAMPLES = {"sum": "reductions", "max": "reductions", "min": "reductions", "argmax": "reductions",
             "argmin": "reductions", "where": "reductions", "arange": "reductions",
             "reshape": "shapes", "transpose": "shapes", "permute": "shapes", "broadcast_to": "shapes",
             "expand_dims": "shapes", "zeros": "shapes", "full": "shapes",
             "astype": "elementwise", "maximum": "elementwise", "minimum": "elementwise", "abs": "elementwise",
             "bid": "grid", "num_blocks": "grid", "num_tiles": "grid", "load": "grid", "store": "grid",
-            "matmul": "products", "mma": "products"}
+            "matmul": "products", "mma": "products", "cdiv": "chunks",
+            **{f"{form}_{op}": "atomics" for form in ("atomic", "scatter") for op in ("add", "max", "min")},
+            "gather": "atomics"}
 
 
 def test_every_row_has_an_example_that_calls_it():
@@ -267,7 +310,7 @@ def wrong_math_keyword(x: tile.Array[f32, 2], out: tile.Partition[f32, 2]):
 @pytest.mark.parametrize("kernel, text", [
     (wrong_keyword, "tile.sum(x, axis=None, keepdims=False): unexpected keyword argument `axes`"),
     (wrong_method_keyword, "v.argmax(axis=None, keepdims=False): unexpected keyword argument `keep_dims`"),
-    (wrong_partition_keyword, "out.store(value): unexpected keyword argument `val`"),
+    (wrong_partition_keyword, "out.store(value, chunk=None): unexpected keyword argument `val`"),
     (wrong_math_keyword, "tile.exp(x): unexpected keyword argument `base`"),
 ])
 def test_a_wrong_keyword_is_refused_naming_it(kernel, text):
@@ -285,7 +328,7 @@ def test_every_row_refuses_a_keyword_it_does_not_have(name):
 
 def test_too_many_arguments_and_missing_ones_are_refused():
     x = np.zeros((8, 8), np.float32)
-    with pytest.raises(DslCompileError, match=r"out.store\(value\) takes at most 1 argument, got 2: .*its own tile"):
+    with pytest.raises(DslCompileError, match=r"out.store\(value, chunk=None\) takes at most 2 arguments, got 3: .*its own tile"):
         _store_twice.tile_ir(x, tile.partition(np.zeros((8, 8), np.float32), (4, 8)))
     with pytest.raises(DslCompileError, match=r"tile.mma\(a, b, acc\): missing argument `acc`"):
         _mma_without_acc.tile_ir(x, tile.partition(np.zeros((8, 8), np.float32), (4, 8)))
@@ -293,7 +336,7 @@ def test_too_many_arguments_and_missing_ones_are_refused():
 
 @tile.kernel
 def _store_twice(x: tile.Array[f32, 2], out: tile.Partition[f32, 2]):
-    out.store(tile.load(x, (0, 0), (4, 8)), (1, 1))
+    out.store(tile.load(x, (0, 0), (4, 8)), (0, 0), 1)
 
 
 @tile.kernel

@@ -38,7 +38,7 @@ enum class ErrorCode : int32_t {
 
 enum class ArgKind : uint8_t { array, scalar };
 enum class Layout : uint8_t { any, c_contig, f_contig };
-enum class Access : uint8_t { read, write, readwrite };
+enum class Access : uint8_t { read, write, readwrite, atomic };   // atomic: written (and read) only through atomics
 enum class Abi : uint8_t { pointer, view };
 
 struct ArgSpec {
@@ -50,6 +50,7 @@ struct ArgSpec {
   int align = 0;                  // bytes; 0 = itemsize
   Access access = Access::read;
   Abi abi = Abi::pointer;
+  bool optional = false;          // arrays: None may be passed (null pointer, zero extents)
   bool writable() const { return access != Access::read; }
 };
 
@@ -90,6 +91,7 @@ struct LaunchContract {
   std::vector<std::string> requires_text;
   std::vector<std::shared_ptr<Relation>> relations;  // parsed requires_text (not `requires`: a C++20 keyword)
   std::vector<std::pair<int, int>> inplace;    // arg indices
+  bool has_optional = false;                   // some argument is optional (set by the parser)
   int grid_from_arg = -1;                      // -1 = grid must be given
   int per_thread[3] = {1, 1, 1};
   // Tile grids (grid_from.tile): one block per tile of grid_from_arg, flattened into grid.x; capped at
@@ -106,6 +108,7 @@ struct LaunchContract {
 struct ArgValue {
   ArgKind kind = ArgKind::scalar;
   ArrayView array;                 // when kind == array
+  bool none = false;               // Python None (kind == array, `array` empty): an absent optional array
   // scalars: the Python value's category and payload (before conversion to the declared dtype)
   enum class ScalarKind : uint8_t { none, boolean, integer, floating } scalar_kind = ScalarKind::none;
   int64_t i = 0;                   // integer (or bool) value when it fits int64

@@ -35,9 +35,14 @@
 //       KB_SCALAR(name, dtype)
 //       KB_ARRAY(name, dtype, ndim, access)           C-contiguous, aligned to the itemsize
 //       KB_ARRAY_EX(name, dtype, ndim, access, layout, align)   layout: C, F or any; align in bytes
+//       KB_ARRAY_OPT(name, dtype, ndim, access)       an optional array: a launch may pass None (the
+//       KB_ARRAY_OPT_EX(name, dtype, ndim, access, layout, align)   kernel gets a null pointer and must
+//                                     test it); relations naming it are skipped when it is None
 //     dtype: bool i8 i16 i32 i64 u8 u16 u32 u64 f16 bf16 f32 f64 c64 c128 and the float8/6/4 names
 //     of the schema; access: read, write, readwrite.
-//   KB_REQUIRES("relation", ...)      relation language of the schema (no quotes or backslashes)
+//   KB_REQUIRES("relation", ...)      relation language of the schema (no quotes or backslashes); the
+//                                     launch terms grid.x|y|z and block.x|y|z name the resolved launch
+//                                     configuration, e.g. "grid.x == len(partials)"
 //   KB_INPLACE((a, b), ...)           pairs of arguments allowed to overlap
 //   KB_GRID_FROM(arg[, px[, py[, pz]]])   derive the grid from `arg`'s shape, px.. items per thread
 //
@@ -162,6 +167,9 @@ template <std::size_t N> constexpr bool json_plain(const char (&s)[N]) {
 #define KB_ARRAY(name, dtype, ndim, access) (KB__A_ARRAY, name, dtype, ndim, access, C, 0)
 #define KB_ARRAY_EX(name, dtype, ndim, access, layout, align) \
   (KB__A_ARRAY, name, dtype, ndim, access, layout, align)
+#define KB_ARRAY_OPT(name, dtype, ndim, access) (KB__A_ARRAY_OPT, name, dtype, ndim, access, C, 0)
+#define KB_ARRAY_OPT_EX(name, dtype, ndim, access, layout, align) \
+  (KB__A_ARRAY_OPT, name, dtype, ndim, access, layout, align)
 
 // The `extern "C"` redeclaration through the kernel's own type fails to compile ("linkage
 // specification is incompatible with previous ...") when the kernel was declared without C linkage.
@@ -306,6 +314,12 @@ template <std::size_t N> constexpr bool json_plain(const char (&s)[N]) {
   static_assert(::kb::contract_detail::json_int(#ndim, true) && ((ndim) == -1 || ((ndim) >= 1 && (ndim) <= 8)), \
                 #k ": argument '" #name "' (#" #i ") ndim must be a literal -1 or 1..8, got '" #ndim "'");  \
   KB__LITERAL(k, "KB_ARRAY_EX align", align)
+#define KB__A_ARRAY_OPT_JSON(k, i, name, dtype, ndim, access, layout, align)                       \
+  "{\"name\":\"" #name "\",\"kind\":\"array\",\"dtype\":\"" #dtype "\",\"ndim\":" #ndim            \
+  ",\"layout\":\"" KB__LAYOUT(layout) "\",\"align\":" #align ",\"access\":\"" #access              \
+  "\",\"abi\":\"pointer\",\"optional\":true}"
+#define KB__A_ARRAY_OPT_CHECK(k, i, name, dtype, ndim, access, layout, align) \
+  KB__A_ARRAY_CHECK(k, i, name, dtype, ndim, access, layout, align)
 #define KB__PTR_HINT_read(dtype) "a pointer to const " #dtype " (const T*)"
 #define KB__PTR_HINT_write(dtype) "a pointer to non-const " #dtype " (T*)"
 #define KB__PTR_HINT_readwrite(dtype) "a pointer to non-const " #dtype " (T*)"

@@ -17,6 +17,7 @@ from dsl.tile.lower.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, M
                              flat_of, iadd, imul, ir32, strides)
 from dsl.tile.lower.frags import assign_shared, frag_layout
 from dsl.tile.lower.reduce import lower_reduce
+from dsl.tile.lower.atomics import AtomicsLowering
 from dsl.tile.lower.elementwise import ElementwiseLowering
 from dsl.tile.lower.shapes import ShapeLowering
 from dsl.tile.lower.tiles import block_ids, num_blocks
@@ -29,7 +30,7 @@ class LoweringError(DslCompileStageError):
     """The tile program needs something this lowering does not do (says what)."""
 
 
-class Lowerer(ElementwiseLowering, ShapeLowering):
+class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     def __init__(self, fn: T.TileFunction, threads: int, kernel_name: str,
                  facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
                  persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None,
@@ -264,6 +265,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering):
                 self.assign(s.var, self.expr(s.value))
             elif isinstance(s, T.Store):
                 self.store(s)
+            elif isinstance(s, T.Scatter):
+                self.scatter(s)          # atomics and scatter (dsl/tile/lower/atomics.py)
             elif isinstance(s, T.For) and id(s) in self.mma_plans:
                 from dsl.tile.lower.matmul.mma_sync import lower_loop
                 lower_loop(self, self.mma_plans[id(s)])
@@ -324,6 +327,9 @@ class Lowerer(ElementwiseLowering, ShapeLowering):
 
     def store(self, s: T.Store) -> None:
         from dsl.tile.lower.store import pairs_ok, store_pairs
+        if s.chunk is not None:               # a sub-tile of the block's own tile
+            from dsl.tile.lower.chunks import store_chunk
+            return store_chunk(self, s)
         v = self.expr(s.value)
         if not isinstance(v.layout, MmaLayout):
             v = self.to_layout(v, "D")
@@ -531,8 +537,11 @@ class Lowerer(ElementwiseLowering, ShapeLowering):
 
 def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> list[N.Param]:
     """The SIMT IR parameters of a tile kernel (constants are not parameters): arrays read-only,
-    partitions writable, with the launch facts' layout and alignment; scalars as they are."""
+    partitions writable where the kernel stores them (one only loaded, a grid over an input, is
+    read-only), tile.Atomic arrays writable, with the launch facts' layout and alignment; scalars as
+    they are."""
     facts = facts or {}
+    stored = {id(s.param) for s in T.walk_stmts(fn.body) if isinstance(s, T.Store)}
     out = []
     for p in fn.params:
         ty = p.type
@@ -540,7 +549,8 @@ def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> 
             t: object = ty.dtype
         else:
             f = facts.get(p.name, {})
-            t = ArrayType(ty.dtype, ty.ndim, writable=isinstance(ty, PartitionParamType),
+            writable = id(p) in stored if isinstance(ty, PartitionParamType) else ty.atomic
+            t = ArrayType(ty.dtype, ty.ndim, writable=writable,
                           layout=f.get("layout", "any"), aligned16=bool(f.get("aligned16", False)))
         out.append(N.Param(p.name, t, len(out)))  # type: ignore[arg-type]
     return out

@@ -22,7 +22,7 @@ namespace detail {
 
 inline const char* layout_name(Layout l) { return l == Layout::c_contig ? "C" : l == Layout::f_contig ? "F" : "any"; }
 inline const char* access_name(Access a) {
-  return a == Access::write ? "write" : a == Access::readwrite ? "readwrite" : "read";
+  return a == Access::write ? "write" : a == Access::readwrite ? "readwrite" : a == Access::atomic ? "atomic" : "read";
 }
 inline const char* abi_name(Abi a) { return a == Abi::view ? "view" : "pointer"; }
 
@@ -211,8 +211,8 @@ class ContractReader {
     const json::Value* kind = x.get("kind");
     if (!kind) return fail(field + ".kind", "missing (required)", pos);
     if (!choice(*kind, field + ".kind", kinds, kind_v, 2, a.kind, pos)) return false;
-    static const char* array_keys[] = {"name", "kind", "dtype", "ndim", "layout", "align", "access", "abi"};
-    if (!known_keys(x, field, array_keys, a.kind == ArgKind::array ? 8 : 3, pos)) return false;
+    static const char* array_keys[] = {"name", "kind", "dtype", "ndim", "layout", "align", "access", "abi", "optional"};
+    if (!known_keys(x, field, array_keys, a.kind == ArgKind::array ? 9 : 3, pos)) return false;
     const json::Value* dt = x.get("dtype");
     if (!dt) return fail(field + ".dtype", "missing (required)", pos);
     std::string dname;
@@ -238,12 +238,18 @@ class ContractReader {
     static const char* layouts[] = {"any", "C", "F"};
     static const Layout layout_v[] = {Layout::any, Layout::c_contig, Layout::f_contig};
     if (const json::Value* n = x.get("layout")) { if (!choice(*n, field + ".layout", layouts, layout_v, 3, a.layout, pos)) return false; }
-    static const char* accesses[] = {"read", "write", "readwrite"};
-    static const Access access_v[] = {Access::read, Access::write, Access::readwrite};
-    if (const json::Value* n = x.get("access")) { if (!choice(*n, field + ".access", accesses, access_v, 3, a.access, pos)) return false; }
+    static const char* accesses[] = {"read", "write", "readwrite", "atomic"};
+    static const Access access_v[] = {Access::read, Access::write, Access::readwrite, Access::atomic};
+    if (const json::Value* n = x.get("access")) { if (!choice(*n, field + ".access", accesses, access_v, 4, a.access, pos)) return false; }
     static const char* abis[] = {"pointer", "view"};
     static const Abi abi_v[] = {Abi::pointer, Abi::view};
     if (const json::Value* n = x.get("abi")) { if (!choice(*n, field + ".abi", abis, abi_v, 2, a.abi, pos)) return false; }
+    if (const json::Value* n = x.get("optional")) {
+      if (n->type != json::Value::Type::boolean)
+        return fail(field + ".optional", std::string("expected true or false, got ") + json::type_name(n->type), pos);
+      a.optional = n->b;
+      if (a.optional) c_.has_optional = true;
+    }
     if (a.abi == Abi::view && a.ndim < 0)
       return fail(field + ".abi", "abi 'view' packs ndim extents and strides, so ndim must be fixed (got -1)", pos);
     return true;
@@ -296,6 +302,9 @@ class ContractReader {
     if (!a) return fail("grid_from.arg", "missing (required)");
     int pos = array_name(*a, "grid_from.arg");
     if (pos < 0) return false;
+    if (c_.args[pos].optional)
+      return fail("grid_from.arg", "'" + c_.args[pos].name + "' is optional (may be None), so no grid can be "
+                                   "derived from it; derive the grid from a required array or pass grid=", pos);
     int nd = c_.args[pos].ndim;
     if (nd >= 0 && nd < c_.domain)
       return fail("grid_from.arg", "'" + c_.args[pos].name + "' is declared " + std::to_string(nd) +
@@ -339,6 +348,9 @@ class ContractReader {
       if (!a) return fail(field + ".arg", "missing (required)");
       spec.arg = array_name(*a, field + ".arg");
       if (spec.arg < 0) return false;
+      if (c_.args[spec.arg].optional)
+        return fail(field + ".arg", "'" + c_.args[spec.arg].name + "' is optional (may be None); a TMA tensor map "
+                                    "needs an array at every launch", spec.arg);
       const ArgSpec& as = c_.args[spec.arg];
       const json::Value* b = t.get("box");
       if (!b) return fail(field + ".box", "missing (required)", spec.arg);
@@ -444,6 +456,7 @@ inline std::string contract_to_json(const LaunchContract& c) {
       o += ",\"ndim\":" + std::to_string(a.ndim) + ",\"layout\":\"" + detail::layout_name(a.layout) +
            "\",\"align\":" + std::to_string(a.align) + ",\"access\":\"" + detail::access_name(a.access) +
            "\",\"abi\":\"" + detail::abi_name(a.abi) + "\"";
+      if (a.optional) o += ",\"optional\":true";   // only when set: other contracts keep their bytes
     }
     o += '}';
   }

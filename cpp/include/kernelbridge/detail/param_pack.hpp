@@ -61,7 +61,12 @@ inline int pack_arguments(const LaunchContract& c, const ArgValue* vals, int n, 
   for (int i = 0; i < n; ++i) {
     const ArgSpec& spec = c.args[static_cast<size_t>(i)];
     const ArgValue& v = vals[i];
-    if (spec.kind == ArgKind::array) {
+    if (spec.kind == ArgKind::array && v.none) {   // an absent optional array: null pointer, zero extents/strides
+      const uint64_t zero = 0;
+      put(&zero, 8, 8);
+      if (spec.abi == Abi::view)
+        for (int d = 0; d < 2 * spec.ndim; ++d) put(&zero, 8, 8);
+    } else if (spec.kind == ArgKind::array) {
       put(&v.array.ptr, 8, 8);
       if (spec.abi == Abi::view) {
         const int64_t item = v.array.itemsize();

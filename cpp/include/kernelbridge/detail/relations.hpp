@@ -2,6 +2,11 @@
 //
 // Why parsed once into a flat typed tree: a syntax error or unknown name is a contract-definition
 // error found when the contract is parsed, and evaluation at launch allocates nothing unless it fails.
+//
+// Launch terms: `grid.x|y|z` and `block.x|y|z` name the launch configuration (not arguments; an
+// argument called `grid` keeps `grid.shape` etc.). A relation with one is checked once the grid and
+// block are resolved (Relation::uses_launch). A relation naming an array passed as None (an optional
+// argument) is skipped at that launch.
 #pragma once
 
 #include <algorithm>
@@ -16,25 +21,28 @@ namespace kb {
 
 struct RelNode {
   enum class Op : uint8_t {
-    lit, len, shape_k, shape, size, ndim, scalar,          // terms
+    lit, len, shape_k, shape, size, ndim, scalar,          // terms (argument terms: len .. scalar)
+    grid, block,                                           // launch terms: k = axis (0 x, 1 y, 2 z)
     tuple, neg, add, sub, mul, floordiv, mod,              // arithmetic / tuple literal
     cmp, and_                                              // booleans
   };
   enum class Type : uint8_t { integer, tuple, boolean };
   Op op = Op::lit;
   Type type = Type::integer;
-  int arg = -1;                  // argument position for terms
-  int64_t k = 0;                 // literal value, or the axis of x.shape[k]
+  int arg = -1;                  // argument position for argument terms (-1 for launch terms)
+  int64_t k = 0;                 // literal value, the axis of x.shape[k], or of grid.k / block.k
   std::vector<int> kids;         // child node indices
   std::vector<uint8_t> cmp_ops;  // for cmp: operator between kids[i] and kids[i+1]
   uint32_t begin = 0, end = 0;   // source span in Relation::text
-  bool is_term() const { return op >= Op::len && op <= Op::scalar; }
+  bool is_term() const { return op >= Op::len && op <= Op::block; }       // argument or launch term
+  bool is_launch() const { return op == Op::grid || op == Op::block; }
 };
 
 struct Relation {
   std::string text;
   std::vector<RelNode> nodes;
   int root = -1;
+  bool uses_launch = false;        // names grid.* or block.*: checked after the grid is resolved
 };
 
 namespace detail {
@@ -67,6 +75,7 @@ class RelationParser {
   bool parse(std::string& error) {
     r_.text = s_;
     r_.nodes.clear();
+    r_.uses_launch = false;
     height_.clear();
     pos_ = 0;
     int root = conj();
@@ -347,6 +356,16 @@ class RelationParser {
       } else if (eat(".")) {
         size_t at = (skip_ws(), pos_);
         std::string attr = ident();
+        if ((name == "grid" || name == "block") && (attr == "x" || attr == "y" || attr == "z")) {
+          n.op = name == "grid" ? RelNode::Op::grid : RelNode::Op::block;
+          n.k = attr[0] - 'x';
+          r_.uses_launch = true;
+          n.end = static_cast<uint32_t>(pos_);
+          return add(n);
+        }
+        if ((name == "grid" || name == "block") && find_arg(c_, name) < 0)
+          return fail_at(at, "unknown attribute '." + attr + "' of the launch " + name + " (expected " + name +
+                                 ".x, " + name + ".y or " + name + ".z)");
         const char* use = attr == "shape" ? ".shape" : attr == "size" ? ".size" : ".ndim";
         if (attr != "shape" && attr != "size" && attr != "ndim")
           return fail_at(at, "unknown attribute '." + attr + "' (expected .shape, .shape[k], .size or .ndim)");
@@ -371,6 +390,9 @@ class RelationParser {
         }
       } else {
         int a = find_arg(c_, name);
+        if (a < 0 && (name == "grid" || name == "block"))
+          return fail_at(b, "'" + name + "' alone is not a value; use " + name + ".x, " + name + ".y or " + name +
+                                ".z (the launch " + name + "'s extent along that axis)");
         if (a < 0) return fail_at(b, "unknown name '" + name + "' (not an argument)");
         const ArgSpec& sp = c_.args[a];
         if (sp.kind != ArgKind::scalar)
@@ -406,10 +428,11 @@ inline bool floormod(int64_t a, int64_t b, int64_t& m, std::string* err) {
   return true;
 }
 
-// Evaluates node `i`. Returns false (with `err` when given) on an evaluation error. `depth` guards
-// hand-built Relations too (parsed ones are at most kMaxRelDepth deep).
-inline bool eval_relation(const Relation& r, int i, const ArgValue* args, RelValue& out, std::string* err,
-                          int depth = 0) {
+// Evaluates node `i`. Returns false (with `err` when given) on an evaluation error. `cfg`: the
+// resolved launch configuration for launch terms (nullptr: not known yet, an evaluation error).
+// `depth` guards hand-built Relations too (parsed ones are at most kMaxRelDepth deep).
+inline bool eval_relation(const Relation& r, int i, const ArgValue* args, const LaunchConfig* cfg, RelValue& out,
+                          std::string* err, int depth = 0) {
   if (depth > kMaxRelDepth || i < 0 || static_cast<size_t>(i) >= r.nodes.size()) {
     if (err) *err = "relation nested too deeply or malformed";
     return false;
@@ -418,6 +441,11 @@ inline bool eval_relation(const Relation& r, int i, const ArgValue* args, RelVal
   out.is_tuple = false;
   switch (n.op) {
     case RelNode::Op::lit: out.v = n.k; return true;
+    case RelNode::Op::grid: case RelNode::Op::block: {
+      if (cfg == nullptr || n.k < 0 || n.k > 2) { if (err) *err = "the launch configuration is not known yet"; return false; }
+      out.v = n.op == RelNode::Op::grid ? cfg->grid[n.k] : static_cast<int64_t>(cfg->block[n.k]);
+      return true;
+    }
     case RelNode::Op::scalar: {
       const ArgValue& a = args[n.arg];
       if (a.is_big_unsigned || a.huge_int) { if (err) *err = "integer overflow"; return false; }
@@ -450,14 +478,14 @@ inline bool eval_relation(const Relation& r, int i, const ArgValue* args, RelVal
       out.is_tuple = true;
       out.n = static_cast<int>(n.kids.size());
       for (size_t k = 0; k < n.kids.size(); ++k) {
-        if (!eval_relation(r, n.kids[k], args, x, err, depth + 1)) return false;
+        if (!eval_relation(r, n.kids[k], args, cfg, x, err, depth + 1)) return false;
         out.t[k] = x.v;
       }
       return true;
     }
     case RelNode::Op::neg: {
       RelValue x;
-      if (!eval_relation(r, n.kids[0], args, x, err, depth + 1)) return false;
+      if (!eval_relation(r, n.kids[0], args, cfg, x, err, depth + 1)) return false;
       if (x.v == INT64_MIN) { if (err) *err = "integer overflow"; return false; }
       out.v = -x.v;
       return true;
@@ -465,7 +493,8 @@ inline bool eval_relation(const Relation& r, int i, const ArgValue* args, RelVal
     case RelNode::Op::add: case RelNode::Op::sub: case RelNode::Op::mul:
     case RelNode::Op::floordiv: case RelNode::Op::mod: {
       RelValue a, b;
-      if (!eval_relation(r, n.kids[0], args, a, err, depth + 1) || !eval_relation(r, n.kids[1], args, b, err, depth + 1))
+      if (!eval_relation(r, n.kids[0], args, cfg, a, err, depth + 1) ||
+          !eval_relation(r, n.kids[1], args, cfg, b, err, depth + 1))
         return false;
       bool ovf = false;
       switch (n.op) {
@@ -482,10 +511,10 @@ inline bool eval_relation(const Relation& r, int i, const ArgValue* args, RelVal
       RelValue vals[2];
       RelValue* pa = &vals[0];
       RelValue* pb = &vals[1];
-      if (!eval_relation(r, n.kids[0], args, *pa, err, depth + 1)) return false;
+      if (!eval_relation(r, n.kids[0], args, cfg, *pa, err, depth + 1)) return false;
       out.v = 1;
       for (size_t k = 0; k < n.cmp_ops.size(); ++k) {
-        if (!eval_relation(r, n.kids[k + 1], args, *pb, err, depth + 1)) return false;
+        if (!eval_relation(r, n.kids[k + 1], args, cfg, *pb, err, depth + 1)) return false;
         const RelValue& a = *pa;
         const RelValue& b = *pb;
         bool ok;
@@ -514,7 +543,7 @@ inline bool eval_relation(const Relation& r, int i, const ArgValue* args, RelVal
       RelValue x;
       out.v = 1;
       for (int k : n.kids) {
-        if (!eval_relation(r, k, args, x, err, depth + 1)) return false;
+        if (!eval_relation(r, k, args, cfg, x, err, depth + 1)) return false;
         if (!x.v) { out.v = 0; return true; }
       }
       return true;
@@ -539,19 +568,28 @@ inline std::string rel_value_text(const RelValue& v) {
 }
 
 // The first false comparison under `i` (or -1), to explain a failed relation.
-inline int failing_comparison(const Relation& r, int i, const ArgValue* args, int depth = 0) {
+inline int failing_comparison(const Relation& r, int i, const ArgValue* args, const LaunchConfig* cfg,
+                              int depth = 0) {
   if (depth > kMaxRelDepth) return -1;
   const RelNode& n = r.nodes[i];
   RelValue x;
   if (n.op == RelNode::Op::and_) {
-    for (int k : n.kids) { int f = failing_comparison(r, k, args, depth + 1); if (f >= 0) return f; }
+    for (int k : n.kids) { int f = failing_comparison(r, k, args, cfg, depth + 1); if (f >= 0) return f; }
     return -1;
   }
-  if (!eval_relation(r, i, args, x, nullptr, depth) || !x.v) return i;
+  if (!eval_relation(r, i, args, cfg, x, nullptr, depth) || !x.v) return i;
   return -1;
 }
 
-// Leaf terms of the subtree `i` (argument terms only), in source order, without repeats.
+// Whether relation `r` names an argument passed as None (an absent optional array): then it is
+// skipped at this launch (docs/architecture.md, "Optional arrays").
+inline bool names_absent(const Relation& r, const ArgValue* args) {
+  for (const RelNode& n : r.nodes)
+    if (n.arg >= 0 && n.op != RelNode::Op::lit && !n.is_launch() && args[n.arg].none) return true;
+  return false;
+}
+
+// Leaf terms of the subtree `i` (argument and launch terms), in source order, without repeats.
 inline void collect_terms(const Relation& r, int i, std::vector<int>& out, int depth = 0) {
   if (depth > kMaxRelDepth) return;
   const RelNode& n = r.nodes[i];

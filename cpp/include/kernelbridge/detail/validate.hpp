@@ -82,6 +82,7 @@ KB_COLD inline std::string spec_text(const ArgSpec& sp) {
 }
 
 KB_COLD inline std::string value_text(const ArgValue& v) {
+  if (v.none) return "None";
   if (v.kind == ArgKind::array)
     return std::string(dtype_long_name(v.array.dtype)) + " array of shape " + tuple_text(v.array.shape, v.array.ndim);
   std::string tn = v.type_name && *v.type_name ? v.type_name : "";
@@ -183,7 +184,7 @@ inline Error check_array(const LaunchContract& c, int k, const ArgValue& v, cons
                      "address " + hex_text(a.ptr));
   if (sp.writable() && a.readonly)
     return arg_error(c, k, ErrorCode::readonly,
-                     std::string("writable array (access '") + (sp.access == Access::write ? "write" : "readwrite") + "')",
+                     std::string("writable array (access '") + (sp.access == Access::write ? "write" : sp.access == Access::atomic ? "atomic" : "readwrite") + "')",
                      "a read-only array");
   return Error();
 }
@@ -272,14 +273,14 @@ inline Error check_scalar_range(const LaunchContract& c, int k, const ArgValue& 
   return Error();
 }
 
-// Why relation `r` fails for these arguments (check_relation found that it does).
-KB_COLD inline Error relation_error(const LaunchContract& c, size_t r, const ArgValue* args) {
+// Why relation `r` fails for these arguments and launch configuration (check_relation found that it does).
+KB_COLD inline Error relation_error(const LaunchContract& c, size_t r, const ArgValue* args, const LaunchConfig* cfg) {
   const Relation& rel = *c.relations[r];
   RelValue out;
   std::string why;
-  bool ok = eval_relation(rel, rel.root, args, out, &why);
+  bool ok = eval_relation(rel, rel.root, args, cfg, out, &why);
   std::vector<int> terms;
-  int node = ok ? failing_comparison(rel, rel.root, args) : rel.root;
+  int node = ok ? failing_comparison(rel, rel.root, args, cfg) : rel.root;
   if (node < 0) node = rel.root;
   collect_terms(rel, node, terms);
   int arg = -1;
@@ -291,7 +292,7 @@ KB_COLD inline Error relation_error(const LaunchContract& c, size_t r, const Arg
     for (int t : terms) {
       RelValue v;
       got += (got.empty() ? "" : ", ") + node_text(rel, t) + " = " +
-             (eval_relation(rel, t, args, v, nullptr) ? rel_value_text(v) : std::string("?"));
+             (eval_relation(rel, t, args, cfg, v, nullptr) ? rel_value_text(v) : std::string("?"));
     }
     if (got.empty()) got = "false";
   }
@@ -302,11 +303,13 @@ KB_COLD inline Error relation_error(const LaunchContract& c, size_t r, const Arg
   return config_error(c, ErrorCode::shape_relation, "requires '" + rel.text + "'", expected, got);
 }
 
-inline Error check_relation(const LaunchContract& c, size_t r, const ArgValue* args) {
+// `cfg`: the resolved launch configuration (relations with grid.* / block.* terms), else nullptr.
+inline Error check_relation(const LaunchContract& c, size_t r, const ArgValue* args, const LaunchConfig* cfg) {
   const Relation& rel = *c.relations[r];
+  if (c.has_optional && names_absent(rel, args)) return Error();   // names an array passed as None
   RelValue out;
-  if (eval_relation(rel, rel.root, args, out, nullptr) && out.v) return Error();
-  return relation_error(c, r, args);
+  if (eval_relation(rel, rel.root, args, cfg, out, nullptr) && out.v) return Error();
+  return relation_error(c, r, args, cfg);
 }
 
 inline bool is_inplace_pair(const LaunchContract& c, int a, int b) {
@@ -415,15 +418,17 @@ inline Error check_self_overlap(const LaunchContract& c, int k, const ArrayView&
 
 inline Error check_aliasing(const LaunchContract& c, const ArgValue* args, int n) {
   for (int i = 0; i < n; ++i) {
-    if (c.args[i].kind != ArgKind::array || !c.args[i].writable() || args[i].array.size() <= 1) continue;
+    if (c.args[i].kind != ArgKind::array || !c.args[i].writable() || args[i].none || args[i].array.size() <= 1)
+      continue;
     if (Error e = check_self_overlap(c, i, args[i].array)) return e;
   }
   for (int i = 0; i < n; ++i) {
-    if (c.args[i].kind != ArgKind::array || !c.args[i].writable() || args[i].array.size() == 0) continue;
+    if (c.args[i].kind != ArgKind::array || !c.args[i].writable() || args[i].none || args[i].array.size() == 0)
+      continue;
     uint64_t lo1, hi1;
     args[i].array.extent(lo1, hi1);
     for (int j = 0; j < n; ++j) {
-      if (j == i || c.args[j].kind != ArgKind::array || args[j].array.size() == 0) continue;
+      if (j == i || c.args[j].kind != ArgKind::array || args[j].none || args[j].array.size() == 0) continue;
       uint64_t lo2, hi2;
       args[j].array.extent(lo2, hi2);
       if (lo1 < hi2 && lo2 < hi1 && !is_inplace_pair(c, i, j))
@@ -589,6 +594,13 @@ inline Error validate(const LaunchContract& c, const ArgValue* args, int nargs, 
   for (int k = 0; k < n; ++k) {
     const ArgSpec& sp = c.args[k];
     const ArgValue& v = args[k];
+    if (v.none) {   // None: an absent array, allowed where the contract declares the argument optional
+      if (sp.kind == ArgKind::array && sp.optional) continue;
+      return arg_error(c, k, ErrorCode::argument_kind,
+                       spec_text(sp) + (sp.kind == ArgKind::array ? " (not optional: declare it optional to allow None)"
+                                                                  : ""),
+                       "None");
+    }
     if (sp.kind != v.kind)
       return arg_error(c, k, ErrorCode::argument_kind, spec_text(sp), value_text(v));
     Error e = sp.kind == ArgKind::array ? check_array(c, k, v, dev) : check_scalar_kind(c, k, v);
@@ -602,13 +614,20 @@ inline Error validate(const LaunchContract& c, const ArgValue* args, int nargs, 
     if (e) return e;
   }
   for (size_t r = 0; r < c.relations.size(); ++r) {
-    Error e = check_relation(c, r, args);
+    if (c.relations[r]->uses_launch) continue;   // checked once the grid is resolved (below)
+    Error e = check_relation(c, r, args, nullptr);
     if (e) return e;
   }
   if (Error e = check_aliasing(c, args, n)) return e;
   if (Error e = check_block(c, cfg, dev, fn)) return e;
   if (Error e = check_grid(c, args, cfg, dev)) return e;
   if (Error e = check_strict_domain(c, cfg)) return e;
+  if (!cfg.skip) {   // grid relations: against the resolved grid and block (nothing to check when nothing runs)
+    for (size_t r = 0; r < c.relations.size(); ++r) {
+      if (!c.relations[r]->uses_launch) continue;
+      if (Error e = check_relation(c, r, args, &cfg)) return e;
+    }
+  }
   if (Error e = check_smem(c, cfg, dev, fn)) return e;
   if (dev.cc < c.min_cc)
     return config_error(c, ErrorCode::compute_capability, "compute capability", sm_text(c.min_cc) + " or newer",
