@@ -6,6 +6,9 @@ embedded (see docs/cpp.md), so `load(name)` gives a module whose kernels launch 
     mod = bridge.cpp_kernels.load("saxpy")
     mod.saxpy(2.0, x, y, len(y))
 
+The GPT-2 training-step kernels of `cpp/kernels/llm/<family>.cu` are installed the same way, as
+`llm_<family>.fatbin` (`LLM_KERNELS`; `llm_kernel("layernorm_forward")` gives one kernel).
+
 Without nvcc at install time the kernels are not built; `build_info()` / `status()` say so (pip hides
 the CMake warning) and `path()` / `load()` raise `CppKernelsMissing` naming what is missing and how to
 get it.
@@ -23,11 +26,22 @@ from typing import Any
 from bridge import _native
 from bridge.module import load_module
 
-__all__ = ["KERNELS", "CppKernelsMissing", "path", "load", "available", "kernels_dirs", "build_info",
-           "status", "cmake_dir", "include_dir"]
+__all__ = ["KERNELS", "LLM_KERNELS", "CppKernelsMissing", "path", "load", "llm_kernel", "available",
+           "kernels_dirs", "build_info", "status", "cmake_dir", "include_dir"]
 
 # The modules cpp/kernels/ provides; each holds one kernel of the same name.
 KERNELS: tuple[str, ...] = ("saxpy", "transpose", "block_reduce_sum", "legacy_softmax")
+
+# The GPT-2 training-step kernels of cpp/kernels/llm/<family>.cu: module llm_<family> -> its kernels.
+LLM_KERNELS: dict[str, tuple[str, ...]] = {
+    "llm_layernorm": ("layernorm_forward", "layernorm_backward"),
+    "llm_gelu": ("gelu_forward_bf16", "gelu_backward_bf16", "gelu_forward_f32", "gelu_backward_f32"),
+    "llm_residual": ("residual_forward",),
+    "llm_encoder": ("encoder_forward", "encoder_backward"),
+    "llm_crossentropy": ("crossentropy_forward", "crossentropy_backward"),
+    "llm_adamw": ("adamw_update",),
+    "llm_global_norm": ("global_norm_squared",),
+}
 
 _SOURCE_TREE = Path(__file__).resolve().parent.parent  # a checkout: <repo>/bridge/cpp_kernels.py
 
@@ -108,6 +122,15 @@ def path(name: str) -> Path:
 def load(name: str, **kwargs: Any) -> Any:
     """`bridge.load_module(path(name), **kwargs)`: the module with the contracts embedded in it."""
     return load_module(str(path(name)), **kwargs)
+
+
+def llm_kernel(kernel: str, **kwargs: Any) -> Any:
+    """One kernel of cpp/kernels/llm/ by its name (e.g. "layernorm_forward"), from its family's module."""
+    for module, kernels in LLM_KERNELS.items():
+        if kernel in kernels:
+            return getattr(load(module, **kwargs), kernel)
+    known = ", ".join(k for ks in LLM_KERNELS.values() for k in ks)
+    raise ValueError(f"kernel: expected one of the cpp/kernels/llm kernels ({known}), got {kernel!r}")
 
 
 def _find_in_package(sub: str, marker: str, source: Path) -> Path:
