@@ -323,15 +323,24 @@ def _dims(v: Any, fill: int) -> tuple[int, int, int]:
 def kernel_call(kernel: Any, *, mutates: Sequence[str] | str | None = None,
                 out_shapes: Mapping[str, Any] | None = None, out_dtypes: Mapping[str, Any] | None = None,
                 static: Mapping[str, Any] | None = None, grid: Any = None, block: Any = None,
-                tiles: Mapping[str, Any] | None = None) -> KernelCall:
+                tiles: Mapping[str, Any] | None = None, backward: Any = None,
+                backward_options: Mapping[str, Any] | None = None) -> Any:
     """`kernel` as a JAX operation: `kernel_call(k, ...)(*inputs)` returns the kernel's writable arrays
     (one array, or a tuple in parameter order), under `jax.jit` or eagerly.
 
     Inputs are the kernel's read-only arrays, the writable ones named in `mutates` (their new values are
     returned; JAX arrays are immutable) and its scalars not bound by `static` (concrete numbers), in
     the kernel's order. Outputs' shapes come from the contract's relations or `out_shapes`; `tiles`,
-    `grid`, `block` as for dsl.torch.custom_op (values or callables of the inputs).
+    `grid`, `block` as for dsl.torch.custom_op (values or callables of the inputs). `backward`: a
+    callable `(saved, *cotangents)` or a kernel bound by parameter names, making the call
+    differentiable with `jax.grad` (dsl/integrations/jax_vjp.py).
     """
     _jax()
-    return KernelCall(OpPlan(kernel, API, mutates=mutates, out_shapes=out_shapes, out_dtypes=out_dtypes,
+    call = KernelCall(OpPlan(kernel, API, mutates=mutates, out_shapes=out_shapes, out_dtypes=out_dtypes,
                              static=static, grid=grid, block=block, tiles=tiles))
+    if backward is None:
+        if backward_options:
+            raise ValueError(f"{API}: {call.plan.name}: backward_options= needs backward=")
+        return call
+    from dsl.integrations.jax_vjp import Differentiable
+    return Differentiable(call, backward, backward_options)

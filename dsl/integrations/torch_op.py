@@ -15,7 +15,6 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from bridge import errors as E
 from dsl.integrations._kernels import outputs_read
 from dsl.integrations._plan import LONG, OpPlan, Param
-from dsl.integrations._relations import derive_shapes
 
 API = "dsl.torch.custom_op"
 
@@ -233,44 +232,18 @@ def _default_setup(torch: Any, plan: OpPlan) -> tuple[Callable, Callable[[Any], 
 
 def _kernel_backward(torch: Any, plan: OpPlan, name: str, kernel: Any,
                      options: Mapping[str, Any]) -> tuple[Callable, Callable]:
-    """A backward kernel as its own custom op `name + "_backward"`, bound by parameter names: forward
-    inputs/outputs by their names, `grad_<output>` the incoming gradients, writable `grad_<input>` the
-    gradients it computes (allocated with the input's shape unless its relations say otherwise)."""
-    from dsl.integrations._plan import kernel_params
-    bname, bparams, brequires, _ = kernel_params(kernel, API)
-    fwd_in = {p.name for p in plan.inputs}
-    fwd_out = {p.name for p in plan.outputs}
-    grads_of = {f"grad_{p.name}": p.name for p in plan.outputs}
-    mutates = set(options.get("mutates", ()) or ())
-    for q in bparams:
-        if q.writable and q.name not in mutates:
-            if q.name[5:] not in fwd_in or not q.name.startswith("grad_"):
-                raise ValueError(f"{API}: backward kernel {bname}: writable argument '{q.name}' (#{q.index}) "
-                                 f"must be named grad_<input> for one of the forward inputs "
-                                 f"({', '.join(sorted(fwd_in))})")
-        elif q.name not in fwd_in | fwd_out and q.name not in grads_of and q.name not in options.get("static", {}):
-            raise ValueError(f"{API}: backward kernel {bname}: argument '{q.name}' (#{q.index}) is neither a "
-                             f"forward input/output ({', '.join(sorted(fwd_in | fwd_out))}) nor an incoming "
-                             f"gradient ({', '.join(sorted(grads_of))})")
-    opts = dict(options)
-    given = dict(opts.pop("out_shapes", None) or {})
-    bw_inputs = [q.name for q in bparams if (not q.writable or q.name in mutates)
-                 and q.name not in opts.get("static", {})]
-    outs = {q.name: q.ndim for q in bparams if q.writable and q.name not in mutates and q.name not in given}
-    derived, _ = derive_shapes(brequires, outs, [n for n in bw_inputs], [q.name for q in bparams if not q.is_array])
-    for out in outs:
-        src = out[5:]
-        if out not in derived and src in bw_inputs:
-            pos = bw_inputs.index(src)
-            given[out] = (lambda k: lambda *xs: tuple(xs[k].shape))(pos)
-    bw_op = custom_op(f"{name}_backward", kernel, out_shapes=given or None, **opts)
+    """A backward kernel as its own custom op `name + "_backward"`, bound by parameter names
+    (dsl/integrations/_backward.py)."""
+    from dsl.integrations._backward import bind_backward
+    bound = bind_backward(plan, kernel, options, API)
+    bw_op = custom_op(f"{name}_backward", kernel, out_shapes=bound.out_shapes or None, **bound.options)
     bw_plan: OpPlan = bw_op._kb_plan
     setup, restore = _default_setup(torch, plan)
 
     def backward(ctx: Any, *grads: Any) -> tuple:
         restore(ctx)
         values = dict(ctx.saved)
-        values.update({g: grads[k] for k, g in enumerate(grads_of)})
+        values.update({g: grads[k] for k, g in enumerate(bound.grads_of)})
         res = bw_op(*(values[q.name] for q in bw_plan.inputs))
         res = res if isinstance(res, tuple) else (res,)
         by_input = {q.name[5:]: r for q, r in zip(bw_plan.outputs, res)}

@@ -269,3 +269,13 @@ def test_jax_and_torch_ops_in_one_process(gpu_jax, cuda_torch):
     yt = silu_t(torch.from_numpy(x).cuda()).cpu().numpy()
     yj = np.asarray(silu_j(jnp.asarray(x)))
     np.testing.assert_array_equal(yt, yj)            # the same kernel, bit for bit
+
+
+def test_jax_grad_through_the_ffi_with_a_backward_kernel(gpu_jax):
+    jax, jnp = gpu_jax, gpu_jax.numpy
+    silu = dsl.jax.kernel_call(K.silu, backward=K.silu_backward)
+    x = jax.random.normal(jax.random.PRNGKey(3), (100_003,), jnp.float32) * 3
+    grad = jax.jit(jax.grad(lambda t: jnp.sum(silu(t) ** 2)))
+    assert dsl.jax.TARGET in grad.lower(x).as_text()
+    want = jax.grad(lambda t: jnp.sum(jax.nn.silu(t) ** 2))(x)
+    np.testing.assert_allclose(np.asarray(grad(x)), np.asarray(want), rtol=1e-4, atol=1e-5)
