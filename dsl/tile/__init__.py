@@ -15,6 +15,7 @@ from dsl.types import (bf16, boolean, f16, f32, f64, i8, i16, i32, i64, u8, u16,
 from dsl.tile.api import INTRINSICS as _INTRINSICS
 from dsl.tile.api import Array, Atomic, Constant  # noqa: F401
 from dsl.tile.errors import TileCompileError  # noqa: F401
+from dsl.tile.funcs import TileFunc, func  # noqa: F401
 from dsl.tile.autotune import Config, Tuned, autotune  # noqa: F401
 from dsl.tile.host import Partition, TileKernel, kernel, partition  # noqa: F401
 from dsl.vocab import math as _vocab
@@ -24,7 +25,8 @@ inf = float("inf")
 globals().update(_INTRINSICS)
 _vocab.add_model_namespace(__name__, globals())   # register_math refuses the names taken here
 
-__all__ = ["kernel", "partition", "Partition", "Array", "Atomic", "Constant", "TileKernel", "TileCompileError",
+__all__ = ["kernel", "func", "TileFunc", "partition", "Partition", "Array", "Atomic", "Constant", "TileKernel",
+           "TileCompileError",
            "autotune", "Config", "Tuned",
            "inf", "f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
            "boolean", *sorted(_INTRINSICS)]

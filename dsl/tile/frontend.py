@@ -16,6 +16,7 @@ from dsl.tile import ir as T
 from dsl.tile import ops, tileops
 from dsl.tile.api import PY_MATH, Intrinsic
 from dsl.tile.errors import TileCompileError
+from dsl.tile.funcs import TileFunc, inline_call
 from dsl.tile.intrinsics import call_intrinsic, call_method
 from dsl.tile.types import ConstParamType, PartitionParamType, ScalarParamType, TileType, as_scalar_type
 from dsl.tile.values import Method, ParamHandle, ShapeHandle
@@ -159,6 +160,9 @@ class TileFrontend:
         if isinstance(tgt, (ast.Tuple, ast.List)):
             if not isinstance(value, tuple) or len(value) != len(tgt.elts):
                 raise self.err(tgt, "tuple assignment needs a tuple of the same length on the right")
+            # Python evaluates the whole right side first: `m, s = m_new, s * exp(m - m_new)` must read
+            # the old m, so each tile value is copied before any target is assigned
+            value = tuple(self.snapshot(v, node) for v in value)
             for t, v in zip(tgt.elts, value):
                 self.assign(t, v, node)
             return
@@ -194,6 +198,18 @@ class TileFrontend:
                 self.int_literal_vars[var] = value
             return
         self.env[name] = value   # compile-time value
+
+    def snapshot(self, value: object, node: ast.AST) -> object:
+        """`value` with each tile expression in it copied into a fresh local (compile-time values and
+        tuples of them as they are)."""
+        if isinstance(value, tuple):
+            return tuple(self.snapshot(v, node) for v in value)
+        if not isinstance(value, T.TExpr) or isinstance(value, T.TVar):
+            return value
+        var = T.TVar("_rhs", value.type)
+        self.locals.append(var)
+        self.emit(T.Assign(var, value, self.loc(node)))
+        return var
 
     def literal_start_error(self, name: str, cur: T.TVar, e: T.TExpr, node: ast.AST) -> TileCompileError:
         """A float (tile) assigned to a variable an int literal started (`acc = 0; acc += x`): start it
@@ -468,6 +484,8 @@ class TileFrontend:
         if any(k.arg is None for k in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
             raise self.err(node, "*args / **kwargs are not supported in tile kernels")
         loc = self.loc(node)
+        if isinstance(fn, TileFunc):            # a @tile.func helper: inlined here (dsl/tile/funcs.py)
+            return inline_call(self, fn, args, kwargs, node)
         try:
             if isinstance(fn, Method):
                 return self.method(fn, args, kwargs, node)
@@ -505,8 +523,8 @@ class TileFrontend:
         foreign = numpy_call_hint(fn, "tile")       # np.sqrt: name tile.sqrt
         if foreign is not None:
             raise TileCompileError(foreign[0], self.loc(node.func), foreign[1])
-        raise self.err(node, f"cannot call {fn!r} in a tile kernel (only tile.* functions, math "
-                             f"functions, casts and min/max/abs)")
+        raise self.err(node, f"cannot call {fn!r} in a tile kernel (only tile.* functions, @tile.func "
+                             f"helpers, math functions, casts and min/max/abs)")
 
     def method(self, m: Method, args: list, kwargs: dict, node: ast.Call) -> object:
         """`x.sum(...)`, `out.store(v)`: the method form of a tile op (dsl/tile/tileops.py)."""
