@@ -213,6 +213,15 @@ def simt_options(params: tuple[str, ...] | None, *, block: Any = None, launch_bo
                          lineinfo=check_lineinfo(lineinfo))
 
 
+def check_group_m(group_m: Any) -> int | None:
+    """`@tile.kernel(group_m=)`: None, or tile rows per group of the block order, an int in [1, 256]."""
+    if group_m is not None and (not _is_int(group_m) or not 1 <= group_m <= 256):
+        raise OptionError("group_m", f"group_m= must be an int in [1, 256] (tile rows per group of the "
+                          f"block order), got {_kind(group_m)}",
+                          "group_m=8 groups 8 tile rows (Triton's GROUP_SIZE_M); group_m=1 is row-major")
+    return group_m
+
+
 def check_tile_options(num_warps: Any, persistent: Any) -> tuple[int | None, bool]:
     """`@tile.kernel(num_warps=, persistent=)`: num_warps a power of two in [1, 32] (None = chosen
     per kernel), persistent a bool."""

@@ -246,7 +246,8 @@ def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str, *, dum
         t0 = time.perf_counter()
         key = cache_key(kernel.pyfunc, [("tile", *sig), sorted(facts.items())],
                         ("tile", kernel.num_warps, kernel.persistent, kernel.lineinfo)
-                        + switches_key() + ((("requires", *kernel.requires),) if kernel.requires else ()),
+                        + switches_key() + ((("requires", *kernel.requires),) if kernel.requires else ())
+                        + ((("group_m", kernel.group_m),) if kernel.group_m is not None else ()),
                         arch)
         hit = None if dumps else disk.load(key)
         if hit is not None:

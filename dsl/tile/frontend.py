@@ -47,9 +47,10 @@ def _assigned_names(fdef: ast.FunctionDef) -> dict[str, int]:
 
 class TileFrontend:
     def __init__(self, pyfunc, signature: list, name: str | None = None,
-                 requires: tuple[str, ...] = ()) -> None:
+                 requires: tuple[str, ...] = (), group_m: int | None = None) -> None:
         self.pyfunc = pyfunc
         self.requires = tuple(requires)      # the kernel's relations, carried by the tile IR
+        self.group_m = group_m               # the kernel's block order (dsl/tile/lower/tiles.py)
         self.src: Source = get_source(pyfunc)      # the SIMT front end's source, positions and carets
         self.fdef = self.src.tree
         self.signature = signature
@@ -108,7 +109,7 @@ class TileFrontend:
             self.stmt(stmt)
         self.body_stack.pop()
         return T.TileFunction(self.name, params, body, grid_param, self.locals, self.loc(self.fdef),
-                              self.requires)
+                              self.requires, self.group_m)
 
     # ---------------------------------------------------------------------------------- statements
     def stmt(self, node: ast.stmt) -> None:

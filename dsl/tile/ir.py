@@ -287,6 +287,7 @@ class TileFunction:
     locals: list[TVar] = field(default_factory=list)
     loc: Loc = NOLOC
     requires: tuple[str, ...] = ()   # the kernel's `requires=` relations (the launch contract's)
+    group_m: int | None = None       # block order: tile rows per group (None: 8 for GEMM kernels, else 1)
 
 
 def walk_stmts(body: list):

@@ -1,7 +1,8 @@
 """Which tile a block owns: tile counts per partition, and tile.bid(k) from the block's linear id.
 
 The grid is 1-D (x = linear tile id of the grid partition). It is unravelled row-major, or for GEMM
-kernels in groups of GROUP_M tile rows (an L2-friendly order, a bijection of the row-major one). A
+kernels in groups of GROUP_M tile rows (an L2-friendly order, a bijection of the row-major one), or
+in groups of the kernel's own `@tile.kernel(group_m=)` rows. A
 partition of another ndim than the grid partition (dsl/tile/types.tiles_by_number) owns tile b of
 its own tile grid for the block whose row-major tile number is b; its counts and ids are kept apart
 (`L.part_counts`, `L.part_ids`) and `Lowerer.tile_ids(p)` picks the right ones.
@@ -41,11 +42,22 @@ def block_ids(L, lin: N.Expr, nb: list[N.Expr]) -> None:
     """tile.bid(k) from the linear tile id (L.bids: row-major, or grouped for GEMM kernels), and the
     block's tile in each partition matched by tile number (L.part_ids: its row-major number
     unravelled)."""
-    grouped = len(nb) == 2 and any(isinstance(e, T.Matmul) for e in T.body_exprs(L.fn.body))
-    L.bids = grouped_ids(L, lin, nb, GROUP_M) if grouped else unravel_ids(L, lin, nb)
+    group = block_group(L.fn, len(nb))
+    grouped = group > 1
+    L.bids = grouped_ids(L, lin, nb, group) if grouped else unravel_ids(L, lin, nb)
     if L.part_counts and grouped:     # the row-major number of the grouped tile
         lin = L.tmp(N.BinOp("add", N.BinOp("mul", L.bids[0], nb[1], I32), L.bids[1], I32), "tileno")
     L.part_ids = {pid: unravel_ids(L, lin, counts) for pid, counts in L.part_counts.items()}
+
+
+def block_group(fn: T.TileFunction, ndim: int) -> int:
+    """Tile rows per group of a 2-D grid's block order: the kernel's `group_m=`, else GROUP_M for GEMM
+    kernels (a tile.matmul in the body) and 1 (row-major) otherwise."""
+    if ndim != 2:
+        return 1
+    if fn.group_m is not None:
+        return fn.group_m
+    return GROUP_M if any(isinstance(e, T.Matmul) for e in T.body_exprs(fn.body)) else 1
 
 
 def unravel_ids(L, lin: N.Expr, nb: list[N.Expr]) -> list[N.Expr]:
