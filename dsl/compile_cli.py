@@ -1,6 +1,7 @@
 """The `compile` command (`kernelbridge compile FILE.py::KERNEL`, `python -m dsl compile ...`): one
 @simt.kernel or @tile.kernel compiled offline (no GPU needed); the PTX goes to stdout (or -o), the
-resource usage ptxas reports (registers, spills, shared memory) to stderr.
+resource usage ptxas reports (registers, spills, shared memory) to stderr. With `--explain`, stdout
+gets instead each slow path the kernel takes, with its source line and reason (dsl/perf.py).
 
 FILE is imported as a module named `_kb_cli_<stem>`, never as `__main__`: its
 `if __name__ == "__main__":` block does not run (module-level code does, as on any import), and what
@@ -191,7 +192,7 @@ def tile_signature(kernel: Any, text: str | None) -> tuple[tuple, dict[str, dict
             raise CliError(f"--sig: parameter {s.name!r} is {s.ndim}-D, got {e.text!r}")
         facts[s.name] = {"layout": "C" if e.contiguous else "any", "aligned16": e.aligned, "div8": e.div8}
         if s.kind == "array":
-            sig[k] = ArrayParamType(dt, e.ndim)
+            sig[k] = ArrayParamType(dt, e.ndim, s.writable)     # writable: a tile.Atomic array
             continue
         if len(e.tile) != e.ndim or not all(is_pow2(t) for t in e.tile):  # type: ignore[arg-type]
             raise CliError(f"--sig: parameter {s.name!r}: the tile shape needs {e.ndim} powers of two, got {e.text!r}")
@@ -199,28 +200,37 @@ def tile_signature(kernel: Any, text: str | None) -> tuple[tuple, dict[str, dict
     return tuple(sig), facts
 
 
-def _report_usage(ptx: str, arch: str) -> int:
+def _report_usage(ptx: str, arch: str) -> list:
+    """ptxas's resource usage of each kernel in `ptx`, printed to stderr (none without ptxas)."""
     from dsl.backend.ptxas import PtxasNotFound, assemble
     try:
         usages, _ = assemble(ptx, arch)
     except PtxasNotFound as e:
         print(f"// resource usage unavailable: {e}", file=sys.stderr)
-        return 0
+        return []
     for u in usages:
         print(f"// ptxas {u.arch} {u.kernel}: {u.registers} registers, {u.spill_stores} bytes spill "
               f"stores, {u.spill_loads} bytes spill loads, {u.stack_frame} bytes stack, "
               f"{u.shared_bytes} bytes shared, {u.barriers} barriers", file=sys.stderr)
-    return 0
+    return usages
 
 
 def _emit(ck: Any, args: argparse.Namespace, sig: Any, arch: str) -> int:
+    """The PTX to -o or stdout (with --explain: to -o only, and stdout gets the slow paths)."""
+    explain = getattr(args, "explain", False)
     if args.output:
         Path(args.output).write_text(ck.ptx)
-    else:
+    elif not explain:
         sys.stdout.write(ck.ptx)
     print(f"// kernel {ck.name} for {arch}; signature ({', '.join(map(repr, sig))}); "
           f"cache: {ck.metadata.get('cache')}", file=sys.stderr)
-    return _report_usage(ck.ptx, arch)
+    usages = _report_usage(ck.ptx, arch)
+    if explain:
+        from dsl.backend.inspect import slow_paths_of
+        from dsl.perf import explain as explain_text
+        usage = next((u for u in usages if u.kernel == ck.name), None)
+        sys.stdout.write(explain_text(ck.name, arch, slow_paths_of(ck.metadata, usage.as_dict() if usage else {})))
+    return 0
 
 
 def cmd_compile_tile(kernel: Any, args: argparse.Namespace) -> int:
@@ -260,3 +270,6 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--dump", help="comma-separated stages to dump to stderr (frontend, ir, llvm_ir, "
                                   "optimize, ptx, all; tile kernels: tile_frontend, tile_lower, ir, ...)")
     c.add_argument("--no-cache", action="store_true", help="bypass the disk cache")
+    c.add_argument("--explain", action="store_true",
+                   help="print where the kernel takes a slow path and why (source line and reason: scalar "
+                        "instead of vector chunk accesses, local memory, spills) instead of the PTX")

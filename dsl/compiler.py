@@ -72,6 +72,10 @@ class CompileContext:
                              f"{[st.name for st in front]}; the pipeline is {', '.join(names)}")
         self.model, self.front, self.tile = model, front, tile
         self.timings: dict[str, float] = {}
+        # dsl.perf.SlowPath records any stage may add (where the kernel left the fast path, and why),
+        # and the kernel's source line (file, line) for records about the kernel as a whole
+        self.slow_paths: list = []
+        self.kernel_loc: tuple[str, int] = ("", 0)
 
 
 class Stage:
@@ -105,7 +109,10 @@ def build_options(options: KernelOptions, arch: str):
 
 def _llvm_ir(fn, ctx: CompileContext):
     from dsl.backend.codegen import to_llvm_ir
-    return to_llvm_ir(fn, build_options(ctx.options, ctx.arch))
+    ctx.kernel_loc = (fn.loc.file, fn.loc.line)
+    llvm_ir = to_llvm_ir(fn, build_options(ctx.options, ctx.arch))
+    ctx.slow_paths.extend(llvm_ir.slow_paths)
+    return llvm_ir
 
 
 def _optimize(llvm_ir, ctx: CompileContext):
@@ -115,7 +122,10 @@ def _optimize(llvm_ir, ctx: CompileContext):
 
 def _ptx(module, ctx: CompileContext):
     from dsl.backend.codegen import emit_ptx
-    return emit_ptx(module, ctx.arch)
+    from dsl.perf import local_memory
+    ptx = emit_ptx(module, ctx.arch)
+    ctx.slow_paths.extend(local_memory(ptx, *ctx.kernel_loc))
+    return ptx
 
 
 def render_ir(fn) -> str:
@@ -227,12 +237,18 @@ def run_pipeline(value: Any, ctx: CompileContext, start: str | None = None, stop
 
 # ---------------------------------------------------------------------------- entry points
 def compile_metadata(ctx: CompileContext, source: str) -> dict:
-    """What a compile reports: arch, PTX ISA, LLVM, where the result came from (`source`), and
-    the seconds of each stage that ran."""
+    """What a compile reports: arch, PTX ISA, LLVM, where the result came from (`source`), the
+    seconds of each stage that ran, and the slow paths the stages recorded (dsl/perf.py: each is
+    also logged here, once per compile, on `kernelbridge.perf`)."""
     from dsl.backend.target import llvm_version, parse_arch, ptx_version
-    return {"arch": f"sm_{parse_arch(ctx.arch)}", "ptx_version": ptx_version(ctx.arch),
+    from dsl.perf import log_slow_paths, unique
+    arch = f"sm_{parse_arch(ctx.arch)}"
+    slow = unique(ctx.slow_paths)
+    log_slow_paths(ctx.model, ctx.kernel_name, arch, slow)
+    return {"arch": arch, "ptx_version": ptx_version(ctx.arch),
             "llvm": llvm_version(), "cache": source,
-            "stage_seconds": {k: round(v, 6) for k, v in ctx.timings.items()}}
+            "stage_seconds": {k: round(v, 6) for k, v in ctx.timings.items()},
+            "slow_paths": [p.as_dict() for p in slow], "kernel_loc": list(ctx.kernel_loc)}
 
 
 def compile_ir(fn, options: KernelOptions, arch: str, *, dump: str | Iterable[str] | None = None,

@@ -50,6 +50,7 @@ class FnState:
     ret_slot: Any = None
     fault_record: ir.Value | None = None
     known: set[tuple[Any, N.Var]] = field(default_factory=set)   # (array key, var) proven in range
+    lanes: dict[tuple[Any, N.Var], Any] = field(default_factory=dict)   # chunk accesses moved out (chunks.py)
     scope: Any = None                 # the function's DISubprogram (None: no line table)
 
 
@@ -77,6 +78,7 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
         self.kernel_symbol = kernel.name
         self.keep: set[str] = set()
         self.lines: LineTables | None = None    # set by build() when opts.lineinfo
+        self.slow_paths: list = []              # dsl.perf.SlowPath records of this module (chunks.py)
 
     # ------------------------------------------------------------------ entry point
     def build(self) -> ir.Module:

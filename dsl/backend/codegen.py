@@ -11,19 +11,22 @@ from dsl.ir import nodes as N
 
 
 class LlvmIR(str):
-    """LLVM IR text plus the symbols that must stay external (kernel, exported functions)."""
+    """LLVM IR text plus the symbols that must stay external (kernel, exported functions) and the
+    slow paths the code generator took (dsl.perf.SlowPath records: the compile collects them)."""
     keep: frozenset[str]
+    slow_paths: tuple
 
-    def __new__(cls, text: str, keep: frozenset[str]):
+    def __new__(cls, text: str, keep: frozenset[str], slow_paths: tuple = ()):
         obj = super().__new__(cls, text)
         obj.keep = keep
+        obj.slow_paths = tuple(slow_paths)
         return obj
 
 
 def to_llvm_ir(fn: N.Function, options: BuildOptions) -> LlvmIR:
     mb = ModuleBuilder(fn, options)
     module = mb.build()
-    return LlvmIR(str(module), frozenset(mb.keep))
+    return LlvmIR(str(module), frozenset(mb.keep), tuple(mb.slow_paths))
 
 
 def optimize(llvm_ir: LlvmIR, arch: str | int):

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsl.perf import SlowPath, from_metadata, from_resources, unique
+
 # old dict key -> attribute (inspect() returned a dict whose "contract" was the JSON text)
 _LEGACY_KEYS = {"kernel": "kernel", "symbol": "symbol", "arch": "arch", "resources": "resources",
                 "ptxas_log": "ptxas_log", "contract": "contract_json", "contract_dict": "contract",
@@ -31,7 +33,8 @@ class KernelInfo:
     shared_bytes, const_bytes, barriers; empty when ptxas reported none), `contract` the launch
     contract as a dict and `contract_json` as the JSON text the validator parses, `sass` the SASS text
     or None when neither cuobjdump nor nvdisasm is installed, `metadata` the compile metadata (arch,
-    PTX ISA, LLVM, cache source, stage seconds)."""
+    PTX ISA, LLVM, cache source, stage seconds), `slow_paths` where the kernel left the fast path and
+    why (dsl/perf.py: the compiler's records plus ptxas's spills), each with its source line."""
     kernel: str
     symbol: str
     arch: str
@@ -41,6 +44,7 @@ class KernelInfo:
     contract_json: str
     sass: str | None
     metadata: dict[str, Any] = field(default_factory=dict)
+    slow_paths: tuple[SlowPath, ...] = ()
 
     def __getitem__(self, key: str) -> Any:
         """The value under one of the dict keys `inspect()` returned before it returned this object."""
@@ -71,6 +75,9 @@ class KernelInfo:
             isa = self.metadata.get("ptx_version")
             isa_text = f"{isa // 10}.{isa % 10}" if isinstance(isa, int) else "?"
             lines.append(f"  compiled: cache {source}, PTX ISA {isa_text}")
+        if self.slow_paths:                   # where the kernel left the fast path (dsl/perf.py)
+            lines.append(f"  slow paths: {len(self.slow_paths)}")
+            lines += [f"    {p}" for p in self.slow_paths]
         lines.append("  SASS: " + (f"{self.sass.count(chr(10))} lines (info.sass)" if self.sass
                                    else "not available (no cuobjdump / nvdisasm)"))
         return "\n".join(lines)
@@ -117,7 +124,14 @@ def inspect_ptx(kernel: str, symbol: str, ptx: str, contract_json: str, metadata
     from dsl.backend.ptxas import assemble
     usages, log = assemble(ptx, arch)
     usage = next((u for u in usages if u.kernel == symbol), usages[0] if usages else None)
-    return KernelInfo(kernel=kernel, symbol=symbol, arch=arch,
-                      resources=usage.as_dict() if usage else {}, ptxas_log=log,
+    resources = usage.as_dict() if usage else {}
+    return KernelInfo(kernel=kernel, symbol=symbol, arch=arch, resources=resources, ptxas_log=log,
                       contract=json.loads(contract_json), contract_json=contract_json,
-                      sass=sass.disassemble(ptx, arch), metadata=dict(metadata))
+                      sass=sass.disassemble(ptx, arch), metadata=dict(metadata),
+                      slow_paths=tuple(slow_paths_of(metadata, resources)))
+
+
+def slow_paths_of(metadata: dict, resources: dict) -> list[SlowPath]:
+    """The compile's slow-path records (metadata) and those of ptxas's report (spills)."""
+    file, line = (list(metadata.get("kernel_loc") or ()) + ["", 0])[:2]
+    return unique([*from_metadata(metadata), *from_resources(resources, str(file), int(line))])

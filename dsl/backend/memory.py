@@ -1,5 +1,5 @@
-"""Memory accesses (mixed into ModuleBuilder): addressing, bounds checks, the fault path, guarded and
-chunked regions, atomics, shared memory, get_mut slots.
+"""Memory accesses (mixed into ModuleBuilder): addressing, bounds checks, the fault path, guarded
+regions, atomics, shared memory, get_mut slots; chunk loops are dsl/backend/chunks.py.
 
 Addresses: ptr + sum(idx_k * stride_k) elements for layout "any"; row-major offsets from the extents for
 layout "C" and shared memory (the strides are then never read). A bounds check is one unsigned compare
@@ -13,17 +13,18 @@ import llvmlite.ir as ir
 
 from dsl.backend import intrinsics as X
 from dsl.backend import lltypes as T
+from dsl.backend.chunks import ChunkMixin
 from dsl.backend.errors import CodegenError
 from dsl.backend.values import ArrayVal, SlotVal
 from dsl.ir import nodes as N
-from dsl.ir.types import INDEX, ArrayType, ChunkType, ScalarType
+from dsl.ir.types import INDEX, ArrayType, ScalarType
 
 # struct { u32 flag; u32 site; i64 index; i64 extent; } — see docs/architecture.md
 FAULT_SITE_OFFSET, FAULT_INDEX_OFFSET, FAULT_EXTENT_OFFSET = 4, 8, 16
 DYNAMIC_SMEM_SYMBOL = "__kb_dynamic_smem"
 
 
-class MemoryMixin:
+class MemoryMixin(ChunkMixin):
     # ------------------------------------------------------------------ addressing
     def element_offset(self, arr: ArrayVal, idx: list[ir.Value]) -> ir.Value:
         """Element offset of `idx` (row-major from the extents, or from the strides)."""
@@ -147,6 +148,9 @@ class MemoryMixin:
 
     def visit_Load(self, e: N.Load):
         arr: ArrayVal = self.expr(e.array)
+        lane = self.chunk_lane(arr, e.indices)     # loaded before the chunk's element bodies
+        if lane is not None:
+            return self.lane_load(lane)
         idx = [self.expr(i) for i in e.indices]
         if e.check == "fault" and not self.is_known(arr, e.indices):
             self.check_or_fault(arr, idx, e.site)
@@ -154,6 +158,10 @@ class MemoryMixin:
 
     def visit_Store(self, s: N.Store) -> None:
         arr: ArrayVal = self.expr(s.array)
+        lane = self.chunk_lane(arr, s.indices)     # stored after the chunk's element bodies
+        if lane is not None:
+            self.lane_store(lane, self.expr(s.value))
+            return
         idx = [self.expr(i) for i in s.indices]
         if s.mode == "guarded" and not s.proven and not self.is_known(arr, s.indices):
             ok_bb, end = self.new_block("store.inrange"), self.new_block("store.end")
@@ -184,57 +192,6 @@ class MemoryMixin:
         if not b.block.is_terminated:
             b.branch(end)
         b.position_at_end(end)
-
-    # ------------------------------------------------------------------ chunks
-    def visit_ChunkLoop(self, s: N.ChunkLoop) -> None:
-        """Fast path: the whole chunk is in range -> n straight-line copies of the body with the
-        owned index known in range (contiguous aligned data then vectorises to ld/st.v4).
-        Slow path (the tail chunk): a loop over the chunk, each element guarded."""
-        b = self.st.b
-        n = s.chunk.type.n if isinstance(s.chunk.type, ChunkType) else int(s.chunk.type.n)
-        start = self.expr(s.chunk)
-        arr: ArrayVal = self.expr(s.array)
-        fast_bb, slow_bb, done = self.new_block("chunk.fast"), self.new_block("chunk.slow"), self.new_block("chunk.done")
-        whole = b.icmp_unsigned("<=", b.add(start, ir.Constant(T.I64, n)), arr.extents[0])
-        self._likely(b.cbranch(whole, fast_bb, slow_bb))
-        b.position_at_end(fast_bb)
-        fact = (arr.key, s.var)
-        self.st.known.add(fact)
-        for j in range(n):
-            nxt = self.new_block(f"chunk.fast{j + 1}")
-            self.assign(s.var, b.add(start, ir.Constant(T.I64, j)))
-            self._loop_body(s.body, nxt, done)
-            b.position_at_end(nxt)
-        self.st.known.discard(fact)
-        b.branch(done)
-        # slow path
-        b.position_at_end(slow_bb)
-        counter = self.st.alloca_b.alloca(T.I64, name=f"{s.var.name}.chunk")
-        b.store(ir.Constant(T.I64, 0), counter)
-        head, body, guarded, latch = (self.new_block(f"chunk.{x}") for x in ("head", "body", "guarded", "latch"))
-        b.branch(head)
-        b.position_at_end(head)
-        j = b.load(counter, typ=T.I64)
-        b.cbranch(b.icmp_unsigned("<", j, ir.Constant(T.I64, n)), body, done)
-        b.position_at_end(body)
-        k = b.add(start, j)
-        b.cbranch(b.icmp_unsigned("<", k, arr.extents[0]), guarded, done)
-        b.position_at_end(guarded)
-        self.assign(s.var, k)
-        self._loop_body(s.body, latch, done)
-        b.position_at_end(latch)
-        b.store(b.add(b.load(counter, typ=T.I64), ir.Constant(T.I64, 1)), counter)
-        b.branch(head).set_metadata("llvm.loop", self._no_unroll_loop_id())
-        b.position_at_end(done)
-
-    def _no_unroll_loop_id(self):
-        """A distinct `!llvm.loop` id with unroll.disable: the tail loop stays a loop, so SimplifyCFG
-        cannot merge its last iteration with the fast path's last store (which would block st.v4)."""
-        disable = self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.unroll.disable")])
-        tag = ir.MetaDataString(self.module, f"kb.chunk.{len(self.module.metadata)}")   # unique per loop
-        loop_id = self.module.add_metadata([disable, tag])
-        loop_id.operands = (loop_id, disable)     # loop ids refer to themselves
-        return loop_id
 
     # ------------------------------------------------------------------ slots
     def visit_GetMut(self, e: N.GetMut):
