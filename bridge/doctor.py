@@ -100,7 +100,7 @@ def driver_section() -> Section:
 def toolkit_section() -> Section:
     from bridge import toolkit
     data: dict[str, Any] = {}
-    lines = ["CUDA tools (one locator: bridge.toolkit" +
+    lines = ["CUDA tools (one locator: bridge.toolkit over cuda.pathfinder" +
              ("; KB_CUDA_HOME=none ignores installed toolkits" if toolkit.system_toolkit_disabled() else "")
              + "):"]
     problems = []

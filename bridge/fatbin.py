@@ -18,9 +18,10 @@ Fatbin layout (little endian, as nvcc 11–13 write it):
   container header (16 bytes): u32 magic 0xBA55ED50, u16 version, u16 header size, u64 payload size
   entry header: u16 kind (1 PTX, 2 ELF), u16 version, u32 header size, u64 payload size (padded),
     u32 compressed size @16, u32 arch @28 (e.g. 90), u64 flags @40, u64 uncompressed size @56.
-  flags: 0x2000 = LZ4 block compression (decoded by the `lz4` package when installed, else in pure
-  Python), 0x8000 = zstd (decoded when a zstd module is importable: `compression.zstd` of Python
-  3.14, `zstandard` or `pyzstd`; otherwise that entry raises CompressedEntryError).
+  flags: 0x2000 = LZ4 block compression (decoded by the `lz4` package, a dependency), 0x8000 = zstd
+  (decoded when a zstd module is importable: `compression.zstd` of Python 3.14, `zstandard` or
+  `pyzstd`). Compressed bytes are decoded only by those libraries, never by code of ours; an entry
+  whose decoder is not importable raises CompressedEntryError saying what to install.
   kernelbridge's CMake function builds with `-compress-mode=none`.
 """
 from __future__ import annotations
@@ -63,7 +64,8 @@ class ModuleFormatError(ValueError):
 
 
 class CompressedEntryError(ModuleFormatError):
-    """A fatbin entry uses a compression this Python cannot decode (zstd without a zstd module)."""
+    """A fatbin entry uses a compression this Python cannot decode (LZ4 without the `lz4` package, zstd
+    without a zstd module)."""
 
 
 class ContractIntegrityError(ModuleFormatError):
@@ -595,74 +597,23 @@ def _ptx_unescape(literal: str, name: str, where: str) -> bytes:
 
 # ---- decompression -----------------------------------------------------------------------------
 def _lz4_decode(packed: bytes, declared: int, where: str) -> bytes:
-    """At most `declared` bytes from an LZ4 block: the `lz4` package when importable, else Python."""
+    """At most `declared` bytes from an LZ4 block, decoded by the `lz4` package (untrusted bytes go to
+    a maintained decoder, not to one of ours); CompressedEntryError when it is not importable."""
     if declared > _LZ4_MAX_RATIO * len(packed) + 32:
         raise ModuleFormatError(f"{where}: declares {declared} bytes from {len(packed)} LZ4 bytes, more "
                                 "than LZ4 can expand to")
     try:
         import lz4.block as lz4_block  # type: ignore[import-not-found]
     except ImportError:
-        return _lz4_block_decode(packed, declared, where)
+        raise CompressedEntryError(
+            f"{where} is LZ4-compressed and the 'lz4' package (a kernelbridge dependency) is not "
+            "importable: pip install lz4, or rebuild with nvcc -compress-mode=none "
+            "(kernelbridge_add_cuda_module does)") from None
     try:
         # The output buffer is exactly `declared` bytes: data that would decode past it is refused.
         return lz4_block.decompress(packed, uncompressed_size=declared)
     except Exception as exc:  # LZ4BlockError, MemoryError, ...: all mean this entry is unusable
         raise ModuleFormatError(f"{where}: corrupt LZ4 data ({type(exc).__name__}: {exc})") from None
-
-
-def _lz4_length(src: bytes, i: int, base: int, limit: int, where: str, what: str) -> tuple[int, int]:
-    """A literal or match length: the token's nibble plus 255-continued extension bytes."""
-    length = base
-    if base != 15:
-        return length, i
-    n = len(src)
-    while True:
-        if i >= n:
-            raise ModuleFormatError(f"{where}: truncated LZ4 {what} length")
-        b = src[i]
-        i += 1
-        length += b
-        if length > limit:
-            raise ModuleFormatError(f"{where}: LZ4 data decodes past the {limit} bytes its header declares")
-        if b != 255:
-            return length, i
-
-
-def _lz4_block_decode(src: bytes, expected: int, where: str = "fatbin") -> bytes:
-    """LZ4 *block* format (no frame): sequences of token, literals, 2-byte offset, match length.
-    Stops at `expected` bytes: a sequence that would write past them is refused, never allocated."""
-    out = bytearray()
-    i, n = 0, len(src)
-    past = f"{where}: LZ4 data decodes past the {expected} bytes its header declares"
-    while i < n:
-        token = src[i]
-        i += 1
-        length, i = _lz4_length(src, i, token >> 4, expected, where, "literal")
-        if i + length > n:
-            raise ModuleFormatError(f"{where}: truncated LZ4 literals")
-        if len(out) + length > expected:
-            raise ModuleFormatError(past)
-        out += src[i: i + length]
-        i += length
-        if i >= n or len(out) == expected:
-            break
-        if i + 2 > n:
-            raise ModuleFormatError(f"{where}: truncated LZ4 match offset")
-        offset = src[i] | (src[i + 1] << 8)
-        i += 2
-        mlen, i = _lz4_length(src, i, token & 15, expected, where, "match")
-        mlen += 4
-        if offset == 0 or offset > len(out):
-            raise ModuleFormatError(f"{where}: LZ4 match offset points before the start of the data")
-        if len(out) + mlen > expected:
-            raise ModuleFormatError(past)
-        start = len(out) - offset
-        if offset >= mlen:
-            out += out[start: start + mlen]
-        else:  # overlapping match: repeat the last `offset` bytes
-            pattern = bytes(out[start:])
-            out += (pattern * (mlen // offset + 1))[:mlen]
-    return bytes(out)
 
 
 def _zstd_decode(packed: bytes, declared: int, where: str) -> bytes:

@@ -4,22 +4,31 @@ the directory holding `cuda.h` and the nvJitLink library are, and HOW each was f
 The DSL compiler, the linker, the AOT tool, the doctor and CMake (through `cpp/cmake/kernelbridge.cmake`,
 which runs this file as a script) all ask this module, so they can never disagree about a tool.
 
-Search order for each item, first hit wins:
+The search is NVIDIA's `cuda.pathfinder` (installed with cuda-bindings). What stays here is ours: the
+`KB_*` settings, the "found by" report, CMake's entry, and the places pathfinder does not look.
+Order for each item, first hit wins:
   1. its own override, `KB_<NAME>` (`KB_NVCC`, `KB_PTXAS`, `KB_CUOBJDUMP`, `KB_NVDISASM`,
      `KB_COMPUTE_SANITIZER`, `KB_LIBDEVICE`, `KB_CUDA_INCLUDE`): the file (the directory for
      `KB_CUDA_INCLUDE`) itself. An override that names nothing usable (a missing path, a directory or a
      device where a file belongs, a file larger than such a file can be) is reported as the item's
      `problem`, with the variable as its `variable`, never skipped silently;
   2. `KB_CUDA_HOME`: a toolkit root chosen for kernelbridge only (a value that is not a directory is
-     reported like a bad override);
-  3. `$CUDA_HOME`, then `$CUDA_PATH`;
-  4. `PATH` (tools; files are looked for in the toolkit of the nvcc/ptxas on PATH);
-  5. NVIDIA's wheels (`nvidia-cuda-nvcc`, `nvidia-cuda-runtime`, ...) in `sys.path`, then whatever
-     `cuda.pathfinder` finds when it is importable;
-  6. `/usr/local/cuda`.
-`KB_CUDA_HOME=none` ignores every installed toolkit (steps 3, 4, 6): only overrides and wheels count.
-nvJitLink is special: the linker reaches it through `cuda.bindings`, which loads it with
-`cuda.pathfinder`, so that is what is reported for it.
+     reported like a bad override). Ours: pathfinder knows no such setting;
+  3. `cuda.pathfinder`, in its own order: NVIDIA's wheels in site-packages, `$CONDA_PREFIX`,
+     `$CUDA_PATH` then `$CUDA_HOME`, then the toolkit of the libcudart the dynamic loader finds (tools,
+     cuda.h) and the system include directories (cuda.h). Reported as 'cuda.pathfinder (<where>)';
+  4. what pathfinder does not search, so the search stays ours:
+     a. NVIDIA's wheels on `sys.path` outside site-packages: pathfinder scans site-packages only, and
+        pip's isolated build environment, where CMake runs this file, is on sys.path only;
+     b. `PATH` (tools; files in the toolkit of the nvcc/ptxas on PATH): pathfinder never reads PATH;
+     c. `/usr/local/cuda`: pathfinder reaches it only through a loadable libcudart, and libdevice
+        (whose search has no such step) not even then.
+`KB_CUDA_HOME=none` ignores every installed toolkit: only overrides and wheels count (pathfinder's finds
+in wheels, step 4a). pathfinder keeps its answers for the whole process; they are dropped here when
+CUDA_PATH, CUDA_HOME or CONDA_PREFIX changed since, so a changed setting is honoured. Without an
+importable cuda.pathfinder (a Python that CMake picked without it) steps 1, 2 and 4 still run, and a
+miss says why. nvJitLink is special: the linker reaches it through `cuda.bindings`, which loads it
+with `cuda.pathfinder`, so that is what is reported for it.
 
 This file imports nothing from `bridge` and only the standard library at module level: CMake runs it
 with any Python 3 before the package is built (`python toolkit.py --cmake OUT.cmake NAME...`).
@@ -35,6 +44,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = ["ITEMS", "OVERRIDES", "Found", "locate", "locate_all", "find_tool", "toolkit_roots",
            "tool_version", "cuda_version_of", "system_toolkit_disabled"]
@@ -42,6 +52,8 @@ __all__ = ["ITEMS", "OVERRIDES", "Found", "locate", "locate_all", "find_tool", "
 DEFAULT_ROOT = "/usr/local/cuda"
 NO_TOOLKIT = "none"          # KB_CUDA_HOME=none: use no installed toolkit
 MAX_LIBDEVICE_BYTES = 16 << 20   # libdevice.10.bc has ~0.5 MB: a larger "libdevice" is not read
+PATHFINDER = "cuda.pathfinder"
+WHEEL = "NVIDIA wheel"
 
 _GET_TOOLKIT = ("install the CUDA toolkit and put its bin/ on PATH, or set CUDA_HOME or KB_CUDA_HOME "
                 "to its root")
@@ -63,7 +75,7 @@ _HINTS = {
 class _Spec:
     override: str                    # KB_ variable naming the item itself ('' = none)
     in_root: tuple[str, ...]         # relative to a toolkit root (glob patterns)
-    in_wheels: tuple[str, ...]       # relative to a sys.path / site-packages directory
+    in_wheels: tuple[str, ...]       # relative to a sys.path directory (step 4a only)
     tool: bool = True                # an executable (searched on PATH) rather than a file
     result_is_parent: bool = False   # report the directory holding the file (cuda.h)
     max_bytes: int = 0               # a file larger than this is not the item (0: no limit)
@@ -98,9 +110,10 @@ OVERRIDES: dict[str, str] = {name: spec.override for name, spec in ITEMS.items()
 @dataclass(frozen=True)
 class Found:
     """Where one item is (`path`, None when missing), which step found it (`found_by`: an override
-    variable, 'KB_CUDA_HOME', 'CUDA_HOME', 'CUDA_PATH', 'PATH', 'NVIDIA wheel', 'cuda-pathfinder (...)',
-    '/usr/local/cuda', or 'not found'), a `problem` worth telling (a bad override, named by
-    `variable`) and a `hint` on how to get it."""
+    variable, 'KB_CUDA_HOME', 'cuda.pathfinder' or 'cuda.pathfinder (<where>)' with where one of
+    'NVIDIA wheel', 'conda', 'CUDA_PATH', 'CUDA_HOME' or pathfinder's own word, 'NVIDIA wheel' (on
+    sys.path), 'PATH', '/usr/local/cuda', or 'not found'), a `problem` worth telling (a bad override,
+    named by `variable`) and a `hint` on how to get it."""
     name: str
     path: str | None
     found_by: str
@@ -186,24 +199,24 @@ def _path_toolkit_root() -> str | None:
 
 
 def toolkit_roots() -> list[tuple[str, str]]:
-    """(root, found_by) of every toolkit root searched, in order (step 2, 3, 4 for files, 6)."""
+    """(root, found_by) of every toolkit root the locator's own steps search, in order (KB_CUDA_HOME,
+    the toolkit of the nvcc on PATH, /usr/local/cuda); the roots cuda.pathfinder searches are its own."""
+    if system_toolkit_disabled():
+        return []
     roots: list[tuple[str, str]] = []
-    home = _kb_cuda_home()
-    if home and not system_toolkit_disabled():
-        roots.append((home, "KB_CUDA_HOME"))
-    if not system_toolkit_disabled():
-        for var in ("CUDA_HOME", "CUDA_PATH"):
-            if os.environ.get(var):
-                roots.append((os.environ[var], var))
-        on_path = _path_toolkit_root()
-        if on_path:
-            roots.append((on_path, "PATH"))
-        roots.append((DEFAULT_ROOT, DEFAULT_ROOT))
+    if _kb_cuda_home():
+        roots.append((_kb_cuda_home(), "KB_CUDA_HOME"))
+    on_path = _path_toolkit_root()
+    if on_path:
+        roots.append((on_path, "PATH"))
+    roots.append((DEFAULT_ROOT, DEFAULT_ROOT))
     seen: set[str] = set()
     return [(r, by) for r, by in roots if not (r in seen or seen.add(r))]
 
 
 def _site_dirs() -> list[str]:
+    """sys.path and site-packages directories: where NVIDIA's wheels can be (step 4a, and what makes a
+    pathfinder find 'NVIDIA wheel')."""
     dirs = [p for p in sys.path if p and os.path.isdir(p)]
     try:
         import site
@@ -214,45 +227,145 @@ def _site_dirs() -> list[str]:
     return [d for d in dirs if not (d in seen or seen.add(d))]
 
 
-def _under_site(path: str) -> bool:
+def _under(path: str, dirs: list[str]) -> bool:
     real = os.path.realpath(path)
-    return any(real.startswith(os.path.realpath(d) + os.sep) for d in _site_dirs())
+    return any(real.startswith(os.path.realpath(d) + os.sep) for d in dirs if d)
 
 
-def _pathfinder(name: str, spec: _Spec) -> tuple[str, str] | None:
-    """(path, found_by) from cuda.pathfinder, when it is importable and knows the item."""
+# ------------------------------------------------------------------ step 3: cuda.pathfinder
+_PATHFINDER_ENV = ("CUDA_PATH", "CUDA_HOME", "CONDA_PREFIX")
+_pathfinder_env_seen: tuple[str | None, ...] | None = None
+# pathfinder's own words for where a header or bitcode library was found, as reported here
+_PATHFINDER_VIA = {"site-packages": WHEEL, "conda": "conda", "system-ctk-root": "the loader's libcudart",
+                   "supported_install_dir": "a system include directory"}
+
+
+def _pathfinder() -> tuple[Any, str]:
+    """(the cuda.pathfinder module, '') or (None, why it cannot be used). Its per-process caches are
+    dropped when a variable it reads changed since the last call, so a changed setting is honoured."""
+    global _pathfinder_env_seen
     try:
         import cuda.pathfinder as pf  # type: ignore[import-not-found]
-    except Exception:  # noqa: BLE001 - optional
-        return None
+    except Exception as exc:  # noqa: BLE001 - CMake may run this file with a Python that lacks it
+        return None, f"{PATHFINDER} is not importable ({type(exc).__name__}: {exc}): pip install cuda-pathfinder"
+    env = tuple(os.environ.get(var) for var in _PATHFINDER_ENV)
+    if env != _pathfinder_env_seen:
+        for fn in ("find_nvidia_binary_utility", "locate_nvidia_header_directory", "find_bitcode_lib",
+                   "get_cuda_path_or_home"):
+            getattr(getattr(pf, fn, None), "cache_clear", lambda: None)()
+        _pathfinder_env_seen = env
+    return pf, ""
+
+
+def _ask_pathfinder(pf: Any, name: str, spec: _Spec) -> tuple[str, str] | None:
+    """(path, pathfinder's word for where, '' when it gives none) of item `name`, or None on a miss."""
     try:
-        if spec.tool and hasattr(pf, "find_nvidia_binary_utility"):
+        if spec.tool:
+            if name not in getattr(pf, "SUPPORTED_BINARY_UTILITIES", ()):
+                return None                      # an older pathfinder: ptxas came with 1.8.1
             hit = pf.find_nvidia_binary_utility(name)
-            return (hit, "cuda-pathfinder") if hit else None
-        if name == "libdevice" and hasattr(pf, "locate_bitcode_lib"):
+            return (str(hit), "") if hit else None
+        if name == "libdevice":
             loc = pf.locate_bitcode_lib("device")
-            return (str(loc.abs_path), f"cuda-pathfinder ({loc.found_via})")
-        if name == "cuda-include" and hasattr(pf, "locate_nvidia_header_directory"):
-            loc = pf.locate_nvidia_header_directory("cudart")
-            if loc is not None and os.path.isfile(os.path.join(loc.abs_path, "cuda.h")):
-                return (str(loc.abs_path), f"cuda-pathfinder ({loc.found_via})")
-    except Exception:  # noqa: BLE001 - a pathfinder miss raises on some versions
+            return str(loc.abs_path), str(loc.found_via)
+        if name == "cuda-include":
+            loc = pf.locate_nvidia_header_directory("cudart")     # cuda.h lives beside cuda_runtime.h
+            if loc is not None and loc.abs_path and os.path.isfile(os.path.join(loc.abs_path, "cuda.h")):
+                return str(loc.abs_path), str(loc.found_via)
+    except Exception:  # noqa: BLE001 - BitcodeLibNotFoundError is its miss; an older or broken one is too
         return None
     return None
 
 
+def _pathfinder_origin(path: str, via: str) -> str:
+    """Where a pathfinder find lies, in the words of this module ('' when it cannot be told)."""
+    if "nvidia" in Path(path).parts and _under(path, _site_dirs()):     # every wheel layout is nvidia/...
+        return WHEEL
+    if _under(path, [os.environ.get("CONDA_PREFIX", "")]):
+        return "conda"
+    for var in ("CUDA_PATH", "CUDA_HOME"):                 # pathfinder's order
+        if _under(path, [os.environ.get(var, "")]):
+            return var
+    return _PATHFINDER_VIA.get(via, via)
+
+
+def _via_pathfinder(name: str, spec: _Spec) -> tuple[Found | None, str]:
+    """(what cuda.pathfinder found, or None; why it could not be asked, '' when it was)."""
+    pf, why = _pathfinder()
+    if pf is None:
+        return None, why
+    got = _ask_pathfinder(pf, name, spec)
+    if got is None or not (spec.result_is_parent or _ok(got[0], spec)):
+        return None, ""
+    origin = _pathfinder_origin(*got)
+    if system_toolkit_disabled() and origin != WHEEL:
+        return None, ""                                   # KB_CUDA_HOME=none: wheels only
+    return Found(name, got[0], f"{PATHFINDER} ({origin})" if origin else PATHFINDER), ""
+
+
 def _nvjitlink() -> Found:
     hint = _HINTS["nvjitlink"]
-    try:
-        import cuda.pathfinder as pf  # type: ignore[import-not-found]
-    except Exception as exc:  # noqa: BLE001
-        return Found("nvjitlink", None, "not found", f"cuda.pathfinder is not importable ({exc})", hint)
+    pf, why = _pathfinder()
+    if pf is None:
+        return Found("nvjitlink", None, "not found", why, hint)
     try:
         loaded = pf.load_nvidia_dynamic_lib("nvJitLink")
     except Exception as exc:  # noqa: BLE001 - DynamicLibNotFoundError and friends
         return Found("nvjitlink", None, "not found", f"{type(exc).__name__}: {exc}".splitlines()[0], hint)
-    return Found("nvjitlink", str(loaded.abs_path),
-                 f"cuda-pathfinder ({getattr(loaded, 'found_via', 'loaded')})")
+    via = str(getattr(loaded, "found_via", ""))
+    via = _PATHFINDER_VIA.get(via, via)
+    return Found("nvjitlink", str(loaded.abs_path), f"{PATHFINDER} ({via})" if via else PATHFINDER)
+
+
+# ------------------------------------------------------------------ steps 1, 2 and 4: ours
+def _override(name: str, spec: _Spec) -> Found | None:
+    """Step 1: the item's own KB_ variable, or None when it is unset."""
+    override = os.environ.get(spec.override, "").strip()
+    if not override:
+        return None
+    probe = os.path.join(override, "cuda.h") if spec.result_is_parent else override
+    why = _unusable(probe, spec)
+    if not why:
+        return Found(name, override, spec.override)
+    if spec.result_is_parent:
+        why = "is not a directory holding cuda.h"
+    return Found(name, None, "not found", f"{spec.override}={override} {why}", _HINTS[name], spec.override)
+
+
+def _found(name: str, spec: _Spec, hit: str | None, by: str) -> Found | None:
+    if hit is None:
+        return None
+    return Found(name, str(Path(hit).parent) if spec.result_is_parent else hit, by)
+
+
+def _in_kb_cuda_home(name: str, spec: _Spec) -> Found | None:
+    home = _kb_cuda_home()
+    if not home or system_toolkit_disabled():
+        return None
+    return _found(name, spec, _in_dir(home, spec.in_root, spec), "KB_CUDA_HOME")
+
+
+def _in_sys_path_wheels(name: str, spec: _Spec) -> Found | None:
+    for site_dir in _site_dirs():
+        hit = _in_dir(site_dir, spec.in_wheels, spec)
+        if hit:
+            return _found(name, spec, hit, WHEEL)
+    return None
+
+
+def _on_path(name: str, spec: _Spec) -> Found | None:
+    if system_toolkit_disabled():
+        return None
+    if spec.tool:
+        return _found(name, spec, shutil.which(_exe(name)), "PATH")
+    root = _path_toolkit_root()
+    return _found(name, spec, _in_dir(root, spec.in_root, spec), "PATH") if root else None
+
+
+def _in_default_root(name: str, spec: _Spec) -> Found | None:
+    if system_toolkit_disabled():
+        return None
+    return _found(name, spec, _in_dir(DEFAULT_ROOT, spec.in_root, spec), DEFAULT_ROOT)
 
 
 def locate(name: str) -> Found:
@@ -263,46 +376,20 @@ def locate(name: str) -> Found:
     if name == "nvjitlink":
         return _nvjitlink()
     spec, hint = ITEMS[name], _HINTS[name]
-    finish = (lambda p: str(Path(p).parent)) if spec.result_is_parent else (lambda p: p)
-    override = os.environ.get(spec.override, "").strip()
-    if override:
-        probe = os.path.join(override, "cuda.h") if spec.result_is_parent else override
-        why = _unusable(probe, spec)
-        if not why:
-            return Found(name, override, spec.override)
-        if spec.result_is_parent:
-            why = "is not a directory holding cuda.h"
-        return Found(name, None, "not found", f"{spec.override}={override} {why}", hint, spec.override)
+    found = _override(name, spec)
+    if found is not None:
+        return found
     home_problem = _cuda_home_problem()
     if home_problem:
         return Found(name, None, "not found", home_problem, hint, "KB_CUDA_HOME")
-    roots = toolkit_roots()
-    for root, by in roots:
-        if by == DEFAULT_ROOT:
-            break                                  # the default root comes after PATH and the wheels
-        if by == "PATH" and spec.tool:
-            hit = shutil.which(_exe(name))
-        else:
-            hit = _in_dir(root, spec.in_root, spec)
-        if hit:
-            return Found(name, finish(hit), by)
-    if spec.tool and not system_toolkit_disabled() and not any(by == "PATH" for _, by in roots):
-        hit = shutil.which(_exe(name))             # a tool on PATH whose nvcc is not (wheels layout)
-        if hit:
-            return Found(name, hit, "PATH")
-    for site_dir in _site_dirs():
-        hit = _in_dir(site_dir, spec.in_wheels, spec)
-        if hit:
-            return Found(name, finish(hit), "NVIDIA wheel")
-    found = _pathfinder(name, spec)
-    if found and (not system_toolkit_disabled() or _under_site(found[0])) and \
-            (spec.result_is_parent or _ok(found[0], spec)):
-        return Found(name, found[0], found[1])
-    if not system_toolkit_disabled():
-        hit = _in_dir(DEFAULT_ROOT, spec.in_root, spec)
-        if hit:
-            return Found(name, finish(hit), DEFAULT_ROOT)
-    problem = "KB_CUDA_HOME=none: installed toolkits ignored" if system_toolkit_disabled() else ""
+    found = _in_kb_cuda_home(name, spec)
+    if found is not None:
+        return found
+    found, pathfinder_problem = _via_pathfinder(name, spec)
+    found = found or _in_sys_path_wheels(name, spec) or _on_path(name, spec) or _in_default_root(name, spec)
+    if found:
+        return found
+    problem = "KB_CUDA_HOME=none: installed toolkits ignored" if system_toolkit_disabled() else pathfinder_problem
     return Found(name, None, "not found", problem, hint)
 
 

@@ -84,8 +84,8 @@ def _arch_number(arch: str | int) -> str:
 
 
 def find_nvcc() -> str | None:
-    """nvcc as the one toolkit locator finds it (bridge.toolkit: KB_NVCC, KB_CUDA_HOME, CUDA_HOME,
-    CUDA_PATH, PATH, NVIDIA wheels, /usr/local/cuda), or None."""
+    """nvcc as the one toolkit locator finds it (bridge.toolkit: KB_NVCC, KB_CUDA_HOME, then
+    cuda.pathfinder's search, then PATH and /usr/local/cuda), or None."""
     return locate("nvcc").path
 
 

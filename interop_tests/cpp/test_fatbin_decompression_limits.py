@@ -1,14 +1,17 @@
 """bridge.fatbin decompresses untrusted entries without trusting them: LZ4 and zstd stop at the size the
-entry header declares (a decompression bomb is refused without allocating it), the `lz4` package is
-used when installed and the pure-Python decoder gives the same bytes, and a compressed PTX entry is
-not inflated when a cubin of the same arch already carries the contracts."""
+entry header declares (a decompression bomb is refused without allocating it), LZ4 is decoded by the
+`lz4` package only (without it an LZ4 entry is a typed refusal saying what to install; bridge/fatbin.py
+holds no LZ4 decoder of its own), and a compressed PTX entry is not inflated when a cubin of the same
+arch already carries the contracts."""
 from __future__ import annotations
 
 import importlib
+import re
 import struct
 import subprocess
 import sys
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -69,22 +72,18 @@ def build(nvcc, include_dir, tmp_path_factory):
 
 def test_hand_built_lz4_bomb_really_decodes_to_its_size():
     """Control: the bomb is valid LZ4 (so refusing it below is the size limit, not a parse error)."""
+    require_lz4_package()
+    import lz4.block
     block, size = lz4_bomb(64)
-    assert fatbin._lz4_block_decode(block, size) == b"A" * (1 + 15 + 255 * 64 + 4) + b"BBBBB"
+    assert lz4.block.decompress(block, uncompressed_size=size) == b"A" * (1 + 15 + 255 * 64 + 4) + b"BBBBB"
 
 
-@pytest.mark.parametrize("decoder", ["lz4-package", "pure-python"])
-def test_lz4_bomb_stops_at_the_declared_size_without_allocating(monkeypatch, decoder):
-    if decoder == "lz4-package":
-        require_lz4_package()
-    else:
-        hide_lz4_package(monkeypatch)
+def test_lz4_bomb_stops_at_the_declared_size_without_allocating():
+    require_lz4_package()
     block, real_size = lz4_bomb(1 << 20)           # ~1 MiB entry that decodes to ~267 MB
     assert real_size > 250_000_000
     data = forge_fatbin((1, 90, 0x2011, block, len(block), 4096))   # header: 4096 bytes
-    message = ("LZ4 data decodes past the 4096 bytes its header declares" if decoder == "pure-python"
-               else "fatbin ptx entry for arch 90: corrupt LZ4 data")
-    with pytest.raises(ModuleFormatError, match=message):
+    with pytest.raises(ModuleFormatError, match="fatbin ptx entry for arch 90: corrupt LZ4 data"):
         embedded_contracts(data)
     peak = _peak_bytes(lambda: pytest.raises(ModuleFormatError, embedded_contracts, data))
     assert peak < 4 * len(block) + (1 << 20), f"decoding the refused bomb allocated {peak} bytes"
@@ -134,18 +133,49 @@ def test_lz4_package_is_used_with_the_declared_size(build, monkeypatch):
     assert calls == [ptx.uncompressed_size]
 
 
-def test_pure_python_and_package_lz4_decoders_agree_on_nvcc_output(build, monkeypatch):
+def test_lz4_package_decodes_nvcc_output_to_the_uncompressed_entry(build):
     require_lz4_package()
     plain = {e.kind: e for e in fatbin_entries(build("-fatbin", "-compress-mode=none", "-gencode",
                                                      "arch=compute_90,code=compute_90"))}
     (packed,) = [e for e in fatbin_entries(build("-fatbin", "-compress-mode=speed", "-gencode",
                                                  "arch=compute_90,code=compute_90")) if e.kind == "ptx"]
-    with_package = packed.data()
+    assert packed.compression == "lz4"
+    assert packed.data().rstrip(b"\0") == plain["ptx"].data().rstrip(b"\0")
+
+
+def test_without_the_lz4_package_an_lz4_entry_is_a_typed_refusal_naming_the_package(monkeypatch):
     hide_lz4_package(monkeypatch)
     with pytest.raises(ImportError):
         importlib.import_module("lz4.block")
-    assert packed.data() == with_package
-    assert with_package.rstrip(b"\0") == plain["ptx"].data().rstrip(b"\0")
+    block, size = lz4_bomb(4)                       # valid LZ4: only the missing package refuses it
+    data = forge_fatbin((1, 90, 0x2011, block, len(block), size))
+    with pytest.raises(fatbin.CompressedEntryError,
+                       match=r"^fatbin ptx entry for arch 90 is LZ4-compressed and the 'lz4' package .* not "
+                             r"importable: pip install lz4, or rebuild with nvcc -compress-mode=none"):
+        embedded_contracts(data)
+    (entry,) = fatbin_entries(data)
+    with pytest.raises(fatbin.CompressedEntryError, match="pip install lz4"):
+        entry.data()
+
+
+# The LZ4 block format's own parsing: a token split into nibbles (>> 4, & 15 / & 0xF, 0xF0), 255-continued
+# lengths, 2-byte little-endian match offsets. Any of these in bridge/fatbin.py is a decoder of ours.
+_LZ4_DECODING_IDIOMS = {
+    "a removed decoder's name": r"_lz4_block_decode|_lz4_length",
+    "a token's high nibble": r">>\s*4\b",
+    "a token's low nibble": r"&\s*(?:15|0x0?[fF])\b",
+    "a nibble mask": r"\b0x[fF]0\b",
+    "a little-endian 2-byte offset": r"<<\s*8\b",
+    "a match length's minimum": r"\+=\s*4\b",
+}
+
+
+def test_bridge_fatbin_holds_no_lz4_decoding_code_of_its_own():
+    source = Path(fatbin.__file__).read_text(encoding="utf-8")
+    found = {what: m.group(0) for what, pattern in _LZ4_DECODING_IDIOMS.items()
+             if (m := re.search(pattern, source))}
+    assert found == {}, f"bridge/fatbin.py decodes LZ4 itself ({found}): use the lz4 package"
+    assert "lz4_block.decompress(" in source        # the one LZ4 decoder: the package's
 
 
 def test_compressed_ptx_is_not_inflated_when_a_cubin_of_its_arch_was_read(build, monkeypatch):
@@ -156,6 +186,7 @@ def test_compressed_ptx_is_not_inflated_when_a_cubin_of_its_arch_was_read(build,
     monkeypatch.setattr(fatbin, "_lz4_decode", lambda *a: inflated.append(a[2]) or real(*a))
     assert set(embedded_contracts(same_arch)) == {"fill"}
     assert inflated == []
+    require_lz4_package()          # what follows decodes the PTX entry
     # a PTX for an arch no cubin covers is what the driver JITs there: it is read and compared
     other_arch = build("-fatbin", "-compress-mode=speed", "-gencode", "arch=compute_80,code=sm_80",
                        "-gencode", "arch=compute_90,code=compute_90")

@@ -118,17 +118,30 @@ def test_mutated_cubin_ptx_and_zstd_fatbin_raise_only_module_format_errors(built
     assert tally["refused"] > 0
 
 
-@pytest.mark.parametrize("decoder", ["lz4-package", "pure-python"])
 @pytest.mark.parametrize("name", ["fatbin_lz4_ptx_only", "fatbin_lz4_mixed"])
-def test_mutated_lz4_fatbins_raise_only_module_format_errors(built, monkeypatch, name, decoder):
-    if decoder == "lz4-package":
-        require_lz4_package()
-    else:
-        hide_lz4_package(monkeypatch)
+def test_mutated_lz4_fatbins_raise_only_module_format_errors(built, name):
+    require_lz4_package()
     data = built[name]
     assert {e.compression for e in fatbin_entries(data) if e.kind == "ptx"} == {"lz4"}
     assert set(embedded_contracts(data)) == {"scale"}
-    tally = _assert_only_typed_errors(data, f"{name} ({decoder})")
+    tally = _assert_only_typed_errors(data, f"{name} (lz4 package)")
+    assert tally["refused"] > 0
+
+
+@pytest.mark.parametrize("name", ["fatbin_lz4_ptx_only", "fatbin_lz4_mixed"])
+def test_mutated_lz4_fatbins_without_the_lz4_package_raise_only_module_format_errors(built, monkeypatch, name):
+    """Without the package an LZ4 entry is a typed refusal (CompressedEntryError), never decoded here: the
+    PTX-only module yields nothing, the mixed one only its cubin's contracts."""
+    hide_lz4_package(monkeypatch)
+    data = built[name]
+    if name == "fatbin_lz4_ptx_only":
+        with pytest.raises(fatbin.CompressedEntryError, match="LZ4-compressed.*pip install lz4"):
+            embedded_contracts(data)
+        original: dict[str, str] = {}       # no mutant may yield any contract then
+    else:
+        original = embedded_contracts(data)
+        assert set(original) == {"scale"}
+    tally = _assert_only_typed_errors(data, f"{name} (lz4 hidden)", original=original)
     assert tally["refused"] > 0
 
 

@@ -81,7 +81,8 @@ def test_one_version_everywhere():
 
 def test_the_license_file_is_the_apache_2_text_pyproject_declares():
     text = (REPO / "LICENSE").read_text(encoding="utf-8")
-    assert 'license = { text = "Apache-2.0" }' in PYPROJECT
+    assert re.search(r'^license = "Apache-2.0"', PYPROJECT, re.M)     # PEP 639 SPDX expression
+    assert 'license-files = ["LICENSE"]' in PYPROJECT
     assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
     assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
     assert "END OF TERMS AND CONDITIONS" in text

@@ -140,7 +140,8 @@ def test_full_doctor_pins_nvptx_cpp_kernels_and_cache(kb_test_cache_dir, dsl_doc
     assert ": NVPTX ok (PTX for sm_75, sm_80" in nvptx and "sm_90" in nvptx
     assert f"DSL cache: {kb_test_cache_dir} (from KB_CACHE_DIR)" in out
     if HAVE_NVCC:
-        assert "C++ kernels installed: block_reduce_sum, legacy_softmax, saxpy, transpose" in out
+        modules = sorted(["block_reduce_sum", "legacy_softmax", "saxpy", "transpose", *bridge.cpp_kernels.LLM_KERNELS])
+        assert f"C++ kernels installed: {', '.join(modules)}" in out
         assert "  saxpy: SASS sm_80, sm_90; PTX compute_90" in out
     else:
         assert "C++ kernels NOT built: " in out and "C++ kernels not built" in _verdict(out)

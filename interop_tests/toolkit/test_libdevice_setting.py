@@ -20,7 +20,8 @@ from dsl import f32, simt
 from dsl.backend import libdevice
 from interop_tests.toolkit import test_toolkit_locator as locator_tests
 
-clean = locator_tests.clean           # the locator tests' fixture: no toolkit reachable but what a test adds
+# the locator tests' fixtures: no toolkit reachable but what a test adds
+bare, clean = locator_tests.bare, locator_tests.clean
 
 EXPECTED = (r"KB_LIBDEVICE must name a libdevice.10.bc file: a regular file of LLVM bitcode of at most "
             rf"{toolkit.MAX_LIBDEVICE_BYTES} bytes, or be left unset$")
@@ -123,7 +124,8 @@ def test_the_locator_reports_the_problem_and_the_variable(clean, tmp_path):
 
 
 def test_a_kb_cuda_home_that_is_not_a_directory_is_reported_not_skipped(clean, tmp_path):
-    clean.setenv("CUDA_HOME", str(locator_tests._fake_root(tmp_path / "home")))     # would be found, were it not for ...
+    home = locator_tests._fake_root(tmp_path / "home")
+    locator_tests.fake_pathfinder(clean, home)          # pathfinder would find it, were it not for ...
     clean.setenv("KB_CUDA_HOME", str(tmp_path / "typo"))
     found = toolkit.locate("ptxas")
     assert (found.path, found.variable) == (None, "KB_CUDA_HOME")

@@ -2,59 +2,27 @@
 that the DSL's compiler, linker and libdevice lookup ask it (so they cannot disagree with the doctor).
 
 Every test builds its own fake toolkit / wheel layout in a temporary directory and controls PATH,
-CUDA_HOME, CUDA_PATH and the KB_* overrides, so the machine's real toolkit never decides a result.
+CUDA_HOME, CUDA_PATH, the KB_* overrides and what cuda.pathfinder finds (`fake_pathfinder`), so the
+machine's real toolkit never decides a result. test_toolkit_pathfinder.py holds the pathfinder steps.
 """
 from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
 from bridge import toolkit
+from interop_tests.toolkit import fakes
 
-ENV_VARS = ("CUDA_HOME", "CUDA_PATH", "KB_CUDA_HOME", *toolkit.OVERRIDES.values())
-
-
-def _exe(path: Path, release: str = "12.4") -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")
-    path.chmod(0o755)
-    return path
-
-
-def _file(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"BC")
-    return path
-
-
-def _fake_root(root: Path) -> Path:
-    for tool in ("nvcc", "ptxas", "cuobjdump", "nvdisasm", "compute-sanitizer"):
-        _exe(root / "bin" / tool)
-    _file(root / "nvvm" / "libdevice" / "libdevice.10.bc")
-    _file(root / "include" / "cuda.h")
-    return root
-
-
-@pytest.fixture
-def clean(monkeypatch, tmp_path):
-    """No toolkit reachable except what a test adds: empty PATH dir, no CUDA_HOME/KB_*, no default root."""
-    for var in ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
-    empty = tmp_path / "empty_bin"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))
-    monkeypatch.setattr(toolkit, "DEFAULT_ROOT", str(tmp_path / "no_default_root"))
-    monkeypatch.setattr(toolkit, "_pathfinder", lambda name, spec: None)   # the machine's wheels stay out
-    monkeypatch.setattr(toolkit, "_site_dirs", lambda: [p for p in sys.path if p.startswith(str(tmp_path))])
-    return monkeypatch
+# the fakes and fixtures, shared with test_libdevice_setting.py and test_toolkit_pathfinder.py
+_exe, _file, _fake_root, fake_pathfinder = fakes.stub_exe, fakes.stub_file, fakes.fake_root, fakes.fake_pathfinder
+bare, clean = fakes.bare, fakes.clean
 
 
 def test_per_tool_override_wins_and_is_named(clean, tmp_path):
     fake = _exe(tmp_path / "mine" / "ptxas")
-    clean.setenv("CUDA_HOME", str(_fake_root(tmp_path / "home")))
+    fake_pathfinder(clean, _fake_root(tmp_path / "home"))           # pathfinder would find one too
     clean.setenv("KB_PTXAS", str(fake))
     found = toolkit.locate("ptxas")
     assert (found.path, found.found_by, found.problem) == (str(fake), "KB_PTXAS", "")
@@ -62,7 +30,7 @@ def test_per_tool_override_wins_and_is_named(clean, tmp_path):
 
 
 def test_an_override_naming_nothing_is_reported_not_skipped(clean, tmp_path):
-    clean.setenv("CUDA_HOME", str(_fake_root(tmp_path / "home")))   # a working nvcc is there...
+    fake_pathfinder(clean, _fake_root(tmp_path / "home"))           # a working nvcc is there...
     clean.setenv("KB_NVCC", "/nonexistent/bin/nvcc")                 # ...but the user asked for this one
     found = toolkit.locate("nvcc")
     assert found.path is None and not found and found.found_by == "not found"
@@ -75,7 +43,7 @@ def test_an_override_naming_nothing_is_reported_not_skipped(clean, tmp_path):
 def test_kb_cuda_home_root_serves_every_item(clean, tmp_path):
     root = _fake_root(tmp_path / "kbroot")
     clean.setenv("KB_CUDA_HOME", str(root))
-    clean.setenv("CUDA_HOME", str(_fake_root(tmp_path / "other")))
+    fake_pathfinder(clean, _fake_root(tmp_path / "other"))          # KB_CUDA_HOME comes first
     got = {name: (f.path, f.found_by) for name, f in toolkit.locate_all().items() if name != "nvjitlink"}
     assert got == {
         "nvcc": (str(root / "bin" / "nvcc"), "KB_CUDA_HOME"),
@@ -88,19 +56,6 @@ def test_kb_cuda_home_root_serves_every_item(clean, tmp_path):
     }
 
 
-def test_cuda_home_then_cuda_path_then_path(clean, tmp_path):
-    on_path = _exe(tmp_path / "pathbin" / "nvcc")
-    clean.setenv("PATH", str(on_path.parent))
-    assert (toolkit.locate("nvcc").path, toolkit.locate("nvcc").found_by) == (str(on_path), "PATH")
-    cuda_path = _fake_root(tmp_path / "cuda_path")
-    clean.setenv("CUDA_PATH", str(cuda_path))
-    assert toolkit.locate("nvcc").found_by == "CUDA_PATH"
-    cuda_home = _fake_root(tmp_path / "cuda_home")
-    clean.setenv("CUDA_HOME", str(cuda_home))
-    assert (toolkit.locate("nvcc").path, toolkit.locate("nvcc").found_by) == (
-        str(cuda_home / "bin" / "nvcc"), "CUDA_HOME")
-
-
 def test_files_come_from_the_toolkit_of_the_nvcc_on_path(clean, tmp_path):
     root = _fake_root(tmp_path / "tk")
     link = tmp_path / "links" / "nvcc"
@@ -111,24 +66,29 @@ def test_files_come_from_the_toolkit_of_the_nvcc_on_path(clean, tmp_path):
     assert (found.path, found.found_by) == (str(root.resolve() / "nvvm" / "libdevice" / "libdevice.10.bc"), "PATH")
 
 
-def test_wheels_after_path_and_before_the_default_root(clean, tmp_path):
+def test_wheels_on_sys_path_come_before_path_and_the_default_root(clean, tmp_path):
+    """pathfinder scans site-packages only; a wheel on sys.path alone (pip's isolated build environment)
+    is found by our step 4a, before PATH and /usr/local/cuda, like pathfinder's wheels before toolkits."""
     site = tmp_path / "site"
     wheel_ptxas = _exe(site / "nvidia" / "cu13" / "bin" / "ptxas")
     _file(site / "nvidia" / "cu13" / "include" / "cuda.h")
     clean.syspath_prepend(str(site))
     default = _fake_root(tmp_path / "usr_local_cuda")
     clean.setattr(toolkit, "DEFAULT_ROOT", str(default))
+    on_path = _exe(tmp_path / "pathbin" / "ptxas")
+    clean.setenv("PATH", str(on_path.parent))
     assert (toolkit.locate("ptxas").path, toolkit.locate("ptxas").found_by) == (str(wheel_ptxas), "NVIDIA wheel")
     inc = toolkit.locate("cuda-include")
     assert (inc.path, inc.found_by) == (str(site / "nvidia" / "cu13" / "include"), "NVIDIA wheel")
-    assert (toolkit.locate("libdevice").found_by, toolkit.locate("nvcc").found_by) == (str(default), str(default))
-    on_path = _exe(tmp_path / "pathbin" / "ptxas")
-    clean.setenv("PATH", str(on_path.parent))
-    assert toolkit.locate("ptxas").found_by == "PATH"
+    assert toolkit.locate("cuobjdump").found_by == str(default)     # no wheel, none on PATH: the default root
+    on_path_nvcc = _exe(tmp_path / "pathbin" / "nvcc")
+    assert (toolkit.locate("nvcc").path, toolkit.locate("nvcc").found_by) == (str(on_path_nvcc), "PATH")
 
 
 def test_kb_cuda_home_none_ignores_installed_toolkits(clean, tmp_path):
-    clean.setenv("CUDA_HOME", str(_fake_root(tmp_path / "home")))
+    home = _fake_root(tmp_path / "home")
+    clean.setenv("CUDA_HOME", str(home))
+    fake_pathfinder(clean, home)                                    # pathfinder finds it through CUDA_HOME
     clean.setenv("PATH", str(_exe(tmp_path / "pathbin" / "nvcc").parent))
     clean.setattr(toolkit, "DEFAULT_ROOT", str(_fake_root(tmp_path / "default")))
     site = tmp_path / "site"
@@ -170,7 +130,7 @@ def test_dsl_compiler_linker_and_libdevice_ask_the_same_locator(clean, tmp_path)
     from dsl.backend import libdevice, ptxas
     assert dsl_toolkit.locate is toolkit.locate and dsl_toolkit.find_tool is toolkit.find_tool
     root = _fake_root(tmp_path / "home")
-    clean.setenv("CUDA_HOME", str(root))
+    fake_pathfinder(clean, root)
     libdevice.find_libdevice.cache_clear()
     try:
         assert ptxas.find_ptxas() == str(root / "bin" / "ptxas")
