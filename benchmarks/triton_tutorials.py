@@ -1,0 +1,346 @@
+"""Triton's tutorials 01-05 (forward): ours (the dsl.tile kernels of examples/triton_tutorials/) vs the
+Triton originals (benchmarks/_triton_peers.py) vs the torch op, one process.
+
+    python benchmarks/triton_tutorials.py [--quick] [--json out.json] [--only 01,03]
+
+| tutorial | shape | torch op |
+|---|---|---|
+| 01 vector add | n = 2^26 f32 | torch.add(out=) |
+| 02 fused softmax | 4096 x (1000, 4096, 16384) f32 | torch.softmax |
+| 03 matmul + leaky ReLU | 4096^3 f16, f16 C | torch.matmul(out=) + leaky_relu_ |
+| 04 low-memory dropout, p = 0.5 | n = 2^26 f32 | x * a stored f32 mask of 0 and 1/(1-p) (F.dropout: a row) |
+| 05 layer norm forward | 4096 x (1024, 8192) f16 | F.layer_norm |
+
+Each implementation is checked against NumPy float64 before it is timed (a wrong one is not timed: a
+wrong kernel of ours fails the run); timing is CUDA events around one launch, L2 flushed before each,
+every implementation of a case interleaved in each round, median over the rounds. Ours and Triton's
+configurations are tried like an autotuner (every one is a row) and the best of each side is compared;
+a torch op is one configuration. GB/s count the bytes the op must move (TFLOP/s for the GEMM). Bars
+(issue 28): every tutorial >= 1.0x its Triton original and >= 1.0x the torch op. A missing Triton or
+torch is a row with a reason, never a silent gap. Triton's dropout draws Philox numbers (tl.rand),
+ours a two-round integer hash (examples/triton_tutorials/04_dropout.py): the same keep rate, other masks.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from typing import Any, Callable
+
+import numpy as np
+
+from _bench_kit import ROOT, Ops, check_close, gpu_or_note, keep_first
+from _common import Report, try_import
+
+from dsl import tile
+
+TUTORIALS = {"01": "01_vector_add", "02": "02_fused_softmax", "03": "03_matmul", "04": "04_dropout",
+             "05": "05_layer_norm"}
+# the shapes (issue 28): module constants, so that a smoke run can shrink them
+VECTOR_N = 1 << 26
+SOFTMAX_ROWS, SOFTMAX_COLS = 4096, (1000, 4096, 16384)
+MATMUL_MNK = (4096, 4096, 4096)
+DROPOUT_N, DROPOUT_P, DROPOUT_SEED = 1 << 26, 0.5, 20261203
+LAYER_NORM_ROWS, LAYER_NORM_COLS = 4096, (1024, 8192)
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", help="write results here")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--only", default="", help="comma list of tutorials to run (01,...,05); default all")
+    return ap.parse_args()
+
+
+def load_tutorial(stem: str) -> Any:
+    path = ROOT / "examples" / "triton_tutorials" / f"{stem}.py"
+    spec = importlib.util.spec_from_file_location(f"triton_tutorial_{stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Bench:
+    """One run: the report, the case runner, torch, the Triton peers (None: why is in `no_triton`) and
+    the summary table (one line per case: best of ours, of Triton, the torch op)."""
+
+    def __init__(self, rep: Report, reps: int, torch: Any, peers: Any, no_triton: str) -> None:
+        self.rep, self.ops, self.torch, self.tp, self.no_triton = rep, Ops(rep, reps), torch, peers, no_triton
+        self.table: list[dict] = []
+
+    def triton_skipped(self, op: str, unit: str) -> None:
+        self.rep.row(f"{op}: Triton", None, unit, note=f"skipped: {self.no_triton}")
+
+    def case(self, op: str, ours: dict, triton: dict, torch_op: dict, unit: str, work: float) -> None:
+        """Time ours + Triton + torch (name -> (launch fn, check fn)); record the bars and the summary."""
+        if self.tp is None:
+            self.triton_skipped(op, unit)
+        vals = self.ops.run(op, {**ours, **triton, **torch_op}, set(ours), unit, work)
+        best = {side: max(((vals[k], k) for k in names if k in vals), default=None)
+                for side, names in (("ours", ours), ("Triton", triton), ("torch", torch_op))}
+        line = {"case": op, "unit": unit}
+        for side, b in best.items():
+            line[side] = None if b is None else {"name": b[1], "value": b[0], "ms": work / b[0] * 1e3}
+        self.table.append(line)
+        if best["ours"] is None:
+            return
+        for side in ("Triton", "torch"):
+            if best[side] is not None:
+                self.rep.bar(f"{op} vs {side}", best["ours"][0], best[side][0], higher_is_better=True,
+                             bar=1.0, peer_name=best[side][1])
+
+    def print_table(self) -> None:
+        print("\nsummary (best of each side; ratio = ours / peer, > 1 is faster)")
+        print(f"  {'case':<40}{'ours ms':>10}{'Triton ms':>11}{'torch ms':>10}{'vs Triton':>11}{'vs torch':>10}")
+        for line in self.table:
+            ms = {s: (line[s]["ms"] if line[s] else None) for s in ("ours", "Triton", "torch")}
+            cells = [f"{v:>10.4f}" if v is not None else f"{'-':>10}" for v in ms.values()]
+            ratios = [f"{ms[p] / ms['ours']:>10.3f}" if ms[p] and ms["ours"] else f"{'-':>10}"
+                      for p in ("Triton", "torch")]
+            print(f"  {line['case'][:40]:<40}{cells[0]}{cells[1]:>11}{cells[2]}{ratios[0]:>11}{ratios[1]}")
+        self.rep.extra["summary"] = self.table
+
+
+def size(n: int) -> str:
+    """2^26 for a power of two, else the number (short names for the GPU check's bar table)."""
+    return f"2^{n.bit_length() - 1}" if n > 1 and n & (n - 1) == 0 else str(n)
+
+
+def to_dev(torch: Any, a: np.ndarray) -> Any:
+    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+
+def nan_like(torch: Any, shape: tuple, dtype: Any) -> Any:
+    return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+
+
+def checked(name: str, out: Any, ref: np.ndarray, **tol: Any) -> Callable[[], None]:
+    return lambda: check_close(name, out.cpu().numpy(), ref, **tol)
+
+
+# ------------------------------------------------------------------------------------------------ 01
+def vector_add(b: Bench, rng: np.random.Generator) -> None:
+    T, torch = load_tutorial(TUTORIALS["01"]), b.torch
+    n = VECTOR_N
+    xh, yh = rng.random(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    ref = xh.astype(np.float64) + yh
+    tol = {"rtol": 2.0 ** -24}
+    x, y = to_dev(torch, xh), to_dev(torch, yh)
+    ours, triton, peer = {}, {}, {}
+    for block in (1024, 2048, 4096):
+        out = nan_like(torch, (n,), torch.float32)
+        args = T.launch_args(x, y, out, block)
+        ours[f"DSL tile add_kernel BLOCK {block}"] = (lambda i, a=args: T.add_kernel(*a),
+                                                     checked("ours", out, ref, **tol))
+    if b.tp is not None:
+        for block in (1024, 4096):
+            out = nan_like(torch, (n,), torch.float32)
+            triton[f"Triton add_kernel BLOCK {block}"] = (lambda i, o=out, bl=block: b.tp.add(x, y, o, bl),
+                                                          checked("Triton", out, ref, **tol))
+    out = nan_like(torch, (n,), torch.float32)
+    peer["torch.add(out=)"] = (lambda i: torch.add(x, y, out=out), checked("torch", out, ref, **tol))
+    b.case(f"01 vector add {size(n)} f32", ours, triton, peer, "GB/s", 3 * n * 4 / 1e9)
+
+
+# ------------------------------------------------------------------------------------------------ 02
+def softmax_candidates(cols: int) -> list[dict]:
+    """launch_args options of the tutorial's kernels: rows per block for whole-row tiles, and for the
+    longest rows also the chunked online kernel (forced by a smaller whole-row limit)."""
+    width = 1 << (cols - 1).bit_length()
+    found = [{"rows_per_block": r} for r in (1, 2, 4) if r * width <= 8192 or r == 1]
+    if cols == max(SOFTMAX_COLS):
+        found.append({"max_whole_row": width // 2, "chunk": width // 4})
+    return found
+
+
+def fused_softmax(b: Bench, rng: np.random.Generator) -> None:
+    T, torch = load_tutorial(TUTORIALS["02"]), b.torch
+    for cols in SOFTMAX_COLS:
+        rows = SOFTMAX_ROWS
+        xh = (rng.standard_normal((rows, cols), dtype=np.float32) * 3)
+        ref = T.reference(xh)
+        tol = {"rtol": 2e-5, "atol": 1e-9}
+        x = to_dev(torch, xh)
+        ours, triton, peer = {}, {}, {}
+        for how in softmax_candidates(cols):
+            out = nan_like(torch, (rows, cols), torch.float32)
+            kernel, args = T.launch_args(x, out, **how)
+            label = " ".join(f"{k}={v}" for k, v in how.items())
+            ours[f"DSL tile {kernel.name} {label}"] = (lambda i, k=kernel, a=args: k(*a),
+                                                       checked("ours", out, ref, **tol))
+        if b.tp is not None:
+            out = nan_like(torch, (rows, cols), torch.float32)
+            triton["Triton softmax_kernel (persistent)"] = (lambda i, o=out: b.tp.softmax(x, o),
+                                                             checked("Triton", out, ref, **tol))
+        res: list = []
+        peer["torch.softmax"] = (keep_first(res, lambda: torch.softmax(x, dim=1)),
+                                 lambda: check_close("torch", res[0].cpu().numpy(), ref, **tol))
+        b.case(f"02 softmax {rows}x{cols} f32", ours, triton, peer, "GB/s", 2 * rows * cols * 4 / 1e9)
+
+
+# ------------------------------------------------------------------------------------------------ 03
+MATMUL_OURS = (((128, 256), 64, "sync"), ((128, 128), 64, "sync"), ((128, 256), 64, "pws"))
+
+
+def matmul(b: Bench, rng: np.random.Generator) -> None:
+    from gemm import pipeline_env
+    T, torch = load_tutorial(TUTORIALS["03"]), b.torch
+    m, n, k = MATMUL_MNK
+    op = f"03 matmul+leaky_relu {f'{m}^3' if m == n == k else f'{m}x{n}x{k}'} f16"
+    ah, bh = (rng.standard_normal(s, dtype=np.float32).astype(np.float16) for s in ((m, k), (k, n)))
+    rows = np.sort(rng.choice(m, 16, replace=False))
+    ref = T.reference(ah[rows], bh)
+    tol = {"rtol": 1e-2, "atol": 1e-3 * np.sqrt(k)}
+    a, bm = to_dev(torch, ah), to_dev(torch, bh)
+
+    def check(name: str, c: Any) -> Callable[[], None]:
+        return lambda: check_close(name, c[torch.from_numpy(rows).cuda()].float().cpu().numpy(), ref, **tol)
+    ours, triton, peer = {}, {}, {}
+    pws = tile.kernel(T.matmul_kernel.pyfunc, persistent=True)   # its own dispatcher: the ws launcher
+    for shape, bk, mode in MATMUL_OURS:
+        c = nan_like(torch, (m, n), torch.float16)
+        args = T.launch_args(a, bm, c, shape, bk)
+        kernel = pws if mode == "pws" else T.matmul_kernel
+        name = f"DSL tile matmul_kernel {shape[0]}x{shape[1]}x{bk}" + (" persistent ws" if mode == "pws" else "")
+        try:
+            with pipeline_env("ws" if mode == "pws" else "sync"):
+                kernel(*args)                  # compiles under the pipeline switch (read at compile time)
+        except Exception as exc:  # noqa: BLE001 - a configuration that does not compile is a row
+            b.rep.row(f"{op}: {name}", None, "TFLOP/s", note=f"not compiled: {type(exc).__name__}: {exc}"[:300])
+            continue
+        ours[name] = (lambda i, kk=kernel, aa=args: kk(*aa), check("ours", c))
+    if b.tp is not None:
+        for cfg in b.tp.MATMUL_CONFIGS:
+            c = nan_like(torch, (m, n), torch.float16)
+            name = "Triton matmul_kernel {}x{}x{} w{} s{}".format(*cfg)
+            triton[name] = (lambda i, cc=c, g=cfg: b.tp.matmul(a, bm, cc, g), check("Triton", c))
+    c = nan_like(torch, (m, n), torch.float16)
+
+    def torch_op(i: int) -> None:
+        torch.matmul(a, bm, out=c)
+        torch.nn.functional.leaky_relu_(c, 0.01)
+    peer["torch.matmul + leaky_relu_"] = (torch_op, check("torch", c))
+    b.case(op, ours, triton, peer, "TFLOP/s", 2 * m * n * k / 1e12)
+
+
+# ------------------------------------------------------------------------------------------------ 04
+def dropout_check(name: str, out: Any, xh: np.ndarray, p: float, exact: np.ndarray | None) -> Callable[[], None]:
+    """Kept elements equal x / (1 - p), dropped ones 0; the mask equals `exact` when given (ours and
+    the torch mask multiply), else (Triton's and torch's Philox) keeps 1 - p within 5 sigma."""
+    def check() -> None:
+        got = out.cpu().numpy()
+        kept = got != 0
+        if exact is not None and not np.array_equal(kept, exact):
+            raise AssertionError(f"{name}: the mask differs from the NumPy twin's in {int((kept != exact).sum())} "
+                                 f"elements")
+        q, nn = 1.0 - p, len(got)
+        if abs(kept.mean() - q) > 5 * np.sqrt(p * q / nn):
+            raise AssertionError(f"{name}: keep rate {kept.mean():.5f}, expected {q} within 5 sigma")
+        check_close(name, np.where(kept, got, 0), np.where(kept, xh.astype(np.float64) / (1.0 - p), 0.0),
+                    rtol=1e-6)
+    return check
+
+
+def dropout(b: Bench, rng: np.random.Generator) -> None:
+    T, torch = load_tutorial(TUTORIALS["04"]), b.torch
+    n, p, seed = DROPOUT_N, DROPOUT_P, DROPOUT_SEED
+    xh = T.inputs(n, 4)
+    keep = T.random_numpy(n, seed) > np.float32(p)
+    x = to_dev(torch, xh)
+    ours, triton, peer = {}, {}, {}
+    for block in (1024, 4096):
+        out = nan_like(torch, (n,), torch.float32)
+        args = T.launch_args(x, out, p, seed, block)
+        ours[f"DSL tile seeded_dropout BLOCK {block}"] = (lambda i, a=args: T.seeded_dropout(*a),
+                                                          dropout_check("ours", out, xh, p, keep))
+    if b.tp is not None:
+        out = nan_like(torch, (n,), torch.float32)
+        triton["Triton seeded_dropout (tl.rand) BLOCK 1024"] = (
+            lambda i, o=out: b.tp.seeded_dropout(x, o, p, seed), dropout_check("Triton", out, xh, p, None))
+    scaled = to_dev(torch, np.where(keep, np.float32(1.0 / (1.0 - p)), np.float32(0.0)))
+    out = nan_like(torch, (n,), torch.float32)
+    peer["torch.mul(x, stored mask)"] = (lambda i, o=out: torch.mul(x, scaled, out=o),
+                                         dropout_check("torch", out, xh, p, keep))
+    res: list = []
+    f_dropout = (keep_first(res, lambda: torch.nn.functional.dropout(x, p, training=True)),
+                 lambda: dropout_check("F.dropout", res[0], xh, p, None)())
+    del keep
+    b.case(f"04 dropout p={p} {size(n)} f32", ours, triton, peer, "GB/s", 2 * n * 4 / 1e9)
+    # F.dropout draws its own mask (and stores it): a row beside the bar's peer, no bar
+    if not b.ops.run(f"04 dropout p={p} {size(n)} f32 (row only)", {"torch F.dropout": f_dropout}, set(), "GB/s",
+                     2 * n * 4 / 1e9):
+        b.rep.notes.append("04: torch F.dropout did not run or failed its check (see missing)")
+
+
+# ------------------------------------------------------------------------------------------------ 05
+def layer_norm(b: Bench, rng: np.random.Generator) -> None:
+    T, torch = load_tutorial(TUTORIALS["05"]), b.torch
+    for cols in LAYER_NORM_COLS:
+        rows = LAYER_NORM_ROWS
+        xh, wh, bh = T.inputs(rows, cols, np.float16, seed=int(rng.integers(1 << 30)))
+        want_y, want_mean, want_rstd = T.reference(xh, wh, bh)
+        x, w, bias = (to_dev(torch, a) for a in (xh, wh, bh))
+
+        def outs() -> tuple:
+            return (nan_like(torch, (rows, cols), torch.float16), nan_like(torch, (rows,), torch.float32),
+                    nan_like(torch, (rows,), torch.float32))
+
+        def check(name: str, y: Any, mean: Any = None, rstd: Any = None) -> Callable[[], None]:
+            def run() -> None:
+                check_close(f"{name} y", y.float().cpu().numpy(), want_y, rtol=1e-2, atol=1e-2)
+                if mean is not None:
+                    check_close(f"{name} mean", mean.cpu().numpy(), want_mean, rtol=1e-4, atol=1e-4)
+                    check_close(f"{name} rstd", rstd.cpu().numpy(), want_rstd, rtol=1e-3)
+            return run
+        ours, triton, peer = {}, {}, {}
+        blocks = sorted({min(1 << (cols - 1).bit_length(), T.MAX_BLOCK), *(bl for bl in (4096, 8192) if bl <= cols)})
+        for block in blocks:
+            y, mean, rstd = outs()
+            args = T.launch_args(x, y, w, bias, mean, rstd, 1e-5, block)
+            ours[f"DSL tile layer_norm_fwd BLOCK_SIZE {block}"] = (lambda i, a=args: T.layer_norm_fwd(*a),
+                                                                   check("ours", y, mean, rstd))
+        if b.tp is not None:
+            y, mean, rstd = outs()
+            triton["Triton layer_norm_fwd"] = (lambda i, o=(y, mean, rstd): b.tp.layer_norm_fwd(x, o[0], w, bias, *o[1:]),
+                                               check("Triton", y, mean, rstd))
+        res: list = []
+        peer["torch F.layer_norm"] = (
+            keep_first(res, lambda: torch.nn.functional.layer_norm(x, (cols,), w, bias, 1e-5)),
+            lambda: check("torch", res[0])())
+        b.case(f"05 layer_norm fwd {rows}x{cols} f16", ours, triton, peer, "GB/s", 2 * rows * cols * 2 / 1e9)
+
+
+CASES = {"01": vector_add, "02": fused_softmax, "03": matmul, "04": dropout, "05": layer_norm}
+
+
+def main() -> int:
+    args = parse()
+    rep = Report("Triton tutorials 01-05 forward: dsl.tile vs Triton vs torch")
+    if not gpu_or_note(rep):
+        rep.finish(args.json)
+        return 0
+    torch = try_import("torch", rep.missing)
+    if torch is None:
+        rep.notes.append("torch missing: the tutorials run on torch tensors; nothing measured")
+        rep.finish(args.json)
+        return 0
+    import bridge
+    peers = try_import("_triton_peers", rep.missing)
+    no_triton = "" if peers is not None else f"triton not importable ({rep.missing.get('_triton_peers', '?')})"
+    only = [t for t in args.only.split(",") if t] or list(CASES)
+    bench = Bench(rep, 8 if args.quick else 20, torch, peers, no_triton)
+    rng = np.random.default_rng(28)
+    try:
+        with bridge.use_stream(bridge.Stream()):      # ours, torch and Triton all on this stream
+            for t in only:
+                if t not in CASES:
+                    raise SystemExit(f"--only: expected tutorials among {', '.join(CASES)}, got {t!r}")
+                CASES[t](bench, rng)
+    finally:
+        rep.finish(args.json)
+        bench.print_table()
+    return bench.ops.exit_code()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

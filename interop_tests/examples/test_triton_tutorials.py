@@ -1,0 +1,254 @@
+"""Triton's tutorials 01-04 in the tile DSL (examples/triton_tutorials/, issue 28 item 5): each kernel
+computes what NumPy float64 computes on the CPU simulator and on the lowered kernel's simulator (sizes
+never multiples of the block), compiles to PTX that ptxas assembles for sm_80 and sm_90 without
+spills (the GEMM on its tensor-core loop), and each example prints PASS last, on the simulator here and
+on the GPU in the gpu tests. The references are written here, not taken from the examples; the
+dropout generator is checked against a pure-Python reading of its documented definition."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bridge
+from dsl.backend.ptxas import assemble, find_ptxas
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "examples" / "triton_tutorials"
+STEMS = ["01_vector_add", "02_fused_softmax", "03_matmul", "04_dropout"]
+RUNNERS = ["simulate", "simulate_lowered"]
+
+
+def _load(stem: str):
+    spec = importlib.util.spec_from_file_location(f"triton_tutorial_{stem}", FOLDER / f"{stem}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ADD, SOFTMAX, MATMUL, DROPOUT = (_load(s) for s in STEMS)
+
+
+def np_softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+# ------------------------------------------------------------------------------ 01 vector add
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("n,block", [(1000, 256), (4097, 1024), (5, 1024)])
+def test_vector_add_writes_every_element_with_n_not_a_multiple_of_the_block(runner, n, block, rng):
+    x, y = rng.random(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    out = np.full(n, np.nan, np.float32)
+    getattr(ADD.add_kernel, runner)(*ADD.launch_args(x, y, out, block))
+    np.testing.assert_array_equal(out, x + y)        # an f32 add is the exact sum rounded once, as NumPy's
+
+
+def test_vector_add_refuses_arrays_of_other_lengths_naming_them():
+    a = np.zeros(10, np.float32)
+    with pytest.raises(ValueError, match="x, y, output: expected one length"):
+        ADD.launch_args(a, a[:9], a.copy())
+    with pytest.raises(ValueError, match="block: expected a power of two"):
+        ADD.launch_args(a, a, a.copy(), 100)
+
+
+# ------------------------------------------------------------------------------ 02 fused softmax
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("rows,cols,how,kernel", [
+    (7, 781, {}, "softmax_kernel"),
+    (10, 100, {"rows_per_block": 4}, "softmax_kernel"),          # 10 rows: the last block's tile is cut
+    (5, 1500, {"max_whole_row": 512, "chunk": 256}, "softmax_online_kernel"),
+    (3, 77, {"max_whole_row": 64, "chunk": 16}, "softmax_online_kernel"),
+])
+def test_softmax_of_rows_of_any_length_matches_numpy(runner, rows, cols, how, kernel, rng):
+    x = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    k, args = SOFTMAX.launch_args(x, y, **how)
+    assert k.name == kernel
+    getattr(k, runner)(*args)
+    np.testing.assert_allclose(y, np_softmax(x), rtol=2e-5, atol=1e-9)
+
+
+def test_softmax_takes_the_whole_row_tile_up_to_the_limit_and_the_online_kernel_beyond():
+    z = np.zeros
+    assert SOFTMAX.launch_args(z((2, 16384), np.float32), z((2, 16384), np.float32))[0].name == "softmax_kernel"
+    k, args = SOFTMAX.launch_args(z((2, 16385), np.float32), z((2, 16385), np.float32))
+    assert k.name == "softmax_online_kernel" and args[1].tile_shape == (1, 32768) and args[2] == SOFTMAX.CHUNK
+    with pytest.raises(ValueError, match="rows_per_block: expected a power of two"):
+        SOFTMAX.launch_args(z((2, 8), np.float32), z((2, 8), np.float32), rows_per_block=3)
+    with pytest.raises(ValueError, match=r"y: expected shape \(2, 8\)"):
+        SOFTMAX.launch_args(z((2, 8), np.float32), z((2, 9), np.float32))
+
+
+# ------------------------------------------------------------------------------ 03 matmul
+def np_matmul(a, b, leaky):
+    c = a.astype(np.float64) @ b.astype(np.float64)
+    return np.where(c >= 0, c, 0.01 * c) if leaky else c
+
+
+def assert_matmul_close(c, a, b, leaky):
+    """f16 C: rounded once (2^-11 relatively) after an f32 accumulation of exact f16 products."""
+    ref = np_matmul(a, b, leaky)
+    bound = 2.0 ** -10 * np.abs(ref) + 1e-5 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+    assert np.all(np.abs(c.astype(np.float64) - ref) <= bound)
+
+
+@pytest.mark.parametrize("runner,opts,shape,tile_shape,bk", [
+    ("simulate", {}, (96, 80, 72), (32, 32), 16),
+    ("simulate_lowered", {}, (96, 80, 72), (32, 32), 16),
+    ("simulate_lowered", {"tensor_cores": True, "arch": "sm_80"}, (160, 144, 96), (64, 64), 32),
+    ("simulate_lowered", {"tensor_cores": True, "arch": "sm_90"}, (200, 264, 136), (128, 128), 64),
+])
+@pytest.mark.parametrize("leaky", [True, False])
+def test_matmul_with_leaky_relu_epilogue_matches_numpy_on_every_path(runner, opts, shape, tile_shape, bk, leaky, rng):
+    m, n, k = shape                                    # none a multiple of its tile: edges masked and padded
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    c = np.full((m, n), np.nan, np.float16)
+    getattr(MATMUL.matmul_kernel, runner)(*MATMUL.launch_args(a, b, c, tile_shape, bk, leaky), **opts)
+    assert_matmul_close(c, a, b, leaky)
+
+
+@pytest.mark.parametrize("arch,present,absent", [
+    ("sm_90", ["wgmma.mma_async", "cp.async.bulk.tensor"], ["mma.sync"]),
+    ("sm_80", ["mma.sync", "cp.async", "ldmatrix"], ["wgmma"]),
+])
+def test_matmul_runs_on_the_tensor_core_gemm_loop(arch, present, absent):
+    z = np.zeros((512, 512), np.float16)
+    ptx = MATMUL.matmul_kernel.ptx(*MATMUL.launch_args(z, z, z.copy()), arch=arch)
+    assert all(p in ptx for p in present), [p for p in present if p not in ptx]
+    assert not any(a in ptx for a in absent)
+
+
+# ------------------------------------------------------------------------------ 04 dropout
+def python_random(i: int, seed: int) -> float:
+    """The generator as 04_dropout.py's docstring defines it, in Python integers."""
+    m = 0xFFFFFFFF
+
+    def mix(h: int) -> int:
+        h = ((h ^ (h >> 16)) * 0x21F0AAAD) & m
+        h = ((h ^ (h >> 15)) * 0x735A2D97) & m
+        return h ^ (h >> 15)
+    h = mix(i ^ seed)
+    h = mix((h + seed * 0x9E3779B9 + 0x7F4A7C15) & m)
+    return (h >> 8) / 2.0 ** 24
+
+
+def dropout(x, p, seed, block=1024, runner="simulate"):
+    out = np.full_like(x, np.nan)
+    getattr(DROPOUT.seeded_dropout, runner)(*DROPOUT.launch_args(x, out, p, seed, block))
+    return out
+
+
+def nonzero_inputs(rng, n):
+    x = rng.standard_normal(n, dtype=np.float32)
+    x[x == 0] = 1.0
+    return x
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("p,seed", [(0.5, 0), (0.2, 123), (0.9, 0xFFFFFFFF)])
+def test_dropout_keeps_exactly_the_elements_the_generator_draws_above_p(runner, p, seed, rng):
+    x = nonzero_inputs(rng, 3001)
+    out = dropout(x, p, seed, 256, runner)
+    keep = np.array([python_random(i, seed) > np.float32(p) for i in range(len(x))])
+    np.testing.assert_array_equal(out != 0, keep)
+    np.testing.assert_allclose(out[keep], x[keep].astype(np.float64) / (1 - np.float64(np.float32(p))), rtol=1e-6)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.8])
+def test_dropout_keep_rate_is_one_minus_p_within_five_sigma(p, rng):
+    n = 200_003
+    kept = dropout(nonzero_inputs(rng, n), p, 7) != 0
+    assert abs(kept.mean() - (1 - p)) <= 5 * np.sqrt(p * (1 - p) / n), kept.mean()
+    both = (kept[1:] & kept[:-1]).mean()                      # neighbours: independent, not correlated
+    assert abs(both - (1 - p) ** 2) <= 10 * np.sqrt((1 - p) ** 2 * (1 - (1 - p) ** 2) / n), both
+
+
+def test_dropout_is_deterministic_per_seed_whatever_the_block_and_runner(rng):
+    x = nonzero_inputs(rng, 10_007)
+    first = dropout(x, 0.5, 42, 1024)
+    for block, runner in ((256, "simulate"), (4096, "simulate"), (1024, "simulate_lowered")):
+        np.testing.assert_array_equal(dropout(x, 0.5, 42, block, runner), first)   # bit for bit
+    other = dropout(x, 0.5, 43, 1024)
+    agree = ((other != 0) == (first != 0)).mean()              # independent masks agree on half
+    assert abs(agree - 0.5) <= 5 * np.sqrt(0.25 / len(x)), agree
+
+
+@pytest.mark.parametrize("p,seed,needle", [(1.0, 0, "p: expected a probability in [0, 1)"),
+                                           (-0.1, 0, "p: expected a probability"),
+                                           (0.5, 2 ** 32, "seed: expected an unsigned 32-bit integer"),
+                                           (0.5, -1, "seed: expected an unsigned 32-bit integer")])
+def test_dropout_refuses_a_bad_p_or_seed_naming_it(p, seed, needle):
+    x = np.ones(8, np.float32)
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        DROPOUT.launch_args(x, x.copy(), p, seed)
+
+
+# ------------------------------------------------------------------------------ PTX + ptxas
+def assemble_cases() -> dict:
+    z = np.zeros
+    v = z(5000, np.float32)
+    s = z((4, 781), np.float32)
+    h = z((512, 512), np.float16)
+    return {"01 add_kernel": (ADD.add_kernel, ADD.launch_args(v, v, v.copy())),
+            "02 softmax_kernel": SOFTMAX.launch_args(s, s.copy()),
+            "02 softmax_kernel 16384": SOFTMAX.launch_args(z((4, 16384), np.float32), z((4, 16384), np.float32)),
+            "02 softmax_online_kernel": SOFTMAX.launch_args(s, s.copy(), max_whole_row=256),
+            "03 matmul_kernel": (MATMUL.matmul_kernel, MATMUL.launch_args(h, h, h.copy())),
+            "04 seeded_dropout": (DROPOUT.seeded_dropout, DROPOUT.launch_args(v, v.copy(), 0.5, 1))}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", sorted(assemble_cases()))
+def test_tutorial_kernels_assemble_without_spills(name, arch):
+    kernel, args = assemble_cases()[name]
+    ptx = kernel.compile(args, arch).ptx
+    target = re.search(r"^\.target\s+(\w+)", ptx, re.M).group(1)     # sm_90a for the wgmma GEMM
+    usage, _ = assemble(ptx, target)
+    assert usage and usage[0].spill_stores == 0 and usage[0].stack_frame == 0, usage
+
+
+# ------------------------------------------------------------------------------ the examples as a user runs them
+def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", STEMS)
+def test_example_prints_pass_last_on_the_simulator(stem):
+    p = run(str(FOLDER / f"{stem}.py"), "--simulate")
+    lines = p.stdout.strip().splitlines()
+    assert p.returncode == 0 and lines[-1] == "PASS", (p.stdout + p.stderr)[-4000:]
+    assert "ran on the CPU simulator" in lines[-2]
+
+
+@pytest.mark.gpu
+@pytest.mark.nosanitize     # scripts/gpu_check.py runs examples under memcheck itself
+@pytest.mark.parametrize("stem", STEMS)
+def test_example_prints_pass_last_on_the_gpu(stem):
+    p = run(str(FOLDER / f"{stem}.py"))
+    lines = p.stdout.strip().splitlines()
+    assert p.returncode == 0 and lines[-1] == "PASS", (p.stdout + p.stderr)[-4000:]
+    assert lines[-2] == "ran on the GPU"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bridge.gpu_available(), reason="checks the no-GPU behaviour; a GPU is present")
+def test_benchmark_without_gpu_writes_a_json_note(tmp_path):
+    out = tmp_path / "r.json"
+    p = run("benchmarks/triton_tutorials.py", "--json", str(out), "--quick")
+    assert p.returncode == 0 and "no GPU" in p.stdout, p.stdout + p.stderr
+    data = json.loads(out.read_text())
+    assert data["bars"] == [] and data["rows"] == []
+    assert any(n.startswith("no GPU") for n in data["notes"]), data["notes"]
