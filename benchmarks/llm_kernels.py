@@ -4,13 +4,17 @@ tokens, C = 768 channels, V = 50257 padded to 50304, 124,475,904 parameters (Ada
 Each implementation is checked against a NumPy float64 reference (tests' llm_kit) on a fresh launch
 before it is timed; timing is CUDA events around one launch, L2 flushed before each, every kernel of
 every side interleaved in each round, median over the rounds. Prints one table (ms and GB/s of the
-bytes a launch must move). Sides: "C++" now; a DSL port with the C++ kernel's signature joins as a
-second column by adding it to SIDES (name -> kernel name -> launchable kernel).
+bytes a launch must move). Sides: "C++" (cpp/kernels/llm) and "DSL", the ports of
+examples/llm_kernels/ (SIDES: name -> kernel name -> launchable kernel). A port takes the C++ call's
+arguments less the size scalars its arrays carry, and its own grid (one warp or block a row where the
+C++ kernel's warps stride over rows). The table gives each kernel's DSL speed (C++ ms / DSL ms), the
+`with simt.unsafe():` blocks the port needs, and the geometric mean of the speeds.
 
     python benchmarks/llm_kernels.py [--quick] [--json out.json]
 """
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 from dataclasses import dataclass
@@ -30,7 +34,36 @@ N_PARAMS = 124_475_904                      # GPT-2 small with the padded vocabu
 BF16 = ml_dtypes.bfloat16
 CHECK_ROWS = 64                             # logits rows checked (the whole float64 reference is 3.3 GB)
 
-SIDES: dict[str, Callable[[str], Any]] = {"C++": L.kernel}
+
+
+class DslPort:
+    """The DSL port of C++ kernel `name`, launched with the C++ call's arguments: the size scalars the
+    port does not take are dropped (by name), the port derives its grid, and it gets the case's block
+    only where it declares launch bounds (not an exact block)."""
+
+    def __init__(self, name: str) -> None:
+        import examples.llm_kernels as ports
+        self.name, self.kernel, self.unsafe = name, ports.port(name), ports.unsafe_blocks(name)
+        self.launch = getattr(ports.family(name), "launch", None) if name == "global_norm_squared" else None
+        params = getattr(self.kernel, "pyfunc", None)
+        self.params = set(inspect.signature(params).parameters) if params else {"out", "values"}
+
+    def launcher(self, case: "Case", args: tuple) -> Callable[[int], None]:
+        names = _cpp_arg_names(L.kernel(self.name))
+        kept = tuple(a for n, a in zip(names, args) if n in self.params)
+        if self.launch is not None:
+            return lambda i: self.launch(*kept)
+        options = getattr(self.kernel, "options", None)
+        if case.block is not None and options is not None and options.block is None:
+            return lambda i: self.kernel(*kept, block=case.block)
+        return lambda i: self.kernel(*kept)
+
+
+def _cpp_arg_names(kernel: Any) -> list[str]:
+    return [a["name"] if isinstance(a, dict) else a.name for a in kernel.contract.args]
+
+
+SIDES: dict[str, Callable[[str], Any]] = {"C++": L.kernel, "DSL": DslPort}
 
 
 @dataclass
@@ -170,6 +203,8 @@ def optimizer_cases(rng: np.random.Generator) -> list[Case]:
 
 
 def launcher(kernel: Any, case: Case, args: tuple) -> Callable[[int], None]:
+    if isinstance(kernel, DslPort):
+        return kernel.launcher(case, args)
     if case.grid is None:
         return (lambda i: kernel(*args)) if case.block is None else (lambda i: kernel(*args, block=case.block))
     configured = kernel[case.grid, case.block]
@@ -177,11 +212,14 @@ def launcher(kernel: Any, case: Case, args: tuple) -> Callable[[int], None]:
 
 
 def table(cases: list[Case], ms: dict[str, float]) -> None:
+    """Per kernel: ms and GB/s of each side, the DSL speed (C++ ms / DSL ms) and the port's unsafe
+    blocks; then the geometric mean of the speeds."""
+    import examples.llm_kernels as ports
     sides = list(SIDES)
     head = f"{'kernel':<24}{'MB':>9}" + "".join(f"{s + ' ms':>12}{s + ' GB/s':>12}" for s in sides)
-    if len(sides) > 1:
-        head += "".join(f"{s + ' speed':>12}" for s in sides[1:])
+    head += "".join(f"{s + ' speed':>12}" for s in sides[1:]) + f"{'unsafe':>8}"
     print(f"\nGPT-2 small: B*T = {BT}, C = {C}, V = {V} (padded {VP}), {N_PARAMS} parameters\n{head}")
+    speeds: dict[str, list[float]] = {s: [] for s in sides[1:]}
     for c in cases:
         line = f"{c.kernel:<24}{c.moved / 1e6:>9.1f}"
         for s in sides:
@@ -189,9 +227,31 @@ def table(cases: list[Case], ms: dict[str, float]) -> None:
             line += f"{'failed':>12}{'':>12}" if t is None else f"{t:>12.4f}{c.moved / t / 1e6:>12.1f}"
         for s in sides[1:]:
             t, base = ms.get(f"{c.kernel} [{s}]"), ms.get(f"{c.kernel} [C++]")
+            if t and base:
+                speeds[s].append(base / t)
             line += f"{base / t:>11.3f}x" if t and base else f"{'-':>12}"
-        print(line)
+        print(line + f"{ports.unsafe_blocks(c.kernel):>8}")
+    for s, v in speeds.items():
+        gm = math.exp(sum(map(math.log, v)) / len(v)) if v else float("nan")
+        print(f"{s} speed, geometric mean over {len(v)} of {len(cases)} kernels: {gm:.3f}x "
+              f"(min {min(v, default=float('nan')):.3f}x)")
     sys.stdout.flush()
+
+
+def bars(rep: Report, cases: list[Case], ms: dict[str, float]) -> None:
+    """Issue 28's bars: every DSL port >= 0.95x its C++ kernel, the geometric mean >= 1.0x."""
+    import examples.llm_kernels as ports
+    speeds = []
+    for c in cases:
+        cpp, dsl = ms.get(f"{c.kernel} [C++]"), ms.get(f"{c.kernel} [DSL]")
+        if cpp and dsl:
+            speeds.append(cpp / dsl)
+            rep.row(f"{c.kernel} DSL speed", round(cpp / dsl, 3), "x", unsafe_blocks=ports.unsafe_blocks(c.kernel))
+            rep.bar(f"{c.kernel} DSL port vs C++", dsl, cpp, higher_is_better=False, bar=0.95, peer_name="C++")
+    if speeds and len(speeds) == len(cases):
+        gm = math.exp(sum(map(math.log, speeds)) / len(speeds))
+        rep.bars.append({"name": "llm kernels DSL ports, geometric mean", "ours": gm, "peer": 1.0, "ratio": gm,
+                         "bar": ">= 1x C++", "pass": gm >= 1.0})
 
 
 def main() -> int:
@@ -223,6 +283,7 @@ def main() -> int:
     moved = {f"{c.kernel} [{s}]": c.moved for c in cases for s in SIDES}
     for name, t in ms.items():
         rep.row(name, t, "ms", gb_per_s=round(moved[name] / t / 1e6, 1))
+    bars(rep, cases, ms)
     rep.finish(args.json)
     table(cases, ms)
     if failed:

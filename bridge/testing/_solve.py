@@ -305,8 +305,10 @@ def _odd(v: int) -> int:
     return v if v <= 1 or v % 2 else v + 1
 
 
-def _bounds(p: Problem, pl: Plan, root: Var) -> tuple[int, int, list[tuple[int, int]]]:
-    """(lo, hi, congruences) a free class must satisfy from atoms `term op const` / `term % c == r`."""
+def _bounds(p: Problem, pl: Plan, root: Var,
+            known: Mapping[Var, int] | None = None) -> tuple[int, int, list[tuple[int, int]]]:
+    """(lo, hi, congruences) a free class must satisfy from atoms `term op const` / `term % c == r`;
+    a class already valued in `known` (root -> value) counts as a constant (`V <= logits.shape[1]`)."""
     lo, hi = 0, 2**62
     for v, r in pl.classes.parent.items():
         if pl.classes.find(v) == root:
@@ -315,6 +317,8 @@ def _bounds(p: Problem, pl: Plan, root: Var) -> tuple[int, int, list[tuple[int, 
     congr: list[tuple[int, int]] = []
     for a in p.atoms:
         for x, op, y in ((a.left, a.op, a.right), (a.right, _FLIP[a.op], a.left)):
+            if y[0] == "var" and known and pl.classes.find(y[1]) in known:
+                y = ("const", known[pl.classes.find(y[1])])
             if y[0] != "const":
                 continue
             if x[0] == "var" and pl.classes.find(x[1]) == root:
@@ -376,7 +380,10 @@ def free_values(p: Problem, pl: Plan, d: Draw) -> dict[Var, int]:
         nd = p.ndims[first[1]] if first[0] == "dim" else 1
         key = (nd, first[2] if first[0] == "dim" else 0)
         is_size = any(v[0] == "dim" or v in p.mentioned for v in members)
-        lo, hi, congr = _bounds(p, pl, root)
+        # a scalar is bounded by the extents drawn before it (`V <= logits.shape[1]`); an extent only by
+        # fixed values, so relations between extents keep being searched, not pushed to their boundary
+        scalar = not any(v[0] == "dim" for v in members)
+        lo, hi, congr = _bounds(p, pl, root, {**pl.fixed, **out} if scalar else pl.fixed)
         if not is_size:
             value = int(d.rng.integers(1, 17))          # an integer scalar no relation mentions
         elif d.edge == "one":
