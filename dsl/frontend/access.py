@@ -126,19 +126,23 @@ class AccessMixin:
                 return None
         return n
 
-    def group_index_of(self, vals: list[Val], ndim: int) -> str | None:
-        """"warp" / "block" when `vals` is that group's own index (1-D), or its index and a column of
-        its `lanes()` / `threads()` loop (2-D); else None."""
+    def group_index_of(self, vals: list[Val], ndim: int) -> tuple[str, bool] | None:
+        """(scope, rows) when `vals` names a row a group owns: its own index, or a row of its
+        `rows(n)` loop (rows=True), alone (1-D) or with a column of its `lanes()` / `threads()` loop
+        (2-D); else None. The scope is "warp", "group<n>" or "block"."""
         first = vals[0].expr if vals else None
-        if not (isinstance(first, ir.TupleGet) and isinstance(first.value, ir.OwnerIndexValue)):
+        if isinstance(first, ir.TupleGet) and isinstance(first.value, ir.OwnerIndexValue):
+            scope, rows = first.value.scope, False
+        elif isinstance(first, ir.ReadVar) and id(first.var) in self.row_loops:
+            scope, rows = self.row_loops[id(first.var)], True
+        else:
             return None
-        scope = first.value.scope
         if ndim == 1 and len(vals) == 1:
-            return scope
+            return scope, rows
         if ndim == 2 and len(vals) == 2:
             col = vals[1].expr
             if isinstance(col, ir.ReadVar) and self.stride_loops.get(id(col.var)) == scope:
-                return scope
+                return scope, rows
         return None
 
     def owned_index(self, vals: list[Val]) -> ir.Var | None:
@@ -184,7 +188,7 @@ class AccessMixin:
             return "guarded"
         group = self.group_index_of(vals, t.ndim)
         if group is not None:
-            self.claim(base, group_form(group, t.ndim), target)
+            self.claim(base, group_form(group[0], t.ndim, group[1]), target)
             return "guarded" if t.ndim == 2 else "leader"
         owned = self.owned_index(vals)
         if owned is not None:
@@ -219,7 +223,7 @@ class AccessMixin:
         if mode in ("guarded", "leader"):
             region = self.guarded_region(base, exprs, value_fn, node, target)
             if mode == "leader":     # a group's own element: written once, by its first lane / thread
-                width = ir.scope_width(self.group_index_of(vals, 1))
+                width = ir.scope_width(self.group_index_of(vals, 1)[0])
                 rank: ir.Expr = ir.Special("tid.x" if width is None else "laneid", loc)
                 if width is not None and width < 32:
                     rank = ir.BinOp("and_", rank, ir.Const(width - 1, irt.INDEX, loc), irt.INDEX, loc)

@@ -31,6 +31,7 @@ INTRINSICS: dict[str, str] = {
     **{i.key: "call_warp" for i in vars(si.warp).values() if isinstance(i, Intrinsic)},
     "warp.index_1d": "call_owner_index", "block.index_1d": "call_owner_index",
     "warp.lanes": "call_stride", "block.threads": "call_stride", "warp.group": "call_group_make",
+    "warp.rows": "call_rows", "block.rows": "call_rows",
 }
 BUILTINS: dict[Any, str] = {
     builtins.len: "call_len", builtins.min: "call_minmax", builtins.max: "call_minmax",
@@ -259,6 +260,15 @@ class CallMixin:
         stop = tr.convert(v, irt.INDEX, loc) if v.weak else tr.cast(v.expr, irt.INDEX, loc)
         return StrideVal(key.split(".")[0], stop)
 
+    def call_rows(self, key: str, node: ast.Call) -> StrideVal:
+        """`simt.warp.rows(n)` / `simt.block.rows(n)`: the rows this warp (block) owns when the launch's
+        warps (blocks) stride over n rows: its index, + the number of them in the launch, ... < n."""
+        scope = key.split(".")[0]
+        if self.is_kernel:
+            from dsl.frontend.ownership import check_owner_options
+            check_owner_options(scope, self.options, self.src.span(node))
+        return StrideVal(scope, self.call_stride(key, node).stop, rows=True)
+
     def call_lane_id(self, key: str, node: ast.Call) -> Val:
         self.arity(node, 0)
         return Val(ir.Special("laneid", self.loc(node)))
@@ -319,6 +329,13 @@ class CallMixin:
             self.arity(node, 1)
             pred = self.to_bool(node.args[0])
             return Val(ir.Warp(op, [pred], irt.U32 if op == "ballot" else irt.BOOL, loc))
+        if op in ("max", "min"):       # a butterfly of the whole warp, as a 32-lane group reduces
+            self.arity(node, 1)
+            v = self.scalar(node.args[0], "the value")
+            t = irt.compute_type(v.scalar)  # type: ignore[arg-type]
+            if t.kind == "bool":
+                self.err(node.args[0], f"simt.warp.{op}() needs a number, got bool")
+            return Val(self._reduce(32, op, tr.convert(v, t, loc), t, loc))
         if op == "sum":
             self.arity(node, 1)
             v = self.scalar(node.args[0], "the value")

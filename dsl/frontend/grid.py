@@ -71,9 +71,14 @@ def _stmt_exprs(s: ir.Stmt) -> list[ir.Expr]:
 class _Finder:
     """Walks a kernel body in program order, collecting the slices stored at the ThreadIndex."""
 
-    def __init__(self, domain: int) -> None:
+    def __init__(self, domain: int, fn: ir.Function | None = None) -> None:
         self.domain = domain
         self.found: list[Candidate] = []
+        # vars of `for r in simt.warp.rows(n)` loops (a ForRange from a group's index) -> scope
+        self.rows: dict[int, str] = {} if fn is None else {
+            id(s.var): strip_int_casts(s.start).value.scope for s in _statements(fn.body)
+            if isinstance(s, ir.ForRange) and isinstance(strip_int_casts(s.start), ir.TupleGet)
+            and isinstance(strip_int_casts(s.start).value, ir.OwnerIndexValue)}
 
     def add(self, array: ir.Expr, per_thread: int, params: dict[int, str], scope: str = "thread") -> None:
         if isinstance(array, ir.ParamRef) and id(array.param) in params:
@@ -96,6 +101,8 @@ class _Finder:
                 idx = [strip_int_casts(i) for i in s.indices]
                 if idx and isinstance(idx[0], ir.TupleGet) and isinstance(idx[0].value, ir.OwnerIndexValue):
                     self.add(s.array, 1, params, idx[0].value.scope)
+                elif idx and isinstance(idx[0], ir.ReadVar) and id(idx[0].var) in self.rows:
+                    self.add(s.array, 1, params, self.rows[id(idx[0].var)])
                 elif self.at_thread_index(idx):
                     self.add(s.array, 1, params)
                 elif len(idx) == 1 and isinstance(idx[0], ir.ReadVar) and id(idx[0].var) in chunks:
@@ -190,7 +197,7 @@ def grid_source(fn: ir.Function, options: KernelOptions) -> GridRule | None:
     if options.grid_from is not None:
         scope = _owner_scope(fn)
         return _rule(fn, options.grid_from, _chunk(fn), scope or "thread", options)
-    finder = _Finder(options.domain)
+    finder = _Finder(options.domain, fn)
     kernel_params = {id(p): p.name for p in fn.params
                      if isinstance(p.type, irt.ArrayType) and p.type.writable}
     finder.body(fn.body, kernel_params, {})

@@ -44,6 +44,11 @@ class GroupMixin:
             return Val(ir.TupleGet(ir.OwnerIndexValue(scope, loc), 0, irt.INDEX, loc))
         if name == "lanes":
             return StrideVal(scope, self.call_stride("warp.lanes", node).stop)
+        if name == "rows":
+            if self.is_kernel:
+                from dsl.frontend.ownership import check_owner_options
+                check_owner_options(scope, self.options, self.src.span(node))
+            return StrideVal(scope, self.call_stride("warp.rows", node).stop, rows=True)
         if name == "rank":
             self.arity(node, 0)
             return Val(self._rank(n, loc))

@@ -73,6 +73,7 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, GroupMixin, Ac
         self.loop_depth = 0
         self.chunk_loops: dict[int, int] = {}     # id(Var) of a chunk loop -> n of its chunk_1d(n)
         self.stride_loops: dict[int, str] = {}    # id(Var) of a warp.lanes / block.threads loop -> scope
+        self.row_loops: dict[int, str] = {}       # id(Var) of a warp.rows / block.rows loop -> scope
         self.stride_scope: str | None = None      # scope of the innermost such loop around the code
         self.claims: list[Claim] = []             # safe DisjointSlice writes (dsl/frontend/ownership.py)
         self.assigned: dict[str, int] = {}

@@ -10,7 +10,11 @@ A safe write (outside `with simt.unsafe():`) to a DisjointSlice names its elemen
   (`mean[w] = m`, 1-D) the warp writes once, from lane 0. Warps are whole (an exact block of whole warps
   along x), so the global warp number names one warp of the launch;
 - a block a row (`b = simt.block.index_1d()`, `for c in simt.block.threads(n): out[b, c] = ...`): the
-  same with block b and its thread t writing columns t, t + blockDim.x, ...; `sums[b] = s` from thread 0.
+  same with block b and its thread t writing columns t, t + blockDim.x, ...; `sums[b] = s` from thread 0;
+- rows strided over the launch (`for r in simt.warp.rows(n)`: r = the warp's index, + the launch's
+  warps, ...; `simt.block.rows(n)`, `g.rows(n)` alike): row r has one owning group for any grid, as
+  the C++ "warps stride over the rows" loop. A form of its own: with the index form on one slice, row
+  w + W would have two owners.
 Each form alone gives every element one owner, for the whole launch (the contract's `strict_domain`
 keeps the launch from repeating threads along the axes past the domain). Two forms on one slice do
 not: with `out[i]` and a `chunk_1d(4)` loop, thread 1 and thread 0 both own out[1]. So the front end
@@ -34,6 +38,7 @@ class Form:
     ndim: int
     per: int
     scope: str = "thread"
+    rows: bool = False        # the rows of a `rows(n)` loop (the group's index, + the launch's groups)
 
     def text(self, array: str) -> str:
         if self.scope != "thread":
@@ -41,6 +46,9 @@ class Form:
             g = "block" if width is None else "warp" if width == 32 else f"group of {width} lanes"
             k = "b" if width is None else "w" if width == 32 else "g"
             first, step = ("thread 0", "blockDim.x") if width is None else ("lane 0", str(width))
+            if self.rows:
+                return (f"in a {g}s' rows(n) loop ({g} {k} owns rows {k}, {k} + the launch's {g}s, ..., "
+                        f"written by its {'threads' if width is None else 'lanes'})")
             if self.ndim == 1:
                 return f"at its {g}'s index ({g} {k}'s {first} writes {array}[{k}])"
             return (f"a {g} a row ({g} {k} owns {array}[{k}, :]; its {'thread' if width is None else 'lane'} "
@@ -58,9 +66,10 @@ def chunk_form(n: int) -> Form:
     return Form(1, n)     # chunk_1d(1) is the 1-D ThreadIndex form
 
 
-def group_form(scope: str, ndim: int) -> Form:
-    """A row of a 2-D slice (ndim 2) or one element of a 1-D slice (ndim 1) owned by a warp / block."""
-    return Form(ndim, 1, scope)
+def group_form(scope: str, ndim: int, rows: bool = False) -> Form:
+    """A row of a 2-D slice (ndim 2) or one element of a 1-D slice (ndim 1) owned by a warp / block
+    (by its index, or with `rows` in a rows(n) loop: two forms, their owners differ)."""
+    return Form(ndim, 1, scope, rows)
 
 
 def check_owner_options(scope: str, options, loc: ir.Loc) -> None:

@@ -46,6 +46,7 @@ class StrideVal:
     group's size; `scope` is "warp", "group<n>" or "block" (ir.scope_width)."""
     scope: str
     stop: ir.Expr
+    rows: bool = False      # `simt.warp.rows(n)` & co.: the group's rows, strided by the launch's groups
 
 
 @dataclass

@@ -68,11 +68,11 @@ thread = Namespace("thread", ("index_1d", "index_2d", "index_3d", "chunk_1d"))
 shared = Namespace("shared", ("array", "dynamic"))
 atomic = Namespace("atomic", ("add", "sub", "min", "max", "exch", "cas", "and_", "or_", "xor"))
 warp = Namespace("warp", ("shfl", "shfl_up", "shfl_down", "shfl_xor", "ballot", "any", "all", "sum",
-                          "index_1d", "lanes", "group"))
+                          "max", "min", "index_1d", "lanes", "rows", "group"))
 # A block that owns rows as a warp does (dsl/frontend/ownership.py): its index and its threads' stride.
-block = Namespace("block", ("index_1d", "threads"))
+block = Namespace("block", ("index_1d", "threads", "rows"))
 
-GROUP_METHODS = ("index_1d", "lanes", "rank", "sum", "max", "min", "shfl", "shfl_up", "shfl_down",
+GROUP_METHODS = ("index_1d", "lanes", "rows", "rank", "sum", "max", "min", "shfl", "shfl_up", "shfl_down",
                  "shfl_xor", "ballot", "any", "all")
 
 

@@ -187,3 +187,26 @@ def test_a_shuffle_offset_held_in_an_i64_variable_compiles():
     a = np.ones(64, np.float32)
     fn = i64_shuffle_offset.build(a, a.copy())
     assert any(isinstance(n, ir.Warp) for st in fn.body for n in _walk(st))
+
+
+@simt.kernel(block=64)
+def index_and_rows(x: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
+    w = simt.warp.index_1d()
+    for c in simt.warp.lanes(x.shape[1]):
+        out[w, c] = x[w, c]
+    for r in simt.warp.rows(x.shape[0]):
+        for c in simt.warp.lanes(x.shape[1]):
+            out[r, c] = x[r, c] * 2.0        # m-rows-and-index
+
+
+def test_the_index_form_and_the_rows_form_on_one_slice_are_two_owners():
+    expect_compile_error(index_and_rows, (X, X.copy()), "m-rows-and-index", "out[r, c]",
+                         "two ownership forms", "rows(n) loop", file=FILE)
+
+
+def test_rows_loops_assemble_with_ptxas():
+    from dsl.backend.ptxas import assemble
+    from interop_tests.dsl_sim.test_warp_block_ownership_sim import center_warp_rows, negate_group_rows
+    for arch in ("sm_80", "sm_90"):
+        assemble(center_warp_rows.ptx(X, X.copy(), V.copy(), arch=arch), arch)
+        assemble(negate_group_rows.ptx(X, X.copy(), arch=arch), arch)

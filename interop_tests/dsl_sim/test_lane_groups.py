@@ -144,3 +144,24 @@ def test_group_operations_on_the_gpu_match_numpy(rng, n):
         ref = np.sqrt((x.astype(np.float64) ** 2).sum(1))
         np.testing.assert_allclose(nrm.get(), ref, rtol=1e-5)
         np.testing.assert_allclose(o.get(), x / ref[:, None], rtol=1e-5, atol=1e-7)
+
+
+@simt.kernel(block=64)
+def warp_extremes(a: simt.Array[f32], out: simt.DisjointSlice[f32, 2]):
+    i = simt.thread.index_1d()
+    v = a[i] if i < len(a) else f32(-1.0)
+    hi = simt.warp.max(v)
+    lo = simt.warp.min(v)
+    with simt.unsafe():
+        if i < len(a):
+            out[i, 0] = hi
+            out[i, 1] = lo
+
+
+def test_full_warp_max_and_min_match_numpy(rng):
+    a = rng.standard_normal(64).astype(np.float32)
+    out = np.full((64, 2), np.nan, np.float32)
+    warp_extremes.simulate(a, out, grid=1)
+    w = a.reshape(2, 32)
+    np.testing.assert_array_equal(out[:, 0], np.repeat(w.max(1), 32))
+    np.testing.assert_array_equal(out[:, 1], np.repeat(w.min(1), 32))

@@ -140,3 +140,62 @@ def test_warp_and_block_owned_kernels_on_the_gpu_match_float64(rng):
     with pytest.raises(bridge.LaunchContractError):
         layernorm_warp(cp.asarray(x), cp.asarray(w), cp.asarray(b), bad, mean[:5], rstd)
     assert bool((bad == 7.0).all())
+
+
+@simt.kernel(block=128, requires=["x.shape == out.shape", "len(mean) == x.shape[0]"])
+def center_warp_rows(x: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2], mean: simt.DisjointSlice[f32]):
+    for r in simt.warp.rows(x.shape[0]):     # warps stride over the rows: any grid is correct
+        s = f32(0.0)
+        for c in simt.warp.lanes(x.shape[1]):
+            s += x[r, c]
+        m = simt.warp.sum(s) / f32(x.shape[1])
+        for c in simt.warp.lanes(x.shape[1]):
+            out[r, c] = x[r, c] - m
+        mean[r] = m
+
+
+@simt.kernel(launch_bounds=256, requires=["x.shape == out.shape"])
+def double_block_rows(x: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
+    for r in simt.block.rows(x.shape[0]):
+        for c in simt.block.threads(x.shape[1]):
+            out[r, c] = x[r, c] * 2.0
+
+
+@simt.kernel(block=64, requires=["x.shape == out.shape"])
+def negate_group_rows(x: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
+    g = simt.warp.group(4)
+    for r in g.rows(x.shape[0]):
+        for c in g.lanes(x.shape[1]):
+            out[r, c] = -x[r, c]
+
+
+@pytest.mark.parametrize("grid", [None, 1, 2, 7, 40])
+def test_rows_loops_give_every_row_one_owner_for_any_grid(rng, grid):
+    x = rng.standard_normal((37, 70)).astype(np.float32)
+    launch = {} if grid is None else {"grid": grid}
+    out, mean = np.full_like(x, np.nan), np.full(37, np.nan, np.float32)
+    center_warp_rows.simulate(x, out, mean, **launch)
+    m = x.astype(np.float64).mean(1)
+    np.testing.assert_allclose(out, x - m[:, None], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mean, m, rtol=1e-5, atol=1e-6)
+    out2 = np.full_like(x, np.nan)
+    double_block_rows.simulate(x, out2, block=96, **launch)
+    np.testing.assert_array_equal(out2, x * 2)
+    out3 = np.full_like(x, np.nan)
+    negate_group_rows.simulate(x, out3, **launch)
+    np.testing.assert_array_equal(out3, -x)
+
+
+@pytest.mark.gpu
+def test_rows_loops_on_the_gpu_for_a_small_and_the_derived_grid(rng):
+    import cupy as cp
+    x = rng.standard_normal((1001, 333)).astype(np.float32)
+    m = x.astype(np.float64).mean(1)
+    for launch in ({}, {"grid": 3}):
+        out, mean = cp.full(x.shape, cp.nan, cp.float32), cp.full(1001, cp.nan, cp.float32)
+        center_warp_rows(cp.asarray(x), out, mean, **launch)
+        np.testing.assert_allclose(out.get(), x - m[:, None], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(mean.get(), m, rtol=1e-5, atol=1e-6)
+        out2 = cp.full(x.shape, cp.nan, cp.float32)
+        double_block_rows(cp.asarray(x), out2, block=224, **launch)
+        np.testing.assert_array_equal(out2.get(), x * 2)
