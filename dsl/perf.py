@@ -28,6 +28,9 @@ SLOW_PATH_KINDS: dict[str, str] = {
                 "or indirect write): the written array's accesses stay per element",
     "overlap": "a chunk loop accesses an array that may overlap another (inplace=): accesses stay in order",
     "local-memory": "the PTX uses local memory (a stack frame): slow off-chip loads and stores",
+    "fma-product": "a tile.matmul / tile.mma runs on the portable FMA path, not the tensor cores",
+    "sync-staging": "a tensor-core product's operand is staged through registers and a barrier, not "
+                    "copied asynchronously (cp.async / TMA) ahead of its use",
     "spills": "ptxas spilled registers to local memory",
 }
 

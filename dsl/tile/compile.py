@@ -188,6 +188,7 @@ def tile_context(arch: str, *, num_warps: int | None = None, facts: dict[str, di
     from dsl.tile.stages import TILE_FRONT, TileLowering
     lowering = TileLowering(lowering_switches(), num_warps, facts, persistent, lineinfo)
     lowering.requires = tuple(getattr(kernel, "requires", ()))
+    lowering.group_m = getattr(kernel, "group_m", None)
     return CompileContext(getattr(kernel, "pyfunc", None), list(sig), KernelOptions(), arch,
                           parse_dump(dump, "tile"), name, model="tile", tile=lowering, front=TILE_FRONT)
 

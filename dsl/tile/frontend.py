@@ -16,6 +16,7 @@ from dsl.tile import ir as T
 from dsl.tile import ops, tileops
 from dsl.tile.api import PY_MATH, Intrinsic
 from dsl.tile.errors import TileCompileError
+from dsl.tile.forward import forward_loads
 from dsl.tile.funcs import TileFunc, inline_call
 from dsl.tile.intrinsics import call_intrinsic, call_method
 from dsl.tile.types import ConstParamType, PartitionParamType, ScalarParamType, TileType, as_scalar_type
@@ -108,8 +109,10 @@ class TileFrontend:
         for stmt in self.fdef.body:
             self.stmt(stmt)
         self.body_stack.pop()
-        return T.TileFunction(self.name, params, body, grid_param, self.locals, self.loc(self.fdef),
-                              self.requires, self.group_m)
+        fn = T.TileFunction(self.name, params, body, grid_param, self.locals, self.loc(self.fdef),
+                            self.requires, self.group_m)
+        forward_loads(fn)          # named single-use loads back into their use (dsl/tile/forward.py)
+        return fn
 
     # ---------------------------------------------------------------------------------- statements
     def stmt(self, node: ast.stmt) -> None:
@@ -162,8 +165,10 @@ class TileFrontend:
             if not isinstance(value, tuple) or len(value) != len(tgt.elts):
                 raise self.err(tgt, "tuple assignment needs a tuple of the same length on the right")
             # Python evaluates the whole right side first: `m, s = m_new, s * exp(m - m_new)` must read
-            # the old m, so each tile value is copied before any target is assigned
-            value = tuple(self.snapshot(v, node) for v in value)
+            # the old m, so a tile value that reads a target variable is copied before any is assigned
+            targets = {id(self.env[n.id]) for n in ast.walk(tgt)
+                       if isinstance(n, ast.Name) and isinstance(self.env.get(n.id), T.TVar)}
+            value = tuple(self.snapshot(v, node, targets) for v in value)
             for t, v in zip(tgt.elts, value):
                 self.assign(t, v, node)
             return
@@ -200,12 +205,13 @@ class TileFrontend:
             return
         self.env[name] = value   # compile-time value
 
-    def snapshot(self, value: object, node: ast.AST) -> object:
-        """`value` with each tile expression in it copied into a fresh local (compile-time values and
-        tuples of them as they are)."""
+    def snapshot(self, value: object, node: ast.AST, targets: set[int]) -> object:
+        """`value` with each tile expression in it that reads a variable of `targets` (ids) copied into
+        a fresh local (other values, compile-time ones included, as they are)."""
         if isinstance(value, tuple):
-            return tuple(self.snapshot(v, node) for v in value)
-        if not isinstance(value, T.TExpr) or isinstance(value, T.TVar):
+            return tuple(self.snapshot(v, node, targets) for v in value)
+        if not isinstance(value, T.TExpr) or not any(
+                isinstance(e, T.Read) and id(e.var) in targets for e in T.walk_exprs(value)):
             return value
         var = T.TVar("_rhs", value.type)
         self.locals.append(var)

@@ -13,9 +13,10 @@ class TileLowering:
     """What the tile_lower stage reads besides the tile IR (`ctx.tile`), and what it leaves there for
     the launch contract: `relied` (parameters whose facts the code relies on), `dynamic_smem`.
     `switches`: the lowering's environment switches (dsl.tile.compile.lowering_switches()).
-    `requires`: the kernel's relations, for the tile IR the tile_frontend stage builds."""
+    `requires`, `group_m`: the kernel's relations and block order, for the tile IR the tile_frontend
+    stage builds."""
     __slots__ = ("num_warps", "facts", "persistent", "lineinfo", "switches", "relied", "dynamic_smem",
-                 "requires")
+                 "requires", "group_m")
 
     def __init__(self, switches: dict, num_warps: int | None = None, facts: dict[str, dict] | None = None,
                  persistent: bool = False, lineinfo: bool = True) -> None:
@@ -24,6 +25,7 @@ class TileLowering:
         self.relied: set[str] = set()
         self.dynamic_smem = 0
         self.requires: tuple[str, ...] = ()
+        self.group_m: int | None = None
 
 
 def tile_frontend(value: Any, ctx: CompileContext):
@@ -32,7 +34,7 @@ def tile_frontend(value: Any, ctx: CompileContext):
         raise TypeError("ctx.pyfunc: the tile_frontend stage needs the kernel's Python function "
                         "(dsl.tile.compile.tile_context(..., kernel=, sig=)), got None")
     return TileFrontend(ctx.pyfunc, list(ctx.signature), ctx.kernel_name,
-                        getattr(ctx.tile, "requires", ())).build()
+                        getattr(ctx.tile, "requires", ()), getattr(ctx.tile, "group_m", None)).build()
 
 
 def tile_lower(fn, ctx: CompileContext):
@@ -48,6 +50,9 @@ def tile_lower(fn, ctx: CompileContext):
     simt_fn = lower(fn, pick_threads(fn, t.num_warps), fn.name, t.facts, info, cc=parse_arch(ctx.arch),
                     persistent=t.persistent, **t.switches)
     t.relied, t.dynamic_smem = info["relied"], info["dynamic_smem"]
+    slow = getattr(ctx, "slow_paths", None)
+    if slow is not None:
+        slow.extend(info.get("slow_paths", ()))     # dsl/perf.py: where the lowering left the fast path
     ctx.arch = canonical_arch(ctx.arch, specific=info["arch_specific"])
     ctx.options = KernelOptions(block=simt_fn.exact_block, boundscheck=False, lineinfo=t.lineinfo)
     return simt_fn

@@ -46,6 +46,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.scratch_allocs: dict[str, N.SharedAlloc] = {}
         self.scratch_size: dict[str, int] = {}
         self.counter = 0
+        self.slow_paths: list = []       # dsl.perf.SlowPath records of this lowering
         self.facts = facts or {}
         self.max_stages = max_stages
         self.cc = cc                            # target compute capability (0: portable only)
@@ -588,8 +589,15 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
             break
     if lw.smem_bytes() > SMEM_LIMIT and tc_matmul:
         # the tensor-core products' padded operand buffers do not fit where the portable path's do
-        return lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=False,
-                     gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products)
+        out = lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=False,
+                    gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products)
+        if info is not None:
+            from dsl.perf import SlowPath
+            info["slow_paths"] = [SlowPath("fma-product", f"the tensor-core products need {lw.smem_bytes()} "
+                                           f"bytes of static shared memory (limit {SMEM_LIMIT}), so the whole "
+                                           "kernel uses the portable FMA path; use smaller tiles",
+                                           fn.loc.line, fn.loc.file)] + info.get("slow_paths", [])
+        return out
     if lw.smem_bytes() > SMEM_LIMIT:
         raise LoweringError(f"{fn.name}: needs {lw.smem_bytes()} bytes of static shared memory for "
                             f"relayouts (limit {SMEM_LIMIT}); use smaller tiles")
@@ -597,6 +605,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
         info["relied"] = set(lw.relied)
         info["dynamic_smem"] = lw.dyn_bytes
         info["arch_specific"] = lw.arch_specific
+        info["slow_paths"] = list(dict.fromkeys(lw.slow_paths))
     return out
 
 

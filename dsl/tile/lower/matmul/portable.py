@@ -13,6 +13,25 @@ from dsl.tile import ir as T
 from dsl.tile.lower.layout import LV, c32, iadd, imul, ir32
 
 
+def _record_fma(L, e: T.Matmul, m: int, n: int, k: int) -> None:
+    """Say why this product is not on the tensor cores (dsl/perf.py, kind "fma-product")."""
+    from dsl.ir.types import BF16, F16
+    from dsl.perf import SlowPath
+    a, b = e.a.type.dtype, e.b.type.dtype
+    if not L.tc_matmul:
+        why = "the tensor-core lowering is switched off (KB_TILE_TC_MATMUL=0)"
+    elif L.cc < 80:
+        why = f"the target sm_{L.cc} has no mma.sync (the tensor-core products need sm_80 or newer)"
+    elif a != b or a not in (F16, BF16):
+        why = (f"its operands are {a} and {b}: a product outside a GEMM loop runs on the tensor cores for two "
+               "f16 or two bf16 operands (cast them with .astype(f16))")
+    else:
+        why = (f"its {m}x{n}x{k} shape does not split into 16x8x16 fragments over the block's "
+               f"{L.T // 32} warps (M a multiple of 16, N of 8, K of 16)")
+    L.slow_paths.append(SlowPath("fma-product", f"tile.matmul runs on the portable FMA path: {why}",
+                                 e.loc.line, e.loc.file))
+
+
 def lower_matmul(L, e: T.Matmul) -> LV:
     from dsl.tile.lower.matmul.products import lower_matmul_tc
     from dsl.tile.lower.matmul.operands import tc_warps
@@ -20,6 +39,7 @@ def lower_matmul(L, e: T.Matmul) -> LV:
     warps = tc_warps(L, m, n, k, e.a.type.dtype, e.b.type.dtype)
     if warps is not None:          # tensor-core path (dsl/tile/lower/matmul/products.py)
         return lower_matmul_tc(L, e, *warps)
+    _record_fma(L, e, m, n, k)
     a = L.concrete(L.expr(e.a))
     b = L.concrete(L.expr(e.b))
     acc = L.to_layout(L.expr(e.acc), "D") if e.acc is not None else None

@@ -79,8 +79,23 @@ def _stage(L, op: T.TExpr, value: LV | None, slot: int) -> tuple[N.Expr, int, bo
     got = _stage_async(L, op, slot) if value is None else None
     if got is not None:
         return got[0], got[1], True
+    if value is None and L.cc >= 80:
+        _record_sync_staging(L, op)
     v = value if value is not None else L.concrete(L.expr(op))
     return L.write_scratch(v, slot=slot), op.type.shape[1], False
+
+
+def _record_sync_staging(L, op: T.TExpr) -> None:
+    """Say why an operand goes through registers (dsl/perf.py, kind "sync-staging")."""
+    from dsl.perf import SlowPath
+    if isinstance(op, T.Load):
+        why = (f"the load of '{op.param.name}' is not known to be a C-contiguous, 16-byte-aligned array of "
+               "16-bit elements with rows a multiple of 8 (the facts cp.async needs); pass such an array")
+    else:
+        why = ("the operand is computed, not a tile.load (cast, scaled or transposed tiles are staged "
+               "through registers)")
+    L.slow_paths.append(SlowPath("sync-staging", f"tile.matmul operand staged synchronously: {why}",
+                                 op.loc.line, op.loc.file))
 
 
 def _wait_async(L) -> None:
