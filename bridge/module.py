@@ -61,7 +61,21 @@ class Module:
         self._data = data                 # the image, to load it on other devices (on_device)
         self._family: dict[int, Module] = {device: self}   # this image with these contracts, per device
         self._family_lock = threading.Lock()
+        self._resolve_contracted()
         return self
+
+    def _resolve_contracted(self) -> None:
+        """Create the kernels that have contracts now. CUDA loads a kernel lazily, at its first attribute
+        query or launch; inside a stream capture that load is an operation the capture forbids, so a
+        module whose first launch was captured (bridge.capture) invalidated the whole graph. Resolving
+        them here, where the module is loaded, moves that load out of any capture (a few attribute
+        queries per kernel)."""
+        for kname in self.contracts:
+            if self._ptx_entries is None or kname in self._ptx_entries:
+                try:
+                    self.get_kernel(kname)
+                except AttributeError:         # a contract for a kernel this image does not have
+                    pass
 
     def on_device(self, device: Device | int) -> Module:
         """This module (same image, same contracts) loaded on `device` (once; this object for its own)."""

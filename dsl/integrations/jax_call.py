@@ -343,4 +343,4 @@ def kernel_call(kernel: Any, *, mutates: Sequence[str] | str | None = None,
             raise ValueError(f"{API}: {call.plan.name}: backward_options= needs backward=")
         return call
     from dsl.integrations.jax_vjp import Differentiable
-    return Differentiable(call, backward, backward_options)
+    return Differentiable(call, backward, backward_options, kernel_call)

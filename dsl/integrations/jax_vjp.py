@@ -20,9 +20,11 @@ API = "dsl.jax.kernel_call"
 class Differentiable:
     """A KernelCall with a backward: same call signature, differentiable with jax.grad / jax.vjp."""
 
-    def __init__(self, forward: Any, backward: Any, options: Mapping[str, Any] | None) -> None:
+    def __init__(self, forward: Any, backward: Any, options: Mapping[str, Any] | None,
+                 kernel_call: Callable[..., Any]) -> None:
         self.forward = forward
         self.plan = forward.plan
+        self._kernel_call = kernel_call        # dsl.jax.kernel_call, for a backward kernel's own call
         self._backward = self._bind(backward, options or {})
 
     def __repr__(self) -> str:
@@ -44,9 +46,8 @@ class Differentiable:
                 raise ValueError(f"{API}: {plan.name}: backward_options= is for a backward kernel") from None
             return lambda saved, cts: _as_tuple(backward(saved, *cts))
         from dsl.integrations._backward import bind_backward
-        from dsl.integrations.jax_call import kernel_call
         bound = bind_backward(plan, backward, options, API)
-        call = kernel_call(backward, out_shapes=bound.out_shapes or None, **bound.options)
+        call = self._kernel_call(backward, out_shapes=bound.out_shapes or None, **bound.options)
 
         def run(saved: dict, cts: tuple) -> tuple:
             values = {**saved, **{g: cts[k] for k, g in enumerate(bound.grads_of)}}

@@ -47,6 +47,8 @@ def _assigned_names(fdef: ast.FunctionDef) -> dict[str, int]:
 
 
 class TileFrontend:
+    assigned_names = staticmethod(_assigned_names)     # for the helpers it inlines (dsl/tile/funcs.py)
+
     def __init__(self, pyfunc, signature: list, name: str | None = None,
                  requires: tuple[str, ...] = (), group_m: int | None = None) -> None:
         self.pyfunc = pyfunc

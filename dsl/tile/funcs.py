@@ -59,8 +59,7 @@ def inline_call(fe: Any, tf: TileFunc, args: list, kwargs: dict, node: ast.Call)
     scope = dict(tf.pyfunc.__globals__)
     if tf.pyfunc.__closure__:
         scope.update(zip(tf.pyfunc.__code__.co_freevars, (c.cell_contents for c in tf.pyfunc.__closure__)))
-    from dsl.tile.frontend import _assigned_names
-    fe.src, fe.globals, fe.env, fe.multi = src, scope, dict(bound.arguments), _assigned_names(src.tree)
+    fe.src, fe.globals, fe.env, fe.multi = src, scope, dict(bound.arguments), fe.assigned_names(src.tree)
     stack.append(tf)
     try:
         for k, stmt in enumerate(body):

@@ -241,7 +241,9 @@ GPU_CASES = {
     "layernorm_forward": dict(rtol=1e-5, atol=1e-5),
     "layernorm_backward": dict(rtol=1e-4, atol=5e-3),          # dweight/dbias: atomics in any order
     "gelu_forward_bf16": dict(ulps=2), "gelu_backward_bf16": dict(ulps=2),
-    "gelu_forward_f32": dict(rtol=1e-6, atol=1e-6), "gelu_backward_f32": dict(rtol=1e-6, atol=1e-6),
+    # the two tanh (nvcc's tanhf, libdevice's) and their cancellation near x = -3 differ by ~1e-6 absolute:
+    # the same bound each side meets against float64 (TOL above); 1e-6 failed 1 element in 3000 on the H200
+    "gelu_forward_f32": dict(rtol=1e-5, atol=2e-6), "gelu_backward_f32": dict(rtol=1e-5, atol=2e-6),
     "residual_forward": dict(),
     "encoder_forward": dict(values={"inp": _tokens(-1, 12)},
                             cpp_grid=_grid(lambda s: math.prod(s["out"]) / 4 / 128), cpp_block=128),

@@ -134,3 +134,17 @@ def test_fault_inside_a_replayed_graph(mod):
     with pytest.raises(KernelFault, match="index 99"):
         bridge.synchronize()                           # device-wide sync reports it too
     assert out.to_host()[0] == -7.0
+
+
+def test_a_modules_first_launch_may_be_inside_a_capture(rng):
+    """CUDA loads kernels lazily: a fresh module's first launch inside bridge.capture() used to load the
+    kernel there, which the capture forbids (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). load_module now
+    resolves every contracted kernel where it loads the module."""
+    fresh = bridge.load_module(rt_ptx(), contracts=all_contracts(), name="rt_kernels_fresh")
+    a = bridge.from_host((rng.standard_normal(N) * 10).astype(np.float32))
+    out = bridge.full((N,), -7.0, "float32")
+    with bridge.capture() as g:
+        fresh.vecadd(a, a, out, N)
+    g.replay()
+    g.stream.synchronize()
+    np.testing.assert_allclose(out.to_host(), 2 * a.to_host(), rtol=1e-6)
