@@ -103,6 +103,9 @@ class capture:
         # land on it); the caller's context comes back at the end.
         self._saved_ctx = _driver.current_context()
         _driver.ensure_current(self.stream.device)
+        # the intake's first look at CuPy / torch probes them with arrays they allocate, which the
+        # capture would forbid (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED): resolve it before beginning
+        _native.resolve_fast_intake()
         try:
             _native.capture_begin(self.stream.handle, self.stream.device)
         except BaseException:

@@ -392,6 +392,21 @@ const char* state_name(State s) { return s == State::on ? "on" : s == State::off
 
 }  // namespace
 
+// Resolve now the fast paths of the frameworks already imported. Resolving probes the framework with
+// small arrays it allocates, which a stream capture forbids, so bridge.capture() calls this before it
+// begins: a CuPy array's first intake inside a capture invalidated the graph.
+void resolve_imported() {
+  PyObject* modules = PyImport_GetModuleDict();   // borrowed
+  if (g_cupy_enabled && PyDict_GetItemString(modules, "cupy") != nullptr) {
+    if (g_layout.state == State::unresolved) resolve_cupy_layout();
+    if (g_cupy.state == State::unresolved) resolve_cupy_stream();
+  }
+  if (g_torch_enabled && PyDict_GetItemString(modules, "torch") != nullptr) {
+    if (g_torch.state == State::unresolved) resolve_torch();
+    if (g_torch.stream_state == State::unresolved) resolve_torch_stream();
+  }
+}
+
 bool torch_view(PyObject* obj, kb::ArrayView& view) {
   if (!g_torch_enabled) return false;
   TorchShim& t = g_torch;
@@ -443,6 +458,9 @@ void register_fast_intake(py::module_& m) {
     return d;
   }, "For each fast intake path: (state, how it was resolved or why it is off). States: on, off, "
      "unresolved (not needed yet), disabled (set_fast_intake).");
+  m.def("resolve_fast_intake", &resolve_imported,
+        "Resolve the fast intake paths of CuPy and torch when they are imported (bridge.capture calls "
+        "it before a capture begins: resolving allocates probe arrays, which a capture forbids).");
   m.def("set_fast_intake_setting", [](bool on) { g_setting_on = on; }, py::arg("on"),
         "KB_FAST_INTAKE as bridge.settings read it (bridge.array applies it at import, before any intake); "
         "off: the fast paths resolve to 'off', saying KB_FAST_INTAKE disables them.");

@@ -31,5 +31,6 @@ bool torch_stream(int dev, uint64_t& out);
 bool cupy_stream(int dev, uint64_t& out);
 
 void register_fast_intake(pybind11::module_& m);
+void resolve_imported();   // the fast paths of the frameworks already imported, resolved now
 
 }  // namespace kb::native::fast

@@ -139,3 +139,19 @@ def test_the_fast_path_reads_a_tensor_faster_than_its_attributes():
     finally:
         _native.set_fast_intake(torch=True)
     assert fast < slow
+
+
+def test_resolving_the_imported_frameworks_ahead_leaves_no_path_unresolved():
+    """bridge.capture() calls resolve_fast_intake() before a capture begins: resolving probes torch /
+    CuPy with arrays they allocate, which a capture forbids. In a fresh process with torch imported and
+    nothing taken in yet, the torch paths are unresolved before the call and resolved after it."""
+    code = ("import torch, json\nfrom bridge import _native\n"
+            "before = _native.fast_intake_status()\n_native.resolve_fast_intake()\n"
+            "after = _native.fast_intake_status()\n"
+            "print(json.dumps([before['torch'][0], before['torch_stream'][0], after['torch'][0], "
+            "after['torch_stream'][0]]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before_t, before_s, after_t, after_s = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (before_t, before_s) == ("unresolved", "unresolved")
+    assert after_t != "unresolved" and after_s != "unresolved"

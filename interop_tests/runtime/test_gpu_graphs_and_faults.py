@@ -148,3 +148,27 @@ def test_a_modules_first_launch_may_be_inside_a_capture(rng):
     g.replay()
     g.stream.synchronize()
     np.testing.assert_allclose(out.to_host(), 2 * a.to_host(), rtol=1e-6)
+
+
+def test_a_cupy_arrays_first_intake_may_be_inside_a_capture(tmp_path):
+    """In a fresh process, the first CuPy array the bridge takes in was inside bridge.capture(): the
+    intake's one-time look at CuPy allocates probe arrays, which invalidated the capture. The capture
+    now resolves the intake of imported frameworks before it begins."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = tmp_path / "first_cupy_capture.py"
+    script.write_text(
+        "import numpy as np, bridge, cupy as cp\n"
+        "from runtime_helpers import rt_ptx, all_contracts\n"
+        "N = 2085\n"
+        "mod = bridge.load_module(rt_ptx(), contracts=all_contracts(), name='rt')\n"
+        "a = cp.arange(N, dtype=cp.float32); out = cp.full(N, -7.0, cp.float32)\n"
+        "with bridge.capture() as g:\n"
+        "    mod.vecadd(a, a, out, N)\n"
+        "g.replay(); g.stream.synchronize()\n"
+        "assert np.allclose(cp.asnumpy(out), 2 * np.arange(N)), cp.asnumpy(out)[:4]\n"
+        "print('CAPTURED')\n")
+    env = dict(__import__("os").environ, PYTHONPATH=str(Path(__file__).parent))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and "CAPTURED" in proc.stdout, proc.stderr[-2000:]
