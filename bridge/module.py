@@ -65,11 +65,10 @@ class Module:
         return self
 
     def _resolve_contracted(self) -> None:
-        """Create the kernels that have contracts now. CUDA loads a kernel lazily, at its first attribute
-        query or launch; inside a stream capture that load is an operation the capture forbids, so a
-        module whose first launch was captured (bridge.capture) invalidated the whole graph. Resolving
-        them here, where the module is loaded, moves that load out of any capture (a few attribute
-        queries per kernel)."""
+        """Create the kernels that have contracts now (a few attribute queries each). With CUDA's lazy
+        loading a kernel is loaded at its first attribute query or launch; resolving here keeps that
+        work out of a stream capture in which a module's first launch may happen (a precaution: the
+        capture failure that prompted it was the CuPy intake's probe, fixed in bridge.capture)."""
         for kname in self.contracts:
             if self._ptx_entries is None or kname in self._ptx_entries:
                 try:

@@ -137,9 +137,8 @@ def test_fault_inside_a_replayed_graph(mod):
 
 
 def test_a_modules_first_launch_may_be_inside_a_capture(rng):
-    """CUDA loads kernels lazily: a fresh module's first launch inside bridge.capture() used to load the
-    kernel there, which the capture forbids (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). load_module now
-    resolves every contracted kernel where it loads the module."""
+    """A fresh module's first launch may be inside bridge.capture() (load_module resolves its
+    contracted kernels where it loads it, so no kernel loading happens in the capture)."""
     fresh = bridge.load_module(rt_ptx(), contracts=all_contracts(), name="rt_kernels_fresh")
     a = bridge.from_host((rng.standard_normal(N) * 10).astype(np.float32))
     out = bridge.full((N,), -7.0, "float32")
