@@ -130,14 +130,22 @@ class LoopMixin:
 
     def stride_loop(self, node: ast.For, name: str, sv: StrideVal) -> None:
         """`for c in simt.warp.lanes(n)` (c = lane, lane + 32, ... < n) or `simt.block.threads(n)`
-        (c = threadIdx.x, + blockDim.x, ...): the columns this lane (thread) owns of its group's row
-        (dsl/frontend/ownership.py)."""
+        (c = threadIdx.x, + blockDim.x, ...): the columns this lane (thread) owns of its group's row;
+        `for r in simt.warp.rows(n)` (r = the warp's index, + the launch's warps, ... < n; blocks and
+        lane groups alike): the rows the group owns when groups stride over the rows, so any grid is
+        correct (dsl/frontend/ownership.py). A rows loop runs the same iterations on the whole group,
+        so group operations are allowed in its body; a lanes loop does not."""
         loc = self.loc(node)
         width = ir.scope_width(sv.scope)
         if sv.rows:
-            self.rows_loop(node, name, sv)
-            return
-        if width == 32:
+            start: ir.Expr = ir.TupleGet(ir.OwnerIndexValue(sv.scope, loc), 0, irt.INDEX, loc)
+            if width is None:
+                step: ir.Expr = ir.Special("nctaid.x", loc)
+            else:
+                threads = ir.BinOp("mul", ir.Special("nctaid.x", loc), ir.Special("ntid.x", loc), irt.INDEX, loc)
+                step = ir.BinOp("rshift", threads, ir.Const(width.bit_length() - 1, irt.INDEX, loc),
+                                irt.INDEX, loc)
+        elif width == 32:
             start, step = ir.Special("laneid", loc), ir.Const(32, irt.INDEX, loc)
         elif width is not None:       # a lane group: its rank, strided by its width
             start = ir.BinOp("and_", ir.Special("laneid", loc), ir.Const(width - 1, irt.INDEX, loc),
@@ -147,7 +155,7 @@ class LoopMixin:
             start, step = ir.Special("tid.x", loc), ir.Special("ntid.x", loc)
         var = self.new_var(name, irt.INDEX, self.loc(node.target))
         self.bindings[name] = var
-        self.stride_loops[id(var)] = sv.scope
+        (self.row_loops if sv.rows else self.stride_loops)[id(var)] = sv.scope
         facts = self.facts.copy()
         key = ("var", id(var))
         facts.nonneg.add(key)
@@ -159,47 +167,14 @@ class LoopMixin:
             facts.add_extent(key, (array_name(stop.array), stop.axis))
         self.loop_depth += 1
         saved = self.innermost_chunk, self.stride_scope
-        self.innermost_chunk, self.stride_scope = False, sv.scope
+        self.innermost_chunk = False
+        if not sv.rows:
+            self.stride_scope = sv.scope
         try:
             body = self.sub_block(node.body, facts)
         finally:
             self.loop_depth -= 1
             self.innermost_chunk, self.stride_scope = saved
-        self.emit(ir.ForRange(var, start, sv.stop, step, body, loc))
-
-    def rows_loop(self, node: ast.For, name: str, sv: StrideVal) -> None:
-        """`for r in simt.warp.rows(n)` (r = this warp's index, + the launch's warps, ... < n), the
-        block and lane-group forms alike: the rows this group owns when groups stride over the rows,
-        so any grid is correct. The whole group runs the same iterations, so group operations are
-        allowed in the body (dsl/frontend/ownership.py)."""
-        loc = self.loc(node)
-        width = ir.scope_width(sv.scope)
-        start = ir.TupleGet(ir.OwnerIndexValue(sv.scope, loc), 0, irt.INDEX, loc)
-        if width is None:
-            step: ir.Expr = ir.Special("nctaid.x", loc)
-        else:
-            threads = ir.BinOp("mul", ir.Special("nctaid.x", loc), ir.Special("ntid.x", loc), irt.INDEX, loc)
-            step = ir.BinOp("rshift", threads, ir.Const(width.bit_length() - 1, irt.INDEX, loc), irt.INDEX, loc)
-        var = self.new_var(name, irt.INDEX, self.loc(node.target))
-        self.bindings[name] = var
-        self.row_loops[id(var)] = sv.scope
-        facts = self.facts.copy()
-        key = ("var", id(var))
-        facts.nonneg.add(key)
-        stop = strip_int_casts(sv.stop)
-        if isinstance(stop, ir.Const) and isinstance(stop.value, int):
-            facts.add_const(key, stop.value)
-        elif isinstance(stop, ir.ArrayLen):
-            from dsl.frontend.access import array_name
-            facts.add_extent(key, (array_name(stop.array), stop.axis))
-        self.loop_depth += 1
-        saved = self.innermost_chunk
-        self.innermost_chunk = False
-        try:
-            body = self.sub_block(node.body, facts)
-        finally:
-            self.loop_depth -= 1
-            self.innermost_chunk = saved
         self.emit(ir.ForRange(var, start, sv.stop, step, body, loc))
 
     def chunk_loop(self, node: ast.For, name: str, chunk: Val) -> None:
