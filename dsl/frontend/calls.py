@@ -341,18 +341,23 @@ class CallMixin:
             v = self.scalar(node.args[0], "the value")
             t = irt.compute_type(v.scalar)  # type: ignore[arg-type]
             return Val(ir.Warp("sum", [tr.convert(v, t, loc)], t, loc))  # type: ignore[arg-type]
+        value, t, lane = self.shuffle_operands(node, f"warp.{op}()")
+        return Val(ir.Warp(op, [value, lane], t, loc))
+
+    def shuffle_operands(self, node: ast.Call, what: str) -> tuple[ir.Expr, irt.ScalarType, ir.Expr]:
+        """(value, its type, lane as i32) of a shuffle `what(value, lane / delta / mask)`, warp or group."""
         self.arity(node, 2)
+        loc = self.loc(node)
         v = self.scalar(node.args[0], "the value")
         t = irt.compute_type(v.scalar)  # type: ignore[arg-type]
         if t.kind == "bool" or t.bits < 32 and not t.is_float:  # type: ignore[union-attr]
-            self.err(node.args[0], f"warp.{op}() needs a 16/32/64-bit number, got {t}")
-        lane_v = self.scalar(node.args[1], "the lane")
-        if not lane_v.weak and lane_v.scalar.is_int:   # type: ignore[union-attr]
-            # the hardware reads 5 bits of a lane / delta / xor mask: any integer width is exact
-            lane = tr.cast(lane_v.expr, irt.I32, loc)
+            self.err(node.args[0], f"{what} needs a 16/32/64-bit number, got {t}")
+        k = self.scalar(node.args[1], "the lane")
+        if not k.weak and k.scalar.is_int and k.scalar.kind != "bool":   # type: ignore[union-attr]
+            lane = tr.cast(k.expr, irt.I32, loc)    # the hardware reads 5 bits: any integer width is exact
         else:
-            lane = self.rule(node, tr.implicit, lane_v, irt.I32, loc, "the lane / delta / mask")
-        return Val(ir.Warp(op, [tr.convert(v, t, loc), lane], t, loc))  # type: ignore[arg-type]
+            lane = self.rule(node, tr.implicit, k, irt.I32, loc, "the lane / delta / mask")
+        return tr.convert(v, t, loc), t, lane  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ device functions
     def call_device(self, dev: Any, node: ast.Call) -> Val:

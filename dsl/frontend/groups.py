@@ -67,16 +67,8 @@ class GroupMixin:
             if t.kind == "bool":
                 self.err(node.args[0], f"{what} needs a number, got bool")
             return Val(self._reduce(n, name, tr.convert(v, t, loc), t, loc))
-        self.arity(node, 2)
-        v = self.scalar(node.args[0], "the value")
-        t = irt.compute_type(v.scalar)  # type: ignore[arg-type]
-        if t.kind == "bool" or t.bits < 32 and not t.is_float:  # type: ignore[union-attr]
-            self.err(node.args[0], f"{what} needs a 16/32/64-bit number, got {t}")
-        k = self.scalar(node.args[1], "the lane / delta / mask")
-        if not k.scalar.is_int or k.scalar.kind == "bool":   # type: ignore[union-attr]
-            self.err(node.args[1], f"{what}: the lane / delta / mask must be an integer, got {k.scalar}")
-        k32 = tr.convert(k, irt.I32, loc) if k.weak else tr.cast(k.expr, irt.I32, loc)
-        return Val(ir.Warp("shfl", [tr.convert(v, t, loc), self._source_lane(n, name, k32, loc)], t, loc, n))
+        value, t, k32 = self.shuffle_operands(node, what)
+        return Val(ir.Warp("shfl", [value, self._source_lane(n, name, k32, loc)], t, loc, n))
 
     # ------------------------------------------------------------------ building blocks
     @staticmethod
