@@ -58,13 +58,15 @@ WHEEL = "NVIDIA wheel"
 _GET_TOOLKIT = ("install the CUDA toolkit and put its bin/ on PATH, or set CUDA_HOME or KB_CUDA_HOME "
                 "to its root")
 _HINTS = {
-    "nvcc": f"{_GET_TOOLKIT}, or set KB_NVCC to the nvcc executable (needed to build the package's C++ "
-            "kernels: reinstall kernelbridge afterwards)",
+    "nvcc": f"{_GET_TOOLKIT}, set KB_NVCC to the nvcc executable, or `pip install nvidia-cuda-nvcc "
+            "nvidia-cuda-runtime` (NVIDIA's wheels: nvcc, ptxas, libdevice and cuda.h; needed to build the "
+            "package's C++ kernels: reinstall kernelbridge afterwards)",
     "ptxas": f"{_GET_TOOLKIT}, set KB_PTXAS, or `pip install nvidia-cuda-nvcc` (ships ptxas)",
     "cuobjdump": f"{_GET_TOOLKIT}, set KB_CUOBJDUMP, or `pip install nvidia-cuda-cuobjdump`",
     "nvdisasm": f"{_GET_TOOLKIT}, set KB_NVDISASM, or `pip install nvidia-cuda-nvdisasm`",
     "compute-sanitizer": f"{_GET_TOOLKIT}, or set KB_COMPUTE_SANITIZER",
-    "libdevice": f"{_GET_TOOLKIT} (libdevice is nvvm/libdevice/libdevice.10.bc), or set KB_LIBDEVICE",
+    "libdevice": f"{_GET_TOOLKIT} (libdevice is nvvm/libdevice/libdevice.10.bc), `pip install "
+                 "nvidia-cuda-nvcc` (ships it), or set KB_LIBDEVICE",
     "cuda-include": "`pip install nvidia-cuda-runtime` (ships include/cuda.h), or "
                     f"{_GET_TOOLKIT}, or set KB_CUDA_INCLUDE to the directory holding cuda.h",
     "nvjitlink": "`pip install nvidia-nvjitlink` (the `link` extra: pip install 'kernelbridge[link]')",
