@@ -144,10 +144,14 @@ def vector_add(b: Bench, rng: np.random.Generator) -> None:
 
 # ------------------------------------------------------------------------------------------------ 02
 def softmax_candidates(cols: int) -> list[dict]:
-    """launch_args options of the tutorial's kernels: rows per block for whole-row tiles, and for the
-    longest rows also the chunked online kernel (forced by a smaller whole-row limit)."""
+    """launch_args options of the tutorial's kernels: rows per block for whole-row tiles, one row on
+    the warps that give each thread 16 or 32 elements (Triton's 8 warps at 4096: fewer threads, more
+    of the row in flight for the registers), and for the longest rows also the chunked online kernel
+    (forced by a smaller whole-row limit)."""
     width = 1 << (cols - 1).bit_length()
     found = [{"rows_per_block": r} for r in (1, 2, 4) if r * width <= 8192 or r == 1]
+    default = min(512, max(64, width // 8)) // 32            # the compiler's warps (about 8 a thread)
+    found += [{"num_warps": w} for w in (1, 2, 4, 8, 16, 32) if width // (32 * w) in (16, 32) and w != default]
     if cols == max(SOFTMAX_COLS):
         found.append({"max_whole_row": width // 2, "chunk": width // 4})
     return found
@@ -273,6 +277,16 @@ def dropout(b: Bench, rng: np.random.Generator) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ 05
+def layer_norm_candidates(T: Any, cols: int) -> list[dict]:
+    """pick options: the whole-row kernel on its default warps (16 elements a thread) and with 8 or
+    32 elements a thread (Triton's warps: min(max(N / 256, 1), 8)), and the chunked kernel."""
+    width = 1 << (cols - 1).bit_length()
+    found = [{}] if width <= T.MAX_WHOLE_ROW else []
+    found += [{"num_warps": w} for w in (1, 2, 4, 8, 16, 32)
+              if width <= T.MAX_WHOLE_ROW and width // (32 * w) in (8, 32)]
+    return found + [{"max_whole_row": 0}]
+
+
 def layer_norm(b: Bench, rng: np.random.Generator) -> None:
     T, torch = load_tutorial(TUTORIALS["05"]), b.torch
     for cols in LAYER_NORM_COLS:
@@ -293,12 +307,12 @@ def layer_norm(b: Bench, rng: np.random.Generator) -> None:
                     check_close(f"{name} rstd", rstd.cpu().numpy(), want_rstd, rtol=1e-3)
             return run
         ours, triton, peer = {}, {}, {}
-        blocks = sorted({min(1 << (cols - 1).bit_length(), T.MAX_BLOCK), *(bl for bl in (4096, 8192) if bl <= cols)})
-        for block in blocks:
+        for how in layer_norm_candidates(T, cols):
             y, mean, rstd = outs()
-            args = T.launch_args(x, y, w, bias, mean, rstd, 1e-5, block)
-            ours[f"DSL tile layer_norm_fwd BLOCK_SIZE {block}"] = (lambda i, a=args: T.layer_norm_fwd(*a),
-                                                                   check("ours", y, mean, rstd))
+            kernel, args = T.pick(x, y, w, bias, mean, rstd, 1e-5, **how)
+            label = f"BLOCK_SIZE {args[-1]}" if kernel is T.layer_norm_fwd else f"whole row, {kernel.num_warps} warps"
+            ours[f"DSL tile {kernel.name} {label}"] = (lambda i, k=kernel, a=args: k(*a),
+                                                      check("ours", y, mean, rstd))
         if b.tp is not None:
             y, mean, rstd = outs()
             triton["Triton layer_norm_fwd"] = (lambda i, o=(y, mean, rstd): b.tp.layer_norm_fwd(x, o[0], w, bias, *o[1:]),

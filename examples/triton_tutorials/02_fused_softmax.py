@@ -12,6 +12,7 @@ past the row's end with -inf, so the padding adds exp(-inf) = 0 to the sum, as t
 `other=-float('inf')`. `softmax_online_kernel`: for rows longer than MAX_WHOLE_ROW, one pass keeps
 the running maximum m and normaliser l (rescaled by exp(m_old - m_new) when the maximum grows), a
 second writes each chunk with `y.store(value, chunk=(0, k))` (docs/tile.md, "Chunked stores").
+`launch_args(..., num_warps=n)` runs `softmax_kernel` on n warps (default: about 8 elements a thread).
 """
 from __future__ import annotations
 
@@ -55,11 +56,26 @@ def next_power_of_2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+_WITH_WARPS: dict[int, Any] = {}      # num_warps -> softmax_kernel compiled for that many warps
+
+
+def whole_row_kernel(num_warps: int | None) -> Any:
+    """softmax_kernel on `num_warps` warps (None: the compiler's choice, about 8 elements a thread)."""
+    if num_warps is None:
+        return softmax_kernel
+    if num_warps < 1 or num_warps > 32:
+        raise ValueError(f"num_warps: expected 1 to 32 warps, got {num_warps}")
+    if num_warps not in _WITH_WARPS:
+        _WITH_WARPS[num_warps] = tile.kernel(softmax_kernel.pyfunc, num_warps=num_warps)
+    return _WITH_WARPS[num_warps]
+
+
 def launch_args(x: Any, y: Any, rows_per_block: int = 1, max_whole_row: int = MAX_WHOLE_ROW,
-                chunk: int = CHUNK) -> tuple[Any, tuple]:
+                chunk: int = CHUNK, num_warps: int | None = None) -> tuple[Any, tuple]:
     """(kernel, arguments) for the softmax of each row of the (M, N) f32 `x` into `y`: `softmax_kernel`
-    with tiles of (rows_per_block, N rounded up) when that is at most `max_whole_row` columns, else
-    `softmax_online_kernel` with one row a block and chunks of min(chunk, N rounded up) columns."""
+    with tiles of (rows_per_block, N rounded up) on `num_warps` warps when that is at most
+    `max_whole_row` columns, else `softmax_online_kernel` with one row a block and chunks of
+    min(chunk, N rounded up) columns."""
     n_rows, n_cols = x.shape
     if n_cols < 1 or tuple(y.shape) != (n_rows, n_cols):
         raise ValueError(f"y: expected shape {(n_rows, n_cols)} like x with at least one column, got {tuple(y.shape)}")
@@ -67,7 +83,7 @@ def launch_args(x: Any, y: Any, rows_per_block: int = 1, max_whole_row: int = MA
         raise ValueError(f"rows_per_block: expected a power of two, got {rows_per_block}")
     width = next_power_of_2(n_cols)
     if width <= max_whole_row:
-        return softmax_kernel, (x, tile.partition(y, (rows_per_block, width)))
+        return whole_row_kernel(num_warps), (x, tile.partition(y, (rows_per_block, width)))
     return softmax_online_kernel, (x, tile.partition(y, (1, width)), min(chunk, width))
 
 
@@ -128,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run_simulator(33, 781)
         run_simulator(10, 100, rows_per_block=4)
+        run_simulator(6, 700, num_warps=2)
         run_simulator(5, 1500, max_whole_row=512, chunk=256)    # the online kernel, 6 chunks a row
         print("ran on the CPU simulator" + ("" if args.simulate else f" (no GPU: {bridge.gpu_unavailable_reason()})"))
     print("PASS")

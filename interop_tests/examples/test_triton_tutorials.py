@@ -1,4 +1,4 @@
-"""Triton's tutorials 01-04 in the tile DSL (examples/triton_tutorials/, issue 28 item 5): each kernel
+"""Triton's tutorials 01-05 in the tile DSL (examples/triton_tutorials/, issue 28 item 5): each kernel
 computes what NumPy float64 computes on the CPU simulator and on the lowered kernel's simulator (sizes
 never multiples of the block), compiles to PTX that ptxas assembles for sm_80 and sm_90 without
 spills (the GEMM on its tensor-core loop), and each example prints PASS last, on the simulator here and
@@ -34,6 +34,7 @@ def _load(stem: str):
 
 
 ADD, SOFTMAX, MATMUL, DROPOUT = (_load(s) for s in STEMS)
+LN = _load("05_layer_norm")         # its chunked kernel's tests: interop_tests/dsl_tile/test_tile_chunk_stores.py
 
 
 def np_softmax(x: np.ndarray) -> np.ndarray:
@@ -66,6 +67,8 @@ def test_vector_add_refuses_arrays_of_other_lengths_naming_them():
     (10, 100, {"rows_per_block": 4}, "softmax_kernel"),          # 10 rows: the last block's tile is cut
     (5, 1500, {"max_whole_row": 512, "chunk": 256}, "softmax_online_kernel"),
     (3, 77, {"max_whole_row": 64, "chunk": 16}, "softmax_online_kernel"),
+    (4, 700, {"num_warps": 2}, "softmax_kernel"),                 # 16 elements a thread on 64 threads
+    (3, 300, {"num_warps": 1}, "softmax_kernel"),                 # one warp: no shared-memory stage
 ])
 def test_softmax_of_rows_of_any_length_matches_numpy(runner, rows, cols, how, kernel, rng):
     x = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
@@ -85,6 +88,52 @@ def test_softmax_takes_the_whole_row_tile_up_to_the_limit_and_the_online_kernel_
         SOFTMAX.launch_args(z((2, 8), np.float32), z((2, 8), np.float32), rows_per_block=3)
     with pytest.raises(ValueError, match=r"y: expected shape \(2, 8\)"):
         SOFTMAX.launch_args(z((2, 8), np.float32), z((2, 9), np.float32))
+    with pytest.raises(ValueError, match="num_warps: expected 1 to 32 warps, got 64"):
+        SOFTMAX.launch_args(z((2, 8), np.float32), z((2, 8), np.float32), num_warps=64)
+
+
+# ------------------------------------------------------------------------------ 05 layer norm, whole rows
+def np_layer_norm(x, w, b, eps=1e-5):
+    xd = x.astype(np.float64)
+    mu = xd.sum(1) / x.shape[1]
+    var = ((xd - mu[:, None]) ** 2).sum(1) / x.shape[1]
+    rs = 1.0 / np.sqrt(var + eps)
+    return (xd - mu[:, None]) * rs[:, None] * w.astype(np.float64) + b.astype(np.float64), mu, rs
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("rows,n,dtype,warps,tol", [
+    (5, 1000, np.float32, None, 1e-4),       # the default: 16 elements a thread on 2 warps
+    (3, 300, np.float16, 4, 1e-2),           # f16 in and out, f32 statistics, 4 warps
+    (4, 33, np.float32, 1, 1e-4),            # one warp: no shared-memory stage in the reductions
+    (2, 2049, np.float32, 8, 1e-4),          # one past a power of two: the row's tile is 4096 wide
+])
+def test_whole_row_layer_norm_matches_numpy(runner, rows, n, dtype, warps, tol, rng):
+    x = (rng.standard_normal((rows, n)) * 2 + 0.5).astype(dtype)
+    w, b = (rng.standard_normal(n).astype(dtype) for _ in range(2))
+    y = np.full_like(x, np.nan)
+    mean, rstd = np.full(rows, np.nan, np.float32), np.full(rows, np.nan, np.float32)
+    k, args = LN.pick(x, y, w, b, mean, rstd, num_warps=warps)
+    assert k.name == "layer_norm_row" and k.num_warps == (warps or 2)      # 1024 wide: 2 warps by default
+    getattr(k, runner)(*args)
+    for got, want in zip((y, mean, rstd), np_layer_norm(x, w, b)):
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def test_layer_norm_holds_rows_up_to_the_limit_and_chunks_longer_ones():
+    z = np.zeros
+
+    def picked(n, **how):
+        return LN.pick(z((2, n), np.float16), z((2, n), np.float16), z(n, np.float16), z(n, np.float16),
+                       z(2, np.float32), z(2, np.float32), **how)
+    k, args = picked(LN.MAX_WHOLE_ROW)
+    assert k.name == "layer_norm_row" and args[1].tile_shape == (1, LN.MAX_WHOLE_ROW) and len(args) == 7
+    assert picked(1024)[0].num_warps == 2 and picked(8192)[0].num_warps == 16
+    k, args = picked(LN.MAX_WHOLE_ROW + 1)
+    assert k.name == "layer_norm_fwd" and args[-1] == LN.MAX_BLOCK
+    assert picked(1000, max_whole_row=512, block=256)[1][-1] == 256
+    with pytest.raises(ValueError, match="num_warps: expected 1 to 32 warps, got 0"):
+        picked(100, num_warps=0)
 
 
 # ------------------------------------------------------------------------------ 03 matmul
@@ -202,8 +251,19 @@ def assemble_cases() -> dict:
             "02 softmax_kernel": SOFTMAX.launch_args(s, s.copy()),
             "02 softmax_kernel 16384": SOFTMAX.launch_args(z((4, 16384), np.float32), z((4, 16384), np.float32)),
             "02 softmax_online_kernel": SOFTMAX.launch_args(s, s.copy(), max_whole_row=256),
+            "02 softmax_kernel 4096 4 warps": SOFTMAX.launch_args(z((4, 4096), np.float32), z((4, 4096), np.float32),
+                                                                num_warps=4),
             "03 matmul_kernel": (MATMUL.matmul_kernel, MATMUL.launch_args(h, h, h.copy())),
-            "04 seeded_dropout": (DROPOUT.seeded_dropout, DROPOUT.launch_args(v, v.copy(), 0.5, 1))}
+            "04 seeded_dropout": (DROPOUT.seeded_dropout, DROPOUT.launch_args(v, v.copy(), 0.5, 1)),
+            "05 layer_norm_row 1024 f16": layer_norm_case(1024, np.float16),
+            "05 layer_norm_row 8192 f16 8 warps": layer_norm_case(8192, np.float16, num_warps=8),
+            "05 layer_norm_row 16384 f32": layer_norm_case(16384, np.float32)}
+
+
+def layer_norm_case(n: int, dtype, **how) -> tuple:
+    z = np.zeros
+    return LN.pick(z((4, n), dtype), z((4, n), dtype), z(n, dtype), z(n, dtype), z(4, np.float32),
+                   z(4, np.float32), **how)
 
 
 @pytest.mark.slow
