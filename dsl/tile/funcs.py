@@ -15,6 +15,7 @@ import inspect
 from typing import Any, Callable
 
 from dsl.source import get_source
+from dsl.tile import ir as T
 
 
 class TileFunc:
@@ -59,7 +60,19 @@ def inline_call(fe: Any, tf: TileFunc, args: list, kwargs: dict, node: ast.Call)
     scope = dict(tf.pyfunc.__globals__)
     if tf.pyfunc.__closure__:
         scope.update(zip(tf.pyfunc.__code__.co_freevars, (c.cell_contents for c in tf.pyfunc.__closure__)))
-    fe.src, fe.globals, fe.env, fe.multi = src, scope, dict(bound.arguments), fe.assigned_names(src.tree)
+    multi = fe.assigned_names(src.tree)
+    env = {}
+    for pname, value in bound.arguments.items():
+        if isinstance(value, T.TExpr) and multi.get(pname, 0) > 0:
+            # a parameter the helper assigns is its own local, as in Python: a copy, so an update in a
+            # loop carries to the next iteration and the caller's variable is not touched
+            var = T.TVar(pname, value.type)
+            fe.locals.append(var)
+            fe.emit(T.Assign(var, value, fe.loc(node)))
+            env[pname] = var
+        else:
+            env[pname] = value        # read-only: the value itself (a load stays a load for the products)
+    fe.src, fe.globals, fe.env, fe.multi = src, scope, env, multi
     stack.append(tf)
     try:
         for k, stmt in enumerate(body):

@@ -174,3 +174,34 @@ def test_tuple_assignment_evaluates_the_whole_right_side_first(rng):
 def test_helpers_on_the_gpu_give_the_float64_softmax(rng):
     x = (rng.standard_normal((257, 5003)) * 3).astype(np.float32)
     np.testing.assert_allclose(_run(x, simulate=False), _softmax64(x), rtol=2e-5, atol=1e-7)
+
+
+@tile.func
+def accumulate(total, a, blocks):
+    for j in range(blocks):
+        total = total + tile.load(a, j, (BLOCK,))    # rebinds the parameter in a loop
+    return total
+
+
+@tile.func
+def bump(x):
+    x = x + 1.0
+    return x
+
+
+@tile.kernel
+def param_semantics(a: tile.Array[f32], out: tile.Partition[f32]):
+    base = tile.zeros((BLOCK,), f32) + 10.0
+    bumped = bump(base)                  # must not change `base`
+    out.store(accumulate(tile.zeros((BLOCK,), f32), a, 3) + base * 100.0 + bumped)
+
+
+def test_a_parameter_rebound_in_a_loop_carries_across_iterations_and_leaves_the_callers_value(rng):
+    """Helper parameters are the helper's own locals, as in Python: `total = total + ...` in a loop sums
+    every block (it used to restart from the argument each iteration), and `x = x + 1` inside a helper
+    leaves the caller's variable as it was."""
+    a = rng.standard_normal(3 * BLOCK).astype(np.float32)
+    out = np.zeros(BLOCK, np.float32)
+    param_semantics.simulate(a, tile.partition(out, (BLOCK,)))
+    want = a.reshape(3, BLOCK).astype(np.float64).sum(0) + 1000.0 + 11.0
+    np.testing.assert_allclose(out, want, rtol=1e-5)

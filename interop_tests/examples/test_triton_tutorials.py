@@ -22,7 +22,7 @@ from dsl.backend.ptxas import assemble, find_ptxas
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "examples" / "triton_tutorials"
-STEMS = ["01_vector_add", "02_fused_softmax", "03_matmul", "04_dropout"]
+STEMS = ["01_vector_add", "02_fused_softmax", "03_matmul", "04_dropout", "06_fused_attention"]
 RUNNERS = ["simulate", "simulate_lowered"]
 
 
@@ -33,8 +33,9 @@ def _load(stem: str):
     return mod
 
 
-ADD, SOFTMAX, MATMUL, DROPOUT = (_load(s) for s in STEMS)
+ADD, SOFTMAX, MATMUL, DROPOUT = (_load(s) for s in STEMS[:4])
 LN = _load("05_layer_norm")         # its chunked kernel's tests: interop_tests/dsl_tile/test_tile_chunk_stores.py
+ATTN = _load(STEMS[4])
 
 
 def np_softmax(x: np.ndarray) -> np.ndarray:
@@ -276,6 +277,30 @@ def test_tutorial_kernels_assemble_without_spills(name, arch):
     target = re.search(r"^\.target\s+(\w+)", ptx, re.M).group(1)     # sm_90a for the wgmma GEMM
     usage, _ = assemble(ptx, target)
     assert usage and usage[0].spill_stores == 0 and usage[0].stack_frame == 0, usage
+
+
+# ------------------------------------------------------------------------------ 06 fused attention
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_attention_written_as_the_tutorial_matches_float64(d, causal, rng):
+    n_ctx = 128
+    q, k, v = (rng.standard_normal((2 * n_ctx, d)).astype(np.float16) for _ in range(3))
+    out = np.full((2 * n_ctx, d), np.nan, np.float32)
+    ATTN.attn_fwd.simulate(*ATTN.launch_args(q, k, v, out, n_ctx, causal))
+    np.testing.assert_allclose(out, ATTN.reference(q, k, v, n_ctx, causal), rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("arch, product", [("sm_80", "mma.sync"), ("sm_90", "wgmma.mma_async")])
+def test_fused_attention_with_named_loads_and_a_helper_runs_on_the_tensor_cores(arch, product):
+    """The tutorial's style (loads named before their products, the inner loop a @tile.func) keeps the
+    products on the tensor cores with cp.async-fed K/V, as examples/flash_attention.py: no slow path."""
+    from dsl.perf import from_metadata
+    x = np.ones((2 * 1024, 128), np.float16)
+    out = np.zeros((2 * 1024, 128), np.float32)
+    for causal in (False, True):
+        ck = ATTN.attn_fwd.compile(ATTN.launch_args(x, x, x, out, 1024, causal), arch)
+        assert ck.ptx.count(product) > 0 and "cp.async.cg" in ck.ptx
+        assert from_metadata(ck.metadata) == []
 
 
 # ------------------------------------------------------------------------------ the examples as a user runs them
