@@ -11,6 +11,7 @@ import builtins
 from typing import Any
 
 from dsl.frontend import typing_rules as tr
+from dsl.frontend.ownership import check_owner_options
 from dsl.frontend.values import PyObj, SlotBinding, StrideVal, TupleVal, Val, weak_const
 from dsl.typevars import TypeVarMismatch, bind_dtype
 from dsl.ir import nodes as ir
@@ -243,10 +244,13 @@ class CallMixin:
     def call_owner_index(self, key: str, node: ast.Call) -> Val:
         """`simt.warp.index_1d()` / `simt.block.index_1d()`: the unforgeable index of the warp (block),
         which owns row (element) `w` of a DisjointSlice (dsl/frontend/ownership.py)."""
+        return self.owner_index(key.split(".")[0], node)
+
+    def owner_index(self, scope: str, node: ast.Call) -> Val:
+        """The index of the group `scope` ("warp", "group<n>", "block"), in a kernel whose options let
+        it own rows (a device function's claims are checked where the kernel takes them)."""
         self.arity(node, 0)
-        scope = key.split(".")[0]
         if self.is_kernel:
-            from dsl.frontend.ownership import check_owner_options
             check_owner_options(scope, self.options, self.src.span(node))
         return Val(ir.TupleGet(ir.OwnerIndexValue(scope, self.loc(node)), 0, irt.INDEX, self.loc(node)))
 
@@ -263,9 +267,11 @@ class CallMixin:
     def call_rows(self, key: str, node: ast.Call) -> StrideVal:
         """`simt.warp.rows(n)` / `simt.block.rows(n)`: the rows this warp (block) owns when the launch's
         warps (blocks) stride over n rows: its index, + the number of them in the launch, ... < n."""
-        scope = key.split(".")[0]
+        return self.rows_of(key.split(".")[0], key, node)
+
+    def rows_of(self, scope: str, key: str, node: ast.Call) -> StrideVal:
+        """The rows loop of the group `scope` (`key` names the call in errors)."""
         if self.is_kernel:
-            from dsl.frontend.ownership import check_owner_options
             check_owner_options(scope, self.options, self.src.span(node))
         return StrideVal(scope, self.call_stride(key, node).stop, rows=True)
 

@@ -37,18 +37,11 @@ class GroupMixin:
         what = f"simt.warp.group({n}).{name}()"
         scope = "warp" if n == 32 else f"group{n}"
         if name == "index_1d":
-            self.arity(node, 0)
-            if self.is_kernel:
-                from dsl.frontend.ownership import check_owner_options
-                check_owner_options(scope, self.options, self.src.span(node))
-            return Val(ir.TupleGet(ir.OwnerIndexValue(scope, loc), 0, irt.INDEX, loc))
+            return self.owner_index(scope, node)
         if name == "lanes":
             return StrideVal(scope, self.call_stride("warp.lanes", node).stop)
         if name == "rows":
-            if self.is_kernel:
-                from dsl.frontend.ownership import check_owner_options
-                check_owner_options(scope, self.options, self.src.span(node))
-            return StrideVal(scope, self.call_stride("warp.rows", node).stop, rows=True)
+            return self.rows_of(scope, "warp.rows", node)
         if name == "rank":
             self.arity(node, 0)
             return Val(self._rank(n, loc))

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dsl.tile import ir as T
 from dsl.tile.types import ArrayParamType
 
-_EXPR_FIELDS = ("operand", "lhs", "rhs", "cond", "then", "else_", "a", "b", "acc", "mask", "value",
-                "start", "stop", "step")
-_LIST_FIELDS = ("args", "index", "indices", "chunk")
+# the expression fields of expressions (ir.walk_exprs') and of statements
+_EXPR_FIELDS = T.EXPR_FIELDS + ("value", "start", "stop", "step")
+_LIST_FIELDS = T.LIST_FIELDS + ("chunk",)
 _WRAPPERS = (T.Cast, T.Permute, T.Reshape)
 
 

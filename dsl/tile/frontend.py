@@ -54,6 +54,7 @@ class TileFrontend:
         self.pyfunc = pyfunc
         self.requires = tuple(requires)      # the kernel's relations, carried by the tile IR
         self.group_m = group_m               # the kernel's block order (dsl/tile/lower/tiles.py)
+        self.inlining: list = []             # the @tile.func helpers being inlined, outermost first
         self.src: Source = get_source(pyfunc)      # the SIMT front end's source, positions and carets
         self.fdef = self.src.tree
         self.signature = signature

@@ -45,7 +45,7 @@ def func(fn: Callable) -> TileFunc:
 def inline_call(fe: Any, tf: TileFunc, args: list, kwargs: dict, node: ast.Call) -> object:
     """Translate `tf`'s body into the kernel `fe` is building, with its parameters bound to the call's
     values; returns the helper's return value (None without one)."""
-    stack = fe.__dict__.setdefault("_inlining", [])
+    stack = fe.inlining
     if tf in stack:
         raise fe.err(node, f"@tile.func {tf.__name__}() calls itself (through "
                            f"{' -> '.join(f.__name__ for f in stack)}); helpers are inlined, so write a loop")

@@ -301,14 +301,19 @@ def walk_stmts(body: list):
             yield from walk_stmts(s.else_)
 
 
+# The fields of an expression that hold one sub-expression, and those that hold a list of them
+EXPR_FIELDS = ("operand", "lhs", "rhs", "cond", "then", "else_", "a", "b", "acc", "mask")
+LIST_FIELDS = ("args", "index", "indices")
+
+
 def walk_exprs(e: TExpr):
     """Yield `e` and all sub-expressions (pre-order)."""
     yield e
-    for name in ("operand", "lhs", "rhs", "cond", "then", "else_", "a", "b", "acc", "mask"):
+    for name in EXPR_FIELDS:
         sub = getattr(e, name, None)
         if isinstance(sub, TExpr):
             yield from walk_exprs(sub)
-    for name in ("args", "index", "indices"):
+    for name in LIST_FIELDS:
         for sub in getattr(e, name, None) or ():
             yield from walk_exprs(sub)
 
