@@ -421,10 +421,7 @@ void register_contract_class(py::module_& m) {
 // anything else stays an unusable scalar so the validator reports a kind error naming its type.
 void arg_from_python(py::handle o, kb::ArgValue& v, IntakeInfo& info) {
   if (o.is_none()) {   // an absent array (allowed where the contract declares it optional)
-    v = kb::ArgValue();
-    v.kind = kb::ArgKind::array;
-    v.none = true;
-    v.type_name = "None";
+    v = kb::ArgValue::absent();
     return;
   }
   if (py::isinstance<ArrayDesc>(o)) {

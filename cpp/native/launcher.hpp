@@ -97,10 +97,7 @@ class ReadPlan {
   // unsupported scalar naming its type, for the validator's message). Intake errors propagate.
   bool read(int i, PyObject* obj, kb::ArgValue& v, IntakeInfo& info, uint64_t stream, IntakeMemo& memo) {
     if (obj == Py_None) {   // an absent array: the validator allows it where the contract says optional
-      v = kb::ArgValue{};
-      v.kind = kb::ArgKind::array;
-      v.none = true;
-      v.type_name = "None";
+      v = kb::ArgValue::absent();
       return true;
     }
     PyTypeObject* t = Py_TYPE(obj);

@@ -40,13 +40,11 @@ class GridRule:
     arg: str
     per_thread: int = 1
     rows: int | None = None
-    ndim: int = 1
 
     def contract(self) -> dict:
-        """The schema's grid_from object (a tile spanning every axis past the first whole: 2**40, the
-        schema's largest tile extent)."""
+        """The schema's grid_from object (a tile list of just the rows: the axes past it are whole)."""
         if self.rows is not None:
-            return {"arg": self.arg, "tile": [self.rows] + [1 << 40] * (self.ndim - 1)}
+            return {"arg": self.arg, "tile": [self.rows]}
         return {"arg": self.arg, "per_thread": [self.per_thread, 1, 1]}
 
 
@@ -173,13 +171,12 @@ def _owner_scope(fn: ir.Function) -> str | None:
     return None
 
 
-def _rule(fn: ir.Function, name: str, per: int, scope: str, options: KernelOptions) -> GridRule:
+def _rule(name: str, per: int, scope: str, options: KernelOptions) -> GridRule:
     if scope == "thread":
         return GridRule(name, per)
     width = ir.scope_width(scope)
     rows = options.block[0] // width if width is not None and options.block else 1
-    ndim = next((p.type.ndim for p in fn.params if p.name == name and isinstance(p.type, irt.ArrayType)), 1)
-    return GridRule(name, rows=rows, ndim=ndim)
+    return GridRule(name, rows=rows)
 
 
 def _covers(c: Candidate, o: Candidate, rel: Relations, ndims: dict[str, int], domain: int) -> bool:
@@ -196,7 +193,7 @@ def grid_source(fn: ir.Function, options: KernelOptions) -> GridRule | None:
     """The rule a grid-less launch derives its grid by, or None: the launch needs a grid."""
     if options.grid_from is not None:
         scope = _owner_scope(fn)
-        return _rule(fn, options.grid_from, _chunk(fn), scope or "thread", options)
+        return _rule(options.grid_from, _chunk(fn), scope or "thread", options)
     finder = _Finder(options.domain, fn)
     kernel_params = {id(p): p.name for p in fn.params
                      if isinstance(p.type, irt.ArrayType) and p.type.writable}
@@ -213,10 +210,10 @@ def grid_source(fn: ir.Function, options: KernelOptions) -> GridRule | None:
     if len({c[2] for c in found}) > 1:
         return None                  # thread-owned and group-owned slices: no one rule covers both
     if len(found) == 1:
-        return _rule(fn, *found[0], options)
+        return _rule(*found[0], options)
     ndims = {p.name: p.type.ndim for p in fn.params if isinstance(p.type, irt.ArrayType)}
     rel = Relations(options.requires, ndims)
     for c in found:
         if all(_covers(c, o, rel, ndims, options.domain) for o in found if o is not c):
-            return _rule(fn, *c, options)
-    return _rule(fn, *found[0], options)
+            return _rule(*c, options)
+    return _rule(*found[0], options)

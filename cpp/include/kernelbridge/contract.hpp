@@ -118,6 +118,14 @@ struct ArgValue {
   DType scalar_dtype = DType::invalid;  // when the value came typed (NumPy scalar); invalid for Python int/float
   const char* type_name = "";      // Python type name, for messages
   bool huge_int = false;           // integer outside [-2**63, 2**64): fits no kernel integer type
+  // Python None: an absent array (the validator allows it where the contract declares it optional)
+  static ArgValue absent() {
+    ArgValue v;
+    v.kind = ArgKind::array;
+    v.none = true;
+    v.type_name = "None";
+    return v;
+  }
 };
 
 struct DeviceLimits {

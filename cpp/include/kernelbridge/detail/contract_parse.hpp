@@ -318,7 +318,8 @@ class ContractReader {
                                                          "(one block per tile), not both", pos);
       if (c_.domain != 1) return fail("grid_from.tile", "tile grids are 1-D (domain 1)", pos);
       if (!list(*t, "grid_from.tile", 1, kMaxDims)) return false;
-      if (nd >= 0 && static_cast<int>(t->items.size()) != nd)
+      // a shorter list leaves the axes past it whole (one tile each); a longer one names axes the array lacks
+      if (nd >= 0 && static_cast<int>(t->items.size()) > nd)
         return fail("grid_from.tile", "'" + c_.args[pos].name + "' is declared " + std::to_string(nd) +
                                           "-d, the tile shape has " + std::to_string(t->items.size()) + " axes", pos);
       for (size_t d = 0; d < t->items.size(); ++d) {

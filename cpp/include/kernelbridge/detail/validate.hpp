@@ -496,7 +496,8 @@ inline Error check_grid(const LaunchContract& c, const ArgValue* args, LaunchCon
                           "none");
     const ArrayView& a = args[c.grid_from_arg].array;
     if (!c.grid_tile.empty()) {
-      // one block per tile (flattened), capped for persistent kernels that loop over the tiles
+      // one block per tile (flattened; axes past the tile list are one tile each), capped for persistent
+      // kernels that loop over the tiles
       int64_t tiles = 1;
       for (int k = 0; k < a.ndim && k < static_cast<int>(c.grid_tile.size()); ++k)
         tiles = sat_mul(tiles, (a.shape[k] + c.grid_tile[k] - 1) / c.grid_tile[k]);
