@@ -143,6 +143,15 @@ def keep_first(store: list, f: Callable[[], Any]) -> Callable[[int], None]:
     return run
 
 
+def exit_code(failed: list[str]) -> int:
+    """A benchmark's rc: 1 (after naming them) when some implementations failed (a wrong result or
+    an error: they were not timed), else 0."""
+    if failed:
+        print("FAILED (wrong results or errors, not timed):\n  " + "\n  ".join(failed))
+        return 1
+    return 0
+
+
 class Ops:
     """Runs one op's implementations: check each once, time those that pass, record rows."""
 
@@ -152,10 +161,7 @@ class Ops:
 
     def exit_code(self) -> int:
         """1 (after naming them) when some of our implementations failed, else 0: the benchmark's rc."""
-        if self.failed:
-            print("FAILED (wrong results or errors):\n  " + "\n  ".join(self.failed))
-            return 1
-        return 0
+        return exit_code(self.failed)
 
     def run(self, op: str, impls: dict[str, tuple[Callable[[int], Any], Callable[[], None]]],
             ours: set[str], unit: str, work: float,

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import ml_dtypes
 import numpy as np
 
-from _bench_kit import check_close, gpu_or_note, time_interleaved
+from _bench_kit import check_close, exit_code, gpu_or_note, time_interleaved
 from _common import Report, parse_args
 
 from interop_tests.cpp import llm_kit as L
@@ -286,10 +286,7 @@ def main() -> int:
     bars(rep, cases, ms)
     rep.finish(args.json)
     table(cases, ms)
-    if failed:
-        print("FAILED (wrong results or errors, not timed):\n  " + "\n  ".join(failed))
-        return 1
-    return 0
+    return exit_code(failed)
 
 
 if __name__ == "__main__":

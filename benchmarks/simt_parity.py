@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from _bench_kit import check_close, gpu_or_note, input_sets, nvcc_module, time_interleaved
+from _bench_kit import check_close, exit_code, gpu_or_note, input_sets, nvcc_module, time_interleaved
 from _common import Report, parse_args
 
 from interop_tests import kernels_zoo as Z
@@ -232,10 +232,7 @@ def main() -> int:
                         peer_name="CUDA C++")
     finally:
         rep.finish(args.json)
-    if failed:
-        print("FAILED (wrong results or errors, not timed):\n  " + "\n  ".join(failed))
-        return 1
-    return 0
+    return exit_code(failed)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-LADDER = {"16bit": ((128, 256, 64), (128, 128, 64), (128, 256, 32), (128, 128, 32)),
-          "f32": ((128, 128, 32), (128, 256, 32), (64, 64, 32)),
-          "e4m3": ((128, 256, 128), (128, 128, 128), (128, 256, 64), (128, 128, 64))}
 
 
 def flash_cases() -> dict[str, tuple]:
@@ -45,8 +42,9 @@ def gemm_cases() -> dict[str, tuple]:
     """name -> (kernel, args, env) for the GEMM ladder's candidates."""
     import ml_dtypes
     import numpy as np
-    sys.path.insert(0, str(ROOT / "interop_tests" / "dsl_tile"))
+    sys.path[:0] = [str(ROOT / "interop_tests" / "dsl_tile"), str(ROOT / "benchmarks")]
     import tile_kernels_lib as K
+    from gemm import DSL_TILES as LADDER, SPLIT_K     # the ladder benchmarks/gemm.py tries
     from dsl import tile
 
     out: dict[str, tuple] = {}
@@ -65,7 +63,7 @@ def gemm_cases() -> dict[str, tuple]:
         cast = tile.partition(np.zeros((512, 512), dt), (128, 256))
         out[f"ladder.{dn}_nn_128x256x64_pws_cast"] = (pws_cast, (a, a, cast, 64), ws)
         out[f"ladder.{dn}_nn_128x256x64_cast"] = (K.gemm_cast, (a, a, cast, 64), {})
-        for (bm, bn, bk), splits in (((128, 128, 64), 2), ((128, 256, 64), 4)):
+        for (bm, bn, bk), splits in SPLIT_K:
             part = tile.partition(np.zeros((K.split_k_rows(512, bm, splits), 512), np.float32), (bm, bn))
             out[f"ladder.{dn}_splitk_{bm}x{bn}x{bk}"] = (K.gemm_split_k, (a, a, part, bk), {})
     f = np.zeros((512, 512), np.float32)

@@ -222,10 +222,7 @@ class ChunkMixin:
         for first, count in pieces:
             vt = ir.VectorType(mt, count)
             ld = b.load(self._piece_ptr(a, start, first), typ=vt, align=count * a.type.dtype.itemsize)
-            if a.invariant and self.opts.invariant_loads:
-                if self._invariant_md is None:
-                    self._invariant_md = self.module.add_metadata([])
-                ld.set_metadata("invariant.load", self._invariant_md)
+            self.mark_invariant(a, ld)
             out += [b.extract_element(ld, ir.Constant(T.I32, i)) for i in range(count)]
         return out
 
@@ -268,11 +265,7 @@ class ChunkMixin:
     def lane_load(self, lane: Lane) -> ir.Value:
         j = lane.cursor[0]
         v = lane.values[j] if lane.values is not None else self.st.b.load(lane.slots[j], typ=lane.slots[j].allocated_type)
-        if lane.arr.type.dtype.kind == "bool":
-            return self.st.b.icmp_unsigned("!=", v, ir.Constant(T.I8, 0))
-        return v
+        return self.from_memory(lane.arr.type.dtype, v)
 
     def lane_store(self, lane: Lane, val: ir.Value) -> None:
-        if lane.arr.type.dtype.kind == "bool":
-            val = self.st.b.zext(val, T.I8)
-        self.st.b.store(val, lane.slots[lane.cursor[0]])
+        self.st.b.store(self.to_memory(lane.arr.type.dtype, val), lane.slots[lane.cursor[0]])

@@ -132,19 +132,27 @@ class MemoryMixin(ChunkMixin):
         b = self.st.b
         dt = arr.type.dtype
         ld = b.load(self.element_ptr(arr, idx, parts), typ=T.memory(dt), align=dt.itemsize)
+        self.mark_invariant(arr, ld)
+        return self.from_memory(dt, ld)
+
+    def store_elem(self, arr: ArrayVal, idx: list[ir.Value], val: ir.Value, parts=None) -> None:
+        dt = arr.type.dtype
+        self.st.b.store(self.to_memory(dt, val), self.element_ptr(arr, idx, parts), align=dt.itemsize)
+
+    def mark_invariant(self, arr: ArrayVal, ld: ir.Instruction) -> None:
+        """`!invariant.load` on a load of `arr` when it is read-only and in no in-place pair."""
         if arr.invariant and self.opts.invariant_loads:
             if self._invariant_md is None:
                 self._invariant_md = self.module.add_metadata([])
             ld.set_metadata("invariant.load", self._invariant_md)
-        if dt.kind == "bool":
-            return b.icmp_unsigned("!=", ld, ir.Constant(T.I8, 0))
-        return ld
 
-    def store_elem(self, arr: ArrayVal, idx: list[ir.Value], val: ir.Value, parts=None) -> None:
-        dt = arr.type.dtype
-        if dt.kind == "bool":
-            val = self.st.b.zext(val, T.I8)
-        self.st.b.store(val, self.element_ptr(arr, idx, parts), align=dt.itemsize)
+    def from_memory(self, dt: ScalarType, v: ir.Value) -> ir.Value:
+        """A loaded element as a value: bools are bytes in memory, i1 in registers."""
+        return self.st.b.icmp_unsigned("!=", v, ir.Constant(T.I8, 0)) if dt.kind == "bool" else v
+
+    def to_memory(self, dt: ScalarType, v: ir.Value) -> ir.Value:
+        """A value as the element stored (the inverse of from_memory)."""
+        return self.st.b.zext(v, T.I8) if dt.kind == "bool" else v
 
     def visit_Load(self, e: N.Load):
         arr: ArrayVal = self.expr(e.array)

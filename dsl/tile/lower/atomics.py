@@ -24,10 +24,7 @@ class AtomicsLowering:
                  mask_lv: LV | None) -> tuple[list[N.Expr], N.Expr]:
         """Element r's 64-bit indices and the condition that it is inside `arr` (and masked in)."""
         gidx = [self.tmp(N.Cast(lv.elems[r], INDEX), "gi") for lv in idx_lvs]  # type: ignore[attr-defined]
-        cond: N.Expr | None = None
-        for k, g in enumerate(gidx):
-            ok = N.Logical("and", N.Compare("ge", g, N.Const(0, INDEX)), N.Compare("lt", g, N.ArrayLen(arr, k)))
-            cond = ok if cond is None else N.Logical("and", cond, ok)
+        cond = self.in_array(arr, gidx, signed=True)  # type: ignore[attr-defined]
         if mask_lv is not None:
             cond = N.Logical("and", mask_lv.elems[r], cond) if cond is not None else mask_lv.elems[r]
         assert cond is not None

@@ -46,10 +46,5 @@ def store_chunk(L, s: T.Store) -> None:
                    L.tmp(N.BinOp("add", origin[k], N.Const(c, INDEX) if isinstance(c, int) else N.Cast(c, INDEX),
                                  INDEX), "gi")
                    for k, c in enumerate(coords)]
-            cond: N.Expr | None = None if own is True else own  # type: ignore[assignment]
-            for k, g in enumerate(idx):
-                lt = N.Compare("lt", g, N.ArrayLen(arr, k))
-                cond = lt if cond is None else N.Logical("and", cond, lt)
-            st = N.Store(arr, idx, e, "unchecked", 0, s.loc)
-            L.emit(N.If(cond, [st], []) if cond is not None else st)
+            L.store_masked(arr, idx, e, own, s.loc)
     L.guarded(True if inside is None else inside, body)

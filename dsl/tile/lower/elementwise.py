@@ -86,8 +86,6 @@ class ElementwiseLowering:
             if src.is_half:
                 r = N.Math(e.fn, [N.Cast(a, F32) for a in args], BOOL if dt == BOOL else F32)
                 return r if dt == BOOL else N.Cast(r, dt)
-            if e.fn == "rsqrt":
-                return N.Math("rsqrt", list(args), dt)
             return N.Math(e.fn, list(args), dt)
         return self._elementwise(e, e.args, make)
 

@@ -217,6 +217,24 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         c = N.Const(coord, INDEX) if isinstance(coord, int) else N.Cast(coord, INDEX)
         return self.tmp(N.BinOp("add", base, c, INDEX), "gi")
 
+    def in_array(self, arr: N.Expr, idx: list[N.Expr], start: N.Expr | None = None,
+                 signed: bool = False) -> N.Expr | None:
+        """`start` and idx[k] < len(arr, k) on every axis (and >= 0 when `signed`: an index that may be
+        negative); None when there is nothing to test."""
+        cond = start
+        for k, g in enumerate(idx):
+            ok: N.Expr = N.Compare("lt", g, N.ArrayLen(arr, k))
+            if signed:
+                ok = N.Logical("and", N.Compare("ge", g, N.Const(0, INDEX)), ok)
+            cond = ok if cond is None else N.Logical("and", cond, ok)
+        return cond
+
+    def store_masked(self, arr: N.Expr, idx: list[N.Expr], e: N.Expr, own, loc) -> None:
+        """Store `e` at `idx` where this thread owns it (`own`: True or a condition) and it is inside `arr`."""
+        cond = self.in_array(arr, idx, None if own is True else own)
+        st = N.Store(arr, idx, e, "unchecked", 0, loc)
+        self.emit(N.If(cond, [st], []) if cond is not None else st)
+
     def in_prologue(self, fn):
         """Run `fn` emitting into the kernel's prologue (right after the thread id), so what it binds
         is defined everywhere, whichever loop or branch first asked for it."""
@@ -343,12 +361,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         def checked() -> None:
             for e, coords in zip(v.elems, self.coords_of(v.layout, ts)):
                 idx = [self.global_index(ids[k], ts[k], c) for k, c in enumerate(coords)]
-                cond: N.Expr | None = None if own is True else own  # type: ignore[assignment]
-                for k, i in enumerate(idx):
-                    c = N.Compare("lt", i, N.ArrayLen(arr, k))
-                    cond = c if cond is None else N.Logical("and", cond, c)
-                st = N.Store(arr, idx, e, "unchecked", 0, s.loc)
-                self.emit(N.If(cond, [st], []) if cond is not None else st)
+                self.store_masked(arr, idx, e, own, s.loc)
         if pairs_ok(self, p, v):
             store_pairs(self, p, v, checked)      # the GEMM epilogue (dsl/tile/lower/store.py)
         else:
@@ -517,11 +530,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
             out = []
             for coords in coords_list:
                 gidx = [self.global_index(base[k], shape[k], c) for k, c in enumerate(coords)]
-                cond: N.Expr | None = None
-                for k, g in enumerate(gidx):
-                    ok = N.Logical("and", N.Compare("ge", g, N.Const(0, INDEX)),
-                                   N.Compare("lt", g, N.ArrayLen(arr, k)))
-                    cond = ok if cond is None else N.Logical("and", cond, ok)
+                cond = self.in_array(arr, gidx, signed=True)
                 ld = N.Load(arr, gidx, "none", 0, dt, e.loc)
                 out.append(self.tmp(N.IfExp(cond, ld, N.Const(e.padding, dt), dt), "ld"))
             return out
