@@ -15,7 +15,7 @@ Semantics chosen here (the CPU simulator implements the same, see docs/dsl.md):
   signed), like PTX's clamped shifts;
 - float ops are IEEE round-to-nearest, never contracted into fma unless options.fastmath;
 - float -> int casts saturate, NaN -> 0 (PTX cvt.rzi semantics, `llvm.fpto[su]i.sat`);
-- ForRange with step 0 runs zero times.
+- ForRange with step 0 runs zero times; with an `unroll=N` hint it runs range()'s trip count (unroll.py).
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from dsl.backend.errors import CodegenError
 from dsl.backend.exprs import ExprMixin
 from dsl.backend.memory import MemoryMixin
 from dsl.backend.tile_codegen import TileNodesMixin
+from dsl.backend.unroll import UnrollMixin
 from dsl.backend.values import ArrayVal, leaves, rebuild
 from dsl.ir import nodes as N
 from dsl.ir.relations import Relations
@@ -51,6 +52,8 @@ class FnState:
     fault_record: ir.Value | None = None
     known: set[tuple[Any, N.Var]] = field(default_factory=set)   # (array key, var) proven in range
     lanes: dict[tuple[Any, N.Var], Any] = field(default_factory=dict)   # chunk accesses moved out (chunks.py)
+    chunk_rows: dict[tuple[Any, N.Var], list] = field(default_factory=dict)  # n-D chunk: its row, in range
+    preloaded: dict[int, Any] = field(default_factory=dict)   # id(Load) -> value issued early (unroll.py)
     scope: Any = None                 # the function's DISubprogram (None: no line table)
 
 
@@ -64,7 +67,7 @@ class BuildOptions:
     requires: tuple[str, ...] = ()    # the kernel's `requires=` relations (checked before every launch)
 
 
-class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
+class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin, UnrollMixin):
     def __init__(self, kernel: N.Function, options: BuildOptions | None = None):
         self.kernel = kernel
         self.opts = options or BuildOptions()
@@ -364,6 +367,9 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin):
             self.st.b.branch(cont)
 
     def visit_ForRange(self, s: N.ForRange) -> None:
+        if s.unroll > 1:
+            self.visit_unrolled_for(s)      # groups of `unroll` copies, loads first (unroll.py)
+            return
         b = self.st.b
         start, stop, step = self.expr(s.start), self.expr(s.stop), self.expr(s.step)
         signed = isinstance(s.var.type, ScalarType) and s.var.type.is_signed

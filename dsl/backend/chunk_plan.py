@@ -8,7 +8,8 @@ body's top level), and whether the array has any other use; and, for the body as
 thing that forbids delaying a store (`blocker`): anything that may end the thread or let another
 thread look (a run-time bounds check, a barrier, an atomic, a call that touches memory), or that
 skips part of an element (break/continue/return), or an array held in a variable (which may be any
-parameter).
+parameter). An n-D array's access at `k` names a row first (`wte[ix, k]`): it may move only when every
+such access of the array names one row the body does not change (`lead`).
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ class ArrayUse:
     every_element_writes: bool = False                     # a store at k on the body's top level
     checked: bool = False          # an access at k carries a run-time bounds check (fault)
     other: N.Loc | None = None     # first use other than a load/store at k (call argument, other index)
+    lead: list[N.Expr] | None = None       # the row of its accesses at k (n-D arrays; [] for 1-D)
+    rows_differ: N.Loc | None = None       # an access at k in another row, or in a row the body assigns
 
 
 @dataclass
@@ -38,7 +41,8 @@ class ChunkPlan:
 
 def plan_chunk(s: N.ChunkLoop) -> ChunkPlan:
     """The ChunkPlan of chunk loop `s`."""
-    p = _Planner(s.var)
+    assigned = {x.var for st in s.body for x in walk(st) if isinstance(x, N.Assign)}
+    p = _Planner(s.var, assigned)
     for st in s.body:
         p.visit(st, 0)
         if _owned_store(st, s.var):
@@ -46,8 +50,27 @@ def plan_chunk(s: N.ChunkLoop) -> ChunkPlan:
     return ChunkPlan(p.uses, p.blocker)
 
 
+def same_row(a: list[N.Expr], b: list[N.Expr]) -> bool:
+    """Do two lists of row indices name the same row (structurally: ThreadIndex components, the same
+    variables, equal constants)?"""
+    return len(a) == len(b) and all(_same_index(x, y) for x, y in zip(a, b))
+
+
+def _same_index(x: N.Expr, y: N.Expr) -> bool:
+    if isinstance(x, N.TupleGet) and isinstance(y, N.TupleGet):
+        return isinstance(x.value, N.ThreadIndexValue) and isinstance(y.value, N.ThreadIndexValue) \
+            and x.value.ndim == y.value.ndim and x.k == y.k
+    if isinstance(x, N.ReadVar) and isinstance(y, N.ReadVar):
+        return x.var is y.var
+    if isinstance(x, N.Const) and isinstance(y, N.Const):
+        return x.value == y.value and x.type == y.type
+    if isinstance(x, N.Cast) and isinstance(y, N.Cast):
+        return x.type == y.type and _same_index(x.operand, y.operand)
+    return False
+
+
 def _owned(indices: list[N.Expr], var: N.Var) -> bool:
-    return len(indices) == 1 and isinstance(indices[0], N.ReadVar) and indices[0].var is var
+    return bool(indices) and isinstance(indices[-1], N.ReadVar) and indices[-1].var is var
 
 
 def _owned_store(st: N.Stmt, var: N.Var) -> bool:
@@ -55,11 +78,22 @@ def _owned_store(st: N.Stmt, var: N.Var) -> bool:
 
 
 class _Planner:
-    def __init__(self, var: N.Var) -> None:
+    def __init__(self, var: N.Var, assigned: set[N.Var]) -> None:
         self.var = var
+        self.assigned = assigned
         self.uses: dict[N.Param, ArrayUse] = {}
         self.blocker: tuple[N.Loc, str] | None = None
         self.at: N.Loc = N.NOLOC          # the statement being visited
+
+    def _changes(self, e: N.Expr) -> bool:
+        """May row index `e` differ between the chunk's elements (a variable the body assigns, or an
+        expression that is not a plain row index)?"""
+        if isinstance(e, N.Cast):
+            return self._changes(e.operand)
+        if isinstance(e, N.ReadVar):
+            return e.var in self.assigned
+        return not (isinstance(e, N.Const) or
+                    (isinstance(e, N.TupleGet) and isinstance(e.value, N.ThreadIndexValue)))
 
     def use(self, param: N.Param) -> ArrayUse:
         u = self.uses.get(param)
@@ -89,6 +123,13 @@ class _Planner:
                 and _owned(node.indices, self.var):
             u = self.use(node.array.param)
             (u.reads if isinstance(node, N.Load) else u.writes).append(self.at)
+            row = node.indices[:-1]
+            if u.lead is None:
+                u.lead = row
+            if not same_row(u.lead, row) or any(self._changes(e) for e in row):
+                u.rows_differ = u.rows_differ or self.at
+            for e in row:
+                self.visit(e, depth)
             u.checked |= getattr(node, "check", "") == "fault" or getattr(node, "mode", "") == "checked"
             if isinstance(node, N.Store):
                 self.visit(node.value, depth)

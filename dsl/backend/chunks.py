@@ -1,7 +1,9 @@
 """Chunk loops (`for k in simt.thread.chunk_1d(n)`), mixed into ModuleBuilder through MemoryMixin.
 
 Fast path (the whole chunk is in range): n straight copies of the body with `k` known in range.
-Tail (the last, partial chunk): a loop over the chunk, each element guarded.
+Tail (the last, partial chunk): a loop over the chunk, each element guarded. An n-D chunk
+(`chunk_2d` / `chunk_3d`) runs along the last axis of one row: the loop is skipped when the row (its
+`lead` indices) is outside the chunked array, and `k` is the last index.
 
 Why the fast path makes its vector accesses itself: LLVM joins loads and stores into ld/st.v4 only
 within one basic block, and a math call (tanh, erf, exp: libdevice code with branches) splits every
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 
 from dsl.backend import lltypes as T
-from dsl.backend.chunk_plan import ArrayUse, ChunkPlan, plan_chunk
+from dsl.backend.chunk_plan import ArrayUse, ChunkPlan, plan_chunk, same_row
 from dsl.backend.values import ArrayVal
 from dsl.ir import nodes as N
 from dsl.ir.types import ChunkType
@@ -52,6 +54,9 @@ class Lane:
     loc: N.Loc = N.NOLOC                      # the first access's statement (the moved code's line)
     values: list[ir.Value] | None = None
     slots: list[ir.AllocaInstr] | None = None
+    lead: list[N.Expr] | None = None          # the row's indices (an n-D array), evaluated once
+    row: list[ir.Value] | None = None
+    use: ArrayUse | None = None
 
 
 class ChunkMixin:
@@ -62,16 +67,28 @@ class ChunkMixin:
         start = self.expr(s.chunk)
         arr: ArrayVal = self.expr(s.array)
         fast_bb, slow_bb, done = self.new_block("chunk.fast"), self.new_block("chunk.slow"), self.new_block("chunk.done")
-        whole = b.icmp_unsigned("<=", b.add(start, ir.Constant(T.I64, n)), arr.extents[0])
+        if s.lead:                              # an n-D chunk: its row must be inside the array
+            row_bb = self.new_block("chunk.row")
+            self._likely(b.cbranch(self.in_range(arr, [self.expr(e) for e in s.lead]), row_bb, done))
+            b.position_at_end(row_bb)
+        plan = plan_chunk(s)
+        cursor = [0]
+        lanes = self._chunk_lanes(s, plan, arr, n, cursor)
+        whole = b.icmp_unsigned("<=", b.add(start, ir.Constant(T.I64, n)), arr.extents[-1])
+        for lane in lanes:                      # a row of an n-D array starts aligned only if its length does
+            per = lane.pieces[0][1]
+            if lane.lead and per > 1:
+                rem = b.and_(lane.arr.extents[-1], ir.Constant(T.I64, per - 1))
+                whole = b.and_(whole, b.icmp_unsigned("==", rem, ir.Constant(T.I64, 0)))
         self._likely(b.cbranch(whole, fast_bb, slow_bb))
         b.position_at_end(fast_bb)
-        plan = plan_chunk(s)
         # in the fast path k is in range for the chunked array and every array of the same extent
         facts = {(a.key, s.var) for a in self._plan_arrays(plan) if self._same_extent(a, arr)} | {(arr.key, s.var)}
         facts -= self.st.known
         self.st.known |= facts
-        cursor = [0]
-        lanes = self._chunk_lanes(s, plan, arr, start, n, cursor)
+        known_rows = dict(self.st.chunk_rows)
+        self.st.chunk_rows[(arr.key, s.var)] = s.lead
+        self._load_lanes(lanes, start, n, s.var)
         for j in range(n):
             cursor[0] = j
             nxt = self.new_block(f"chunk.fast{j + 1}")
@@ -82,6 +99,7 @@ class ChunkMixin:
         for lane in lanes:
             del self.st.lanes[(lane.arr.key, s.var)]
         self.st.known -= facts
+        self.st.chunk_rows = known_rows
         b.branch(done)
         b.position_at_end(slow_bb)
         self._chunk_tail(s, arr, start, n, done)
@@ -98,7 +116,7 @@ class ChunkMixin:
         b.cbranch(b.icmp_unsigned("<", j, ir.Constant(T.I64, n)), body, done)
         b.position_at_end(body)
         k = b.add(start, j)
-        b.cbranch(b.icmp_unsigned("<", k, arr.extents[0]), guarded, done)
+        b.cbranch(b.icmp_unsigned("<", k, arr.extents[-1]), guarded, done)
         b.position_at_end(guarded)
         self.assign(s.var, k)
         self._loop_body(s.body, latch, done)
@@ -122,46 +140,56 @@ class ChunkMixin:
 
     @staticmethod
     def _same_extent(a: ArrayVal, chunked: ArrayVal) -> bool:
-        """`a` has the chunked array's length: the same array, or one a `requires=` equality gave the
-        same extent value (builder._share_equal_extents)."""
-        return a.type.ndim == 1 and (a.key is chunked.key or a.extents[0] is chunked.extents[0])
+        """`a`'s last axis has the chunked array's length: the same array, or one a `requires=`
+        equality gave the same extent value (builder._share_equal_extents)."""
+        return a.key is chunked.key or a.extents[-1] is chunked.extents[-1]
 
-    def _chunk_lanes(self, s: N.ChunkLoop, plan: ChunkPlan, arr: ArrayVal, start: ir.Value, n: int,
+    def _chunk_lanes(self, s: N.ChunkLoop, plan: ChunkPlan, arr: ArrayVal, n: int,
                      cursor: list[int]) -> list[Lane]:
-        """Emit the loads that move before the element bodies; return every moved array's Lane."""
+        """The arrays whose accesses at k move out of the element bodies (records why for the others);
+        their rows' indices are evaluated here, before the fast path's test."""
         if n < 2:
             return []
         lanes = []
         for use in plan.uses.values():
             a = self.st.params.get(use.param)
-            if not (use.reads or use.writes) or not isinstance(a, ArrayVal) or a.type.ndim != 1 \
-                    or a.type.space != "global":
+            if not (use.reads or use.writes) or not isinstance(a, ArrayVal) or a.type.space != "global":
                 continue
             why = self._why_not_moved(use, a, arr, plan, n)
             if why is not None:
                 self._record(*why, use, a)
                 continue
             pieces = access_pieces(n, a.type.dtype.itemsize, a.type.aligned16)
-            lane = Lane(a, pieces, cursor, loc=use.writes[0] if use.writes else use.reads[0])
+            lane = Lane(a, pieces, cursor, loc=use.writes[0] if use.writes else use.reads[0], use=use)
+            if use.lead:
+                lane.lead, lane.row = use.lead, [self.expr(e) for e in use.lead]
+            lanes.append(lane)
+        return lanes
+
+    def _load_lanes(self, lanes: list[Lane], start: ir.Value, n: int, var: N.Var) -> None:
+        """Emit the loads that move before the element bodies; slots for the stores after them."""
+        for lane in lanes:
+            a, use = lane.arr, lane.use
             if use.writes:
                 lane.slots = [self.st.alloca_b.alloca(T.memory(a.type.dtype), name=f"{a.name}.lane{j}")
                               for j in range(n)]
             if use.reads:
                 with self._line_of(use.reads[0]):
-                    vals = self._load_pieces(a, start, pieces)
+                    vals = self._load_pieces(lane, start)
                 if lane.slots is None:
                     lane.values = vals
                 else:
                     for slot, v in zip(lane.slots, vals):
                         self.st.b.store(v, slot)
-            self.st.lanes[(a.key, s.var)] = lane
-            lanes.append(lane)
-        return lanes
+            self.st.lanes[(a.key, var)] = lane
 
     def _why_not_moved(self, use: ArrayUse, a: ArrayVal, chunked: ArrayVal, plan: ChunkPlan,
                        n: int) -> tuple[str, str] | None:
         """(kind, reason) when `a`'s accesses at k must stay per element, else None."""
         name, dt = a.name, a.type.dtype
+        if use.rows_differ is not None:
+            return ("in-order", f"{name} is accessed at the owned index in more than one row (line "
+                    f"{use.rows_differ.line}), or in a row the body assigns: one access per element")
         if not self._same_extent(a, chunked):
             return ("unrelated-length", f"len({name}) is not known to equal len({chunked.name}): one "
                     f"access per element of {name}, bounds-checked unless proven; add "
@@ -174,6 +202,10 @@ class ChunkMixin:
             why = (f"{name}'s data pointer is not known to be 16-byte aligned" if not a.type.aligned16 else
                    f"a chunk of {n} {dt} ({n * dt.itemsize} bytes) starts only {dt.itemsize}-byte aligned")
             return ("unaligned", f"{why}: one {dt.itemsize}-byte access per element")
+        if use.lead and use.checked:
+            return ("in-order", f"{name}'s row index is not proven inside {name} (its accesses carry a "
+                    f"run-time bounds check): one access per element; test it first, e.g. "
+                    f"`if 0 <= r < {name}.shape[0]:`")
         if self._overlaps(a, plan):
             return ("overlap", f"{name} may overlap another array (inplace=): its accesses stay in order")
         if not use.writes and (a.invariant or use.other is None):
@@ -210,18 +242,22 @@ class ChunkMixin:
         self.slow_paths.append(SlowPath(kind, f"chunk loop {access} of {a.name}: {reason}", loc.line, loc.file))
 
     # ------------------------------------------------------------------ vector accesses
-    def _piece_ptr(self, a: ArrayVal, start: ir.Value, first: int) -> ir.Value:
+    def _piece_ptr(self, lane: Lane, start: ir.Value, first: int) -> ir.Value:
+        a = lane.arr
         idx = self.st.b.add(start, ir.Constant(T.I64, first)) if first else start
+        if lane.row:
+            return self.element_ptr(a, [*lane.row, idx])
         return self.st.b.gep(a.ptr, [idx], inbounds=True, source_etype=T.memory(a.type.dtype))
 
-    def _load_pieces(self, a: ArrayVal, start: ir.Value, pieces: list[tuple[int, int]]) -> list[ir.Value]:
-        """The chunk of `a` as register values (memory types), loaded piece by piece."""
+    def _load_pieces(self, lane: Lane, start: ir.Value) -> list[ir.Value]:
+        """The chunk of the lane's array as register values (memory types), loaded piece by piece."""
         b = self.st.b
+        a = lane.arr
         mt = T.memory(a.type.dtype)
         out: list[ir.Value] = []
-        for first, count in pieces:
+        for first, count in lane.pieces:
             vt = ir.VectorType(mt, count)
-            ld = b.load(self._piece_ptr(a, start, first), typ=vt, align=count * a.type.dtype.itemsize)
+            ld = b.load(self._piece_ptr(lane, start, first), typ=vt, align=count * a.type.dtype.itemsize)
             self.mark_invariant(a, ld)
             out += [b.extract_element(ld, ir.Constant(T.I32, i)) for i in range(count)]
         return out
@@ -239,7 +275,7 @@ class ChunkMixin:
                     vec = ir.Constant(ir.VectorType(mt, count), ir.Undefined)
                     for i in range(count):
                         vec = b.insert_element(vec, b.load(lane.slots[first + i], typ=mt), ir.Constant(T.I32, i))
-                    b.store(vec, self._piece_ptr(lane.arr, start, first), align=count * dt.itemsize)
+                    b.store(vec, self._piece_ptr(lane, start, first), align=count * dt.itemsize)
 
     @contextlib.contextmanager
     def _line_of(self, loc: N.Loc):
@@ -257,10 +293,14 @@ class ChunkMixin:
 
     # ------------------------------------------------------------------ accesses in the bodies
     def chunk_lane(self, arr: ArrayVal, indices: list[N.Expr]) -> Lane | None:
-        """The moved lane of an access `arr[k]` at a fast-path chunk's owned index, else None."""
-        if not self.st.lanes or len(indices) != 1 or not isinstance(indices[0], N.ReadVar):
+        """The moved lane of an access `arr[k]` (`arr[row..., k]`) at a fast-path chunk's owned index,
+        else None."""
+        if not self.st.lanes or not indices or not isinstance(indices[-1], N.ReadVar):
             return None
-        return self.st.lanes.get((arr.key, indices[0].var))
+        lane = self.st.lanes.get((arr.key, indices[-1].var))
+        if lane is None or not same_row(lane.lead or [], indices[:-1]):
+            return None
+        return lane
 
     def lane_load(self, lane: Lane) -> ir.Value:
         j = lane.cursor[0]

@@ -53,6 +53,10 @@ class ExprMixin:
     def visit_Special(self, e: N.Special):
         if e.name == "warpsize":
             return ir.Constant(T.I64, X.WARP_SIZE)
+        block = self.kernel.exact_block
+        if e.name.startswith("ntid.") and block and self.st.fn.export_name is None:
+            # .reqntid fixes blockDim: a constant lets LLVM fold it (a block.threads loop's stride)
+            return ir.Constant(T.I64, block["xyz".index(e.name[-1])])
         return self.st.b.zext(self.sreg(e.name), T.I64)
 
     def sreg(self, name: str) -> ir.Value:

@@ -13,6 +13,7 @@ import llvmlite.ir as ir
 
 from dsl.backend import intrinsics as X
 from dsl.backend import lltypes as T
+from dsl.backend.chunk_plan import same_row
 from dsl.backend.chunks import ChunkMixin
 from dsl.backend.errors import CodegenError
 from dsl.backend.values import ArrayVal, SlotVal
@@ -84,9 +85,14 @@ class MemoryMixin(ChunkMixin):
         return ok
 
     def is_known(self, arr: ArrayVal, indices: list[N.Expr]) -> bool:
-        """Inside a chunk fast path the owned index is proven in range for the chunked array."""
-        return len(indices) == 1 and isinstance(indices[0], N.ReadVar) \
-            and (arr.key, indices[0].var) in self.st.known
+        """Inside a chunk fast path the owned index is proven in range for the chunked array (and the
+        arrays of its length); an n-D chunk's row only for the chunked array, at that row."""
+        if not indices or not isinstance(indices[-1], N.ReadVar) or (arr.key, indices[-1].var) not in self.st.known:
+            return False
+        if len(indices) == 1:
+            return True
+        row = self.st.chunk_rows.get((arr.key, indices[-1].var))
+        return row is not None and same_row(row, indices[:-1])
 
     def _likely(self, br) -> None:
         md = self.module.add_metadata([ir.MetaDataString(self.module, "branch_weights"),
@@ -155,6 +161,9 @@ class MemoryMixin(ChunkMixin):
         return self.st.b.zext(v, T.I8) if dt.kind == "bool" else v
 
     def visit_Load(self, e: N.Load):
+        early = self.st.preloaded.get(id(e))       # issued before an unrolled loop's copies (unroll.py)
+        if early is not None:
+            return early
         arr: ArrayVal = self.expr(e.array)
         lane = self.chunk_lane(arr, e.indices)     # loaded before the chunk's element bodies
         if lane is not None:

@@ -146,10 +146,20 @@ class AccessMixin:
         return None
 
     def owned_index(self, vals: list[Val]) -> ir.Var | None:
-        if len(vals) == 1 and isinstance(vals[0].expr, ir.ReadVar) and \
-                id(vals[0].expr.var) in self.chunk_loops:
-            return vals[0].expr.var
-        return None
+        """The chunk loop variable when `vals` is a chunk's owned position: the variable alone (1-D),
+        or after the row's ThreadIndex components in order (`out[b, t, k]` of a chunk_3d loop)."""
+        last = vals[-1].expr if vals else None
+        if not (isinstance(last, ir.ReadVar) and id(last.var) in self.chunk_loops):
+            return None
+        nd = self.chunk_loops[id(last.var)].ndim
+        if len(vals) != nd:
+            return None
+        for k, v in enumerate(vals[:-1]):
+            e = v.expr
+            if not (isinstance(e, ir.TupleGet) and isinstance(e.value, ir.ThreadIndexValue)
+                    and e.k == k and e.value.ndim == nd):
+                return None
+        return last.var
 
     def guard_facts(self, array: str, exprs: list[ir.Expr]) -> Facts:
         """Facts inside a guarded region: each index is within `array` along its axis."""
@@ -192,7 +202,8 @@ class AccessMixin:
             return "guarded" if t.ndim == 2 else "leader"
         owned = self.owned_index(vals)
         if owned is not None:
-            self.claim(base, chunk_form(self.chunk_loops[id(owned)]), target)
+            ct = self.chunk_loops[id(owned)]
+            self.claim(base, chunk_form(ct.n, ct.ndim), target)
             return "owned"
         if self.unsafe_depth > 0:
             return "unsafe"

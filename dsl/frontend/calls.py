@@ -25,14 +25,15 @@ from dsl.vocab.numpy_calls import numpy_call_hint
 ATOMIC_FLOAT_OK = {"add", "exch"}
 INTRINSICS: dict[str, str] = {
     "thread.index_1d": "call_index", "thread.index_2d": "call_index", "thread.index_3d": "call_index",
-    "thread.chunk_1d": "call_chunk", "lane_id": "call_lane_id", "sync_threads": "call_sync_misplaced",
+    "thread.chunk_1d": "call_chunk", "thread.chunk_2d": "call_chunk", "thread.chunk_3d": "call_chunk",
+    "lane_id": "call_lane_id", "sync_threads": "call_sync_misplaced",
     "unsafe": "call_unsafe_misplaced", "shared.array": "call_shared_misplaced",
     "shared.dynamic": "call_shared_misplaced",
     **{i.key: "call_atomic" for i in vars(si.atomic).values() if isinstance(i, Intrinsic)},
     **{i.key: "call_warp" for i in vars(si.warp).values() if isinstance(i, Intrinsic)},
     "warp.index_1d": "call_owner_index", "block.index_1d": "call_owner_index",
     "warp.lanes": "call_stride", "block.threads": "call_stride", "warp.group": "call_group_make",
-    "warp.rows": "call_rows", "block.rows": "call_rows",
+    "warp.rows": "call_rows", "block.rows": "call_rows", "range": "call_range_misplaced",
 }
 BUILTINS: dict[Any, str] = {
     builtins.len: "call_len", builtins.min: "call_minmax", builtins.max: "call_minmax",
@@ -221,14 +222,24 @@ class CallMixin:
                      f"simt.thread.index_{self.options.domain}d()")
         return Val(ir.ThreadIndexValue(n, self.loc(node)))
 
-    def call_chunk(self, key: str, node: ast.Call) -> Val:
+    def call_chunk(self, key: str, node: ast.Call) -> Val | TupleVal:
+        """chunk_1d(n): the chunk; chunk_2d / chunk_3d(n): the row's ThreadIndex components, then the
+        chunk along the last axis (`r, ch = simt.thread.chunk_2d(4)`)."""
         self.arity(node, 1)
+        nd = int(key[-2])
         n = self.const_int(node.args[0], "the chunk size")
         if not 1 <= n <= 64:
             self.err(node.args[0], f"chunk size {n} must be between 1 and 64")
-        if self.is_kernel and self.options.domain != 1:
-            self.err(node, "simt.thread.chunk_1d() needs a 1-D kernel (domain=1)")
-        return Val(ir.ChunkValue(n, self.loc(node)))
+        if self.is_kernel and self.options.domain != nd:
+            self.err(node, f"simt.thread.chunk_{nd}d() in a kernel declared with domain={self.options.domain}",
+                     f"declare @simt.kernel(domain={nd}, ...)" if nd > 1 or self.options.domain > 1
+                     else "declare @simt.kernel(domain=1)")
+        loc = self.loc(node)
+        chunk = Val(ir.ChunkValue(n, loc, nd))
+        if nd == 1:
+            return chunk
+        index = ir.ThreadIndexValue(nd, loc)
+        return TupleVal([*(Val(ir.TupleGet(index, k, irt.INDEX, loc)) for k in range(nd - 1)), chunk])
 
     def refuse_in_stride_loop(self, what: str, node: ast.AST) -> None:
         """Lanes run different numbers of iterations of a lanes / threads loop (n not a multiple of

@@ -3,8 +3,8 @@
 A grid may be derived only from what the kernel's threads provably range over:
 - an explicit `@simt.kernel(grid_from="name")` (the author's statement), or
 - a DisjointSlice the kernel stores to at its own ThreadIndex (`out[i] = ...`, `out.get_mut(i).set()`
-  with `i = simt.thread.index_Nd()` of the kernel's domain), or at the index a `simt.thread.chunk_1d(n)`
-  loop owns (then each thread covers n elements: per_thread = n). Stores inside `@simt.device`
+  with `i = simt.thread.index_Nd()` of the kernel's domain), or at the index a `simt.thread.chunk_Nd(n)`
+  loop owns (then each thread covers n elements along x, the last axis: per_thread = n). Stores inside `@simt.device`
   functions count when the slice is a kernel parameter passed down.
 - a DisjointSlice a warp or block owns rows of (`out[w, c]` in a `simt.warp.lanes` loop, `mean[w]`,
   dsl/frontend/ownership.py): one warp (block) per element along axis 0, so the grid is a tile grid of
@@ -82,6 +82,15 @@ class _Finder:
         if isinstance(array, ir.ParamRef) and id(array.param) in params:
             self.found.append((params[id(array.param)], per_thread, scope))
 
+    def at_chunk(self, indices: list[ir.Expr], chunks: dict[int, int]) -> bool:
+        """A chunk loop's owned position: its variable last, the row's ThreadIndex components before."""
+        if not (indices and isinstance(indices[-1], ir.ReadVar) and id(indices[-1].var) in chunks):
+            return False
+        n = len(indices)
+        return n == self.domain and all(
+            isinstance(e, ir.TupleGet) and isinstance(e.value, ir.ThreadIndexValue) and e.k == k
+            and e.value.ndim == n for k, e in enumerate(map(strip_int_casts, indices[:-1])))
+
     def at_thread_index(self, indices: list[ir.Expr]) -> bool:
         n = len(indices)
         for k, e in enumerate(indices):
@@ -103,8 +112,8 @@ class _Finder:
                     self.add(s.array, 1, params, self.rows[id(idx[0].var)])
                 elif self.at_thread_index(idx):
                     self.add(s.array, 1, params)
-                elif len(idx) == 1 and isinstance(idx[0], ir.ReadVar) and id(idx[0].var) in chunks:
-                    self.add(s.array, chunks[id(idx[0].var)], params)
+                elif self.at_chunk(idx, chunks):
+                    self.add(s.array, chunks[id(idx[-1].var)], params)
             elif isinstance(s, ir.SlotSet) and isinstance(s.slot, ir.GetMut) and \
                     self.at_thread_index(s.slot.indices):
                 self.add(s.slot.array, 1, params)
@@ -152,7 +161,8 @@ def owns_elements(fn: ir.Function) -> bool:
 
 
 def _chunk(fn: ir.Function) -> int:
-    """Elements per thread of the kernel's first `simt.thread.chunk_1d(n)` (1 without one)."""
+    """Elements per thread (along x, the last array axis) of the kernel's first
+    `simt.thread.chunk_Nd(n)` (1 without one)."""
     for st in _statements(fn.body):
         for e in _stmt_exprs(st):
             for n in _exprs(e):

@@ -6,13 +6,15 @@ import ast
 import builtins
 
 from dsl.frontend import typing_rules as tr
-from dsl.frontend.proofs import index_key, nonnegative_expr, strip_int_casts
+from dsl.frontend.proofs import index_key, nonnegative_expr, scalar_param_bound, strip_int_casts
+from dsl.frontend.unroll import UnrollMixin
 from dsl.frontend.values import PyObj, StrideVal, Val
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
+from dsl.vocab.simt import range as simt_range
 
 
-class LoopMixin:
+class LoopMixin(UnrollMixin):
     innermost_chunk: bool = False
 
     def visit_For(self, node: ast.For) -> None:
@@ -29,18 +31,18 @@ class LoopMixin:
         if existing is not None and not isinstance(existing, ir.Var):
             self.err(node.target, f"cannot reuse '{name}' as a loop variable: it holds "
                      f"{self.describe_binding(existing)}", "use another name")
-        it = node.iter
+        unroll, it = self.split_unroll(node.iter)      # `unroll=N` (dsl/frontend/unroll.py)
         if isinstance(it, ast.Call) and not it.keywords:
             f = self.expr(it.func) if isinstance(it.func, (ast.Name, ast.Attribute)) else None
-            if isinstance(f, PyObj) and f.obj is builtins.range:
-                self.range_loop(node, name, it)
+            if isinstance(f, PyObj) and (f.obj is builtins.range or f.obj is simt_range):
+                self.range_loop(node, name, it, unroll)
                 return
         v = self.expr(it)
         if isinstance(v, Val) and isinstance(v.type, irt.ChunkType):
             self.chunk_loop(node, name, v)
             return
         if isinstance(v, StrideVal):
-            self.stride_loop(node, name, v)
+            self.stride_loop(node, name, v, unroll)
             return
         self.err(it, f"kernels iterate over range(...), a simt.thread.chunk_1d() chunk, "
                  "simt.warp.lanes(n) or simt.block.threads(n), not "
@@ -59,7 +61,7 @@ class LoopMixin:
                     return n
         return body[0]
 
-    def range_loop(self, node: ast.For, name: str, call: ast.Call) -> None:
+    def range_loop(self, node: ast.For, name: str, call: ast.Call, unroll: int = 1) -> None:
         loc = self.loc(node)
         if not 1 <= len(call.args) <= 3:
             self.err(call, f"range() takes 1 to 3 arguments, got {len(call.args)}")
@@ -92,7 +94,7 @@ class LoopMixin:
         finally:
             self.loop_depth -= 1
             self.innermost_chunk = saved_chunk
-        self.emit(ir.ForRange(var, exprs[0], exprs[1], exprs[2], body, loc))
+        self.emit(ir.ForRange(var, exprs[0], exprs[1], exprs[2], body, loc, unroll))
 
     def range_facts(self, facts, var: ir.Var, call: ast.Call, start: Val, stop: Val,
                     step: Val) -> None:
@@ -105,6 +107,9 @@ class LoopMixin:
             if start_ok:
                 facts.nonneg.add(key)
             self.bound_fact(facts, key, stop, call.args[1 if nargs > 1 else 0], minus_one=False)
+            by_param = scalar_param_bound(stop.expr, var.type)     # `requires=["V <= a.shape[1]"]`
+            if by_param is not None:
+                facts.add_extent(key, by_param)
             if start.weak and stop.weak and isinstance(start.const_value, int) and \
                     isinstance(stop.const_value, int) and stop.const_value > start.const_value:
                 last = start.const_value + (stop.const_value - start.const_value - 1) // \
@@ -128,7 +133,7 @@ class LoopMixin:
             from dsl.frontend.access import array_name
             facts.add_extent(key, (array_name(e.array), e.axis))
 
-    def stride_loop(self, node: ast.For, name: str, sv: StrideVal) -> None:
+    def stride_loop(self, node: ast.For, name: str, sv: StrideVal, unroll: int = 1) -> None:
         """`for c in simt.warp.lanes(n)` (c = lane, lane + 32, ... < n) or `simt.block.threads(n)`
         (c = threadIdx.x, + blockDim.x, ...): the columns this lane (thread) owns of its group's row;
         `for r in simt.warp.rows(n)` (r = the warp's index, + the launch's warps, ... < n; blocks and
@@ -175,40 +180,53 @@ class LoopMixin:
         finally:
             self.loop_depth -= 1
             self.innermost_chunk, self.stride_scope = saved
-        self.emit(ir.ForRange(var, start, sv.stop, step, body, loc))
+        self.emit(ir.ForRange(var, start, sv.stop, step, body, loc, unroll))
 
     def chunk_loop(self, node: ast.For, name: str, chunk: Val) -> None:
         loc = self.loc(node)
-        array = self.chunk_array(node, name)
+        ct: irt.ChunkType = chunk.type  # type: ignore[assignment]
+        array = self.chunk_array(node, name, ct.ndim)
         var = self.new_var(name, irt.INDEX, self.loc(node.target))   # owned: see chunk_loops
         self.bindings[name] = var
-        self.chunk_loops[id(var)] = chunk.type.n   # type: ignore[attr-defined]   (a ChunkType)
+        self.chunk_loops[id(var)] = ct
+        # the row: the ThreadIndex components along the other axes (the loop runs only inside `array`)
+        index = ir.ThreadIndexValue(ct.ndim, loc)
+        lead: list[ir.Expr] = [ir.TupleGet(index, k, irt.INDEX, loc) for k in range(ct.ndim - 1)]
         facts = self.facts.copy()
-        key = ("var", id(var))
-        facts.nonneg.add(key)
-        facts.add_extent(key, (array.param.name, 0))
+        for axis, e in enumerate([*lead, ir.ReadVar(var, loc)]):
+            key = index_key(e)
+            facts.nonneg.add(key)
+            facts.add_extent(key, (array.param.name, axis))
         saved_chunk, self.innermost_chunk = self.innermost_chunk, True
         try:
             body = self.sub_block(node.body, facts)
         finally:
             self.innermost_chunk = saved_chunk
-        self.emit(ir.ChunkLoop(var, chunk.expr, ir.ParamRef(array.param, loc), body, loc))
+        self.emit(ir.ChunkLoop(var, chunk.expr, ir.ParamRef(array.param, loc), body, loc, lead))
 
-    def chunk_array(self, node: ast.For, name: str) -> ir.ParamRef:
-        """The 1-D array the chunk loop guards on: the first DisjointSlice written at the loop
-        variable, else the first array read at it."""
+    def chunk_array(self, node: ast.For, name: str, ndim: int) -> ir.ParamRef:
+        """The array the chunk loop guards on: the first DisjointSlice of `ndim` axes written with the
+        loop variable as its last index, else the first such array read."""
         writes, reads = [], []
         for st in node.body:
             for n in ast.walk(st):
-                if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Name) and \
-                        n.slice.id == name and isinstance(n.value, ast.Name):
+                if not (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)):
+                    continue
+                idx = n.slice.elts if isinstance(n.slice, ast.Tuple) else [n.slice]
+                if len(idx) == ndim and isinstance(idx[-1], ast.Name) and idx[-1].id == name:
                     (writes if isinstance(n.ctx, ast.Store) or isinstance(
                         getattr(n, "_kb_parent", None), ast.AugAssign) else reads).append(n.value.id)
         for cand in writes + reads:
             b = self.bindings.get(cand)
             if isinstance(b, ir.ParamRef) and isinstance(b.param.type, irt.ArrayType) and \
-                    b.param.type.ndim == 1 and b.param.type.space == "global" and \
+                    b.param.type.ndim == ndim and b.param.type.space == "global" and \
                     (b.param.type.writable or not writes):
                 return b
-        self.err(node.iter, "a chunk loop must index a 1-D array parameter with its loop variable",
-                 f"write e.g. `for {name} in chunk: out[{name}] = a[{name}]`")
+        if ndim == 1:
+            self.err(node.iter, "a chunk loop must index a 1-D array parameter with its loop variable",
+                     f"write e.g. `for {name} in chunk: out[{name}] = a[{name}]`")
+        rows = "b, t" if ndim == 3 else "r"
+        self.err(node.iter, f"a chunk_{ndim}d loop must index a {ndim}-D array parameter with its loop "
+                 "variable as the last index",
+                 f"write e.g. `{rows}, ch = simt.thread.chunk_{ndim}d(4)`, then `for {name} in ch: "
+                 f"out[{rows}, {name}] = a[{rows}, {name}]`")

@@ -71,7 +71,7 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, GroupMixin, Ac
         self.facts = Facts()
         self.unsafe_depth = 0
         self.loop_depth = 0
-        self.chunk_loops: dict[int, int] = {}     # id(Var) of a chunk loop -> n of its chunk_1d(n)
+        self.chunk_loops: dict[int, irt.ChunkType] = {}   # id(Var) of a chunk loop -> its chunk's type
         self.stride_loops: dict[int, str] = {}    # id(Var) of a warp.lanes / block.threads loop -> scope
         self.row_loops: dict[int, str] = {}       # id(Var) of a warp.rows / block.rows loop -> scope
         self.stride_scope: str | None = None      # scope of the innermost such loop around the code

@@ -4,7 +4,9 @@ A safe write (outside `with simt.unsafe():`) to a DisjointSlice names its elemen
 - at the kernel's ThreadIndex (`out[i] = ...`, `out.get_mut(i).set(...)`): the thread whose global
   index is i owns element i;
 - at the position a `simt.thread.chunk_1d(n)` loop gives (`for q in chunk: out[q] = ...`): thread t
-  owns elements [t*n, t*n + n). A chunk of 1 is the ThreadIndex form.
+  owns elements [t*n, t*n + n). A chunk of 1 is the ThreadIndex form. `chunk_2d` / `chunk_3d` give the
+  same run along the last axis of the row the thread's other index components name
+  (`b, t, ch = simt.thread.chunk_3d(4)`, `for c in ch: out[b, t, c] = ...`).
 - a warp a row (`w = simt.warp.index_1d()`, `for c in simt.warp.lanes(n): out[w, c] = ...`): warp w
   owns row w of a 2-D slice and its lane l writes columns l, l + 32, ...; at the warp's index itself
   (`mean[w] = m`, 1-D) the warp writes once, from lane 0. Warps are whole (an exact block of whole warps
@@ -55,15 +57,19 @@ class Form:
                     f"r writes columns r, r + {step}, ...)")
         if self.per == 1:
             return f"at its {self.ndim}-D ThreadIndex (thread i owns {array}[i])"
-        return f"in a chunk_1d({self.per}) loop (thread t owns {array}[{self.per}*t : {self.per}*t + {self.per}])"
+        if self.ndim == 1:
+            return f"in a chunk_1d({self.per}) loop (thread t owns {array}[{self.per}*t : {self.per}*t + {self.per}])"
+        row = "b, t" if self.ndim == 3 else "r"
+        return (f"in a chunk_{self.ndim}d({self.per}) loop (thread ({row}, x) owns {array}[{row}, "
+                f"{self.per}*x : {self.per}*x + {self.per}])")
 
 
 def thread_form(ndim: int) -> Form:
     return Form(ndim, 1)
 
 
-def chunk_form(n: int) -> Form:
-    return Form(1, n)     # chunk_1d(1) is the 1-D ThreadIndex form
+def chunk_form(n: int, ndim: int = 1) -> Form:
+    return Form(ndim, n)     # chunk_Nd(1) is the N-D ThreadIndex form
 
 
 def group_form(scope: str, ndim: int, rows: bool = False) -> Form:
@@ -134,12 +140,12 @@ def check_claims(params: list[str], claims: list[Claim], options) -> None:
                 c.loc,
                 f"use simt.thread.index_{domain}d() (the kernel's domain) for every safe write, or declare "
                 f"@simt.kernel(domain={c.form.ndim}, ...)")
-        if c.form.per > 1 and domain != 1:
+        if c.form.per > 1 and domain != c.form.ndim:
+            nd = c.form.ndim
             raise compile_error(
-                f"'{name}' is written in a chunk_1d({c.form.per}) loop in a kernel of domain={domain} "
-                f"({c.where()}): chunks are 1-D, so threads that differ along the other axes would own the "
-                "same elements", c.loc,
-                "chunk loops need @simt.kernel(domain=1)")
+                f"'{name}' is written in a chunk_{nd}d({c.form.per}) loop in a kernel of domain={domain} "
+                f"({c.where()}): threads that differ along the other axes would own the same elements",
+                c.loc, f"chunk_{nd}d loops need @simt.kernel(domain={nd})")
         prev = first.setdefault(c.param, c)
         if prev.form != c.form:
             raise compile_error(
@@ -157,4 +163,5 @@ def _example(name: str, a: Form, b: Form) -> str:
     if a.scope != b.scope or a.scope != "thread":
         return "the two forms give its elements different owners, so two threads would write one element"
     e = min(a.per, b.per)        # e // min == 1, e // max == 0
-    return f"thread {e // a.per} and thread {e // b.per} would both write {name}[{e}]"
+    row = ", ".join(["0"] * (a.ndim - 1) + [str(e)])
+    return f"thread {e // a.per} and thread {e // b.per} would both write {name}[{row}]"

@@ -7,6 +7,7 @@ known. Facts come from:
 - `for j in range(len(a))` / `range(a.shape[k])` / `range(c)`: j is in [0, bound) when j is never assigned;
 - contract relations (`requires=`): `len(a) == len(out)`, `a.shape == out.shape`, `len(x) <= len(y)`,
   `a.shape[1] == b.shape[0]` make extents equal / ordered, so a bound on one array carries to another;
+  an integer scalar parameter is a term too (`V <= a.shape[1]`: `for j in range(V)` indexes a's axis 1);
 - exact block / launch bounds: `threadIdx.x < block[0]`, used for static shared arrays;
 - constant indices into static shared arrays.
 Index expressions are compared by a *key*: ("tid", ndim, k) for ThreadIndex components, ("var", id)
@@ -55,6 +56,19 @@ def _operand_key(e: ir.Expr) -> tuple | None:
     if isinstance(e, ir.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
         return ("const", e.value)
     return index_key(e)
+
+
+def scalar_param_bound(stop: ir.Expr, loop_type: irt.Type) -> Extent | None:
+    """`range(.., V, ..)` with V an integer scalar parameter the kernel never assigns (a ParamRef):
+    the extent term (V, -1) that `requires=["V <= a.shape[1]"]` orders below a's extent
+    (dsl/ir/relations.py), so `a[.., j]` needs no check. Only when the loop's type holds every value
+    of V's type: then j < V in the loop's type is j < V."""
+    if not (isinstance(stop, ir.ParamRef) and isinstance(stop.type, irt.ScalarType) and stop.type.is_int
+            and isinstance(loop_type, irt.ScalarType) and loop_type.is_int):
+        return None
+    src, dst = stop.type, loop_type
+    holds = dst.bits >= src.bits if src.kind == dst.kind else (not src.is_signed and dst.bits > src.bits)
+    return (stop.param.name, -1) if holds else None
 
 
 def pure_index_expr(e: ir.Expr) -> bool:

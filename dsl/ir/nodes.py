@@ -226,13 +226,15 @@ class MakeTuple(Expr):
 
 @dataclass(eq=False)
 class ChunkValue(Expr):
-    """simt.thread.chunk_1d(n): start = global_thread_id_x * n (1-D)."""
+    """simt.thread.chunk_Nd(n): start = global_thread_id_x * n along the last array axis (ndim 1: the
+    only one); the other axes are the ThreadIndex components 0..ndim-2 of an ndim-D launch."""
     n: int
     loc: Loc = NOLOC
+    ndim: int = 1
 
     @property
     def type(self) -> Type:  # type: ignore[override]
-        return ChunkType(self.n)
+        return ChunkType(self.n, self.ndim)
 
 
 @dataclass(eq=False)
@@ -403,25 +405,31 @@ class While(Stmt):
 class ForRange(Stmt):
     """for var in range(start, stop, step): all INDEX-or-int typed like var. `step` may be negative;
     if it is a Const the backend specialises the comparison, else it tests the sign at run time.
-    The trip count is fixed when the loop starts (Python semantics: stop/step evaluated once)."""
+    The trip count is fixed when the loop starts (Python semantics: stop/step evaluated once).
+    `unroll`: the `unroll=N` hint (1..64; 1: none): the back end runs the body in groups of N copies
+    (dsl/backend/unroll.py); the meaning is the same, the simulator ignores it."""
     var: Var
     start: Expr
     stop: Expr
     step: Expr
     body: list[Stmt]
     loc: Loc = NOLOC
+    unroll: int = 1
 
 
 @dataclass(eq=False)
 class ChunkLoop(Stmt):
     """for var in chunk: var (an INDEX Var) takes start..start+n-1. Guarded on
     `array` (the DisjointSlice the chunk indexes): the backend emits a vectorisable fast path when the
-    whole chunk is in range and a per-element guarded path otherwise."""
+    whole chunk is in range and a per-element guarded path otherwise. `lead` (n-D chunks): the row's
+    indices along the array's other axes (the ThreadIndex components); the loop runs only when they
+    are inside `array`, and `var` runs along its last axis."""
     var: Var
     chunk: Expr
     array: Expr
     body: list[Stmt]
     loc: Loc = NOLOC
+    lead: list[Expr] = field(default_factory=list)
 
 
 @dataclass(eq=False)

@@ -75,7 +75,7 @@ class _Printer:
         return f"({self.idx(x.elems)},)"
 
     def e_ChunkValue(self, x: N.ChunkValue) -> str:
-        return f"thread.chunk_1d({x.n})"
+        return f"thread.chunk_{x.ndim}d({x.n})"
 
     def e_ChunkStart(self, x: N.ChunkStart) -> str:
         return f"{self.e(x.chunk)}.start"
@@ -136,10 +136,12 @@ class _Printer:
             add(f"{pad}while {self.e(x.cond)}:")
             self.block(x.body, d + 1)
         elif isinstance(x, N.ForRange):
-            add(f"{pad}for {self.var(x.var)} in range({self.e(x.start)}, {self.e(x.stop)}, {self.e(x.step)}):")
+            hint = f", unroll={x.unroll}" if x.unroll != 1 else ""
+            add(f"{pad}for {self.var(x.var)} in range({self.e(x.start)}, {self.e(x.stop)}, {self.e(x.step)}{hint}):")
             self.block(x.body, d + 1)
         elif isinstance(x, N.ChunkLoop):
-            add(f"{pad}for {self.var(x.var)} in {self.e(x.chunk)} guarded {self.e(x.array)}:")
+            row = f"[{self.idx(x.lead)}, :]" if x.lead else ""
+            add(f"{pad}for {self.var(x.var)} in {self.e(x.chunk)} guarded {self.e(x.array)}{row}:")
             self.block(x.body, d + 1)
         elif isinstance(x, N.Return):
             add(f"{pad}return" + (f" {self.e(x.value)}" if x.value is not None else ""))

@@ -23,7 +23,10 @@ class Relations:
             self._add(tree)
 
     def _extent_terms(self, node: ast.expr) -> list[Extent] | None:
-        """`len(a)` -> [(a,0)]; `a.shape[k]` -> [(a,k)]; `a.shape` -> all axes."""
+        """`len(a)` -> [(a,0)]; `a.shape[k]` -> [(a,k)]; `a.shape` -> all axes; a bare scalar name
+        `V` -> [(V, -1)] (a range bound: dsl/frontend/proofs.py scalar_param_bound)."""
+        if isinstance(node, ast.Name) and node.id not in self.ndims:
+            return [(node.id, -1)]
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" \
                 and len(node.args) == 1 and isinstance(node.args[0], ast.Name):
             return [(node.args[0].id, 0)]

@@ -123,8 +123,11 @@ class ThreadIndexType(Type):
 
 @dataclass(frozen=True)
 class ChunkType(Type):
-    """simt.thread.chunk_1d(n): this thread owns elements [start, start + n) of every 1-D slice."""
+    """simt.thread.chunk_1d(n): this thread owns elements [start, start + n) of every 1-D slice;
+    chunk_2d / chunk_3d (ndim 2, 3): that run along the last axis of the row its other ThreadIndex
+    components name."""
     n: int
+    ndim: int = 1
 
 
 @dataclass(frozen=True)

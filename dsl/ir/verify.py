@@ -247,6 +247,8 @@ class _Verifier:
             if c.type != s.var.type:
                 self.fail(f"range bound of type {c.type} for a loop variable of type {s.var.type}", s)
         self.index(s.start, "range bound")
+        if not (isinstance(s.unroll, int) and not isinstance(s.unroll, bool) and 1 <= s.unroll <= 64):
+            self.fail(f"loop unroll factor {s.unroll!r}, expected an int from 1 to 64", s)
         self._loop(s.body)
 
     def s_ChunkLoop(self, s: N.ChunkLoop) -> None:
@@ -255,8 +257,11 @@ class _Verifier:
         if not isinstance(s.chunk.type, ChunkType):
             self.fail("chunk loop over a non-chunk", s)
         t = self.array(s.array, "chunked array")
-        if t.ndim != 1:
-            self.fail("chunked array must be 1-d", s)
+        if t.ndim != s.chunk.type.ndim or len(s.lead) != t.ndim - 1:
+            self.fail(f"a {s.chunk.type.ndim}-d chunk over a {t.ndim}-d array with {len(s.lead)} row indices", s)
+        for e in s.lead:
+            self.expr(e)
+            self.index(e, "chunk row index")
         self._loop(s.body)
 
     def s_Break(self, s) -> None:

@@ -277,10 +277,14 @@ class Machine:
         start = np.zeros(self.L, np.int64)
         start[sel] = self.ev(s.chunk, sel)
         mem = self.ev(s.array, sel)
-        extent = mem.extents[0]
+        extent = mem.extents[-1]
         n_own = s.chunk.type.n if isinstance(s.chunk.type, ChunkType) else 1
         var = self._var(s.var)
         cur = mask & ~self.exited
+        for axis, e in enumerate(s.lead):          # the row must be inside the array
+            row = np.full(self.L, -1, np.int64)
+            row[sel] = self.ev(e, sel)
+            cur &= (row >= 0) & (row < mem.extents[axis])
         for k in range(n_own):
             pos = start + k
             run = cur & (pos >= 0) & (pos < extent)

@@ -3,6 +3,7 @@ and an explicit `unsafe` escape hatch. See docs/dsl.md for the language referenc
 from dsl.vocab.simt import Array, ArraySpec, DisjointSlice, Optional
 from dsl.vocab.simt import (atomic, block, blockDim, blockIdx, gridDim, lane_id, math_intrinsic, shared,
                                  sync_threads, thread, threadIdx, unsafe, warp, warp_size)
+from dsl.vocab.simt import range  # noqa: A004   (simt.range(..., unroll=N); nothing here calls range)
 from dsl.vocab import math as _vocab
 from dsl.simt.kernel import DeviceFunction, SimtKernel, device, kernel
 from dsl.simt.extern import ExternDevice, extern_device   # C++ __device__ functions (dsl/link.py)
@@ -14,7 +15,7 @@ _vocab.add_model_namespace(__name__, globals())   # register_math refuses the na
 
 __all__ = ["kernel", "device", "Array", "DisjointSlice", "Optional", "ArraySpec", "SimtKernel", "DeviceFunction",
            "thread", "threadIdx", "blockIdx", "blockDim", "gridDim", "lane_id", "warp_size",
-           "sync_threads", "shared", "atomic", "warp", "block", "unsafe", "extern_device", "ExternDevice", *_MATH_NAMES]
+           "sync_threads", "shared", "atomic", "warp", "block", "unsafe", "range", "extern_device", "ExternDevice", *_MATH_NAMES]
 
 
 def __getattr__(name: str) -> object:

@@ -64,7 +64,7 @@ class Namespace:
         return f"<simt namespace {self._prefix}>"
 
 
-thread = Namespace("thread", ("index_1d", "index_2d", "index_3d", "chunk_1d"))
+thread = Namespace("thread", ("index_1d", "index_2d", "index_3d", "chunk_1d", "chunk_2d", "chunk_3d"))
 shared = Namespace("shared", ("array", "dynamic"))
 atomic = Namespace("atomic", ("add", "sub", "min", "max", "exch", "cas", "and_", "or_", "xor"))
 warp = Namespace("warp", ("shfl", "shfl_up", "shfl_down", "shfl_xor", "ballot", "any", "all", "sum",
@@ -115,6 +115,8 @@ warp_size = Register("warpsize", "warp_size")
 lane_id = Intrinsic("lane_id")
 sync_threads = Intrinsic("sync_threads")
 unsafe = Intrinsic("unsafe")
+# `for i in simt.range(start, stop, step, unroll=4)`: range with an unroll hint (dsl/frontend/unroll.py).
+range = Intrinsic("range")  # noqa: A001   (simt.range, as tl.range; this module calls no builtin range)
 
 # simt.<math function>: one object per row of the math table (dsl/vocab/math.py), made on first use.
 # An explicit cache (rows are only ever added or removed by dsl.vocab.register_math / unregister_math).

@@ -11,14 +11,13 @@ Started with `python -m dsl port cpp/kernels/llm/crossentropy.cu --kernel crosse
 - Each thread keeps an online (max, sum of exp) over its columns, the block combines them with warp
   reductions and one shared slot a warp, as the C++ block_max / block_sum do: the shared scratch is the
   port's only `unsafe` (in the two device functions).
-- Loads in flight, as in nvcc's code: nvcc unrolls both C++ column loops by 4 (four independent loads
-  a thread in flight); the DSL's LLVM pipeline does not unroll a loop of run-time trip count, and one
-  load in flight a thread reached about half the C++ speed. So each pass loads four columns at once
-  (c, c + 1024, c + 2048, c + 3072) every fourth iteration (`ahead == 0`) into registers the next three
-  iterations use, and takes one column at a time only where fewer than four remain in the row: one
-  memory latency per four columns, each logit read once a pass, scalar 4-byte loads as in C++. Loads
-  past V (the padding) are in the row and unused. The write pass stays a `simt.block.threads` loop, so
-  dlogits[row, c] is still owned (no `unsafe`).
+- The column loops are the C++ ones with `unroll=4`: nvcc unrolls both C++ loops by 4, so each thread
+  has four loads in flight; the DSL's LLVM pipeline does not unroll a loop of run-time trip count, and
+  one load in flight a thread reached about half the C++ speed. With `unroll=4` the back end runs the
+  loop four iterations at a time and issues their four loads before the first exp (docs/dsl.md,
+  "Unrolling"). `requires=["V <= logits.shape[1]"]` proves `logits[row, c]` for c < V (no run-time
+  check). The write pass loads each column before its `c < V` test (the padding columns are in the
+  row and unused), so those loads go first too; dlogits[row, c] is still owned (no `unsafe`).
 - A target outside [0, V) gives a NaN loss and a NaN row of V dlogits, as in C++.
 """
 from __future__ import annotations
@@ -27,7 +26,6 @@ from dsl import f32, i32, simt
 
 THREADS = 1024
 WARPS = THREADS // 32
-LOOKAHEAD = 3 * THREADS                 # the last of the four columns a thread loads at once
 NAN = float("nan")
 NEG_INF = float("-inf")
 
@@ -71,25 +69,8 @@ def crossentropy_forward(losses: simt.DisjointSlice[f32], logits: simt.Array[f32
     if row < logits.shape[0]:
         m = f32(NEG_INF)                        # this thread's online max and sum of exp
         s = f32(0.0)
-        ahead = 0                               # four loads in flight: see the module's docstring
-        x1 = f32(0.0)
-        x2 = f32(0.0)
-        x3 = f32(0.0)
-        for c in range(simt.threadIdx.x, V, THREADS):
-            v = x1
-            if ahead == 0:
-                if c < logits.shape[1] - 3072:          # 3072 = LOOKAHEAD (the range proof reads a literal)
-                    v = logits[row, c]
-                    x1 = logits[row, c + THREADS]
-                    x2 = logits[row, c + 2 * THREADS]
-                    x3 = logits[row, c + LOOKAHEAD]
-                elif c < logits.shape[1]:       # always (V <= Vp): the row's last columns, one at a time
-                    v = logits[row, c]
-                    ahead = 3
-            else:
-                x1 = x2
-                x2 = x3
-            ahead = (ahead + 1) % 4
+        for c in simt.range(simt.threadIdx.x, V, THREADS, unroll=4):
+            v = logits[row, c]
             if v > m:
                 s = s * simt.exp(m - v) + f32(1.0)
                 m = v
@@ -113,25 +94,8 @@ def crossentropy_backward(dlogits: simt.DisjointSlice[f32, 2], logits: simt.Arra
     if row < logits.shape[0]:
         m = f32(NEG_INF)                        # the statistics pass: crossentropy_forward's
         s = f32(0.0)
-        ahead = 0
-        x1 = f32(0.0)
-        x2 = f32(0.0)
-        x3 = f32(0.0)
-        for c in range(simt.threadIdx.x, V, THREADS):
-            v = x1
-            if ahead == 0:
-                if c < logits.shape[1] - 3072:          # 3072 = LOOKAHEAD (the range proof reads a literal)
-                    v = logits[row, c]
-                    x1 = logits[row, c + THREADS]
-                    x2 = logits[row, c + 2 * THREADS]
-                    x3 = logits[row, c + LOOKAHEAD]
-                elif c < logits.shape[1]:
-                    v = logits[row, c]
-                    ahead = 3
-            else:
-                x1 = x2
-                x2 = x3
-            ahead = (ahead + 1) % 4
+        for c in simt.range(simt.threadIdx.x, V, THREADS, unroll=4):
+            v = logits[row, c]
             if v > m:
                 s = s * simt.exp(m - v) + f32(1.0)
                 m = v
@@ -144,22 +108,8 @@ def crossentropy_backward(dlogits: simt.DisjointSlice[f32, 2], logits: simt.Arra
         t = targets[row]
         g = dlosses[row]
         scale = g / row_sum if t >= 0 and t < V else f32(NAN)
-        ahead = 0                               # the write pass: the same four loads a step
-        for c in simt.block.threads(logits.shape[1]):
-            x = x1
-            if ahead == 0:
-                if c < logits.shape[1] - 3072:          # 3072 = LOOKAHEAD (the range proof reads a literal)
-                    x = logits[row, c]
-                    x1 = logits[row, c + THREADS]
-                    x2 = logits[row, c + 2 * THREADS]
-                    x3 = logits[row, c + LOOKAHEAD]
-                else:
-                    x = logits[row, c]
-                    ahead = 3
-            else:
-                x1 = x2
-                x2 = x3
-            ahead = (ahead + 1) % 4
+        for c in simt.block.threads(logits.shape[1], unroll=4):   # the write pass, padding too
+            x = logits[row, c]                  # loaded before the test: the four copies' loads go first
             d = f32(0.0)
             if c < V:
                 d = simt.exp(x - row_max) * scale - (g if c == t else f32(0.0))

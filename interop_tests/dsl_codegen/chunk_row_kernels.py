@@ -1,0 +1,60 @@
+"""n-D chunk loops (`simt.thread.chunk_2d` / `chunk_3d`): a thread owns a run of the last axis of one
+row, for the results, vector-access and slow-path tests. Lines the tests look for carry `# LINE:<name>`."""
+from __future__ import annotations
+
+from dsl import f32, i32, simt
+
+NAN = float("nan")
+
+
+@simt.kernel(domain=2, requires=["x.shape == out.shape", "len(bias) == out.shape[1]"])
+def scale_bias_rows(x: simt.Array[f32, 2], bias: simt.Array[f32], out: simt.DisjointSlice[f32, 2], s: f32):
+    """out[r, c] = x[r, c] * s + bias[c], four columns a thread."""
+    r, ch = simt.thread.chunk_2d(4)
+    for c in ch:
+        out[r, c] = x[r, c] * s + bias[c]
+
+
+@simt.kernel(domain=3, requires=["inp.shape[0] == out.shape[0]", "inp.shape[1] == out.shape[1]",
+                                 "wte.shape[1] == out.shape[2]", "wpe.shape[1] == out.shape[2]",
+                                 "wpe.shape[0] >= out.shape[1]"])
+def embed(out: simt.DisjointSlice[f32, 3], inp: simt.Array[i32, 2], wte: simt.Array[f32, 2],
+          wpe: simt.Array[f32, 2]):
+    """GPT-2's encoder: a row of wte chosen by data (a NaN row for a bad id) plus a row of wpe."""
+    b, t, ch = simt.thread.chunk_3d(4)
+    if b < out.shape[0] and t < out.shape[1]:
+        ix = inp[b, t]
+        if ix >= 0 and ix < wte.shape[0]:
+            for c in ch:
+                out[b, t, c] = wte[ix, c] + wpe[t, c]
+        else:
+            for c in ch:
+                out[b, t, c] = f32(NAN)
+
+
+@simt.kernel(domain=2, requires=["x.shape[1] == out.shape[1]"])
+def gather_unproven_row(x: simt.Array[f32, 2], rows: simt.Array[i32], out: simt.DisjointSlice[f32, 2]):
+    """x's row comes from data and is not tested: its loads keep a bounds check and stay per element."""
+    r, ch = simt.thread.chunk_2d(4)
+    if r < len(rows):
+        j = rows[r]
+        for c in ch:
+            out[r, c] = x[j, c]  # LINE:unproven_row
+
+
+@simt.kernel(domain=2, requires=["x.shape == out.shape"])
+def row_changes_in_body(x: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
+    """The row of x's access is a variable the body assigns: it may differ between the elements."""
+    r, ch = simt.thread.chunk_2d(2)
+    j = r
+    for c in ch:
+        out[r, c] = x[j, c]  # LINE:changing_row
+        j = 0
+
+
+def marker_line(name: str) -> int:
+    with open(__file__) as f:
+        for k, line in enumerate(f, 1):
+            if line.rstrip().endswith(f"# LINE:{name}"):
+                return k
+    raise LookupError(name)
