@@ -1,7 +1,7 @@
-"""Triton's tutorials 01-05 (forward): ours (the dsl.tile kernels of examples/triton_tutorials/) vs the
-Triton originals (benchmarks/_triton_peers.py) vs the torch op, one process.
+"""Triton's tutorials 01-06: ours (the dsl.tile kernels of examples/triton_tutorials/) vs the Triton
+originals (benchmarks/_triton_peers.py) vs the torch op, one process.
 
-    python benchmarks/triton_tutorials.py [--quick] [--json out.json] [--only 01,03]
+    python benchmarks/triton_tutorials.py [--quick] [--json out.json] [--only 01,03,05bwd,06]
 
 | tutorial | shape | torch op |
 |---|---|---|
@@ -10,15 +10,24 @@ Triton originals (benchmarks/_triton_peers.py) vs the torch op, one process.
 | 03 matmul + leaky ReLU | 4096^3 f16, f16 C | torch.matmul(out=) + leaky_relu_ |
 | 04 low-memory dropout, p = 0.5 | n = 2^26 f32 | x * a stored f32 mask of 0 and 1/(1-p) (F.dropout: a row) |
 | 05 layer norm forward | 4096 x (1024, 8192) f16 | F.layer_norm |
+| 05bwd layer norm backward (dx, dw, db) | 4096 x (1024, 8192) f16 | autograd of F.layer_norm |
+| 06 fused attention forward | f16 B4 H16 S4096 D128 (and D64 unless --quick), causal and not | SDPA, flash backend |
 
 Each implementation is checked against NumPy float64 before it is timed (a wrong one is not timed: a
 wrong kernel of ours fails the run); timing is CUDA events around one launch, L2 flushed before each,
 every implementation of a case interleaved in each round, median over the rounds. Ours and Triton's
 configurations are tried like an autotuner (every one is a row) and the best of each side is compared;
-a torch op is one configuration. GB/s count the bytes the op must move (TFLOP/s for the GEMM). Bars
+a torch op is one configuration. GB/s count the bytes the op must move (TFLOP/s: GEMM, attention). Bars
 (issue 28): every tutorial >= 1.0x its Triton original and >= 1.0x the torch op. A missing Triton or
 torch is a row with a reason, never a silent gap. Triton's dropout draws Philox numbers (tl.rand),
 ours a two-round integer hash (examples/triton_tutorials/04_dropout.py): the same keep rate, other masks.
+The layer norm backward is timed from the forward's saved statistics (the forward is outside the timed
+region; torch: `torch.autograd.grad` of one F.layer_norm graph, kept), GB/s counting x and dy read
+and dx written, as the tutorial counts them; ours zeroes its partial buffer in the timed region,
+Triton's peer allocates and zeroes its locks there, as the tutorial does. The attention is checked
+against SDPA in f32 (max |error| 2e-2) and counted in TFLOP/s (4*B*H*S^2*D, halved when causal);
+examples/flash_attention.py (our tuned kernel, f32 output) and SDPA's cuDNN backend are timed in the
+same rounds for context (rows, no bars).
 """
 from __future__ import annotations
 
@@ -35,47 +44,61 @@ from _common import Report, try_import
 from dsl import tile
 
 TUTORIALS = {"01": "01_vector_add", "02": "02_fused_softmax", "03": "03_matmul", "04": "04_dropout",
-             "05": "05_layer_norm"}
+             "05": "05_layer_norm", "06": "06_fused_attention"}
 # the shapes (issue 28): module constants, so that a smoke run can shrink them
 VECTOR_N = 1 << 26
 SOFTMAX_ROWS, SOFTMAX_COLS = 4096, (1000, 4096, 16384)
 MATMUL_MNK = (4096, 4096, 4096)
 DROPOUT_N, DROPOUT_P, DROPOUT_SEED = 1 << 26, 0.5, 20261203
 LAYER_NORM_ROWS, LAYER_NORM_COLS = 4096, (1024, 8192)
+ATTN_SHAPES = ((4, 16, 4096, 128), (4, 16, 4096, 64))      # (B, H, S, D); --quick: the first only
+ATTN_TOL = 2e-2
 
 
 def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", help="write results here")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--only", default="", help="comma list of tutorials to run (01,...,05); default all")
+    ap.add_argument("--only", default="", help="comma list of cases to run (01, 02, 03, 04, 05 (forward), "
+                    "05bwd, 06); default all")
     return ap.parse_args()
 
 
-def load_tutorial(stem: str) -> Any:
-    path = ROOT / "examples" / "triton_tutorials" / f"{stem}.py"
-    spec = importlib.util.spec_from_file_location(f"triton_tutorial_{stem}", path)
+def load_example(relpath: str) -> Any:
+    """The module of examples/<relpath>.py (examples are scripts, not a package)."""
+    path = ROOT / "examples" / f"{relpath}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{relpath.replace('/', '_')}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_tutorial(stem: str) -> Any:
+    return load_example(f"triton_tutorials/{stem}")
 
 
 class Bench:
     """One run: the report, the case runner, torch, the Triton peers (None: why is in `no_triton`) and
     the summary table (one line per case: best of ours, of Triton, the torch op)."""
 
-    def __init__(self, rep: Report, reps: int, torch: Any, peers: Any, no_triton: str) -> None:
+    def __init__(self, rep: Report, reps: int, torch: Any, peers: Any, no_triton: str, quick: bool = False) -> None:
         self.rep, self.ops, self.torch, self.tp, self.no_triton = rep, Ops(rep, reps), torch, peers, no_triton
+        self.quick = quick
         self.table: list[dict] = []
 
     def triton_skipped(self, op: str, unit: str) -> None:
         self.rep.row(f"{op}: Triton", None, unit, note=f"skipped: {self.no_triton}")
 
-    def case(self, op: str, ours: dict, triton: dict, torch_op: dict, unit: str, work: float) -> None:
-        """Time ours + Triton + torch (name -> (launch fn, check fn)); record the bars and the summary."""
+    def case(self, op: str, ours: dict, triton: dict, torch_op: dict, unit: str, work: float,
+             context: dict | None = None) -> None:
+        """Time ours + Triton + torch (name -> (launch fn, check fn)); record the bars and the summary.
+        `context`: more implementations timed in the same rounds, rows of no side and no bar (one whose
+        name starts with "DSL" is ours: a wrong result of it fails the run)."""
         if self.tp is None:
             self.triton_skipped(op, unit)
-        vals = self.ops.run(op, {**ours, **triton, **torch_op}, set(ours), unit, work)
+        context = context or {}
+        vals = self.ops.run(op, {**ours, **triton, **torch_op, **context},
+                            set(ours) | {k for k in context if k.startswith("DSL")}, unit, work)
         best = {side: max(((vals[k], k) for k in names if k in vals), default=None)
                 for side, names in (("ours", ours), ("Triton", triton), ("torch", torch_op))}
         line = {"case": op, "unit": unit}
@@ -91,13 +114,13 @@ class Bench:
 
     def print_table(self) -> None:
         print("\nsummary (best of each side; ratio = ours / peer, > 1 is faster)")
-        print(f"  {'case':<40}{'ours ms':>10}{'Triton ms':>11}{'torch ms':>10}{'vs Triton':>11}{'vs torch':>10}")
+        print(f"  {'case':<48}{'ours ms':>10}{'Triton ms':>11}{'torch ms':>10}{'vs Triton':>11}{'vs torch':>10}")
         for line in self.table:
             ms = {s: (line[s]["ms"] if line[s] else None) for s in ("ours", "Triton", "torch")}
             cells = [f"{v:>10.4f}" if v is not None else f"{'-':>10}" for v in ms.values()]
             ratios = [f"{ms[p] / ms['ours']:>10.3f}" if ms[p] and ms["ours"] else f"{'-':>10}"
                       for p in ("Triton", "torch")]
-            print(f"  {line['case'][:40]:<40}{cells[0]}{cells[1]:>11}{cells[2]}{ratios[0]:>11}{ratios[1]}")
+            print(f"  {line['case'][:48]:<48}{cells[0]}{cells[1]:>11}{cells[2]}{ratios[0]:>11}{ratios[1]}")
         self.rep.extra["summary"] = self.table
 
 
@@ -324,12 +347,146 @@ def layer_norm(b: Bench, rng: np.random.Generator) -> None:
         b.case(f"05 layer_norm fwd {rows}x{cols} f16", ours, triton, peer, "GB/s", 2 * rows * cols * 2 / 1e9)
 
 
-CASES = {"01": vector_add, "02": fused_softmax, "03": matmul, "04": dropout, "05": layer_norm}
+# ------------------------------------------------------------------------------------------------ 05 backward
+def layer_norm_bwd_candidates(T: Any, cols: int) -> list[dict]:
+    """backward_args options: the dx kernel on its default warps (16 elements a thread) and with 8 or
+    32 elements a thread (the tutorial's warps among them)."""
+    width = 1 << (cols - 1).bit_length()
+    return [{}] + [{"num_warps": w} for w in (1, 2, 4, 8, 16, 32) if width // (32 * w) in (8, 32)]
+
+
+def layer_norm_bwd(b: Bench, rng: np.random.Generator) -> None:
+    T, torch = load_tutorial(TUTORIALS["05"]), b.torch
+    for cols in LAYER_NORM_COLS:
+        rows = LAYER_NORM_ROWS
+        xh, wh, bh = T.inputs(rows, cols, np.float16, seed=int(rng.integers(1 << 30)))
+        dyh = rng.standard_normal((rows, cols), dtype=np.float32).astype(np.float16)
+        want = T.reference_bwd(xh, wh, dyh)
+        _, mean_h, rstd_h = T.reference(xh, wh, bh)     # the forward's statistics, in f32 as it saves them
+        x, w, bias, dy = (to_dev(torch, a) for a in (xh, wh, bh, dyh))
+        mean, rstd = (to_dev(torch, a.astype(np.float32)) for a in (mean_h, rstd_h))
+        tol = {"rtol": 1e-2, "atol": 1e-2 * np.sqrt(rows)}       # dw, db: sums of M rows of f16 partials
+
+        def outs() -> tuple:
+            return (nan_like(torch, (rows, cols), torch.float16), nan_like(torch, (cols,), torch.float16),
+                    nan_like(torch, (cols,), torch.float16))
+
+        def check(name: str, got: Any) -> Callable[[], None]:
+            def run() -> None:
+                dx, dw, db = got if isinstance(got, tuple) else got[0]
+                check_close(f"{name} dx", dx.float().cpu().numpy(), want[0], rtol=1e-2, atol=1e-2)
+                check_close(f"{name} dw", dw.float().cpu().numpy(), want[1], **tol)
+                check_close(f"{name} db", db.float().cpu().numpy(), want[2], **tol)
+            return run
+        ours, triton, peer = {}, {}, {}
+        for how in layer_norm_bwd_candidates(T, cols):
+            got = outs()
+            part = torch.zeros(T.partials_shape(cols), dtype=torch.float32, device="cuda")
+            (kdx, adx), (kdw, adw) = T.backward_args(x, dy, w, mean, rstd, *got, part, **how)
+
+            def ours_bwd(i: int, p=part, k1=kdx, a1=adx, k2=kdw, a2=adw) -> None:
+                p.zero_()
+                k1(*a1)
+                k2(*a2)
+            ours[f"DSL tile dx_fused ({kdx.num_warps} warps) + dwdb"] = (ours_bwd, check("ours", got))
+        if b.tp is not None:
+            got = outs()
+            triton["Triton _layer_norm_bwd_dx_fused + _dwdb"] = (
+                lambda i, o=got: b.tp.layer_norm_bwd(dy, x, w, mean, rstd, *o), check("Triton", got))
+        xt, wt, bt = (a.clone().requires_grad_(True) for a in (x, w, bias))
+        y = torch.nn.functional.layer_norm(xt, (cols,), wt, bt, 1e-5)      # the graph, built once, kept
+        res: list = []
+        peer["torch autograd.grad(F.layer_norm)"] = (
+            keep_first(res, lambda: torch.autograd.grad(y, (xt, wt, bt), dy, retain_graph=True)),
+            check("torch", res))
+        b.case(f"05 layer_norm bwd {rows}x{cols} f16", ours, triton, peer, "GB/s", 3 * rows * cols * 2 / 1e9)
+
+
+# ------------------------------------------------------------------------------------------------ 06
+# (BLOCK_M, BLOCK_N, warps or None for the kernel's own) by head dim; BLOCK_N divides BLOCK_M (the causal
+# diagonal stage). D128 128x128 leaves out: 244 bytes of spills on sm_90 (ptxas), 11 s to compile.
+ATTN_OURS = {128: ((64, 64, None), (128, 64, 8)), 64: ((64, 64, None), (128, 64, 8), (128, 128, 8))}
+
+
+def attn_check(name: str, out: Any, ref: Any) -> Callable[[], None]:
+    """Max |out - SDPA in f32| below ATTN_TOL (`out` a tensor, or a list holding the first result)."""
+    def run() -> None:
+        got = out[0] if isinstance(out, list) else out
+        err = (got.float().reshape(ref.shape) - ref).abs().max().item()
+        if not err <= ATTN_TOL:
+            raise AssertionError(f"{name}: max |out - SDPA(f32)| = {err:.3e} > {ATTN_TOL}; not timing it")
+    return run
+
+
+def attention_ours(b: Bench, T: Any, op: str, q2: Any, k2: Any, v2: Any, s: int, causal: bool, ref: Any) -> dict:
+    """Our tutorial kernel on each ATTN_OURS tile (one that does not compile is a row with the reason)."""
+    torch, found = b.torch, {}
+    for bm, bn, warps in ATTN_OURS[q2.shape[1]]:
+        kernel = T.attn_fwd if warps is None else tile.kernel(T.attn_fwd.pyfunc, num_warps=warps)
+        out = nan_like(torch, tuple(q2.shape), q2.dtype)
+        name = f"DSL tile attn_fwd {bm}x{bn} w{warps or 'auto'}"
+        try:
+            args = T.launch_args(q2, k2, v2, out, s, causal, bm, bn)
+            kernel(*args)
+        except Exception as exc:  # noqa: BLE001 - a tile that does not compile is a row
+            b.rep.row(f"{op}: {name}", None, "TFLOP/s", note=f"not compiled: {type(exc).__name__}: {exc}"[:300])
+            continue
+        found[name] = (lambda i, kk=kernel, a=args: kk(*a), attn_check("ours", out, ref))
+    return found
+
+
+def attention_triton(b: Bench, q: Any, k: Any, v: Any, causal: bool, ref: Any) -> dict:
+    """The tutorial's kernel on each of its configurations through TMA descriptors, and the first
+    through plain pointers (a row that still runs should the descriptors not)."""
+    found = {}
+    for cfg, desc in [(c, True) for c in b.tp.ATTN_CONFIGS] + [(b.tp.ATTN_CONFIGS[0], False)]:
+        out = b.torch.full_like(q, float("nan"))
+        name = "Triton _attn_fwd {}x{} w{} s{} ".format(*cfg) + ("TMA descriptors" if desc else "pointers")
+        found[name] = (lambda i, o=out, c=cfg, dd=desc: b.tp.attn_fwd(q, k, v, o, causal, q.shape[-1] ** -0.5, c, dd),
+                       attn_check("Triton", out, ref))
+    return found
+
+
+def attention(b: Bench, rng: np.random.Generator) -> None:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    T, torch, fa = load_tutorial(TUTORIALS["06"]), b.torch, load_example("flash_attention")
+    for bsz, heads, s, d in ATTN_SHAPES[:1] if b.quick else ATTN_SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(int(rng.integers(1 << 30)))
+        q, k, v = (torch.randn(bsz, heads, s, d, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+        q2, k2, v2 = (t.reshape(-1, d) for t in (q, k, v))
+        for causal in (False, True):
+            op = f"06 attention fwd f16 B{bsz} H{heads} S{s} D{d} {'causal' if causal else 'full'}"
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+            ours = attention_ours(b, T, op, q2, k2, v2, s, causal, ref)
+            triton = attention_triton(b, q, k, v, causal, ref) if b.tp is not None else {}
+
+            def sdpa(backend: Any, store: list) -> Callable[[int], None]:
+                def run() -> Any:
+                    with sdpa_kernel(backend):
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return keep_first(store, run)
+            flash, cudnn = [], []
+            peer = {"torch SDPA flash": (sdpa(SDPBackend.FLASH_ATTENTION, flash), attn_check("SDPA flash", flash, ref))}
+            out = nan_like(torch, tuple(q2.shape), torch.float32)
+            context = {"torch SDPA cuDNN": (sdpa(SDPBackend.CUDNN_ATTENTION, cudnn), attn_check("SDPA cuDNN", cudnn, ref))}
+            try:
+                fa_args = fa.launch_args(q2, k2, v2, out, s, causal)
+                context["DSL tile flash_fwd (examples/flash_attention.py, f32 O)"] = (
+                    lambda i, a=fa_args: fa.flash_fwd(*a), attn_check("flash_attention.py", out, ref))
+            except ValueError as exc:
+                b.rep.row(f"{op}: examples/flash_attention.py", None, "TFLOP/s", note=f"not run: {exc}"[:300])
+            flops = 4 * bsz * heads * s * s * d / (2 if causal else 1)
+            b.case(op, ours, triton, peer, "TFLOP/s", flops / 1e12, context)
+
+
+CASES = {"01": vector_add, "02": fused_softmax, "03": matmul, "04": dropout, "05": layer_norm,
+         "05bwd": layer_norm_bwd, "06": attention}
 
 
 def main() -> int:
     args = parse()
-    rep = Report("Triton tutorials 01-05 forward: dsl.tile vs Triton vs torch")
+    rep = Report("Triton tutorials 01-06: dsl.tile vs Triton vs torch")
     if not gpu_or_note(rep):
         rep.finish(args.json)
         return 0
@@ -342,7 +499,7 @@ def main() -> int:
     peers = try_import("_triton_peers", rep.missing)
     no_triton = "" if peers is not None else f"triton not importable ({rep.missing.get('_triton_peers', '?')})"
     only = [t for t in args.only.split(",") if t] or list(CASES)
-    bench = Bench(rep, 8 if args.quick else 20, torch, peers, no_triton)
+    bench = Bench(rep, 8 if args.quick else 20, torch, peers, no_triton, args.quick)
     rng = np.random.default_rng(28)
     try:
         with bridge.use_stream(bridge.Stream()):      # ours, torch and Triton all on this stream

@@ -1,10 +1,18 @@
-"""Triton tutorial 05, layer norm forward, as dsl.tile kernels written the way the tutorial writes them.
-`layer_norm_row` (rows of up to MAX_WHOLE_ROW columns, the tutorial's BLOCK_SIZE = next_power_of_2(N)):
-one tile block per row holds the whole row in registers, reads it from global memory once, takes the
-mean and the variance from those registers and stores the normalised row once. `layer_norm_fwd`
-(longer rows): the row walked in chunks of BLOCK_SIZE columns three times (sum for the mean, squared
-deviations for the variance, then normalise and store each chunk). Both store each row's mean and
-1/std beside the output. Checked against NumPy float64 (N not a power of two).
+"""Triton tutorial 05, layer norm forward and backward, as dsl.tile kernels written the way the tutorial
+writes them. `layer_norm_row` (rows of up to MAX_WHOLE_ROW columns, the tutorial's BLOCK_SIZE =
+next_power_of_2(N)): one tile block per row holds the whole row in registers, reads it from global
+memory once, takes the mean and the variance from those registers and stores the normalised row once.
+`layer_norm_fwd` (longer rows): the row walked in chunks of BLOCK_SIZE columns three times (sum for the
+mean, squared deviations for the variance, then normalise and store each chunk). Both store each row's
+mean and 1/std beside the output.
+
+The backward is the tutorial's two kernels. `layer_norm_bwd_dx_fused`: one block per row, the whole
+row in registers, dx = (w*dy - (xhat*c1 + c2)) * rstd with c1 = sum(xhat*w*dy)/N, c2 = sum(w*dy)/N;
+the row's dw = dy*xhat and db = dy are added into row `row % GROUP_SIZE_M` of an f32 (GROUP_SIZE_M,
+N) partial buffer. The tutorial takes a lock per partial row to add its share; a tile kernel has no
+locks, and `tile.atomic_add` is what the lock emulates (so the buffer starts zeroed). Then
+`layer_norm_bwd_dwdb` sums the partial rows by columns (BLOCK_SIZE_N columns a block, BLOCK_SIZE_M
+partial rows at a time). Checked against NumPy float64 (N not a power of two).
 
     python examples/triton_tutorials/05_layer_norm.py              # GPU when present, else the simulator
     python examples/triton_tutorials/05_layer_norm.py --simulate   # the CPU simulator
@@ -30,6 +38,8 @@ E = TypeVar("E")
 MAX_BLOCK = 1024        # columns a chunk of layer_norm_fwd holds at most (8 a thread on 128 threads)
 MAX_WHOLE_ROW = 16384   # columns layer_norm_row holds (16 f32 a thread on 32 warps); longer rows are chunked
 ROW_ELEMS = 16          # elements a thread of layer_norm_row holds by default (see row_warps)
+GROUP_SIZE_M_BY_N = ((1024, 256), (4096, 128), (8192, 96))   # the tutorial's partial rows by N (longer: 64)
+DWDB_BLOCK_M, DWDB_BLOCK_N = 32, 128                          # the tutorial's dwdb block
 
 
 @tile.kernel
@@ -79,6 +89,43 @@ def layer_norm_row(x: tile.Array[E, 2], y: tile.Partition[E, 2], w: tile.Array[E
     y.store(d * r * wk + bk)
 
 
+@tile.kernel
+def layer_norm_bwd_dx_fused(dx: tile.Partition[E, 2], dy: tile.Array[E, 2], dw_part: tile.Atomic[f32, 2],
+                            db_part: tile.Atomic[f32, 2], x: tile.Array[E, 2], w: tile.Array[E, 1],
+                            mean: tile.Array[f32, 1], rstd: tile.Array[f32, 1], GROUP_SIZE_M: tile.Constant[int]):
+    row = tile.bid(0)
+    n = x.shape[1]
+    width = dx.tile_shape[1]            # the whole row, N rounded up: the loads read 0 past its end
+    cols = tile.arange(width)[None, :]
+    a = tile.load(x, (row, 0), (1, width)).astype(f32)
+    g = tile.load(dy, (row, 0), (1, width)).astype(f32)
+    wk = tile.load(w, 0, (width,)).astype(f32)[None, :]
+    r = tile.load(rstd, row, (1,))
+    xhat = tile.where(cols < n, (a - tile.load(mean, row, (1,))) * r, 0.0)
+    wdy = wk * g                        # 0 past the row's end (w and dy read 0 there)
+    c1 = tile.sum(xhat * wdy) / n
+    c2 = tile.sum(wdy) / n
+    dx.store((wdy - (xhat * c1 + c2)) * r)
+    # this row's share of dw and db, added into partial row `row % GROUP_SIZE_M` (the tutorial's lock)
+    lock_id = row % GROUP_SIZE_M
+    tile.atomic_add(dw_part, (lock_id, 0), g * xhat)
+    tile.atomic_add(db_part, (lock_id, 0), g)
+
+
+@tile.kernel
+def layer_norm_bwd_dwdb(dw_part: tile.Array[f32, 2], db_part: tile.Array[f32, 2], dw: tile.Partition[E, 1],
+                        db: tile.Partition[E, 1], BLOCK_SIZE_M: tile.Constant[int]):
+    col = tile.bid(0)                   # BLOCK_SIZE_N columns: dw's tile
+    BLOCK_SIZE_N = dw.tile_shape[0]
+    _dw = tile.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), f32)
+    _db = tile.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), f32)
+    for i in range(tile.cdiv(dw_part.shape[0], BLOCK_SIZE_M)):     # rows past GROUP_SIZE_M read 0
+        _dw += tile.load(dw_part, (i, col), (BLOCK_SIZE_M, BLOCK_SIZE_N))
+        _db += tile.load(db_part, (i, col), (BLOCK_SIZE_M, BLOCK_SIZE_N))
+    dw.store(tile.sum(_dw, axis=0))
+    db.store(tile.sum(_db, axis=0))
+
+
 def next_power_of_2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
@@ -105,13 +152,19 @@ def row_warps(width: int) -> int:
     return max(1, min(32, width // (32 * ROW_ELEMS)))
 
 
-_ROW_KERNELS: dict[int, Any] = {}       # num_warps -> layer_norm_row compiled for that many warps
+_ON_WARPS: dict[tuple[str, int], Any] = {}   # (kernel name, num_warps) -> that kernel for that many warps
+
+
+def on_warps(kernel: Any, num_warps: int) -> Any:
+    """`kernel` compiled for `num_warps` warps (one tile.kernel per pair, kept for the process)."""
+    key = (kernel.name, num_warps)
+    if key not in _ON_WARPS:
+        _ON_WARPS[key] = tile.kernel(kernel.pyfunc, num_warps=num_warps)
+    return _ON_WARPS[key]
 
 
 def row_kernel(num_warps: int) -> Any:
-    if num_warps not in _ROW_KERNELS:
-        _ROW_KERNELS[num_warps] = tile.kernel(layer_norm_row.pyfunc, num_warps=num_warps)
-    return _ROW_KERNELS[num_warps]
+    return on_warps(layer_norm_row, num_warps)
 
 
 def pick(x: Any, y: Any, w: Any, b: Any, mean: Any, rstd: Any, eps: float = 1e-5, num_warps: int | None = None,
@@ -134,12 +187,74 @@ def layer_norm(x: Any, y: Any, w: Any, b: Any, mean: Any, rstd: Any, eps: float 
     kernel(*args)
 
 
+def group_size_m(n: int) -> int:
+    """Partial rows of dw and db for rows of `n` columns, as the tutorial picks them: more partial
+    rows (fewer rows adding into each) for shorter rows."""
+    for limit, group in GROUP_SIZE_M_BY_N:
+        if n <= limit:
+            return group
+    return 64
+
+
+def partials_shape(n: int) -> tuple[int, int, int]:
+    """The shape of the f32 buffer of dw and db partial sums (partials[0]: dw, partials[1]: db)."""
+    return (2, group_size_m(n), n)
+
+
+def backward_args(x: Any, dy: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: Any, db: Any, partials: Any,
+                  num_warps: int | None = None, block_m: int = DWDB_BLOCK_M, block_n: int = DWDB_BLOCK_N) -> tuple:
+    """((dx kernel, arguments), (dwdb kernel, arguments)) of the backward of the (M, N) `x`: `dy` and
+    `dx` (M, N), `w`, `dw`, `db` (N,), the forward's f32 (M,) `mean` / `rstd`, and `partials` a ZEROED
+    f32 buffer of partials_shape(N) (the dx kernel adds into it). The dx kernel runs on `num_warps`
+    warps (None: row_warps), the dwdb kernel sums `block_m` partial rows at a time, `block_n` columns
+    a block (the tutorial's BLOCK_SIZE_M and BLOCK_SIZE_N)."""
+    rows, n = x.shape
+    width = next_power_of_2(n)
+    if n < 1 or width > MAX_WHOLE_ROW:
+        raise ValueError(f"x: expected 1 to {MAX_WHOLE_ROW} columns (the row is held whole), got shape "
+                         f"{tuple(x.shape)}")
+    for name, a, want in (("dy", dy, (rows, n)), ("dx", dx, (rows, n)), ("w", w, (n,)), ("dw", dw, (n,)),
+                          ("db", db, (n,)), ("mean", mean, (rows,)), ("rstd", rstd, (rows,))):
+        if tuple(a.shape) != want:
+            raise ValueError(f"{name}: expected shape {want}, got {tuple(a.shape)}")
+    if len(partials.shape) != 3 or partials.shape[0] != 2 or partials.shape[2] != n:
+        raise ValueError(f"partials: expected shape (2, GROUP_SIZE_M, {n}) (partials_shape), got "
+                         f"{tuple(partials.shape)}")
+    for name, v in (("block_m", block_m), ("block_n", block_n)):
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"{name}: expected a power of two, got {v}")
+    if num_warps is not None and (num_warps < 1 or num_warps > 32):
+        raise ValueError(f"num_warps: expected 1 to 32 warps, got {num_warps}")
+    dx_kernel = on_warps(layer_norm_bwd_dx_fused, num_warps or row_warps(width))
+    dx_args = (tile.partition(dx, (1, width)), dy, partials[0], partials[1], x, w, mean, rstd,
+               int(partials.shape[1]))
+    dwdb_args = (partials[0], partials[1], tile.partition(dw, (block_n,)), tile.partition(db, (block_n,)), block_m)
+    return (dx_kernel, dx_args), (layer_norm_bwd_dwdb, dwdb_args)
+
+
+def layer_norm_bwd(x: Any, dy: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: Any, db: Any, partials: Any,
+                   **how: Any) -> None:
+    """dx, dw and db (bridge / DLPack arrays on the GPU); `partials` zeroed; `how`: backward_args's options."""
+    for kernel, args in backward_args(x, dy, w, mean, rstd, dx, dw, db, partials, **how):
+        kernel(*args)
+
+
 def reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> tuple:
     """(y, mean, rstd) in float64."""
     xd = x.astype(np.float64)
     mu, var = xd.mean(1), xd.var(1)
     rs = 1.0 / np.sqrt(var + eps)
     return (xd - mu[:, None]) * rs[:, None] * w.astype(np.float64) + b.astype(np.float64), mu, rs
+
+
+def reference_bwd(x: np.ndarray, w: np.ndarray, dy: np.ndarray, eps: float = 1e-5) -> tuple:
+    """(dx, dw, db) in float64 for the upstream gradient `dy`."""
+    xd, wd, g = (a.astype(np.float64) for a in (x, w, dy))
+    xhat = (xd - xd.mean(1, keepdims=True)) / np.sqrt(xd.var(1, keepdims=True) + eps)
+    wdy = wd * g
+    c1, c2 = (xhat * wdy).mean(1, keepdims=True), wdy.mean(1, keepdims=True)
+    rs = 1.0 / np.sqrt(xd.var(1, keepdims=True) + eps)
+    return (wdy - (xhat * c1 + c2)) * rs, (g * xhat).sum(0), g.sum(0)
 
 
 def inputs(rows: int, n: int, dtype, seed: int = 0) -> tuple:
@@ -149,10 +264,21 @@ def inputs(rows: int, n: int, dtype, seed: int = 0) -> tuple:
     return x, w, b
 
 
-def check(got: tuple, want: tuple, tol: float, what: str) -> None:
-    errs = [float(np.abs(g.astype(np.float64) - r).max()) for g, r in zip(got, want)]
-    print(f"{what}: max |ours - NumPy| y {errs[0]:.2e}, mean {errs[1]:.2e}, rstd {errs[2]:.2e}")
+def check(got: tuple, want: tuple, tol: float, what: str, names: tuple = ("y", "mean", "rstd"),
+          relative: tuple = ()) -> None:
+    """Max error of each output; of those named in `relative` (dw and db, sums over M rows) relative
+    to the output's largest magnitude when that is above 1."""
+    errs = [float(np.abs(g.astype(np.float64) - r).max() / (max(1.0, np.abs(r).max()) if k in relative else 1.0))
+            for g, r, k in zip(got, want, names)]
+    print(f"{what}: max |ours - NumPy| " + ", ".join(f"{k} {e:.2e}" for k, e in zip(names, errs)))
     assert max(errs) < tol, (what, errs)
+
+
+BWD_NAMES = ("dx", "dw", "db")
+
+
+def dy_for(x: np.ndarray, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(x.shape).astype(x.dtype)
 
 
 def run_gpu(rows: int, n: int, dtype, tol: float) -> None:
@@ -165,6 +291,14 @@ def run_gpu(rows: int, n: int, dtype, tol: float) -> None:
     kernel(*args)
     check((y.to_host(), mean.to_host(), rstd.to_host()), reference(x, w, b), tol,
           f"GPU M{rows} N{n} {np.dtype(dtype).name} {kernel.name}")
+    if next_power_of_2(n) > MAX_WHOLE_ROW:
+        return                          # the backward holds the row whole, as the tutorial's
+    dy = dy_for(x)
+    dx, dw, db = (bridge.from_host(np.full(s, np.nan, dtype)) for s in ((rows, n), (n,), (n,)))
+    partials = bridge.from_host(np.zeros(partials_shape(n), np.float32))
+    layer_norm_bwd(dev[0], bridge.from_host(dy), dev[1], mean, rstd, dx, dw, db, partials)
+    check((dx.to_host(), dw.to_host(), db.to_host()), reference_bwd(x, w, dy), tol,
+          f"GPU backward M{rows} N{n} {np.dtype(dtype).name}", BWD_NAMES, ("dw", "db"))
 
 
 def run_simulator(rows: int, n: int, **how: Any) -> None:
@@ -175,6 +309,15 @@ def run_simulator(rows: int, n: int, **how: Any) -> None:
     kernel.simulate(*args)
     check((y, mean, rstd), reference(x, w, b), 1e-4, f"simulator M{rows} N{n} {kernel.name}"
           + "".join(f" {k}={v}" for k, v in how.items()))
+    if "max_whole_row" in how:
+        return                          # the chunked forward; the backward (whole rows) is checked below
+    dy = dy_for(x)
+    dx, dw, db = np.full_like(x, np.nan), np.full(n, np.nan, np.float32), np.full(n, np.nan, np.float32)
+    partials = np.zeros(partials_shape(n), np.float32)
+    for kernel, args in backward_args(x, dy, w, mean, rstd, dx, dw, db, partials):
+        kernel.simulate(*args)
+    check((dx, dw, db), reference_bwd(x, w, dy), 1e-4, f"simulator backward M{rows} N{n}", BWD_NAMES,
+          ("dw", "db"))
 
 
 def main(argv: list[str] | None = None) -> int:

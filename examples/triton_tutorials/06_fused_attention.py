@@ -2,8 +2,9 @@
 it: Q, K and V flattened into (Z*H*N_CTX, HEAD_DIM) row stacks, one block per BLOCK_M query rows of one
 (batch, head), per-head offsets computed from the block number, the loads named before their products
 (`k = tile.load(...)`, `qk = tile.matmul(q, tile.transpose(k))`), scores in base 2 (`qk_scale = sm_scale
-* log2 e`, exp2), and for causal attention the two stages of the tutorial: the key blocks left of the
-diagonal without a mask, then the diagonal block with one. Checked against NumPy float64.
+* log2 e`, exp2), for causal attention the two stages of the tutorial (the key blocks left of the
+diagonal without a mask, then the diagonal block with one), and O written in the inputs' dtype (f16)
+as the tutorial writes it. Checked against NumPy float64.
 
     python examples/triton_tutorials/06_fused_attention.py              # GPU when present, else the simulator
     python examples/triton_tutorials/06_fused_attention.py --simulate
@@ -50,7 +51,7 @@ def attn_inner(acc, l_i, m_i, q, k, v, kv_row0, lo, hi, qk_scale, BLOCK_N, MASKE
 
 
 @tile.kernel
-def attn_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[f32, 2],
+def attn_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[E, 2],
              sm_scale: f32, N_CTX: tile.Constant[int], BLOCK_N: tile.Constant[int], CAUSAL: tile.Constant[bool]):
     BLOCK_M, HEAD_DIM = o.tile_shape
     pid = tile.bid(0)
@@ -71,12 +72,13 @@ def attn_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: t
     else:
         acc, l_i, m_i = attn_inner(acc, l_i, m_i, q_blk, k, v, kv_row0, 0, N_CTX // BLOCK_N, qk_scale, BLOCK_N,
                                    False, offs_m)
-    o.store(acc / l_i[:, None])
+    o.store((acc / l_i[:, None]).astype(o.dtype))     # O in the inputs' dtype, as the tutorial writes it
 
 
 def launch_args(q: Any, k: Any, v: Any, out: Any, n_ctx: int, causal: bool, block_m: int = 64,
                 block_n: int = 64) -> tuple:
-    """attn_fwd's arguments for (Z*H*N_CTX, HEAD_DIM) row stacks and an f32 output of that shape."""
+    """attn_fwd's arguments for (Z*H*N_CTX, HEAD_DIM) row stacks and an output of that shape and of
+    the inputs' dtype."""
     rows, d = q.shape
     if n_ctx <= 0 or rows % n_ctx or n_ctx % block_m or n_ctx % block_n or block_m % block_n:
         raise ValueError(f"q: {rows} rows of sequences of {n_ctx}: expected whole sequences, N_CTX a multiple "
@@ -104,7 +106,7 @@ def run(simulate: bool) -> None:
     for d in (64, 128):
         q, k, v = (rng.standard_normal((heads * n_ctx, d)).astype(np.float16) for _ in range(3))
         for causal in (False, True):
-            out = np.full((heads * n_ctx, d), np.nan, np.float32)
+            out = np.full((heads * n_ctx, d), np.nan, np.float16)
             args = launch_args(q, k, v, out, n_ctx, causal)
             if simulate:
                 attn_fwd.simulate(*args)
@@ -115,7 +117,7 @@ def run(simulate: bool) -> None:
                 attn_fwd(*launch_args(dq, dk, dv, dout, n_ctx, causal))
                 bridge.synchronize()
                 got = cp.asnumpy(dout)
-            err = float(np.abs(got - reference(q, k, v, n_ctx, causal)).max())
+            err = float(np.abs(got.astype(np.float64) - reference(q, k, v, n_ctx, causal)).max())
             print(f"{'simulator' if simulate else 'GPU'} N_CTX {n_ctx} D{d} causal={causal}: "
                   f"max |ours - NumPy| = {err:.2e}")
             assert err < 2e-2, err
