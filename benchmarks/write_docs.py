@@ -1,6 +1,10 @@
 """Render docs/benchmarks.md from a GPU check run: results/gpu_check.json plus the benchmark JSONs.
 
-    python benchmarks/write_docs.py [--results results] [--out docs/benchmarks.md]
+    python benchmarks/write_docs.py [--results results [more ...]] [--out docs/benchmarks.md]
+
+A check too long for one 10-minute device call runs in parts (`scripts/gpu_check.py --skip bench`, then
+`--skip tests,sanitize,examples --bench ...`), each into its own folder: `--results A B` merges them
+(steps and bars of every part, each benchmark from the last folder that has it; the page names the parts).
 
 Every number in the page comes from those files (never typed by hand): machine (GPU, driver and
 versions from `python -m bridge doctor`), date, the step summary, the bars, and one table per
@@ -48,6 +52,21 @@ def load(folder: Path, partial: bool = False) -> tuple[dict, dict[str, dict]]:
         data = json.loads(p.read_text())
         if isinstance(data, dict) and "rows" in data:
             benches[p.stem] = data
+    return check, benches
+
+
+def merge(parts: list[tuple[dict, dict[str, dict]]]) -> tuple[dict, dict[str, dict]]:
+    """One check from the parts of a split run: their steps and bars together, the dates of all."""
+    if len(parts) == 1:
+        return parts[0]
+    checks = [c for c, _ in parts]
+    check = {"date": " + ".join(str(c.get("date", "—")) for c in checks),
+             "quick": any(c.get("quick") for c in checks),
+             "partial": all(c.get("partial") for c in checks),
+             "doctor": next((c["doctor"] for c in checks if c.get("doctor")), []),
+             "steps": {k: v for c in checks for k, v in c.get("steps", {}).items()},
+             "bars": [b for c in checks for b in c.get("bars", [])]}
+    benches = {stem: data for _, b in parts for stem, data in b.items()}
     return check, benches
 
 
@@ -126,13 +145,14 @@ def render(check: dict, benches: dict[str, dict], image: bool) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", default="results")
+    ap.add_argument("--results", nargs="+", default=["results"],
+                    help="result folders of one check (several: the parts of a split run, merged)")
     ap.add_argument("--out", default="docs/benchmarks.md")
     ap.add_argument("--partial", action="store_true",
                     help="render benchmark JSONs run on their own (no gpu_check.json); the page says so")
     args = ap.parse_args(argv)
     try:
-        check, benches = load(Path(args.results), args.partial)
+        check, benches = merge([load(Path(r), args.partial) for r in args.results])
     except (FileNotFoundError, json.JSONDecodeError) as exc:
         print(f"write_docs: {exc}", file=sys.stderr)
         return 2

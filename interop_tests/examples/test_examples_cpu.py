@@ -203,6 +203,25 @@ def test_write_docs_renders_a_fabricated_run(tmp_path):
     assert "| sum 2^28 f32: cupy.sum | — | GB/s |" in md
 
 
+def test_write_docs_merges_the_parts_of_a_split_run(tmp_path):
+    """A check split over two device calls: the tests part and the benchmarks part, each in its folder."""
+    tests, bench = tmp_path / "tests", tmp_path / "bench"
+    tests.mkdir()
+    bench.mkdir()
+    _fabricated_results(bench)
+    check = {"date": "2026-12-03 20:00:00 UTC", "quick": False, "doctor": ["CUDA driver: 580.00 (part one)"],
+             "steps": {"sanitize_memcheck": {"rc": 0, "seconds": 2.0, "memcheck_errors": 0}}, "bars": []}
+    (tests / "gpu_check.json").write_text(json.dumps(check))
+    out = tmp_path / "benchmarks.md"
+    p = run("benchmarks/write_docs.py", "--results", str(tests), str(bench), "--out", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    md = out.read_text()
+    assert "2026-12-03 20:00:00 UTC + 2026-11-30 12:00:00 UTC" in md
+    assert "| sanitize_memcheck | 0 |" in md and "| tests | 0 |" in md       # steps of both parts
+    assert "CUDA driver: 580.00 (part one)" in md
+    assert "| vecadd [C++ nvcc -O3] | 0.2 | ms |" in md and "Bars: some FAIL (" in md
+
+
 def test_write_docs_refuses_results_without_a_gpu(tmp_path):
     _fabricated_results(tmp_path, gpu=None)
     p = run("benchmarks/write_docs.py", "--results", str(tmp_path), "--out", str(tmp_path / "b.md"))
