@@ -280,7 +280,9 @@ class TileKernel:
         build for `arch` does ("sm_80", "sm_89" or "sm_90"), with the arrays' own launch facts: the
         cp.async GEMM loop, ldmatrix fragments, mma.sync (f16/bf16/tf32/f8, dsl/tile/ptx/sm80.py), on
         sm_90 the TMA + wgmma loop (dsl/tile/ptx/sm90.py), and the tensor-core tile.matmul all run
-        through the CPU semantics of their PTX; without it, the portable lowering. The launch is
+        through the CPU semantics of their PTX; without it, the portable lowering (target 0: no
+        tensor-core path reads the facts). Either way the arrays' facts pick the vector accesses of
+        distributed tiles (dsl/tile/lower/runs.py), which the simulator checks for alignment. The launch is
         validated first against the lowered kernel's own contract (the one builder, the one native
         validator, tensor maps included), as a GPU launch of it would be."""
         import json
@@ -291,8 +293,6 @@ class TileKernel:
         sig, facts = self.specialisation(args)
         fn = self._ir_for(sig)
         threads = pick_threads(fn, num_warps if num_warps is not None else self.num_warps)
-        if not tensor_cores:   # no 16-byte facts: no cp.async GEMM loop, the portable lowering
-            facts = {k: dict(v, aligned16=False) for k, v in facts.items()}
         info: dict = {}
         from dsl.backend.target import parse_arch
         from dsl.tile.compile import lowering_switches

@@ -125,7 +125,8 @@ def test_the_tile_contract_and_the_simulators_contract_come_from_the_same_builde
     from dsl.tile.compile import validator_contract
     from dsl.tile.lower import pick_threads
     a = np.zeros(300, np.float32)
-    args = (a, tile.partition(a.copy(), (128,)), 2.0)
+    odd = np.zeros(602, np.float32)[1:]     # 4 bytes past 16-byte boundaries: no vector accesses to rely on
+    args = (odd[:300], tile.partition(odd[301:], (128,)), 2.0)
     compiled = json.loads(axpy.compile(args, "sm_90").contract_json)
     fn = axpy.tile_ir(*args)
     sim = validator_contract(fn, pick_threads(fn), axpy.facts(args))
@@ -136,7 +137,7 @@ def test_the_tile_contract_and_the_simulators_contract_come_from_the_same_builde
     assert compiled["strict_domain"] is True        # block b owns tile b: no second grid row
     with pytest.raises(bridge.GridSizeError, match=r"axpy: grid \(3, 2, 1\): expected extent 1 along y"):
         host_launcher(json.dumps(sim), "axpy").validate_only((a, a.copy(), 2.0), grid=(3, 2))
-    b = (a, tile.partition(a.copy(), (128,)), tile.partition(a.copy(), (128,)))
+    b = (a, tile.partition(odd[:300], (128,)), tile.partition(odd[301:], (128,)))    # stored element by element
     c = json.loads(two.compile(b, "sm_90").contract_json)
     assert c["requires"] == ["(q.shape[0] + 127) // 128 == (p.shape[0] + 127) // 128"]
     assert [x["access"] for x in c["args"]] == ["read", "write", "write"]

@@ -1,5 +1,5 @@
 """Probes of the sm_70..sm_89 rows of the PTX table: stores, shared loads, cp.async groups, register
-packing, tf32 rounding, ldmatrix, mma.sync and the named barrier. Each reference is NumPy, from the PTX
+packing, tf32 rounding, ldmatrix, mma.sync, the named barrier and the predicated vector runs. Each reference is NumPy, from the PTX
 ISA's description of the instruction (fragment layouts: "Matrix fragments for mma.m16n8k16 / m16n8k8 /
 m16n8k32", "ldmatrix"), never from dsl/tile/ptx/sm80.py."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import ptx_probe_kit as kit
 from ptx_probe_kit import Builder, Probe, binop, c32, cu
 
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, F32, I32, I64, U16, U32
+from dsl.ir.types import BF16, F16, F32, F64, I32, I64, U16, U32
 from dsl.ir import nodes as N
 
 SENTINEL = 0xDEADBEEF
@@ -79,6 +79,42 @@ def _pack_store(dtype) -> Probe:
         out[a["at"]] = lo | (hi << 16)                # the first operand in the low half
         return {"out": out}
     return Probe(f"mov.b32.pack-{dtype.name}", n, build, inputs, reference)
+
+
+def _vector_run(dtype, n: int, nc: bool) -> Probe:
+    """ld.global.run of n elements from a permuted 16-byte-aligned slot where `on`, else the lane's
+    padding; st.global.run of them to the lane's slot where `keep` (elsewhere the sentinel stays)."""
+    lanes = 64
+    npd = kit.np_dtype(dtype)
+
+    def build(b: Builder) -> None:
+        src, at, on, pad = b.array("src", dtype), b.array("at", I32), b.array("on", I32), b.array("pad", dtype)
+        keep, out = b.array("keep", I32), b.array("out", dtype, out=True)
+        vals = b.value("ld.global.run", [gaddr(src, binop("mul", b.load(at, b.tid), c32(n))), b.load(on, b.tid),
+                                         b.load(pad, b.tid)], dtype=dtype, n=n, nc=nc)
+        b.asm("st.global.run", [gaddr(out, binop("mul", b.tid, c32(n))), b.load(keep, b.tid), *vals], dtype=dtype, n=n)
+
+    def values(rng, count):
+        if dtype.is_float and npd.itemsize < 8:
+            return finite_bits(rng, count, npd)
+        if dtype.is_float:
+            return rng.standard_normal(count)
+        return rng.integers(np.iinfo(npd).min, np.iinfo(npd).max, count, dtype=npd)
+
+    def inputs(rng):
+        src = kit.aligned(lanes * n, npd, 16)
+        src[:] = values(rng, lanes * n)
+        out = kit.aligned(lanes * n, npd, 16)
+        out[:] = values(rng, lanes * n)                          # the sentinel where nothing is stored
+        return {"src": src, "at": rng.permutation(lanes).astype(np.int32),
+                "on": rng.integers(0, 2, lanes, dtype=np.int32), "pad": values(rng, lanes),
+                "keep": (rng.integers(0, 4, lanes) != 0).astype(np.int32), "out": out}
+
+    def reference(a):
+        got = np.where(a["on"][:, None] != 0, a["src"].reshape(lanes, n)[a["at"]], a["pad"][:, None])
+        out = np.where(a["keep"][:, None] != 0, got, a["out"].reshape(lanes, n))
+        return {"out": out.reshape(-1).astype(npd)}
+    return Probe(f"vector-run-{dtype.name}x{n}{'-nc' if nc else ''}", lanes, build, inputs, reference)
 
 
 # ------------------------------------------------------------------------------ shared memory
@@ -361,5 +397,6 @@ def probes() -> list[Probe]:
         _mma_packed("m16n8k16", "f16", "f16"), _mma_packed("m16n8k16", "bf16", "bf16"),
         _mma_packed("m16n8k8", "tf32", "tf32"), _mma_packed("m16n8k32", "e4m3", "e4m3"),
         _mma_packed("m16n8k32", "e5m2", "e4m3"), _mma_elements("f16"), _mma_elements("bf16"),
-        _named_barrier(),
+        _named_barrier(), _vector_run(F16, 8, True), _vector_run(BF16, 2, False), _vector_run(F32, 4, False),
+        _vector_run(U32, 2, True), _vector_run(F64, 2, True), _vector_run(I64, 2, False),
     ]

@@ -23,7 +23,7 @@ from dsl.backend.ptxas import assemble, find_ptxas
 from dsl.backend.target import SUPPORTED_ARCHS, canonical_arch, parse_arch
 from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, F32, U32, U64, VOID, ScalarType, TupleType, VoidType
+from dsl.ir.types import BF16, F16, F32, F64, U32, U64, VOID, ScalarType, TupleType, VoidType
 from dsl.tile.ptx import sm80, sm90
 from dsl.tile.ptx import table
 from dsl.tile.ptx.mma_types import WgmmaOp
@@ -104,7 +104,7 @@ def test_a_probe_records_the_statements_its_kernel_holds(name):
 
 
 _LETTER = {"f": lambda t: t == F32, "r": lambda t: t.bits == 32 and t.is_int,
-           "h": lambda t: t.bits == 16, "l": lambda t: t.bits == 64 and t.is_int}
+           "h": lambda t: t.bits == 16, "l": lambda t: t.bits == 64 and t.is_int, "d": lambda t: t == F64}
 
 
 def form_problems(family: str, row: PtxFamily, params: dict) -> list[str]:
@@ -189,7 +189,7 @@ def test_instruction_names_missing_and_unexpected_parameters(family):
 
 # ------------------------------------------------------------------------------ ptxas
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed: cannot assemble the PTX")
-LETTER_TYPES = {"r": U32, "l": U64, "f": F32, "h": F16}
+LETTER_TYPES = {"r": U32, "l": U64, "f": F32, "h": F16, "d": F64}
 
 
 @pytest.mark.slow
@@ -271,6 +271,12 @@ WRONG = [
      lambda: sm90.wgmma(WgmmaOp(64, "bf16", "bf16", True))),
     ("tma+mbarrier", "cp.async.bulk.tensor.2d", (), lambda: sm80.semantics(     # coordinates swapped
         lambda args, mach, lanes: sm90.tma_load_2d([args[0], args[1], args[3], args[2], args[4]], mach, lanes),
+        machine=True, per_thread=True)),
+    ("vector-run-f16x8-nc", "ld.global.run", (F16, 8), lambda: sm80.semantics(      # the predicate ignored
+        lambda args, mach, lanes: sm80.ld_run(F16, 8)([args[0], np.ones_like(args[1]), args[2]], mach, lanes),
+        machine=True, per_thread=True)),
+    ("vector-run-f32x4", "st.global.run", (F32, 4), lambda: sm80.semantics(         # the predicate ignored
+        lambda args, mach, lanes: sm80.st_run(F32, 4)([args[0], np.ones_like(args[1]), *args[2:]], mach, lanes),
         machine=True, per_thread=True)),
 ]
 

@@ -237,10 +237,12 @@ def test_an_unaligned_gemm_operand_is_never_assumed_aligned():
     odd = np.zeros((256, 250), np.float16)    # last extent not a multiple of 8
     odd32 = np.zeros((256, 250), np.float32)
     # f32 (no tensor-core tile.matmul outside the GEMM loop): the portable FMA path, relying on nothing
+    # about a (b and c, aligned with whole 16-byte rows, are read and written 16 bytes a run)
     ck = K.gemm.compile((odd32, np.zeros((250, 256), np.float32), tile.partition(z((256, 256), np.float32), (64, 64)),
                          32), "sm_90")
     assert "mma.sync" not in ck.ptx and "fma.rn.f32" in ck.ptx
-    assert "requires" not in json.loads(ck.contract_json)
+    contract = json.loads(ck.contract_json)
+    assert contract["args"][0]["align"] == 4 and contract["requires"] == ["b.shape[1] % 8 == 0", "c.shape[1] % 8 == 0"]
     # f16: no cp.async GEMM loop; each product runs on the tensor cores, the odd operand staged through
     # registers (the contract states nothing about it), the aligned one copied by cp.async (stated)
     ck = K.gemm.compile((odd, np.zeros((250, 256), np.float16), tile.partition(z((256, 256), np.float32), (64, 64)),

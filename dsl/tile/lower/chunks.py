@@ -3,8 +3,9 @@
 The chunk's shape divides the tile's (the front end proved it), so a chunk lies wholly inside the
 block's own tile or wholly outside it: one test of the chunk index per axis, uniform across the
 block, guards the whole store (a constant index was checked at compile time and costs nothing).
-Inside, element e of the chunk goes to tile_id * tile + index * chunk + e along each axis, masked
-at the array's edge element by element as a whole-tile store is.
+Inside, element e of the chunk goes to tile_id * tile + index * chunk + e along each axis, a vector
+access per run of a distributed chunk where the launch facts allow (dsl/tile/lower/runs.py), else
+masked at the array's edge element by element as a whole-tile store is.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dsl.ir import nodes as N
 from dsl.ir.types import INDEX
 from dsl.tile import ir as T
 from dsl.tile.lower.layout import MmaLayout, c32
+from dsl.tile.lower.runs import store_runs
 
 
 def store_chunk(L, s: T.Store) -> None:
@@ -41,6 +43,8 @@ def store_chunk(L, s: T.Store) -> None:
                                 N.BinOp("mul", N.Cast(index[k], INDEX), N.Const(shape[k], INDEX), INDEX),
                                 INDEX), "chunk0")
                   for k in range(len(tile))]
+        if v.layout == "D" and store_runs(L, p, v, lambda: origin, s.loc):
+            return                          # a vector access per run (dsl/tile/lower/runs.py)
         for e, coords in zip(v.elems, L.coords_of(v.layout, shape)):
             idx = [origin[k] if isinstance(c, int) and c == 0 else
                    L.tmp(N.BinOp("add", origin[k], N.Const(c, INDEX) if isinstance(c, int) else N.Cast(c, INDEX),

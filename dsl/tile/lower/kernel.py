@@ -20,6 +20,7 @@ from dsl.tile.lower.reduce import lower_reduce
 from dsl.tile.lower.atomics import AtomicsLowering
 from dsl.tile.lower.elementwise import ElementwiseLowering
 from dsl.tile.lower.shapes import ShapeLowering
+from dsl.tile.lower.runs import kernel_run, load_runs, store_runs
 from dsl.tile.lower.tiles import block_ids, num_blocks
 from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
 from dsl.tile.lower.shared import place_scratch, scratch_bytes
@@ -80,6 +81,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
             if isinstance(st, T.Assign):
                 self.assignments[id(st.var)] = self.assignments.get(id(st.var), 0) + 1
         self.cur_loc = fn.loc                  # the tile statement being lowered (line tables)
+        self.vec_wanted = kernel_run(fn)       # the run the dtypes ask for, whatever the facts allow
 
     # ------------------------------------------------------------------------------ plumbing
     def emit(self, s: N.Stmt) -> None:
@@ -170,7 +172,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
             bind_roles(self, tid)
         else:
             self.emit(N.Assign(tid, N.Cast(N.Special("tid.x"), I32)))
-        self.geo = Geometry(self.T, N.ReadVar(tid))
+        self.geo = Geometry(self.T, N.ReadVar(tid), kernel_run(fn, self.facts))
         prologue_at = len(self.body)
         nb = num_blocks(self)
         lin = self.tmp(N.Cast(N.Special("ctaid.x"), I32), "bid")
@@ -356,6 +358,9 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         ts = p.type.tile_shape  # type: ignore[union-attr]
         arr = self.pref(p)
         ids = self.tile_ids(p)
+        if v.layout == "D" and store_runs(self, p, v, lambda: [self.global_index(ids[k], ts[k], 0)
+                                                              for k in range(len(ts))], s.loc):
+            return None                       # a vector access per run (dsl/tile/lower/runs.py)
         own = self.geo.owner(v.size) if v.layout == "D" else True
 
         def checked() -> None:
@@ -382,7 +387,9 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
 
     def materialize(self, v: LV, layout) -> LV:
         assert v.make is not None
-        made = v.by_layout(layout) if v.by_layout is not None and isinstance(layout, FragLayout) else None
+        made = None
+        if v.by_layout is not None and (isinstance(layout, FragLayout) or layout == "D"):
+            made = v.by_layout(layout)
         if made is None:
             made = v.make(self.coords_of(layout, v.shape))
         elems = [e if isinstance(e, N.Const) else self.tmp(e) for e in made]
@@ -534,7 +541,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                 ld = N.Load(arr, gidx, "none", 0, dt, e.loc)
                 out.append(self.tmp(N.IfExp(cond, ld, N.Const(e.padding, dt), dt), "ld"))
             return out
-        return LV("L", shape, dt, [], make=make)
+        return LV("L", shape, dt, [], make=make, by_layout=lambda lay: load_runs(self, e, base) if lay == "D" else None)
 
     # ------------------------------------------------------------------------------ reductions
     def x_Reduce(self, e: T.Reduce) -> LV:

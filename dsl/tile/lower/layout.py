@@ -3,10 +3,14 @@
 Two general layouts (flat index = row-major position in the tile):
 - "U" (uniform): every thread holds every element (scalars, small reduction results). elems[i] is
   flat element i.
-- "D" (distributed): with T threads and N elements, thread t holds R = max(1, N // T) elements;
-  elems[r] is flat element (r*T + t) mod N. Consecutive threads hold consecutive elements, so global
-  loads and stores of row-major tiles coalesce. When N < T, threads t >= N hold duplicates and are
-  not the owners (they never store and never count twice in reductions).
+- "D" (distributed): with T threads and N elements, thread t holds R = max(1, N // T) elements in
+  runs of V consecutive ones: elems[r] is flat element ((r // V) * T + t) * V + r % V. V is the
+  kernel's run (16 bytes of its narrowest element type accessed in vectors, runs.kernel_run),
+  halved until N >= T * V, so a run is one 16-byte global access (dsl/tile/lower/runs.py) and a
+  warp's accesses still cover consecutive memory. V = 1 is the plain mapping r*T + t. When N < T (then V = 1),
+  elems[0] is flat element t mod N; threads t >= N hold duplicates and are not the owners (they
+  never store and never count twice in reductions). The mapping depends on N only, so a reshape
+  keeps the registers.
 
 The tensor-core lowerings add register-fragment layouts (FragLayout below): mma accumulators
 (MmaLayout), their row vectors (MmaRows) and A operands (MmaOperandA), so that a product, its row
@@ -91,14 +95,15 @@ class LV:
     elements at the given tile coordinates in whatever layout the consumer needs (loads, constants,
     broadcasts), so a broadcast bias lands directly in an mma accumulator layout. `by_layout`, where
     set, is tried first: it builds the elements for a fragment layout from registers (a row vector
-    broadcast over the accumulators it came from) or says None."""
+    broadcast over the accumulators it came from), or for "D" with vector accesses (a load's runs,
+    dsl/tile/lower/runs.py), or says None."""
     layout: object              # "U" | "D" | "L" | a FragLayout
     shape: tuple[int, ...]
     dtype: ScalarType
     elems: list[N.Expr]
     make: Callable[[list], list[N.Expr]] | None = None
     pure: bool = False          # lazy and cheap to make again (index arithmetic, constants): no loads
-    by_layout: Callable[[object], list[N.Expr] | None] | None = None  # lazy: elements for a FragLayout
+    by_layout: Callable[[object], list[N.Expr] | None] | None = None  # lazy: elements for a FragLayout or "D"
 
     @property
     def size(self) -> int:
@@ -106,31 +111,57 @@ class LV:
 
 
 class Geometry:
-    """Flat index and coordinates of D-layout element r for a tile of `shape` with T threads."""
+    """Flat index and coordinates of D-layout element r for a tile of `shape` with T threads; `vec`:
+    the kernel's run (elements a thread holds side by side, a power of two)."""
 
-    def __init__(self, threads: int, tid: N.Expr) -> None:
+    def __init__(self, threads: int, tid: N.Expr, vec: int = 1) -> None:
         self.T = threads
         self.tid = tid
+        self.vec = vec
 
     def per_thread(self, size: int) -> int:
         return max(1, size // self.T)
 
+    def run(self, size: int) -> int:
+        """V for a tile of `size` elements: the kernel's run, halved until every thread holds whole runs."""
+        v = self.vec
+        while v > 1 and size < self.T * v:
+            v //= 2
+        return v
+
+    def static_flat(self, size: int, r: int) -> int:
+        """The part of element r's flat index that is the same in every thread: flat = static_flat +
+        (tid << log2(run)) when size >= T (the thread's bits lie between the run's and r // run's)."""
+        if size < self.T:
+            return 0
+        v = self.run(size)
+        return (r // v) * self.T * v + r % v
+
     def flat(self, size: int, r: int):
         if size >= self.T:
-            return iadd(r * self.T, self.tid)
+            v = self.run(size)
+            if v == 1:
+                return iadd(r * self.T, self.tid)
+            return iadd(self.static_flat(size, r), imul(self.tid, v))
         return iand(self.tid, size - 1)
 
     def coord(self, shape: tuple[int, ...], r: int, k: int):
-        """Coordinate k of element r: static when stride_k >= T (then it depends on r only)."""
-        size = 1
-        for s in shape:
-            size *= s
+        """Coordinate k of element r: static when axis k's bits of the flat index miss the thread's."""
+        size = math.prod(shape)
         st = strides(shape)[k]
         if shape[k] == 1:
             return 0
-        if size >= self.T and st >= self.T:
-            return ((r * self.T) >> log2(st)) & (shape[k] - 1)
-        return iand(ishr(self.flat(size, r), log2(st)), shape[k] - 1)
+        if size < self.T:
+            return iand(ishr(self.flat(size, r), log2(st)), shape[k] - 1)
+        v = self.run(size)
+        lv, lst = log2(v), log2(st)
+        static = (self.static_flat(size, r) >> lst) & (shape[k] - 1)
+        if lst >= lv + log2(self.T) or lst + log2(shape[k]) <= lv:
+            return static                       # the axis lies outside the thread's bits
+        if v == 1:
+            return iand(ishr(self.flat(size, r), lst), shape[k] - 1)
+        moved = imul(self.tid, 1 << (lv - lst)) if lv >= lst else ishr(self.tid, lst - lv)
+        return iadd(iand(moved, shape[k] - 1), static)     # disjoint bits: the sum is the or
 
     def coords(self, shape: tuple[int, ...], r: int) -> list:
         return [self.coord(shape, r, k) for k in range(len(shape))]

@@ -1,10 +1,14 @@
 """Lowering of tile reductions (sum max min argmax argmin).
 
-Fast path (softmax/layernorm rows, full sums): when every output element gathers values from ALL
-threads (the kept axes have strides >= T in the D layout), each thread reduces its own elements per
-output in registers, a warp butterfly (shfl.xor) combines lanes, lane 0 of each warp writes one
-partial per output to shared memory, and every thread finishes the W = T/32 partials.
-Otherwise the tile goes through shared memory and each output element is reduced by its owner thread.
+A D-layout element's output is fixed by the kept axes' bits of its flat index, which are partly
+static (the element's place among the thread's runs) and partly the thread id's (_ThreadBits). Each
+thread reduces its own elements per static output in registers; a warp butterfly (shfl.xor) over the
+lane bits that do not pick the output combines lanes; then either every thread already holds its
+outputs (uniform results of a one-warp block, or exactly the D layout of the result: rows inside
+each thread's runs), or the lanes whose free bits are 0 write one partial per (output, free warp
+bits) to shared memory and the result's threads combine them (softmax/layernorm rows, full sums: W =
+T/32 partials). The reduced elements never go through shared memory themselves. mma accumulators
+reduce along rows inside their quads (_reduce_mma_rows).
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import math
 from dsl.ir import nodes as N
 from dsl.ir.types import BOOL, F32, I32, ScalarType
 from dsl.tile import ir as T
-from dsl.tile.lower.layout import LV, U_MAX, MmaLayout, c32, flat_of, iadd, imul, ir32, strides
+from dsl.tile.lower.layout import LV, U_MAX, MmaLayout, c32, flat_of, iadd, iand, imul, ir32, ishr, log2, strides
 
 
 def _acc_type(op: str, dt: ScalarType) -> ScalarType:
@@ -104,14 +108,66 @@ def lower_reduce(L, e: T.Reduce) -> LV:
     R = _Reduction(L, e, x)
     if x.layout == "U":
         return _reduce_uniform(R)
-    N_, Tn, kept, sst = x.size, L.T, R.kept, R.sst
-    fast = (N_ >= Tn and all(R.shape[k] == 1 or sst[k] >= Tn for k in kept)) or (N_ < Tn and R.n_out == 1)
-    if not fast:
-        return _reduce_via_smem(L, e, x, R.comb, R.acc_t, kept, R.kshape, R.n_out, R.finish, R.conv)
-    partial = _warp_butterfly(R, _thread_partials(R))
-    if Tn // 32 == 1 and R.n_out <= U_MAX:
-        return R.finish([partial[o] for o in range(R.n_out)], "U")
-    return _across_warps(R, partial)
+    bits = _ThreadBits(R)
+    partial = _warp_butterfly(R, _thread_partials(R, bits), bits.lane_free)
+    if not bits.kept and not bits.warp_free and R.n_out <= U_MAX:
+        return R.finish([partial[o] for o in range(R.n_out)], "U")      # every thread holds every output
+    if bits.kept and not bits.warp_free:
+        direct = _direct_d(R, bits, partial)
+        if direct is not None:
+            return direct
+    return _across_warps(R, bits, partial)
+
+
+class _ThreadBits:
+    """Which bits of the thread id select outputs. A D element's flat index is its static part plus
+    tid << log2(run) (Geometry), and an output index takes the kept axes' bits of the flat index, so
+    each thread bit either picks the output (kept) or is reduced over (free). Threads that differ
+    only in free lane bits combine by a warp butterfly, in free warp bits through shared memory. A
+    tile smaller than the block has thread bits past its size: free, their threads hold the identity."""
+
+    def __init__(self, R: _Reduction) -> None:
+        geo, size = R.L.geo, R.x.size
+        self.shift = log2(geo.run(size)) if size >= geo.T else 0
+        self.kept_at: dict[int, int] = {}        # kept thread bit j -> its bit in the output index
+        out_bit = {}
+        at = 0
+        for k in reversed(R.kept):               # the output index is row-major over the kept axes
+            out_bit[k] = at
+            at += log2(R.shape[k])
+        sst = R.sst
+        for j in range(log2(geo.T)):
+            p = j + self.shift                   # the flat bit thread bit j lands on
+            for k in R.kept:
+                lo = log2(sst[k])
+                if p < log2(size) and lo <= p < lo + log2(R.shape[k]):
+                    self.kept_at[j] = out_bit[k] + p - lo
+        free = [j for j in range(log2(geo.T)) if j not in self.kept_at]
+        self.lane_free = [j for j in free if j < 5]
+        self.warp_free = [j for j in free if j >= 5]
+        self.kept = bool(self.kept_at)
+
+    def value(self, t: int) -> int:
+        """The thread part of the output index of thread t (Python, for layout checks)."""
+        return sum(((t >> j) & 1) << b for j, b in self.kept_at.items())
+
+    def expr(self, tid: N.Expr):
+        """The thread part of the output index as an i32 expression (runs of bits move together)."""
+        acc, spans = 0, []                        # (first thread bit, first output bit, width)
+        for j, b in sorted(self.kept_at.items()):
+            if spans and spans[-1][0] + spans[-1][2] == j and spans[-1][1] + spans[-1][2] == b:
+                spans[-1] = (spans[-1][0], spans[-1][1], spans[-1][2] + 1)
+            else:
+                spans.append((j, b, 1))
+        for j, b, w in spans:
+            acc = iadd(acc, imul(iand(ishr(tid, j), (1 << w) - 1), 1 << b))
+        return acc
+
+
+def _static_out(R: _Reduction, r: int) -> int:
+    """The output index of element r's static flat part (the same in every thread)."""
+    flat = R.L.geo.static_flat(R.x.size, r)
+    return R.out_index([(flat >> log2(st)) & (sh - 1) for st, sh in zip(R.sst, R.shape)])
 
 
 def _reduce_uniform(R: _Reduction) -> LV:
@@ -130,17 +186,15 @@ def _reduce_uniform(R: _Reduction) -> LV:
     return R.finish(vals, "U")
 
 
-def _thread_partials(R: _Reduction) -> dict[int, tuple]:
-    """Per thread, per output (static grouping): threads past the tile contribute the identity."""
+def _thread_partials(R: _Reduction, bits: _ThreadBits) -> dict[int, tuple]:
+    """Per thread, per static output part: threads past the tile contribute the identity."""
     L, comb, acc_t = R.L, R.comb, R.acc_t
     partial: dict[int, tuple] = {}
     own = L.geo.owner(R.x.size)
     for r, el in enumerate(R.x.elems):
-        coords = L.geo.coords(R.shape, r)
-        o = R.out_index(coords)
-        assert isinstance(o, int)
+        o = _static_out(R, r)
         v = R.conv(el)
-        idx = L.tmp(ir32(R.arg_index(coords))) if comb.arg else None
+        idx = L.tmp(ir32(R.arg_index(L.geo.coords(R.shape, r)))) if comb.arg else None
         if own is not True:
             ident, iid = comb.identity()
             v = L.tmp(N.IfExp(own, v, ident, acc_t))
@@ -151,34 +205,68 @@ def _thread_partials(R: _Reduction) -> dict[int, tuple]:
     return partial
 
 
-def _warp_butterfly(R: _Reduction, partial: dict[int, tuple]) -> dict[int, tuple]:
+def _warp_butterfly(R: _Reduction, partial: dict[int, tuple], lanes: list[int]) -> dict[int, tuple]:
+    """Combine the lanes that differ in the free lane bits `lanes` (shfl.xor): all of them end with the
+    group's value."""
     L, comb = R.L, R.comb
     for o, (v, i) in list(partial.items()):
-        for m in (16, 8, 4, 2, 1):
-            ov = L.tmp(N.Warp("shfl_xor", [v, c32(m)], R.acc_t))
-            oi = L.tmp(N.Warp("shfl_xor", [i, c32(m)], I32)) if comb.arg else None
+        for j in sorted(lanes, reverse=True):
+            ov = L.tmp(N.Warp("shfl_xor", [v, c32(1 << j)], R.acc_t))
+            oi = L.tmp(N.Warp("shfl_xor", [i, c32(1 << j)], I32)) if comb.arg else None
             v, i = comb((v, i), (ov, oi))
         partial[o] = (v, i)
     return partial
 
 
-def _across_warps(R: _Reduction, partial: dict[int, tuple]) -> LV:
-    """One partial per (output, warp) through shared memory, combined by every thread."""
+def _direct_d(R: _Reduction, bits: _ThreadBits, partial: dict[int, tuple]) -> LV | None:
+    """The result in the D layout straight from the registers, when every thread already holds the
+    outputs D gives it (a reduction inside each thread's runs, or across rows a thread holds)."""
+    geo, n_out = R.L.geo, R.n_out
+    if geo.owner(R.x.size) is not True:
+        return None
+    vals = []
+    for r in range(geo.per_thread(n_out)):
+        if n_out < geo.T:
+            want = [t & (n_out - 1) for t in range(geo.T)]
+        else:
+            base = geo.static_flat(n_out, r)
+            want = [base + (t << log2(geo.run(n_out))) for t in range(geo.T)]
+        got = {want[t] - bits.value(t) for t in range(geo.T)}
+        if len(got) != 1 or next(iter(got)) not in partial:
+            return None
+        vals.append(partial[got.pop()])
+    return R.finish(vals, "D")
+
+
+def _across_warps(R: _Reduction, bits: _ThreadBits, partial: dict[int, tuple]) -> LV:
+    """Through shared memory: one partial per (output, combination of free warp bits), written by
+    the lanes whose free lane bits are 0, then each output combined by the threads that hold it."""
     L, comb, acc_t, n_out = R.L, R.comb, R.acc_t, R.n_out
-    W = L.T // 32
+    tid = L.geo.tid
+    W = 1 << len(bits.warp_free)
     same = (acc_t == I32 or acc_t == BOOL)
     vbuf = L.scratch(acc_t, n_out * W * (2 if comb.arg and same else 1))
     ibuf = L.scratch(I32, n_out * W * (2 if same else 1)) if comb.arg else None
     ioff = n_out * W if same else 0
-    warp = L.tmp(N.BinOp("rshift", L.geo.tid, c32(5), I32))
-    lane0 = N.Compare("eq", N.BinOp("and_", L.geo.tid, c32(31), I32), c32(0))
+    top = log2(L.T)
+    if bits.warp_free == list(range(5, top)):
+        wsel = L.tmp(N.BinOp("rshift", tid, c32(5), I32)) if W > 1 else 0
+    else:
+        wsel = 0
+        for i, j in enumerate(bits.warp_free):
+            wsel = iadd(wsel, imul(iand(ishr(tid, j), 1), 1 << i))
+        wsel = L.tmp(ir32(wsel)) if not isinstance(wsel, int) else wsel
+    mask = sum(1 << j for j in bits.lane_free)
+    leader = True if mask == 0 else N.Compare("eq", N.BinOp("and_", tid, c32(mask), I32), c32(0))
+    mine = L.tmp(ir32(bits.expr(tid))) if bits.kept else 0
 
     def write():
         for o, (v, i) in partial.items():
-            L.smem_store(vbuf, iadd(o * W, warp), v)
+            pos = iadd(imul(iadd(mine, o), W), wsel)
+            L.smem_store(vbuf, pos, v)
             if comb.arg:
-                L.smem_store(ibuf, iadd(ioff + o * W, warp), i)
-    L.guarded(lane0, write)
+                L.smem_store(ibuf, iadd(ioff, pos), i)
+    L.guarded(leader, write)
     L.sync()
 
     def read(o) -> tuple:
@@ -195,50 +283,6 @@ def _across_warps(R: _Reduction, partial: dict[int, tuple]) -> LV:
         res = R.finish([read(L.tmp(ir32(L.geo.flat(n_out, r)))) for r in range(L.geo.per_thread(n_out))], "D")
     L.sync()
     return res
-
-
-def _reduce_via_smem(L, e, x: LV, comb: _Comb, acc_t, kept, kshape, n_out, finish, conv) -> LV:
-    shape = x.shape
-    sst = strides(shape)
-    buf = L.write_scratch(x)
-    red = [k for k in range(len(shape)) if k not in kept]
-    length = 1
-    for k in red:
-        length *= shape[k]
-    rshape = tuple(shape[k] for k in red)
-    vals = []
-    for r in range(L.geo.per_thread(n_out)):
-        oc = L.geo.coords(kshape, r)
-        full = [0] * len(shape)
-        for k, c in zip(kept, oc):
-            full[k] = c
-        base = L.tmp(ir32(flat_of(full, shape)), "base")
-        accv = L.new_var(acc_t, "acc")
-        acci = L.new_var(I32, "acci") if comb.arg else None
-        ident, iid = comb.identity()
-        L.emit(N.Assign(accv, ident))
-        if acci is not None:
-            L.emit(N.Assign(acci, iid))
-        j = L.new_var(I32, "j")
-
-        def body():
-            # offset of reduced position j inside the tile
-            off = 0
-            rst = strides(rshape)
-            for k, rs, sz in zip(red, rst, rshape):
-                ck = N.BinOp("and_", N.BinOp("rshift", N.ReadVar(j), c32(rs.bit_length() - 1), I32),
-                             c32(sz - 1), I32)
-                off = iadd(off, imul(ck, sst[k]))
-            v = conv(L.smem_load(buf, iadd(base, off), x.dtype))
-            item = (L.tmp(v), N.ReadVar(j) if comb.arg else None)
-            nv, ni = comb((N.ReadVar(accv), N.ReadVar(acci) if acci else None), item)
-            L.emit(N.Assign(accv, nv))
-            if acci is not None:
-                L.emit(N.Assign(acci, ni))
-        L.emit(N.ForRange(j, c32(0), c32(length), c32(1), L.block_of(body)))
-        vals.append((N.ReadVar(accv), N.ReadVar(acci) if acci else None))
-    L.sync()
-    return finish(vals, "D")
 
 
 def _reduce_mma_rows(L, e: T.Reduce, x: LV) -> LV:

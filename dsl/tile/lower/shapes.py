@@ -18,7 +18,11 @@ class ShapeLowering:
 
             def make(cl):
                 return src_make([_unravel(flat_of(c, shape), src_shape) for c in cl])  # type: ignore[misc]
-            return LV("L", shape, v.dtype, [], make=make, pure=v.pure)
+            src_by = v.by_layout            # "D" depends on the size only: a load's runs stay runs
+
+            def by_layout(lay):
+                return src_by(lay) if lay == "D" and src_by is not None else None
+            return LV("L", shape, v.dtype, [], make=make, pure=v.pure, by_layout=by_layout)
         if isinstance(v.layout, MmaRows) and shape[0] == v.shape[0] and all(x == 1 for x in shape[1:]):
             return LV(v.layout, shape, v.dtype, v.elems)        # (BM,) <-> (BM, 1): same registers
         if isinstance(v.layout, FragLayout):

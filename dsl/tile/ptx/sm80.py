@@ -1,8 +1,9 @@
 """CPU semantics of the inline PTX the sm_80 tensor-core lowering emits, so the SIMT simulator runs
 exactly what an Ampere/Ada GPU build runs: cp.async copies and their groups, ldmatrix (.trans),
 mma.sync on packed registers (f16/bf16 m16n8k16, tf32 m16n8k8, f8 m16n8k32), cvt.rna.tf32, register
-packing and 32-bit shared loads. Each is the `sim` of an InlinePtx node (dsl/ir/tile_nodes.py; dispatch in
-dsl/sim/interp.py); memory goes through the simulator's address model (dsl/sim/addresses.py).
+packing, 32-bit shared loads, and the predicated vector loads and stores of distributed tiles. Each
+is the `sim` of an InlinePtx node (dsl/ir/tile_nodes.py; dispatch in dsl/sim/interp.py); memory goes
+through the simulator's address model (dsl/sim/addresses.py).
 
 Fragment layouts follow the PTX ISA ("Matrix fragments for mma.m16n8k16 / m16n8k8", "ldmatrix"):
 g = lane / 4, t = lane % 4. Products are summed in f64 and rounded to f32 once (the tensor cores'
@@ -16,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from dsl.sim import arith
-from dsl.sim.addresses import AsyncCopies
+from dsl.sim.addresses import GLOBAL_STEP, AsyncCopies
 from dsl.sim.faults import SimulationError
 from dsl.tile.ptx.mma_types import operand_type
 from dsl.tile.sim import tf32_round
@@ -179,6 +180,54 @@ def st_global(nbytes: int) -> Callable:
 
 
 st_global_8, st_global_4 = st_global(8), st_global(4)
+
+
+# Vector runs of distributed tiles (dsl/tile/lower/runs.py): like the GPU, the simulator refuses an
+# access whose address is not aligned to its width (the host array's own address counts), so a
+# lowering that vectorises without the alignment it relies on fails on the CPU too.
+def _check_aligned(mach, addr: np.ndarray, nbytes: int) -> None:
+    for k in np.unique(addr // GLOBAL_STEP):
+        if not 1 <= k <= len(mach.addresses.globals):
+            continue                     # global_read/global_write name the bad address
+        mem = mach.addresses.globals[int(k) - 1]
+        base = int(mem.data.__array_interface__["data"][0])
+        off = addr[addr // GLOBAL_STEP == k] - int(k) * GLOBAL_STEP
+        if ((base + off) % nbytes).any():
+            raise SimulationError(f"simulator: a {nbytes}-byte vector access of argument '{mem.name}' at an "
+                                  f"address not aligned to {nbytes} bytes (byte {int(off[(base + off) % nbytes != 0][0])})")
+
+
+def ld_run(dtype, n: int) -> Callable:
+    """ld.global(.nc).vN under a predicate: args (address, predicate, padding) -> n element vectors."""
+    dt = arith.np_dtype(dtype)
+    nbytes = n * dt.itemsize
+
+    def run(args: list, mach, lanes: np.ndarray) -> tuple:
+        addr = np.asarray(args[0]).astype(np.int64)
+        on = np.asarray(args[1]) != 0
+        out = np.repeat(np.asarray(args[2]).astype(dt)[:, None], n, axis=1)
+        if on.any():
+            _check_aligned(mach, addr[on], nbytes)
+            raw = mach.addresses.global_read(addr[on], nbytes)
+            out[on] = np.ascontiguousarray(raw).view(dt).reshape(-1, n)
+        return tuple(out[:, i] for i in range(n))
+    return semantics(run, machine=True, per_thread=True)
+
+
+def st_run(dtype, n: int) -> Callable:
+    """st.global.vN under a predicate: args (address, predicate, n element vectors)."""
+    dt = arith.np_dtype(dtype)
+    nbytes = n * dt.itemsize
+
+    def run(args: list, mach, lanes: np.ndarray) -> None:
+        addr = np.asarray(args[0]).astype(np.int64)
+        on = np.asarray(args[1]) != 0
+        if not on.any():
+            return
+        data = np.stack([np.asarray(a).astype(dt) for a in args[2:]], axis=1)[on]
+        _check_aligned(mach, addr[on], nbytes)
+        mach.addresses.global_write(addr[on], np.ascontiguousarray(data).view(np.uint8).reshape(-1, nbytes))
+    return semantics(run, machine=True, per_thread=True)
 
 
 def named_barrier(first: int) -> Callable:

@@ -125,6 +125,52 @@ def _wgmma_rs(op) -> str:
                regs + 2, regs + 3, regs + 4, 1 if op.trans_b else 0))
 
 
+def _run_regs(dtype) -> tuple[str, str]:
+    """(LLVM constraint letter, PTX type) of one element of a vector run access (2, 4 or 8 bytes)."""
+    if dtype.itemsize == 2:
+        return "h", "b16"
+    if dtype.is_float:
+        return ("f", "f32") if dtype.itemsize == 4 else ("d", "f64")
+    return ("r", "b32") if dtype.itemsize == 4 else ("l", "b64")
+
+
+def _group(regs: list[str]) -> str:
+    return regs[0] if len(regs) == 1 else "{" + ", ".join(regs) + "}"
+
+
+def _vec(n: int) -> str:
+    return f".v{n}" if n > 1 else ""
+
+
+def _ld_run(dtype, n: int, nc: bool) -> str:
+    """n elements at $n when $n+1 is non-zero, else n copies of the padding $n+2; 16-bit elements
+    travel as packed 32-bit words."""
+    _, ptype = _run_regs(dtype)
+    space = "global.nc" if nc else "global"
+    addr, pred, pad = f"${n}", f"${n + 1}", f"${n + 2}"
+    outs = [f"${i}" for i in range(n)]
+    if dtype.itemsize == 2:
+        words = [f"w{i}" for i in range(n // 2)]
+        fill = " ".join(f"mov.b32 {w}, {{{pad}, {pad}}};" for w in words)
+        split = " ".join(f"mov.b32 {{{outs[2 * i]}, {outs[2 * i + 1]}}}, {w};" for i, w in enumerate(words))
+        return (f"{{ .reg .pred p; .reg .b32 w<{len(words)}>; setp.ne.b32 p, {pred}, 0; {fill} "
+                f"@p ld.{space}{_vec(len(words))}.b32 {_group(words)}, [{addr}]; {split} }}")
+    fill = " ".join(f"mov.{ptype} {o}, {pad};" for o in outs)
+    return f"{{ .reg .pred p; setp.ne.b32 p, {pred}, 0; {fill} @p ld.{space}{_vec(n)}.{ptype} {_group(outs)}, [{addr}]; }}"
+
+
+def _st_run(dtype, n: int) -> str:
+    """n elements ($2...) to $0 when $1 is non-zero; 16-bit elements packed into 32-bit words."""
+    _, ptype = _run_regs(dtype)
+    ins = [f"${i + 2}" for i in range(n)]
+    if dtype.itemsize == 2:
+        words = [f"w{i}" for i in range(n // 2)]
+        pack = " ".join(f"mov.b32 {w}, {{{ins[2 * i]}, {ins[2 * i + 1]}}};" for i, w in enumerate(words))
+        return (f"{{ .reg .pred p; .reg .b32 w<{len(words)}>; setp.ne.b32 p, $1, 0; {pack} "
+                f"@p st.global{_vec(len(words))}.b32 [$0], {_group(words)}; }}")
+    return f"{{ .reg .pred p; setp.ne.b32 p, $1, 0; @p st.global{_vec(n)}.{ptype} [$0], {_group(ins)}; }}"
+
+
 _BAR = "mbarrier.{}.shared::cta.b64"
 _TMA_2D = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
            "[$0], [$1, {$2, $3}], [$4];")
@@ -143,6 +189,15 @@ _ROWS = (
               "sm80:st_global_8", "two 32-bit registers to an 8-byte aligned global address"),
     PtxFamily("st.global.b32", "st.global.b32 [$0], $1;", "l,r", VOID, True, 70, "sm80:st_global_4",
               "one 32-bit register (two packed 16-bit values) to a 4-byte aligned global address"),
+    PtxFamily("ld.global.run", _ld_run,
+              lambda dtype, n, nc: ",".join(["=" + _run_regs(dtype)[0]] * n + ["l", "r", _run_regs(dtype)[0]]),
+              lambda dtype, n, nc: TupleType((dtype,) * n), True, 70, "sm80:ld_run",
+              "n elements of `dtype` (one 4-, 8- or 16-byte access, aligned to its width) from a global "
+              "address when the predicate is non-zero, else n copies of the padding (`nc`: through the "
+              "read-only cache)", ("dtype", "n", "nc"), ("dtype", "n")),
+    PtxFamily("st.global.run", _st_run, lambda dtype, n: ",".join(["l", "r"] + [_run_regs(dtype)[0]] * n), VOID,
+              True, 70, "sm80:st_run", "n elements of `dtype` to a global address (one access aligned to "
+              "its width) when the predicate is non-zero", ("dtype", "n"), ("dtype", "n")),
     PtxFamily("ld.shared.b32", "ld.shared.b32 $0, [$1];", "=r,r", U32, True, 70, "sm80:ld_shared_b32",
               "a 32-bit load from a shared-window address"),
     # ------------------------------------------------------------------ sm_80: cp.async
