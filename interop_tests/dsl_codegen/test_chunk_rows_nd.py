@@ -105,11 +105,7 @@ def test_a_row_the_body_assigns_still_computes_the_right_values():
 
 
 # ---------------------------------------------------------------- GPU
-needs_gpu = pytest.mark.skipif(not bridge.gpu_available(),
-                               reason=f"no CUDA device: {bridge.gpu_unavailable_reason()}")
-
-
-@needs_gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("cols", [4, 10, 12, 768, 770])
 def test_2d_chunk_rows_match_numpy_on_the_gpu_whatever_the_row_length(cols):
     rng = np.random.default_rng(cols)
@@ -119,7 +115,7 @@ def test_2d_chunk_rows_match_numpy_on_the_gpu_whatever_the_row_length(cols):
     np.testing.assert_allclose(out.to_host(), ref, rtol=1e-6, atol=1e-6)
 
 
-@needs_gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("C", [768, 10])
 def test_3d_chunk_encoder_matches_numpy_on_the_gpu(C):
     rng = np.random.default_rng(C)

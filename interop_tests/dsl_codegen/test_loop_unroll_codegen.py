@@ -223,7 +223,7 @@ def test_gpu_unrolled_range_with_break_and_continue_matches_python(rng, stop, li
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [0, 1, 31, 32 * 3 + 1, 32 * 4, WIDTH])
+@pytest.mark.parametrize("n", [0, 1, 31, 32 * 3 + 1, WIDTH - 1, WIDTH])   # n <= WIDTH: x has WIDTH columns
 def test_gpu_unrolled_lanes_loop_matches_numpy(rng, n):
     x = _data(rng, rows=9)
     got = _gpu_run(lane_sums, [x, np.full(x.shape[0], 7.0), np.int64(n)])
