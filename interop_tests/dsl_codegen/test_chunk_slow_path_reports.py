@@ -122,3 +122,13 @@ def test_every_slow_path_kind_is_listed_in_the_docs():
     docs = (ROOT / "docs" / "dsl.md").read_text()
     missing = [k for k in SLOW_PATH_KINDS if f"`{k}`" not in docs]
     assert not missing, f"docs/dsl.md does not list: {missing}"
+
+
+TILE_KINDS = ("fma-product", "sync-staging", "tile-scalar", "local-memory", "spills")
+
+
+def test_every_kind_a_tile_kernel_reports_has_a_row_in_the_tile_docs():
+    docs = (ROOT / "docs" / "tile.md").read_text()
+    assert set(TILE_KINDS) <= set(SLOW_PATH_KINDS)
+    missing = [k for k in TILE_KINDS if f"| `{k}` |" not in docs]
+    assert not missing, f"docs/tile.md's slow-path table does not list: {missing}"

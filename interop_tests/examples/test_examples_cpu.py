@@ -216,7 +216,7 @@ def test_write_docs_merges_the_parts_of_a_split_run(tmp_path):
     p = run("benchmarks/write_docs.py", "--results", str(tests), str(bench), "--out", str(out))
     assert p.returncode == 0, p.stdout + p.stderr
     md = out.read_text()
-    assert "2026-12-03 20:00:00 UTC + 2026-11-30 12:00:00 UTC" in md
+    assert "2026-12-03 20:00:00 UTC + 2026-11-30 12:00:00 UTC" in md and "run in 2 parts" in md
     assert "| sanitize_memcheck | 0 |" in md and "| tests | 0 |" in md       # steps of both parts
     assert "CUDA driver: 580.00 (part one)" in md
     assert "| vecadd [C++ nvcc -O3] | 0.2 | ms |" in md and "Bars: some FAIL (" in md
