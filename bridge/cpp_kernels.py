@@ -9,8 +9,8 @@ embedded (see docs/cpp.md), so `load(name)` gives a module whose kernels launch 
 The GPT-2 training-step kernels of `cpp/kernels/llm/<family>.cu` are installed the same way, as
 `llm_<family>.fatbin` (`LLM_KERNELS`; `llm_kernel("layernorm_forward")` gives one kernel).
 
-Without nvcc at install time the kernels are not built; `build_info()` / `status()` say so (pip hides
-the CMake warning) and `path()` / `load()` raise `CppKernelsMissing` naming what is missing and how to
+Without nvcc at install time the kernels are not built; `build_info()` / `status()` say so (pip shows
+the CMake warning only with -v; an install from a terminal also prints one line there) and `path()` / `load()` raise `CppKernelsMissing` naming what is missing and how to
 get it.
 
 `cmake_dir()` is where `kernelbridge.cmake` / `kernelbridgeConfig.cmake` live, for a user's own CMake
