@@ -175,6 +175,9 @@ def main() -> int:
     ap.add_argument("--skip", default="", help="comma list of steps to skip: tests,sanitize,examples,bench")
     ap.add_argument("--bench", default="", help="comma list of benchmark names (file stems, e.g. gemm,attention) "
                     "to run instead of all: the benchmarks no longer fit one 10-minute call, so they run in parts")
+    ap.add_argument("--pack", action="store_true",
+                    help="leave only gpu_check.json and results.tgz (logs, junit files, benchmark JSONs) in the "
+                         "results folder: the device tool brings back only a few files per call")
     args = ap.parse_args()
     run = _Run(args)
     run.logs.mkdir(parents=True, exist_ok=True)
@@ -186,7 +189,24 @@ def main() -> int:
         run.examples()
     run.summary["bars"] = run.benchmarks() if "bench" not in run.skip else []
     (run.res_dir / "gpu_check.json").write_text(json.dumps(run.summary, indent=2))
-    return print_summary(run.summary)
+    verdict = print_summary(run.summary)
+    if args.pack:
+        pack(run.res_dir)
+    return verdict
+
+
+def pack(res_dir: Path) -> Path:
+    """Move everything in `res_dir` but gpu_check.json into results.tgz (unpack it beside gpu_check.json,
+    then `benchmarks/write_docs.py --results` reads the folder as if it had never been packed)."""
+    import tarfile
+    bundle = res_dir / "results.tgz"
+    members = [p for p in sorted(res_dir.iterdir()) if p.name not in ("gpu_check.json", bundle.name)]
+    with tarfile.open(bundle, "w:gz") as tar:
+        for p in members:
+            tar.add(p, arcname=p.name)
+    for p in members:
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    return bundle
 
 
 class _Run:

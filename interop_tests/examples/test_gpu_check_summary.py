@@ -90,3 +90,17 @@ def test_each_recorded_step_is_printed_and_the_partial_summary_written_at_once(g
     import json
     assert json.loads(path.read_text())["steps"]["tests"]["failed"] == 2
     assert "tests: rc 1, seconds 165.1, passed 2814, failed 2" in capsys.readouterr().out
+
+
+def test_pack_leaves_the_summary_and_one_archive_that_holds_everything_else(gpu_check, tmp_path):
+    import tarfile
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "pytest.log").write_text("log text")
+    (tmp_path / "sanitize_memcheck.xml").write_text("<testsuite/>")
+    (tmp_path / "llm_kernels.json").write_text('{"rows": []}')
+    (tmp_path / "gpu_check.json").write_text('{"steps": {}}')
+    bundle = gpu_check.pack(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu_check.json", "results.tgz"]
+    with tarfile.open(bundle) as tar:
+        assert sorted(tar.getnames()) == ["llm_kernels.json", "logs", "logs/pytest.log", "sanitize_memcheck.xml"]
+        assert tar.extractfile("logs/pytest.log").read() == b"log text"
