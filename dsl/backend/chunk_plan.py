@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from dsl.ir import nodes as N
 from dsl.ir.types import ArrayType
+from dsl.ir.invariance import changed_vars, invariant
 from dsl.ir.verify import callees_of, children, walk
 
 
@@ -41,8 +42,7 @@ class ChunkPlan:
 
 def plan_chunk(s: N.ChunkLoop) -> ChunkPlan:
     """The ChunkPlan of chunk loop `s`."""
-    assigned = {x.var for st in s.body for x in walk(st) if isinstance(x, N.Assign)}
-    p = _Planner(s.var, assigned)
+    p = _Planner(s.var, changed_vars(s.body))
     for st in s.body:
         p.visit(st, 0)
         if _owned_store(st, s.var):
@@ -78,22 +78,12 @@ def _owned_store(st: N.Stmt, var: N.Var) -> bool:
 
 
 class _Planner:
-    def __init__(self, var: N.Var, assigned: set[N.Var]) -> None:
+    def __init__(self, var: N.Var, changed: set[int]) -> None:
         self.var = var
-        self.assigned = assigned
+        self.changed = changed
         self.uses: dict[N.Param, ArrayUse] = {}
         self.blocker: tuple[N.Loc, str] | None = None
         self.at: N.Loc = N.NOLOC          # the statement being visited
-
-    def _changes(self, e: N.Expr) -> bool:
-        """May row index `e` differ between the chunk's elements (a variable the body assigns, or an
-        expression that is not a plain row index)?"""
-        if isinstance(e, N.Cast):
-            return self._changes(e.operand)
-        if isinstance(e, N.ReadVar):
-            return e.var in self.assigned
-        return not (isinstance(e, N.Const) or
-                    (isinstance(e, N.TupleGet) and isinstance(e.value, N.ThreadIndexValue)))
 
     def use(self, param: N.Param) -> ArrayUse:
         u = self.uses.get(param)
@@ -126,7 +116,7 @@ class _Planner:
             row = node.indices[:-1]
             if u.lead is None:
                 u.lead = row
-            if not same_row(u.lead, row) or any(self._changes(e) for e in row):
+            if not same_row(u.lead, row) or not all(invariant(e, self.changed) for e in row):
                 u.rows_differ = u.rows_differ or self.at
             for e in row:
                 self.visit(e, depth)

@@ -21,13 +21,9 @@ import llvmlite.ir as ir
 
 from dsl.backend import lltypes as T
 from dsl.ir import nodes as N
+from dsl.ir.invariance import changed_vars, child_exprs, invariant
 from dsl.ir.types import ScalarType
-from dsl.ir.verify import children, walk
-
-# expressions whose value depends only on their operands (no memory, no side effects, no warp)
-_PURE = (N.Const, N.ReadVar, N.ParamRef, N.Special, N.ArrayLen, N.TupleGet, N.ThreadIndexValue,
-         N.OwnerIndexValue, N.BinOp, N.UnaryOp, N.Cast, N.Compare, N.Logical, N.IfExp, N.ChunkStart,
-         N.ChunkValue, N.MakeTuple)
+from dsl.ir.verify import walk
 
 
 def hoistable_loads(s: N.ForRange) -> list[N.Load]:
@@ -39,11 +35,11 @@ def hoistable_loads(s: N.ForRange) -> list[N.Load]:
     nodes = [n for st in s.body for n in walk(st)]
     if any(isinstance(n, (N.Break, N.Continue, N.Return)) for n in nodes):
         return []
-    changed = {id(n.var) for n in nodes if isinstance(n, (N.Assign, N.ForRange, N.ChunkLoop))}
+    changed = changed_vars(s.body)
     out: list[N.Load] = []
     for e in _unconditional_exprs(s.body):
         out += [ld for ld in _loads_in(e) if ld.check == "none" and isinstance(ld.array, N.ParamRef)
-                and all(_invariant(i, changed) for i in ld.indices)]
+                and all(invariant(i, changed) for i in ld.indices)]
     return out
 
 
@@ -74,21 +70,9 @@ def _loads_in(e: N.Expr) -> list[N.Load]:
     if isinstance(e, N.Logical):
         return _loads_in(e.lhs)
     out: list[N.Load] = []
-    for c in _child_exprs(e):
+    for c in child_exprs(e):
         out += _loads_in(c)
     return out
-
-
-def _child_exprs(e: N.Expr) -> list[N.Expr]:
-    return [c for c in children(e) if isinstance(c, N.Expr)]
-
-
-def _invariant(e: N.Expr, changed: set[int]) -> bool:
-    if not isinstance(e, _PURE):
-        return False
-    if isinstance(e, N.ReadVar) and id(e.var) in changed:
-        return False
-    return all(_invariant(c, changed) for c in _child_exprs(e))
 
 
 class UnrollMixin:

@@ -52,6 +52,17 @@ def row_changes_in_body(x: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
         j = 0
 
 
+@simt.kernel(domain=2, requires=["x.shape[1] == out.shape[1]"])
+def column_sums_in_rows(x: simt.Array[f32, 2], out: simt.DisjointSlice[f32, 2]):
+    """x's row is an inner loop's variable: it changes within each element, so x's loads stay inside."""
+    r, ch = simt.thread.chunk_2d(4)
+    for c in ch:
+        acc = f32(0.0)
+        for j in range(x.shape[0]):
+            acc += x[j, c]  # LINE:inner_loop_row
+        out[r, c] = acc
+
+
 def marker_line(name: str) -> int:
     with open(__file__) as f:
         for k, line in enumerate(f, 1):

@@ -104,6 +104,19 @@ def test_a_row_the_body_assigns_still_computes_the_right_values():
     np.testing.assert_array_equal(out, ref)
 
 
+def test_a_row_that_an_inner_loop_runs_over_is_read_inside_the_loop():
+    """Review find: an inner loop's variable as the row was taken for a row the body keeps, and the
+    compile read it before the loop had set it (a CodegenError)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 10)).astype(np.float32)
+    out = np.full((5, 10), 9.0, np.float32)
+    K.column_sums_in_rows.simulate(x, out)
+    np.testing.assert_allclose(out, np.broadcast_to(x.astype(np.float64).sum(0), out.shape), rtol=1e-5, atol=1e-5)
+    ck = K.column_sums_in_rows.compile(x, out, arch="sm_90")
+    paths = ck.metadata["slow_paths"]
+    assert [(p["kind"], p["line"]) for p in paths] == [("in-order", K.marker_line("inner_loop_row"))], paths
+
+
 # ---------------------------------------------------------------- GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("cols", [4, 10, 12, 768, 770])
