@@ -92,6 +92,7 @@ struct LaunchContract {
   std::vector<std::shared_ptr<Relation>> relations;  // parsed requires_text (not `requires`: a C++20 keyword)
   std::vector<std::pair<int, int>> inplace;    // arg indices
   bool has_optional = false;                   // some argument is optional (set by the parser)
+  bool has_launch_relations = false;           // some relation names grid.* / block.* (set by the parser)
   int grid_from_arg = -1;                      // -1 = grid must be given
   int per_thread[3] = {1, 1, 1};
   // Tile grids (grid_from.tile): one block per tile of grid_from_arg, flattened into grid.x; capped at

@@ -269,6 +269,7 @@ class ContractReader {
       RelationParser p(text, c_, *rel);
       if (!p.parse(why)) return fail(field, "'" + text + "': " + why);
       c_.requires_text.push_back(text);
+      c_.has_launch_relations |= rel->uses_launch;
       c_.relations.push_back(rel);
     }
     return true;

@@ -623,7 +623,8 @@ inline Error validate(const LaunchContract& c, const ArgValue* args, int nargs, 
   if (Error e = check_block(c, cfg, dev, fn)) return e;
   if (Error e = check_grid(c, args, cfg, dev)) return e;
   if (Error e = check_strict_domain(c, cfg)) return e;
-  if (!cfg.skip) {   // grid relations: against the resolved grid and block (nothing to check when nothing runs)
+  if (c.has_launch_relations && !cfg.skip) {   // grid relations: against the resolved grid and block
+                                                // (nothing to check when nothing runs)
     for (size_t r = 0; r < c.relations.size(); ++r) {
       if (!c.relations[r]->uses_launch) continue;
       if (Error e = check_relation(c, r, args, &cfg)) return e;
