@@ -20,9 +20,9 @@ from dsl.vocab import simt as si
 from dsl.vocab.simt import Intrinsic, Register
 from dsl.types import ScalarDType
 from dsl.vocab import math as vocab
+from dsl.vocab.atomics import atomic_dtype_ok, atomic_dtypes_text
 from dsl.vocab.numpy_calls import numpy_call_hint
 
-ATOMIC_FLOAT_OK = {"add", "exch"}
 INTRINSICS: dict[str, str] = {
     "thread.index_1d": "call_index", "thread.index_2d": "call_index", "thread.index_3d": "call_index",
     "thread.chunk_1d": "call_chunk", "thread.chunk_2d": "call_chunk", "thread.chunk_3d": "call_chunk",
@@ -319,11 +319,9 @@ class CallMixin:
             self.err(node.args[0], f"write to Array parameter '{array_name(base.expr)}' "
                      "(simt.Array is read-only)", "declare it as simt.DisjointSlice[...] to update it "
                      "atomically")
-        ok = (t.dtype.is_int and t.dtype.bits in (32, 64)) or (op in ATOMIC_FLOAT_OK and t.dtype.is_float and
-                                                               t.dtype.bits >= (16 if op == "add" else 32))
-        if not ok:
+        if not atomic_dtype_ok(op, t.dtype):
             self.err(node, f"simt.atomic.{op}() is not available for {t.dtype} arrays",
-                     "atomics work on 32/64-bit integers; add also on f16/bf16/f32/f64")
+                     f"atomic {op} works on {atomic_dtypes_text(op)} (dsl/vocab/atomics.py)")
         vals, _ = self.index_vals(node.args[1])
         self.check_rank(base, node.args[0], len(vals), node)
         exprs = self.index_exprs(vals, node.args[1])

@@ -147,11 +147,12 @@ def _accumulate(op: str, seq: np.ndarray, t: ScalarType) -> np.ndarray:
     if op == "exch":
         return seq
     if op in ("min", "max"):
-        uf = (np.fmin if op == "min" else np.fmax) if t.is_float else \
-            (np.minimum if op == "min" else np.maximum)
-        if t.is_float and t.bits == 16:
-            return uf.accumulate(seq.astype(np.float32)).astype(seq.dtype)
-        return uf.accumulate(seq)
+        if t.is_float:          # serially, through the device's min/max (signed zeros, NaNs): dsl/vocab/minmax
+            out = seq.copy()
+            for k in range(1, len(seq)):
+                out[k] = arith.binop(op, out[k - 1:k], seq[k:k + 1], t)[0]
+            return out
+        return (np.minimum if op == "min" else np.maximum).accumulate(seq)
     if t.is_float and t.bits == 16:
         out = seq.copy()          # f16/bf16: round after every step, like the device's atomic add
         for k in range(1, len(seq)):

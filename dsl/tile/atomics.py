@@ -19,17 +19,11 @@ from dsl.tile import ir as T
 from dsl.tile import ops
 from dsl.tile.types import ArrayParamType, PartitionParamType, TileType
 from dsl.tile.values import ParamHandle
+from dsl.vocab.atomics import ATOMIC_DTYPES as VOCAB_DTYPES
+from dsl.vocab.atomics import TILE_OPS, atomic_dtype_ok
 
-# The element types each atomic op takes (what atom/red do in one instruction, or LLVM expands).
-ATOMIC_DTYPES: dict[str, tuple[str, ...]] = {
-    "add": ("i32", "u32", "i64", "u64", "f16", "bf16", "f32", "f64"),
-    "max": ("i32", "u32", "i64", "u64", "f32", "f64"),
-    "min": ("i32", "u32", "i64", "u64", "f32", "f64"),
-}
-
-
-def atomic_dtype_ok(op: str, dtype: ScalarType) -> bool:
-    return dtype.name in ATOMIC_DTYPES[op]
+# The element types each tile atomic takes: the rows of the one atomics table for the tile ops.
+ATOMIC_DTYPES: dict[str, tuple[str, ...]] = {op: VOCAB_DTYPES[op] for op in TILE_OPS}
 
 
 def _target(fe: Any, v: object, node: ast.AST, call: str, op: str) -> T.TParam:
