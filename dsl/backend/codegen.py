@@ -4,6 +4,8 @@ Each step is a plain function so dsl/compiler.py can run, dump, or start from an
 """
 from __future__ import annotations
 
+import re
+
 from dsl.backend.builder import BuildOptions, ModuleBuilder
 from dsl.backend.libdevice import link_libdevice
 from dsl.backend.target import initialise_llvm, target_machine
@@ -23,10 +25,22 @@ class LlvmIR(str):
         return obj
 
 
+# An atomic instruction's ordering, to which the device scope is added (see _device_scope).
+_ATOMIC_ORDERING = re.compile(r"(\b(?:atomicrmw|cmpxchg)\b[^\n]*?) (monotonic(?: monotonic)?)\b")
+
+
+def _device_scope(text: str) -> str:
+    """Every atomicrmw / cmpxchg at the device scope, as CUDA's atomicAdd / atomicCAS are (`.gpu`).
+    llvmlite's builder cannot name a scope, and LLVM's default is the system: NVPTX emitted
+    `atom.relaxed.sys.global.cas` for a cmpxchg (and for the compare-and-swap loop a float atomic
+    max expands into), a stronger scope than the CUDA C++ it stands for."""
+    return _ATOMIC_ORDERING.sub(r'\1 syncscope("device") \2', text)
+
+
 def to_llvm_ir(fn: N.Function, options: BuildOptions) -> LlvmIR:
     mb = ModuleBuilder(fn, options)
     module = mb.build()
-    return LlvmIR(str(module), frozenset(mb.keep), tuple(mb.slow_paths))
+    return LlvmIR(_device_scope(str(module)), frozenset(mb.keep), tuple(mb.slow_paths))
 
 
 def optimize(llvm_ir: LlvmIR, arch: str | int):

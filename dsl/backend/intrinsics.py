@@ -64,7 +64,8 @@ ATOMIC_RMW: dict[str, dict[str, str]] = {
     "or_": {"int": "or", "uint": "or"},
     "xor": {"int": "xor", "uint": "xor"},
 }
-ATOMIC_ORDERING = "monotonic"        # relaxed, like CUDA's atomicAdd; LLVM's default scope -> .gpu
+ATOMIC_ORDERING = "monotonic"        # relaxed, like CUDA's atomicAdd; at the device scope (.gpu), which
+# dsl/backend/codegen.py adds to every atomic (LLVM's default, the system, gave `atom.relaxed.sys`)
 
 # ---------------------------------------------------------------------------- warp
 FULL_MASK = 0xFFFFFFFF

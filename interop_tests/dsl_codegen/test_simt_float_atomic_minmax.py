@@ -78,6 +78,7 @@ def test_float_atomic_max_compiles_to_ptx_that_ptxas_assembles(arch, dtype):
     bits = np.dtype(dtype).itemsize * 8
     assert re.search(rf"atom(\.\w+)*\.cas\.b{bits}|atom\.global\.max\.f{bits}", ck.ptx), \
         "a float atomic max is a compare-and-swap loop (or one atom.max)"
+    assert not re.search(r"atom\.\w*\.?sys\.", ck.ptx), "CUDA's atomics are device-scoped (.gpu), not .sys"
     usages, _ = assemble(ck.ptx, arch)
     assert [u.kernel for u in usages] == [ck.name] and usages[0].spill_stores == 0
 
