@@ -9,6 +9,10 @@ A check too long for one 10-minute device call runs in parts (`scripts/gpu_check
 Every number in the page comes from those files (never typed by hand): machine (GPU, driver and
 versions from `python -m bridge doctor`), date, the step summary, the bars, and one table per
 benchmark with its missing peers and notes. Refuses to write when no file reports a GPU.
+
+A last section shows the install and test times of the 2-core CPU machine from one record of
+`benchmarks/install_time.py` (`--install-record PATH`; by default the newest `results/cpu_install_*.json`
+beside the page, i.e. docs/results/; `--install-record none` leaves it out). A dry-run record is refused.
 """
 from __future__ import annotations
 
@@ -119,7 +123,8 @@ def bench_section(stem: str, data: dict) -> list[str]:
     return out + [""]
 
 
-def render(check: dict, benches: dict[str, dict], image: bool) -> str:
+def render(check: dict, benches: dict[str, dict], image: bool,
+           install: tuple[dict, str] | None = None) -> str:
     source = ("benchmark JSON files run on their own (**partial**: not a full `scripts/gpu_check.py` run; "
               "benchmarks without a section here have not run on a GPU yet)" if check.get("partial")
               else f"the JSON files of a `scripts/gpu_check.py` run in {check['parts']} parts (one device call "
@@ -142,7 +147,49 @@ def render(check: dict, benches: dict[str, dict], image: bool) -> str:
         lines += bars(check) + steps(check) + ["## Results", ""]
     for stem in sorted(benches, key=lambda s: (ORDER.index(s) if s in ORDER else len(ORDER), s)):
         lines += bench_section(stem, benches[stem])
+    if install is not None:
+        lines += install_section(*install)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def load_install(path: Path) -> dict:
+    """A benchmarks/install_time.py record; any other file, or a dry run, is refused (ValueError)."""
+    record = json.loads(path.read_text())
+    if not isinstance(record, dict) or record.get("kind") != "cpu_install":
+        raise ValueError(f"--install-record: {path} is not a benchmarks/install_time.py record")
+    if record.get("dry_run"):
+        raise ValueError(f"--install-record: {path} is a dry run: nothing in it was measured")
+    return record
+
+
+def _install_note(step: dict) -> str:
+    notes = [step.get("note") or ""]
+    if "cpp_kernels_built" in step:
+        notes.append(f"nvcc: {step.get('nvcc') or 'none'}; C++ kernels "
+                     f"{'built' if step['cpp_kernels_built'] else 'skipped'}")
+    notes.append(step.get("summary") or "")
+    return "; ".join(n for n in notes if n)
+
+
+def install_section(record: dict, source: str) -> list[str]:
+    """Issue 31's install and test-time bars, from one run of benchmarks/install_time.py."""
+    m = record.get("machine", {})
+    steps = [s for s in record.get("steps", []) if s.get("pass") is not None]
+    lines = ["## Install and test times (CPU machine, no GPU)", "",
+             f"`benchmarks/install_time.py`, {record.get('date', '—')} (`{source}`): {m.get('cores', '—')} cores, "
+             f"commit {m.get('commit', '—')}{' with uncommitted changes' if m.get('uncommitted_changes') else ''}; "
+             f"Python {m.get('python', '—')}, {m.get('pip', '—')}, {m.get('cmake', '—')}, {m.get('cxx', '—')}. "
+             "Wall seconds of each whole command, run from the checkout; cold = the build folder removed first.", "",
+             f"- load before: `{record.get('uptime_before', '—')}`",
+             f"- load after: `{record.get('uptime_after', '—')}`", ""]
+    rows = [[s["title"], f"`{s['command']}`", s["seconds"], f"≤ {s['bar_s']:g}", "PASS" if s["pass"] else "FAIL",
+             f"{s['load_before'][0]:.2f} → {s.get('load_after', ['—'])[0]}", _install_note(s)] for s in steps]
+    lines += table(["step", "command", "seconds", "bar (s)", "result", "load, 1 min (before → after)", "note"], rows)
+    lines += [f"Install bars: {'all pass' if all(s['pass'] for s in steps) else 'some FAIL'} "
+              f"({sum(1 for s in steps if s['pass'])}/{len(steps)}).", ""]
+    if not record.get("restored", True):
+        lines += [f"- note: the editable install was not restored after the run: {record.get('restore_check')}", ""]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,20 +199,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="docs/benchmarks.md")
     ap.add_argument("--partial", action="store_true",
                     help="render benchmark JSONs run on their own (no gpu_check.json); the page says so")
+    ap.add_argument("--install-record", help="a benchmarks/install_time.py JSON record, or 'none' (default: the "
+                    "newest results/cpu_install_*.json beside --out)")
     args = ap.parse_args(argv)
+    out = Path(args.out)
     try:
         check, benches = merge([load(Path(r), args.partial) for r in args.results])
-    except (FileNotFoundError, json.JSONDecodeError) as exc:
+        record_path = (None if args.install_record == "none" else Path(args.install_record) if args.install_record
+                       else max((out.parent / "results").glob("cpu_install_*.json"), default=None))
+        install = (load_install(record_path), record_path.as_posix()) if record_path else None
+    except (FileNotFoundError, json.JSONDecodeError, ValueError) as exc:
         print(f"write_docs: {exc}", file=sys.stderr)
         return 2
     if not any(b.get("info", {}).get("gpu") for b in benches.values()):
         print(f"write_docs: no benchmark file in {args.results}/ reports a GPU; the page only shows numbers "
               f"from a real GPU run", file=sys.stderr)
         return 2
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(check, benches, (out.parent / "benchmarks.png").exists()))
-    print(f"wrote {out} from {len(benches)} benchmark file(s)")
+    out.write_text(render(check, benches, (out.parent / "benchmarks.png").exists(), install))
+    print(f"wrote {out} from {len(benches)} benchmark file(s)" + (f" and {install[1]}" if install else ""))
     return 0
 
 
