@@ -10,7 +10,9 @@ cliff"). This pass puts such a load back where it is used, which changes no resu
 - the read is in a later statement of the same block as the assignment, and not inside a loop there
   (so it runs once per run of the assignment, in the same loop iteration: a load made before a loop
   stays before it);
-- no variable the load's indices read is assigned between the two (so the indices mean the same).
+- no variable the load's indices read is assigned between the two (so the indices mean the same);
+- the load has more than one element: a one-element load (a row's mean) stays named and is held once
+  in every thread, where in a broadcast over a row it would be loaded once per element a thread holds.
 Read-only arrays cannot be written during the launch (the aliasing rules refuse an overlap with a
 writable argument), so reading later reads the same values.
 """
@@ -43,7 +45,7 @@ def forward_loads(fn: T.TileFunction) -> int:
         while k < len(block):
             s = block[k]
             if isinstance(s, T.Assign) and assigned.get(id(s.var)) == 1 and reads.get(id(s.var)) == 1 \
-                    and _read_only_load(s.value) and _forward(block, k):
+                    and _read_only_load(s.value) and _elements(s.value) > 1 and _forward(block, k):
                 fn.locals[:] = [v for v in fn.locals if v is not s.var]
                 done += 1
                 continue                       # block[k] is now the next statement
@@ -60,6 +62,15 @@ def _blocks(body: list):
         elif isinstance(s, T.If):
             yield from _blocks(s.then)
             yield from _blocks(s.else_)
+
+
+def _elements(e: T.TExpr) -> int:
+    """The tile's element count (one: the load stays named, held once per thread by the lowering's
+    assign, dsl/tile/lower/kernel.py)."""
+    n = 1
+    for d in e.type.shape:
+        n *= d
+    return n
 
 
 def _read_only_load(e: T.TExpr) -> bool:

@@ -6,13 +6,20 @@ memory once, takes the mean and the variance from those registers and stores the
 mean, squared deviations for the variance, then normalise and store each chunk). Both store each row's
 mean and 1/std beside the output.
 
-The backward is the tutorial's two kernels. `layer_norm_bwd_dx_fused`: one block per row, the whole
-row in registers, dx = (w*dy - (xhat*c1 + c2)) * rstd with c1 = sum(xhat*w*dy)/N, c2 = sum(w*dy)/N;
-the row's dw = dy*xhat and db = dy are added into row `row % GROUP_SIZE_M` of an f32 (GROUP_SIZE_M,
-N) partial buffer. The tutorial takes a lock per partial row to add its share; a tile kernel has no
-locks, and `tile.atomic_add` is what the lock emulates (so the buffer starts zeroed). Then
-`layer_norm_bwd_dwdb` sums the partial rows by columns (BLOCK_SIZE_N columns a block, BLOCK_SIZE_M
-partial rows at a time). Checked against NumPy float64 (N not a power of two).
+The backward departs from the tutorial. The tutorial runs one program per row and adds the row's
+dw = dy*xhat and db = dy into partial row `row % GROUP_SIZE_M` under a spin lock; a tile kernel has
+no locks, and the same sums with `tile.atomic_add` (N contended f32 atomics a row) ran at 0.2-0.4x
+Triton on the H200. Here `layer_norm_bwd_dx_rows` gives each block R consecutive rows (dx's tile is
+(R, N rounded up), written a row at a time with `dx.store(row, chunk=(i, 0))`), loads w once, and
+per row holds x and dy whole in registers: dx = (w*dy - (xhat*c1 + c2)) * rstd with c1 =
+sum(xhat*w*dy)/N, c2 = sum(w*dy)/N. dw and db of its rows stay in f32 registers and are stored once
+into the block's OWN row of an (M/R, N) f32 partial buffer: no atomics, deterministic, nothing to
+zero. `layer_norm_bwd_dwdb` then sums the M/R partial rows by columns, as the tutorial's second
+kernel does. R (rows_per_block) makes about as many blocks as the SMs hold rows at once (the row's
+state, w, dw, db, xhat, w*dy in f32, fills registers: one row of 8192 an SM, eight of 1024); rows of
+more than 8192 columns hold more than an SM's registers and spill. `layer_norm_bwd_dx_ahead` also
+loads the next row while the block reduces this one. Checked against NumPy float64 (N not a power
+of two, M not a multiple of R).
 
     python examples/triton_tutorials/05_layer_norm.py              # GPU when present, else the simulator
     python examples/triton_tutorials/05_layer_norm.py --simulate   # the CPU simulator
@@ -38,8 +45,9 @@ E = TypeVar("E")
 MAX_BLOCK = 1024        # columns a chunk of layer_norm_fwd holds at most (8 a thread on 128 threads)
 MAX_WHOLE_ROW = 16384   # columns layer_norm_row holds (16 f32 a thread on 32 warps); longer rows are chunked
 ROW_ELEMS = 16          # elements a thread of layer_norm_row holds by default (see row_warps)
-GROUP_SIZE_M_BY_N = ((1024, 256), (4096, 128), (8192, 96))   # the tutorial's partial rows by N (longer: 64)
-DWDB_BLOCK_M, DWDB_BLOCK_N = 32, 128                          # the tutorial's dwdb block
+H200_SMS = 132          # SMs the backward's default row groups are sized for (rows_per_block)
+SM_ROW_ELEMS = 8192     # row elements of backward state (w, dw, db, xhat, w*dy in f32) an SM's registers hold
+DWDB_BLOCK_M, DWDB_BLOCK_N = 32, 128   # the tutorial's dwdb block (fewer columns for short rows: dwdb_block_n)
 
 
 @tile.kernel
@@ -89,27 +97,69 @@ def layer_norm_row(x: tile.Array[E, 2], y: tile.Partition[E, 2], w: tile.Array[E
     y.store(d * r * wk + bk)
 
 
-@tile.kernel
-def layer_norm_bwd_dx_fused(dx: tile.Partition[E, 2], dy: tile.Array[E, 2], dw_part: tile.Atomic[f32, 2],
-                            db_part: tile.Atomic[f32, 2], x: tile.Array[E, 2], w: tile.Array[E, 1],
-                            mean: tile.Array[f32, 1], rstd: tile.Array[f32, 1], GROUP_SIZE_M: tile.Constant[int]):
-    row = tile.bid(0)
-    n = x.shape[1]
-    width = dx.tile_shape[1]            # the whole row, N rounded up: the loads read 0 past its end
-    cols = tile.arange(width)[None, :]
-    a = tile.load(x, (row, 0), (1, width)).astype(f32)
-    g = tile.load(dy, (row, 0), (1, width)).astype(f32)
-    wk = tile.load(w, 0, (width,)).astype(f32)[None, :]
-    r = tile.load(rstd, row, (1,))
-    xhat = tile.where(cols < n, (a - tile.load(mean, row, (1,))) * r, 0.0)
-    wdy = wk * g                        # 0 past the row's end (w and dy read 0 there)
+@tile.func
+def row_dx(a, g, wk, mu, r, n):
+    """(dx, xhat) of one row in f32 from its x `a`, dy `g`, w `wk` and statistics: dx = (w*dy -
+    (xhat*c1 + c2)) * rstd with c1 = sum(xhat*w*dy)/N, c2 = sum(w*dy)/N. Past the row's end dy and w
+    read 0, so those columns add nothing to c1, c2, dw or db (their dx is not stored)."""
+    xhat = (a - mu) * r
+    wdy = wk * g
     c1 = tile.sum(xhat * wdy) / n
     c2 = tile.sum(wdy) / n
-    dx.store((wdy - (xhat * c1 + c2)) * r)
-    # this row's share of dw and db, added into partial row `row % GROUP_SIZE_M` (the tutorial's lock)
-    lock_id = row % GROUP_SIZE_M
-    tile.atomic_add(dw_part, (lock_id, 0), g * xhat)
-    tile.atomic_add(db_part, (lock_id, 0), g)
+    return (wdy - (xhat * c1 + c2)) * r, xhat
+
+
+@tile.kernel
+def layer_norm_bwd_dx_rows(dx: tile.Partition[E, 2], dw_part: tile.Partition[f32, 2], db_part: tile.Partition[f32, 2],
+                           dy: tile.Array[E, 2], x: tile.Array[E, 2], w: tile.Array[E, 1],
+                           mean: tile.Array[f32, 1], rstd: tile.Array[f32, 1]):
+    rows, width = dx.tile_shape         # R rows a block; the whole row, N rounded up
+    n = x.shape[1]
+    first = tile.bid(0) * rows
+    wk = tile.load(w, 0, (width,)).astype(f32)[None, :]       # once a block
+    _dw = tile.zeros((1, width), f32)
+    _db = tile.zeros((1, width), f32)
+    for i in range(rows):               # rows past M read 0 and their chunk stores write nothing
+        row = first + i
+        g = tile.load(dy, (row, 0), (1, width)).astype(f32)
+        mu = tile.load(mean, row, (1,))
+        r = tile.load(rstd, row, (1,))
+        d, xhat = row_dx(tile.load(x, (row, 0), (1, width)).astype(f32), g, wk, mu, r, n)
+        dx.store(d, chunk=(i, 0))       # row i of this block's (R, width) tile
+        _dw += g * xhat
+        _db += g
+    dw_part.store(_dw)                  # this block's own partial row
+    db_part.store(_db)
+
+
+@tile.kernel
+def layer_norm_bwd_dx_ahead(dx: tile.Partition[E, 2], dw_part: tile.Partition[f32, 2], db_part: tile.Partition[f32, 2],
+                            dy: tile.Array[E, 2], x: tile.Array[E, 2], w: tile.Array[E, 1],
+                            mean: tile.Array[f32, 1], rstd: tile.Array[f32, 1]):
+    """layer_norm_bwd_dx_rows with the next row's x and dy loaded before this row's sums: its loads
+    are in flight while the block reduces (more registers: fewer rows in flight an SM otherwise)."""
+    rows, width = dx.tile_shape
+    n = x.shape[1]
+    first = tile.bid(0) * rows
+    wk = tile.load(w, 0, (width,)).astype(f32)[None, :]
+    _dw = tile.zeros((1, width), f32)
+    _db = tile.zeros((1, width), f32)
+    a_next = tile.load(x, (first, 0), (1, width))
+    g_next = tile.load(dy, (first, 0), (1, width))
+    for i in range(rows):
+        row = first + i
+        a = a_next.astype(f32)
+        g = g_next.astype(f32)
+        a_next = tile.load(x, (row + 1, 0), (1, width))        # the last reads the next block's row, or 0
+        g_next = tile.load(dy, (row + 1, 0), (1, width))
+        mu = tile.load(mean, row, (1,))
+        r = tile.load(rstd, row, (1,))
+        d, xhat = row_dx(a, g, wk, mu, r, n)
+        dx.store(d, chunk=(i, 0))
+        _dw += g * xhat
+        _db += g
+    dw_part.store(_dw)
+    db_part.store(_db)
 
 
 @tile.kernel
@@ -119,7 +169,7 @@ def layer_norm_bwd_dwdb(dw_part: tile.Array[f32, 2], db_part: tile.Array[f32, 2]
     BLOCK_SIZE_N = dw.tile_shape[0]
     _dw = tile.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), f32)
     _db = tile.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), f32)
-    for i in range(tile.cdiv(dw_part.shape[0], BLOCK_SIZE_M)):     # rows past GROUP_SIZE_M read 0
+    for i in range(tile.cdiv(dw_part.shape[0], BLOCK_SIZE_M)):     # partial rows past the last read 0
         _dw += tile.load(dw_part, (i, col), (BLOCK_SIZE_M, BLOCK_SIZE_N))
         _db += tile.load(db_part, (i, col), (BLOCK_SIZE_M, BLOCK_SIZE_N))
     dw.store(tile.sum(_dw, axis=0))
@@ -187,54 +237,73 @@ def layer_norm(x: Any, y: Any, w: Any, b: Any, mean: Any, rstd: Any, eps: float 
     kernel(*args)
 
 
-def group_size_m(n: int) -> int:
-    """Partial rows of dw and db for rows of `n` columns, as the tutorial picks them: more partial
-    rows (fewer rows adding into each) for shorter rows."""
-    for limit, group in GROUP_SIZE_M_BY_N:
-        if n <= limit:
-            return group
-    return 64
+def rows_per_block(m: int, n: int) -> int:
+    """R, the rows of a block of the backward's dx kernel: a power of two that gives about as many
+    blocks as the SMs hold rows of N columns at once (SM_ROW_ELEMS // N an SM, at least one), so every
+    SM is busy and a block has as few partial rows to write as that allows (M = 4096: R = 32 at
+    N = 8192, R = 4 at N = 1024)."""
+    width = next_power_of_2(n)
+    blocks = H200_SMS * max(1, SM_ROW_ELEMS // width)
+    return next_power_of_2(-(-int(m) // blocks))
 
 
-def partials_shape(n: int) -> tuple[int, int, int]:
-    """The shape of the f32 buffer of dw and db partial sums (partials[0]: dw, partials[1]: db)."""
-    return (2, group_size_m(n), n)
+def partials_shape(m: int, n: int, rows: int | None = None) -> tuple[int, int, int]:
+    """The shape of the f32 buffer of dw and db partial rows (partials[0]: dw, partials[1]: db): one
+    row per block of `rows` (None: rows_per_block) rows. Each block writes its own row: it need not
+    be zeroed."""
+    rows = rows or rows_per_block(m, n)
+    return (2, -(-int(m) // rows), int(n))
+
+
+def dwdb_block_n(n: int) -> int:
+    """Columns a block of layer_norm_bwd_dwdb sums: the tutorial's 128 for long rows, fewer (down to
+    32) for shorter ones, so that rows of 1024 columns or more give at least 32 blocks."""
+    return max(32, min(DWDB_BLOCK_N, next_power_of_2(n) // 32))
+
+
+def _check_power_of_2(**values: int | None) -> None:
+    for name, v in values.items():
+        if v is not None and (v < 1 or v & (v - 1)):
+            raise ValueError(f"{name}: expected a power of two, got {v}")
 
 
 def backward_args(x: Any, dy: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: Any, db: Any, partials: Any,
-                  num_warps: int | None = None, block_m: int = DWDB_BLOCK_M, block_n: int = DWDB_BLOCK_N) -> tuple:
+                  rows: int | None = None, num_warps: int | None = None, ahead: bool = False,
+                  block_m: int = DWDB_BLOCK_M, block_n: int | None = None) -> tuple:
     """((dx kernel, arguments), (dwdb kernel, arguments)) of the backward of the (M, N) `x`: `dy` and
-    `dx` (M, N), `w`, `dw`, `db` (N,), the forward's f32 (M,) `mean` / `rstd`, and `partials` a ZEROED
-    f32 buffer of partials_shape(N) (the dx kernel adds into it). The dx kernel runs on `num_warps`
-    warps (None: row_warps), the dwdb kernel sums `block_m` partial rows at a time, `block_n` columns
-    a block (the tutorial's BLOCK_SIZE_M and BLOCK_SIZE_N)."""
-    rows, n = x.shape
+    `dx` (M, N), `w`, `dw`, `db` (N,), the forward's f32 (M,) `mean` / `rstd`, and `partials` an f32
+    buffer of partials_shape(M, N, rows) (not zeroed: every row is written). The dx kernel's blocks
+    take `rows` rows each (None: rows_per_block) on `num_warps` warps (None: row_warps), loading the
+    next row ahead when `ahead` (layer_norm_bwd_dx_ahead); the dwdb kernel sums `block_m` partial rows
+    at a time, `block_n` columns a block (None: dwdb_block_n)."""
+    m, n = x.shape
     width = next_power_of_2(n)
     if n < 1 or width > MAX_WHOLE_ROW:
         raise ValueError(f"x: expected 1 to {MAX_WHOLE_ROW} columns (the row is held whole), got shape "
                          f"{tuple(x.shape)}")
-    for name, a, want in (("dy", dy, (rows, n)), ("dx", dx, (rows, n)), ("w", w, (n,)), ("dw", dw, (n,)),
-                          ("db", db, (n,)), ("mean", mean, (rows,)), ("rstd", rstd, (rows,))):
+    for name, a, want in (("dy", dy, (m, n)), ("dx", dx, (m, n)), ("w", w, (n,)), ("dw", dw, (n,)),
+                          ("db", db, (n,)), ("mean", mean, (m,)), ("rstd", rstd, (m,))):
         if tuple(a.shape) != want:
             raise ValueError(f"{name}: expected shape {want}, got {tuple(a.shape)}")
-    if len(partials.shape) != 3 or partials.shape[0] != 2 or partials.shape[2] != n:
-        raise ValueError(f"partials: expected shape (2, GROUP_SIZE_M, {n}) (partials_shape), got "
+    _check_power_of_2(rows=rows, block_m=block_m, block_n=block_n)
+    rows = rows or rows_per_block(m, n)
+    want = partials_shape(m, n, rows)
+    if tuple(partials.shape) != want:
+        raise ValueError(f"partials: expected shape {want} (partials_shape(M, N, rows={rows})), got "
                          f"{tuple(partials.shape)}")
-    for name, v in (("block_m", block_m), ("block_n", block_n)):
-        if v < 1 or v & (v - 1):
-            raise ValueError(f"{name}: expected a power of two, got {v}")
     if num_warps is not None and (num_warps < 1 or num_warps > 32):
         raise ValueError(f"num_warps: expected 1 to 32 warps, got {num_warps}")
-    dx_kernel = on_warps(layer_norm_bwd_dx_fused, num_warps or row_warps(width))
-    dx_args = (tile.partition(dx, (1, width)), dy, partials[0], partials[1], x, w, mean, rstd,
-               int(partials.shape[1]))
+    dx_kernel = on_warps(layer_norm_bwd_dx_ahead if ahead else layer_norm_bwd_dx_rows, num_warps or row_warps(width))
+    dx_args = (tile.partition(dx, (rows, width)), tile.partition(partials[0], (1, width)),
+               tile.partition(partials[1], (1, width)), dy, x, w, mean, rstd)
+    block_n = block_n or dwdb_block_n(n)
     dwdb_args = (partials[0], partials[1], tile.partition(dw, (block_n,)), tile.partition(db, (block_n,)), block_m)
     return (dx_kernel, dx_args), (layer_norm_bwd_dwdb, dwdb_args)
 
 
 def layer_norm_bwd(x: Any, dy: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: Any, db: Any, partials: Any,
                    **how: Any) -> None:
-    """dx, dw and db (bridge / DLPack arrays on the GPU); `partials` zeroed; `how`: backward_args's options."""
+    """dx, dw and db (bridge / DLPack arrays on the GPU); `how`: backward_args's options."""
     for kernel, args in backward_args(x, dy, w, mean, rstd, dx, dw, db, partials, **how):
         kernel(*args)
 
@@ -295,7 +364,7 @@ def run_gpu(rows: int, n: int, dtype, tol: float) -> None:
         return                          # the backward holds the row whole, as the tutorial's
     dy = dy_for(x)
     dx, dw, db = (bridge.from_host(np.full(s, np.nan, dtype)) for s in ((rows, n), (n,), (n,)))
-    partials = bridge.from_host(np.zeros(partials_shape(n), np.float32))
+    partials = bridge.from_host(np.full(partials_shape(rows, n), np.nan, np.float32))   # every row is written
     layer_norm_bwd(dev[0], bridge.from_host(dy), dev[1], mean, rstd, dx, dw, db, partials)
     check((dx.to_host(), dw.to_host(), db.to_host()), reference_bwd(x, w, dy), tol,
           f"GPU backward M{rows} N{n} {np.dtype(dtype).name}", BWD_NAMES, ("dw", "db"))
@@ -313,7 +382,7 @@ def run_simulator(rows: int, n: int, **how: Any) -> None:
         return                          # the chunked forward; the backward (whole rows) is checked below
     dy = dy_for(x)
     dx, dw, db = np.full_like(x, np.nan), np.full(n, np.nan, np.float32), np.full(n, np.nan, np.float32)
-    partials = np.zeros(partials_shape(n), np.float32)
+    partials = np.full(partials_shape(rows, n), np.nan, np.float32)
     for kernel, args in backward_args(x, dy, w, mean, rstd, dx, dw, db, partials):
         kernel.simulate(*args)
     check((dx, dw, db), reference_bwd(x, w, dy), 1e-4, f"simulator backward M{rows} N{n}", BWD_NAMES,
@@ -334,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run_simulator(9, 300, max_whole_row=256, block=64)     # the chunked kernel, 5 chunks a row
         run_simulator(5, 1000)
+        run_simulator(1151, 1000)                              # the backward: R = 2, M not a multiple
         print("ran on the CPU simulator" + ("" if args.simulate else f" (no GPU: {bridge.gpu_unavailable_reason()})"))
     print("PASS")
     return 0

@@ -2,9 +2,9 @@
 computes what NumPy float64 computes on the CPU simulator and on the lowered kernel's simulator (sizes
 never multiples of the block), compiles to PTX that ptxas assembles for sm_80 and sm_90 without
 spills (the GEMM on its tensor-core loop), and each example prints PASS last, on the simulator here and
-on the GPU in the gpu tests. The references are written here, not taken from the examples (05's
-backward against the explicit Jacobian of each row); the dropout generator is checked against a
-pure-Python reading of its documented definition."""
+on the GPU in the gpu tests. The references are written here, not taken from the examples; the
+dropout generator is checked against a pure-Python reading of its documented definition. 05's
+backward has its own file (test_triton_tutorial_05_backward.py), against each row's explicit Jacobian."""
 from __future__ import annotations
 
 import importlib.util
@@ -138,103 +138,7 @@ def test_layer_norm_holds_rows_up_to_the_limit_and_chunks_longer_ones():
         picked(100, num_warps=0)
 
 
-# ------------------------------------------------------------------------------ 05 layer norm, backward
-def np_layer_norm_bwd(x, w, dy, eps=1e-5):
-    """(dx, dw, db) in float64: dx row by row as J^T dy with J the row's explicit Jacobian dy_j/dx_i."""
-    xd, wd, g = (a.astype(np.float64) for a in (x, w, dy))
-    n = x.shape[1]
-    dx = np.empty_like(xd)
-    xhat = np.empty_like(xd)
-    for r in range(x.shape[0]):
-        mu = xd[r].sum() / n
-        rs = 1.0 / np.sqrt(((xd[r] - mu) ** 2).sum() / n + eps)
-        xhat[r] = (xd[r] - mu) * rs
-        jac = wd[:, None] * rs * (np.eye(n) - 1.0 / n - np.outer(xhat[r], xhat[r]) / n)   # [j, i]
-        dx[r] = jac.T @ g[r]
-    return dx, (g * xhat).sum(0), g.sum(0)
-
-
-def np_layer_norm_bwd_closed(x, w, dy, eps=1e-5):
-    """(dx, dw, db) in float64 by the closed form dx = rstd * (w*dy - mean(w*dy) - xhat * mean(w*dy*xhat)):
-    what the GPU test compares with (the Jacobian form costs rows * n^2, minutes at n = 8199); checked
-    against the Jacobian form below."""
-    xd, wd, g = (a.astype(np.float64) for a in (x, w, dy))
-    mu = xd.mean(1, keepdims=True)
-    rs = 1.0 / np.sqrt(((xd - mu) ** 2).mean(1, keepdims=True) + eps)
-    xhat = (xd - mu) * rs
-    wg = wd * g
-    dx = rs * (wg - wg.mean(1, keepdims=True) - xhat * (wg * xhat).mean(1, keepdims=True))
-    return dx, (g * xhat).sum(0), g.sum(0)
-
-
-def test_the_closed_form_reference_equals_the_jacobian_one(rng):
-    x = rng.standard_normal((7, 37)) * 2 + 0.5
-    w, dy = rng.standard_normal(37), rng.standard_normal((7, 37))
-    for a, b in zip(np_layer_norm_bwd_closed(x, w, dy), np_layer_norm_bwd(x, w, dy)):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
-
-
-def layer_norm_bwd_case(rows, n, dtype, group, rng):
-    """Inputs, the forward's f32 statistics, NaN outputs and a zeroed (2, group, n) partial buffer."""
-    x = (rng.standard_normal((rows, n)) * 2 + 0.5).astype(dtype)
-    w, dy = rng.standard_normal(n).astype(dtype), rng.standard_normal((rows, n)).astype(dtype)
-    xd = x.astype(np.float64)
-    mean = xd.mean(1).astype(np.float32)
-    rstd = (1.0 / np.sqrt(xd.var(1) + 1e-5)).astype(np.float32)
-    outs = (np.full_like(x, np.nan), np.full(n, np.nan, dtype), np.full(n, np.nan, dtype))
-    return (x, dy, w, mean, rstd), outs, np.zeros((2, group, n), np.float32)
-
-
-@pytest.mark.parametrize("runner", RUNNERS)
-@pytest.mark.parametrize("rows,n,dtype,group,how,tol", [
-    (37, 300, np.float32, 4, {}, 1e-4),                  # 9-10 rows add into each partial row
-    (37, 300, np.float32, 64, {}, 1e-4),                 # more partial rows than rows: the rest stay 0
-    (9, 1000, np.float16, 3, {"num_warps": 1}, 1e-2),    # f16 in and out, f32 partials, one warp
-    (20, 200, np.float32, 5, {"block_m": 2, "block_n": 64}, 1e-4),   # dwdb: 3 row chunks, the last cut
-])
-def test_layer_norm_backward_matches_the_jacobian_in_float64(runner, rows, n, dtype, group, how, tol, rng):
-    ins, (dx, dw, db), partials = layer_norm_bwd_case(rows, n, dtype, group, rng)
-    for kernel, args in LN.backward_args(*ins, dx, dw, db, partials, **how):
-        getattr(kernel, runner)(*args)
-    want = np_layer_norm_bwd(ins[0], ins[2], ins[1])
-    np.testing.assert_allclose(dx.astype(np.float64), want[0], rtol=tol, atol=tol)
-    for got, ref in zip((dw, db), want[1:]):             # sums over the rows: the error grows with them
-        np.testing.assert_allclose(got.astype(np.float64), ref, rtol=tol, atol=tol * np.sqrt(rows))
-
-
-def test_layer_norm_backward_partial_rows_follow_the_tutorials_choice_by_n():
-    assert [LN.group_size_m(n) for n in (1, 1024, 1025, 4096, 4097, 8192, 8193, 16384)] == \
-        [256, 256, 128, 128, 96, 96, 64, 64]
-    assert LN.partials_shape(5000) == (2, 96, 5000)
-
-
-@pytest.mark.parametrize("change,error,needle", [
-    ({"dy": np.zeros((4, 9), np.float32)}, ValueError, r"dy: expected shape \(4, 10\)"),
-    ({"mean": np.zeros(3, np.float32)}, ValueError, r"mean: expected shape \(4,\)"),
-    ({"partials": np.zeros((1, 2, 10), np.float32)}, ValueError, "partials: expected shape"),
-    ({"x": np.zeros((4, LN.MAX_WHOLE_ROW + 1), np.float32)}, ValueError, "x: expected 1 to 16384 columns"),
-    ({"block_n": 100}, ValueError, "block_n: expected a power of two"),
-    ({"num_warps": 33}, ValueError, "num_warps: expected 1 to 32 warps"),
-])
-def test_layer_norm_backward_refuses_bad_arguments_naming_them(change, error, needle):
-    z = np.zeros
-    kw = {"x": z((4, 10), np.float32), "dy": z((4, 10), np.float32), "w": z(10, np.float32),
-          "mean": z(4, np.float32), "rstd": z(4, np.float32), "dx": z((4, 10), np.float32), "dw": z(10, np.float32),
-          "db": z(10, np.float32), "partials": z((2, 3, 10), np.float32), **change}
-    with pytest.raises(error, match=needle):
-        LN.backward_args(**kw)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("rows,n,dtype,tol", [(1151, 1000, np.float32, 1e-4), (513, 8199, np.float16, 2e-2)])
-def test_gpu_layer_norm_backward_matches_the_jacobian_in_float64(rows, n, dtype, tol, rng):
-    ins, outs, partials = layer_norm_bwd_case(rows, n, dtype, LN.group_size_m(n), rng)
-    dev_outs = [bridge.from_host(a) for a in outs]
-    LN.layer_norm_bwd(*(bridge.from_host(a) for a in ins), *dev_outs, bridge.from_host(partials))
-    want = np_layer_norm_bwd_closed(ins[0], ins[2], ins[1])
-    np.testing.assert_allclose(dev_outs[0].to_host().astype(np.float64), want[0], rtol=tol, atol=tol)
-    for got, ref in zip(dev_outs[1:], want[1:]):
-        np.testing.assert_allclose(got.to_host().astype(np.float64), ref, rtol=tol, atol=tol * np.sqrt(rows))
+# 05's backward: interop_tests/examples/test_triton_tutorial_05_backward.py
 
 
 # ------------------------------------------------------------------------------ 03 matmul
@@ -359,8 +263,11 @@ def assemble_cases() -> dict:
             "05 layer_norm_row 1024 f16": layer_norm_case(1024, np.float16),
             "05 layer_norm_row 8192 f16 8 warps": layer_norm_case(8192, np.float16, num_warps=8),
             "05 layer_norm_row 16384 f32": layer_norm_case(16384, np.float32),
-            "05 layer_norm_bwd_dx_fused 1024 f16": layer_norm_bwd_kernels(1024)[0],
-            "05 layer_norm_bwd_dx_fused 8192 f16 8 warps": layer_norm_bwd_kernels(8192, num_warps=8)[0],
+            "05 layer_norm_bwd_dx_rows 1024 f16": layer_norm_bwd_kernels(1024)[0],
+            "05 layer_norm_bwd_dx_rows 8192 f16": layer_norm_bwd_kernels(8192)[0],
+            "05 layer_norm_bwd_dx_rows 8192 f16 8 warps": layer_norm_bwd_kernels(8192, num_warps=8)[0],
+            "05 layer_norm_bwd_dx_ahead 1024 f16": layer_norm_bwd_kernels(1024, ahead=True)[0],
+            "05 layer_norm_bwd_dwdb 1024 f16": layer_norm_bwd_kernels(1024)[1],
             "05 layer_norm_bwd_dwdb 8192 f16": layer_norm_bwd_kernels(8192)[1],
             "06 attn_fwd D128": (ATTN.attn_fwd, ATTN.launch_args(*(z((1024, 128), np.float16),) * 4, 512, False)),
             "06 attn_fwd D64 128x64": (ATTN.attn_fwd, ATTN.launch_args(*(z((1024, 64), np.float16),) * 4, 1024,
@@ -371,7 +278,7 @@ def layer_norm_bwd_kernels(n: int, **how) -> tuple:
     z = np.zeros
     h = [z((4, n), np.float16) for _ in range(3)]
     return LN.backward_args(h[0], h[1], z(n, np.float16), z(4, np.float32), z(4, np.float32), h[2],
-                            z(n, np.float16), z(n, np.float16), z(LN.partials_shape(n), np.float32), **how)
+                            z(n, np.float16), z(n, np.float16), z(LN.partials_shape(4, n), np.float32), **how)
 
 
 def layer_norm_case(n: int, dtype, **how) -> tuple:

@@ -320,7 +320,9 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                 layout = self.frag_layout(self.layout_hints[id(tv)])
             if layout is None:
                 layout = v.layout
-                if layout == "L" or (layout == "U" and v.size > U_MAX):
+                if layout == "L" and v.size == 1:
+                    layout = "U"            # one element (a row's statistic): each thread loads it, no broadcast
+                elif layout == "L" or (layout == "U" and v.size > U_MAX):
                     layout = "D"
             vs = [self.new_var(v.dtype, tv.name) for _ in range(self.count(layout, v.size))]
             self.vars[id(tv)] = (layout, vs)
