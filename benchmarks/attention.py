@@ -7,6 +7,10 @@ TFLOP/s count 4*B*H*S^2*D (halved when causal). Bar (DESIGN §8): >= 1.0x SDPA's
 The kernel runs as the default build does: its products on the tensor cores (docs/tile.md).
 `--sweep` also times other (query rows, key rows, warps) tiles of the same kernel at S4096, each
 checked like the default (no bar: the bar is the example's own tile).
+`--backward` adds the backward (examples/flash_attention_bwd.py: preprocess + dK/dV + dQ, given the
+forward's O and log-sum-exp) against SDPA's flash and cuDNN backward (autograd of a forward run under
+each backend, timed alone) at B4 H16 S4096 D128, causal and not, TFLOP/s counting 2.5x the forward's
+FLOPs; `--backward-only` skips the forward cases, `--bwd-sweep` also times other tiles of ours.
 """
 from __future__ import annotations
 
@@ -31,6 +35,9 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--json", help="write results here")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--sweep", action="store_true", help="also time the SWEEP tiles at S4096")
+    ap.add_argument("--backward", action="store_true", help="also time the backward (BWD_SHAPES)")
+    ap.add_argument("--backward-only", action="store_true", help="time the backward alone")
+    ap.add_argument("--bwd-sweep", action="store_true", help="with the backward, also time the BWD_SWEEP tiles")
     return ap.parse_args()
 
 
@@ -75,7 +82,7 @@ def main() -> int:
     fa = load_example()
     failed = []
     with bridge.use_stream(bridge.Stream()):
-        for b, h, s, d in SHAPES[:1] if args.quick else SHAPES:
+        for b, h, s, d in [] if args.backward_only else SHAPES[:1] if args.quick else SHAPES:
             g = torch.Generator(device="cuda").manual_seed(s + d)
             q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
             for causal in (False, True):
@@ -112,6 +119,9 @@ def main() -> int:
                 if (s, d) == (4096, 128):
                     rep.bar(f"flash attention {name} vs SDPA flash", tf["DSL tile flash_fwd"], tf["sdpa"],
                             higher_is_better=True, bar=1.0, peer_name="torch SDPA flash backend")
+        if args.backward or args.backward_only or args.bwd_sweep:
+            from _attention_bwd import backward_cases
+            failed += backward_cases(rep, torch, reps=3 if args.quick else 5, sweep=args.bwd_sweep)
     rep.finish(args.json)
     if failed:
         print("FAILED (wrong results):\n  " + "\n  ".join(failed))

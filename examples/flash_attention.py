@@ -14,6 +14,8 @@ On the tensor cores (the default, sm_80+) the two products run as mma.sync, on s
 MMA (wgmma, Q and P from registers, K and V from swizzled shared memory), with S, P, the row
 statistics and the output accumulator in registers, and each iteration's key/value blocks are copied
 one iteration ahead by cp.async (docs/tile.md); benchmarks/attention.py measures it against SDPA.
+`flash_fwd_lse` also stores each query row's log-sum-exp, which the backward needs
+(examples/flash_attention_bwd.py); both kernels run one `@tile.func`, attend_rows.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from dsl import TypeVar, f32, i32, tile
 
 E = TypeVar("E")
 LOG2E = 1.4426950408889634                      # softmax(x) = 2^(x log2 e - max) / sum: the same numbers
+LN2 = 0.6931471805599453                        # ln(x) = log2(x) ln 2
 # (query rows BM, key rows BN) per head dim, in order of preference: the first whose BM and BN divide the
 # sequence length is taken. On sm_90 the products run on warpgroup MMA when each of the 4 warps holds
 # 16 query rows (BM 64): D128 64x64 ran 359 TFLOP/s against SDPA's 354 on the H200, D64 64x128 300
@@ -40,10 +43,10 @@ TILES = {64: ((128, 64), (64, 64)), 128: ((64, 64),)}
 PORTABLE_TILES = {64: ((64, 32),), 128: ((32, 32),)}
 
 
-@tile.kernel
-def flash_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[f32, 2],
-              seq: i32, scale: f32, bn: tile.Constant, causal: tile.Constant):
-    bm, d = o.tile_shape
+@tile.func
+def attend_rows(q, k, v, seq, scale, bm, d, bn, causal):
+    """This block's BM query rows against their head's keys: the running row maximum `m` (base 2), the
+    normaliser `l` and the unnormalised output `acc`, shared by flash_fwd and flash_fwd_lse."""
     i = tile.bid(0)
     head = (i * bm) // seq                      # which (batch, head) these rows belong to
     row0 = i * bm - head * seq                  # first query position of the tile in its sequence
@@ -68,7 +71,26 @@ def flash_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: 
         l = l * alpha + tile.sum(p, axis=1)
         acc = acc * alpha[:, None] + tile.matmul(p.astype(q.dtype), tile.load(v, (kv0 + j, 0), (bn, d)))
         m = m_new
+    return m, l, acc
+
+
+@tile.kernel
+def flash_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[f32, 2],
+              seq: i32, scale: f32, bn: tile.Constant, causal: tile.Constant):
+    bm, d = o.tile_shape
+    m, l, acc = attend_rows(q, k, v, seq, scale, bm, d, bn, causal)
     o.store(acc / l[:, None])
+
+
+@tile.kernel
+def flash_fwd_lse(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[f32, 2],
+                  lse: tile.Partition[f32, 1], seq: i32, scale: f32, bn: tile.Constant, causal: tile.Constant):
+    """flash_fwd that also stores each query row's natural log-sum-exp of its scaled scores (the
+    backward's softmax statistic: P = exp(S * scale - lse)); lse's tiles are the BM rows of o's."""
+    bm, d = o.tile_shape
+    m, l, acc = attend_rows(q, k, v, seq, scale, bm, d, bn, causal)
+    o.store(acc / l[:, None])
+    lse.store((m + tile.log2(l)) * LN2)
 
 
 def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale: float | None = None,
@@ -95,6 +117,17 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale:
             raise ValueError(f"{name}: expected shape {(rows, d)} like q, got {tuple(x.shape)}")
     return (q, k, v, tile.partition(out, (bm, d)), seq, float(scale if scale is not None else d ** -0.5), bn,
             bool(causal))
+
+
+def launch_args_lse(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool,
+                    scale: float | None = None, tensor_cores: bool | None = None, wgmma: bool | None = None) -> tuple:
+    """flash_fwd_lse's arguments: launch_args' with the f32 log-sum-exp `lse` of shape (B*H*S,) beside
+    `out`, cut into the query tiles' rows."""
+    args = launch_args(q, k, v, out, seq, causal, scale, tensor_cores, wgmma)
+    rows = q.shape[0]
+    if tuple(lse.shape) != (rows,):
+        raise ValueError(f"lse: expected shape {(rows,)} (one value per query row), got {tuple(lse.shape)}")
+    return (*args[:4], tile.partition(lse, (args[3].tile_shape[0],)), *args[4:])
 
 
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, seq: int, causal: bool) -> np.ndarray:

@@ -16,6 +16,7 @@ g; the accumulators are MmaLayout's c0..c3.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -33,10 +34,29 @@ from dsl.tile.lower.pipeline import prefetch_next, wait_for
 from dsl.tile.lower.matmul.operands import async_ok, issue_copies, wgmma_b
 
 
-# A loop-invariant A operand of up to this many elements a thread is kept as A fragments in registers
-# (flash attention D128: 64, faster there than shared memory on the H200);
-# a larger one waits in shared memory (SharedTile), staged once
-A_REGISTERS_MAX = 64
+# Registers a thread sets aside for the f32 accumulators that products carry through loops and the
+# loop-invariant A operands kept as A fragments, all together: flash attention at D128 holds its 64
+# accumulators and its 64-element queries (faster there than shared memory on the H200). An A operand
+# that would take the kernel past it waits in shared memory (SharedTile), staged once: the attention
+# backward's dK/dV accumulators (128) with K and V as A fragments spilled 644 bytes (ptxas -v, sm_90a,
+# 64x32 tiles), none with K and V in shared memory.
+FRAGMENT_REGISTERS = 128
+
+
+def _accumulators(loop: T.For) -> dict:
+    """{variable id: tile type} of the variables `loop` accumulates products into (acc = acc + a @ b)."""
+    return {id(s.var): s.var.type for s in T.walk_stmts(loop.body)
+            if isinstance(s, T.Assign) and isinstance(s.value, T.Matmul) and s.value.acc is not None}
+
+
+def _a_registers_left(L, var_id: int) -> int:
+    """FRAGMENT_REGISTERS less the accumulators of the loop that carries the most and the A fragments
+    other variables were already given (first come), in elements a thread."""
+    held = max((sum(math.prod(t.shape) // L.T for t in _accumulators(loop).values())
+                for loop in T.walk_stmts(L.fn.body) if isinstance(loop, T.For)), default=0)
+    hinted = {**L.layout_hints, **L.new_hints}
+    return FRAGMENT_REGISTERS - held - sum(L.frag_layout(key).per_thread for vid, key in hinted.items()
+                                           if vid != var_id and key[0] == "A")
 
 
 def _a_fragments(L, e, a: LV, layout: MmaLayout, k: int):
@@ -56,7 +76,7 @@ def _a_fragments(L, e, a: LV, layout: MmaLayout, k: int):
         return out
     if isinstance(e.a, T.Read) and not isinstance(lay, FragLayout):
         frag = L.frag_layout(("A", a.shape, layout.wm, layout.wn))
-        L.hint(e.a.var, frag if frag.per_thread <= A_REGISTERS_MAX else ("S", a.shape))
+        L.hint(e.a.var, frag if frag.per_thread <= _a_registers_left(L, id(e.a.var)) else ("S", a.shape))
     return None
 
 

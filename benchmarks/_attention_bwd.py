@@ -1,0 +1,110 @@
+"""The backward case of benchmarks/attention.py (`--backward`): examples/flash_attention_bwd.py
+(preprocess + dK/dV + dQ, given the forward's O and log-sum-exp from flash_fwd_lse) against torch SDPA's
+flash and cuDNN backward, bf16. SDPA's backward is timed alone: autograd.grad of a forward recorded
+under each backend (retain_graph), so its time holds the backend's backward kernels and nothing of the
+forward. Each implementation is checked against SDPA's flash gradients before timing. TFLOP/s count the
+backward as 2.5x the forward's 4*B*H*S^2*D (halved when causal), as FlashAttention's papers do.
+"""
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from _bench_kit import ROOT, time_interleaved
+
+BWD_SHAPES = [(4, 16, 4096, 128)]
+# --bwd-sweep: (rows a block owns, rows it streams, warps) for both kernels, beside the example's own
+# pick; 128 owned rows on 8 warps (two warpgroups, 16 rows a warp) keep the products on wgmma and share
+# each staged operand between the warpgroups (ptxas -v, sm_90a: no spills, 239 / 248 registers at D128)
+BWD_SWEEP = {128: [(128, 32, 8)], 64: [(128, 64, 8), (64, 32, 4)]}
+MAX_REL_ERR = 2e-2        # vs SDPA's bf16 gradients; the lowered sm_90 simulator puts ours at ~3.5e-3 (S2048)
+
+
+def load_backward():
+    spec = importlib.util.spec_from_file_location("flash_attention_bwd", ROOT / "examples" / "flash_attention_bwd.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def ours(torch, bwd, q, k, v, dout, s: int, causal: bool, config: tuple | None = None) -> tuple:
+    """(fn(i) running the three backward launches, (dq, dk, dv)): the example's tiles, or `config`'s
+    (rows owned, rows streamed, warps) on kernels made with that many warps."""
+    from dsl import tile
+    d = q.shape[-1]
+    x = [t.reshape(-1, d) for t in (q, k, v, dout)]
+    rows = x[0].shape[0]
+
+    def new(*shape):
+        return torch.full(shape, float("nan"), device="cuda")
+    o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(rows, d), new(rows, d)
+    bwd.fwd.flash_fwd_lse(*bwd.fwd.launch_args_lse(x[0], x[1], x[2], o, lse, s, causal))
+    steps = bwd.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal)
+    if config is not None:
+        own, stream, warps = config
+        (pre, pre_args), (kv, kv_args), (kq, kq_args) = steps
+        steps = [(pre, pre_args),
+                 (tile.kernel(kv.pyfunc, num_warps=warps),
+                  (*kv_args[:6], tile.partition(dk, (own, d)), tile.partition(dv, (own, d)), s, d ** -0.5, stream,
+                   causal)),
+                 (tile.kernel(kq.pyfunc, num_warps=warps),
+                  (*kq_args[:6], tile.partition(dq, (own, d)), s, d ** -0.5, stream, causal))]
+    return (lambda i: bwd.run(steps)), (dq, dk, dv)
+
+
+def sdpa(torch, backend, q, k, v, dout, causal: bool) -> tuple:
+    """(fn(i) running SDPA's backward under `backend`, (dq, dk, dv))."""
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    with sdpa_kernel(backend):
+        out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+    grads = torch.autograd.grad(out, leaves, dout, retain_graph=True)
+    return (lambda i: torch.autograd.grad(out, leaves, dout, retain_graph=True)), grads
+
+
+def rel_err(got, want) -> float:
+    return max(((g.reshape(w.shape).float() - w.float()).abs().max() / w.float().abs().max()).item()
+               for g, w in zip(got, want))
+
+
+def backward_cases(rep: Any, torch, reps: int, sweep: bool) -> list[str]:
+    """Time ours and SDPA's backends at BWD_SHAPES, causal and not; rows into `rep`; returns failures."""
+    from torch.nn.attention import SDPBackend
+    bwd = load_backward()
+    failed: list[str] = []
+    for b, h, s, d in BWD_SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(s + d + 1)
+        q, k, v, dout = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+        for causal in (False, True):
+            name = f"backward B{b} H{h} S{s} D{d} {'causal' if causal else 'full'}"
+            peers: dict[str, tuple] = {}
+            for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+                try:
+                    peers[label] = sdpa(torch, backend, q, k, v, dout, causal)
+                except RuntimeError as exc:
+                    rep.row(f"{name}: torch SDPA ({label})", None, "TFLOP/s", note=f"not run: {exc}"[:300])
+            if not peers:
+                continue
+            want = (peers.get("flash") or peers["cuDNN"])[1]
+            fns = {}
+            configs = {"DSL tile flash_bwd": None}
+            if sweep:
+                configs.update({f"DSL tile flash_bwd {o}x{st} w{w}": (o, st, w) for o, st, w in BWD_SWEEP[d]})
+            for label, config in configs.items():
+                fn, got = ours(torch, bwd, q, k, v, dout, s, causal, config)
+                fn(0)
+                err = rel_err(got, want)
+                if not err < MAX_REL_ERR:
+                    failed.append(f"{name}: {label}: max |ours - SDPA| / max |SDPA| = {err:.3g}")
+                    continue
+                fns[label] = fn
+            ms = time_interleaved({**fns, **{f"sdpa {p}": fn for p, (fn, _) in peers.items()}}, reps=reps)
+            flops = 2.5 * 4 * b * h * s * s * d / (2 if causal else 1)
+            tf = {n: flops / (t * 1e-3) / 1e12 for n, t in ms.items()}
+            for label in fns:
+                rep.row(f"{name}: {label}", tf[label], "TFLOP/s", ms=round(ms[label], 3),
+                        **{f"vs_sdpa_{p.lower()}": round(tf[label] / tf[f"sdpa {p}"], 3) for p in peers})
+            for p in peers:
+                rep.row(f"{name}: torch SDPA ({p})", tf[f"sdpa {p}"], "TFLOP/s", ms=round(ms[f"sdpa {p}"], 3))
+    return failed

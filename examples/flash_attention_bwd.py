@@ -1,0 +1,288 @@
+"""Flash attention backward (dQ, dK, dV) as three dsl.tile kernels, causal or not, head dims 64 and 128,
+f16/bf16 inputs with f32 accumulation, checked against torch autograd of
+torch.nn.functional.scaled_dot_product_attention on the GPU (against float64 NumPy on the CPU simulator).
+
+    python examples/flash_attention_bwd.py        # GPU when present, else the simulator (--simulate)
+
+The forward (examples/flash_attention.py, `flash_fwd_lse`) leaves the output O and each query row's
+log-sum-exp L of its scaled scores, so the backward can rebuild any block of P = exp(Q K^T * scale - L)
+without the S x S matrix. The scheme is FlashAttention-2's, without atomics (so it is deterministic):
+  1. `attn_bwd_preprocess`: Delta_i = rowsum(dO_i * O_i), one value per query row;
+  2. `flash_bwd_dkdv`: each block owns BN key rows of one (batch, head) and walks that head's query
+     blocks, accumulating dV += P^T dO and dK += dS^T Q * scale in registers, with dS = P * (dP - Delta)
+     and dP = dO V^T. It computes the transposed products (S^T = K Q^T, dP^T = V dO^T), so P^T and
+     dS^T come out of the tensor cores already as the A operand of the next product;
+  3. `flash_bwd_dq`: each block owns BM query rows and walks the key blocks, dQ += dS K * scale.
+Causal: blocks entirely above the diagonal are skipped, the others masked. The arrays are (B*H*S, D)
+row stacks of (B, H, S, D) tensors, S a multiple of the tile rows; gradients are stored in the
+partitions' dtype (f32 by default here, like the forward's output; the input dtype works too).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bridge import DTypeError, ShapeRelationError
+from dsl import TypeVar, f32, i32, tile
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+import flash_attention as fwd  # noqa: E402  (a sibling example, not a package)
+
+E = TypeVar("E")
+F = TypeVar("F")
+G = TypeVar("G")
+LOG2E = fwd.LOG2E
+# (rows a block owns, rows it streams) per head dim, in order of preference: the first whose sides both
+# divide the sequence length is taken; the same for both kernels (dK/dV: key rows x query rows; dQ:
+# query rows x key rows). On sm_90 a block's 4 warps hold 16 rows each (64 rows: one warpgroup), so
+# all seven products run on warpgroup MMA. The largest without register spills (ptxas -v, sm_90a):
+# at D128 the dK/dV accumulators take 128 registers a thread, K and V wait in shared memory, and 32
+# query rows a step leave 252 registers in use (64 spill 444 bytes); docs/tile.md, "Attention backward".
+# mma.sync (sm_80, KB_TILE_WGMMA_PRODUCTS=0): the same tiles, no spills either. The portable FMA path
+# (KB_TILE_TC_MATMUL=0): tiles whose relayouts fit 48 KiB of static shared memory with f32 inputs.
+WGMMA_TILES = {64: ((64, 64),), 128: ((64, 32),)}
+TILES = {64: ((64, 64),), 128: ((64, 32),)}
+PORTABLE_TILES = {64: ((32, 32),), 128: ((32, 16),)}
+PRE_ROWS = 64                                   # query rows per block of the preprocess kernel (any: edges masked)
+
+
+@tile.kernel
+def attn_bwd_preprocess(o: tile.Array[F, 2], dout: tile.Array[E, 2], delta: tile.Partition[f32, 1],
+                        d: tile.Constant):
+    """Delta_i = sum_d dO_id O_id: the row term of dS = P * (dP - Delta), since rowsum(P * dP) = Delta."""
+    (br,) = delta.tile_shape
+    i = tile.bid(0)
+    prod = tile.load(o, (i, 0), (br, d)).astype(f32) * tile.load(dout, (i, 0), (br, d)).astype(f32)
+    delta.store(tile.sum(prod, axis=1))
+
+
+@tile.kernel
+def flash_bwd_dkdv(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
+                   lse: tile.Array[f32, 1], delta: tile.Array[f32, 1], dk: tile.Partition[G, 2],
+                   dv: tile.Partition[G, 2], seq: i32, scale: f32, bm: tile.Constant, causal: tile.Constant):
+    bn, d = dk.tile_shape
+    j = tile.bid(0)
+    head = (j * bn) // seq                      # which (batch, head) these key rows belong to
+    col0 = j * bn - head * seq                  # first key position of the tile in its sequence
+    kt = tile.load(k, (j, 0), (bn, d))
+    vt = tile.load(v, (j, 0), (bn, d))
+    dk_acc = tile.zeros((bn, d), f32)
+    dv_acc = tile.zeros((bn, d), f32)
+    q0 = head * (seq // bm)
+    scale2 = scale * LOG2E                      # base 2, as the forward: P = 2^(S scale log2 e - L log2 e)
+    start = 0
+    if causal:                                  # query blocks that end before col0 see none of these keys
+        start = col0 // bm
+    for i in range(start, seq // bm):
+        st = tile.matmul(kt, tile.transpose(tile.load(q, (q0 + i, 0), (bm, d)))) * scale2     # S^T (bn, bm)
+        if causal:
+            c = col0 + tile.arange(bn)[:, None]
+            r = i * bm + tile.arange(bm)[None, :]
+            st = tile.where(c <= r, st, -tile.inf)
+        pt = tile.exp2(st - (tile.load(lse, (q0 + i,), (bm,)) * LOG2E)[None, :])
+        dv_acc = dv_acc + tile.matmul(pt.astype(q.dtype), tile.load(dout, (q0 + i, 0), (bm, d)))
+        dpt = tile.matmul(vt, tile.transpose(tile.load(dout, (q0 + i, 0), (bm, d))))          # dP^T (bn, bm)
+        dst = pt * (dpt - tile.load(delta, (q0 + i,), (bm,))[None, :])
+        dk_acc = dk_acc + tile.matmul(dst.astype(q.dtype), tile.load(q, (q0 + i, 0), (bm, d)))
+    dk.store(dk_acc * scale)
+    dv.store(dv_acc)
+
+
+@tile.kernel
+def flash_bwd_dq(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
+                 lse: tile.Array[f32, 1], delta: tile.Array[f32, 1], dq: tile.Partition[G, 2], seq: i32,
+                 scale: f32, bn: tile.Constant, causal: tile.Constant):
+    bm, d = dq.tile_shape
+    i = tile.bid(0)
+    head = (i * bm) // seq
+    row0 = i * bm - head * seq                  # first query position of the tile in its sequence
+    qt = tile.load(q, (i, 0), (bm, d))
+    dot = tile.load(dout, (i, 0), (bm, d))
+    lse2 = tile.load(lse, (i,), (bm,)) * LOG2E
+    delta_i = tile.load(delta, (i,), (bm,))
+    acc = tile.zeros((bm, d), f32)
+    kv0 = head * (seq // bn)
+    scale2 = scale * LOG2E
+    stop = seq // bn
+    if causal:                                  # key blocks right of the diagonal contribute nothing
+        stop = (row0 + bm + bn - 1) // bn
+    for j in range(stop):
+        s = tile.matmul(qt, tile.transpose(tile.load(k, (kv0 + j, 0), (bn, d)))) * scale2
+        if causal:
+            r = row0 + tile.arange(bm)[:, None]
+            c = j * bn + tile.arange(bn)[None, :]
+            s = tile.where(c <= r, s, -tile.inf)
+        p = tile.exp2(s - lse2[:, None])
+        dp = tile.matmul(dot, tile.transpose(tile.load(v, (kv0 + j, 0), (bn, d))))
+        ds = p * (dp - delta_i[:, None])
+        acc = acc + tile.matmul(ds.astype(q.dtype), tile.load(k, (kv0 + j, 0), (bn, d)))
+    dq.store(acc * scale)
+
+
+def pick_tiles(d: int, seq: int, tensor_cores: bool | None = None, wgmma: bool | None = None) -> tuple[int, int]:
+    """(rows a block owns, rows it streams) for head dim `d` and sequence length `seq`, as the forward's
+    launch_args picks: the tensor-core tiles unless KB_TILE_TC_MATMUL=0, the sm_90 ones on an sm_90 GPU."""
+    from dsl.tile.compile import tc_matmul_enabled, wgmma_products_enabled
+    if d not in TILES:
+        raise ValueError(f"q: head dim {d} not supported (expected one of {sorted(TILES)})")
+    tc = tc_matmul_enabled() if tensor_cores is None else tensor_cores
+    if wgmma is None:
+        import bridge
+        wgmma = wgmma_products_enabled() and bridge.gpu_available() and bridge.current_device().cc >= (9, 0)
+    choices = ((WGMMA_TILES if wgmma else TILES) if tc else PORTABLE_TILES)[d]
+    fits = [t for t in choices if seq > 0 and seq % t[0] == 0 and seq % t[1] == 0]
+    if not fits:
+        raise ValueError(f"seq: {seq} is not a positive multiple of {max(choices[-1])} (the tile rows)")
+    return fits[0]
+
+
+def _check_arguments(q: Any, seq: int, named: dict, vectors: dict) -> None:
+    """Shapes and dtypes of launch_args' arrays, before anything runs: ShapeRelationError (a ValueError)
+    or DTypeError (a TypeError) naming the argument and what it expected."""
+    rows, d = q.shape
+    if seq <= 0 or rows % seq:
+        raise ShapeRelationError(f"q: {rows} rows are not whole sequences of {seq}", arg_name="q")
+    for name, x in named.items():
+        if tuple(x.shape) != (rows, d):
+            raise ShapeRelationError(f"{name}: expected shape {(rows, d)} like q, got {tuple(x.shape)}",
+                                     arg_name=name)
+    for name, x in vectors.items():
+        if tuple(x.shape) != (rows,):
+            raise ShapeRelationError(f"{name}: expected shape {(rows,)} (one value per query row), got "
+                                     f"{tuple(x.shape)}", arg_name=name)
+    for name in ("k", "v", "dout"):
+        if str(named[name].dtype) != str(q.dtype):
+            raise DTypeError(f"{name}: expected q's dtype {q.dtype}, got {named[name].dtype}", arg_name=name)
+    for name, x in vectors.items():
+        if not str(x.dtype).endswith("float32"):
+            raise DTypeError(f"{name}: expected float32, got {x.dtype}", arg_name=name)
+
+
+def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any, dq: Any, dk: Any, dv: Any,
+                seq: int, causal: bool, scale: float | None = None, tensor_cores: bool | None = None,
+                wgmma: bool | None = None) -> list[tuple[Any, tuple]]:
+    """The backward's three launches, [(kernel, arguments)] in order, for (B*H*S, D) row stacks: the
+    inputs q, k, v, the forward's output `o` and log-sum-exp `lse` (flash_fwd_lse), the output gradient
+    `dout`; `delta` (B*H*S,) f32 scratch the first launch fills; the gradients dq, dk, dv written.
+    Shapes and dtypes are checked before anything runs (ShapeRelationError, DTypeError naming the
+    argument), the tile rows by pick_tiles (ValueError)."""
+    _check_arguments(q, seq, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
+                     {"lse": lse, "delta": delta})
+    d = q.shape[1]
+    own, stream = pick_tiles(d, seq, tensor_cores, wgmma)
+    sc = float(scale if scale is not None else d ** -0.5)
+    return [(attn_bwd_preprocess, (o, dout, tile.partition(delta, (PRE_ROWS,)), d)),
+            (flash_bwd_dkdv, (q, k, v, dout, lse, delta, tile.partition(dk, (own, d)), tile.partition(dv, (own, d)),
+                              seq, sc, stream, bool(causal))),
+            (flash_bwd_dq, (q, k, v, dout, lse, delta, tile.partition(dq, (own, d)), seq, sc, stream, bool(causal)))]
+
+
+def run(steps: list[tuple[Any, tuple]], simulate: bool = False) -> None:
+    """Launch (or, with `simulate`, run on the CPU simulator) the steps launch_args made, in order."""
+    for kern, args in steps:
+        (kern.simulate if simulate else kern)(*args)
+
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, seq: int,
+              causal: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Float64 (dQ, dK, dV) of softmax(Q K^T / sqrt(d)) V for (B*H*S, D) row stacks, from the formulas:
+    dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K scale, dK = dS^T Q scale."""
+    d = q.shape[1]
+    q3, k3, v3, do3 = (x.astype(np.float64).reshape(-1, seq, d) for x in (q, k, v, dout))
+    scale = d ** -0.5
+    s = q3 @ k3.transpose(0, 2, 1) * scale
+    if causal:
+        s = np.where(np.tril(np.ones((seq, seq), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dv = p.transpose(0, 2, 1) @ do3
+    dp = do3 @ v3.transpose(0, 2, 1)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    dq = ds @ k3 * scale
+    dk = ds.transpose(0, 2, 1) @ q3 * scale
+    return dq.reshape(-1, d), dk.reshape(-1, d), dv.reshape(-1, d)
+
+
+def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool,
+                         simulate: bool = False) -> tuple[Any, Any, Any, Any]:
+    """(o, dq, dk, dv), f32, of attention over (B*H*S, D) row stacks (NumPy arrays with `simulate`, else
+    CUDA torch tensors): flash_fwd_lse, then the three backward launches."""
+    rows, d = q.shape
+    if simulate:
+        def new(*shape):
+            return np.full(shape, np.nan, np.float32)
+    else:
+        import torch
+
+        def new(*shape):
+            return torch.full(shape, float("nan"), device=q.device, dtype=torch.float32)
+    o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(rows, d), new(rows, d)
+    fwd_args = fwd.launch_args_lse(q, k, v, o, lse, seq, causal)
+    (fwd.flash_fwd_lse.simulate if simulate else fwd.flash_fwd_lse)(*fwd_args)
+    run(launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal), simulate)
+    return o, dq, dk, dv
+
+
+def run_gpu(batch: int, heads: int, seq: int, d: int, dtype: str = "bfloat16") -> None:
+    """Ours against torch autograd of SDPA in float64 on the same (rounded) inputs, the error relative to
+    the largest gradient: P and dS are rounded to the input dtype for the products, which the lowered
+    sm_90 simulator measures at up to 3.3e-3 for bf16 (8-bit mantissa) and 3.0e-4 for f16 (B2 H4 S256);
+    the bounds, 1e-2 and 2e-3, leave a factor of 3 and more."""
+    import torch
+    import torch.nn.functional as F
+
+    import bridge
+    g = torch.Generator(device="cuda").manual_seed(d)
+    q, k, v, dout = (torch.randn(batch, heads, seq, d, device="cuda", dtype=getattr(torch, dtype), generator=g)
+                     for _ in range(4))
+    for causal in (False, True):
+        o, *grads = forward_and_backward(*(x.reshape(-1, d) for x in (q, k, v, dout)), seq, causal)
+        x64 = [x.double().requires_grad_() for x in (q, k, v)]
+        ref = F.scaled_dot_product_attention(*x64, is_causal=causal)
+        ref.backward(dout.double())
+        worst = 0.0
+        for name, ours, x in zip(("dq", "dk", "dv"), grads, x64):
+            worst = max(worst, ((ours.reshape(x.shape) - x.grad).abs().max() / x.grad.abs().max()).item())
+        print(f"GPU B{batch} H{heads} S{seq} D{d} {dtype} causal={causal}: "
+              f"max |ours - autograd(f64)| / max |grad| = {worst:.2e}")
+        assert worst < (1e-2 if dtype == "bfloat16" else 2e-3), worst
+    bridge.current_stream().synchronize()
+
+
+def run_simulator(seq: int, d: int) -> None:
+    rng = np.random.default_rng(0)
+    q, k, v, dout = (rng.standard_normal((2 * seq, d)).astype(np.float32) for _ in range(4))
+    for causal in (False, True):
+        _, *grads = forward_and_backward(q, k, v, dout, seq, causal, simulate=True)
+        err = max(float(np.abs(g - r).max()) for g, r in zip(grads, reference(q, k, v, dout, seq, causal)))
+        print(f"simulator S{seq} D{d} causal={causal}: max |ours - NumPy| over dQ, dK, dV = {err:.2e}")
+        assert err < 1e-2, err
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--simulate", action="store_true", help="run on the CPU simulator even with a GPU")
+    args = ap.parse_args(argv)
+    import bridge
+    if bridge.gpu_available() and not args.simulate:
+        for d in sorted(TILES):
+            for dtype in ("bfloat16", "float16"):
+                run_gpu(2, 4, args.seq, d, dtype)
+        print("ran on the GPU")
+    else:
+        for d in sorted(TILES):
+            run_simulator(min(args.seq, 128), d)
+        print("ran on the CPU simulator" + ("" if args.simulate else f" (no GPU: {bridge.gpu_unavailable_reason()})"))
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
