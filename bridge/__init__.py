@@ -7,8 +7,9 @@ from __future__ import annotations
 from bridge.errors import (
     AliasingError, AlignmentError, ArgumentCountError, ArgumentKindError, BlockSizeError, BlockSizeTypeError,
     ComputeCapabilityError, ConfigurationError, ContractDefinitionError, CudaError, DeviceMismatchError, DTypeError,
-    GridSizeError, GridSizeTypeError, KernelFault, LaunchContractError, LayoutError, MissingContractError, NdimError,
-    NoDeviceError, PeerAccessError, ReadOnlyError, ScalarRangeError, SharedMemoryError, ShapeRelationError,
+    ForeignKernelError, GridSizeError, GridSizeTypeError, KernelFault, LaunchContractError, LayoutError,
+    MissingContractError, NdimError, NoDeviceError, PeerAccessError, ReadOnlyError, ScalarRangeError,
+    SharedMemoryError, ShapeRelationError,
 )
 from bridge._driver import available as gpu_available, reason as gpu_unavailable_reason
 
@@ -32,6 +33,16 @@ from bridge.graph import Graph, capture  # noqa: E402
 from bridge.profiling import nvtx_status, set_nvtx  # noqa: E402
 # contract: Python-side builder of launch contracts (parsed by the one native validator)
 from bridge.contract import ArgSpec, LaunchContract  # noqa: E402
+# foreign: Triton / CuPy / exported cubin kernels under contracts (bridge/foreign/), imported on first use
+
+
+def __getattr__(name: str) -> object:
+    """`bridge.foreign` loads on first use: `import bridge` does not pay for it."""
+    if name == "foreign":
+        import importlib
+        return importlib.import_module("bridge.foreign")
+    raise AttributeError(f"module 'bridge' has no attribute {name!r}")
+
 
 # `from bridge import *` exports exactly these (interop_tests/runtime/test_package_surface.py keeps the list
 # true and docs/api.md documents each).
@@ -41,7 +52,8 @@ __all__ = [
     "ShapeRelationError", "LayoutError", "AlignmentError", "ReadOnlyError", "AliasingError",
     "DeviceMismatchError", "ScalarRangeError", "BlockSizeError", "BlockSizeTypeError", "GridSizeError",
     "GridSizeTypeError", "SharedMemoryError", "ComputeCapabilityError", "ContractDefinitionError",
-    "MissingContractError", "PeerAccessError", "CudaError", "NoDeviceError", "KernelFault", "ConfigurationError",
+    "MissingContractError", "ForeignKernelError", "PeerAccessError", "CudaError", "NoDeviceError", "KernelFault",
+    "ConfigurationError",
     # machine
     "gpu_available", "gpu_unavailable_reason", "Device", "current_device", "device_count",
     # arrays
@@ -52,6 +64,8 @@ __all__ = [
     "Module", "load_module", "Kernel", "kernel_from_ptx", "unsafe_launch", "LaunchContract", "ArgSpec",
     # the package's CUDA C++ kernels and contracts inside modules
     "cpp_kernels", "cmake_dir", "fatbin",
+    # foreign kernels (Triton, CuPy, exported cubins) under contracts: loaded on first use
+    "foreign",
     # profiling
     "set_nvtx", "nvtx_status",
 ]

@@ -285,7 +285,7 @@ def peers_section() -> Section:
         data[mod] = entry
         lines.append(f"{mod}: {entry['version']} (DLPack {_yn(entry['dlpack'])}, CAI "
                      f"{_yn(entry['cuda_array_interface'])}, __cuda_stream__ {_yn(entry['cuda_stream'])})")
-    for mod in ("cuda.bindings", "cuda.pathfinder"):
+    for mod in ("triton", "cuda.bindings", "cuda.pathfinder"):     # triton: bridge.foreign's Triton kernels
         try:
             version = str(getattr(importlib.import_module(mod), "__version__", "?"))
         except Exception as exc:  # noqa: BLE001

@@ -99,6 +99,18 @@ class MissingContractError(LaunchContractError):
     """The kernel has no contract: only `bridge.unsafe_launch` may launch it."""
 
 
+class ForeignKernelError(ContractDefinitionError):
+    """A foreign kernel (`bridge.foreign`: a Triton, CuPy or exported cubin/PTX kernel) does not match
+    its contract, found when it is wrapped, never at a launch: `param` is the kernel parameter's
+    position, `expected` / `actual` the bytes the contract packs and the image declares (None when the
+    mismatch is not about one parameter's size)."""
+
+    def __init__(self, message: str, *, kernel: str | None = None, param: int | None = None,
+                 expected: int | None = None, actual: int | None = None, arg_name: str | None = None) -> None:
+        super().__init__(message, kernel=kernel, arg_name=arg_name)
+        self.param, self.expected, self.actual = param, expected, actual
+
+
 class ConfigurationError(ValueError):
     """A `KB_*` environment setting holds a value kernelbridge does not accept. Raised where the setting
     is read (bridge/settings.py), before anything it governs is done; the message names the variable,

@@ -458,12 +458,12 @@ def _elf_sections(elf: bytes, where: str = "cubin") -> list[dict[str, int]]:
         raise ModuleFormatError(f"{where}: section header table runs past the end of the file")
     sections = []
     for i in range(shnum):
-        (_name, typ, _flags, addr, offset, size, link, _info, _align, entsize) = struct.unpack_from(
+        (name_off, typ, _flags, addr, offset, size, link, _info, _align, entsize) = struct.unpack_from(
             "<IIQQQQIIQQ", elf, shoff + i * shentsize)
         if typ != _SHT_NOBITS and offset + size > len(elf):
             raise ModuleFormatError(f"{where}: section {i} runs past the end of the file")
         sections.append({"index": i, "type": typ, "addr": addr, "offset": offset, "size": size,
-                         "link": link, "entsize": entsize})
+                         "link": link, "entsize": entsize, "name_off": name_off})
     return sections
 
 

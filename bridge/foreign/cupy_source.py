@@ -1,0 +1,115 @@
+"""CuPy `RawKernel` / `RawModule` → a validated bridge.Kernel, compiled by us from the same source.
+
+Why recompile: CuPy's own launch is unchecked and runs on CuPy's stream. We take the object's `code`,
+`name`, `options` and `backend`, compile the text for the target device's architecture the way CuPy
+does (NVRTC with `-ftz=true` and `--device-as-default-execution-space`, CuPy's and CUDA's include
+directories; nvcc when `backend == "nvcc"` or NVRTC cannot be loaded), and load the cubin through the
+module path: it runs on the bridge's stream, on any device, validated. The contract comes from the
+kernel's C signature in the code (`extern "C" __global__ void name(...)`) unless one is given. CuPy
+itself is never imported unless installed (only for its include directory); any object with these
+attributes works. Not yet: `ElementwiseKernel`, `jitify=True`, cooperative groups, templates through
+`name_expressions`.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from bridge.errors import ForeignKernelError
+from bridge.foreign.compile_cuda import compile_cuda
+from bridge.foreign.launch import ForeignKernel
+from bridge.foreign.signature import parse_signature
+from bridge.foreign.wrap import ForeignBuild, as_contract, load
+from bridge.kernel import Kernel
+
+__all__ = ["kernel_signature", "build_cupy", "cupy"]
+
+_NVRTC_ONLY = ("--device-as-default-execution-space", "-default-device", "--pch", "-pch")
+
+
+def kernel_signature(code: str, name: str) -> str:
+    """The `void name(...)` signature of `__global__` kernel `name` in CUDA source `code` (comments
+    removed; `__launch_bounds__` kept), for `declare`. ForeignKernelError when it is not there."""
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", code, flags=re.S)
+    head = re.compile(r"\b__global__\b(?P<pre>[^;{}()]*(?:__launch_bounds__\s*\([^)]*\)[^;{}()]*)?)\bvoid\b"
+                      r"(?P<mid>\s*(?:__launch_bounds__\s*\([^)]*\)\s*)?)" + re.escape(name) + r"\s*\(")
+    m = head.search(text)
+    if m is None:
+        kernels = re.findall(r"\b__global__\b[^;{}]*?\bvoid\b\s*(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(",
+                             text)
+        raise ForeignKernelError(f"{name}: the source has no `__global__ void {name}(...)` (it has: "
+                                 f"{', '.join(kernels) or 'none'})", kernel=name)
+    depth, end = 1, m.end()
+    while end < len(text) and depth:
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        end += 1
+    params = text[m.end(): end - 1]
+    bounds = re.search(r"__launch_bounds__\s*\([^)]*\)", m.group("pre") + m.group("mid"))
+    return f"void {bounds.group(0) + ' ' if bounds else ''}{name}({params})"
+
+
+def _include_dirs() -> list[str]:
+    """CuPy's header directory (when CuPy is installed) and the toolkit's (bridge.toolkit)."""
+    dirs = []
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("cupy")
+        if spec is not None and spec.origin:
+            dirs.append(os.path.join(os.path.dirname(spec.origin), "_core", "include"))
+    except (ImportError, ValueError):
+        pass
+    from bridge.toolkit import locate
+    inc = locate("cuda-include").path
+    if inc:
+        dirs.append(inc)
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def _source_of(obj: Any, name: str | None) -> tuple[str, str, tuple[str, ...], str]:
+    """(code, kernel name, options, backend) of a RawKernel / RawModule-like object."""
+    for attr, why in (("jitify", "jitify=True"), ("enable_cooperative_groups", "cooperative groups")):
+        if getattr(obj, attr, False):
+            raise ForeignKernelError(f"{name or getattr(obj, 'name', 'kernel')}: {why} is not supported yet "
+                                     f"(bridge.foreign takes RawKernel/RawModule source compiled plainly)")
+    code = getattr(obj, "code", None)
+    if not isinstance(code, str):
+        raise TypeError(f"bridge.foreign.cupy: expected a cupy.RawKernel / RawModule (an object with the source "
+                        f"text as `.code`), got {type(obj).__name__}")
+    kname = name or getattr(obj, "name", None)
+    if not isinstance(kname, str) or not kname:
+        raise TypeError("bridge.foreign.cupy: a RawModule has several kernels: give name='...'")
+    backend = getattr(obj, "backend", "nvrtc") or "nvrtc"
+    if backend not in ("nvrtc", "nvcc"):
+        raise ForeignKernelError(f"{kname}: backend {backend!r}: expected 'nvrtc' or 'nvcc'", kernel=kname)
+    return code, kname, tuple(getattr(obj, "options", ()) or ()), backend
+
+
+def build_cupy(obj: Any, name: str | None = None, contract: Any = None, *, arch: int,
+               **declare_kw: Any) -> ForeignBuild:
+    """Compile a RawKernel / RawModule's source for sm_<arch> and pair it with its contract (from the C
+    signature in the code unless `contract` is given), without loading it (no GPU needed)."""
+    code, kname, options, backend = _source_of(obj, name)
+    if contract is None:
+        contract = kernel_signature(code, kname)
+        parse_signature(contract)         # a kernel we cannot declare fails here, naming the parameter
+    c = as_contract(contract, kname, declare_kw)
+    includes = [f"-I{d}" for d in _include_dirs()]
+    nvrtc_opts = [*options, "-ftz=true", "--device-as-default-execution-space", *includes]
+    nvcc_opts = [o for o in options if o not in _NVRTC_ONLY] + ["-ftz=true", *includes]
+    cubin, compiler = compile_cuda(code, nvrtc_opts if backend == "nvrtc" else nvcc_opts, arch=arch,
+                                   compiler=backend, nvcc_options=nvcc_opts, filename=f"{kname}.cu")
+    info = {"source": "cupy", "arch": arch, "compiler": compiler, "options": options, "backend": backend}
+    return ForeignBuild(cubin, kname, c, info=info)
+
+
+def cupy(obj: Any, name: str | None = None, contract: Any = None, *, device: Any = None,
+         **declare_kw: Any) -> Kernel | ForeignKernel:
+    """A validated bridge.Kernel from a CuPy `RawKernel` (or `RawModule` with `name=`):
+
+        k = bridge.foreign.cupy(raw, requires=["len(x) == n", "len(y) == n"], grid_from="y")
+
+    compiled from `raw.code` for `device`'s architecture (default: the current device), contract from
+    the kernel's C signature in the code (`declare` keywords apply) unless `contract` is given."""
+    from bridge.foreign.wrap import device_arch
+    return load(build_cupy(obj, name, contract, arch=device_arch(device), **declare_kw), device=device)
