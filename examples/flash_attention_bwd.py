@@ -2,7 +2,7 @@
 f16/bf16 inputs with f32 accumulation, checked against torch autograd of
 torch.nn.functional.scaled_dot_product_attention on the GPU (against float64 NumPy on the CPU simulator).
 
-    python examples/flash_attention_bwd.py        # GPU when present, else the simulator (--simulate)
+    python examples/flash_attention_bwd.py        # GPU when present (bf16; --dtype float16 or both), else the simulator (--simulate)
 
 The forward (examples/flash_attention.py, `flash_fwd_lse`) leaves the output O and each query row's
 log-sum-exp L of its scaled scores, so the backward can rebuild any block of P = exp(Q K^T * scale - L)
@@ -269,11 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--simulate", action="store_true", help="run on the CPU simulator even with a GPU")
+    ap.add_argument("--dtype", choices=("bfloat16", "float16", "both"), default="bfloat16",
+                    help="input dtype on the GPU (each compiles its own kernels: both takes about twice as long)")
     args = ap.parse_args(argv)
     import bridge
     if bridge.gpu_available() and not args.simulate:
         for d in sorted(TILES):
-            for dtype in ("bfloat16", "float16"):
+            for dtype in (("bfloat16", "float16") if args.dtype == "both" else (args.dtype,)):
                 run_gpu(2, 4, args.seq, d, dtype)
         print("ran on the GPU")
     else:

@@ -1,7 +1,7 @@
-"""The crossentropy ports' column loops have `unroll=4` (examples/llm_kernels/crossentropy.py): rows wider
-than 4 x 1024 columns take both the groups of four iterations (four loads at once) and the remainder
-loop, which the small rows of test_llm_ports.py never reach. Checked on the simulator against llm_kit's float64 references, and in
-the PTX: four loads back to back, every column load proven in range (no run-time check on logits)."""
+"""The crossentropy ports' column loops have unroll hints (examples/llm_kernels/crossentropy.py: 8 in the
+statistics loops, 4 in the write pass): rows wider than 8 x 1024 columns take both the groups of
+iterations (their loads at once) and the remainder loop, which the small rows of test_llm_ports.py never reach. Checked on the simulator against llm_kit's float64 references, and in
+the PTX: at least four loads back to back, every column load proven in range (no run-time check on logits)."""
 from __future__ import annotations
 
 import json
