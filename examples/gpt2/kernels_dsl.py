@@ -1,0 +1,161 @@
+"""The "dsl" side of every op of the step: the DSL ports of cpp/kernels/llm/ (examples/llm_kernels/,
+each under its C++ kernel's name, launched with the C++ call's arguments less the sizes their arrays
+carry), the tile GEMMs and helpers of tile_kernels.py, and tile flash attention
+(examples/flash_attention.py forward with its log-sum-exp, examples/flash_attention_bwd.py backward).
+
+Every function takes the Runtime first and then the same arrays as its "cpp" twin (kernels_cpp.py).
+On the simulator each launch is `kernel.simulate(...)` on NumPy views of the same buffers.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from examples import flash_attention_bwd as flash_bwd
+from examples import llm_kernels as ports
+from examples.llm_kernels import global_norm as gn
+
+from . import tile_kernels as K
+from .runtime import Runtime
+
+flash_fwd = flash_bwd.fwd       # the forward module the backward example imports (one copy of its kernels)
+BK = 32                         # K tile of the f32 (tf32) GEMMs: 128-byte operand rows
+HEAD_ROWS = 64                  # rows of a head-split tile (T is a multiple of 64)
+T_TILE = (64, 64)               # transposes
+BIAS_TILE, BIAS_ROWS = 64, 128  # bias gradient: columns a block, rows a step
+CLIP_TILE = 2048
+
+
+def gemm_tile(m: int, n: int) -> tuple[int, int]:
+    """The output tile of an m x n GEMM: 128 x 128 (wgmma-sized) when both are large, else 64 x 64."""
+    return (128, 128) if min(m, n) >= 512 else (64, 64)
+
+
+def encoder_forward(rt: Runtime, out: Any, inp: Any, wte: Any, wpe: Any) -> None:
+    rt.launch(ports.port("encoder_forward"), out, inp, wte, wpe)
+
+
+def encoder_backward(rt: Runtime, dwte: Any, dwpe: Any, dout: Any, inp: Any) -> None:
+    rt.launch(ports.port("encoder_backward"), dwte, dwpe, dout, inp)
+
+
+def layernorm_forward(rt: Runtime, out: Any, mean: Any, rstd: Any, inp: Any, weight: Any, bias: Any) -> None:
+    rt.launch(ports.port("layernorm_forward"), out, mean, rstd, inp, weight, bias)
+
+
+def layernorm_backward(rt: Runtime, dinp: Any, dweight: Any, dbias: Any, dout: Any, inp: Any, weight: Any,
+                       mean: Any, rstd: Any) -> None:
+    rt.launch(ports.port("layernorm_backward"), dinp, dweight, dbias, dout, inp, weight, mean, rstd)
+
+
+def gelu_forward(rt: Runtime, out: Any, inp: Any) -> None:
+    rt.launch(ports.port("gelu_forward_f32"), out, inp)
+
+
+def gelu_backward(rt: Runtime, dinp: Any, inp: Any, dout: Any) -> None:
+    rt.launch(ports.port("gelu_backward_f32"), dinp, inp, dout)
+
+
+def residual_forward(rt: Runtime, out: Any, inp1: Any, inp2: Any) -> None:
+    rt.launch(ports.port("residual_forward"), out, inp1, inp2)
+
+
+def crossentropy_forward(rt: Runtime, losses: Any, logits: Any, targets: Any, V: int) -> None:
+    rt.launch(ports.port("crossentropy_forward"), losses, logits, targets, V)
+
+
+def crossentropy_backward(rt: Runtime, dlogits: Any, logits: Any, dlosses: Any, targets: Any, V: int) -> None:
+    rt.launch(ports.port("crossentropy_backward"), dlogits, logits, dlosses, targets, V)
+
+
+def global_norm_squared(rt: Runtime, out: Any, values: Any) -> None:
+    rt.launch(gn.global_norm_squared, out, rt.part(values, (gn.TILE,)))
+
+
+def adamw_update(rt: Runtime, params: Any, m: Any, v: Any, grads: Any, lr: float, beta1: float, beta2: float,
+                 eps: float, weight_decay: float, grad_scale: float, t: int) -> None:
+    rt.launch(ports.port("adamw_update"), params, m, v, grads, lr, beta1, beta2, eps, weight_decay, grad_scale, t)
+
+
+def grad_clip(rt: Runtime, grads: Any, norm_sq: Any, max_norm: float) -> None:
+    rt.launch(K.clip_by_norm, rt.part(grads, (CLIP_TILE,)), norm_sq, max_norm)
+
+
+# ---- the linear layer ------------------------------------------------------------------------------
+def matmul_forward(rt: Runtime, out: Any, inp: Any, weight: Any, bias: Any | None) -> None:
+    part = rt.part(out, gemm_tile(*out.shape))
+    if bias is None:
+        rt.launch(K.linear_nobias, inp, weight, part, BK)
+    else:
+        rt.launch(K.linear_bias, inp, weight, bias, part, BK)
+
+
+def _flat_scratch(rt: Runtime, name: str, size: int, shape: tuple[int, int]) -> Any:
+    return rt.lib.view(rt.scratch(name, (size,)), 0, shape)
+
+
+def matmul_backward(rt: Runtime, dinp: Any, dweight: Any, dbias: Any | None, dout: Any, inp: Any, weight: Any) -> None:
+    """dinp = dout @ weight (NN); dweight += (inp^T @ dout)^T (inp transposed once, NN, then added
+    transposed: tile_kernels.py says why); dbias += the sum of dout's rows."""
+    c = rt.cfg
+    N, C = inp.shape
+    OC = weight.shape[0]
+    rt.launch(K.matmul_nn, dout, weight, rt.part(dinp, gemm_tile(N, C)), BK)
+    xt = _flat_scratch(rt, "inp_t", 4 * c.n_embd * c.tokens, (C, N))
+    rt.launch(K.transpose, inp, rt.part(xt, T_TILE))
+    dwt = _flat_scratch(rt, "dweight_t", c.n_embd * max(c.padded_vocab_size, 4 * c.n_embd), (C, OC))
+    rt.launch(K.matmul_nn, xt, dout, rt.part(dwt, gemm_tile(C, OC)), BK)
+    rt.launch(K.add_transposed, dwt, rt.part(dweight, T_TILE))
+    if dbias is not None:
+        rt.launch(K.colsum_add, dout, rt.part(dbias, (BIAS_TILE,)), BIAS_ROWS)
+
+
+# ---- attention -------------------------------------------------------------------------------------
+def _stack(rt: Runtime, name: str, dtype: str = "float32") -> Any:
+    c = rt.cfg
+    return rt.scratch(name, (c.batch_size * c.n_head * c.seq_len, c.head_dim), dtype)
+
+
+def _split(rt: Runtime, src: Any, dst: Any, col0: int) -> None:
+    c = rt.cfg
+    rt.launch(K.heads_from, src, rt.part(dst, (HEAD_ROWS, c.head_dim)), c.n_head, c.seq_len, col0)
+
+
+def _split_qkv(rt: Runtime, qkv: Any) -> tuple[Any, Any, Any]:
+    stacks = tuple(_stack(rt, n, rt.cfg.attn_dtype) for n in ("q", "k", "v"))
+    for i, dst in enumerate(stacks):
+        _split(rt, qkv, dst, i * rt.cfg.n_head)
+    return stacks
+
+
+def _flash_forward(rt: Runtime, q: Any, k: Any, v: Any, o: Any, lse: Any) -> None:
+    args = flash_fwd.launch_args_lse(*(rt.arg(a) for a in (q, k, v, o, lse)), rt.cfg.seq_len, True)
+    rt.launch(flash_fwd.flash_fwd_lse, *args)
+
+
+def attention_forward(rt: Runtime, out: Any, lse: Any, qkv: Any) -> None:
+    """Causal attention of the (B*T, 3C) qkv activation into (B*T, C) `out`, and each query row's
+    log-sum-exp into `lse` (B*H*T): heads split into row stacks (cast to cfg.attn_dtype), flash
+    attention, heads merged back."""
+    c = rt.cfg
+    q, k, v = _split_qkv(rt, qkv)
+    o = _stack(rt, "o")
+    _flash_forward(rt, q, k, v, o, lse)
+    rt.launch(K.heads_to, o, rt.part(out, (HEAD_ROWS, c.head_dim)), c.n_head, c.seq_len)
+
+
+def attention_backward(rt: Runtime, dqkv: Any, dout: Any, qkv: Any, out: Any, lse: Any, recompute: bool) -> None:
+    """dqkv from dout; `recompute`: the forward ran on the other side, so its out / lse are rebuilt here."""
+    c = rt.cfg
+    q, k, v = _split_qkv(rt, qkv)
+    o, do = _stack(rt, "o"), _stack(rt, "do", c.attn_dtype)
+    if recompute:
+        _flash_forward(rt, q, k, v, o, lse)
+    else:
+        _split(rt, out, o, 0)
+    _split(rt, dout, do, 0)
+    dq, dk, dv = (_stack(rt, n) for n in ("dq", "dk", "dv"))
+    delta = rt.scratch("delta", (c.batch_size * c.n_head * c.seq_len,))
+    steps = flash_bwd.launch_args(*(rt.arg(a) for a in (q, k, v, o, do, lse, delta, dq, dk, dv)), c.seq_len, True)
+    for kernel, args in steps:
+        rt.launch(kernel, *args)
+    rt.launch(K.heads_to_qkv, dq, dk, dv, rt.part(dqkv, (HEAD_ROWS, c.head_dim)), c.n_head, c.seq_len)
