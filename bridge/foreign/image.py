@@ -1,7 +1,10 @@
 """What a module image (PTX, cubin or fatbin) says a kernel's parameters are, and the wrap-time check.
 
 A fatbin carries one cubin per architecture and maybe PTX: every entry that has the kernel must
-agree with the contract (the driver picks the entry at load time, so any of them may run).
+agree with the contract (the driver picks the entry at load time, so any of them may run). An entry
+compressed with a codec this Python cannot decode (zstd, nvcc 13's default, without a zstd module) is
+not checked when another entry with the kernel is (one nvcc run compiles every entry from the same
+source); when none can be read, the CompressedEntryError says what to install.
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from typing import Any
 
 from bridge.contract import native_contract
 from bridge.errors import ForeignKernelError
-from bridge.fatbin import fatbin_entries, module_format
+from bridge.fatbin import CompressedEntryError, fatbin_entries, module_format
 from bridge.foreign.cubin import cubin_kernels, cubin_params
 from bridge.foreign.params import Param, check_params, contract_params
 from bridge.foreign.ptx import ptx_entries, ptx_params
@@ -26,15 +29,21 @@ def image_params(data: bytes, name: str) -> list[tuple[str, list[Param]]]:
         return [("the PTX entry", ptx_params(data, name))]
     if kind == "cubin":
         return [("the cubin", cubin_params(data, name))]
-    found, known = [], {}
+    found, known, unread = [], {}, []
     for entry in fatbin_entries(data):
         if entry.kind not in ("elf", "ptx"):
             continue
-        where, blob = f"the {entry.where}", entry.data()
+        try:
+            where, blob = f"the {entry.where}", entry.data()
+        except CompressedEntryError as exc:       # no decoder here: the driver still reads it
+            unread.append(exc)
+            continue
         names = cubin_kernels(blob, where) if entry.kind == "elf" else list(ptx_entries(blob))
         known.update(dict.fromkeys(names))
         if name in names:
             found.append((where, cubin_params(blob, name, where) if entry.kind == "elf" else ptx_params(blob, name)))
+    if not found and unread:
+        raise unread[0]
     if not found:
         raise ForeignKernelError(f"{name}: no entry of the fatbin has a kernel {name!r} (it has: "
                                  f"{', '.join(known) or 'none'}; extern \"C\" kernels keep their name, C++ ones "

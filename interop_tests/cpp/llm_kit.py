@@ -93,6 +93,16 @@ def gelu_grad(x: Any) -> np.ndarray:
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_SCALE * (1.0 + 3.0 * GELU_CUBE * x * x)
 
 
+def gelu_grad_f32_error(x: Any, g: Any) -> np.ndarray:
+    """A bound on the error of gelu_grad(x) * g evaluated in f32 (per element). gelu_grad is the sum
+    0.5 (1 + t) + 0.5 x (1 - t^2) u'(x) with t = tanh(u) near -1 for x below about -3: 1 + t and 1 - t^2
+    are then known only to a few f32 ulps of 1 (2^-24 each), so each term's error scales with 1 and with
+    |x| u'(x), not with the small result they cancel to (an element at x = -4.3 was off by 2e-6)."""
+    x = f64(x)
+    slope = GELU_SCALE * (1.0 + 3.0 * GELU_CUBE * x * x)
+    return 8 * 2.0**-24 * (1.0 + np.abs(x) * slope) * np.abs(f64(g))
+
+
 def layernorm_forward(inp: Any, weight: Any, bias: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(out, mean, rstd) of rows of inp (N, C)."""
     x = f64(inp)

@@ -136,7 +136,7 @@ def test_gelu_bf16_forward_and_backward_match_numpy(rng, n):
             fwd[launch](y, _dev(x), n)
             bwd[launch](d, _dev(x), _dev(g), n)
         _close(y.to_host(), ref_y, 2.0**-7, 2e-6)       # one bf16 rounding (2^-8) plus f32 math
-        _close(d.to_host(), ref_d, 2.0**-7, 2e-6)
+        _close(d.to_host(), ref_d, 2.0**-7, 2e-6 + llm_kit.gelu_grad_f32_error(x, g))   # gelu' cancels
 
 
 @pytest.mark.parametrize("n", [1, 1000, 100_003])
@@ -147,7 +147,7 @@ def test_gelu_f32_forward_and_backward_match_numpy(rng, n):
     K("gelu_forward_f32")(y, _dev(x), n)
     K("gelu_backward_f32")[(3,), 96](d, _dev(x), _dev(g), n)
     _close(y.to_host(), llm_kit.gelu(x), 1e-5, 2e-6)
-    _close(d.to_host(), llm_kit.gelu_grad(x) * llm_kit.f64(g), 1e-5, 2e-6)
+    _close(d.to_host(), llm_kit.gelu_grad(x) * llm_kit.f64(g), 1e-5, 2e-6 + llm_kit.gelu_grad_f32_error(x, g))
 
 
 def test_gelu_bf16_refuses_float32_input_and_a_misaligned_view(rng):
