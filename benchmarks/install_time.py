@@ -130,8 +130,9 @@ def run_step(name: str, dry: bool) -> dict:
     p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
     step.update(seconds=round(time.perf_counter() - t0, 1), rc=p.returncode, load_after=_load())
     out = (p.stdout + p.stderr).strip()
-    if name == "quick_tests":
-        step["summary"] = (out.splitlines() or [""])[-1]
+    if name == "quick_tests":      # pytest's last line ("N passed, M skipped in T s"); warnings go to stderr
+        tally = [ln for ln in p.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", ln)]
+        step["summary"] = tally[-1].strip(" =") if tally else (p.stdout.strip().splitlines() or [""])[-1]
     if p.returncode != 0:
         step["output_tail"] = out[-3000:]
     _judge(name, step, installed_build() if name in BUILDS else {})
