@@ -64,14 +64,41 @@ def merge(parts: list[tuple[dict, dict[str, dict]]]) -> tuple[dict, dict[str, di
     if len(parts) == 1:
         return parts[0]
     checks = [c for c, _ in parts]
+    bars: dict[str, dict] = {}
+    for c, b in parts:      # a part run on its own (no gpu_check.json) brings its benchmarks' bars
+        for bar in c.get("bars", []) if not c.get("partial") else [x for d in b.values() for x in d.get("bars", [])]:
+            bars[bar["name"]] = bar                  # a later part's bar replaces an earlier one of that name
     check = {"date": " + ".join(str(c.get("date", "—")) for c in checks), "parts": len(checks),
              "quick": any(c.get("quick") for c in checks),
              "partial": all(c.get("partial") for c in checks),
              "doctor": next((c["doctor"] for c in checks if c.get("doctor")), []),
              "steps": {k: v for c in checks for k, v in c.get("steps", {}).items()},
-             "bars": [b for c in checks for b in c.get("bars", [])]}
-    benches = {stem: data for _, b in parts for stem, data in b.items()}
+             "bars": list(bars.values())}
+    benches: dict[str, dict] = {}
+    for _, b in parts:
+        for stem, data in b.items():
+            benches[stem] = merge_bench(benches[stem], data) if stem in benches else data
     return check, benches
+
+
+def _case(name: str) -> str:
+    return name.split(": ", 1)[0]
+
+
+def merge_bench(old: dict, new: dict) -> dict:
+    """One benchmark run in two parts (a later run of some of its cases, `--only`): every row and bar of a
+    case the later part ran (the name before ': ', or before ' vs ' for a bar) is the later part's; the
+    other cases' stay, each row saying which run it is from."""
+    dates = (old.get("info", {}).get("date", "—"), new.get("info", {}).get("date", "—"))
+    redone = {_case(r["name"]) for r in new.get("rows", [])}
+    rows = [{**r, "run": r.get("run", dates[0])} for r in old.get("rows", []) if _case(r["name"]) not in redone]
+    rows += [{**r, "run": r.get("run", dates[1])} for r in new.get("rows", [])]
+    bars = {b["name"]: b for b in old.get("bars", []) if _case(b["name"].rsplit(" vs ", 1)[0]) not in redone}
+    bars.update({b["name"]: b for b in new.get("bars", [])})
+    info = {**old.get("info", {}), **new.get("info", {}), "date": " + ".join(dates)}
+    return {**old, **new, "info": info, "rows": rows, "bars": list(bars.values()),
+            "missing": {**old.get("missing", {}), **new.get("missing", {})},
+            "notes": list(dict.fromkeys(old.get("notes", []) + new.get("notes", [])))}
 
 
 def machine(check: dict, benches: dict[str, dict]) -> list[str]:

@@ -39,7 +39,7 @@ __all__ = [
     "MAX_CONTRACT_DEPTH", "FatbinEntry",
     "ModuleFormatError", "CompressedEntryError", "ContractIntegrityError", "contract_checksum",
     "ptx_contract_directives", "module_format", "fatbin_entries", "embedded_contracts", "elf_contracts",
-    "ptx_contracts",
+    "ptx_contracts", "zstd_available",
 ]
 
 CONTRACT_SYMBOL_PREFIX = "__kb_contract_"
@@ -624,6 +624,15 @@ def _zstd_decode(packed: bytes, declared: int, where: str) -> bytes:
         return decoder(packed, limit)
     except Exception as exc:  # each module's ZstdError, MemoryError, ...: this entry is unusable
         raise ModuleFormatError(f"{where}: corrupt zstd data ({type(exc).__name__}: {exc})") from None
+
+
+def zstd_available() -> bool:
+    """Whether this Python can decode zstd fatbin entries (nvcc 13 compresses PTX entries so)."""
+    try:
+        _zstd_decoder("")
+        return True
+    except CompressedEntryError:
+        return False
 
 
 def _zstd_decoder(where: str) -> Callable[[bytes, int], bytes]:

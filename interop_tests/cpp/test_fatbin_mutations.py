@@ -50,14 +50,6 @@ def built(nvcc, include_dir, tmp_path_factory) -> dict[str, bytes]:
     return out
 
 
-def _zstd_importable() -> bool:
-    try:
-        fatbin._zstd_decoder("probe")
-        return True
-    except fatbin.CompressedEntryError:
-        return False
-
-
 def _mutants(data: bytes, seed: int):
     """(description, bytes): every truncation of the first 256 bytes and 256 more spread over the
     file, 1500 single-bit flips and 500 random byte overwrites at seeded random offsets."""
@@ -107,7 +99,7 @@ def test_mutated_installed_fatbins_raise_only_module_format_errors(installed_fat
 @pytest.mark.parametrize("name", ["cubin", "ptx", "fatbin_zstd"])
 def test_mutated_cubin_ptx_and_zstd_fatbin_raise_only_module_format_errors(built, name):
     data = built[name]
-    if name == "fatbin_zstd" and not _zstd_importable():
+    if name == "fatbin_zstd" and not fatbin.zstd_available():
         with pytest.raises(fatbin.CompressedEntryError):
             embedded_contracts(data)
         original: dict[str, str] = {}       # no mutant may yield any contract then

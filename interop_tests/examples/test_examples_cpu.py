@@ -222,6 +222,23 @@ def test_write_docs_merges_the_parts_of_a_split_run(tmp_path):
     assert "| vecadd [C++ nvcc -O3] | 0.2 | ms |" in md and "Bars: some FAIL (" in md
 
 
+def test_write_docs_takes_a_later_run_of_some_cases_row_by_row():
+    """A later `--only` run of one case replaces that case's rows and bars (rows from an old kernel
+    included) and keeps the other cases', each row naming its run."""
+    wd = bench_module("write_docs")
+    old = {"info": {"date": "d1"}, "rows": [{"name": "05 bwd: ours old", "value": 1.0}, {"name": "05 bwd: Triton",
+           "value": 2.0}, {"name": "06 fwd: ours", "value": 3.0}],
+           "bars": [{"name": "05 bwd vs Triton", "ratio": 0.5}, {"name": "06 fwd vs Triton", "ratio": 0.7}]}
+    new = {"info": {"date": "d2"}, "rows": [{"name": "05 bwd: ours new", "value": 4.0}, {"name": "05 bwd: Triton",
+           "value": 2.1}], "bars": [{"name": "05 bwd vs Triton", "ratio": 1.9}]}
+    got = wd.merge_bench(old, new)
+    assert [(r["name"], r["value"], r["run"]) for r in got["rows"]] == [
+        ("06 fwd: ours", 3.0, "d1"), ("05 bwd: ours new", 4.0, "d2"), ("05 bwd: Triton", 2.1, "d2")]
+    assert sorted((b["name"], b["ratio"]) for b in got["bars"]) == [("05 bwd vs Triton", 1.9),
+                                                                     ("06 fwd vs Triton", 0.7)]
+    assert got["info"]["date"] == "d1 + d2"
+
+
 def test_write_docs_refuses_results_without_a_gpu(tmp_path):
     _fabricated_results(tmp_path, gpu=None)
     p = run("benchmarks/write_docs.py", "--results", str(tmp_path), "--out", str(tmp_path / "b.md"))
