@@ -7,7 +7,8 @@ Cases (shape, dtype, layout): NN is row-major B (K x N); NT is B stored N x K, a
 and as torch._scaled_mm takes it, and the layout tf32 and f8 tensor cores read (K-major). Every peer gets
 the same layout. Dtypes bf16, f16, f32 (run as tf32 by all) and e4m3 (f8e4m3fn inputs, bf16 output,
 f32 accumulation). Our tile shapes and Triton's configs are tried like an autotuner and the best of each
-is reported (every candidate is a row); for K much longer than M and N also a parallel split-K in
+is reported (every candidate is a row; f32 NN also has "tf32-transpose" rows, a row-major B staged
+through registers into tf32 wgmma under KB_TILE_TF32_TRANSPOSE=1); for K much longer than M and N also a parallel split-K in
 the DSL (two kernels, both timed; the "->bf16" one sums into C in the input dtype, as torch.matmul
 returns it). Each result is checked against NumPy float64 on 16 random rows before timing; device events, L2 flushed before each launch, all candidates interleaved, median.
 TFLOP/s also as a fraction of the H200's dense peak (989 TFLOP/s 16-bit, 494 tf32, 1979 f8).
@@ -82,15 +83,30 @@ def host_operands(rng: np.random.Generator, case: Case, host_dtype: Any) -> tupl
 def pipeline_env(mode: str):
     """KB_TILE_GEMM_PIPELINE=mode while a candidate compiles and makes its first launch (its kernel
     object's dispatcher then keeps that launcher)."""
-    old = os.environ.get("KB_TILE_GEMM_PIPELINE")
-    os.environ["KB_TILE_GEMM_PIPELINE"] = mode
+    with mode_env({"sync": "sync", "ws": "pws"}[mode]):
+        yield
+
+
+# the environment switches of each candidate mode (docs/configuration.md)
+MODE_SWITCHES = {"sync": {"KB_TILE_GEMM_PIPELINE": "sync"}, "pws": {"KB_TILE_GEMM_PIPELINE": "ws"},
+                 "tf32-transpose": {"KB_TILE_GEMM_PIPELINE": "sync", "KB_TILE_TF32_TRANSPOSE": "1"}}
+
+
+@contextlib.contextmanager
+def mode_env(mode: str):
+    """MODE_SWITCHES[mode] set while a candidate compiles and makes its first launch (its kernel
+    object's dispatcher then keeps that launcher)."""
+    changes = MODE_SWITCHES[mode]
+    old = {name: os.environ.get(name) for name in changes}
+    os.environ.update(changes)
     try:
         yield
     finally:
-        if old is None:
-            del os.environ["KB_TILE_GEMM_PIPELINE"]
-        else:
-            os.environ["KB_TILE_GEMM_PIPELINE"] = old
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def candidates(case: Case, tiles: list) -> list[tuple[int, int, int, str, bool]]:
@@ -99,13 +115,17 @@ def candidates(case: Case, tiles: list) -> list[tuple[int, int, int, str, bool]]
     one block per SM walking its tiles, the producer warpgroup loading the next tile while the
     consumers store this one), and `gemm_cast` candidates (cast: C in the input dtype, as
     torch.matmul returns it, named "->bf16"). Plain ws (no persistence) tied sync at 128x256x64 on the
-    H200 (docs/tile.md)."""
+    H200 (docs/tile.md). For f32 NN also the ladder's tiles with KB_TILE_TF32_TRANSPOSE=1
+    ("tf32-transpose": B staged through registers into tf32 wgmma; not yet measured), beside the
+    default mma.sync rows."""
     shapes = tiles or DSL_TILES["16bit" if case.label in ("bf16", "f16") else case.label]
     out = [(bm, bn, bk, "sync", False) for bm, bn, bk in shapes]
     if case.layout == "NN" and case.label in ("bf16", "f16") and not tiles:
         pws = [(128, 256, 64)] + ([(128, 128, 64)] if case.shape == "16384x1024x1024" else [])
         out += [(bm, bn, bk, "pws", False) for bm, bn, bk in pws]
         out += [(128, 256, 64, "pws", True)] + ([(128, 256, 64, "sync", True)] if case.shape == "16384x1024x1024" else [])
+    if case.layout == "NN" and case.label == "f32" and not tiles:
+        out += [(bm, bn, bk, "tf32-transpose", False) for bm, bn, bk in ((128, 256, 32), (128, 128, 32))]
     return out
 
 
@@ -148,7 +168,7 @@ def ours(case: Case, a: Any, b: Any, m: int, n: int, tiles: list, arch: str, ops
         kernel = kernels[fn, mode]
         args = (a, b, np.float32(1.0), part, bk) if f8 else (a, b, part, bk)
         try:
-            with pipeline_env("ws" if mode == "pws" else mode):
+            with mode_env(mode):
                 kernel.compile(args, arch)
                 kernel(*args)
         except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a row, not fatal

@@ -46,6 +46,7 @@ SETTINGS: dict[str, str] = {
     "KB_TILE_WGMMA_PRODUCTS": "sm_90: such products on warpgroup MMA where they fit (default on; 0: mma.sync)",
     "KB_TILE_GEMM_PIPELINE": "sm_90 TMA GEMM loop: sync (default, a barrier per k tile) or ws (a "
                              "producer warpgroup, empty mbarriers)",
+    "KB_TILE_TF32_TRANSPOSE": "sm_90: tf32 GEMM with a row-major B on wgmma through registers (default off: mma.sync)",
 }   # docs/configuration.md is the full table (interop_tests/package/test_configuration_table.py)
 
 

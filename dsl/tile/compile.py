@@ -162,10 +162,18 @@ def wgmma_products_enabled() -> bool:
     return env_switch("KB_TILE_WGMMA_PRODUCTS", True)
 
 
+def tf32_transpose_enabled() -> bool:
+    """On sm_90, a tf32 GEMM loop with a row-major B stages B through registers into the K-major
+    stage tf32 wgmma reads (dsl/tile/lower/matmul/transposing.py) when KB_TILE_TF32_TRANSPOSE is on;
+    off (default) keeps the measured mma.sync loop until the new one is measured. In the disk-cache
+    key when on."""
+    return env_switch("KB_TILE_TF32_TRANSPOSE", False)
+
+
 def lowering_switches() -> dict:
     """The environment switches the lowering reads (dsl/tile/lower/kernel.py `lower` keywords), read now."""
     return {"tc_matmul": tc_matmul_enabled(), "gemm_pipeline": gemm_pipeline(),
-            "wgmma_products": wgmma_products_enabled()}
+            "wgmma_products": wgmma_products_enabled(), "tf32_transpose": tf32_transpose_enabled()}
 
 
 def switches_key() -> tuple:
@@ -174,7 +182,8 @@ def switches_key() -> tuple:
     s = lowering_switches()
     return (("tc_matmul",) if s["tc_matmul"] else ()) + \
         (() if s["gemm_pipeline"] == "sync" else (f"gemm_pipeline_{s['gemm_pipeline']}",)) + \
-        (() if s["wgmma_products"] else ("no_wgmma_products",))
+        (() if s["wgmma_products"] else ("no_wgmma_products",)) + \
+        (("tf32_transpose",) if s["tf32_transpose"] else ())
 
 
 def tile_context(arch: str, *, num_warps: int | None = None, facts: dict[str, dict] | None = None,

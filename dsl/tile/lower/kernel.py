@@ -35,7 +35,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     def __init__(self, fn: T.TileFunction, threads: int, kernel_name: str,
                  facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
                  persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None,
-                 pipelines: bool = True, gemm_pipeline: str = "sync", wgmma_products: bool = True) -> None:
+                 pipelines: bool = True, gemm_pipeline: str = "sync", wgmma_products: bool = True,
+                 tf32_transpose: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -55,6 +56,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.tc_matmul = tc_matmul              # tile.matmul on the tensor cores (matmul/products.py)
         self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "sync" or "ws" (matmul/tma.py)
         self.wgmma_products = wgmma_products    # sm_90 products on warpgroup MMA (matmul/wgmma_products.py)
+        self.tf32_transpose = tf32_transpose    # sm_90 tf32 GEMM, row-major B through registers (matmul/transposing.py)
         # warp specialisation (gemm_pipeline "ws"): WS_PRODUCERS more threads issue the copies; the tile
         # program runs on the T threads after them (geo.tid = tid.x - WS_PRODUCERS); ws_tid is tid.x
         self.ws_tid: N.Expr | None = None       # set by lower_ws.bind_roles: the kernel is warp-specialised
@@ -577,14 +579,15 @@ def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> 
 
 def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, dict] | None = None,
           info: dict | None = None, cc: int = 0, persistent: bool = False, tc_matmul: bool = False,
-          gemm_pipeline: str = "sync", wgmma_products: bool = True) -> N.Function:
+          gemm_pipeline: str = "sync", wgmma_products: bool = True, tf32_transpose: bool = False) -> N.Function:
     """Tile IR → SIMT IR kernel with an exact block of `threads` threads (power of two, >= 32).
     `facts`: per array parameter {"layout": "C"|"any", "aligned16": bool, "div8": bool, "div16": bool} known at
     launch. `info` receives "relied" (parameters whose facts the code relies on: the contract states
     them), "dynamic_smem" (bytes of dynamic shared memory the launch must provide) and
     "arch_specific" (the code uses instructions of the arch-specific target, e.g. sm_90a's wgmma).
     `gemm_pipeline`: the sm_90 TMA GEMM loop's pipeline (dsl/tile/compile.py gemm_pipeline);
-    `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py)."""
+    `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py);
+    `tf32_transpose`: sm_90 tf32 GEMM loops stage a row-major B through registers (compile.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower.matmul.mma_sync import MAX_STAGES, SMEM_LIMIT
@@ -597,7 +600,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     for _ in range(6):
         lw = Lowerer(fn, threads, kernel_name, facts, max_stages=MAX_STAGES, cc=cc, persistent=persistent,
                      tc_matmul=tc_matmul, layout_hints=hints, pipelines=pipelines, gemm_pipeline=gemm_pipeline,
-                     wgmma_products=wgmma_products)
+                     wgmma_products=wgmma_products, tf32_transpose=tf32_transpose)
         out = lw.lower()
         if lw.new_hints:
             hints = {**hints, **lw.new_hints}
@@ -608,7 +611,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     if lw.smem_bytes() > SMEM_LIMIT and tc_matmul:
         # the tensor-core products' padded operand buffers do not fit where the portable path's do
         out = lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=False,
-                    gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products)
+                    gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products, tf32_transpose=tf32_transpose)
         if info is not None:
             from dsl.perf import SlowPath
             info["slow_paths"] = [SlowPath("fma-product", f"the tensor-core products need {lw.smem_bytes()} "

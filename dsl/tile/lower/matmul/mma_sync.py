@@ -9,7 +9,9 @@ N x K), C-contiguous 16-byte-aligned arrays whose rows are whole 16-byte chunks 
 and stated in the contract). The loop becomes an S-stage cp.async pipeline into XOR-swizzled shared
 memory (conflict-free ldmatrix), ldmatrix.x4 fragment loads (.trans for a row-major 16-bit B) and
 mma.sync with f32 accumulators that stay in registers (MmaLayout) across iterations. On sm_90 the
-wgmma loops (matmul/wgmma.py, matmul/tma.py) take the plans they can run. Anything else falls back to the
+wgmma loops (matmul/wgmma.py, matmul/tma.py) take the plans they can run; tf32 ones with an A stored
+K x M (`tile.transpose(tile.load(at, (k, i), (BK, BM)))`) or, under KB_TILE_TF32_TRANSPOSE, a row-major
+B stage those operands through registers (matmul/transposing.py). Anything else falls back to the
 portable path in matmul/portable.py.
 """
 from __future__ import annotations
@@ -52,8 +54,14 @@ class MmaPlan:
     stages: int
     layout: MmaLayout
     kind: str = "mma"        # "mma" (mma.sync, sm_80+) | "wgmma" (sm_90 warpgroup MMA, cp.async) | "tma"
+    #                          | "tma-transpose" (the TMA loop with operands staged through registers)
     esize: int = 2           # operand element bytes: 1 (f8, m16n8k32), 2 (f16/bf16, m16n8k16), 4 (tf32, m16n8k8)
     b_kmajor: bool = False   # B is tile.transpose(tile.load(bt, (j, k), (BN, BK))): bt rows are K-contiguous
+    a_mmajor: bool = False   # A is tile.transpose(tile.load(at, (k, i), (BK, BM))): at is K x M (tf32 "TN")
+    # operands ("a", "b") a tf32 wgmma loop stages through registers into its K-major stage
+    # (matmul/transposing.py) instead of TMA: an M-major A, a row-major B (kind "tma-transpose")
+    staged: tuple[str, ...] = ()
+    operand_buf: N.Expr | None = None     # the stages' shared array, once stages.operand_stages made it
 
 
 def _reads(e: T.TExpr, var: T.TVar) -> bool:
@@ -70,12 +78,38 @@ def _b_operand(b: T.TExpr) -> tuple[T.Load | None, bool]:
     return None, False
 
 
+def _a_operand(a: T.TExpr) -> tuple[T.Load | None, bool]:
+    """The A operand's load and whether it is M-major: `tile.load(a, (i, k), (BM, BK))` or
+    `tile.transpose(tile.load(at, (k, i), (BK, BM)))` (A stored K x M)."""
+    if isinstance(a, T.Load):
+        return a, False
+    if isinstance(a, T.Permute) and tuple(a.axes) == (1, 0) and isinstance(a.operand, T.Load):
+        return a.operand, True
+    return None, False
+
+
+def _staged(L, esize: int, a_mmajor: bool, b_kmajor: bool) -> tuple[str, ...] | None:
+    """The operands a tf32 wgmma loop must stage through registers (transposing into the K-major
+    stage wgmma reads): an M-major A always (its loop has no other tensor-core path), a row-major B
+    when an M-major A is staged anyway or KB_TILE_TF32_TRANSPOSE asks (else it keeps mma.sync, the
+    measured default). None: the loop does not take the wgmma path."""
+    if esize == 2:
+        return None if a_mmajor else ()
+    if esize != 4:
+        return () if b_kmajor and not a_mmajor else None
+    staged = (("a",) if a_mmajor else ()) + (() if b_kmajor else ("b",))
+    if "b" in staged and not (a_mmajor or L.tf32_transpose):
+        return None
+    return staged
+
+
 def _wgmma_ok(L, esize: int, b_kmajor: bool, bm: int, bn: int, bk: int) -> bool:
     """sm_90 warpgroup MMA: two warpgroups of 64 rows, 64- or 128-byte operand rows. tf32 and f8 wgmma
-    read both operands K-major only, so they need a K-major B; 16-bit types take either B layout."""
+    read both operands K-major only: f8 needs a K-major B, tf32 stages any other layout through
+    registers (matmul/transposing.py, `_staged`); 16-bit types take either B layout."""
     if not (L.cc >= 90 and L.T == 256 and bm == 128 and bk * esize in (64, 128) and bn in (64, 128, 256)):
         return False
-    if esize != 2 and not b_kmajor:
+    if esize == 1 and not b_kmajor:
         return False
     epc = 16 // esize
     return (bm * bk // epc) % L.T == 0 and (bk * bn // epc) % L.T == 0
@@ -86,17 +120,16 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
         return None
     asg = s.body[0]
     m = asg.value
-    if not (isinstance(m, T.Matmul) and isinstance(m.acc, T.Read) and m.acc.var is asg.var
-            and isinstance(m.a, T.Load)):
+    if not (isinstance(m, T.Matmul) and isinstance(m.acc, T.Read) and m.acc.var is asg.var):
         return None
-    a, (b, b_kmajor) = m.a, _b_operand(m.b)
-    if b is None or not (isinstance(s.step, T.Const) and s.step.value == 1):
+    (a, a_mmajor), (b, b_kmajor) = _a_operand(m.a), _b_operand(m.b)
+    if a is None or b is None or not (isinstance(s.step, T.Const) and s.step.value == 1):
         return None
     kb, jb = (b.index[1], b.index[0]) if b_kmajor else (b.index[0], b.index[1])
-    ka = a.index[1]
+    ka, ia = (a.index[0], a.index[1]) if a_mmajor else (a.index[1], a.index[0])
     if not (isinstance(ka, T.Read) and ka.var is s.var and isinstance(kb, T.Read) and kb.var is s.var):
         return None
-    if _reads(a.index[0], s.var) or _reads(jb, s.var) or _reads(a.index[0], asg.var) or _reads(jb, asg.var):
+    if _reads(ia, s.var) or _reads(jb, s.var) or _reads(ia, asg.var) or _reads(jb, asg.var):
         return None
     f8 = a.type.dtype.is_f8 and b.type.dtype.is_f8
     if not f8 and (a.type.dtype != b.type.dtype or a.type.dtype not in (F16, BF16, F32)):
@@ -111,17 +144,22 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
     for p in (a.param, b.param):
         if not chunked_rows(L.facts.get(p.name, {}), esize):       # 16-byte rows: whole copy chunks
             return None
-    bm, bk = a.type.shape
+    bk, bm = a.type.shape if a_mmajor else a.type.shape[::-1]
     bn = b.type.shape[0] if b_kmajor else b.type.shape[1]
-    if _wgmma_ok(L, esize, b_kmajor, bm, bn, bk):
+    staged = _staged(L, esize, a_mmajor, b_kmajor)
+    if staged is not None and _wgmma_ok(L, esize, b_kmajor, bm, bn, bk):
         stages = min(WG_MAX_STAGES, WG_DYN_LIMIT // stage_bytes(bm, bn, bk, esize))
-        if stages >= 3:
+        if stages >= 3 and not (staged and L.persistent):
             # TMA-fed (dsl/tile/lower/matmul/tma.py; persistent kernels carry the mbarrier phases from tile
             # to tile) when warp-specialised or not persistent; a persistent kernel on the default
-            # pipeline keeps cp.async feeding the same wgmma (the path proven on the GPU first)
+            # pipeline keeps cp.async feeding the same wgmma (the path proven on the GPU first). Operands
+            # staged through registers (not persistent) run the TMA loop's barrier form ("tma-transpose").
             tma = not L.persistent or L.gemm_pipeline == "ws"
+            kind = "tma-transpose" if staged else "tma" if tma else "wgmma"
             return MmaPlan(s, asg.var, a, b, bm, bn, bk, 8, 1, stages, MmaLayout((bm, bn), L.T, 8, 1),
-                           kind="tma" if tma else "wgmma", esize=esize, b_kmajor=b_kmajor)
+                           kind=kind, esize=esize, b_kmajor=b_kmajor, a_mmajor=a_mmajor, staged=staged)
+    if a_mmajor:
+        return None      # the loops below read A K-major: the product takes the portable path
     warps = L.T // 32
     wm, wn = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4)}.get(warps, (0, 0))
     if not wm or bm % (wm * 16) or bn % (wn * 16) or bk % kstep:
@@ -206,7 +244,7 @@ class _Loop:
 
 
 def lower_loop(L, plan: MmaPlan) -> None:
-    if plan.kind == "tma":
+    if plan.kind in ("tma", "tma-transpose"):
         from dsl.tile.lower.matmul.tma import lower_loop_tma
         layout, acc_vars = L.vars[id(plan.acc)]
         assert layout is plan.layout

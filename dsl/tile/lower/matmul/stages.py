@@ -35,6 +35,7 @@ def operand_stages(L, plan) -> tuple[N.Expr, N.Expr, Callable[[N.Expr], N.Expr],
     buf = N.SharedAlloc("gemm_operands", ArrayType(plan.a.type.dtype, 1, writable=True, space="shared",
                                                    shape=(-1,)), align=SWIZZLE_ALIGN)
     L.extra_shared.append(buf)
+    plan.operand_buf = N.SharedArray(buf)     # for stores by element index (matmul/transposing.py)
     L.dyn_bytes = max(L.dyn_bytes, S * stage_bytes(bm, bn, bk, es) + SWIZZLE_ALIGN)
     base_a = aligned_base(L, N.SharedArray(buf), "sa0")
     base_b = L.tmp(N.BinOp("add", base_a, N.Const(S * bm * bk * es, U32), U32), "sb0")

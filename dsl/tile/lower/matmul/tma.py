@@ -11,7 +11,10 @@ from the validated views (contract "tensor_maps"; the one validator checks what 
 view is a typed refusal naming the argument). A is one box [BM, BK] (128-byte swizzle for 128-byte rows,
 64-byte for 64-byte rows: the layout compute_wgmma's descriptors expect); B is BN/64 boxes [BK, 64]
 with 128-byte swizzle, the MN-major atoms [BN/64][BK][64], or, stored N x K (K-major), one box
-[BN, BK] swizzled like A.
+[BN, BK] swizzled like A. Plan kind "tma-transpose" (tf32 with an A stored K x M or a row-major B):
+those operands come through registers instead (matmul/transposing.py, stored between the group's
+commit and its wait_group 1), only the others by TMA (no TMA at all when both are staged: then
+there is no mbarrier to wait on); the barrier loop only (never warp-specialised or persistent).
 
 Pipeline (S stages, phase = use count & 1), by default ("sync", the loop measured best on the H200):
 stage `it` is waited for on its "full" mbarrier, its wgmma group is issued and wait_group 1 leaves it
@@ -69,12 +72,19 @@ class _TmaLoop:
         self.L, self.plan, self.acc_vars = L, plan, acc_vars
         bm, bn, bk, S = plan.bm, plan.bn, plan.bk, plan.stages
         self.S, self.kmaj, self.ws = S, plan.b_kmajor, L.ws
+        # operands TMA copies (the others are staged through registers, matmul/transposing.py)
+        self.tma_a, self.tma_b = "a" not in plan.staged, "b" not in plan.staged
         L.arch_specific = True
         kswz = kmajor_swizzle(plan)
-        self.tmap_a = _tensor_map_param(L, plan.a.param, (bm, bk), kswz)
-        self.tmap_b = _tensor_map_param(L, plan.b.param, (bn, bk) if self.kmaj else (bk, 64),
-                                        kswz if self.kmaj else 128)
-        _, _, self.sa, self.sb = operand_stages(L, plan)
+        self.tmaps = []
+        if self.tma_a:
+            self.tmap_a = _tensor_map_param(L, plan.a.param, (bm, bk), kswz)
+            self.tmaps.append(self.tmap_a)
+        if self.tma_b:
+            self.tmap_b = _tensor_map_param(L, plan.b.param, (bn, bk) if self.kmaj else (bk, 64),
+                                            kswz if self.kmaj else 128)
+            self.tmaps.append(self.tmap_b)
+        base_a, _, self.sa, self.sb = operand_stages(L, plan)
         nbars = 2 * S if self.ws else S
         bars = N.SharedAlloc("gemm_stage_bars", ArrayType(U64, 1, writable=True, space="shared", shape=(nbars,)),
                              align=8)
@@ -87,13 +97,19 @@ class _TmaLoop:
         self.tid = L.geo.tid
         self.consumer = L.ws_consumer
         self.leader = self.once(lambda: L.tmp(N.Compare("eq", L.ws_tid if self.ws else self.tid, c32(0)), "leader"))
-        self.row0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.a.index[0]), I32), c32(bm), I32), "arow")
-        self.col0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.b.index[0 if self.kmaj else 1]), I32), c32(bn), I32),
-                          "bcol")
+        if self.tma_a:
+            self.row0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.a.index[0]), I32), c32(bm), I32), "arow")
+        if self.tma_b:
+            self.col0 = L.tmp(N.BinOp("mul", N.Cast(L.scalar(plan.b.index[0 if self.kmaj else 1]), I32), c32(bn),
+                                      I32), "bcol")
         self.start, stop = L.scalar(plan.loop.start), L.scalar(plan.loop.stop)
         self.kt_n = L.tmp(N.BinOp("max", N.BinOp("sub", stop, self.start, I32), c32(0), I32), "ktiles")
-        self.tx = (bm * bk + bk * bn) * plan.esize
+        self.tx = (bm * bk * self.tma_a + bk * bn * self.tma_b) * plan.esize     # 0: no TMA copies at all
         self.once(self._set_up)
+        self.staged = None
+        if plan.staged:
+            from dsl.tile.lower.matmul.transposing import RegisterStages
+            self.staged = RegisterStages(L, plan, base_a, self.start)
 
     def g(self, local: N.Expr) -> N.Expr:
         """The block's running k-tile number of this tile's k tile `local`."""
@@ -115,8 +131,8 @@ class _TmaLoop:
                 if self.ws:
                     L.asm("mbarrier.init", [self.bar(c32(st), True)], count=2)
             L.asm("fence.mbarrier_init")
-            L.asm("prefetch.tensormap", [self.tmap_a])
-            L.asm("prefetch.tensormap", [self.tmap_b])
+            for tmap in self.tmaps:
+                L.asm("prefetch.tensormap", [tmap])
         L.emit(N.If(self.leader, L.block_of(init), []))
         L.sync()
 
@@ -127,10 +143,11 @@ class _TmaLoop:
         b_at = L.tmp(self.bar(stage), "sbar")
         L.asm("mbarrier.arrive.expect_tx", [b_at, N.Const(self.tx, U32)])
         copy = "cp.async.bulk.tensor.2d"
-        L.asm(copy, [self.sa(N.BinOp("mul", stage, c32(bm * bk), I32)), self.tmap_a, k0, self.row0, b_at])
+        if self.tma_a:
+            L.asm(copy, [self.sa(N.BinOp("mul", stage, c32(bm * bk), I32)), self.tmap_a, k0, self.row0, b_at])
         if self.kmaj:      # one box [BN, BK] of the N x K array, swizzled like A's
             L.asm(copy, [self.sb(N.BinOp("mul", stage, c32(bk * bn), I32)), self.tmap_b, k0, self.col0, b_at])
-        for t in range(0 if self.kmaj else bn // 64):
+        for t in range(0 if self.kmaj or not self.tma_b else bn // 64):
             b_dst = self.sb(N.BinOp("add", N.BinOp("mul", stage, c32(bk * bn), I32), c32(t * bk * 64), I32))
             L.asm(copy, [b_dst, self.tmap_b, N.BinOp("add", self.col0, c32(t * 64), I32), k0, b_at])
 
@@ -159,12 +176,15 @@ class _TmaLoop:
         stage = L.tmp(N.BinOp("mod", git, c32(S), I32), "cst")
         parity = L.tmp(N.BinOp("and_", N.BinOp("floordiv", git, c32(S), I32), c32(1), I32), "par")
         pre = None if self.ws else L.tmp(N.BinOp("add", N.ReadVar(it), c32(ahead), I32), "pre")
-        self.wait(self.bar(stage), parity)
+        if self.tx:
+            self.wait(self.bar(stage), parity)
         if not self.ws:
             L.sync()    # every warpgroup is past wait_group 1 of the last iteration: stage it-2 is free
-            L.emit(N.If(N.Logical("and", self.leader, N.Compare("lt", pre, self.kt_n)),
-                        L.block_of(lambda: self.refill(pre)), []))
-        compute_wgmma(L, self.plan, self.sa, self.sb, stage, self.acc_vars)
+            if self.tx:
+                L.emit(N.If(N.Logical("and", self.leader, N.Compare("lt", pre, self.kt_n)),
+                            L.block_of(lambda: self.refill(pre)), []))
+        after = None if self.staged is None else (lambda: self.staged.step(pre, self.kt_n))
+        compute_wgmma(L, self.plan, self.sa, self.sb, stage, self.acc_vars, after_issue=after)
         if self.ws:            # wait_group 1 passed: this warpgroup is done with tile it - 1's stage
             prev = N.BinOp("mod", N.BinOp("add", git, c32(S - 1), I32), c32(S), I32)
             L.emit(N.If(N.Logical("and", wg_first, N.Compare("gt", N.ReadVar(it), c32(0))), L.block_of(
@@ -174,10 +194,12 @@ class _TmaLoop:
         """Copies run S - 2 tiles ahead, issued by thread 0 after the block's barrier."""
         from dsl.tile.lower.matmul.wgmma import wait_wgmma
         L, S, ahead = self.L, self.S, self.S - 2
-        for st in range(ahead):
+        for st in range(ahead if self.tx else 0):
             L.emit(N.If(N.Logical("and", self.leader, N.Compare("lt", c32(st), self.kt_n)),
                         L.block_of(lambda st=st: self.issue(c32(st), N.BinOp("mod", self.g(c32(st)), c32(S), I32)
                                                             if self.kbase is not None else c32(st))), []))
+        if self.staged is not None:        # not persistent (mma_sync.match): local k tile = stage count
+            self.staged.prologue(ahead, self.kt_n)
         it = L.new_var(I32, "kit")
         L.emit(N.ForRange(it, c32(0), self.kt_n, c32(1), L.block_of(lambda: self.body(it, ahead, None)),
                           self.plan.loop.loc))

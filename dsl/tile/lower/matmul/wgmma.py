@@ -2,7 +2,8 @@
 
 Shared-memory operands are read by the tensor cores through matrix descriptors: A is K-major with
 the 64-byte or 128-byte swizzle (rows of BK * esize bytes): one swizzle row per tile row; B is
-either K-major the same way (stored N x K) or, for 16-bit types, MN-major in 128-byte swizzle atoms
+either K-major the same way (stored N x K, or a row-major f32 B transposed through registers,
+matmul/transposing.py) or, for 16-bit types, MN-major in 128-byte swizzle atoms
 ([BN/64][BK][64], see the copy offsets in matmul/mma_sync.py). tf32 and f8 need K-major B. Two warpgroups each own 64 rows of the
 128-row tile; each 32-byte step of K is one `wgmma.mma_async` (k16, or k8 for tf32) per warpgroup. A stage's group is
 committed and left in flight (wait_group 1): the tensor cores work on it while the threads wait for the
@@ -36,10 +37,13 @@ def matrix_descriptor(L, addr: N.Expr, lbo: int, sbo: int, mode: int) -> N.Expr:
 
 
 
-def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None:
+def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var], after_issue=None) -> None:
     """sa/sb: element index → shared address of the A/B stage buffers. Each step is 32 bytes of K
-    (k16 of f16/bf16, k8 of tf32); a K-major operand's rows are bk * esize = 64 or 128 bytes."""
+    (k16 of f16/bf16, k8 of tf32); a K-major operand's rows are bk * esize = 64 or 128 bytes.
+    `after_issue()`: code run once the group is committed, before wait_group 1 (the register-staged
+    operands' stores and loads, matmul/transposing.py), while the tensor cores work on the group."""
     bm, bn, bk, es = plan.bm, plan.bn, plan.bk, plan.esize
+    b_kmajor = plan.b_kmajor or "b" in plan.staged    # a row-major f32 B is staged K-major
     ta, tb = mma_type(plan.a.type.dtype), mma_type(plan.b.type.dtype)
     row_bytes = bk * es
     kmode = _MODE[kmajor_swizzle(plan)]
@@ -50,11 +54,11 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
     b_base = L.tmp(sb(ir32(imul(stage, bk * bn))), "wb")
     regs = bn // 2
     # f16/bf16 B MN-major is transposed (imm-trans-b); tf32 and f8 have no transpose, K-major B
-    op = WgmmaOp(bn, ta, tb, es == 2 and not plan.b_kmajor)
+    op = WgmmaOp(bn, ta, tb, es == 2 and not b_kmajor)
     for kk in range(row_bytes // 32):
         a_addr = N.BinOp("add", a_base, N.Const(kk * 32, U32), U32)
         da = matrix_descriptor(L, a_addr, 16, 8 * row_bytes, kmode)
-        if plan.b_kmajor:    # [bn][bk] rows, swizzled like A's
+        if b_kmajor:         # [bn][bk] rows, swizzled like A's
             db = matrix_descriptor(L, N.BinOp("add", b_base, N.Const(kk * 32, U32), U32), 16, 8 * row_bytes, kmode)
         else:                # MN-major atoms [bn/64][bk][64]: 16 rows of 128 B per step
             b_addr = N.BinOp("add", b_base, N.Const(kk * 16 * 128, U32), U32)
@@ -69,6 +73,8 @@ def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var]) -> None
         for i, v in enumerate(acc_vars):
             L.emit(N.Assign(v, N.TupleGet(N.ReadVar(out), i, F32)))
     L.asm("wgmma.commit_group")
+    if after_issue is not None:
+        after_issue()
     wait_wgmma(L, 1, acc_vars)
 
 
