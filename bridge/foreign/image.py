@@ -42,12 +42,13 @@ def image_params(data: bytes, name: str) -> list[tuple[str, list[Param]]]:
         known.update(dict.fromkeys(names))
         if name in names:
             found.append((where, cubin_params(blob, name, where) if entry.kind == "elf" else ptx_params(blob, name)))
-    if not found and unread:
+    if not found and unread and not known:      # nothing could be read: say what to install
         raise unread[0]
     if not found:
+        skipped = f"; {len(unread)} compressed entr{'y' if len(unread) == 1 else 'ies'} not read" if unread else ""
         raise ForeignKernelError(f"{name}: no entry of the fatbin has a kernel {name!r} (it has: "
-                                 f"{', '.join(known) or 'none'}; extern \"C\" kernels keep their name, C++ ones "
-                                 f"are mangled)", kernel=name)
+                                 f"{', '.join(known) or 'none'}{skipped}; extern \"C\" kernels keep their name, C++ "
+                                 f"ones are mangled)", kernel=name)
     return found
 
 

@@ -175,7 +175,7 @@ def test_ptxas_assembles_the_ladder_tiles_without_spills_or_serialised_wgmmas(mo
 
 
 GPU_CASES = [("NN", (128, 256), 32, (1000, 776, 1048)), ("NN", (128, 128), 32, (300, 200, 176)),
-             ("TN", (128, 256), 32, (1000, 776, 1048)), ("TT", (128, 128), 16, (300, 200, 176))]
+             ("TN", (128, 256), 32, (1000, 776, 1048)), ("TT", (128, 128), 32, (304, 200, 176))]
 
 
 @pytest.mark.gpu

@@ -9,13 +9,18 @@ _MISSING_LIBRARY = ("DynamicLibNotFoundError", "NvvmSupportError", "NvrtcSupport
 
 def compile_problem() -> str | None:
     """Why numba cannot compile here (it needs NVVM, and NVRTC for the supported architectures), or None.
-    Only a library that cannot be loaded is a reason; any other error propagates."""
+    Only a library that cannot be loaded, or a NumPy too new for the installed numba-cuda (the H200
+    machine's numba-cuda reads `np.row_stack`, which NumPy 2.5 removed), is a reason; any other error
+    propagates."""
     try:
         cuda.compile_ptx(shout.py_func, "void(float32[::1])", cc=(9, 0))
-    except Exception as exc:   # noqa: BLE001 - re-raised unless a library is missing
-        if type(exc).__name__ not in _MISSING_LIBRARY:
+    except Exception as exc:   # noqa: BLE001 - re-raised unless a library is missing or NumPy is too new
+        numpy_too_new = isinstance(exc, AttributeError) and "module 'numpy'" in str(exc)
+        if type(exc).__name__ not in _MISSING_LIBRARY and not numpy_too_new:
             raise
-        return f"numba-cuda cannot compile here: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        import numpy
+        return (f"numba-cuda cannot compile here: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+                + (f" (NumPy {numpy.__version__} is newer than this numba-cuda supports)" if numpy_too_new else ""))
     return None
 
 

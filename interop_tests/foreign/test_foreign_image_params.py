@@ -229,6 +229,8 @@ def test_an_entry_without_a_decoder_is_skipped_when_a_cubin_has_the_kernel(image
     check_image(images["fatbin"], "mixed", declare(MIXED))
     with pytest.raises(ForeignKernelError):            # the cubins are still checked
         check_image(images["fatbin"], "saxpy", declare("void saxpy(float a, const float* x, float* y, int n, int m)"))
+    with pytest.raises(ForeignKernelError, match=r"saxpi.*mixed.*1 compressed entry not read"):
+        check_image(images["fatbin"], "saxpi", declare("void saxpi(int n)"))
 
 
 @pytest.mark.slow

@@ -312,3 +312,12 @@ class MmaOperandA(FragLayout):
 
     def __repr__(self) -> str:
         return f"MmaOperandA({self.shape}, warps {self.wm}x{self.wn})"
+
+
+def swizzle_chunk(row, chunk, chunks_per_row: int):
+    """XOR swizzle of 16-byte chunks so 8 rows read by one ldmatrix hit 8 distinct bank groups (the GEMM
+    stages of matmul/mma_sync.py and the transposing stage of matmul/transposing.py)."""
+    if chunks_per_row >= 8:
+        return N.BinOp("xor", ir32(chunk), ir32(iand(row, 7)), I32)
+    rows_per_128 = 8 // chunks_per_row
+    return N.BinOp("xor", ir32(chunk), ir32(iand(ishr(row, log2(rows_per_128)), chunks_per_row - 1)), I32)

@@ -26,6 +26,7 @@ from dsl.tile.ptx.table import instruction
 from dsl.tile.lower.matmul.stages import operand_stages, stage_bytes
 from dsl.tile.ptx.mma_types import mma_type
 from dsl.tile.lower.layout import MmaLayout, c32, iadd, iand, imul, ir32, ishr, log2
+from dsl.tile.lower.layout import swizzle_chunk as _swz
 from dsl.tile.types import chunked_rows
 from dsl.tile.lower.copies import cp_async16, cp_async_commit, cp_async_wait, fence_proxy_async
 from dsl.tile.lower.matmul.fragments import emit_mmas, ldmatrix_x4, mma_sync
@@ -174,14 +175,6 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
         return None
     return MmaPlan(s, asg.var, a, b, bm, bn, bk, wm, wn, stages, MmaLayout((bm, bn), L.T, wm, wn),
                    esize=esize, b_kmajor=b_kmajor)
-
-
-def _swz(row, chunk, chunks_per_row: int):
-    """XOR swizzle of 16-byte chunks so 8 rows read by one ldmatrix hit 8 distinct bank groups."""
-    if chunks_per_row >= 8:
-        return N.BinOp("xor", ir32(chunk), ir32(iand(row, 7)), I32)
-    rows_per_128 = 8 // chunks_per_row
-    return N.BinOp("xor", ir32(chunk), ir32(iand(ishr(row, log2(rows_per_128)), chunks_per_row - 1)), I32)
 
 
 def atom128_offset(row, chunk, rows: int, unit: int = 1):

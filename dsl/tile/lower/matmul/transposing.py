@@ -30,8 +30,8 @@ from dsl.ir import tile_nodes as TN
 from dsl.ir.types import F32, I32, INDEX, U32
 from dsl.tile.ptx.table import instruction
 from dsl.tile.lower.layout import c32, iadd, iand, imul, ir32, ishr
+from dsl.tile.lower.layout import swizzle_chunk as _swz
 from dsl.tile.lower.copies import fence_proxy_async
-from dsl.tile.lower.matmul.mma_sync import _swz
 
 EPC = 4                 # f32 elements per 16-byte chunk
 
