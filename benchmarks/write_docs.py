@@ -65,8 +65,8 @@ def merge(parts: list[tuple[dict, dict[str, dict]]]) -> tuple[dict, dict[str, di
         return parts[0]
     checks = [c for c, _ in parts]
     bars: dict[str, dict] = {}
-    for c, b in parts:      # a part run on its own (no gpu_check.json) brings its benchmarks' bars
-        for bar in c.get("bars", []) if not c.get("partial") else [x for d in b.values() for x in d.get("bars", [])]:
+    for c, b in parts:      # the check's bars, and those of benchmarks run beside it (e.g. after --skip bench)
+        for bar in c.get("bars", []) + [x for d in b.values() for x in d.get("bars", [])]:
             bars[bar["name"]] = bar                  # a later part's bar replaces an earlier one of that name
     check = {"date": " + ".join(str(c.get("date", "—")) for c in checks), "parts": len(checks),
              "quick": any(c.get("quick") for c in checks),
