@@ -116,7 +116,7 @@ def candidates(case: Case, tiles: list) -> list[tuple[int, int, int, str, bool]]
     consumers store this one), and `gemm_cast` candidates (cast: C in the input dtype, as
     torch.matmul returns it, named "->bf16"). Plain ws (no persistence) tied sync at 128x256x64 on the
     H200 (docs/tile.md). For f32 NN also the ladder's tiles with KB_TILE_TF32_TRANSPOSE=1
-    ("tf32-transpose": B staged through registers into tf32 wgmma; not yet measured), beside the
+    ("tf32-transpose": B staged through registers into tf32 wgmma; off by default), beside the
     default mma.sync rows."""
     shapes = tiles or DSL_TILES["16bit" if case.label in ("bf16", "f16") else case.label]
     out = [(bm, bn, bk, "sync", False) for bm, bn, bk in shapes]
