@@ -19,7 +19,7 @@ from typing import Any
 from bridge.errors import ForeignKernelError
 from bridge.foreign.compile_cuda import compile_cuda
 from bridge.foreign.launch import ForeignKernel
-from bridge.foreign.signature import parse_signature
+from bridge.foreign.signature import parse_signature, strip_comments
 from bridge.foreign.wrap import ForeignBuild, as_contract, load
 from bridge.kernel import Kernel
 
@@ -31,7 +31,7 @@ _NVRTC_ONLY = ("--device-as-default-execution-space", "-default-device", "--pch"
 def kernel_signature(code: str, name: str) -> str:
     """The `void name(...)` signature of `__global__` kernel `name` in CUDA source `code` (comments
     removed; `__launch_bounds__` kept), for `declare`. ForeignKernelError when it is not there."""
-    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", code, flags=re.S)
+    text = strip_comments(code)
     head = re.compile(r"\b__global__\b(?P<pre>[^;{}()]*(?:__launch_bounds__\s*\([^)]*\)[^;{}()]*)?)\bvoid\b"
                       r"(?P<mid>\s*(?:__launch_bounds__\s*\([^)]*\)\s*)?)" + re.escape(name) + r"\s*\(")
     m = head.search(text)

@@ -10,6 +10,7 @@ import re
 
 from bridge.errors import ForeignKernelError
 from bridge.foreign.params import Param
+from bridge.foreign.signature import strip_comments
 
 __all__ = ["ptx_entries", "ptx_params"]
 
@@ -18,10 +19,6 @@ _TOKEN = re.compile(r"\.\w+|[A-Za-z_$%][\w$]*|\d+|\[|\]")
 _TYPE = re.compile(r"\.(bf|[busf])(8|16|32|64|128)(x2)?")
 _SIZES = {"8": 1, "16": 2, "32": 4, "64": 8, "128": 16}
 _SPACES = {".global", ".const", ".local", ".shared"}
-
-
-def _strip_comments(text: str) -> str:
-    return re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
 
 
 def _param(decl: str, entry: str, index: int) -> Param:
@@ -68,7 +65,7 @@ def ptx_entries(ptx: str | bytes) -> dict[str, list[Param]]:
     """Every `.entry` of the PTX text and its parameters, in order."""
     text = ptx.decode("latin-1") if isinstance(ptx, (bytes, bytearray)) else ptx
     out: dict[str, list[Param]] = {}
-    for m in _ENTRY.finditer(_strip_comments(text)):
+    for m in _ENTRY.finditer(strip_comments(text)):
         name, body = m.group(1), (m.group(3) or "").strip()
         decls = [d for d in body.split(",") if d.strip()] if body else []
         out[name] = [_param(d, name, i) for i, d in enumerate(decls)]

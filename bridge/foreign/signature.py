@@ -66,7 +66,8 @@ class CSignature:
     launch_bounds: int | None = None
 
 
-def _strip_comments(text: str) -> str:
+def strip_comments(text: str) -> str:
+    """`text` without its `//` and `/* */` comments (C, CUDA and PTX share the syntax)."""
     return re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
 
 
@@ -121,7 +122,7 @@ def parse_signature(signature: str) -> CSignature:
     if not isinstance(signature, str):
         raise TypeError(f"signature: expected C text such as 'void k(const float* x, int n)', "
                         f"got {type(signature).__name__}")
-    m = _HEAD.match(_strip_comments(signature))
+    m = _HEAD.match(strip_comments(signature))
     if m is None:
         raise ContractDefinitionError(f"signature: expected 'void name(type name, ...)' (a kernel returns void), "
                                       f"got {signature.strip()!r}")
