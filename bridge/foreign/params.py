@@ -50,7 +50,8 @@ def _arg_params(arg: dict[str, Any]) -> list[Param]:
 
 def contract_params(contract: Any, kernel: str = "") -> list[Param]:
     """The parameters a launch of `contract` packs, in order, with the launcher's (naive) offsets."""
-    d = json.loads(native_contract(contract, kernel or getattr(contract, "kernel", "kernel")).to_json())
+    native = native_contract(contract, kernel or getattr(contract, "kernel", "kernel"))
+    d = json.loads(native.to_json())
     params: list[Param] = []
     for arg in d.get("args", []):
         params += _arg_params(arg)
@@ -58,6 +59,9 @@ def contract_params(contract: Any, kernel: str = "") -> list[Param]:
                for t in d.get("tensor_maps", [])]
     if d.get("fault_sites"):
         params.append(Param(8, 8, pointer=True, what="the fault record pointer (bounds-checked kernels)"))
+    if len(params) != native.param_count:      # the packer's own count: this list must not drift from it
+        raise AssertionError(f"{d.get('kernel')}: bridge.foreign lists {len(params)} parameters, the launcher "
+                             f"packs {native.param_count} (param_pack.hpp changed: update params.py)")
     placed, end = [], 0
     for p in params:
         at = (end + p.align - 1) // p.align * p.align
