@@ -2,7 +2,15 @@
 numba-cuda is absent; decorating compiles nothing (bridge.foreign.numba compiles for a signature)."""
 from __future__ import annotations
 
-from numba import cuda
+import numpy as np
+
+if not hasattr(np, "row_stack"):
+    # The H200 image pairs numba-cuda with NumPy 2.5, which removed `row_stack` (an alias of vstack) that
+    # this numba-cuda still reads while compiling; restore the alias so the tests exercise our wrapper
+    # rather than numba's NumPy support (benchmarks/_common.try_import does the same).
+    np.row_stack = np.vstack
+
+from numba import cuda  # noqa: E402 - after the NumPy alias above
 
 _MISSING_LIBRARY = ("DynamicLibNotFoundError", "NvvmSupportError", "NvrtcSupportError")
 
