@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import bridge
-from bridge.errors import AliasingError, DTypeError, ForeignKernelError, LayoutError, ShapeRelationError
+from bridge.errors import AliasingError, BlockSizeError, DTypeError, ForeignKernelError, LayoutError, ShapeRelationError
 from dsl import f32, simt
 
 pytestmark = pytest.mark.gpu
@@ -78,9 +78,11 @@ def test_numba_saxpy_with_bridge_arrays(saxpy, rng):
     want = 2.5 * x_np.astype(np.float64) + y_np
     np.testing.assert_allclose(y.to_host(), want, rtol=1e-6, atol=1e-6)
     y2 = bridge.from_host(y_np)
-    saxpy[(N + 127) // 128, 128](np.float32(2.5), x, y2, N)     # explicit grid and block
+    saxpy[(N + 255) // 256, 256](np.float32(2.5), x, y2, N)     # explicit grid and block
     bridge.synchronize()
     np.testing.assert_array_equal(y2.to_host(), y.to_host())
+    refused_untouched(lambda: saxpy[(N + 127) // 128, 128](np.float32(2.5), x, y2, N), y2, BlockSizeError,
+                      r"expected exactly \(256, 1, 1\)")    # the contract's exact block
     refused_untouched(lambda: saxpy(2.5, bridge.from_host(x_np.astype(np.float64)), y, N), y, DTypeError,
                       r"argument 'x' \(#1\)")
     refused_untouched(lambda: saxpy(2.5, x[:-1], y, N), y, ShapeRelationError, r"len\(x\) == n")
