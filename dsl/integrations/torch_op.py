@@ -196,6 +196,20 @@ def _capture_guard(torch: Any, tensors: Sequence[Any]) -> Iterator[None]:
             _native.forget_range(lo, hi)
 
 
+@contextlib.contextmanager
+def launching(*tensors: Any) -> Iterator[Any]:
+    """For a hand-written torch op that launches several kernels: yields the bridge Stream of torch's
+    current stream on the tensors' (CUDA) device, with the capture guard around the block, so launches
+    inside are ordered like torch's ops and can be captured in torch's CUDA graphs (as custom_op's are)."""
+    torch = _torch()
+    import bridge
+    cuda = [t for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda]
+    if not cuda:
+        raise ValueError(f"dsl.torch.launching: expected CUDA tensors, got {[type(t).__name__ for t in tensors]}")
+    with _capture_guard(torch, cuda):
+        yield bridge.Stream(torch.cuda.current_stream(cuda[0].device))
+
+
 def _launch_cuda(torch: Any, plan: OpPlan, named: dict, outputs: dict, inputs: Sequence[Any], device: Any) -> None:
     import bridge
     from dsl import tile

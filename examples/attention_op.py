@@ -1,0 +1,262 @@
+"""Flash attention as a framework operation, forward AND backward: a PyTorch custom op pair with autograd
+(torch.compile(fullgraph=True) traces it, torch.library.opcheck passes), a drop-in for
+torch.nn.functional.scaled_dot_product_attention for the cases the kernels cover (others refused with a
+typed error before anything runs), and the same kernels under jax.custom_vjp.
+
+    python examples/attention_op.py            # GPU when present, else the CPU simulator (says which)
+
+The kernels are examples/flash_attention.py's `flash_fwd_lse` (output and each query row's log-sum-exp)
+and examples/flash_attention_bwd.py's three backward kernels. The ops take (B, H, S, D) tensors, work
+on their (B*H*S, D) row stacks (a view of a contiguous tensor) and keep O and the gradients in f32,
+as the kernels write them; `scaled_dot_product_attention` casts the result to the inputs' dtype, as
+SDPA returns it. CUDA tensors launch on torch's current stream (capturable in CUDA graphs); CPU tensors
+run the kernels on the simulator (small shapes: it is an interpreter).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+import flash_attention as fwd  # noqa: E402  (sibling examples, not a package)
+import flash_attention_bwd as bwd  # noqa: E402
+
+from bridge import DTypeError, ShapeRelationError  # noqa: E402
+
+NAMESPACE = "kb_attention"
+HEAD_DIMS = tuple(sorted(fwd.TILES))
+SEQ_MULTIPLE = 64                      # every tile choice of both passes divides a multiple of 64
+
+
+class UnsupportedAttentionError(ValueError):
+    """An SDPA argument these kernels do not cover (mask, dropout, GQA, ...): refused before any launch."""
+
+    def __init__(self, arg: str, message: str) -> None:
+        super().__init__(f"scaled_dot_product_attention: {arg}: {message}")
+        self.arg_name = arg
+
+
+# ------------------------------------------------------------------------------------------- checks
+def check_inputs(q: Any, k: Any, v: Any) -> tuple[int, int, int, int]:
+    """(B, H, S, D) of SDPA-shaped q, k, v that the kernels take, else a typed error naming the argument."""
+    if q.ndim != 4:
+        raise ShapeRelationError(f"query: expected (batch, heads, seq, head_dim), got shape {tuple(q.shape)}",
+                                 arg_name="query")
+    b, h, s, d = q.shape
+    for name, x in (("key", k), ("value", v)):
+        if tuple(x.shape) != (b, h, s, d):
+            if x.ndim == 4 and x.shape[1] != h:
+                raise UnsupportedAttentionError(name, f"{x.shape[1]} heads for {h} query heads (grouped-query "
+                                                "attention is not supported by these kernels yet)")
+            raise ShapeRelationError(f"{name}: expected shape {(b, h, s, d)} like query (self-attention of one "
+                                     f"length), got {tuple(x.shape)}", arg_name=name)
+        if x.dtype != q.dtype:
+            raise DTypeError(f"{name}: expected query's dtype {q.dtype}, got {x.dtype}", arg_name=name)
+        if hasattr(q, "is_cuda") and x.device != q.device:      # torch tensors (JAX places by its own rules)
+            raise UnsupportedAttentionError(name, f"on {x.device}, expected query's device {q.device}")
+    if d not in HEAD_DIMS:
+        raise UnsupportedAttentionError("query", f"head dim {d}: expected one of {HEAD_DIMS}")
+    if s % SEQ_MULTIPLE:
+        raise UnsupportedAttentionError("query", f"sequence length {s}: expected a multiple of {SEQ_MULTIPLE}")
+    return b, h, s, d
+
+
+# -------------------------------------------------------------------------------------------- torch
+def _host(t: Any) -> np.ndarray:
+    """A NumPy view (no copy) of a CPU tensor, bfloat16 through its bits: the simulator writes into it."""
+    import torch
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _run(steps: list[tuple[Any, tuple]], tensors: list[Any]) -> None:
+    """Launch [(kernel, args)] on torch's current stream (CUDA tensors) or simulate them (CPU tensors,
+    whose NumPy views the args already are)."""
+    if tensors[0].is_cuda:
+        import dsl
+        with dsl.torch.launching(*tensors) as stream:
+            for kernel, args in steps:
+                kernel(*args, stream=stream)
+    else:
+        for kernel, args in steps:
+            kernel.simulate(*args)
+
+
+def _view(t: Any) -> Any:
+    return t if t.is_cuda else _host(t)
+
+
+def define_torch_ops() -> Any:
+    """Register kb_attention::forward and ::backward (once per process) and return torch.ops.kb_attention."""
+    import torch
+    ns = getattr(torch.ops, NAMESPACE)
+    if hasattr(ns, "forward"):
+        return ns
+
+    @torch.library.custom_op(f"{NAMESPACE}::forward", mutates_args=(),
+                             schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)")
+    def forward(q, k, v, causal, scale):
+        b, h, s, d = check_inputs(q, k, v)
+        o = torch.empty((b, h, s, d), dtype=torch.float32, device=q.device)
+        lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
+        rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o)]
+        args = fwd.launch_args_lse(*rows, _view(lse.reshape(-1)), s, causal, scale)
+        _run([(fwd.flash_fwd_lse, args)], [q, k, v, o, lse])
+        return o, lse
+
+    @forward.register_fake
+    def _(q, k, v, causal, scale):
+        b, h, s, d = check_inputs(q, k, v)
+        return q.new_empty((b, h, s, d), dtype=torch.float32), q.new_empty((b, h, s), dtype=torch.float32)
+
+    @torch.library.custom_op(f"{NAMESPACE}::backward", mutates_args=(),
+                             schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, "
+                                    "float scale) -> (Tensor, Tensor, Tensor)")
+    def backward(dout, q, k, v, o, lse, causal, scale):
+        b, h, s, d = check_inputs(q, k, v)
+        new = [torch.empty((b, h, s, d), dtype=torch.float32, device=q.device) for _ in range(3)]
+        delta = torch.empty((b * h * s,), dtype=torch.float32, device=q.device)
+        dq, dk, dv = new
+        rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o, dout)]
+        steps = bwd.launch_args(*rows, _view(lse.reshape(-1)), _view(delta),
+                                *(_view(x.reshape(-1, d)) for x in new), s, causal, scale)
+        _run(steps, [q, k, v, o, dout, lse, delta, *new])
+        return dq, dk, dv
+
+    @backward.register_fake
+    def _(dout, q, k, v, o, lse, causal, scale):
+        return tuple(q.new_empty(q.shape, dtype=torch.float32) for _ in range(3))
+
+    def setup_context(ctx, inputs, output):
+        q, k, v, causal, scale = inputs
+        ctx.save_for_backward(q, k, v, *output)
+        ctx.causal, ctx.scale = causal, scale
+
+    def grad(ctx, dout, dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        # The kernels read dO in the inputs' dtype (as FlashAttention does); lse is a statistic, not an
+        # output anyone differentiates (its cotangent is ignored).
+        dq, dk, dv = ns.backward(dout.to(q.dtype).contiguous(), q, k, v, o, lse, ctx.causal, ctx.scale)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
+
+    forward.register_autograd(grad, setup_context=setup_context)
+    return ns
+
+
+def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Any:
+    """torch.nn.functional.scaled_dot_product_attention on our kernels, with its signature and result
+    dtype, for: no mask, no dropout, query/key/value of one shape (B, H, S, D), D in HEAD_DIMS, S a
+    multiple of 64, f16/bf16 on the GPU (any float dtype the simulator takes on the CPU). Anything else
+    raises UnsupportedAttentionError / ShapeRelationError / DTypeError naming the argument, before
+    any launch."""
+    if attn_mask is not None:
+        raise UnsupportedAttentionError("attn_mask", "masks are not supported (use is_causal=True for causal)")
+    if dropout_p != 0.0:
+        raise UnsupportedAttentionError("dropout_p", f"{dropout_p}: only 0.0 is supported")
+    if enable_gqa and key.ndim == 4 and key.shape[1] != query.shape[1]:
+        raise UnsupportedAttentionError("enable_gqa", "grouped-query attention is not supported yet")
+    check_inputs(query, key, value)
+    d = query.shape[-1]
+    ops = define_torch_ops()
+    o, _ = ops.forward(query.contiguous(), key.contiguous(), value.contiguous(), bool(is_causal),
+                       float(scale if scale is not None else d ** -0.5))
+    return o.to(query.dtype)
+
+
+# ---------------------------------------------------------------------------------------------- JAX
+def jax_attention(causal: bool, scale: float | None = None) -> Any:
+    """attention(q, k, v) for (B, H, S, D) JAX arrays through the same four kernels, differentiable
+    (jax.custom_vjp; jax.jit works around it): returns O in f32."""
+    import jax
+
+    import dsl
+
+    def calls(q):
+        b, h, s, d = check_inputs(q, q, q)
+        rows, sc = b * h * s, float(scale if scale is not None else d ** -0.5)
+        standin = np.broadcast_to(np.float32(0), (rows, d))          # shape only: the tiles launch_args picks
+        picked = fwd.launch_args(standin, standin, standin, standin, s, causal)
+        bm, bn = picked[3].tile_shape[0], picked[6]
+        own, stream = bwd.pick_tiles(d, s)
+        f = dsl.jax.kernel_call(fwd.flash_fwd_lse, out_shapes={"o": (rows, d), "lse": (rows,)},
+                                tiles={"o": (bm, d), "lse": (bm,)},
+                                static={"seq": s, "scale": sc, "bn": bn, "causal": causal})
+        pre = dsl.jax.kernel_call(bwd.attn_bwd_preprocess, out_shapes={"delta": (rows,)},
+                                  tiles={"delta": (bwd.PRE_ROWS,)}, static={"d": d})
+        dkdv = dsl.jax.kernel_call(bwd.flash_bwd_dkdv, out_shapes={"dk": (rows, d), "dv": (rows, d)},
+                                   out_dtypes={"dk": "f32", "dv": "f32"}, tiles={"dk": (own, d), "dv": (own, d)},
+                                   static={"seq": s, "scale": sc, "bm": stream, "causal": causal})
+        dq = dsl.jax.kernel_call(bwd.flash_bwd_dq, out_shapes={"dq": (rows, d)}, out_dtypes={"dq": "f32"},
+                                 tiles={"dq": (own, d)},
+                                 static={"seq": s, "scale": sc, "bn": stream, "causal": causal})
+        return (b, h, s, d), f, pre, dkdv, dq
+
+    @jax.custom_vjp
+    def attention(q, k, v):
+        return forward(q, k, v)[0]
+
+    def forward(q, k, v):
+        shape, f, *_ = calls(q)
+        d = shape[-1]
+        o, lse = f(*(x.reshape(-1, d) for x in (q, k, v)))
+        return o.reshape(shape), (q, k, v, o, lse)
+
+    def backward(saved, g):
+        q, k, v, o, lse = saved
+        shape, _, pre, dkdv, dq = calls(q)
+        d = shape[-1]
+        q2, k2, v2, g2 = (x.reshape(-1, d) for x in (q, k, v, g.astype(q.dtype)))
+        delta = pre(o, g2)
+        dk, dv = dkdv(q2, k2, v2, g2, lse, delta)
+        dqv = dq(q2, k2, v2, g2, lse, delta)
+        return tuple(x.reshape(shape).astype(y.dtype) for x, y in ((dqv, q), (dk, k), (dv, v)))
+
+    attention.defvjp(lambda q, k, v: forward(q, k, v), backward)
+    return jax.jit(attention)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--simulate", action="store_true", help="CPU tensors on the simulator even with a GPU")
+    args = ap.parse_args(argv)
+    import torch
+    import torch.nn.functional as F
+
+    import bridge
+    gpu = bridge.gpu_available() and not args.simulate
+    device, dtype, shape, tol = (("cuda", torch.bfloat16, (2, 4, 256, 128), 2e-2) if gpu
+                                 else ("cpu", torch.float32, (1, 2, 64, 64), 5e-3))
+    g = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype, generator=g).requires_grad_() for _ in range(3))
+    for causal in (False, True):
+        out = scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out.float().square().sum().backward()
+        ours = [out.detach().float()] + [x.grad.float() for x in (q, k, v)]
+        for x in (q, k, v):
+            x.grad = None
+        x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+        ref = F.scaled_dot_product_attention(*x64, is_causal=causal)
+        ref.square().sum().backward()
+        refs = [ref.detach()] + [x.grad for x in x64]
+        worst = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(ours, refs))
+        print(f"{'GPU' if gpu else 'simulator'} {tuple(shape)} {dtype} causal={causal}: max relative error of "
+              f"O, dQ, dK, dV against autograd of SDPA in float64: {worst:.2e}")
+        assert worst < tol, worst
+    print("ran on the GPU" if gpu else "ran on the CPU simulator" + ("" if args.simulate else
+                                                                     f" (no GPU: {bridge.gpu_unavailable_reason()})"))
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""examples/attention_op.py on the CPU simulator: the SDPA drop-in's output and gradients against torch
+autograd of SDPA in float64, the torch ops under torch.library.opcheck and torch.compile(fullgraph=True),
+typed refusals of what the kernels do not cover (before any kernel runs), and the JAX custom_vjp's
+gradients against a float64 NumPy formula written here."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bridge.errors import DTypeError, ShapeRelationError
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+import attention_op as A  # noqa: E402
+
+# f32 inputs run the simulator's products in tf32 (10-bit mantissa): errors near 1e-3 of the largest value
+TOL = 5e-3
+
+
+def relative(a, b) -> float:
+    a, b = a.detach(), b.detach()
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def inputs(torch, shape, seed, grad=True):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=g).requires_grad_(grad) for _ in range(3)]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_drop_in_matches_sdpa_forward_and_backward_in_float64(torch, d, causal):
+    F = torch.nn.functional
+    q, k, v = inputs(torch, (1, 2, 64, d), seed=d + causal)
+    w = torch.randn(1, 2, 64, d, generator=torch.Generator().manual_seed(7))    # a non-uniform upstream gradient
+    out = A.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    (out * w).sum().backward()
+    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*x64, is_causal=causal)
+    (ref * w.double()).sum().backward()
+    assert out.dtype == q.dtype and out.shape == q.shape
+    assert relative(out.double(), ref) < TOL
+    for ours, theirs in zip((q.grad, k.grad, v.grad), x64):
+        assert relative(ours.double(), theirs.grad) < TOL
+
+
+def test_scale_argument_is_honoured(torch):
+    F = torch.nn.functional
+    q, k, v = inputs(torch, (1, 1, 64, 64), seed=3, grad=False)
+    out = A.scaled_dot_product_attention(q, k, v, scale=0.3)
+    ref = F.scaled_dot_product_attention(*(x.double() for x in (q, k, v)), scale=0.3)
+    assert relative(out.double(), ref) < TOL
+    default = F.scaled_dot_product_attention(*(x.double() for x in (q, k, v)))
+    assert relative(out.double(), default) > 10 * TOL          # a different scale gives a different answer
+
+
+def test_torch_ops_pass_opcheck(torch):
+    ops = A.define_torch_ops()
+    q, k, v = inputs(torch, (1, 1, 64, 64), seed=4)
+    torch.library.opcheck(ops.forward, (q, k, v, True, 0.125))
+    o, lse = ops.forward(q.detach(), k.detach(), v.detach(), True, 0.125)
+    dout = torch.randn_like(q.detach())
+    torch.library.opcheck(ops.backward, (dout, q.detach(), k.detach(), v.detach(), o, lse, True, 0.125))
+
+
+def test_torch_compile_fullgraph_traces_forward_and_backward(torch):
+    q, k, v = inputs(torch, (1, 2, 64, 64), seed=5)
+
+    def loss(q, k, v):
+        return A.scaled_dot_product_attention(q, k, v, is_causal=True).square().sum()
+
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")   # no graph break, autograd traced
+    got = compiled(q, k, v)
+    got.backward()
+    grads = [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    want = loss(q, k, v)
+    want.backward()
+    assert relative(got.detach(), want.detach()) < 1e-6
+    for a, x in zip(grads, (q, k, v)):
+        assert relative(a, x.grad) < 1e-6
+
+
+def _refused(torch, monkeypatch, error, match, call):
+    """`call()` raises `error` naming the argument, and no kernel ran (every launch path is poisoned)."""
+    def boom(*a, **k):
+        raise AssertionError("a kernel ran although the call should have been refused")
+    monkeypatch.setattr(A, "_run", boom)
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_uncovered_arguments_are_refused_before_any_kernel_runs(torch, monkeypatch):
+    q, k, v = inputs(torch, (1, 2, 64, 64), seed=6, grad=False)
+    sdpa = A.scaled_dot_product_attention
+    cases = [
+        (A.UnsupportedAttentionError, "attn_mask", lambda: sdpa(q, k, v, attn_mask=torch.ones(64, 64, dtype=torch.bool))),
+        (A.UnsupportedAttentionError, "dropout_p", lambda: sdpa(q, k, v, dropout_p=0.1)),
+        (A.UnsupportedAttentionError, "grouped-query", lambda: sdpa(q, k[:, :1], v[:, :1], enable_gqa=True)),
+        (A.UnsupportedAttentionError, "head dim 96", lambda: sdpa(*(torch.randn(1, 2, 64, 96) for _ in range(3)))),
+        (A.UnsupportedAttentionError, "sequence length 100", lambda: sdpa(*(torch.randn(1, 2, 100, 64) for _ in range(3)))),
+        (ShapeRelationError, "key: expected shape", lambda: sdpa(q, k[:, :, :32], v)),
+        (ShapeRelationError, "query: expected", lambda: sdpa(q[0], k[0], v[0])),
+        (DTypeError, "value: expected query's dtype", lambda: sdpa(q, k, v.double())),
+    ]
+    for error, match, call in cases:
+        _refused(torch, monkeypatch, error, match, call)
+    err = pytest.raises(A.UnsupportedAttentionError, sdpa, q, k, v, dropout_p=0.5).value
+    assert isinstance(err, ValueError) and err.arg_name == "dropout_p"
+
+
+def numpy_attention_grads(q, k, v, g, causal):
+    """Float64 O and (dQ, dK, dV) of softmax(Q K^T / sqrt(d)) V for (B, H, S, D) arrays and upstream g."""
+    d = q.shape[-1]
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(d)
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dp = g @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    return p @ v, (ds @ k / np.sqrt(d), np.swapaxes(ds, -1, -2) @ q / np.sqrt(d), np.swapaxes(p, -1, -2) @ g)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_jax_custom_vjp_gradients_match_float64(cpu_jax, causal):
+    jnp = cpu_jax.numpy
+    rng = np.random.default_rng(11 + causal)
+    q, k, v, w = (rng.standard_normal((1, 2, 64, 64)).astype(np.float32) for _ in range(4))
+    attention = A.jax_attention(causal)
+    out = np.asarray(attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)))
+    grads = cpu_jax.grad(lambda *x: jnp.sum(attention(*x) * w), argnums=(0, 1, 2))(q, k, v)
+    o64, want = numpy_attention_grads(*(x.astype(np.float64) for x in (q, k, v, w)), causal)
+    assert np.abs(out - o64).max() / np.abs(o64).max() < TOL
+    for got, ref in zip(grads, want):
+        assert np.abs(np.asarray(got) - ref).max() / np.abs(ref).max() < TOL

@@ -1,0 +1,119 @@
+"""examples/attention_op.py on the GPU: the SDPA drop-in (bf16/f16) against torch autograd of SDPA in
+float64, under torch.compile(fullgraph=True) with inductor, inside a CUDA-graph capture, under
+torch.library.opcheck, and the JAX custom_vjp through the XLA FFI handler."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+import attention_op as A  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+# P and dS are rounded to the input dtype for the products: the backward example measures up to 3.3e-3
+# (bf16) and 3.0e-4 (f16) relative to the largest gradient; these bounds leave a factor of 3 and more.
+TOL = {"bfloat16": 1e-2, "float16": 2e-3}
+
+
+@pytest.fixture
+def cuda_torch(torch):
+    assert torch.cuda.is_available(), "PyTorch sees no CUDA device on the GPU machine"
+    return torch
+
+
+def relative(a, b) -> float:
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def make(torch, shape, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.randn(shape, device="cuda", dtype=getattr(torch, dtype), generator=g).requires_grad_()
+            for _ in range(3)]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_drop_in_matches_float64_autograd_on_gpu(cuda_torch, dtype, d, causal):
+    torch = cuda_torch
+    q, k, v = make(torch, (2, 4, 320, d), dtype, seed=d)          # 320: five 64-row tiles
+    w = torch.randn(q.shape, device="cuda", dtype=torch.float64, generator=torch.Generator("cuda").manual_seed(1))
+    out = A.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    (out.double() * w).sum().backward()
+    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=causal)
+    (ref * w).sum().backward()
+    assert out.dtype == q.dtype
+    assert relative(out, ref) < TOL[dtype]
+    for x, r in zip((q, k, v), x64):
+        assert relative(x.grad, r.grad) < TOL[dtype]
+
+
+def test_compiled_with_inductor_fullgraph_equals_eager(cuda_torch):
+    torch = cuda_torch
+    q, k, v = make(torch, (1, 2, 256, 128), "bfloat16", seed=2)
+
+    def loss(q, k, v):
+        return A.scaled_dot_product_attention(q, k, v, is_causal=True).float().square().sum()
+
+    got = torch.compile(loss, fullgraph=True)(q, k, v)
+    got.backward()
+    grads = [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    want = loss(q, k, v)
+    want.backward()
+    assert relative(got, want) < 1e-5
+    for a, x in zip(grads, (q, k, v)):
+        assert relative(a, x.grad) < 1e-2      # the compiled graph may fuse the casts around the ops differently
+
+
+def test_forward_replays_in_a_cuda_graph(cuda_torch):
+    torch = cuda_torch
+    q, k, v = (x.detach() for x in make(torch, (1, 2, 128, 64), "bfloat16", seed=3))
+    A.scaled_dot_product_attention(q, k, v)                 # compile and load outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = A.scaled_dot_product_attention(q, k, v)
+    for x in (q, k, v):
+        x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    assert relative(out, ref) < TOL["bfloat16"]
+
+
+def test_ops_pass_opcheck_on_cuda(cuda_torch):
+    torch = cuda_torch
+    ops = A.define_torch_ops()
+    q, k, v = make(torch, (1, 1, 128, 64), "bfloat16", seed=4)
+    torch.library.opcheck(ops.forward, (q, k, v, False, 0.125))
+    o, lse = ops.forward(q.detach(), k.detach(), v.detach(), False, 0.125)
+    dout = torch.randn_like(q.detach())
+    torch.library.opcheck(ops.backward, (dout, q.detach(), k.detach(), v.detach(), o, lse, False, 0.125))
+
+
+def test_jax_custom_vjp_on_gpu_matches_float64(jax):
+    import dsl
+    if not dsl.jax.ffi_available():
+        pytest.fail("the JAX FFI handler was not built on the GPU machine (dsl.jax.ffi_available() is False)")
+    jnp = jax.numpy
+    assert jax.default_backend() == "gpu", f"JAX runs on {jax.default_backend()} on the GPU machine"
+    rng = np.random.default_rng(5)
+    q, k, v, w = (rng.standard_normal((1, 2, 128, 64)).astype(np.float32) for _ in range(4))
+    qb, kb, vb = (jnp.asarray(x, dtype=jnp.bfloat16) for x in (q, k, v))
+    attention = A.jax_attention(causal=True)
+    grads = jax.grad(lambda *x: jnp.sum(attention(*x) * w), argnums=(0, 1, 2))(qb, kb, vb)
+    rounded = [np.asarray(x.astype(jnp.float32), np.float64) for x in (qb, kb, vb)]
+    from test_attention_op_cpu import numpy_attention_grads
+    _, want = numpy_attention_grads(*rounded, w.astype(np.float64), True)
+    for got, ref in zip(grads, want):
+        got = np.asarray(got.astype(jnp.float32), np.float64)
+        assert np.abs(got - ref).max() / np.abs(ref).max() < 2e-2
