@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from bridge.errors import (
     AliasingError, AlignmentError, ArgumentCountError, ArgumentKindError, BlockSizeError, BlockSizeTypeError,
-    ComputeCapabilityError, ConfigurationError, ContractDefinitionError, CudaError, DeviceMismatchError, DTypeError,
+    ClusterError, ComputeCapabilityError, CooperativeGridError,
+    ConfigurationError, ContractDefinitionError, CudaError, DeviceMismatchError, DTypeError,
     ForeignKernelError, GridSizeError, GridSizeTypeError, KernelFault, LaunchContractError, LayoutError,
     MissingContractError, NdimError, NoDeviceError, PeerAccessError, ReadOnlyError, ScalarRangeError,
     SharedMemoryError, ShapeRelationError,
@@ -51,7 +52,8 @@ __all__ = [
     "LaunchContractError", "ArgumentCountError", "ArgumentKindError", "DTypeError", "NdimError",
     "ShapeRelationError", "LayoutError", "AlignmentError", "ReadOnlyError", "AliasingError",
     "DeviceMismatchError", "ScalarRangeError", "BlockSizeError", "BlockSizeTypeError", "GridSizeError",
-    "GridSizeTypeError", "SharedMemoryError", "ComputeCapabilityError", "ContractDefinitionError",
+    "GridSizeTypeError", "CooperativeGridError", "ClusterError", "SharedMemoryError", "ComputeCapabilityError",
+    "ContractDefinitionError",
     "MissingContractError", "ForeignKernelError", "PeerAccessError", "CudaError", "NoDeviceError", "KernelFault",
     "ConfigurationError",
     # machine

@@ -50,6 +50,14 @@ def _dims(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
     return tuple(dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
 
 
+def _flag(value: Any, kernel: str, what: str) -> bool:
+    """A contract's True/False option (pdl, cooperative, cluster_nonportable)."""
+    if not isinstance(value, bool):
+        raise ContractDefinitionError(f"{kernel}: invalid contract: {what}: expected True or False, got {value!r}",
+                                      kernel=kernel)
+    return value
+
+
 @dataclass(frozen=True)
 class ArgSpec:
     """One declared kernel argument; build with `ArgSpec.array(...)` or `ArgSpec.scalar(...)`."""
@@ -119,6 +127,12 @@ class LaunchContract:
     when that is > 0). strict_domain: the kernel's threads own elements by their `domain`-D index, so
     a launch must have grid and block extent 1 on every other axis (DSL kernels that write a
     DisjointSlice at the ThreadIndex or in chunk loops set it).
+
+    Launch features (docs/architecture.md "Launch features"; launched with cuLaunchKernelEx attributes):
+    pdl: the kernel executes `griddepcontrol.wait` before reading anything a predecessor wrote, so it is
+    launched with programmatic stream serialization on sm_90+ (normally elsewhere); cooperative: a
+    grid-wide sync kernel, refused when its grid is larger than what can be co-resident; cluster: the
+    thread-block cluster dims (an int or 1..3 ints; at most 8 blocks, 16 with cluster_nonportable).
     """
 
     def __init__(self, kernel: str, args: Iterable[ArgSpec], domain: int = 1,
@@ -127,7 +141,9 @@ class LaunchContract:
                  inplace: Iterable[Sequence[str]] = (), grid_from: str | None = None,
                  per_thread: int | Sequence[int] = (1, 1, 1),
                  fault_sites: Iterable[Mapping[str, Any]] = (), grid_tile: Sequence[int] | None = None,
-                 max_blocks_per_sm: int = 0, strict_domain: bool = False) -> None:
+                 max_blocks_per_sm: int = 0, strict_domain: bool = False, pdl: bool = False,
+                 cooperative: bool = False, cluster: int | Sequence[int] | None = None,
+                 cluster_nonportable: bool = False) -> None:
         self.kernel = kernel
         self.args = tuple(args)
         for k, a in enumerate(self.args):
@@ -157,6 +173,10 @@ class LaunchContract:
         self.grid_tile = None if grid_tile is None else tuple(grid_tile)
         self.max_blocks_per_sm = max_blocks_per_sm
         self.fault_sites = tuple(dict(s) for s in fault_sites)
+        self.pdl = _flag(pdl, kernel, "pdl")
+        self.cooperative = _flag(cooperative, kernel, "cooperative")
+        self.cluster = None if cluster is None else _dims(cluster, f"{kernel}: invalid contract: cluster")
+        self.cluster_nonportable = _flag(cluster_nonportable, kernel, "cluster_nonportable")
         self._native = None
         self.native()  # parse now: a malformed contract fails here, not at the first launch
 
@@ -184,6 +204,13 @@ class LaunchContract:
             d["grid_from"] = {"arg": self.grid_from, "per_thread": list(self.per_thread)}
         if self.fault_sites:
             d["fault_sites"] = [dict(s) for s in self.fault_sites]
+        for key in ("pdl", "cooperative"):       # only when set: other contracts keep their JSON text
+            if getattr(self, key):
+                d[key] = True
+        if self.cluster is not None:
+            d["cluster"] = list(self.cluster)
+        if self.cluster_nonportable:
+            d["cluster_nonportable"] = True
         return d
 
     def to_json(self) -> str:
@@ -201,8 +228,14 @@ class LaunchContract:
                   launch_bounds=c.max_threads or None, shared_mem=smem if smem_kind == "exact" else ("max", smem),
                   min_cc=c.min_cc, requires=c.requires, inplace=pairs, grid_from=c.grid_from,
                   per_thread=c.per_thread, fault_sites=c.fault_sites, grid_tile=c.grid_tile,
-                  max_blocks_per_sm=c.max_blocks_per_sm, strict_domain=c.strict_domain)
+                  max_blocks_per_sm=c.max_blocks_per_sm, strict_domain=c.strict_domain, pdl=c.pdl,
+                  cooperative=c.cooperative, cluster=c.cluster, cluster_nonportable=c.cluster_nonportable)
         return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "LaunchContract":
+        """The inverse of `to_dict` (the mapping is parsed natively first, like `from_json`)."""
+        return cls.from_json(json.dumps(dict(d), separators=(",", ":")))
 
     def native(self) -> Any:
         """The parsed `bridge._native.Contract` (cached: contracts are immutable once built)."""
@@ -211,10 +244,13 @@ class LaunchContract:
         return self._native
 
     def validate(self, args: Sequence[Any], grid: Any = None, block: Any = None, smem: int | None = None,
-                 limits: Any = None, attrs: Any = None) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        """Check a launch (args: `_native.ArrayDesc` or scalars); returns the resolved (grid, block)."""
+                 limits: Any = None, attrs: Any = None,
+                 occupancy: Any = None) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """Check a launch (args: `_native.ArrayDesc` or scalars); returns the resolved (grid, block).
+        occupancy: None (skip the occupancy checks of cooperative grids and clusters) or an object with
+        `blocks_per_sm(threads, smem)` and `active_clusters(grid, block, smem, cluster)`."""
         return _native.validate(self.native(), list(args), grid=grid, block=block, smem=smem, limits=limits,
-                                attrs=attrs)
+                                attrs=attrs, occupancy=occupancy)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, LaunchContract) and self.native().to_json() == other.native().to_json()

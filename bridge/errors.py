@@ -79,6 +79,15 @@ class SharedMemoryError(LaunchContractError):
     pass
 
 
+class CooperativeGridError(GridSizeError):
+    """A cooperative launch's grid has more blocks than can be co-resident (occupancy API x SMs)."""
+
+
+class ClusterError(GridSizeError):
+    """A thread-block cluster the launch cannot have: grid not divisible by it, unlike the cluster compiled
+    into the function (`__cluster_dims__`), or not schedulable with this block and shared memory."""
+
+
 class BlockSizeTypeError(BlockSizeError, TypeError):
     """`block` is not an int or a tuple of 1 to 3 ints (a TypeError too, as Python code expects)."""
 
@@ -185,6 +194,8 @@ ERROR_CLASSES: tuple[type[LaunchContractError] | None, ...] = (
     ComputeCapabilityError,
     ContractDefinitionError,
     MissingContractError,
+    CooperativeGridError,
+    ClusterError,
 )
 
 

@@ -27,6 +27,9 @@ def func_attrs(func: int) -> tuple[Any, dict[str, int]]:
     attrs = _native.FuncAttrs()
     for key in ("max_threads_per_block", "static_smem", "num_regs", "max_dynamic_smem"):
         setattr(attrs, key, values[key])
+    # cluster dims compiled into the function (__cluster_dims__ / .reqnctapercluster); 0 when none
+    attrs.required_cluster = tuple(values.get(f"required_cluster_{axis}", 0) for axis in ("width", "height", "depth"))
+    attrs.cluster_must_be_set = bool(values.get("cluster_size_must_be_set", 0))
     return attrs, values
 
 
@@ -118,7 +121,9 @@ class Kernel:
         return self._launcher
 
     def __call__(self, *args: Any, **kw: Any) -> None:
-        """`k(*args, grid=, block=, shared_mem=, stream=, peer_access=False)`; without keywords, one C call.
+        """`k(*args, grid=, block=, shared_mem=, stream=, peer_access=False, pdl=True)`; without keywords,
+        one C call. `pdl=False` launches a kernel whose contract declares PDL without programmatic stream
+        serialization (True: the contract's choice; a kernel without it is never launched with it).
 
         Both branches hand the launcher THIS call's argument tuple: an extra wrapper level would hide
         temporaries (arrays only the call holds) from the launcher, which keeps those alive.
@@ -128,14 +133,16 @@ class Kernel:
             self._fast(*args)
             return
         peer = _peer_option(self.name, kw)
+        pdl = kw.pop("pdl", True)
         grid, block, shared_mem, stream = launch_options(self.name, kw)
-        self.launcher.launch(args, grid, block, shared_mem, stream, peer_access=peer, from_call=True)
+        self.launcher.launch(args, grid, block, shared_mem, stream, peer_access=peer, from_call=True, pdl=pdl)
 
     def launch(self, *args: Any, grid: Any = None, block: Any = None, stream: Any = None,
-               shared_mem: int | None = None, peer_access: bool = False) -> None:
+               shared_mem: int | None = None, peer_access: bool = False, pdl: bool = True) -> None:
+        """Validate and launch; `pdl=False` opts this launch out of the contract's PDL."""
         _check_peer_flag(self.name, peer_access)
         self.launcher.launch(args, grid, block, shared_mem, stream,   # the tuple-call threshold applies
-                             peer_access=peer_access)
+                             peer_access=peer_access, pdl=pdl)
 
     def __getitem__(self, config: Any) -> Any:
         """`k[grid, block]`, `k[grid, block, stream]`, `k[grid, block, stream, shared_mem]`."""

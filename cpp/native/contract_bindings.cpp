@@ -289,6 +289,9 @@ void register_limits(py::module_& m) {
       .def_readwrite("smem_per_block", &kb::DeviceLimits::smem_per_block)
       .def_readwrite("smem_per_block_optin", &kb::DeviceLimits::smem_per_block_optin)
       .def_readwrite("sm_count", &kb::DeviceLimits::sm_count)
+      .def_readwrite("sim_max_coresident", &kb::DeviceLimits::sim_max_coresident,
+                     "Blocks a driver-less caller (the CPU simulator) declares it runs at once for a "
+                     "cooperative grid; 0 = not declared (without a driver the check is then skipped).")
       .def_readwrite("peer_mask", &kb::DeviceLimits::peer_mask,
                      "Bit d set: arrays on cuda:d are accepted too (peer access enabled for the launch).")
       .def_readwrite("host_memory", &kb::DeviceLimits::host_memory,
@@ -298,7 +301,19 @@ void register_limits(py::module_& m) {
       .def_readwrite("max_threads_per_block", &kb::FuncAttrs::max_threads_per_block)
       .def_readwrite("static_smem", &kb::FuncAttrs::static_smem)
       .def_readwrite("num_regs", &kb::FuncAttrs::num_regs)
-      .def_readwrite("max_dynamic_smem", &kb::FuncAttrs::max_dynamic_smem);
+      .def_readwrite("max_dynamic_smem", &kb::FuncAttrs::max_dynamic_smem)
+      .def_property("required_cluster",
+          [](const kb::FuncAttrs& f) {
+            return py::make_tuple(f.required_cluster[0], f.required_cluster[1], f.required_cluster[2]);
+          },
+          [](kb::FuncAttrs& f, py::handle v) {
+            read_dims<int>(v, f.required_cluster, "required_cluster");
+            if (f.required_cluster[0] <= 0 || f.required_cluster[1] <= 0 || f.required_cluster[2] <= 0)
+              f.required_cluster[0] = f.required_cluster[1] = f.required_cluster[2] = 0;
+          },
+          "Cluster dims compiled into the function (.reqnctapercluster), (0, 0, 0) when none.")
+      .def_readwrite("cluster_must_be_set", &kb::FuncAttrs::cluster_must_be_set,
+                     "The function was compiled with .explicitcluster: it must be launched with a cluster.");
 }
 
 void register_array_desc(py::module_& m) {
@@ -400,6 +415,15 @@ void register_contract_class(py::module_& m) {
       .def_property_readonly("has_fault_buffer", [](const C& c) { return c.has_fault_buffer; })
       .def_property_readonly("param_count", [](const C& c) { return kb::param_count(c); },
                              "Kernel parameters a launch packs (arguments per abi, tensor maps, fault record)")
+      .def_property_readonly("pdl", [](const C& c) { return c.pdl; },
+                             "Launched with programmatic stream serialization (sm_90+)")
+      .def_property_readonly("cooperative", [](const C& c) { return c.cooperative; },
+                             "Launched cooperatively (grid-wide sync; grid limited to co-resident blocks)")
+      .def_property_readonly("cluster", [](const C& c) -> py::object {
+        if (!c.has_cluster()) return py::none();
+        return py::make_tuple(c.cluster[0], c.cluster[1], c.cluster[2]);
+      }, "Thread-block cluster dims (x, y, z), or None")
+      .def_property_readonly("cluster_nonportable", [](const C& c) { return c.cluster_nonportable; })
       .def_property_readonly("fault_sites", [](const C& c) {
         py::list l;
         for (const auto& f : c.fault_sites) {
@@ -440,8 +464,25 @@ void arg_from_python(py::handle o, kb::ArgValue& v, IntakeInfo& info) {
   v.type_name = Py_TYPE(o.ptr())->tp_name;
 }
 
+// A Python stand-in for the driver's occupancy answers (tests of the validator's cooperative and cluster
+// checks without a GPU): `blocks_per_sm(threads, smem)` and `active_clusters(grid, block, smem, cluster)`.
+struct PyOccupancy final : kb::Occupancy {
+  py::object obj;
+  explicit PyOccupancy(py::object o) : obj(std::move(o)) {}
+  int64_t blocks_per_sm(int threads, int64_t smem) override {
+    return obj.attr("blocks_per_sm")(threads, smem).cast<int64_t>();
+  }
+  int64_t active_clusters(const kb::LaunchConfig& cfg, const int cluster[3]) override {
+    int64_t b[3] = {cfg.block[0], cfg.block[1], cfg.block[2]};
+    int64_t cl[3] = {cluster[0], cluster[1], cluster[2]};
+    return obj.attr("active_clusters")(int_tuple(cfg.grid, 3), int_tuple(b, 3), cfg.smem, int_tuple(cl, 3))
+        .cast<int64_t>();
+  }
+};
+
 py::tuple validate_py(const kb::LaunchContract& c, py::sequence args, py::object grid, py::object block,
-                      py::object smem, const kb::DeviceLimits* limits, const kb::FuncAttrs* attrs) {
+                      py::object smem, const kb::DeviceLimits* limits, const kb::FuncAttrs* attrs,
+                      py::object occupancy) {
   kb::DeviceLimits dev = limits ? *limits : kb::DeviceLimits();
   kb::FuncAttrs fn = attrs ? *attrs : kb::FuncAttrs();
   std::vector<py::object> keep;
@@ -472,7 +513,9 @@ py::tuple validate_py(const kb::LaunchContract& c, py::sequence args, py::object
     cfg.block[d] = static_cast<int>(v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : v);
   }
   cfg.smem = parse_shared_mem(smem.ptr(), kname, /*negative_ok=*/true);  // -1: the contract's, as None
-  kb::Error e = kb::validate(c, vals.data(), static_cast<int>(vals.size()), cfg, dev, fn);
+  std::unique_ptr<PyOccupancy> occ;
+  if (!occupancy.is_none()) occ = std::make_unique<PyOccupancy>(occupancy);
+  kb::Error e = kb::validate(c, vals.data(), static_cast<int>(vals.size()), cfg, dev, fn, occ.get());
   if (e) throw_contract_error(e, c.kernel);
   int64_t b[3] = {cfg.block[0], cfg.block[1], cfg.block[2]};
   return py::make_tuple(int_tuple(cfg.grid, 3), int_tuple(b, 3));
@@ -505,8 +548,9 @@ void register_contract(py::module_& m) {
   static const char* code_names[] = {"ok", "argument_count", "argument_kind", "dtype", "ndim", "shape_relation",
                                      "layout", "alignment", "readonly", "aliasing", "device_mismatch",
                                      "scalar_range", "block_size", "grid_size", "shared_memory",
-                                     "compute_capability", "contract_definition", "missing_contract"};
-  static_assert(sizeof code_names / sizeof *code_names == static_cast<size_t>(kb::ErrorCode::missing_contract) + 1,
+                                     "compute_capability", "contract_definition", "missing_contract",
+                                     "cooperative_grid", "cluster"};
+  static_assert(sizeof code_names / sizeof *code_names == static_cast<size_t>(kb::ErrorCode::cluster) + 1,
                 "ERROR_CODES must list every kb::ErrorCode");
   py::dict codes;
   for (size_t k = 0; k < sizeof code_names / sizeof *code_names; ++k) codes[code_names[k]] = static_cast<int>(k);
@@ -516,8 +560,10 @@ void register_contract(py::module_& m) {
   register_contract_class(m);
   m.def("validate", &validate_py, py::arg("contract"), py::arg("args"), py::arg("grid") = py::none(),
         py::arg("block") = py::none(), py::arg("smem") = py::none(), py::arg("limits") = nullptr,
-        py::arg("attrs") = nullptr,
+        py::arg("attrs") = nullptr, py::arg("occupancy") = py::none(),
         "Validate a launch; returns the resolved (grid, block) or raises the bridge.errors class. "
+        "occupancy: None (skip the occupancy checks) or an object with blocks_per_sm(threads, smem) and "
+        "active_clusters(grid, block, smem, cluster), standing in for the driver. "
         "A derived grid with a 0 dimension (empty grid_from array) means: launch nothing. smem=None means the contract's.");
   m.def("pack_scalar", &pack_scalar_py, py::arg("value"), py::arg("dtype"),
         "Kernel-parameter bytes of a scalar in `dtype`, after the validator's kind and range checks.");

@@ -109,10 +109,18 @@ void load() {
   }
   // TMA kernels only (tensor maps: CUDA 12.0; parameter offsets: 12.4), at their own ABI versions and
   // optional: without them every other kernel still launches (launcher.hpp names what is missing).
-  const Entry optional[] = {{"cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_api.tensorMapEncodeTiled)},
-                            {"cuFuncGetParamInfo", reinterpret_cast<void**>(&g_api.funcGetParamInfo)}};
-  const int optional_version[] = {12000, 12040};
-  for (int k = 0; k < 2; ++k) {
+  // Launch features likewise (cuLaunchKernelEx and cluster occupancy: CUDA 12.0).
+  const Entry optional[] = {
+      {"cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_api.tensorMapEncodeTiled)},
+      {"cuFuncGetParamInfo", reinterpret_cast<void**>(&g_api.funcGetParamInfo)},
+      {"cuLaunchKernelEx", reinterpret_cast<void**>(&g_api.launchKernelEx)},
+      {"cuOccupancyMaxActiveBlocksPerMultiprocessor",
+       reinterpret_cast<void**>(&g_api.occupancyMaxActiveBlocksPerMultiprocessor)},
+      {"cuOccupancyMaxActiveClusters", reinterpret_cast<void**>(&g_api.occupancyMaxActiveClusters)}};
+  const int optional_version[] = {12000, 12040, 12000, 12000, 12000};
+  static_assert(sizeof optional / sizeof *optional == sizeof optional_version / sizeof *optional_version,
+                "one ABI version per optional entry point");
+  for (size_t k = 0; k < sizeof optional / sizeof *optional; ++k) {
     void* fn = nullptr;
     const int v = g_driver_version > 0 ? std::min(g_driver_version, optional_version[k]) : optional_version[k];
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;

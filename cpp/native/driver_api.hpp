@@ -61,6 +61,11 @@ struct Api {
   decltype(&::cuCtxEnablePeerAccess) ctxEnablePeerAccess;
   decltype(&::cuTensorMapEncodeTiled) tensorMapEncodeTiled;
   decltype(&::cuFuncGetParamInfo) funcGetParamInfo;
+  // Launch features (pdl / cooperative / cluster: launch_features.hpp); optional, nullptr when the
+  // driver lacks them: only kernels whose contracts use those features need them.
+  decltype(&::cuLaunchKernelEx) launchKernelEx;
+  decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancyMaxActiveBlocksPerMultiprocessor;
+  decltype(&::cuOccupancyMaxActiveClusters) occupancyMaxActiveClusters;
 };
 
 // The resolved API, or nullptr when there is no usable driver (then unavailable_reason() says why).

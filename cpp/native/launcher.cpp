@@ -141,26 +141,30 @@ void register_launch(py::module_& m) {
            py::arg("func_handle"), py::arg("contract"), py::arg("limits"), py::arg("attrs"),
            py::arg("device_id"), py::arg("fault_info") = py::none())
       .def("launch", [](Launcher& l, py::tuple args, py::object grid, py::object block, py::object smem,
-                        py::object stream, bool keep_all, bool peer_access, bool from_call) {
+                        py::object stream, bool keep_all, bool peer_access, bool from_call, py::object pdl) {
              Given g = make_given(grid, block, smem, stream, name_of(l));
+             set_pdl(g, pdl, name_of(l));
              const Py_ssize_t temp = from_call ? kb::rt::g_temporary_refcount_tuple_call
                                                : kb::rt::g_temporary_refcount_tuple;
              l.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()), keep_all ? PY_SSIZE_T_MAX : temp,
                             peer_access);
            }, py::arg("args"), py::arg("grid") = py::none(), py::arg("block") = py::none(),
            py::arg("smem") = py::none(), py::arg("stream") = py::none(), py::arg("keep_all") = false,
-           py::arg("peer_access") = false, py::arg("from_call") = false,
+           py::arg("peer_access") = false, py::arg("from_call") = false, py::arg("pdl") = py::none(),
            "Validate and launch `args` (the tuple of a Python *args wrapper); stream None = this thread's "
            "current stream. keep_all: keep every array argument alive until the launch completes. "
            "peer_access: arrays of other devices are accepted (peer access is enabled for them). from_call: "
-           "`args` is the tuple of an instance __call__(self, *args, **kw) (Kernel.__call__).")
+           "`args` is the tuple of an instance __call__(self, *args, **kw) (Kernel.__call__). pdl=False: "
+           "launch a PDL kernel without programmatic stream serialization.")
       .def("__call__", [](Launcher& l, py::args args, py::object grid, py::object block,
-                          py::object shared_mem, py::object stream, bool peer_access) {
+                          py::object shared_mem, py::object stream, bool peer_access, py::object pdl) {
              Given g = make_given(grid, block, shared_mem, stream, name_of(l));
+             set_pdl(g, pdl, name_of(l));
              l.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()), kb::rt::g_temporary_refcount_native,
                             peer_access);
            }, py::kw_only(), py::arg("grid") = py::none(), py::arg("block") = py::none(),
-           py::arg("shared_mem") = py::none(), py::arg("stream") = py::none(), py::arg("peer_access") = false)
+           py::arg("shared_mem") = py::none(), py::arg("stream") = py::none(), py::arg("peer_access") = false,
+           py::arg("pdl") = py::none())
       .def("configure", [](py::object self, py::object grid, py::object block, py::object stream,
                            py::object shared_mem) {
              Given g = make_given(grid, block, shared_mem, stream, name_of(self));
@@ -185,6 +189,9 @@ void register_launch(py::module_& m) {
                     "device (docs/architecture.md \"Devices\") is another goes to that Launcher.")
       .def_property_readonly("launcher_id", &Launcher::id)
       .def_property_readonly("max_dynamic_smem", [](const Launcher& l) { return l.attrs().max_dynamic_smem; })
+      .def_property_readonly("launch_features", &Launcher::launch_features,
+                             "True when launches go through cuLaunchKernelEx attributes (the contract has pdl, "
+                             "cooperative or a cluster) or cluster checks (compiled cluster dims).")
       .def_property_readonly("accepted_again", &Launcher::accepted_hits,
                              "Launches accepted as equal to the validator's last acceptance (launcher.hpp, "
                              "AcceptedLaunch): the validator had already answered them.")
@@ -204,11 +211,13 @@ void register_launch(py::module_& m) {
            "launch device; pass_device: the callback is miss_callback(args, device) and must return a "
            "Launcher of that device.")
       .def("__call__", [](Dispatcher& d, py::args args, py::object grid, py::object block,
-                          py::object shared_mem, py::object stream, bool peer_access) {
+                          py::object shared_mem, py::object stream, bool peer_access, py::object pdl) {
              Given g = make_given(grid, block, shared_mem, stream, name_of(d));
+             set_pdl(g, pdl, name_of(d));
              d.launch_tuple(args, g.cfg, resolve_stream(g.stream.ptr()), peer_access);  // native call path
            }, py::kw_only(), py::arg("grid") = py::none(), py::arg("block") = py::none(),
-           py::arg("shared_mem") = py::none(), py::arg("stream") = py::none(), py::arg("peer_access") = false)
+           py::arg("shared_mem") = py::none(), py::arg("stream") = py::none(), py::arg("peer_access") = false,
+           py::arg("pdl") = py::none())
       .def("configure", [](py::object self, py::object grid, py::object block, py::object stream,
                            py::object shared_mem) {
              Given g = make_given(grid, block, shared_mem, stream, name_of(self));

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "intake.hpp"
 #include "kernelbridge/contract.hpp"
 #include "kernelbridge/detail/tensor_map.hpp"
+#include "launch_features.hpp"
 #include "native.hpp"
 #include "runtime.hpp"
 #include "scalars.hpp"
@@ -211,6 +213,14 @@ inline Given make_given(py::handle grid, py::handle block, py::handle smem, py::
   return g;
 }
 
+// `pdl=`: True (or None) launches with the contract's PDL, False opts this launch out of it.
+inline void set_pdl(Given& g, py::handle pdl, const KernelName& kernel) {
+  if (pdl.is_none() || pdl.ptr() == Py_True) return;
+  if (pdl.ptr() != Py_False)
+    throw py::type_error(kernel.get() + ": pdl must be True or False, got " + std::string(py::repr(pdl)));
+  g.cfg.no_pdl = true;
+}
+
 inline uint64_t resolve_stream(PyObject* s) {
   if (s == Py_None) return kb::rt::current_stream();
   if (PyLong_Check(s)) {
@@ -308,6 +318,9 @@ class Launcher {
         device_(device),
         id_(g_next_launcher_id++),
         contract_obj_(std::move(contract)) {
+    // Launch features (launch_features.hpp): decided once, so a plain launch pays one branch for them.
+    features_ = contract_.has_launch_features() || attrs_.required_cluster[0] > 0 || attrs_.cluster_must_be_set;
+    if (features_ && func_ != nullptr) occ_ = std::make_unique<DriverOccupancy>(func_, contract_, attrs_, device_);
     if (fault_info.is_none() && !contract_.fault_sites.empty()) {
       py::dict d;
       for (const kb::FaultSite& s : contract_.fault_sites)
@@ -324,6 +337,7 @@ class Launcher {
   const kb::FuncAttrs& attrs() const { return attrs_; }
   int device() const { return device_; }
   uint64_t id() const { return id_; }
+  bool launch_features() const { return features_; }
 
   // Read one argument into `v` (ReadPlan); an intake error names this kernel's argument.
   void read_arg(int i, PyObject* obj, kb::ArgValue& v, IntakeInfo& info, uint64_t stream,
@@ -363,12 +377,14 @@ class Launcher {
       lim = &with_peers;
     }
     KB_PHASE(0);
+    const bool no_pdl = cfg.no_pdl;         // a per-launch choice, not part of what was validated
     if (accepted_.same(vals, n, cfg, lim->peer_mask)) {
       cfg = accepted_.resolved;
+      cfg.no_pdl = no_pdl;
       ++accepted_hits_;
     } else {
       const kb::LaunchConfig given = cfg;
-      kb::Error e = kb::validate(contract_, vals, n, cfg, *lim, attrs_);
+      kb::Error e = kb::validate(contract_, vals, n, cfg, *lim, attrs_, occ_.get());
       if (e) throw_contract_error(e, contract_.kernel);
       if (cfg.skip) return;                  // nothing to launch: no stream or peer is touched
       accepted_.remember(vals, n, given, cfg, lim->peer_mask);
@@ -403,12 +419,20 @@ class Launcher {
 #ifdef KB_HAVE_NVTX
       NvtxRange range(g_nvtx, contract_.kernel);
 #endif
-      kb::drv::check(a.launchKernel(func_, static_cast<unsigned>(cfg.grid[0]), static_cast<unsigned>(cfg.grid[1]),
-                                    static_cast<unsigned>(cfg.grid[2]), static_cast<unsigned>(cfg.block[0]),
-                                    static_cast<unsigned>(cfg.block[1]), static_cast<unsigned>(cfg.block[2]),
-                                    static_cast<unsigned>(cfg.smem),
-                                    kb::rt::as_stream(stream), nullptr, extra),
-                     "launchKernel");
+      CUlaunchAttribute ex[3];
+      const unsigned nex = features_ ? launch_attributes(contract_, cfg, attrs_, limits_.cc, ex) : 0;
+      if (nex == 0) {
+        kb::drv::check(a.launchKernel(func_, static_cast<unsigned>(cfg.grid[0]), static_cast<unsigned>(cfg.grid[1]),
+                                      static_cast<unsigned>(cfg.grid[2]), static_cast<unsigned>(cfg.block[0]),
+                                      static_cast<unsigned>(cfg.block[1]), static_cast<unsigned>(cfg.block[2]),
+                                      static_cast<unsigned>(cfg.smem),
+                                      kb::rt::as_stream(stream), nullptr, extra),
+                       "launchKernel");
+      } else {
+        if (occ_) occ_->allow_nonportable();
+        kb::drv::check(launch_ex(a, func_, cfg, kb::rt::as_stream(stream), ex, nex, extra, contract_.kernel),
+                       "launchKernelEx");
+      }
     }
     KB_PHASE(4);
     if (capture == Capture::foreign) return;   // see capture_of
@@ -448,7 +472,7 @@ class Launcher {
     std::vector<IntakeInfo> infos(static_cast<size_t>(n));
     IntakeMemo memo;
     for (int i = 0; i < n; ++i) read_arg(i, args[static_cast<size_t>(i)].ptr(), vals[i], infos[i], 0, memo);
-    kb::Error e = kb::validate(contract_, vals.data(), n, cfg, limits_, attrs_);
+    kb::Error e = kb::validate(contract_, vals.data(), n, cfg, limits_, attrs_, occ_.get());
     if (e) throw_contract_error(e, contract_.kernel);
     return py::make_tuple(py::make_tuple(cfg.grid[0], cfg.grid[1], cfg.grid[2]),
                           py::make_tuple(cfg.block[0], cfg.block[1], cfg.block[2]),
@@ -684,6 +708,8 @@ class Launcher {
   kb::FuncAttrs attrs_;
   int device_;
   uint64_t id_;
+  bool features_ = false;                               // pdl / cooperative / cluster (launch_features.hpp)
+  std::unique_ptr<DriverOccupancy> occ_;                // the validator's occupancy answers (features_ only)
   CUcontext ctx_ = nullptr;
   py::object router_;                                    // device -> Launcher of this kernel there
   std::vector<std::pair<int, py::object>> routes_;       // what router_ returned, per device

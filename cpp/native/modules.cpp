@@ -69,6 +69,18 @@ void register_modules(py::module_& m) {
       KB_CU(funcGetAttribute, &v, t.attr, as_func(func));
       out[t.key] = v;
     }
+    // Cluster attributes (CUDA 11.8+; the validator's cluster checks): 0 where a driver cannot say.
+    struct { const char* key; CUfunction_attribute attr; } cluster[] = {
+        {"required_cluster_width", CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH},
+        {"required_cluster_height", CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT},
+        {"required_cluster_depth", CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH},
+        {"cluster_size_must_be_set", CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET},
+    };
+    for (const auto& t : cluster) {
+      int v = 0;
+      if (kb::drv::require().funcGetAttribute(&v, t.attr, as_func(func)) != CUDA_SUCCESS) v = 0;
+      out[t.key] = v;
+    }
     return out;
   }, py::arg("func"), "cuFuncGetAttribute values of a function, by name.");
 }

@@ -18,6 +18,7 @@ EXPECTED_CLASSES = {
     "scalar_range": bridge.ScalarRangeError, "block_size": bridge.BlockSizeError, "grid_size": bridge.GridSizeError,
     "shared_memory": bridge.SharedMemoryError, "compute_capability": bridge.ComputeCapabilityError,
     "contract_definition": bridge.ContractDefinitionError, "missing_contract": bridge.MissingContractError,
+    "cooperative_grid": bridge.CooperativeGridError, "cluster": bridge.ClusterError,
 }
 
 
@@ -27,7 +28,8 @@ def test_error_code_table_matches_the_python_classes():
     assert {name: ERROR_CLASSES[code] for name, code in codes.items()} == EXPECTED_CLASSES
 
 
-K = contract([arr("x"), arr("out", access="write", layout="C", align=16), sca("n", "u8")], kernel="k",
+K_ARGS = [arr("x"), arr("out", access="write", layout="C", align=16), sca("n", "u8")]
+K = contract(K_ARGS, kernel="k",
              block={"exact": [32]}, dynamic_smem={"exact": 0}, min_cc=80, requires=["len(x) == len(out)"],
              grid_from={"arg": "out"})
 
@@ -59,6 +61,11 @@ SCENARIOS = {
     "shared_memory": lambda: run(K, ok(), smem=1024),
     "compute_capability": lambda: run(K, ok(), lim=limits(cc=75)),
     "contract_definition": lambda: contract([arr("x", "q8")]),
+    # launch features (test_launch_features.py has the rest): a grid past the declared co-residency, a
+    # grid that is no multiple of the cluster
+    "cooperative_grid": lambda: run(contract(K_ARGS, kernel="k", block={"exact": [32]}, cooperative=True),
+                                    ok(), grid=9, lim=limits(sim_max_coresident=8)),
+    "cluster": lambda: run(contract(K_ARGS, kernel="k", block={"exact": [32]}, cluster=[2]), ok(), grid=3),
 }
 
 

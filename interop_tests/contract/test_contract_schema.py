@@ -62,7 +62,8 @@ DEFINITION_ERRORS = [
     ("domain", 0, "vecadd: invalid contract: domain: expected an integer in [1, 3], got 0"),
     ("domain", 1.5, "vecadd: invalid contract: domain: expected an integer, got a non-integer number"),
     ("speed", 3, "vecadd: invalid contract: speed: unknown key (allowed: version, kernel, domain, strict_domain, "
-                 "block, dynamic_smem, min_cc, args, requires, inplace, grid_from, fault_sites, tensor_maps)"),
+                 "block, dynamic_smem, min_cc, args, requires, inplace, grid_from, fault_sites, tensor_maps, pdl, "
+                 "cooperative, cluster, cluster_nonportable)"),
     ("strict_domain", 1, "vecadd: invalid contract: strict_domain: expected true or false, got a number"),
     ("block", {"exact": [64, 32]}, "vecadd: invalid contract: block.exact: expected at most 1024 threads per block, "
                                    "got 2048"),

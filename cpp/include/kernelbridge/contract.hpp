@@ -34,6 +34,8 @@ enum class ErrorCode : int32_t {
   compute_capability,
   contract_definition,
   missing_contract,
+  cooperative_grid,                // a cooperative grid larger than what can be co-resident
+  cluster,                         // a thread-block cluster the device or the compiled function refuses
 };
 
 enum class ArgKind : uint8_t { array, scalar };
@@ -103,6 +105,15 @@ struct LaunchContract {
   std::vector<TensorMapSpec> tensor_maps;
   int version = 1;
   std::vector<FaultSite> fault_sites;
+  // Launch features (launched with cuLaunchKernelEx attributes; docs/architecture.md "Launch features").
+  // pdl: the kernel executes griddepcontrol.wait before reading anything a predecessor wrote, so it may
+  // be launched with programmatic stream serialization (sm_90+; older devices launch it normally).
+  bool pdl = false;
+  bool cooperative = false;                    // grid-wide sync: every block must be co-resident
+  int cluster[3] = {0, 0, 0};                  // thread-block cluster dims; all 0 = no cluster
+  bool cluster_nonportable = false;            // cluster of 9..16 blocks (sm_90's non-portable sizes)
+  bool has_cluster() const { return cluster[0] > 0; }
+  bool has_launch_features() const { return pdl || cooperative || has_cluster(); }
 };
 
 // One launch argument as the validator sees it.
@@ -138,6 +149,9 @@ struct DeviceLimits {
   int64_t smem_per_block = 49152;
   int64_t smem_per_block_optin = 49152;
   int sm_count = 0;
+  // Blocks a driver-less caller (the CPU simulator) declares it can run at once for a cooperative
+  // grid; 0 = not declared. Used only when validate() gets no Occupancy (no driver to ask).
+  int64_t sim_max_coresident = 0;
   bool host_memory = false;        // the CPU simulator: host arrays stand in for device memory
   // Bit d set: memory on cuda:d is accepted too (the launch enabled peer access from device_id to d).
   uint64_t peer_mask = 0;
@@ -148,6 +162,10 @@ struct FuncAttrs {
   int64_t static_smem = 0;
   int num_regs = 0;
   int64_t max_dynamic_smem = 49152;  // current CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+  // Cluster dims compiled into the function (.reqnctapercluster: CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_*);
+  // all 0 = none. cluster_must_be_set: compiled with .explicitcluster (launch needs a cluster).
+  int required_cluster[3] = {0, 0, 0};
+  bool cluster_must_be_set = false;
 };
 
 struct LaunchConfig {
@@ -155,6 +173,20 @@ struct LaunchConfig {
   int block[3] = {0, 0, 0};        // all zero = exact block, else (min(bounds or device max, fn max, 256), 1, 1)
   int64_t smem = 0;                // -1 = the contract's exact value (0 under a "max" contract)
   bool skip = false;               // set by validate: derived grid is empty (empty output), launch nothing
+  bool no_pdl = false;             // this launch opts out of the contract's PDL (launch(..., pdl=False))
+};
+
+// What the compiled function can have resident at once, for cooperative grids and clusters (the CUDA
+// occupancy API). The native launcher answers from the driver (with a documented cache); validate()
+// without one skips the occupancy checks, except a cooperative grid against `sim_max_coresident`.
+struct Occupancy {
+  virtual ~Occupancy() = default;
+  // Blocks of `threads` threads with `smem` dynamic bytes one SM holds at once
+  // (cuOccupancyMaxActiveBlocksPerMultiprocessor); < 0 = unknown (the check is skipped).
+  virtual int64_t blocks_per_sm(int threads, int64_t smem) = 0;
+  // Clusters of `cluster` dims the device can have active at once for this configuration
+  // (cuOccupancyMaxActiveClusters); < 0 = unknown.
+  virtual int64_t active_clusters(const LaunchConfig& cfg, const int cluster[3]) = 0;
 };
 
 struct Error {
@@ -171,8 +203,9 @@ inline std::string contract_to_json(const LaunchContract& c);
 
 // Validate a launch in the order of docs/architecture.md. Fills `cfg` in place with the resolved grid,
 // block and smem; cfg.skip = true when the derived grid is empty (nothing to launch, not an error).
+// `occ`: the function's occupancy (cooperative grids, clusters); nullptr skips those checks.
 inline Error validate(const LaunchContract& c, const ArgValue* args, int nargs, LaunchConfig& cfg,
-                      const DeviceLimits& dev, const FuncAttrs& fn);
+                      const DeviceLimits& dev, const FuncAttrs& fn, Occupancy* occ = nullptr);
 
 // Pack a validated scalar into kernel-parameter bytes of `dtype` (little endian, f16/bf16 rounded to
 // nearest even). `out` needs 8 bytes. Returns the byte size (= its alignment), 0 for an unpackable dtype.

@@ -45,10 +45,19 @@
 //                                     configuration, e.g. "grid.x == len(partials)"
 //   KB_INPLACE((a, b), ...)           pairs of arguments allowed to overlap
 //   KB_GRID_FROM(arg[, px[, py[, pz]]])   derive the grid from `arg`'s shape, px.. items per thread
+//   KB_PDL()                          programmatic dependent launch: the kernel calls
+//                                     cudaGridDependencySynchronize() (griddepcontrol.wait) before reading
+//                                     anything a predecessor wrote; launched with programmatic stream
+//                                     serialization on sm_90+ (normally on older devices)
+//   KB_COOPERATIVE()                  cooperative launch (cooperative_groups::this_grid().sync()); a grid
+//                                     larger than what can be co-resident is refused before launch
+//   KB_CLUSTER(x[, y[, z]])           thread-block cluster dims (sm_90+), at most 8 blocks; equal to the
+//                                     kernel's __cluster_dims__ when it has them
+//   KB_CLUSTER_NONPORTABLE(x[, y[, z]])   the same with 9..16 blocks (non-portable cluster sizes)
 //
 // Numbers (block sizes, ndim, ...) must be decimal integer literals or macros expanding to one: they
 // are copied into the JSON text as written (checked at compile time).
-// Limits: 32 arguments, 32 relations, 32 in-place pairs, 12 clauses. Header only; needs C++17.
+// Limits: 32 arguments, 32 relations, 32 in-place pairs, 16 clauses. Header only; needs C++17.
 #pragma once
 
 #include <cstddef>
@@ -162,6 +171,10 @@ template <std::size_t N> constexpr bool json_plain(const char (&s)[N]) {
 #define KB_REQUIRES(...) (KB__C_REQUIRES, __VA_ARGS__)
 #define KB_INPLACE(...) (KB__C_INPLACE, __VA_ARGS__)
 #define KB_GRID_FROM(...) (KB__C_GRID_FROM, KB__GRID_PAD(__VA_ARGS__))
+#define KB_PDL() (KB__C_PDL, 0)
+#define KB_COOPERATIVE() (KB__C_COOPERATIVE, 0)
+#define KB_CLUSTER(...) (KB__C_CLUSTER, KB__PAD3(__VA_ARGS__))
+#define KB_CLUSTER_NONPORTABLE(...) (KB__C_CLUSTER_NONPORTABLE, KB__PAD3(__VA_ARGS__))
 
 #define KB_SCALAR(name, dtype) (KB__A_SCALAR, name, dtype)
 #define KB_ARRAY(name, dtype, ndim, access) (KB__A_ARRAY, name, dtype, ndim, access, C, 0)
@@ -280,6 +293,23 @@ template <std::size_t N> constexpr bool json_plain(const char (&s)[N]) {
   KB__LITERAL(k, "KB_GRID_FROM", x) KB__LITERAL(k, "KB_GRID_FROM", y) KB__LITERAL(k, "KB_GRID_FROM", z) \
   static_assert((x) > 0 && (y) > 0 && (z) > 0, #k ": KB_GRID_FROM items per thread must be > 0");
 
+#define KB__C_PDL_JSON(k, unused) ",\"pdl\":true"
+#define KB__C_PDL_CHECK(k, unused)
+#define KB__C_COOPERATIVE_JSON(k, unused) ",\"cooperative\":true"
+#define KB__C_COOPERATIVE_CHECK(k, unused)
+#define KB__C_CLUSTER_JSON(k, x, y, z) ",\"cluster\":[" #x "," #y "," #z "]"
+#define KB__C_CLUSTER_CHECK(k, x, y, z)                                                            \
+  KB__LITERAL(k, "KB_CLUSTER", x) KB__LITERAL(k, "KB_CLUSTER", y) KB__LITERAL(k, "KB_CLUSTER", z)   \
+  static_assert((x) > 0 && (y) > 0 && (z) > 0 && (x) * (y) * (z) <= 8,                              \
+                #k ": KB_CLUSTER needs 1..8 blocks (KB_CLUSTER_NONPORTABLE for up to 16)");
+#define KB__C_CLUSTER_NONPORTABLE_JSON(k, x, y, z) \
+  ",\"cluster\":[" #x "," #y "," #z "],\"cluster_nonportable\":true"
+#define KB__C_CLUSTER_NONPORTABLE_CHECK(k, x, y, z)                                                \
+  KB__LITERAL(k, "KB_CLUSTER_NONPORTABLE", x) KB__LITERAL(k, "KB_CLUSTER_NONPORTABLE", y)          \
+  KB__LITERAL(k, "KB_CLUSTER_NONPORTABLE", z)                                                       \
+  static_assert((x) > 0 && (y) > 0 && (z) > 0 && (x) * (y) * (z) <= 16,                             \
+                #k ": KB_CLUSTER_NONPORTABLE needs 1..16 blocks");
+
 #define KB__C_ARGS_JSON(k, ...) ",\"args\":[" KB__FE(KB__ARG_JSON, k, __VA_ARGS__) "]"
 #define KB__C_ARGS_CHECK(k, ...)                                                                   \
   static_assert(::kb::contract_detail::arity<decltype(&k)>() == KB__NARGS(__VA_ARGS__),             \
@@ -395,6 +425,14 @@ template <std::size_t N> constexpr bool json_plain(const char (&s)[N]) {
   KB__FEC_10(m, d, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9) m(d, 10, a10)
 #define KB__FEC_12(m, d, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11) \
   KB__FEC_11(m, d, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10) m(d, 11, a11)
+#define KB__FEC_13(m, d, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12) \
+  KB__FEC_12(m, d, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11) m(d, 12, a12)
+#define KB__FEC_14(m, d, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13) \
+  KB__FEC_13(m, d, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12) m(d, 13, a13)
+#define KB__FEC_15(m, d, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14) \
+  KB__FEC_14(m, d, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13) m(d, 14, a14)
+#define KB__FEC_16(m, d, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15) \
+  KB__FEC_15(m, d, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14) m(d, 15, a15)
 #define KB__FE_1(m, d, a0) m(d, 0, a0)
 #define KB__FE_2(m, d, a0, a1) \
   KB__FE_1(m, d, a0) m(d, 1, a1)

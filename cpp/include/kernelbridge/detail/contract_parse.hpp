@@ -18,6 +18,11 @@ inline int find_arg(const LaunchContract& c, const std::string& name) {
   return -1;
 }
 
+// Blocks per thread-block cluster: 8 is portable across cluster-capable GPUs; sm_90 allows up to 16
+// for a function that opts in (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED).
+constexpr int kMaxClusterPortable = 8;
+constexpr int kMaxClusterNonportable = 16;
+
 namespace detail {
 
 inline const char* layout_name(Layout l) { return l == Layout::c_contig ? "C" : l == Layout::f_contig ? "F" : "any"; }
@@ -61,7 +66,8 @@ class ContractReader {
       return fail("kernel", "missing (required)");
     }
     static const char* keys[] = {"version", "kernel", "domain", "strict_domain", "block", "dynamic_smem", "min_cc", "args",
-                                 "requires", "inplace", "grid_from", "fault_sites", "tensor_maps"};
+                                 "requires", "inplace", "grid_from", "fault_sites", "tensor_maps", "pdl",
+                                 "cooperative", "cluster", "cluster_nonportable"};
     if (!known_keys(root, "", keys, sizeof keys / sizeof *keys)) return false;
     int64_t v;
     if (const json::Value* x = root.get("version")) {
@@ -89,7 +95,7 @@ class ContractReader {
     if (const json::Value* x = root.get("grid_from")) { if (!grid_from(*x)) return false; }
     if (const json::Value* x = root.get("fault_sites")) { if (!fault_sites(*x)) return false; }
     if (const json::Value* x = root.get("tensor_maps")) { if (!tensor_maps(*x)) return false; }
-    return true;
+    return launch_features(root);
   }
 
   bool fail(const std::string& field, const std::string& what, int arg = -1) {
@@ -337,6 +343,35 @@ class ContractReader {
     }
     return true;
   }
+  bool flag(const json::Value& root, const char* key, bool& out) {
+    const json::Value* x = root.get(key);
+    if (!x) return true;
+    if (x->type != json::Value::Type::boolean)
+      return fail(key, std::string("expected true or false, got ") + json::type_name(x->type));
+    out = x->b;
+    return true;
+  }
+  // pdl / cooperative / cluster / cluster_nonportable (docs/architecture.md "Launch features"). The
+  // cluster's static limits are checked here; the device's and the compiled function's at each launch.
+  bool launch_features(const json::Value& root) {
+    if (!flag(root, "pdl", c_.pdl) || !flag(root, "cooperative", c_.cooperative) ||
+        !flag(root, "cluster_nonportable", c_.cluster_nonportable))
+      return false;
+    const json::Value* x = root.get("cluster");
+    if (x == nullptr || x->type == json::Value::Type::null) {
+      if (c_.cluster_nonportable) return fail("cluster_nonportable", "only meaningful with a cluster");
+      return true;
+    }
+    if (!dims(*x, "cluster", c_.cluster, kMaxClusterNonportable)) return false;
+    const int64_t size = int64_t{c_.cluster[0]} * c_.cluster[1] * c_.cluster[2];
+    const int64_t most = c_.cluster_nonportable ? kMaxClusterNonportable : kMaxClusterPortable;
+    if (size > most)
+      return fail("cluster", "expected at most " + std::to_string(most) + " blocks per cluster (" +
+                                 (c_.cluster_nonportable ? "the non-portable limit" :
+                                  "the portable limit; declare cluster_nonportable for up to 16") +
+                                 "), got " + std::to_string(size));
+    return true;
+  }
   bool tensor_maps(const json::Value& x) {
     if (!list(x, "tensor_maps", 0, 16)) return false;
     for (size_t k = 0; k < x.items.size(); ++k) {
@@ -511,6 +546,11 @@ inline std::string contract_to_json(const LaunchContract& c) {
     }
     o += ']';
   }
+  // launch features: only when set, so contracts without them keep their bytes (and checksums)
+  if (c.pdl) o += ",\"pdl\":true";
+  if (c.cooperative) o += ",\"cooperative\":true";
+  if (c.has_cluster()) { o += ",\"cluster\":"; detail::write_dims(o, c.cluster, 3); }
+  if (c.cluster_nonportable) o += ",\"cluster_nonportable\":true";
   o += '}';
   return o;
 }

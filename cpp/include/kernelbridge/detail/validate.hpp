@@ -573,6 +573,102 @@ inline Error check_smem(const LaunchContract& c, LaunchConfig& cfg, const Device
 
 KB_COLD inline std::string sm_text(int cc) { return "sm_" + std::to_string(cc); }
 
+// --- launch features (docs/architecture.md "Launch features") --------------------------------------
+inline int64_t grid_blocks(const LaunchConfig& cfg) { return sat_mul(sat_mul(cfg.grid[0], cfg.grid[1]), cfg.grid[2]); }
+inline int block_threads(const LaunchConfig& cfg) {
+  return static_cast<int>(sat_mul(sat_mul(cfg.block[0], cfg.block[1]), cfg.block[2]));
+}
+
+KB_COLD inline Error cluster_grid_error(const LaunchContract& c, const LaunchConfig& cfg, const int cl[3], int d,
+                                        bool compiled) {
+  return config_error(c, ErrorCode::cluster, "grid " + dims_text(cfg.grid),
+                      "every dimension divisible by the " + std::string(compiled ? "compiled " : "") + "cluster " +
+                          dims_text(cl),
+                      std::to_string(cfg.grid[d]) + " in " + axis_name(d) + ", not a multiple of " +
+                          std::to_string(cl[d]));
+}
+
+KB_COLD inline Error cooperative_error(const LaunchContract& c, const LaunchConfig& cfg, int64_t limit,
+                                       const std::string& why) {
+  return config_error(c, ErrorCode::cooperative_grid, "cooperative grid " + dims_text(cfg.grid),
+                      "at most " + std::to_string(limit) + " blocks, all co-resident (" + why + ")",
+                      std::to_string(grid_blocks(cfg)) + " blocks");
+}
+
+KB_COLD inline Error cluster_schedule_error(const LaunchContract& c, const LaunchConfig& cfg, const int cl[3],
+                                            const FuncAttrs& fn) {
+  const int64_t n = int64_t{cl[0]} * cl[1] * cl[2];
+  Error e;
+  e.code = ErrorCode::cluster;
+  e.message = c.kernel + ": cluster " + dims_text(cl) + " of " + std::to_string(n) + " blocks with " +
+              std::to_string(fn.static_smem + cfg.smem) + " bytes shared memory per block (block " +
+              dims_text(cfg.block) + ") cannot be scheduled: expected a cluster the device can co-schedule "
+              "(cuOccupancyMaxActiveClusters > 0), got 0";
+  return e;
+}
+
+// Clusters: sm_90+, grid divisible by the cluster, the contract's cluster equal to the one compiled into
+// the function, and schedulable (occupancy). A function with compiled dims and no contract cluster is
+// still checked for divisibility (the driver would refuse the launch less clearly).
+inline Error check_cluster(const LaunchContract& c, const LaunchConfig& cfg, const DeviceLimits& dev,
+                           const FuncAttrs& fn, Occupancy* occ) {
+  const bool compiled = fn.required_cluster[0] > 0;
+  if (!c.has_cluster()) {
+    if (fn.cluster_must_be_set && !compiled)
+      return config_error(c, ErrorCode::cluster, "cluster",
+                          "a cluster in the contract (the function was compiled with .explicitcluster, so it "
+                          "must be launched with one; declare cluster=(x, y, z) / KB_CLUSTER(x, y, z))",
+                          "none");
+    if (!compiled) return Error();
+    for (int d = 0; d < 3; ++d)
+      if (cfg.grid[d] % fn.required_cluster[d] != 0) return cluster_grid_error(c, cfg, fn.required_cluster, d, true);
+    return Error();
+  }
+  if (dev.cc < 90)
+    return config_error(c, ErrorCode::compute_capability, "thread-block cluster " + dims_text(c.cluster),
+                        "sm_90 or newer", sm_text(dev.cc));
+  if (compiled && (fn.required_cluster[0] != c.cluster[0] || fn.required_cluster[1] != c.cluster[1] ||
+                   fn.required_cluster[2] != c.cluster[2]))
+    return config_error(c, ErrorCode::cluster, "cluster",
+                        dims_text(fn.required_cluster) + " (compiled into the function: __cluster_dims__ / "
+                        ".reqnctapercluster)",
+                        dims_text(c.cluster) + " (the contract's)");
+  for (int d = 0; d < 3; ++d)
+    if (cfg.grid[d] % c.cluster[d] != 0) return cluster_grid_error(c, cfg, c.cluster, d, false);
+  if (occ != nullptr && occ->active_clusters(cfg, c.cluster) == 0) return cluster_schedule_error(c, cfg, c.cluster, fn);
+  return Error();
+}
+
+// Cooperative grids: every block co-resident, at most blocks_per_sm(block, smem) x SMs (the occupancy
+// API, as cuLaunchCooperativeKernel requires), or the simulator's declared limit without a driver.
+inline Error check_cooperative(const LaunchContract& c, const LaunchConfig& cfg, const DeviceLimits& dev,
+                               Occupancy* occ) {
+  const int64_t blocks = grid_blocks(cfg);
+  if (occ != nullptr && dev.sm_count > 0) {
+    const int64_t per_sm = occ->blocks_per_sm(block_threads(cfg), cfg.smem);
+    if (per_sm < 0) return Error();
+    const int64_t limit = sat_mul(per_sm, dev.sm_count);
+    if (blocks > limit)
+      return cooperative_error(c, cfg, limit,
+                               std::to_string(per_sm) + " per SM for a block of " + std::to_string(block_threads(cfg)) +
+                                   " threads with " + std::to_string(cfg.smem) + " bytes of dynamic shared memory, x " +
+                                   std::to_string(dev.sm_count) + " SMs");
+    return Error();
+  }
+  if (occ == nullptr && dev.sim_max_coresident > 0 && blocks > dev.sim_max_coresident)
+    return cooperative_error(c, cfg, dev.sim_max_coresident, "the simulator's declared limit");
+  return Error();
+}
+
+inline Error check_launch_features(const LaunchContract& c, const LaunchConfig& cfg, const DeviceLimits& dev,
+                                   const FuncAttrs& fn, Occupancy* occ) {
+  if (cfg.skip) return Error();
+  if (Error e = check_cluster(c, cfg, dev, fn, occ)) return e;
+  if (c.cooperative)
+    if (Error e = check_cooperative(c, cfg, dev, occ)) return e;
+  return Error();
+}
+
 KB_COLD inline Error argument_count_error(const LaunchContract& c, int nargs) {
   const int n = static_cast<int>(c.args.size());
   std::string names;
@@ -587,7 +683,7 @@ KB_COLD inline Error argument_count_error(const LaunchContract& c, int nargs) {
 }  // namespace detail
 
 inline Error validate(const LaunchContract& c, const ArgValue* args, int nargs, LaunchConfig& cfg,
-                      const DeviceLimits& dev, const FuncAttrs& fn) {
+                      const DeviceLimits& dev, const FuncAttrs& fn, Occupancy* occ) {
   using namespace detail;
   cfg.skip = false;
   const int n = static_cast<int>(c.args.size());
@@ -640,6 +736,8 @@ inline Error validate(const LaunchContract& c, const ArgValue* args, int nargs, 
                         "at most " + std::to_string(fn.max_threads_per_block) +
                             " threads (max_threads_per_block of the compiled function)",
                         std::to_string(total));
+  if ((c.has_launch_features() || fn.required_cluster[0] > 0 || fn.cluster_must_be_set))
+    if (Error e = check_launch_features(c, cfg, dev, fn, occ)) return e;
   return Error();
 }
 
