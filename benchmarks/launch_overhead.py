@@ -17,7 +17,11 @@ module kernel and the peers, `@simt.kernel` and `@tile.kernel` for the DSL rows.
 Bars (DESIGN §8, issues "Tile as first-class" and "launches at the driver's floor"): a validated module
 launch with CuPy / torch arrays ≤ 1.35× the C++ floor, with bridge arrays ≤ 1.15×, each ≤ 1.0× CuPy
 RawKernel; a DSL call (SIMT and tile, `k(...)` and `k[grid, block](...)`) ≤ 0.3 µs over the module call
-with the same arguments; a tile launch ≤ 1.1× the SIMT launch with the same arguments.
+with the same arguments; a tile launch ≤ 1.1× the SIMT launch with the same arguments. Issue 32: the same
+Triton kernel wrapped by `bridge.foreign.triton` (compiled by Triton, validated and launched by us) ≤ 1.1×
+the module launch with the same arguments (torch tensors) and ≤ 0.5× Triton's own JIT launch
+(`kernel[grid](...)`); the wrapped kernel with Triton's scratch pointers passed per launch (ForeignKernel,
+`drop_unused=False`) is a row, for comparison.
 """
 from __future__ import annotations
 
@@ -284,9 +288,35 @@ def _torch_rows(rep: Report, paths: Paths, producer_rows: Callable) -> None:
                 m = o < nn
                 tl.store(c_ + o, tl.load(a_ + o, mask=m) + tl.load(b_ + o, mask=m), mask=m)
             tadd[(1,)](tx, ty, tz, 1, BLOCK=128)
-            paths.add("Triton JIT launch", lambda: tadd[(1,)](tx, ty, tz, 1, BLOCK=128), torch.cuda.synchronize)
+            paths.add(TRITON_JIT, lambda: tadd[(1,)](tx, ty, tz, 1, BLOCK=128), torch.cuda.synchronize)
         except Exception as exc:  # noqa: BLE001
             rep.missing["triton launch"] = repr(exc)[:200]
+            return
+        _wrapped_triton_rows(rep, paths, tadd, tx, ty, tz, torch)
+
+
+TRITON_JIT = "Triton JIT launch"
+TRITON_WRAPPED = "Triton wrapped by bridge.foreign, k(...), torch tensors"
+TRITON_FILLED = "Triton wrapped, scratch pointers passed (ForeignKernel), torch tensors"
+
+
+def _wrapped_triton_rows(rep: Report, paths: Paths, tadd: object, tx, ty, tz, torch) -> None:
+    """The same Triton kernel compiled by Triton and launched through the bridge (validated, the contract
+    of the module row: 3 f32 arrays of length n), as bridge.foreign.triton returns it (the scratch
+    pointers its code never reads dropped: a plain bridge.Kernel) and with them passed (ForeignKernel)."""
+    import bridge
+    kw = dict(constexprs={"BLOCK": 128}, access={"a_": "read", "b_": "read", "c_": "write"},
+              requires=["len(a_) == nn", "len(b_) == nn", "len(c_) == nn"], grid=("c_", "BLOCK"))
+    try:
+        for name, drop in ((TRITON_WRAPPED, True), (TRITON_FILLED, False)):
+            k = bridge.foreign.triton(tadd, "*fp32, *fp32, *fp32, i32", drop_unused=drop, **kw)
+            tz.zero_()
+            k(tx, ty, tz, 1)
+            torch.cuda.synchronize()
+            assert bool(torch.allclose(tz, tx + ty)), f"{name}: wrong result"
+            paths.add(name, (lambda k=k: k(tx, ty, tz, 1)), torch.cuda.synchronize)
+    except Exception as exc:  # noqa: BLE001
+        rep.missing["bridge.foreign.triton"] = repr(exc)[:200]
 
 
 def _cpp_loop(tmp: str, arch: str, n: int, rep: Report) -> list[str] | None:
@@ -336,6 +366,13 @@ def bar_pairs(paths: Paths, floor_fn: Timer | None, labels: list[str]) -> list[t
         t_name, s_name = f"DSL tile k(...), {label}", f"DSL simt k(...), {label}"
         if t_name in paths.fns and s_name in paths.fns:
             out.append((f"tile launch vs SIMT launch, {label}", t_name, s_name, 1.1, 0.0, "1.1x the SIMT launch"))
+    module = "module k(...), torch tensors"
+    if TRITON_WRAPPED in paths.fns and module in paths.fns:
+        out.append(("wrapped Triton launch vs module launch, torch tensors", TRITON_WRAPPED, module, 1.1, 0.0,
+                    "1.1x our module launch (same arguments)"))
+    if TRITON_WRAPPED in paths.fns and TRITON_JIT in paths.fns:
+        out.append(("wrapped Triton launch vs Triton's JIT launch, torch tensors", TRITON_WRAPPED, TRITON_JIT, 0.5,
+                    0.0, "0.5x Triton's own JIT launch"))
     return out
 
 

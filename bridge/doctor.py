@@ -296,12 +296,65 @@ def peers_section() -> Section:
     return Section("peers", data, lines)
 
 
+# ------------------------------------------------------------------------------------ foreign
+# (label, module bridge.foreign imports, distribution whose version is reported first): the systems whose
+# kernels bridge.foreign wraps (docs/interop.md). numba-cuda is numba's CUDA target, a package of its own.
+FOREIGN = (("triton", "triton", "triton"), ("cupy", "cupy", None), ("numba-cuda", "numba.cuda", "numba-cuda"),
+           ("numba", "numba", "numba"))
+
+
+def _dist_version(dist: str | None) -> str | None:
+    if dist is None:
+        return None
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        return version(dist)
+    except (ImportError, PackageNotFoundError, ValueError):
+        return None
+
+
+def _cupy_source_compiler() -> str:
+    """Which compiler bridge.foreign uses for CuPy source (RawKernel code, generated ElementwiseKernels)."""
+    from bridge.foreign.compile_cuda import nvrtc_problem
+    from bridge.toolkit import locate
+    problem = nvrtc_problem()
+    if not problem:
+        return "NVRTC"
+    return "nvcc" if locate("nvcc").path else f"none (NVRTC: {problem}; no nvcc)"
+
+
+def foreign_section() -> Section:
+    """Which foreign kernel systems are importable here, and their versions (bridge.foreign wraps their
+    kernels; it imports each only when its adapter is called)."""
+    data: dict[str, Any] = {}
+    lines = []
+    for label, module, dist in FOREIGN:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            missing = exc.name is not None and module.startswith(exc.name)
+            entry: dict[str, Any] = {"importable": False, "installed": not missing,
+                                     "error": None if missing else f"{type(exc).__name__}: {exc}"}
+        except Exception as exc:  # noqa: BLE001 - an installed package that fails to import is reported
+            entry = {"importable": False, "installed": True, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        else:
+            version = _dist_version(dist) or str(getattr(mod, "__version__", "?"))
+            entry = {"importable": True, "installed": True, "version": version}
+        data[label] = entry
+        lines.append(f"foreign {label}: " + (entry["version"] if entry["importable"] else
+                                             "not installed" if not entry["installed"] else
+                                             f"not importable ({entry['error']})"))
+    data["cupy_source_compiler"] = _cupy_source_compiler()
+    lines.append(f"foreign CuPy source (RawKernel, ElementwiseKernel) compiled by: {data['cupy_source_compiler']}")
+    return Section("foreign", data, lines)
+
+
 # ------------------------------------------------------------------------------------ report
 def bridge_sections() -> list[Section]:
     """The runtime's sections, in report order."""
     head, driver, tools = kernelbridge_section(), driver_section(), toolkit_section()
     return [head, driver, tools, compatibility_section(driver, tools), cpp_kernels_section(driver),
-            overrides_section(), peers_section()]
+            overrides_section(), peers_section(), foreign_section()]
 
 
 def assemble(sections: list[Section], full: bool) -> dict:

@@ -17,7 +17,9 @@ from typing import Sequence
 
 from bridge.errors import ForeignKernelError
 
-__all__ = ["compile_cuda", "nvrtc_problem"]
+__all__ = ["compile_cuda", "compile_like_cupy", "nvrtc_problem"]
+
+_NVRTC_ONLY = ("--device-as-default-execution-space", "-default-device", "--pch", "-pch")
 
 _cache: dict[tuple[str, tuple[str, ...], int, str], bytes] = {}   # documented cache (above)
 _lock = threading.Lock()
@@ -102,3 +104,31 @@ def compile_cuda(source: str, options: Sequence[str] = (), *, arch: int, compile
         with _lock:
             _cache[key] = cubin
     return cubin, label
+
+
+def _include_dirs() -> list[str]:
+    """CuPy's header directory (when CuPy is installed) and the toolkit's (bridge.toolkit)."""
+    dirs = []
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("cupy")
+        if spec is not None and spec.origin:
+            dirs.append(os.path.join(os.path.dirname(spec.origin), "_core", "include"))
+    except (ImportError, ValueError):
+        pass
+    from bridge.toolkit import locate
+    inc = locate("cuda-include").path
+    if inc:
+        dirs.append(inc)
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def compile_like_cupy(code: str, name: str, options: tuple[str, ...], backend: str, arch: int) -> tuple[bytes, str]:
+    """(cubin, compiler) of CUDA source as CuPy compiles it (RawKernel code, generated ElementwiseKernels):
+    NVRTC with `-ftz=true` and `--device-as-default-execution-space`, CuPy's and CUDA's include
+    directories; nvcc (without the NVRTC-only options) when `backend == "nvcc"` or NVRTC cannot be loaded."""
+    includes = [f"-I{d}" for d in _include_dirs()]
+    nvrtc_opts = [*options, "-ftz=true", "--device-as-default-execution-space", *includes]
+    nvcc_opts = [o for o in options if o not in _NVRTC_ONLY] + ["-ftz=true", *includes]
+    return compile_cuda(code, nvrtc_opts if backend == "nvrtc" else nvcc_opts, arch=arch, compiler=backend,
+                        nvcc_options=nvcc_opts, filename=f"{name}.cu")

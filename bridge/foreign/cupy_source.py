@@ -7,26 +7,22 @@ directories; nvcc when `backend == "nvcc"` or NVRTC cannot be loaded), and load 
 module path: it runs on the bridge's stream, on any device, validated. The contract comes from the
 kernel's C signature in the code (`extern "C" __global__ void name(...)`) unless one is given. CuPy
 itself is never imported unless installed (only for its include directory); any object with these
-attributes works. Not yet: `ElementwiseKernel`, `jitify=True`, cooperative groups, templates through
-`name_expressions`.
+attributes works. An `ElementwiseKernel` is generated anew (elementwise.py). Not yet: `jitify=True`,
+cooperative groups, templates through `name_expressions`, `ReductionKernel` (refused).
 """
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
 from bridge.errors import ForeignKernelError
-from bridge.foreign.compile_cuda import compile_cuda
+from bridge.foreign.compile_cuda import compile_like_cupy
 from bridge.foreign.launch import ForeignKernel
 from bridge.foreign.signature import parse_signature, strip_comments
 from bridge.foreign.wrap import ForeignBuild, as_contract, load
 from bridge.kernel import Kernel
 
 __all__ = ["kernel_signature", "build_cupy", "cupy"]
-
-_NVRTC_ONLY = ("--device-as-default-execution-space", "-default-device", "--pch", "-pch")
-
 
 def kernel_signature(code: str, name: str) -> str:
     """The `void name(...)` signature of `__global__` kernel `name` in CUDA source `code` (comments
@@ -47,23 +43,6 @@ def kernel_signature(code: str, name: str) -> str:
     params = text[m.end(): end - 1]
     bounds = re.search(r"__launch_bounds__\s*\([^)]*\)", m.group("pre") + m.group("mid"))
     return f"void {bounds.group(0) + ' ' if bounds else ''}{name}({params})"
-
-
-def _include_dirs() -> list[str]:
-    """CuPy's header directory (when CuPy is installed) and the toolkit's (bridge.toolkit)."""
-    dirs = []
-    try:
-        import importlib.util
-        spec = importlib.util.find_spec("cupy")
-        if spec is not None and spec.origin:
-            dirs.append(os.path.join(os.path.dirname(spec.origin), "_core", "include"))
-    except (ImportError, ValueError):
-        pass
-    from bridge.toolkit import locate
-    inc = locate("cuda-include").path
-    if inc:
-        dirs.append(inc)
-    return [d for d in dirs if os.path.isdir(d)]
 
 
 def _source_of(obj: Any, name: str | None) -> tuple[str, str, tuple[str, ...], str]:
@@ -94,11 +73,7 @@ def build_cupy(obj: Any, name: str | None = None, contract: Any = None, *, arch:
         contract = kernel_signature(code, kname)
         parse_signature(contract)         # a kernel we cannot declare fails here, naming the parameter
     c = as_contract(contract, kname, declare_kw)
-    includes = [f"-I{d}" for d in _include_dirs()]
-    nvrtc_opts = [*options, "-ftz=true", "--device-as-default-execution-space", *includes]
-    nvcc_opts = [o for o in options if o not in _NVRTC_ONLY] + ["-ftz=true", *includes]
-    cubin, compiler = compile_cuda(code, nvrtc_opts if backend == "nvrtc" else nvcc_opts, arch=arch,
-                                   compiler=backend, nvcc_options=nvcc_opts, filename=f"{kname}.cu")
+    cubin, compiler = compile_like_cupy(code, kname, options, backend, arch)
     info = {"source": "cupy", "arch": arch, "compiler": compiler, "options": options, "backend": backend}
     return ForeignBuild(cubin, kname, c, info=info)
 
@@ -110,6 +85,15 @@ def cupy(obj: Any, name: str | None = None, contract: Any = None, *, device: Any
         k = bridge.foreign.cupy(raw, requires=["len(x) == n", "len(y) == n"], grid_from="y")
 
     compiled from `raw.code` for `device`'s architecture (default: the current device), contract from
-    the kernel's C signature in the code (`declare` keywords apply) unless `contract` is given."""
+    the kernel's C signature in the code (`declare` keywords apply) unless `contract` is given. An
+    `ElementwiseKernel` goes to `bridge.foreign.elementwise` (its keywords; example arguments as
+    `examples=(...)`); a `ReductionKernel` is refused (ForeignKernelError)."""
     from bridge.foreign.wrap import device_arch
+    if hasattr(obj, "operation") or hasattr(obj, "reduce_expr"):     # ElementwiseKernel / ReductionKernel
+        from bridge.foreign.elementwise import elementwise
+        if name is not None or contract is not None:
+            raise TypeError(f"bridge.foreign.cupy: {type(obj).__name__}: its contract is generated; name= and "
+                            f"contract= are for RawKernel / RawModule")
+        examples = tuple(declare_kw.pop("examples", ()))
+        return elementwise(obj, *examples, device=device, **declare_kw)
     return load(build_cupy(obj, name, contract, arch=device_arch(device), **declare_kw), device=device)

@@ -8,17 +8,27 @@ stream-ordered buffer of `per_program` bytes per program, allocated for the laun
 
 Cost: the launch goes through `Launcher.launch(..., keep_all=True)`, not the one-C-call fastcall, because
 the argument tuple is rebuilt here (a rebuilt tuple hides which arrays only the call holds, so every
-array is kept alive until the launch completes: safe, a little slower). Kernels without hidden
-parameters (declared C kernels, CuPy kernels) are plain `bridge.Kernel`s and keep the fastcall.
+array is kept alive until the launch completes: safe, a little slower); `k(*args)` without keywords
+calls it positionally with the null tail built once. Kernels without hidden parameters (declared C
+kernels, CuPy kernels, Triton kernels whose code reads no scratch pointer: triton_jit drops those) are
+plain `bridge.Kernel`s and keep the fastcall. A native contract field for trailing null pointers (the
+packer appending them) would let every Triton kernel be one: docs/interop.md, "Launch cost".
+
+`user_args(k)` / `full_args(k, args)` / `full_kernel(k)` describe any of these kernels uniformly (the
+arguments the user passes, the tuple the launcher packs, the bridge.Kernel that runs) for the
+framework integrations (dsl/integrations/_foreign.py).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.contract import native_contract
+from bridge.errors import ForeignKernelError
 from bridge.kernel import Kernel, _check_peer_flag, _peer_option, launch_options
 
-__all__ = ["Hidden", "ForeignKernel"]
+__all__ = ["Hidden", "ForeignKernel", "user_args", "full_args", "full_kernel"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,8 @@ class ForeignKernel:
         self.name = kernel.name
         self._nulls = tuple(None for _ in hidden)
         self._scratch = any(h.per_program for h in hidden)
+        self._native_launch = kernel.launcher.launch      # bound once: the hot path's one attribute
+        self._direct = not self._scratch                   # k(*args) is args + nulls (NumbaKernel: not so)
         return self
 
     def _launch(self, args: tuple, grid: Any, block: Any, shared_mem: Any, stream: Any, peer: bool) -> None:
@@ -72,6 +84,9 @@ class ForeignKernel:
 
     def __call__(self, *args: Any, **kw: Any) -> None:
         """`k(*args, grid=, block=, shared_mem=, stream=, peer_access=False)`: the user's arguments only."""
+        if not kw and self._direct:               # the common case: nulls appended, one native call
+            self._native_launch(args + self._nulls, None, None, None, None, True, False)
+            return
         peer = _peer_option(self.name, kw)
         grid, block, shared_mem, stream = launch_options(self.name, kw)
         self._launch(args, grid, block, shared_mem, stream, peer)
@@ -99,3 +114,44 @@ class ForeignKernel:
     def __repr__(self) -> str:
         names = ", ".join(h.name for h in self.hidden)
         return f"<bridge.foreign.ForeignKernel {self.name!r} on device {self.kernel.device} (fills {names})>"
+
+    def full_args(self, args: tuple) -> tuple:
+        """The tuple the launcher packs for the user's `args` (hidden parameters null); a kernel that
+        needs scratch memory per launch cannot be described this way (ForeignKernelError)."""
+        if self._scratch:
+            needs = ", ".join(h.name for h in self.hidden if h.per_program)
+            raise ForeignKernelError(f"{self.name}: the kernel needs scratch memory per launch ({needs}), which "
+                                     f"only its own launch allocates", kernel=self.name)
+        return tuple(args) + self._nulls
+
+
+def _contract_dict(contract: Any, name: str) -> dict[str, Any]:
+    return json.loads(native_contract(contract, name).to_json())
+
+
+def full_kernel(k: Any) -> Kernel:
+    """The bridge.Kernel that runs `k` (a bridge.Kernel, ForeignKernel or NumbaKernel)."""
+    return k.kernel if isinstance(k, ForeignKernel) else k
+
+
+def user_args(k: Any) -> list[dict[str, Any]]:
+    """The contract arguments (JSON dicts: name, kind, dtype, ndim, access, ...) of what the user passes to
+    `k`, in order: a bridge.Kernel's contract, a ForeignKernel's visible contract, a NumbaKernel's own
+    parameters (not numba's per-array fields)."""
+    if isinstance(k, ForeignKernel):
+        args = _contract_dict(k.contract, k.name)["args"]
+        own = getattr(k, "params", None)          # NumbaKernel: its contract spells out numba's fields
+        if own is not None:
+            by = {a["name"]: a for a in args}
+            return [by[p.name] for p in own]
+        return args
+    if isinstance(k, Kernel):
+        if k.contract is None:
+            _ = k.launcher                        # raises MissingContractError, naming the kernel
+        return _contract_dict(k.contract, k.name)["args"]
+    raise TypeError(f"expected a bridge.Kernel or a bridge.foreign kernel, got {type(k).__name__}")
+
+
+def full_args(k: Any, args: tuple) -> tuple:
+    """The tuple `full_kernel(k)`'s launcher packs for the user's `args`."""
+    return k.full_args(tuple(args)) if isinstance(k, ForeignKernel) else tuple(args)

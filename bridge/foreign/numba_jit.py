@@ -310,6 +310,7 @@ class NumbaKernel(ForeignKernel):
     @classmethod
     def _wrap(cls, kernel: Any, build: NumbaBuild) -> NumbaKernel:
         self = cls._create(kernel, (), build.contract, dict(build.info))
+        self._direct = False                  # every launch expands the arguments (_launch)
         self.params, self.layouts, self._build = build.params, dict(build.layouts or {}), build
         user = {p.name: i for i, p in enumerate(build.params)}
         self._user = user
@@ -319,16 +320,20 @@ class NumbaKernel(ForeignKernel):
         return self
 
     def _launch(self, args: tuple, grid: Any, block: Any, shared_mem: Any, stream: Any, peer: bool) -> None:
-        if len(args) != len(self.params):
-            names = ", ".join(p.name for p in self.params)
-            raise ArgumentCountError(f"{self.name}: expected {len(self.params)} arguments ({names}), got "
-                                     f"{len(args)}", kernel=self.name)
-        full = expand_args(self.params, self.layouts, args)
+        full = self.full_args(args)
         try:
             self.kernel.launcher.launch(full, grid, block, shared_mem, stream, keep_all=True, peer_access=peer)
         except LaunchContractError as exc:
             self._renumber(exc)
             raise
+
+    def full_args(self, args: tuple) -> tuple:
+        """The tuple the launcher packs: numba's per-array fields filled in around each array."""
+        if len(args) != len(self.params):
+            names = ", ".join(p.name for p in self.params)
+            raise ArgumentCountError(f"{self.name}: expected {len(self.params)} arguments ({names}), got "
+                                     f"{len(args)}", kernel=self.name)
+        return expand_args(self.params, self.layouts, args)
 
     def _renumber(self, exc: LaunchContractError) -> None:
         """Positions in the validator's message count numba's extra fields; say the user's instead."""

@@ -12,7 +12,11 @@ aligned tensors) and the contract checks exactly that (`align=16`; `pointer_alig
 Relations (`requires=`) and grid tiles may name constexprs: their values are written in.
 
 Triton 3.x appends hidden scratch pointers (global_scratch, profile_scratch) to every kernel; their
-number is read from the compiled PTX, and the ForeignKernel wrapper (launch.py) passes them. Not yet:
+number is read from the compiled PTX. When the kernel needs no scratch and its code never reads them
+(the PTX names them only in the `.entry` list), they are removed from the PTX, which Triton's own
+ptxas re-assembles with the options Triton used (`make_cubin`): the kernel is then a plain
+`bridge.Kernel`, launched by the native fastcall with nothing filled in Python. Otherwise the
+ForeignKernel wrapper (launch.py) passes them at each launch. Not yet:
 clusters (num_ctas > 1), cooperative grids, programmatic dependent launch, tensor descriptors,
 profiling scratch: refused when the kernel is wrapped (ForeignKernelError).
 """
@@ -169,6 +173,33 @@ def _hidden(kname: str, md: Any, ptx: str, n_user: int) -> tuple[Hidden, ...]:
     return tuple(Hidden("_kb_" + h, sizes.get(h, 0), align) for h in _HIDDEN_NAMES[:n_hidden])
 
 
+def _without_hidden(ptx: str, entry: str, n_user: int) -> str | None:
+    """The PTX with the entry's parameters past the first `n_user` removed, or None when the code
+    reads any of them (then they must be passed)."""
+    m = re.search(rf"\.entry\s+{re.escape(entry)}\s*\(([^)]*)\)", ptx)
+    if m is None:
+        return None
+    decls = [d for d in m.group(1).split(",") if d.strip()]
+    for d in decls[n_user:]:
+        name = re.findall(r"[A-Za-z_$%][\w$]*", d.split("[")[0])[-1]
+        if len(re.findall(rf"(?<![\w$]){re.escape(name)}(?![\w$])", ptx)) != 1:    # used beyond its declaration
+            return None
+    kept = ",".join(decls[:n_user])
+    return ptx[: m.start(1)] + kept + ("\n" if kept else "") + ptx[m.end(1):]
+
+
+def _reassemble(ptx: str, arch: int, options: Mapping[str, Any]) -> tuple[bytes, str]:
+    """(image, how) of edited PTX: a cubin from Triton's own ptxas with the options Triton compiled
+    with, or the PTX itself (the driver compiles it at load) when Triton's backend API differs."""
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler.compiler import make_backend
+        backend = make_backend(GPUTarget("cuda", arch, 32))
+        return bytes(backend.make_cubin(ptx, {}, backend.parse_options(dict(options)), arch)), "triton ptxas"
+    except (ImportError, AttributeError, TypeError) as exc:
+        return ptx.encode(), f"PTX, compiled by the driver at load (Triton's ptxas API: {type(exc).__name__})"
+
+
 def _grid_tile(grid: Any, constexprs: Mapping[str, Any], kname: str) -> tuple[str | None, tuple[int, ...] | None]:
     if grid is None:
         return None, None
@@ -190,7 +221,8 @@ def build_triton(fn: Any, signature: Any, *, arch: int, constexprs: Mapping[str,
                  num_warps: int = 4, num_stages: int = 3, requires: Iterable[str] = (),
                  access: Mapping[str, str] | None = None, ndim: Mapping[str, int] | None = None,
                  grid: Any = None, pointer_align: int | None = 16, divisible: Mapping[str, int] | None = None,
-                 options: Mapping[str, Any] | None = None, **contract: Any) -> ForeignBuild:
+                 options: Mapping[str, Any] | None = None, drop_unused: bool = True,
+                 **contract: Any) -> ForeignBuild:
     """Compile `fn` with Triton for sm_<arch> and infer its contract, without loading it (no GPU needed)."""
     try:
         import triton
@@ -217,11 +249,16 @@ def build_triton(fn: Any, signature: Any, *, arch: int, constexprs: Mapping[str,
         if types[p.name] == "constexpr" and p.name not in cx and p.has_default:
             cx[p.name] = p.default
     src = ASTSource(fn, types, constexprs=cx, attrs=attrs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                              options={"num_warps": num_warps, "num_stages": num_stages, **(options or {})})
+    opts = {"num_warps": num_warps, "num_stages": num_stages, **(options or {})}
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
     md = compiled.metadata
     args = _arg_specs(types, access or {}, {**example_ndim, **(ndim or {})}, pointer_align)
-    hidden = _hidden(kname, md, compiled.asm["ptx"], len(args))
+    ptx, image, how = compiled.asm["ptx"], bytes(compiled.asm["cubin"]), "triton"
+    hidden = _hidden(kname, md, ptx, len(args))
+    if drop_unused and hidden and not any(h.per_program for h in hidden):
+        stripped = _without_hidden(ptx, md.name, len(args))
+        if stripped is not None:
+            (image, how), ptx, hidden = _reassemble(stripped, arch, opts), stripped, ()
     args += [ArgSpec.array(h.name, "u8", access="readwrite", abi="pointer", optional=True) for h in hidden]
     rel = [_substitute(r, cx) for r in ([requires] if isinstance(requires, str) else requires)]
     rel += [f"{n} % {int(k)} == 0" for n, k in (divisible or {}).items()]
@@ -229,8 +266,8 @@ def build_triton(fn: Any, signature: Any, *, arch: int, constexprs: Mapping[str,
     c = LaunchContract(md.name, args, block=32 * int(md.num_warps), shared_mem=int(md.shared), min_cc=arch,
                        requires=rel, grid_from=grid_from, grid_tile=grid_tile, **contract)
     info = {"source": "triton", "arch": arch, "compiler": f"triton {triton.__version__}", "signature": types,
-            "constexprs": cx, "metadata": md, "ptx": compiled.asm.get("ptx")}
-    return ForeignBuild(bytes(compiled.asm["cubin"]), md.name, c, hidden, info)
+            "constexprs": cx, "metadata": md, "ptx": ptx, "image": how}
+    return ForeignBuild(image, md.name, c, hidden, info)
 
 
 def triton(fn: Any, signature: Any, *, device: Any = None, **kw: Any) -> Kernel | ForeignKernel:
@@ -245,7 +282,9 @@ def triton(fn: Any, signature: Any, *, device: Any = None, **kw: Any) -> Kernel 
     arguments (arrays, ints, floats) to infer them from. Keywords: constexprs, num_warps, num_stages,
     access, ndim, requires (may name constexprs), grid=(array, tile) for one program per tile (tile
     entries may be constexpr names), pointer_align, divisible={int param: k}, options (more Triton
-    compile options) and LaunchContract's (inplace, ...). Returns a ForeignKernel: its launches fill
-    Triton's hidden scratch parameters."""
+    compile options) and LaunchContract's (inplace, ...). Triton's hidden scratch parameters: when the
+    compiled code reads none of them (no scratch) they are dropped (`drop_unused=True`) and the result
+    is a plain bridge.Kernel (the native fastcall); otherwise, or with `drop_unused=False`, a
+    ForeignKernel whose launches fill them."""
     from bridge.foreign.wrap import device_arch
     return load(build_triton(fn, signature, arch=device_arch(device), **kw), device=device)

@@ -44,6 +44,9 @@ def outputs_read(plan: OpPlan, binding: Mapping[Any, str], tiles: Mapping[str, t
     zero-filled, so a kernel that accumulates into its output starts from 0, never from garbage."""
     if not plan.outputs:
         return frozenset()
+    if plan.is_foreign:
+        from dsl.integrations._foreign import outputs_read as foreign_reads
+        return foreign_reads(plan)
     key = (id(plan.kernel), tuple(sorted((str(k), v) for k, v in binding.items())),
            tuple(sorted(tiles.items())), tuple(sorted((k, repr(v)) for k, v in scalars.items())))
     hit = _READS.get(key)

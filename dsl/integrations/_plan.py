@@ -49,9 +49,13 @@ def _dtype_of_annotation(d: Any) -> Any:
 
 
 def kernel_params(kernel: Any, api: str) -> tuple[str, list[Param], tuple[str, ...], bool]:
-    """(kernel name, parameters, requires relations, is_tile) of a @simt.kernel or @tile.kernel."""
+    """(kernel name, parameters, requires relations, is_tile) of a @simt.kernel or @tile.kernel, or of a
+    bridge.Kernel / bridge.foreign kernel (from its contract: dsl/integrations/_foreign.py)."""
+    from dsl.integrations._foreign import foreign_params, is_foreign
     from dsl.simt.kernel import SimtKernel
     from dsl.tile.host import TileKernel
+    if is_foreign(kernel):
+        return foreign_params(kernel, Param)
     if isinstance(kernel, SimtKernel):
         params = [Param(a.name, k, "array" if a.kind == "array" else "scalar", bool(a.writable),
                         _dtype_of_annotation(a.dtype), a.ndim if a.kind == "array" else None)
@@ -61,7 +65,8 @@ def kernel_params(kernel: Any, api: str) -> tuple[str, list[Param], tuple[str, .
         params = [Param(s.name, k, s.kind, s.kind == "partition", _dtype_of_annotation(s.dtype), s.ndim)
                   for k, s in enumerate(kernel.specs)]
         return kernel.name, params, (), True
-    raise TypeError(f"{api}: expected a @simt.kernel or @tile.kernel, got {type(kernel).__name__}")
+    raise TypeError(f"{api}: expected a @simt.kernel, a @tile.kernel, a bridge.Kernel or a bridge.foreign "
+                    f"kernel, got {type(kernel).__name__}")
 
 
 Rule = Any   # a value, or a callable of the op's inputs (positionally, in op order)
@@ -108,6 +113,8 @@ class OpPlan:
         self.kernel = kernel
         self.api = api
         self.name, self.params, self.requires, self.is_tile = kernel_params(kernel, api)
+        from dsl.integrations._foreign import is_foreign
+        self.is_foreign = is_foreign(kernel)     # launched as compiled (no simulator; _foreign.py)
         self.by_name = {p.name: p for p in self.params}
         self.mutates = frozenset(self._check_names(_names(mutates, "mutates", api), "mutates",
                                                    lambda p: p.writable, "writable"))

@@ -1,4 +1,5 @@
-"""`dsl.jax.kernel_call(kernel, ...)`: a SIMT or tile kernel as a JAX operation, usable under `jax.jit`.
+"""`dsl.jax.kernel_call(kernel, ...)`: a SIMT or tile kernel (or a bridge / bridge.foreign kernel:
+_foreign.py) as a JAX operation, usable under `jax.jit`.
 
 Why two paths: on a GPU backend the kernel is an XLA FFI custom call (cpp/jax/kb_jax_ffi.cpp) launched
 on XLA's stream with XLA's buffers, validated by the kernel's contract both when traced (typed bridge
@@ -174,12 +175,20 @@ class KernelCall:
                 index[p.name] = len(operands)
                 aliases[len(operands)] = j
                 operands.append(jnp.zeros(c.shapes[p.name], dt))
+        if plan.is_foreign:                    # a null pointer parameter: a 1-byte result of its own
+            from dsl.integrations._foreign import null_slots
+            types += [jax.ShapeDtypeStruct((1,), np.uint8)] * null_slots(c)
         c.operand_index = index
         return operands, aliases, types
 
     def _cpu(self, jax: Any, c: "_Call") -> Sequence[Any]:
         c.validate_host()
+        if c.plan.is_foreign and not any(isinstance(c.named[p.name], _tracer(jax)) for p in c.plan.inputs
+                                         if p.is_array):
+            from dsl.integrations._foreign import no_simulator
+            raise no_simulator(c.plan)          # an eager call: say so now, not from inside a callback
         operands, _, types = self._operands(jax, c, zeros=False)
+        types = types[:len(c.plan.writable)]
 
         def host(*ops: Any) -> tuple:
             return tuple(c.simulate([np.asarray(o) for o in ops]))
@@ -200,7 +209,7 @@ class KernelCall:
                     else jnp.zeros(t.shape, t.dtype) for p, t in zip(c.plan.writable, types)]
         call = jax.ffi.ffi_call(TARGET, tuple(types), input_output_aliases=aliases or None,
                                 vmap_method="sequential")
-        return call(*operands, launch_id=np.int64(entry))
+        return call(*operands, launch_id=np.int64(entry))[:len(c.plan.writable)]
 
 
 class _Call:
@@ -235,6 +244,10 @@ class _Call:
     def validate_host(self) -> None:
         """The simulator's checks, at trace time: a bad call is a typed error before anything runs."""
         plan = self.plan
+        if plan.is_foreign:
+            from dsl.integrations._foreign import validate_host
+            validate_host(self)
+            return
         args = self._args(self.standins())
         if plan.is_tile:
             plan.kernel.validate_host(*args)
@@ -249,6 +262,9 @@ class _Call:
 
     def simulate(self, ops: list[np.ndarray]) -> list[np.ndarray]:
         plan = self.plan
+        if plan.is_foreign:
+            from dsl.integrations._foreign import no_simulator
+            raise no_simulator(plan)
         arrays: dict[str, np.ndarray] = {}
         for p in plan.inputs:
             if p.is_array:
@@ -270,6 +286,9 @@ class _Call:
         import bridge
         from bridge import _driver, _native
         plan = self.plan
+        if plan.is_foreign:
+            from dsl.integrations._foreign import register
+            return register(self, mod)
         dev = bridge.current_device()
         _driver.ensure_current(dev.ordinal)     # the fault record below is allocated in its context
         args = self._args(self.standins())

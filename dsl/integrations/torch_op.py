@@ -1,4 +1,5 @@
-"""`dsl.torch.custom_op("ns::name", kernel, ...)`: a SIMT or tile kernel as a `torch.library` custom op.
+"""`dsl.torch.custom_op("ns::name", kernel, ...)`: a SIMT or tile kernel (or a bridge / bridge.foreign kernel:
+_foreign.py) as a `torch.library` custom op.
 
 Why generated: a hand-written op repeats what the kernel's contract already says (which parameters are
 written, how output shapes follow from inputs) in four places: the schema, the fake implementation,
@@ -148,6 +149,9 @@ def _host(torch: Any, t: Any) -> Any:
 
 def _simulate(torch: Any, plan: OpPlan, named: dict, outputs: dict, inputs: Sequence[Any]) -> None:
     from dsl import tile
+    if plan.is_foreign:
+        from dsl.integrations._foreign import no_simulator
+        raise no_simulator(plan)
     host_in = {n: _host(torch, v) if isinstance(v, torch.Tensor) else v for n, v in named.items()}
     host_out = {n: _host(torch, v) for n, v in outputs.items()}
     args = plan.kernel_args(host_in, host_out, inputs, partition=tile.partition)

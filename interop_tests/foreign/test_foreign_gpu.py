@@ -119,7 +119,23 @@ def test_triton_add(add, rng):
     refused_untouched(lambda: add(x, y, half, N), half, DTypeError)
     refused_untouched(lambda: add(x, y, out, N - 1), out, ShapeRelationError)
     refused_untouched(lambda: add(out, y, out, N), out, AliasingError)
-    assert add.kernel.launcher.kernel_name == "add" and len(add.hidden) >= 1
+    assert isinstance(add, bridge.Kernel) and add.launcher.kernel_name == "add"     # scratch pointers dropped
+
+
+def test_triton_add_with_its_scratch_parameters_passed(tk, rng):
+    """drop_unused=False keeps Triton's cubin as compiled: a ForeignKernel passes the null scratch pointers."""
+    from bridge.foreign.launch import ForeignKernel
+    add = bridge.foreign.triton(tk.add, "*fp32, *fp32, *fp32, i32", constexprs={"BLOCK": 1024},
+                                access={"x": "read", "y": "read"}, requires=["len(x) == n", "len(out) == n"],
+                                grid=("out", "BLOCK"), drop_unused=False)
+    assert isinstance(add, ForeignKernel) and len(add.hidden) >= 1
+    x_np, y_np = host(rng), host(rng)
+    x, y = bridge.from_host(x_np), bridge.from_host(y_np)
+    out = bridge.full((N,), -7.0, "float32")
+    add(x, y, out, N)
+    bridge.synchronize()
+    np.testing.assert_allclose(out.to_host(), x_np.astype(np.float64) + y_np, rtol=1e-6)
+    refused_untouched(lambda: add(out, y, out, N), out, AliasingError)
 
 
 @pytest.mark.parametrize("num_warps", [4, 8])

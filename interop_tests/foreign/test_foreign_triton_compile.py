@@ -44,11 +44,39 @@ def test_add_contract_is_inferred_from_tritons_signature_and_metadata():
 
 
 def test_hidden_parameters_are_what_triton_appended_to_the_ptx():
-    b = build_triton(tk.add, "*fp32, *fp32, *fp32, i32", arch=90, **ADD)
+    b = build_triton(tk.add, "*fp32, *fp32, *fp32, i32", arch=90, drop_unused=False, **ADD)
+    assert b.info["image"] == "triton"
     assert _ptx_param_count(b.info["ptx"], "add") == 4 + len(b.hidden)
     if tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 5):
         assert [h.name for h in b.hidden] == ["_kb_global_scratch", "_kb_profile_scratch"]
     assert all(h.per_program == b.info["metadata"].global_scratch_size for h in b.hidden[:1])
+
+
+@pytest.mark.parametrize("arch", [80, 90])
+def test_unread_scratch_parameters_are_dropped_and_tritons_ptxas_reassembles_the_kernel(arch):
+    """add needs no scratch: its PTX names the two scratch pointers only in the `.entry` list, so they are
+    removed and the kernel takes exactly the user's 4 arguments (a plain bridge.Kernel once loaded)."""
+    from bridge.foreign.cubin import cubin_params
+    kept = build_triton(tk.add, "*fp32, *fp32, *fp32, i32", arch=arch, drop_unused=False, **ADD)
+    b = build_triton(tk.add, "*fp32, *fp32, *fp32, i32", arch=arch, **ADD)
+    assert len(kept.hidden) >= 1 and b.hidden == ()
+    assert b.info["image"] == "triton ptxas" and b.image[:4] == b"\x7fELF"
+    assert _ptx_param_count(b.info["ptx"], "add") == 4 == len(b.contract.args)
+    assert [p.size for p in cubin_params(b.image, "add")] == [8, 8, 8, 4]
+    assert [p.size for p in cubin_params(kept.image, "add")] == [8, 8, 8, 4] + [8] * len(kept.hidden)
+    body = b.info["ptx"].split(".reqntid")[1]
+    assert body == kept.info["ptx"].split(".reqntid")[1]         # the code itself is Triton's, untouched
+    b.check()
+
+
+def test_a_hidden_parameter_the_code_reads_is_kept():
+    from bridge.foreign.triton_jit import _without_hidden
+    ptx = (".visible .entry k(\n\t.param .u64 .ptr .global .align 1 k_param_0,\n\t.param .u64 .ptr .global "
+           ".align 1 k_param_1\n)\n{\n\tld.param.b64 %rd1, [k_param_0];\n}\n")
+    assert _without_hidden(ptx, "k", 1) == (".visible .entry k(\n\t.param .u64 .ptr .global .align 1 k_param_0\n)"
+                                            "\n{\n\tld.param.b64 %rd1, [k_param_0];\n}\n")
+    reads = ptx.replace("[k_param_0]", "[k_param_1]")
+    assert _without_hidden(reads, "k", 1) is None
 
 
 @pytest.mark.parametrize("num_warps", [4, 8])
@@ -119,7 +147,7 @@ def test_the_validator_accepts_the_user_arguments_with_the_hidden_ones_null():
     from interop_tests.contract.contract_support import attrs, desc, limits
     from bridge import _native
     from bridge.errors import AliasingError, DTypeError
-    b = build_triton(tk.add, "*fp32, *fp32, *fp32, i32", arch=90, **ADD)
+    b = build_triton(tk.add, "*fp32, *fp32, *fp32, i32", arch=90, drop_unused=False, **ADD)
     n = 100_037
     x, y, out = desc((n,)), desc((n,), ptr=0x7F00_0010_0000), desc((n,), ptr=0x7F00_0020_0000)
     nulls = [None] * len(b.hidden)

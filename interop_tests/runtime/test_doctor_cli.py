@@ -22,7 +22,7 @@ from bridge.doctor import Section, compatibility_section, coverage
 
 HAVE_NVCC = bool(shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc"))
 SECTIONS = {"format", "doctor", "kernelbridge", "driver", "toolkit", "compatibility", "cpp_kernels", "llvm",
-            "cache", "overrides", "peers", "problems", "warnings", "verdict", "exit_status"}
+            "cache", "overrides", "peers", "foreign", "problems", "warnings", "verdict", "exit_status"}
 ITEMS = {"nvcc", "ptxas", "cuobjdump", "nvdisasm", "compute-sanitizer", "libdevice", "cuda-include",
          "nvjitlink"}
 
