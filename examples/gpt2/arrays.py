@@ -16,6 +16,10 @@ import numpy as np
 DTYPES = ("float32", "int32", "float16", "bfloat16")
 
 
+class ArraysError(ValueError):
+    """An array library the run cannot use where it runs (CuPy on the simulator, NumPy on the GPU)."""
+
+
 class ArrayLib:
     """One library on one device ("cuda" or "cpu"); subclasses wrap torch and the NumPy-like ones."""
     name = ""
@@ -124,12 +128,12 @@ class XpLib(ArrayLib):
 def array_lib(name: str, device: str) -> ArrayLib:
     """The library `name` ("torch", "cupy", "numpy") on `device` ("cuda" or "cpu")."""
     if device not in ("cuda", "cpu"):
-        raise ValueError(f"device: expected 'cuda' or 'cpu', got {device!r}")
+        raise ArraysError(f"device: expected 'cuda' or 'cpu', got {device!r}")
     if name == "torch":
         return TorchLib(device)
     if name == "cupy" and device == "cuda":
         return XpLib("cuda")
     if name == "numpy" and device == "cpu":
         return XpLib("cpu")
-    raise ValueError(f"arrays: expected 'torch' (cuda or cpu), 'cupy' (cuda) or 'numpy' (cpu), "
-                     f"got {name!r} on {device!r}")
+    raise ArraysError(f"--arrays: expected 'torch' (GPU or simulator), 'cupy' (GPU) or 'numpy' (simulator), "
+                      f"got {name!r} on the {'GPU' if device == 'cuda' else 'simulator'}")

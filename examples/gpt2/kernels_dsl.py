@@ -20,7 +20,10 @@ from .runtime import Runtime
 flash_fwd = flash_bwd.fwd       # the forward module the backward example imports (one copy of its kernels)
 BK = 32                         # K tile of the f32 (tf32) GEMMs: 128-byte operand rows
 HEAD_ROWS = 64                  # rows of a head-split tile (T is a multiple of 64)
-T_TILE = (64, 64)               # transposes
+T_TILE = (64, 64)               # transposes, split sums
+DW_TILE = (128, 128)            # dW's TN GEMM: 128 rows, the tf32 wgmma loop's (any size: smaller ones pay masking)
+MAX_SPLITS, MIN_SPLIT_K_TILES = 8, 8
+DX_LAYOUT = "wt"                # dX = dY @ W: "wt" (W^T written, NT GEMM) or "nn" (W as stored)
 BIAS_TILE, BIAS_ROWS = 64, 128  # bias gradient: columns a block, rows a step
 CLIP_TILE = 2048
 
@@ -93,18 +96,69 @@ def _flat_scratch(rt: Runtime, name: str, size: int, shape: tuple[int, int]) -> 
     return rt.lib.view(rt.scratch(name, (size,)), 0, shape)
 
 
-def matmul_backward(rt: Runtime, dinp: Any, dweight: Any, dbias: Any | None, dout: Any, inp: Any, weight: Any) -> None:
-    """dinp = dout @ weight (NN); dweight += (inp^T @ dout)^T (inp transposed once, NN, then added
-    transposed: tile_kernels.py says why); dbias += the sum of dout's rows."""
+def dw_splits(tiles: int, k_tiles: int, sms: int) -> int:
+    """How many K splits dW's GEMM takes: the fewest s whose tiles * s blocks fill their waves to >= 80%
+    (a 128 x 128 tf32 block's stages take 192 KiB: one block an SM), else the fullest; each split keeps
+    >= MIN_SPLIT_K_TILES k tiles. GPT-2 small, 132 SMs: 3 for the 768 x 768 and 3072 x 768 weights, 1
+    for qkv's (108 tiles) and the classifier's (2358)."""
+    best, best_fill = 1, 0.0
+    for s in range(1, MAX_SPLITS + 1):
+        if s > 1 and k_tiles < s * MIN_SPLIT_K_TILES:
+            break
+        blocks = tiles * s
+        fill = blocks / (-(-blocks // sms) * sms)
+        if fill >= 0.8:
+            return s
+        if fill > best_fill:
+            best, best_fill = s, fill
+    return best
+
+
+def weight_grad(rt: Runtime, dweight: Any, dout: Any, inp: Any) -> None:
+    """dweight += dout^T @ inp, both read as stored (TN, tile_kernels.py), K split over idle SMs."""
+    OC, C = dweight.shape
+    bm, bn = DW_TILE
+    tiles = -(-OC // bm) * -(-C // bn)
+    splits = dw_splits(tiles, -(-inp.shape[0] // BK), rt.sm_count)
+    agree = dout.shape[1] == OC and inp.shape[1] == C and dout.shape[0] == inp.shape[0]
+    if splits == 1 or not agree:        # shapes that disagree: matmul_tn_acc's contract names the relation
+        rt.launch(K.matmul_tn_acc, dout, inp, rt.part(dweight, DW_TILE), BK)
+        return
+    rows = splits * -(-OC // bm) * bm
+    partial = rt.scratch(f"dweight_partial_{rows}x{C}", (rows, C))      # one per shape, made on first use
+    rt.launch(K.matmul_tn_split, dout, inp, rt.part(partial, DW_TILE), BK)
+    rt.launch(K.add_splits, partial, rt.part(dweight, T_TILE), splits)
+
+
+def input_grad(rt: Runtime, dinp: Any, dout: Any, weight: Any, layout: str) -> None:
+    """dinp = dout @ weight: "wt" writes weight^T once (a weight: 1/N of the GEMM's traffic) and runs
+    the NT GEMM (TMA + tf32 wgmma on sm_90); "nn" reads weight as stored (row-major B: mma.sync, or
+    tf32 wgmma through the register stage under KB_TILE_TF32_TRANSPOSE=1)."""
+    N, C = dinp.shape
+    if layout == "nn":
+        rt.launch(K.matmul_nn, dout, weight, rt.part(dinp, gemm_tile(N, C)), BK)
+        return
+    if layout != "wt":
+        raise ValueError(f"layout: expected 'wt' or 'nn', got {layout!r}")
     c = rt.cfg
-    N, C = inp.shape
-    OC = weight.shape[0]
-    rt.launch(K.matmul_nn, dout, weight, rt.part(dinp, gemm_tile(N, C)), BK)
-    xt = _flat_scratch(rt, "inp_t", 4 * c.n_embd * c.tokens, (C, N))
-    rt.launch(K.transpose, inp, rt.part(xt, T_TILE))
-    dwt = _flat_scratch(rt, "dweight_t", c.n_embd * max(c.padded_vocab_size, 4 * c.n_embd), (C, OC))
-    rt.launch(K.matmul_nn, xt, dout, rt.part(dwt, gemm_tile(C, OC)), BK)
-    rt.launch(K.add_transposed, dwt, rt.part(dweight, T_TILE))
+    wt = _flat_scratch(rt, "weight_t", c.n_embd * max(c.padded_vocab_size, 4 * c.n_embd), weight.shape[::-1])
+    rt.launch(K.transpose, weight, rt.part(wt, T_TILE))
+    rt.launch(K.linear_nobias, dout, wt, rt.part(dinp, gemm_tile(N, C)), BK)
+
+
+def matmul_backward(rt: Runtime, dinp: Any, dweight: Any, dbias: Any | None, dout: Any, inp: Any, weight: Any) -> None:
+    """dinp = dout @ weight; dweight += dout^T @ inp; dbias += the sum of dout's rows (linear_backward
+    with DX_LAYOUT)."""
+    linear_backward(rt, dinp, dweight, dbias, dout, inp, weight, DX_LAYOUT)
+
+
+def linear_backward(rt: Runtime, dinp: Any, dweight: Any, dbias: Any | None, dout: Any, inp: Any, weight: Any,
+                    dx_layout: str) -> None:
+    """dinp = dout @ weight (`dx_layout`: input_grad); dweight += dout^T @ inp (TN, split K); dbias +=
+    the sum of dout's rows (its own kernel: the fast GEMM loops take a loop body of one product, so
+    the column sum cannot ride in the dW loop)."""
+    input_grad(rt, dinp, dout, weight, dx_layout)
+    weight_grad(rt, dweight, dout, inp)
     if dbias is not None:
         rt.launch(K.colsum_add, dout, rt.part(dbias, (BIAS_TILE,)), BIAS_ROWS)
 

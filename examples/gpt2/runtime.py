@@ -14,6 +14,8 @@ from dsl import tile
 from .arrays import ArrayLib
 from .config import GPT2Config
 
+SIM_SM_COUNT = 132
+
 
 class Runtime:
     """The launch context every registry function takes first."""
@@ -64,6 +66,10 @@ class Runtime:
 
     @property
     def sm_count(self) -> int:
+        """The GPU's SMs (grid sizing: the C++ layernorm backward, dW's K splits); on the simulator an
+        H200's SIM_SM_COUNT, so it takes the launch shapes the GPU takes."""
+        if self.simulate:
+            return SIM_SM_COUNT
         if "sm_count" not in self.state:
             import bridge
             self.state["sm_count"] = bridge.current_device().sm_count

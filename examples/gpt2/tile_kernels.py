@@ -2,12 +2,20 @@
 layer's GEMMs (the C++ side of those is cuBLAS through torch), the head split/merge around flash
 attention, the bias gradient's column sum and the gradient clipping scale.
 
-Layouts, and why: a linear layer's weight W is (OC, C) row-major, so the forward y = x @ W^T + b
-reads W K-major: the "NT" GEMM, which f32 inputs (tf32) run on warpgroup MMA on sm_90. The backward's
-dX = dY @ W is the row-major "NN" GEMM (mma.sync tf32 today, docs/tile.md). dW = dY^T @ X would need a
-transposed A operand, which the GEMM loop does not take (a product on the portable FMA path), so it
-is computed as dW^T = X^T @ dY (X transposed once by `transpose`, then NN) and added into dW by
-`add_transposed`. Every kernel writes only its own partition tile: no atomics, deterministic.
+Layouts, and why (docs/tile.md, "Lowering": tf32 wgmma reads both operands K-major from shared memory;
+TMA copies a K-major operand as it is, other layouts go through a transposing register stage). A
+linear layer's weight W is (OC, C) row-major and its activations X (N, C), dY (N, OC):
+- forward y = X @ W^T + b: A = X and B = W are both K-major ("NT"): TMA + tf32 wgmma on sm_90;
+- dW += dY^T @ X: K = N is the row axis of both, so A = dY^T is stored K x M and B = X K x N ("TN"):
+  `matmul_tn_acc` reads them as stored (both through the transposing register stage, tf32 wgmma, the
+  default for an A stored K x M on sm_90). Its K is the token count (8192) and its M x N a weight
+  (36 tiles of 128 x 128 for a 768 x 768 one), so a few tiles leave most SMs idle: `matmul_tn_split`
+  splits K (every block still owns one tile of a partial buffer; `add_splits` adds them into dW);
+- dX = dY @ W: B = W is row-major K x N ("NN"): `matmul_nn` reads it as stored (mma.sync, or tf32
+  wgmma through the register stage under KB_TILE_TF32_TRANSPOSE=1), or W^T (a weight: 1/N of the
+  GEMM's traffic) is written once by `transpose` and the product is the NT `linear_nobias`.
+kernels_dsl.py chooses among these. Every kernel writes only its own partition tile: no atomics,
+deterministic. Gradients accumulate (dW +=), as cuBLAS's addmm_ on the C++ side.
 """
 from __future__ import annotations
 
@@ -28,7 +36,8 @@ def nt_loop(x, w, bm, bn, bk):
     return acc
 
 
-@tile.kernel(requires=["x.shape[1] == w.shape[1]", "len(bias) == w.shape[0]"])
+@tile.kernel(requires=["x.shape[1] == w.shape[1]", "len(bias) == w.shape[0]", "out.shape[0] == x.shape[0]",
+                       "out.shape[1] == w.shape[0]"])
 def linear_bias(x: tile.Array[f32, 2], w: tile.Array[f32, 2], bias: tile.Array[f32, 1],
                 out: tile.Partition[f32, 2], bk: Const):
     """out = x @ w^T + bias (a linear layer's forward; bias in the epilogue)."""
@@ -37,16 +46,16 @@ def linear_bias(x: tile.Array[f32, 2], w: tile.Array[f32, 2], bias: tile.Array[f
     out.store(acc + tile.load(bias, tile.bid(1), (bn,))[None, :])
 
 
-@tile.kernel(requires=["x.shape[1] == w.shape[1]"])
+@tile.kernel(requires=["x.shape[1] == w.shape[1]", "out.shape[0] == x.shape[0]", "out.shape[1] == w.shape[0]"])
 def linear_nobias(x: tile.Array[f32, 2], w: tile.Array[f32, 2], out: tile.Partition[f32, 2], bk: Const):
     """out = x @ w^T (the tied classifier: logits = lnf @ wte^T)."""
     bm, bn = out.tile_shape
     out.store(nt_loop(x, w, bm, bn, bk))
 
 
-@tile.kernel(requires=["a.shape[1] == b.shape[0]"])
+@tile.kernel(requires=["a.shape[1] == b.shape[0]", "out.shape[0] == a.shape[0]", "out.shape[1] == b.shape[1]"])
 def matmul_nn(a: tile.Array[f32, 2], b: tile.Array[f32, 2], out: tile.Partition[f32, 2], bk: Const):
-    """out = a @ b, both row-major (dX = dY @ W; dW^T = X^T @ dY)."""
+    """out = a @ b, both row-major (dX = dY @ W with W as stored)."""
     bm, bn = out.tile_shape
     i, j = tile.bid(0), tile.bid(1)
     acc = tile.zeros((bm, bn), f32)
@@ -55,18 +64,52 @@ def matmul_nn(a: tile.Array[f32, 2], b: tile.Array[f32, 2], out: tile.Partition[
     out.store(acc)
 
 
-@tile.kernel
+@tile.kernel(requires=["out.shape[0] == x.shape[1]", "out.shape[1] == x.shape[0]"])
 def transpose(x: tile.Array[f32, 2], out: tile.Partition[f32, 2]):
-    """out = x^T, a tile at a time (through shared memory)."""
+    """out = x^T, a tile at a time (through shared memory): W^T for the NT form of dX = dY @ W."""
     tm, tn = out.tile_shape
     out.store(tile.transpose(tile.load(x, (tile.bid(1), tile.bid(0)), (tn, tm))))
 
 
-@tile.kernel
-def add_transposed(src: tile.Array[f32, 2], out: tile.Partition[f32, 2]):
-    """out += src^T (dW += (dW^T computed by matmul_nn)^T: gradients accumulate, as in C++)."""
-    tm, tn = out.tile_shape
-    out.store(out.load() + tile.transpose(tile.load(src, (tile.bid(1), tile.bid(0)), (tn, tm))))
+@tile.kernel(requires=["dout.shape[0] == inp.shape[0]", "dout.shape[1] == out.shape[0]",
+                       "inp.shape[1] == out.shape[1]"])
+def matmul_tn_acc(dout: tile.Array[f32, 2], inp: tile.Array[f32, 2], out: tile.Partition[f32, 2], bk: Const):
+    """out += dout^T @ inp (a weight gradient dW += dY^T X), both operands read as stored (K x M, K x N)."""
+    bm, bn = out.tile_shape
+    i, j = tile.bid(0), tile.bid(1)
+    acc = tile.zeros((bm, bn), f32)
+    for k in range(tile.cdiv(dout.shape[0], bk)):
+        acc = tile.mma(tile.transpose(tile.load(dout, (k, i), (bk, bm))), tile.load(inp, (k, j), (bk, bn)), acc)
+    out.store(out.load() + acc)
+
+
+@tile.kernel(requires=["dout.shape[0] == inp.shape[0]", "inp.shape[1] == partial.shape[1]"])
+def matmul_tn_split(dout: tile.Array[f32, 2], inp: tile.Array[f32, 2], partial: tile.Partition[f32, 2], bk: Const):
+    """Split-K dout^T @ inp: `partial` is (splits * Mp, N), Mp = M rounded up to the tile rows; block row
+    r computes split r // tiles_m of tile (r % tiles_m, j) over its share of the k tiles."""
+    bm, bn = partial.tile_shape
+    tm = tile.cdiv(dout.shape[1], bm)
+    splits = partial.shape[0] // (tm * bm)
+    r, j = tile.bid(0), tile.bid(1)
+    s, i = r // tm, r % tm
+    kt = tile.cdiv(dout.shape[0], bk)
+    per = tile.cdiv(kt, splits)
+    acc = tile.zeros((bm, bn), f32)
+    for k in range(s * per, min(kt, s * per + per)):
+        acc = tile.mma(tile.transpose(tile.load(dout, (k, i), (bk, bm))), tile.load(inp, (k, j), (bk, bn)), acc)
+    partial.store(acc)
+
+
+@tile.kernel(requires=["partial.shape[1] == out.shape[1]"])
+def add_splits(partial: tile.Array[f32, 2], out: tile.Partition[f32, 2], splits: Const):
+    """out += the sum of the `splits` row blocks of `partial` (matmul_tn_split's), in split order."""
+    bm, bn = out.tile_shape
+    i, j = tile.bid(0), tile.bid(1)
+    per = partial.shape[0] // (splits * bm)          # out's tile rows per split
+    acc = out.load()
+    for s in range(splits):
+        acc = acc + tile.load(partial, (s * per + i, j), (bm, bn))
+    out.store(acc)
 
 
 @tile.kernel(requires=["x.shape[1] == len(out)"])

@@ -49,6 +49,17 @@ def build(cfg: GPT2Config, dsl: frozenset[str], simulate: bool, arrays: str = "t
     return GPT2(Runtime(lib, cfg, simulate), dsl)
 
 
+def import_libraries(arrays: str) -> None:
+    """Import torch (the C++ side's cuBLAS and SDPA calls, torch arrays) and, for CuPy arrays, CuPy
+    before the step's stream is entered: `bridge.use_stream` makes a stream current for the libraries
+    already imported, so one imported inside it would run its ops (fills, copies, cuBLAS) on its own
+    default stream, unordered with the kernels and outside a CUDA-graph capture."""
+    with contextlib.suppress(ImportError):
+        import torch  # noqa: F401
+    if arrays == "cupy":
+        import cupy  # noqa: F401
+
+
 @contextlib.contextmanager
 def torch_pool(pool: Any) -> Iterator[None]:
     """Route this thread's torch allocations to `pool` (None: do nothing). The first (eager) step fills
@@ -72,6 +83,7 @@ def train(cfg: GPT2Config, dsl: frozenset[str], steps: int, *, simulate: bool = 
     if not bridge.gpu_available():
         raise NeedsGpuError(f"no GPU ({bridge.gpu_unavailable_reason()}): run on the CPU simulator with "
                             f"--simulate --dsl all")
+    import_libraries(arrays)
     stream = bridge.Stream()
     with bridge.use_stream(stream):
         model = build(cfg, dsl, False, arrays)

@@ -1,5 +1,6 @@
-"""The tile kernels of examples/gpt2/tile_kernels.py (the linear layer's GEMMs, transposes, the bias
-gradient, the head split / merge around flash attention, the clipping scale) against NumPy float64,
+"""The tile kernels of examples/gpt2/tile_kernels.py (the linear layer's GEMMs in the layouts the data
+has: NT forward, TN weight gradient with and without split K, NN / transposed-weight input gradient;
+the bias gradient, the head split / merge around flash attention, the clipping scale) against NumPy float64,
 on the tile simulator and lowered as the sm_90 GPU build lowers them (tensor cores, run by the CPU
 semantics of the inline PTX), at sizes that are not tile multiples (edge masking) and at the tiny
 model's. GEMM tolerance: f32 inputs run as tf32 (10-bit mantissa), so |error| <= 2^-10 * sum_k |a||b|
@@ -10,7 +11,14 @@ import numpy as np
 import pytest
 
 from dsl import tile
+from dsl.backend.ptxas import assemble, find_ptxas
+from dsl.perf import from_metadata
+from dsl.tile import compile as tile_compile
+from examples.gpt2 import kernels_dsl
 from examples.gpt2 import tile_kernels as K
+from examples.gpt2.arrays import array_lib
+from examples.gpt2.config import config
+from examples.gpt2.runtime import SIM_SM_COUNT, Runtime
 
 MODES = ["simulate", "lowered-sm_90"]
 
@@ -48,18 +56,112 @@ def test_linear_layer_gemms_match_float64(mode, m, k, n, tile_mn, rng):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_transposes_and_the_bias_gradient_match_numpy(mode, rng):
+def test_transpose_and_the_bias_gradient_match_numpy(mode, rng):
     x = rng.standard_normal((100, 72)).astype(np.float32)
     xt = np.full((72, 100), np.nan, np.float32)
     run(K.transpose, mode, x, tile.partition(xt, (64, 64)))
     assert (xt == x.T).all()
-    acc = rng.standard_normal((100, 72)).astype(np.float32)
-    want = acc + x                       # out += src^T with src = x^T
-    run(K.add_transposed, mode, np.ascontiguousarray(x.T), tile.partition(acc, (64, 64)))
-    assert (acc == want).all()
     db = np.ones(72, np.float32)
     run(K.colsum_add, mode, x, tile.partition(db, (64,)), 32)
     np.testing.assert_allclose(db, 1 + x.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+# (tokens N, OC, C, tile): ragged in every dimension; 128-row tiles are the sm_90 tf32 wgmma loop's
+TN_CASES = [(200, 136, 72, (128, 128)), (100, 72, 40, (64, 64)), (520, 136, 200, (128, 128))]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n,oc,c,tile_mn", TN_CASES)
+def test_the_weight_gradient_reads_dy_and_x_as_stored_and_accumulates(mode, n, oc, c, tile_mn, rng):
+    """dW += dY^T X with A = dY^T stored K x M and B = X stored K x N (TN): no transposed copy."""
+    dy, x = rng.standard_normal((n, oc)).astype(np.float32), rng.standard_normal((n, c)).astype(np.float32)
+    dw0 = rng.standard_normal((oc, c)).astype(np.float32)
+    dw = dw0.copy()
+    run(K.matmul_tn_acc, mode, dy, x, tile.partition(dw, tile_mn), 32)
+    want = dw0 + dy.T.astype(np.float64) @ x
+    assert (np.abs(dw - want) <= tf32_bound(dy.T, x) + 1e-5 * np.abs(dw0)).all()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("splits", [2, 3])
+def test_split_k_weight_gradient_sums_every_k_tile_once(mode, splits, rng):
+    """520 tokens = 17 k tiles of 32: splits of 9 + 8 (2) or 6 + 6 + 5 (3); the partial buffer's
+    padding rows (OC 136 -> 256 a split) are never added into dW."""
+    n, oc, c, bm = 520, 136, 72, 128
+    dy, x = rng.standard_normal((n, oc)).astype(np.float32), rng.standard_normal((n, c)).astype(np.float32)
+    partial = np.full((splits * 256, c), np.nan, np.float32)
+    run(K.matmul_tn_split, mode, dy, x, tile.partition(partial, (bm, 128)), 32)
+    dw0 = rng.standard_normal((oc, c)).astype(np.float32)
+    dw = dw0.copy()
+    run(K.add_splits, mode, partial, tile.partition(dw, (64, 64)), splits)
+    want = dw0 + dy.T.astype(np.float64) @ x
+    assert (np.abs(dw - want) <= tf32_bound(dy.T, x) + 1e-5 * np.abs(dw0)).all()
+
+
+@pytest.mark.parametrize("dx_layout", ["wt", "nn"])
+@pytest.mark.parametrize("n", [200, 520], ids=["one-k-range", "k-split-in-2"])
+def test_the_linear_layers_backward_op_matches_float64(dx_layout, n, rng):
+    """kernels_dsl.linear_backward (matmul_backward's body) as the step calls it: dX = dY W (W^T written then NT, or W as
+    stored), dW += dY^T X (TN; at 520 tokens split in two over the 2 tiles of dW), db += rows of dY."""
+    oc, c = 136, 72
+    assert kernels_dsl.dw_splits(2, -(-n // 32), SIM_SM_COUNT) == (1 if n == 200 else 2)
+    rt = Runtime(array_lib("numpy", "cpu"), config("tiny"), simulate=True)
+    dy, x = rng.standard_normal((n, oc)).astype(np.float32), rng.standard_normal((n, c)).astype(np.float32)
+    w = rng.standard_normal((oc, c)).astype(np.float32)
+    dw0, db0 = rng.standard_normal((oc, c)).astype(np.float32), rng.standard_normal(oc).astype(np.float32)
+    dx, dw, db = np.full((n, c), np.nan, np.float32), dw0.copy(), db0.copy()
+    kernels_dsl.linear_backward(rt, dx, dw, db, dy, x, w, dx_layout)
+    assert (np.abs(dx - dy.astype(np.float64) @ w) <= tf32_bound(dy, w)).all()
+    assert (np.abs(dw - (dw0 + dy.T.astype(np.float64) @ x)) <= tf32_bound(dy.T, x) + 1e-5 * np.abs(dw0)).all()
+    np.testing.assert_allclose(db, db0 + dy.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
+
+
+def test_a_weight_gradient_of_another_shape_is_refused_even_where_k_would_split(rng):
+    """At 520 tokens dW's K splits in two (the split kernels' contracts cannot relate dW to dY), so
+    shapes that disagree go to the one-pass kernel, whose contract names the relation; nothing runs."""
+    import bridge
+    rt = Runtime(array_lib("numpy", "cpu"), config("tiny"), simulate=True)
+    dy, x = rng.standard_normal((520, 136)).astype(np.float32), rng.standard_normal((520, 72)).astype(np.float32)
+    dw = np.full((128, 72), np.nan, np.float32)                     # 8 rows short of dY's 136 columns
+    assert kernels_dsl.dw_splits(2, 17, SIM_SM_COUNT) == 2
+    with pytest.raises(bridge.ShapeRelationError) as err:
+        kernels_dsl.weight_grad(rt, dw, dy, x)
+    assert err.value.kernel == "matmul_tn_acc" and "dout.shape[1] == out.shape[0]" in str(err.value)
+    assert np.isnan(dw).all()
+
+
+GEMMS = {"linear_bias": "NT", "linear_nobias": "NT", "matmul_tn_acc": "TN", "matmul_tn_split": "TN",
+         "matmul_nn": "NN"}
+
+
+def _gemm_args(name):
+    z = lambda *shape: np.zeros(shape, np.float32)          # noqa: E731
+    out = tile.partition(z(512 if name == "matmul_tn_split" else 256, 256), (128, 128))
+    return (z(256, 256), z(256, 256)) + ((z(256),) if name == "linear_bias" else ()) + (out, 32)
+
+
+@pytest.mark.parametrize("name", GEMMS)
+def test_the_linear_layers_gemms_lower_to_tf32_wgmma_on_sm_90_without_spills(name):
+    """At the step's 128 x 128 tiles every GEMM but the NN one (mma.sync unless KB_TILE_TF32_TRANSPOSE)
+    runs on tf32 warpgroup MMA: the TN ones through the transposing register stage, with no fma-product
+    slow path; ptxas (when installed) assembles them without spills."""
+    ck = getattr(K, name).compile(_gemm_args(name), "sm_90")
+    on_wgmma = "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ck.ptx
+    assert on_wgmma == (GEMMS[name] != "NN" or tile_compile.tf32_transpose_enabled()), name
+    assert not [s for s in from_metadata(ck.metadata) if s.kind == "fma-product"]
+    if find_ptxas() is not None:
+        usage, _ = assemble(ck.ptx, ck.metadata["arch"])
+        assert usage and usage[0].spill_stores == 0 and usage[0].spill_loads == 0, usage
+
+
+def test_dw_split_counts_fill_an_h200s_waves_at_gpt2_small_shapes():
+    """K = 8192 tokens = 256 k tiles, 128 x 128 tiles of dW, 132 SMs: the 768 x 768 weight's 36 tiles
+    and the 3072 x 768 ones' 144 take 3 splits (108 / 432 blocks: 82% of their waves), qkv's 108 tiles
+    fill 82% alone, the classifier's 2358 99%; a short K is never split below 8 k tiles a split."""
+    tiles = {"attproj": 6 * 6, "fc": 24 * 6, "qkv": 18 * 6, "classifier": 393 * 6}
+    got = {k: kernels_dsl.dw_splits(t, 256, 132) for k, t in tiles.items()}
+    assert got == {"attproj": 3, "fc": 3, "qkv": 1, "classifier": 1}
+    assert kernels_dsl.dw_splits(36, 15, 132) == 1 and kernels_dsl.dw_splits(1, 32, 132) == 4
 
 
 @pytest.mark.parametrize("mode", MODES)

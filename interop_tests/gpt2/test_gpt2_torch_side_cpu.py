@@ -1,6 +1,7 @@
 """The torch-backed "cpp" sides of examples/gpt2 (matmul: torch.addmm / mm / addmm_; attention: SDPA's
 memory-efficient ops; grad_clip: torch ops) run on CPU tensors too, except the attention ops
-themselves (CUDA only), for which a float64 stand-in written from the formulas takes their place here.
+themselves (CUDA only), for which a float64 stand-in written from the formulas takes their place
+(host_cpp.py).
 So a tiny step with these ops on their torch side and every other op on its DSL side (simulator) checks
 the torch side's views, copies and argument order, and both attention recompute paths (forward on one
 side, backward on the other), against the float64 model without a GPU. Tolerances: as
@@ -9,49 +10,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
-from examples.gpt2 import kernels_cpp, registry
+from examples.gpt2 import registry
 from examples.gpt2.arrays import array_lib
 from examples.gpt2.config import config
 from examples.gpt2.model import GPT2, batch, init_params
 from examples.gpt2.reference import reference_grads, reference_run
 from examples.gpt2.runtime import Runtime
+from interop_tests.gpt2 import host_cpp
 
 LOSS_RTOL, NORM_RTOL, GRAD_RTOL = 1e-4, 2e-3, 3e-3
-TORCH_OPS = {"matmul_forward", "matmul_backward", "attention_forward", "attention_backward", "grad_clip"}
-
-
-def _scores(q, k):
-    s = q.double() @ k.double().transpose(-1, -2) * q.shape[-1] ** -0.5
-    T = s.shape[-1]
-    return s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-
-
-def stand_in_forward(q, k, v, bias, compute_lse, dropout_p, causal):
-    """(out (B,H,T,D), log-sum-exp (B,H,T), philox seed, offset) of causal softmax attention."""
-    assert bias is None and compute_lse and dropout_p == 0.0 and causal
-    s = _scores(q, k)
-    lse = torch.logsumexp(s, dim=-1)
-    out = torch.exp(s - lse[..., None]) @ v.double()
-    return out.to(q.dtype), lse.float(), torch.zeros((), dtype=torch.int64), torch.zeros((), dtype=torch.int64)
-
-
-def stand_in_backward(dout, q, k, v, bias, out, lse, seed, offset, dropout_p, mask, causal):
-    """(dq, dk, dv, None) from the forward's out and log-sum-exp, as FlashAttention's backward."""
-    assert bias is None and dropout_p == 0.0 and causal and list(mask) == [True, True, True, False]
-    scale = q.shape[-1] ** -0.5
-    p = torch.exp(_scores(q, k) - lse.double()[..., None])
-    do = dout.double()
-    dp = do @ v.double().transpose(-1, -2)
-    ds = p * (dp - (do * out.double()).sum(-1, keepdim=True))
-    dq, dk = ds @ k.double() * scale, ds.transpose(-1, -2) @ q.double() * scale
-    return dq.to(q.dtype), dk.to(q.dtype), (p.transpose(-1, -2) @ do).to(q.dtype), None
+TORCH_OPS = set(host_cpp.TORCH_OPS)
 
 
 @pytest.fixture
 def sdpa_stand_in(monkeypatch):
-    monkeypatch.setattr(kernels_cpp, "sdpa_efficient", lambda: (stand_in_forward, stand_in_backward))
+    host_cpp.sdpa_stand_in(monkeypatch)
 
 
 @pytest.mark.slow
