@@ -98,12 +98,13 @@ def build_contract(fn: ir.Function, *, domain: int = 1, block: Sequence[int] | N
                    min_cc: int | None = None, requires: Sequence[str] | None = None,
                    inplace: Iterable[Sequence[str]] | None = None, grid_from: dict | None = None,
                    reads: set[str] | None = None, aligned: Iterable[str] | None = None,
-                   strict_domain: bool = False) -> dict[str, Any]:
+                   strict_domain: bool = False, launch: Any = None) -> dict[str, Any]:
     """The schema-v1 contract dict of the lowered kernel `fn`. `block`: exact block (else
     `launch_bounds`: max threads; neither: any block). `dynamic_smem`: exact bytes or ("max", n).
     `grid_from`: the schema's grid_from object. `strict_domain`: the threads own elements by their
-    domain-D index (launches must be 1 past the domain). None/False omits a key; see the module
-    docstring."""
+    domain-D index (launches must be 1 past the domain). `launch`: the kernel's launch features
+    (dsl.options.LaunchFeatures; "pdl", "cooperative", "cluster" keys where set). None/False omits a
+    key; see the module docstring."""
     if not fn.is_kernel:
         raise TypeError(f"build_contract: {fn.name} is a device function, not a kernel")
     d: dict[str, Any] = {"version": 1, "kernel": fn.name, "domain": domain}
@@ -131,4 +132,6 @@ def build_contract(fn: ir.Function, *, domain: int = 1, block: Sequence[int] | N
     maps = tensor_maps(fn)
     if maps:
         d["tensor_maps"] = maps
+    for key, value in (launch.contract_kwargs().items() if launch is not None else ()):
+        d[key] = list(value) if key == "cluster" else value
     return d

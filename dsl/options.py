@@ -36,6 +36,16 @@ class KernelOptions:
     extra: tuple[tuple[str, object], ...] = field(default_factory=tuple)
     grid_from: str | None = None                   # the array a grid-less launch derives its grid from
     lineinfo: bool = True                          # PTX line tables (.file/.loc) for profilers/sanitizers
+    # launch features (dsl/vocab/launch.py; the contract's "pdl", "cooperative", "cluster")
+    pdl: bool = False                              # programmatic dependent launch (griddepcontrol.wait)
+    cooperative: bool = False                      # grid-wide sync: every block co-resident
+    cluster: tuple[int, int, int] | None = None    # thread-block cluster (.reqnctapercluster)
+    cluster_nonportable: bool = False              # a cluster of 9 to 16 blocks (sm_90's non-portable sizes)
+
+    @property
+    def launch(self) -> "LaunchFeatures":
+        """The launch-feature options as the one object both models carry."""
+        return LaunchFeatures(self.pdl, self.cooperative, self.cluster, self.cluster_nonportable)
 
 
 class OptionError(DslDeclarationError):
@@ -184,7 +194,8 @@ def check_requires(requires: Any, params: tuple[str, ...] | None) -> tuple[str, 
 def simt_options(params: tuple[str, ...] | None, *, block: Any = None, launch_bounds: Any = None,
                  domain: Any = 1, shared_mem: Any = 0, min_cc: Any = 0, requires: Any = (),
                  inplace: Any = (), boundscheck: Any = True, fastmath: Any = False,
-                 grid_from: Any = None, lineinfo: Any = None) -> KernelOptions:
+                 grid_from: Any = None, lineinfo: Any = None, pdl: Any = False, cooperative: Any = False,
+                 cluster: Any = None, cluster_nonportable: Any = False) -> KernelOptions:
     """Checked KernelOptions of a @simt.kernel (`params`: the parameter names, None when unknown).
     Raises OptionError; whether `grid_from` names an array of enough axes is checked by the caller,
     which can read the annotations."""
@@ -205,12 +216,65 @@ def simt_options(params: tuple[str, ...] | None, *, block: Any = None, launch_bo
     if grid_from is not None and params is not None and grid_from not in params:
         raise OptionError("grid_from", f"grid_from=: '{grid_from}' is not a parameter",
                           f"parameters are: {', '.join(params)}")
+    launch = check_launch_features(pdl, cooperative, cluster, cluster_nonportable)
     return KernelOptions(block=dims, launch_bounds=bounds, domain=int(domain),
                          shared_mem=check_shared_mem(shared_mem), min_cc=check_min_cc(min_cc),
                          requires=_relations(requires, params), inplace=_pairs(inplace, params),
                          boundscheck=_check_bool("boundscheck", boundscheck),
                          fastmath=_check_bool("fastmath", fastmath), grid_from=grid_from,
-                         lineinfo=check_lineinfo(lineinfo))
+                         lineinfo=check_lineinfo(lineinfo), pdl=launch.pdl, cooperative=launch.cooperative,
+                         cluster=launch.cluster, cluster_nonportable=launch.cluster_nonportable)
+
+
+MAX_CLUSTER, MAX_CLUSTER_NONPORTABLE = 8, 16     # blocks per cluster: portable / sm_90's opt-in
+
+
+@dataclass(frozen=True)
+class LaunchFeatures:
+    """The launch-feature options of a kernel of either model, checked (check_launch_features)."""
+    pdl: bool = False
+    cooperative: bool = False
+    cluster: tuple[int, int, int] | None = None
+    cluster_nonportable: bool = False
+
+    def contract_kwargs(self) -> dict[str, Any]:
+        """The LaunchContract keywords / contract JSON keys that are set (none for a plain kernel)."""
+        out: dict[str, Any] = {k: True for k in ("pdl", "cooperative", "cluster_nonportable") if getattr(self, k)}
+        if self.cluster is not None:
+            out["cluster"] = self.cluster
+        return out
+
+
+def check_cluster(cluster: Any, nonportable: Any) -> tuple[int, int, int] | None:
+    """`cluster=`: None, an int or 1 to 3 ints >= 1 with at most 8 blocks in all (16 with
+    `cluster_nonportable=True`, sm_90's opt-in sizes)."""
+    nonportable = _check_bool("cluster_nonportable", nonportable)
+    if cluster is None:
+        if nonportable:
+            raise OptionError("cluster_nonportable", "cluster_nonportable=True needs a cluster=",
+                              "declare the cluster, e.g. cluster=(16, 1, 1), cluster_nonportable=True")
+        return None
+    hint = "give the cluster as an int or 1 to 3 ints, e.g. cluster=2 or cluster=(2, 1, 1)"
+    dims = (cluster,) if not isinstance(cluster, (tuple, list)) else tuple(cluster)
+    if not 1 <= len(dims) <= 3 or not all(_is_int(d) for d in dims):
+        raise OptionError("cluster", f"cluster= must be an int or a tuple of 1 to 3 ints, got {_kind(cluster)}", hint)
+    full = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    if min(full) < 1:
+        raise OptionError("cluster", f"cluster= {full}: every dimension must be >= 1", hint)
+    most = MAX_CLUSTER_NONPORTABLE if nonportable else MAX_CLUSTER
+    size = full[0] * full[1] * full[2]
+    if size > most:
+        more = "" if nonportable else "; cluster_nonportable=True allows up to 16 on sm_90"
+        raise OptionError("cluster", f"cluster= {full} has {size} blocks, more than the {most} a cluster may "
+                          f"have{more}", "make the cluster smaller")
+    return full  # type: ignore[return-value]
+
+
+def check_launch_features(pdl: Any = False, cooperative: Any = False, cluster: Any = None,
+                          cluster_nonportable: Any = False) -> LaunchFeatures:
+    """`pdl=`, `cooperative=`, `cluster=`, `cluster_nonportable=` of either decorator (OptionError)."""
+    return LaunchFeatures(_check_bool("pdl", pdl), _check_bool("cooperative", cooperative),
+                          check_cluster(cluster, cluster_nonportable), bool(cluster_nonportable))
 
 
 def check_group_m(group_m: Any) -> int | None:

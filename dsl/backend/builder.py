@@ -28,6 +28,7 @@ from dsl.backend import lltypes as T
 from dsl.backend.debuginfo import LineTables
 from dsl.backend.errors import CodegenError
 from dsl.backend.exprs import ExprMixin
+from dsl.backend.launch_codegen import LaunchMixin
 from dsl.backend.memory import MemoryMixin
 from dsl.backend.tile_codegen import TileNodesMixin
 from dsl.backend.unroll import UnrollMixin
@@ -67,7 +68,7 @@ class BuildOptions:
     requires: tuple[str, ...] = ()    # the kernel's `requires=` relations (checked before every launch)
 
 
-class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin, UnrollMixin):
+class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin, UnrollMixin, LaunchMixin):
     def __init__(self, kernel: N.Function, options: BuildOptions | None = None):
         self.kernel = kernel
         self.opts = options or BuildOptions()
@@ -133,6 +134,9 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin, UnrollMixin):
             _raw_attr(llfn.attributes, '"nvvm.reqntid"="%d,%d,%d"' % tuple(fn.exact_block))
         if fn.max_threads:
             _raw_attr(llfn.attributes, f'"nvvm.maxntid"="{int(fn.max_threads)}"')
+        if fn.min_blocks:
+            _raw_attr(llfn.attributes, f'"nvvm.minctasm"="{int(fn.min_blocks)}"')
+        self.launch_attributes(fn, llfn.attributes)     # cluster directives (launch_codegen.py)
         self._begin(fn, llfn)
         args = iter(llfn.args)
         for p in fn.params:
@@ -155,6 +159,7 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin, UnrollMixin):
             rec.name = "fault_record"
             self.st.fault_record = rec
         self._share_equal_extents(fn)
+        self.launch_entry(fn)                           # a pdl=True kernel's wait (launch_codegen.py)
         self._body(fn.body)
         self._finish_void()
 

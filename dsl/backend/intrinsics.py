@@ -16,6 +16,10 @@ SPECIAL_REGS: dict[str, str] = {
        for reg in ("tid", "ntid", "ctaid", "nctaid") for ax in ("x", "y", "z")},
     "laneid": "llvm.nvvm.read.ptx.sreg.laneid",
     "dynamic_smem_size": "llvm.nvvm.read.ptx.sreg.dynamic_smem_size",
+    # thread-block clusters (sm_90+; dsl/vocab/launch.py): rank and size in the cluster, position in it
+    "cluster_ctarank": "llvm.nvvm.read.ptx.sreg.cluster.ctarank",
+    "cluster_nctarank": "llvm.nvvm.read.ptx.sreg.cluster.nctarank",
+    **{f"cluster_ctaid.{ax}": f"llvm.nvvm.read.ptx.sreg.cluster.ctaid.{ax}" for ax in ("x", "y", "z")},
 }
 WARP_SIZE = 32                       # "warpsize": a constant on every NVIDIA GPU we target
 

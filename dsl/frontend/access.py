@@ -23,7 +23,7 @@ from dsl.ir import types as irt
 def array_name(e: ir.Expr) -> str:
     if isinstance(e, ir.ParamRef):
         return e.param.name
-    if isinstance(e, ir.SharedArray):
+    if isinstance(e, ir.SharedArray) or hasattr(e, "alloc"):   # a shared array, or a cluster peer's view of it
         return e.alloc.name
     return "<array>"
 

@@ -21,6 +21,7 @@ from dsl.vocab.simt import Intrinsic, Register
 from dsl.types import ScalarDType
 from dsl.vocab import math as vocab
 from dsl.vocab.atomics import atomic_dtype_ok, atomic_dtypes_text
+from dsl.vocab.launch import keys as launch_keys
 from dsl.vocab.numpy_calls import numpy_call_hint
 
 INTRINSICS: dict[str, str] = {
@@ -34,6 +35,7 @@ INTRINSICS: dict[str, str] = {
     "warp.index_1d": "call_owner_index", "block.index_1d": "call_owner_index",
     "warp.lanes": "call_stride", "block.threads": "call_stride", "warp.group": "call_group_make",
     "warp.rows": "call_rows", "block.rows": "call_rows", "range": "call_range_misplaced",
+    **{key: "call_launch" for key in launch_keys()},     # dsl/vocab/launch.py (dsl/frontend/launch.py)
 }
 BUILTINS: dict[Any, str] = {
     builtins.len: "call_len", builtins.min: "call_minmax", builtins.max: "call_minmax",

@@ -25,7 +25,7 @@ def contract_dict(fn: ir.Function, options: KernelOptions) -> dict[str, Any]:
                           dynamic_smem=options.shared_mem, min_cc=options.min_cc,
                           requires=options.requires, inplace=options.inplace,
                           grid_from=grid.contract() if grid else None,
-                          strict_domain=owns_elements(fn))
+                          strict_domain=owns_elements(fn), launch=options.launch)
 
 
 def contract_for(fn: ir.Function, options: KernelOptions) -> Any:
@@ -43,7 +43,8 @@ def contract_for(fn: ir.Function, options: KernelOptions) -> Any:
                           grid_from=grid["arg"] if grid else None,
                           per_thread=tuple(grid.get("per_thread", (1, 1, 1))) if grid else (1, 1, 1),
                           grid_tile=tuple(grid["tile"]) if grid and "tile" in grid else None,
-                          fault_sites=d.get("fault_sites", ()), strict_domain=d.get("strict_domain", False))
+                          fault_sites=d.get("fault_sites", ()), strict_domain=d.get("strict_domain", False),
+                          **options.launch.contract_kwargs())
 
 
 def validate_requires(pyfunc: Callable, options: KernelOptions) -> None:

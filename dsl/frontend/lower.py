@@ -15,6 +15,7 @@ from dsl.frontend.calls import CallMixin
 from dsl.frontend.context import BuildContext
 from dsl.frontend.exprs import ExprMixin
 from dsl.frontend.groups import GroupMixin
+from dsl.frontend.launch import LaunchMixin, check_launch_ops
 from dsl.frontend.loops import LoopMixin
 from dsl.frontend.ownership import Claim, check_claims
 from dsl.frontend.proofs import Facts
@@ -47,7 +48,7 @@ def _mark_parents(tree: ast.AST) -> None:
             child._kb_parent = parent  # type: ignore[attr-defined]
 
 
-class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, GroupMixin, AccessMixin):
+class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, GroupMixin, AccessMixin, LaunchMixin):
     """Lower one kernel or device function for one signature."""
 
     def __init__(self, pyfunc: Callable, signature: list[irt.Type], ctx: BuildContext, *,
@@ -152,7 +153,9 @@ class FunctionLowerer(StmtMixin, LoopMixin, ExprMixin, CallMixin, GroupMixin, Ac
         if self.is_kernel:
             fn.exact_block = self.options.block
             fn.max_threads = self.options.launch_bounds
+            fn.pdl, fn.cooperative, fn.cluster = self.options.pdl, self.options.cooperative, self.options.cluster
             check_claims([p.name for p in params], self.claims, self.options)
+            check_launch_ops(fn)
         else:
             self.ctx.claims[id(fn)] = self.claims
         return fn

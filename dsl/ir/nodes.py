@@ -504,11 +504,17 @@ class Function:
     # kernel launch facts the backend turns into PTX directives (.reqntid / .maxntid)
     exact_block: tuple[int, int, int] | None = None
     max_threads: int | None = None
+    min_blocks: int | None = None   # .minnctapersm: setmaxnreg kernels (ptxas sizes the register pool by it)
     boundscheck: bool = True
     # extern device functions (C name, link inputs) resolved at link time (C++ interop)
     extern_name: str | None = None
     link: tuple[str, ...] = ()
     export_name: str | None = None   # @simt.device(export="c_name"): emitted with this C symbol
+    # launch features of a kernel (dsl/vocab/launch.py): PDL (griddepcontrol.wait at entry unless the body
+    # waits), a cooperative grid (grid.sync's barrier word), a thread-block cluster (.reqnctapercluster)
+    pdl: bool = False
+    cooperative: bool = False
+    cluster: tuple[int, int, int] | None = None
 
     @property
     def uses_fault_record(self) -> bool:

@@ -105,6 +105,12 @@ class _Printer:
     def e_GetMut(self, x: N.GetMut) -> str:
         return f"get_mut {self.e(x.array)}[{self.idx(x.indices)}]"
 
+    def e_LaunchOp(self, x) -> str:            # dsl/ir/launch_nodes.py
+        return f"{x.op}({self.idx(x.args)})"
+
+    def e_ClusterShared(self, x) -> str:
+        return f"@{x.alloc.name}@rank({self.e(x.rank)})"
+
     # ------------------------------------------------------------------ statements
     def block(self, stmts, depth: int) -> None:
         if not stmts:
@@ -160,6 +166,9 @@ class _Printer:
             facts.append(f"launch_bounds={fn.max_threads}")
         if fn.export_name:
             facts.append(f"export={fn.export_name!r}")
+        facts += [k for k in ("pdl", "cooperative") if getattr(fn, k, False)]
+        if getattr(fn, "cluster", None):
+            facts.append(f"cluster={fn.cluster}")
         if fn.extern_name:
             facts.append(f"extern={fn.extern_name!r}")
         self.lines.append(f"{kind} {fn.name}({params}) -> {fn.return_type}"

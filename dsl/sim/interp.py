@@ -16,6 +16,7 @@ from dsl.sim import arith
 from dsl.sim.addresses import AddressSpace
 from dsl.sim.faults import FaultRecord, SimulationError, where
 from dsl.sim.lanes import LaneSpace, count, subsel, to_mask, to_sel, vec
+from dsl.sim.launch_ops import LaunchSemantics
 from dsl.sim.memory import MemRef, SharedSpace
 from dsl.sim.races import RaceLog
 from dsl.sim.warp import check_converged, warp_op
@@ -103,8 +104,9 @@ class Frame:
         self.cont: list[np.ndarray] = []
 
 
-class Machine:
-    """Executes one kernel on one LaneSpace (see the module docstring)."""
+class Machine(LaunchSemantics):
+    """Executes one kernel on one LaneSpace (see the module docstring); grid / cluster barriers and
+    distributed shared memory are dsl/sim/launch_ops.py."""
 
     def __init__(self, fn: N.Function, lanes: LaneSpace, params: dict[int, object],
                  shared: SharedSpace, fault: FaultRecord, races: RaceLog | None = None) -> None:
@@ -139,8 +141,12 @@ class Machine:
         return np.arange(self.L) if isinstance(sel, slice) else sel
 
     def _blk(self, mem: MemRef, lanes):
-        """Block-in-batch numbers of `lanes` (only shared memory is indexed by block)."""
-        return self.lanes.blk[lanes] if mem.shared else None
+        """Block-in-batch numbers of `lanes` (only shared memory is indexed by block; a cluster peer's
+        view, launch_ops.e_ClusterShared, names the block it reads per lane)."""
+        if not mem.shared:
+            return None
+        remote = getattr(mem, "remote", None)
+        return self.lanes.blk[lanes] if remote is None else remote[lanes]
 
     def _exit(self, lanes: np.ndarray) -> None:
         self.exited[lanes] = True

@@ -3,7 +3,8 @@
 Blocks are simulated in batches: every thread of up to MAX_LANES / threads-per-block consecutive blocks
 runs in lock-step as one vector. Batching is always valid, shared memory and barriers included: shared
 memory has one buffer per block (a leading block axis), barriers and warp ops are checked per block and
-per warp, and blocks never wait on each other in a legal CUDA program.
+per warp, and blocks never wait on each other in a legal CUDA program — except a cooperative grid
+(grid.sync), which runs as one batch, and a cluster's blocks, which batch together (launch_ops.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from dsl.sim import arith
 from dsl.sim.faults import FaultRecord, collect_sites
 from dsl.sim.interp import Machine
 from dsl.sim.lanes import LaneSpace
+from dsl.sim.launch_ops import add_cluster_registers, batch_blocks
 from dsl.sim.addresses import TensorMap
 from dsl.sim.memory import MemRef, SharedSpace
 from dsl.sim.races import RaceLog
@@ -46,10 +48,11 @@ def run(fn: N.Function, args: list, grid, block, shared_mem: int = 0) -> None:
     races = RaceLog(fn.name, grid3, block3)
     threads = block3[0] * block3[1] * block3[2]
     nblocks = grid3[0] * grid3[1] * grid3[2]
-    per_batch = max(1, MAX_LANES // threads)
+    per_batch = batch_blocks(grid3, fn.cooperative, fn.cluster, max(1, MAX_LANES // threads))
     with np.errstate(all="ignore"):
         for first in range(0, nblocks, per_batch):
             lanes = LaneSpace(grid3, block3, first, min(per_batch, nblocks - first), int(shared_mem))
+            add_cluster_registers(lanes, fn.cluster)
             shared = SharedSpace(lanes.nblocks, int(shared_mem))
             Machine(fn, lanes, params, shared, fault, races).run()
     if fault.hit:

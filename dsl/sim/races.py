@@ -6,7 +6,9 @@ The compiler proves that safe code gives every DisjointSlice element one owner
 writes, `RaceLog` keeps the last writer of every element (its global linear thread id), the writer's
 block barrier epoch and the store that wrote it. A store by another thread is a race unless both
 threads are in one block and that block passed a `sync_threads()` since the first write (the barrier
-orders them). Atomics are not stores and never race here. The first race is reported, like a bounds
+orders them), or a grid or cluster barrier (`simt.grid.sync()`, `simt.cluster.sync()`) was passed
+since (`RaceLog.sync_epoch`; a cluster barrier counts for every block, so a race across clusters
+around one can go unreported, never the reverse). Atomics are not stores and never race here. The first race is reported, like a bounds
 fault, as a `bridge.errors.KernelFault` once the launch has completed, naming both threads, the
 element and both source lines.
 """
@@ -34,6 +36,7 @@ class _Writers:
     def __init__(self, shape: tuple[int, ...]) -> None:
         self.thread = np.full(shape, -1, np.int64)
         self.epoch = np.zeros(shape, np.int64)
+        self.sync = np.zeros(shape, np.int64)       # grid / cluster barriers passed before the write
         self.site = np.zeros(shape, np.int32)
 
 
@@ -47,6 +50,7 @@ class RaceLog:
         self.sites: list[Loc] = []
         self.site_ids: dict[int, int] = {}
         self.first: tuple | None = None
+        self.sync_epoch = 0                           # grid / cluster barriers passed (dsl/sim/launch_ops.py)
 
     def _site(self, loc: Loc) -> int:
         k = self.site_ids.get(id(loc))
@@ -68,6 +72,7 @@ class RaceLog:
         if self.first is None:
             self._check(mem, w, key, gids, epochs, site)
         w.thread[key], w.epoch[key], w.site[key] = gids, epochs, site
+        w.sync[key] = self.sync_epoch
 
     def _check(self, mem: MemRef, w: _Writers, key: tuple, gids: np.ndarray, epochs: np.ndarray,
                site: int) -> None:
@@ -80,7 +85,7 @@ class RaceLog:
                           int(gids[b]), site)
             return
         prev = w.thread[key]
-        ordered = (prev // self.T == gids // self.T) & (epochs > w.epoch[key])
+        ordered = ((prev // self.T == gids // self.T) & (epochs > w.epoch[key])) | (w.sync[key] < self.sync_epoch)
         bad = np.flatnonzero((prev >= 0) & (prev != gids) & ~ordered)
         if len(bad):
             p = bad[0]

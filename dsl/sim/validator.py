@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsl.sim.limits import MAX_BLOCK, MAX_SHARED_BYTES, MAX_THREADS
+from dsl.sim.limits import MAX_BLOCK, MAX_SHARED_BYTES, MAX_THREADS, SIM_MAX_CORESIDENT
 
 
 def sim_limits() -> tuple[Any, Any]:
@@ -18,6 +18,7 @@ def sim_limits() -> tuple[Any, Any]:
     limits.max_threads_per_block = MAX_THREADS
     limits.max_block = MAX_BLOCK
     limits.smem_per_block = limits.smem_per_block_optin = MAX_SHARED_BYTES
+    limits.sim_max_coresident = SIM_MAX_CORESIDENT   # cooperative grids: one lock-step batch
     attrs = _native.FuncAttrs()
     attrs.max_threads_per_block = MAX_THREADS
     attrs.max_dynamic_smem = MAX_SHARED_BYTES

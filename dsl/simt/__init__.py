@@ -7,6 +7,12 @@ from dsl.vocab.simt import range  # noqa: A004   (simt.range(..., unroll=N); not
 from dsl.vocab import math as _vocab
 from dsl.simt.kernel import DeviceFunction, SimtKernel, device, kernel
 from dsl.simt.extern import ExternDevice, extern_device   # C++ __device__ functions (dsl/link.py)
+from dsl.vocab import launch as _launch
+from dsl.vocab.simt import Intrinsic as _Intrinsic
+
+# simt.pdl, simt.grid, simt.cluster: the launch-feature table (dsl/vocab/launch.py)
+_LAUNCH_NAMES = _launch.model_names("simt", lambda row: _Intrinsic(row.key))
+globals().update(_LAUNCH_NAMES)
 
 # simt.sqrt, simt.exp, ...: every row of the math table (dsl/vocab/math.py).
 globals().update({_n: math_intrinsic(_n) for _n in _vocab.names()})
@@ -15,7 +21,8 @@ _vocab.add_model_namespace(__name__, globals())   # register_math refuses the na
 
 __all__ = ["kernel", "device", "Array", "DisjointSlice", "Optional", "ArraySpec", "SimtKernel", "DeviceFunction",
            "thread", "threadIdx", "blockIdx", "blockDim", "gridDim", "lane_id", "warp_size",
-           "sync_threads", "shared", "atomic", "warp", "block", "unsafe", "range", "extern_device", "ExternDevice", *_MATH_NAMES]
+           "sync_threads", "shared", "atomic", "warp", "block", "unsafe", "range", "extern_device", "ExternDevice",
+           *sorted(_LAUNCH_NAMES), *_MATH_NAMES]
 
 
 def __getattr__(name: str) -> object:

@@ -237,17 +237,23 @@ def kernel(fn: Callable | None = None, *, block: int | Sequence[int] | None = No
            launch_bounds: int | None = None, domain: int = 1, shared_mem: Any = 0, min_cc: int = 0,
            requires: Sequence[str] = (), inplace: Sequence[Sequence[str]] = (),
            boundscheck: bool = True, fastmath: bool = False, grid_from: str | None = None,
-           lineinfo: bool | None = None) -> Any:
+           lineinfo: bool | None = None, pdl: bool = False, cooperative: bool = False,
+           cluster: int | Sequence[int] | None = None, cluster_nonportable: bool = False) -> Any:
     """Declare a SIMT kernel and its launch contract. Usable as `@simt.kernel` or `@simt.kernel(...)`.
 
     The options are checked when the function is decorated: a bad one is a DslCompileError at the
     `def` (never something LLVM sees). `grid_from=` names the array a launch without `grid=` derives
     its grid from; without it the grid is derived only from the DisjointSlice the kernel writes at its
     ThreadIndex (docs/dsl.md, "Grids"). `lineinfo=` (default: on unless `KB_LINEINFO=0`) puts the
-    Python file:line of every statement into the PTX for profilers and sanitizers ("Line info")."""
+    Python file:line of every statement into the PTX for profilers and sanitizers ("Line info").
+    `pdl=`, `cooperative=`, `cluster=` (and `cluster_nonportable=`) are the launch features of the
+    contract (docs/dsl.md, "Launch features"): a programmatic dependent launch that waits for its
+    predecessor in `simt.pdl.wait()` (at entry unless called), a cooperative grid that may call
+    `simt.grid.sync()`, a thread-block cluster whose blocks share `simt.cluster.*`."""
     given = dict(block=block, launch_bounds=launch_bounds, domain=domain, shared_mem=shared_mem,
                  min_cc=min_cc, requires=requires, inplace=inplace, boundscheck=boundscheck,
-                 fastmath=fastmath, grid_from=grid_from, lineinfo=lineinfo)
+                 fastmath=fastmath, grid_from=grid_from, lineinfo=lineinfo, pdl=pdl, cooperative=cooperative,
+                 cluster=cluster, cluster_nonportable=cluster_nonportable)
 
     def wrap(f: Callable) -> SimtKernel:
         if not callable(f):

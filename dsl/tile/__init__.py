@@ -18,18 +18,20 @@ from dsl.tile.errors import TileCompileError  # noqa: F401
 from dsl.tile.funcs import TileFunc, func  # noqa: F401
 from dsl.tile.autotune import Config, Tuned, autotune  # noqa: F401
 from dsl.tile.host import Partition, TileKernel, kernel, partition  # noqa: F401
+from dsl.tile.launch import NAMES as _LAUNCH       # tile.pdl, tile.grid_sync, tile.cluster_* (dsl/vocab/launch.py)
 from dsl.vocab import math as _vocab
 
 inf = float("inf")
 
 globals().update(_INTRINSICS)
+globals().update(_LAUNCH)
 _vocab.add_model_namespace(__name__, globals())   # register_math refuses the names taken here
 
 __all__ = ["kernel", "func", "TileFunc", "partition", "Partition", "Array", "Atomic", "Constant", "TileKernel",
            "TileCompileError",
            "autotune", "Config", "Tuned",
            "inf", "f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
-           "boolean", *sorted(_INTRINSICS)]
+           "boolean", *sorted(_INTRINSICS), *sorted(_LAUNCH)]
 
 
 def __getattr__(name: str) -> object:

@@ -13,6 +13,7 @@ import math
 from dsl.source import Source, Span, get_source
 from dsl.ir.types import BOOL, I32, ScalarType
 from dsl.tile import ir as T
+from dsl.tile import launch as launch_ops
 from dsl.tile import ops, tileops
 from dsl.tile.api import PY_MATH, Intrinsic
 from dsl.tile.errors import TileCompileError
@@ -50,10 +51,11 @@ class TileFrontend:
     assigned_names = staticmethod(_assigned_names)     # for the helpers it inlines (dsl/tile/funcs.py)
 
     def __init__(self, pyfunc, signature: list, name: str | None = None,
-                 requires: tuple[str, ...] = (), group_m: int | None = None) -> None:
+                 requires: tuple[str, ...] = (), group_m: int | None = None, launch: object = None) -> None:
         self.pyfunc = pyfunc
         self.requires = tuple(requires)      # the kernel's relations, carried by the tile IR
         self.group_m = group_m               # the kernel's block order (dsl/tile/lower/tiles.py)
+        self.launch = launch                 # the kernel's launch features (dsl/tile/launch.py)
         self.inlining: list = []             # the @tile.func helpers being inlined, outermost first
         self.src: Source = get_source(pyfunc)      # the SIMT front end's source, positions and carets
         self.fdef = self.src.tree
@@ -113,7 +115,7 @@ class TileFrontend:
             self.stmt(stmt)
         self.body_stack.pop()
         fn = T.TileFunction(self.name, params, body, grid_param, self.locals, self.loc(self.fdef),
-                            self.requires, self.group_m)
+                            self.requires, self.group_m, self.launch)
         forward_loads(fn)          # named single-use loads back into their use (dsl/tile/forward.py)
         return fn
 
@@ -501,6 +503,8 @@ class TileFrontend:
                 return self.method(fn, args, kwargs, node)
             if isinstance(fn, Intrinsic):
                 return self.intrinsic(fn.name, args, kwargs, node)
+            if isinstance(fn, launch_ops.LaunchIntrinsic):     # tile.pdl.wait(), tile.grid_sync(), ...
+                return launch_ops.call(self, fn, args, kwargs, node)
             if fn in PY_MATH and not any(isinstance(a, T.TExpr) for a in args):
                 return fn(*args)  # type: ignore[operator]
             if fn in PY_MATH:

@@ -85,7 +85,8 @@ class TileKernel:
     """A @tile.kernel: specialises on argument dtypes/ndims/tile shapes/constants at first use."""
 
     def __init__(self, pyfunc, num_warps: int | None = None, persistent: bool = False,
-                 lineinfo: bool = True, requires: tuple[str, ...] = (), group_m: int | None = None) -> None:
+                 lineinfo: bool = True, requires: tuple[str, ...] = (), group_m: int | None = None,
+                 launch: Any = None) -> None:
         self.pyfunc = pyfunc
         self.name = pyfunc.__name__
         self.num_warps = num_warps
@@ -93,6 +94,7 @@ class TileKernel:
         self.lineinfo = lineinfo          # PTX line tables (docs/dsl.md, "Line info")
         self.requires = tuple(requires)   # contract relations, as @simt.kernel(requires=) (checked at the def)
         self.group_m = group_m            # block order of a 2-D tile grid (dsl/tile/lower/tiles.py)
+        self.launch = launch              # launch features (dsl.options.LaunchFeatures; dsl/tile/launch.py)
         self.specs: list[ParamAnnotation] = parse_annotations(pyfunc, "tile", "kernel")
         # documented caches: tile IR per signature, compiled kernels per (signature, facts, arch),
         # host-memory validators per signature, and the native dispatcher; filled once per key
@@ -207,7 +209,7 @@ class TileKernel:
     def _ir_for(self, sig: tuple) -> Any:
         def make() -> Any:
             from dsl.tile.frontend import TileFrontend
-            return TileFrontend(self.pyfunc, list(sig), self.name, self.requires, self.group_m).build()
+            return TileFrontend(self.pyfunc, list(sig), self.name, self.requires, self.group_m, self.launch).build()
         return fill_once(self._ir_cache, sig, self._fill_lock, make)
 
     def ir(self, *args, arch: str = "sm_90") -> str:
@@ -449,15 +451,17 @@ class TileKernel:
 
 
 def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False,
-           lineinfo: bool | None = None, requires: Any = (), group_m: int | None = None):
+           lineinfo: bool | None = None, requires: Any = (), group_m: int | None = None,
+           pdl: bool = False, cooperative: bool = False, cluster: Any = None, cluster_nonportable: bool = False):
     """`@tile.kernel`, `@tile.kernel(num_warps=8)` or `@tile.kernel(persistent=True)` (a grid of
     about two blocks per SM, each looping over tiles t = block, block + grid, ...; the same tile
     semantics, see docs/tile.md). `lineinfo=` as for @simt.kernel (default on unless
     `KB_LINEINFO=0`). `requires=`: relations of the launch contract, the language and checks of
     @simt.kernel(requires=) (docs/architecture.md). `group_m=`: the order of the blocks over a 2-D
     tile grid, in groups of that many tile rows (1: row-major; default: 8 for GEMM kernels, which
-    share operand panels in L2 that way, else 1). The options are checked at the `def`
-    (DslCompileError)."""
+    share operand panels in L2 that way, else 1). `pdl=`, `cooperative=`, `cluster=n` (and
+    `cluster_nonportable=`): the launch features, as @simt.kernel's (docs/tile.md, "Launch features";
+    the cluster is n consecutive tile blocks). The options are checked at the `def` (DslCompileError)."""
     from dsl.options import (OptionError, check_group_m, check_lineinfo, check_requires,
                              check_symbol_names, check_tile_options)
 
@@ -468,10 +472,12 @@ def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False,
             lines = check_lineinfo(lineinfo)
             rels = check_requires(requires, _relation_names(f))
             group = check_group_m(group_m)
+            from dsl.tile.launch import check_tile_launch
+            launch = check_tile_launch(pdl, cooperative, cluster, cluster_nonportable, persist)
         except OptionError as err:
             from dsl.frontend.decorator import raise_option_error
             raise_option_error(f, "tile.kernel", err)
-        return TileKernel(f, warps, persist, lines, rels, group)
+        return TileKernel(f, warps, persist, lines, rels, group, launch)
 
     return wrap(fn) if fn is not None else wrap
 

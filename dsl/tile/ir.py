@@ -222,9 +222,26 @@ class Gather(TExpr):
     loc: Loc = NOLOC
 
 
+@dataclass(eq=False)
+class LaunchValue(TExpr):
+    """tile.cluster_rank() / tile.cluster_size(): a launch-table row's value (dsl/vocab/launch.py,
+    `op` its key), an i32 scalar."""
+    op: str
+    type: TileType
+    loc: Loc = NOLOC
+
+
 # --------------------------------------------------------------------------------------- statements
 class TStmt:
     loc: Loc
+
+
+@dataclass(eq=False)
+class LaunchStmt(TStmt):
+    """tile.pdl.wait(), tile.pdl.launch_dependents(), tile.grid_sync(), tile.cluster_sync(): a
+    launch-table statement (dsl/vocab/launch.py, `op` its key; dsl/tile/launch.py)."""
+    op: str
+    loc: Loc = NOLOC
 
 
 @dataclass(eq=False)
@@ -288,6 +305,7 @@ class TileFunction:
     loc: Loc = NOLOC
     requires: tuple[str, ...] = ()   # the kernel's `requires=` relations (the launch contract's)
     group_m: int | None = None       # block order: tile rows per group (None: 8 for GEMM kernels, else 1)
+    launch: object = None            # the kernel's launch features (dsl.options.LaunchFeatures; None: none)
 
 
 def walk_stmts(body: list):

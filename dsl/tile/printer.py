@@ -100,6 +100,9 @@ class _Printer:
         mask = "" if x.mask is None else f" if {self.e(x.mask)}"
         return f"gather %{x.param.name}[{self.args(x.indices)}]{mask} padding={x.padding!r}:{x.type}"
 
+    def e_LaunchValue(self, x: T.LaunchValue) -> str:
+        return f"{x.op}():{x.type}"
+
     # Cast, Broadcast, Reshape, Arange print generically: cast(x):tile<f16, (16,)>, arange():...
 
     # ------------------------------------------------------------------ statements
@@ -131,6 +134,8 @@ class _Printer:
             if x.else_:
                 self.lines.append(f"{pad}else:")
                 self.block(x.else_, d + 1)
+        elif isinstance(x, T.LaunchStmt):
+            self.lines.append(f"{pad}{x.op}(){where}")
         else:
             self.lines.append(f"{pad}{type(x).__name__.lower()}{where}")
 

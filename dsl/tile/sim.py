@@ -47,6 +47,7 @@ class BlockInterpreter:
         self.grid = grid
         self.coords = coords
         self.env: dict[int, np.ndarray] = {}
+        self.barriers = None          # dsl/tile/launch.py BarrierCounts, when the kernel has barriers
 
     def run(self) -> None:
         self.block(self.fn.body)
@@ -79,6 +80,9 @@ class BlockInterpreter:
                     self.block(s.body)
             elif isinstance(s, T.If):
                 self.block(s.then if bool(self.eval(s.cond)) else s.else_)
+            elif isinstance(s, T.LaunchStmt):     # barriers counted, checked after the grid (dsl/tile/launch.py)
+                if self.barriers is not None:
+                    self.barriers.passed(self, s)
             else:  # pragma: no cover - the front end builds no other statements
                 raise TypeError(f"unknown tile statement {type(s).__name__}")
 
@@ -169,6 +173,9 @@ class BlockInterpreter:
             return self.gather(e)
         if isinstance(e, T.Arange):
             return np.arange(e.type.shape[0], dtype=dt)
+        if isinstance(e, T.LaunchValue):
+            from dsl.tile.launch import value
+            return value(self, e)
         with np.errstate(all="ignore"):
             return self._compute(e, dt)
 
@@ -255,7 +262,13 @@ class BlockInterpreter:
 
 
 def simulate(fn: T.TileFunction, args: dict[int, object], grid: tuple[int, ...]) -> None:
-    """Run every tile block of `grid` (partition tile counts per axis) in order."""
+    """Run every tile block of `grid` (partition tile counts per axis) in order; then check that the
+    blocks met at their grid / cluster barriers (dsl/tile/launch.py)."""
+    from dsl.tile.launch import BarrierCounts
+    barriers = BarrierCounts(fn, grid)
     for coords in np.ndindex(*grid):
-        BlockInterpreter(fn, args, grid, tuple(int(c) for c in coords)).run()
+        interp = BlockInterpreter(fn, args, grid, tuple(int(c) for c in coords))
+        interp.barriers = barriers
+        interp.run()
+    barriers.check()
 

@@ -16,7 +16,7 @@ class TileLowering:
     `requires`, `group_m`: the kernel's relations and block order, for the tile IR the tile_frontend
     stage builds."""
     __slots__ = ("num_warps", "facts", "persistent", "lineinfo", "switches", "relied", "dynamic_smem",
-                 "requires", "group_m")
+                 "requires", "group_m", "launch")
 
     def __init__(self, switches: dict, num_warps: int | None = None, facts: dict[str, dict] | None = None,
                  persistent: bool = False, lineinfo: bool = True) -> None:
@@ -26,6 +26,7 @@ class TileLowering:
         self.dynamic_smem = 0
         self.requires: tuple[str, ...] = ()
         self.group_m: int | None = None
+        self.launch = None            # the kernel's launch features (dsl/tile/launch.py)
 
 
 def tile_frontend(value: Any, ctx: CompileContext):
@@ -34,7 +35,8 @@ def tile_frontend(value: Any, ctx: CompileContext):
         raise TypeError("ctx.pyfunc: the tile_frontend stage needs the kernel's Python function "
                         "(dsl.tile.compile.tile_context(..., kernel=, sig=)), got None")
     return TileFrontend(ctx.pyfunc, list(ctx.signature), ctx.kernel_name,
-                        getattr(ctx.tile, "requires", ()), getattr(ctx.tile, "group_m", None)).build()
+                        getattr(ctx.tile, "requires", ()), getattr(ctx.tile, "group_m", None),
+                        getattr(ctx.tile, "launch", None)).build()
 
 
 def tile_lower(fn, ctx: CompileContext):

@@ -1,4 +1,5 @@
-"""The documentation's math lists, generated from the math table (dsl/vocab/math.py).
+"""The documentation's math lists and launch-feature table, generated from the math table
+(dsl/vocab/math.py) and the launch table (dsl/vocab/launch.py).
 
 docs/dsl.md and docs/tile.md hold blocks between `<!-- vocab:NAME -->` and `<!-- /vocab:NAME -->`
 lines; `sync(text)` rewrites each block from the table and interop_tests/vocab checks that the files
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from dsl.vocab import launch as launch_vocab
 from dsl.vocab import math as vocab
 
 DOC_FILES = ("docs/dsl.md", "docs/tile.md")
@@ -41,6 +43,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "math-table": math_table,
     "simt-math": lambda: f"Math functions: {name_list('simt')}.",
     "tile-math": lambda: f"Math functions: {name_list('tile')}.",
+    "launch-table": launch_vocab.docs_table,
 }
 _BLOCK = re.compile(r"(<!-- vocab:([a-z-]+) -->\n)(.*?)(<!-- /vocab:\2 -->)", re.S)
 

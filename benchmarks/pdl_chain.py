@@ -1,0 +1,137 @@
+"""A chain of 10 dependent small DSL kernels (y = a * x + b on 2^20 float32, each step reading the
+previous step's output) with and without programmatic dependent launch (`@simt.kernel(pdl=True)`), one
+process, one stream.
+
+With PDL each kernel calls `simt.pdl.launch_dependents()` first, so the next kernel's blocks are
+scheduled while it runs and wait in `griddepcontrol.wait` (at their entry) only for its completion and
+memory flush; without it each launch starts after the previous one has fully drained. Both chains run
+the same kernel body (the plain one's `launch_dependents` has no dependent to release). The device
+time of a whole chain is measured with events around it, after a spin kernel that keeps the GPU busy
+while the host enqueues the chain (so host launch cost is not what is timed); the two variants alternate
+round by round, medians of the rounds. Also under a CUDA graph (captured chains, replayed).
+Bar (issue 32): chain without PDL / chain with PDL >= 1.15 (stream launches, median of per-round ratios).
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+
+import numpy as np
+
+from _bench_kit import check_close, gpu_or_note
+from _common import Report, parse_args
+
+from dsl import f32, i32, simt
+
+N = 1 << 20
+STEPS = 10
+A, B = np.float32(1.0001), np.float32(0.5)
+
+
+def _step(x: simt.Array[f32], out: simt.DisjointSlice[f32], a: f32, b: f32):
+    simt.pdl.launch_dependents()
+    i = simt.thread.index_1d()
+    out[i] = a * x[i] + b
+
+
+step_pdl = simt.kernel(_step, block=256, pdl=True, requires=["len(x) == len(out)"])
+step_plain = simt.kernel(_step, block=256, requires=["len(x) == len(out)"])
+
+
+@simt.kernel(block=32)
+def spin(out: simt.DisjointSlice[f32], iters: i32):
+    """Busy work on one block (about a millisecond) so the host enqueues the chain before it starts."""
+    with simt.unsafe():
+        v = f32(simt.threadIdx.x)
+        for _ in range(iters):
+            v = v * f32(0.999999) + f32(1e-7)
+        out[simt.threadIdx.x] = v
+
+
+def reference(x: np.ndarray) -> np.ndarray:
+    y = x.astype(np.float64)
+    for _ in range(STEPS):
+        y = A * y + B
+    return y
+
+
+def chain(step, bufs) -> None:
+    for k in range(STEPS):
+        step(bufs[k % 2], bufs[1 - k % 2], A, B)
+
+
+def timed_rounds(runs: dict, reps: int, spin_iters: int) -> dict[str, list[float]]:
+    """Device µs of each run (a callable enqueuing one chain), alternating, each after a spin kernel."""
+    import bridge
+    s = bridge.current_stream()
+    sink = bridge.zeros((32,), "float32")
+    for run in runs.values():               # warm: compile, first launches
+        run()
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(reps):
+        for name, run in runs.items():
+            spin(sink, np.int32(spin_iters), grid=1)
+            e0 = s.record()
+            run()
+            e1 = s.record()
+            e1.synchronize()
+            times[name].append(e0.elapsed_time(e1) * 1e3)
+    return times
+
+
+def main() -> int:
+    args = parse_args(__doc__)
+    rep = Report(f"PDL chain: {STEPS} dependent y = a*x + b kernels on 2^20 float32 (device µs per chain)")
+    if not gpu_or_note(rep):
+        rep.finish(args.json)
+        return 0
+    import bridge
+    dev = bridge.Device(0)
+    if dev.cc < (9, 0):
+        rep.notes.append(f"PDL needs sm_90; {dev.name} is {dev.arch}: both chains would launch alike")
+    rng = np.random.default_rng(32)
+    x = rng.standard_normal(N).astype(np.float32)
+    want = reference(x)
+    failed: list[str] = []
+    try:
+        with bridge.use_stream(bridge.Stream()):
+            bufs = {"plain": [bridge.from_host(x), bridge.zeros((N,), "float32")],
+                    "pdl": [bridge.from_host(x), bridge.zeros((N,), "float32")]}
+            for name, step in (("plain", step_plain), ("pdl", step_pdl)):
+                chain(step, bufs[name])
+                bridge.synchronize()
+                try:
+                    check_close(f"chain {name}", bufs[name][0].to_host(), want, rtol=1e-5, atol=1e-5)
+                except Exception as exc:  # noqa: BLE001 - a wrong result fails the run, untimed
+                    failed.append(f"{name}: {exc}")
+            if failed:
+                return 1
+            runs = {"stream, plain": lambda: chain(step_plain, bufs["plain"]),
+                    "stream, pdl=True": lambda: chain(step_pdl, bufs["pdl"])}
+            graphs = {}
+            for name, step in (("plain", step_plain), ("pdl", step_pdl)):
+                with bridge.capture(bridge.current_stream()) as g:
+                    chain(step, bufs[name])
+                graphs[name] = g
+            runs["graph, plain"] = graphs["plain"].replay
+            runs["graph, pdl=True"] = graphs["pdl"].replay
+            times = timed_rounds(runs, reps=10 if args.quick else 40, spin_iters=200_000)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        for name, us in med.items():
+            rep.row(f"chain of {STEPS}, {name}", us, "us", per_kernel_us=round(us / STEPS, 3))
+        rep.extra["rounds_us"] = times
+        for mode in ("stream", "graph"):
+            paired = statistics.median(p / q for p, q in zip(times[f"{mode}, plain"], times[f"{mode}, pdl=True"]))
+            rep.row(f"{mode}: chain without PDL / with PDL (median of rounds)", paired, "x")
+        rep.bar("PDL chain of 10 (stream launches): without / with pdl=True", med["stream, pdl=True"],
+                med["stream, plain"], higher_is_better=False, bar=1.15, peer_name="the same chain without PDL",
+                ratio=statistics.median(p / q for p, q in zip(times["stream, plain"], times["stream, pdl=True"])))
+    finally:
+        rep.finish(args.json)
+        if failed:
+            print("FAILED (wrong results, not timed):\n  " + "\n  ".join(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
