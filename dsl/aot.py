@@ -93,6 +93,11 @@ def compile_module(path: str | os.PathLike, arch: str, out_dir: str | os.PathLik
     for k in kernels:
         sig, params = signature_for(k, table.get(k.__name__))
         ck = compile_kernel(k.pyfunc, sig, k.options, f"sm_{num}")
+        if json.loads(ck.contract_json).get("cooperative"):
+            # the generated C++ launcher calls cuLaunchKernel: without the cooperative attribute nothing
+            # guarantees the co-residency its grid barrier needs (PDL and compiled clusters need no attribute)
+            raise AotError(f"{path}: {k.__name__}: cooperative=True kernels cannot be exported to the C++ "
+                           "launcher yet (it launches with cuLaunchKernel); launch it through bridge instead")
         ptx_parts.append(with_embedded_contract(ck.ptx, ck.name, ck.contract_json))
         grid_from = json.loads(ck.contract_json).get("grid_from") is not None
         infos.append(AotKernel(k.__name__, ck.name, ck.contract_json, params, grid_from))

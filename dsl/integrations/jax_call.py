@@ -305,6 +305,12 @@ class _Call:
             ck = plan.kernel.compile(*args, arch=dev.arch)
             grid, block, smem = self.grid, self.block, None
             params = list(plan.params)
+        if '"cooperative":true' in ck.contract_json.replace(" ", ""):
+            # the FFI handler launches with cuLaunchKernel: nothing would guarantee the co-residency a
+            # grid barrier needs (PDL waits and compiled clusters work without launch attributes)
+            raise E.ContractDefinitionError(f"{API}: {plan.name}: cooperative=True kernels cannot run as XLA "
+                                            "custom calls yet (the FFI handler launches without the cooperative "
+                                            "attribute)", kernel=plan.name)
         bk = bridge.kernel_from_ptx(ck.ptx, ck.name, ck.contract_json)
         descs, slots, base = [], [], 1 << 40
         writable = [p.name for p in plan.writable]
