@@ -38,16 +38,19 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ["examples/quickstart.py", "examples/mixed_pipeline.py", "examples/torch_custom_op.py",
             "examples/jax_jit.py", "examples/graph_capture.py", "examples/link_cpp_device.py",
             "examples/porting/run_porting.py", "examples/flash_attention.py", "examples/attention_op.py",
-            "examples/triton_tutorials/05_layer_norm.py"]
+            "examples/launch_features.py", "examples/triton_tutorials/05_layer_norm.py"]
 BENCHMARKS = ["benchmarks/launch_overhead.py", "benchmarks/launch_breakdown.py", "benchmarks/elementwise.py",
               "benchmarks/simt_parity.py", "benchmarks/tile_ops.py", "benchmarks/gemm.py", "benchmarks/attention.py",
               "benchmarks/compile_time.py",
-              "benchmarks/intake.py", "benchmarks/llm_kernels.py", "benchmarks/triton_tutorials.py"]
+              "benchmarks/intake.py", "benchmarks/llm_kernels.py", "benchmarks/triton_tutorials.py",
+              "benchmarks/pdl_chain.py", "benchmarks/gpt2_step.py"]
 SANITIZER_TOOLS = ["memcheck", "racecheck", "synccheck", "initcheck"]
 MEMCHECK_EXAMPLE_ARGS = {"examples/porting/run_porting.py": ["--build", "build/porting-memcheck"]}
 # The GPU tests that launch kernels of every kind (runtime, DSL SIMT zoo, DSL tile, CUDA C++, linked and
 # AOT kernels): the sanitizers re-run these, not the whole suite, to stay inside the 10-minute budget.
 SANITIZE_FILES = ["interop_tests/runtime/test_gpu_launch_paths.py",
+                  "interop_tests/runtime/test_launch_features_gpu.py",
+                  "interop_tests/runtime/test_launch_features_dsl_gpu.py",
                   "interop_tests/runtime/test_gpu_graphs_and_faults.py",
                   "interop_tests/runtime/test_gpu_memory_ordering.py",
                   "interop_tests/dsl_sim/test_sim_agrees_with_gpu.py",
