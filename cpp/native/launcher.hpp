@@ -650,6 +650,10 @@ class Launcher {
   void order_before(const kb::ArgValue* vals, const IntakeInfo* infos, int n, uint64_t stream) {
     uint64_t done[kStackArgs];
     int ndone = 0;
+    if (contract_.cooperative) {
+      const uint64_t key = self_key();
+      kb::rt::order_use(key, key + 1, stream, device_, true);
+    }
     for (int i = 0; i < n; ++i) {
       if (vals[i].kind != kb::ArgKind::array || vals[i].none) continue;
       uint64_t lo, hi;
@@ -668,6 +672,11 @@ class Launcher {
   // Record what this launch touched, by memory. A launch captured by bridge.capture() runs nothing
   // now: the graph remembers its ranges and Graph.replay orders and records them on the replay stream.
   void record_after(const kb::ArgValue* vals, int n, uint64_t stream, bool captured) {
+    if (contract_.cooperative) {          // the kernel's grid barrier word: one launch of it at a time
+      const uint64_t key = self_key();
+      if (captured) kb::rt::capture_use(stream, kb::rt::CapturedUse{key, key + 1, device_, true});
+      else kb::rt::note_use(key, key + 1, stream, device_, true);
+    }
     for (int i = 0; i < n; ++i) {
       if (vals[i].kind != kb::ArgKind::array || vals[i].none) continue;
       uint64_t lo, hi;
@@ -677,6 +686,12 @@ class Launcher {
       else kb::rt::note_use(lo, hi, stream, device_, write);
     }
   }
+
+  // A cooperative kernel's grid barrier is a word of its module (dsl/backend/launch_codegen.py), shared
+  // by every launch of the function: two launches on different streams must not overlap. The memory log
+  // orders them as writes of one byte keyed by the CUfunction handle, a host address, which unified
+  // addressing keeps disjoint from every device allocation the log tracks.
+  uint64_t self_key() const { return reinterpret_cast<uint64_t>(func_); }
 
   // Lifetimes: a graph keeps every buffer it uses; otherwise temporaries live until completion.
   void keep_alive(PyObject* const* objs, const kb::ArgValue* vals, const IntakeInfo* infos, int n,

@@ -42,6 +42,30 @@ def test_grid_sync_kernel_gives_the_float64_answer_launch_after_launch(sm90):
         np.testing.assert_allclose(out.to_host(), K.center_reference(x_np), rtol=0, atol=1e-4)
 
 
+def test_launches_of_one_cooperative_kernel_on_two_streams_do_not_overlap(sm90):
+    """Every launch of a cooperative kernel shares its module's barrier word: the launcher orders a launch
+    on another stream after the previous one (memory log), so both answers are right."""
+    from bridge import _native
+    rng = np.random.default_rng(2)
+    n = 1 << 20
+    grid = sm90.sm_count
+    xs = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
+    streams = [bridge.Stream(), bridge.Stream()]
+    outs, keep = [], []
+    for x_np, s in zip(xs * 4, streams * 4):         # alternate streams, eight launches back to back
+        x, partial, out = bridge.from_host(x_np), bridge.zeros((grid,), "float32"), poisoned(n)
+        with bridge.use_stream(s):
+            K.center(x, partial, out, grid=grid)
+        outs.append((out, x_np))
+        keep.append((x, partial))
+    # the last launch is recorded as the writer of the kernel's key range, on the second stream
+    spans = _native.memory_log_spans()
+    assert any(hi - lo == 1 and writer == streams[1].handle for lo, hi, writer, _ in spans), spans
+    bridge.synchronize()
+    for out, x_np in outs:
+        np.testing.assert_allclose(out.to_host(), K.center_reference(x_np), rtol=0, atol=1e-4)
+
+
 def test_grid_sync_kernel_replays_in_a_cuda_graph(sm90):
     rng = np.random.default_rng(1)
     n = 1 << 18
