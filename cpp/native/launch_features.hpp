@@ -13,6 +13,24 @@
 
 namespace kb::native {
 
+// The driver's launch configuration of a validated launch (grid, block, dynamic shared memory, stream,
+// attributes), shared by the occupancy query and the launch.
+inline CUlaunchConfig launch_config(const kb::LaunchConfig& cfg, CUstream stream, CUlaunchAttribute* attrs,
+                                    unsigned n) {
+  CUlaunchConfig lc{};
+  lc.gridDimX = static_cast<unsigned>(cfg.grid[0]);
+  lc.gridDimY = static_cast<unsigned>(cfg.grid[1]);
+  lc.gridDimZ = static_cast<unsigned>(cfg.grid[2]);
+  lc.blockDimX = static_cast<unsigned>(cfg.block[0]);
+  lc.blockDimY = static_cast<unsigned>(cfg.block[1]);
+  lc.blockDimZ = static_cast<unsigned>(cfg.block[2]);
+  lc.sharedMemBytes = static_cast<unsigned>(cfg.smem);
+  lc.hStream = stream;
+  lc.attrs = attrs;
+  lc.numAttrs = n;
+  return lc;
+}
+
 // Raise bridge.errors.CudaError(call, CUDA_ERROR_NOT_SUPPORTED) for a driver entry point this driver
 // lacks, naming the kernel and the feature that needs it (nothing has been launched).
 [[noreturn]] inline void throw_missing_entry(const char* call, const std::string& kernel, const char* feature) {
@@ -64,16 +82,7 @@ class DriverOccupancy final : public kb::Occupancy {
       attr.value.clusterDim.x = static_cast<unsigned>(cluster[0]);
       attr.value.clusterDim.y = static_cast<unsigned>(cluster[1]);
       attr.value.clusterDim.z = static_cast<unsigned>(cluster[2]);
-      CUlaunchConfig lc{};
-      lc.gridDimX = static_cast<unsigned>(cfg.grid[0]);
-      lc.gridDimY = static_cast<unsigned>(cfg.grid[1]);
-      lc.gridDimZ = static_cast<unsigned>(cfg.grid[2]);
-      lc.blockDimX = static_cast<unsigned>(cfg.block[0]);
-      lc.blockDimY = static_cast<unsigned>(cfg.block[1]);
-      lc.blockDimZ = static_cast<unsigned>(cfg.block[2]);
-      lc.sharedMemBytes = static_cast<unsigned>(cfg.smem);
-      lc.attrs = &attr;
-      lc.numAttrs = 1;
+      CUlaunchConfig lc = launch_config(cfg, nullptr, &attr, 1);
       int n = 0;
       const CUresult r = a.occupancyMaxActiveClusters(&n, func_, &lc);
       if (r == CUDA_ERROR_INVALID_CLUSTER_SIZE) n = 0;   // a cluster this function cannot have: none fit
@@ -159,17 +168,7 @@ inline unsigned launch_attributes(const kb::LaunchContract& c, const kb::LaunchC
 inline CUresult launch_ex(const kb::drv::Api& a, CUfunction f, const kb::LaunchConfig& cfg, CUstream stream,
                           CUlaunchAttribute* attrs, unsigned n, void** extra, const std::string& kernel) {
   if (a.launchKernelEx == nullptr) throw_missing_entry("cuLaunchKernelEx", kernel, "a pdl/cooperative/cluster launch");
-  CUlaunchConfig lc{};
-  lc.gridDimX = static_cast<unsigned>(cfg.grid[0]);
-  lc.gridDimY = static_cast<unsigned>(cfg.grid[1]);
-  lc.gridDimZ = static_cast<unsigned>(cfg.grid[2]);
-  lc.blockDimX = static_cast<unsigned>(cfg.block[0]);
-  lc.blockDimY = static_cast<unsigned>(cfg.block[1]);
-  lc.blockDimZ = static_cast<unsigned>(cfg.block[2]);
-  lc.sharedMemBytes = static_cast<unsigned>(cfg.smem);
-  lc.hStream = stream;
-  lc.attrs = attrs;
-  lc.numAttrs = n;
+  CUlaunchConfig lc = launch_config(cfg, stream, attrs, n);
   return a.launchKernelEx(&lc, f, nullptr, extra);
 }
 
