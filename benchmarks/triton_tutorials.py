@@ -150,11 +150,17 @@ def vector_add(b: Bench, rng: np.random.Generator) -> None:
     tol = {"rtol": 2.0 ** -24}
     x, y = to_dev(torch, xh), to_dev(torch, yh)
     ours, triton, peer = {}, {}, {}
+    from dsl import tile
     for block in (1024, 2048, 4096):
         out = nan_like(torch, (n,), torch.float32)
         args = T.launch_args(x, y, out, block)
         ours[f"DSL tile add_kernel BLOCK {block}"] = (lambda i, a=args: T.add_kernel(*a),
                                                      checked("ours", out, ref, **tol))
+    for block, warps in ((2048, 8), (4096, 8), (1024, 2)):    # Triton's num_warps knob, on the same kernel
+        out = nan_like(torch, (n,), torch.float32)
+        args, k = T.launch_args(x, y, out, block), tile.kernel(T.add_kernel.pyfunc, num_warps=warps)
+        ours[f"DSL tile add_kernel BLOCK {block} num_warps {warps}"] = (lambda i, a=args, k=k: k(*a),
+                                                                        checked("ours", out, ref, **tol))
     if b.tp is not None:
         for block in (1024, 4096):
             out = nan_like(torch, (n,), torch.float32)
