@@ -11,6 +11,10 @@ checked like the default (no bar: the bar is the example's own tile).
 forward's O and log-sum-exp) against SDPA's flash and cuDNN backward (autograd of a forward run under
 each backend, timed alone) at B4 H16 S4096 D128, causal and not, TFLOP/s counting 2.5x the forward's
 FLOPs; `--backward-only` skips the forward cases, `--bwd-sweep` also times other tiles of ours.
+`--ladder` times the forward under each switch of the TMA-ring ladder (KB_TILE_LOOP_PIPELINE tma/ws,
+stages, KB_TILE_SETMAXNREG, KB_TILE_PRODUCT_OVERLAP; benchmarks/_attention_ladder.py) against SDPA's
+flash and cuDNN backends in the same run and prints a table (`--quick`: S4096 D128 only);
+`--ladder-only` skips the other cases.
 """
 from __future__ import annotations
 
@@ -38,6 +42,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--backward", action="store_true", help="also time the backward (BWD_SHAPES)")
     ap.add_argument("--backward-only", action="store_true", help="time the backward alone")
     ap.add_argument("--bwd-sweep", action="store_true", help="with the backward, also time the BWD_SWEEP tiles")
+    ap.add_argument("--ladder", action="store_true", help="also time the forward's TMA-ring ladder vs SDPA cuDNN")
+    ap.add_argument("--ladder-only", action="store_true", help="time the ladder alone")
     return ap.parse_args()
 
 
@@ -82,7 +88,8 @@ def main() -> int:
     fa = load_example()
     failed = []
     with bridge.use_stream(bridge.Stream()):
-        for b, h, s, d in [] if args.backward_only else SHAPES[:1] if args.quick else SHAPES:
+        alone = args.backward_only or args.ladder_only
+        for b, h, s, d in [] if alone else SHAPES[:1] if args.quick else SHAPES:
             g = torch.Generator(device="cuda").manual_seed(s + d)
             q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
             for causal in (False, True):
@@ -122,6 +129,9 @@ def main() -> int:
         if args.backward or args.backward_only or args.bwd_sweep:
             from _attention_bwd import backward_cases
             failed += backward_cases(rep, torch, reps=3 if args.quick else 5, sweep=args.bwd_sweep)
+        if args.ladder or args.ladder_only:
+            from _attention_ladder import ladder_cases
+            failed += ladder_cases(rep, torch, fa, reps=3 if args.quick else 5, quick=args.quick)
     rep.finish(args.json)
     if failed:
         print("FAILED (wrong results):\n  " + "\n  ".join(failed))

@@ -47,6 +47,10 @@ SETTINGS: dict[str, str] = {
     "KB_TILE_GEMM_PIPELINE": "sm_90 TMA GEMM loop: sync (default, a barrier per k tile) or ws (a "
                              "producer warpgroup, empty mbarriers)",
     "KB_TILE_TF32_TRANSPOSE": "sm_90: tf32 GEMM with a row-major B on wgmma through registers (default off: mma.sync)",
+    "KB_TILE_LOOP_PIPELINE": "sm_90 loops' product operands: cp.async (default), tma (a TMA ring) or ws (+ a producer warpgroup)",
+    "KB_TILE_LOOP_STAGES": "stages of the TMA ring of KB_TILE_LOOP_PIPELINE (2 or 3)",
+    "KB_TILE_SETMAXNREG": "warp-specialised kernels: setmaxnreg consumer/producer registers (default off)",
+    "KB_TILE_PRODUCT_OVERLAP": "ring loops: the last product issued behind the next iteration's first (default off)",
 }   # docs/configuration.md is the full table (interop_tests/package/test_configuration_table.py)
 
 

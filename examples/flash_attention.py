@@ -14,6 +14,10 @@ On the tensor cores (the default, sm_80+) the two products run as mma.sync, on s
 MMA (wgmma, Q and P from registers, K and V from swizzled shared memory), with S, P, the row
 statistics and the output accumulator in registers, and each iteration's key/value blocks are copied
 one iteration ahead by cp.async (docs/tile.md); benchmarks/attention.py measures it against SDPA.
+The same kernel takes the TMA-ring lowering switches (KB_TILE_LOOP_PIPELINE=tma|ws,
+KB_TILE_LOOP_STAGES, KB_TILE_SETMAXNREG, KB_TILE_PRODUCT_OVERLAP; docs/tile.md), with 128 query rows
+on two warpgroups as `tile.kernel(flash_fwd.pyfunc, num_warps=8)` and `tile.partition(out, (128, d))`;
+`benchmarks/attention.py --ladder` times them.
 `flash_fwd_lse` also stores each query row's log-sum-exp, which the backward needs
 (examples/flash_attention_bwd.py); both kernels run one `@tile.func`, attend_rows.
 """

@@ -99,7 +99,7 @@ def contract_for(simt_fn, fn, facts: dict[str, dict], relied: set[str], persiste
     aligned = {n for n in relied if facts.get(n, {}).get("aligned16")}
     contract = build_contract(simt_fn, block=simt_fn.exact_block, requires=requires or None, grid_from=grid,
                               strict_domain=True,   # block b owns tile b: a second grid row would repeat it
-                              reads=reads, aligned=aligned)
+                              reads=reads, aligned=aligned, launch=getattr(fn, "launch", None))
     if dynamic_smem:             # after grid_from, where tile contracts have always had it
         contract["dynamic_smem"] = {"exact": dynamic_smem}
     atomic = atomic_targets(fn)
@@ -170,10 +170,42 @@ def tf32_transpose_enabled() -> bool:
     return env_switch("KB_TILE_TF32_TRANSPOSE", False)
 
 
+LOOP_PIPELINES = ("cp.async", "tma", "ws")
+SETMAXNREG = ("off", "240/24", "232/40", "216/40")
+
+
+def loop_pipeline() -> str:
+    """How sm_90 tile loops feed their products' B operands that are tile.loads indexed by the loop
+    variable (dsl/tile/lower/matmul/ring.py), KB_TILE_LOOP_PIPELINE: "cp.async" (default: every thread
+    copies one iteration ahead), "tma" (a TMA ring of KB_TILE_LOOP_STAGES stages on mbarriers) or "ws"
+    (that ring fed by a producer warpgroup of its own). Unmeasured, so off by default."""
+    return env_choice("KB_TILE_LOOP_PIPELINE", LOOP_PIPELINES, "cp.async")
+
+
+def loop_stages() -> int:
+    """Stages of the TMA ring of KB_TILE_LOOP_PIPELINE=tma/ws, KB_TILE_LOOP_STAGES: 2 (default) or 3."""
+    return int(env_choice("KB_TILE_LOOP_STAGES", ("2", "3"), "2"))
+
+
+def setmaxnreg() -> str:
+    """Register reallocation of warp-specialised kernels, KB_TILE_SETMAXNREG: "off" (default) or
+    "C/P", the registers a consumer / producer thread asks for with setmaxnreg (sm_90a)."""
+    return env_choice("KB_TILE_SETMAXNREG", SETMAXNREG, "off")
+
+
+def product_overlap() -> bool:
+    """KB_TILE_PRODUCT_OVERLAP: in a loop fed by a TMA ring, issue the last product of an iteration in
+    the next one, right after its first product, so it runs while the code between them does
+    (dsl/tile/lower/matmul/overlap.py). Off by default."""
+    return env_switch("KB_TILE_PRODUCT_OVERLAP", False)
+
+
 def lowering_switches() -> dict:
     """The environment switches the lowering reads (dsl/tile/lower/kernel.py `lower` keywords), read now."""
     return {"tc_matmul": tc_matmul_enabled(), "gemm_pipeline": gemm_pipeline(),
-            "wgmma_products": wgmma_products_enabled(), "tf32_transpose": tf32_transpose_enabled()}
+            "wgmma_products": wgmma_products_enabled(), "tf32_transpose": tf32_transpose_enabled(),
+            "loop_pipeline": loop_pipeline(), "loop_stages": loop_stages(), "setmaxnreg": setmaxnreg(),
+            "product_overlap": product_overlap()}
 
 
 def switches_key() -> tuple:
@@ -183,7 +215,10 @@ def switches_key() -> tuple:
     return (("tc_matmul",) if s["tc_matmul"] else ()) + \
         (() if s["gemm_pipeline"] == "sync" else (f"gemm_pipeline_{s['gemm_pipeline']}",)) + \
         (() if s["wgmma_products"] else ("no_wgmma_products",)) + \
-        (("tf32_transpose",) if s["tf32_transpose"] else ())
+        (("tf32_transpose",) if s["tf32_transpose"] else ()) + \
+        (() if s["loop_pipeline"] == "cp.async" else (f"loop_{s['loop_pipeline']}{s['loop_stages']}",)) + \
+        (() if s["setmaxnreg"] == "off" else (f"setmaxnreg_{s['setmaxnreg']}",)) + \
+        (("product_overlap",) if s["product_overlap"] else ())
 
 
 def tile_context(arch: str, *, num_warps: int | None = None, facts: dict[str, dict] | None = None,
@@ -198,6 +233,7 @@ def tile_context(arch: str, *, num_warps: int | None = None, facts: dict[str, di
     lowering = TileLowering(lowering_switches(), num_warps, facts, persistent, lineinfo)
     lowering.requires = tuple(getattr(kernel, "requires", ()))
     lowering.group_m = getattr(kernel, "group_m", None)
+    lowering.launch = getattr(kernel, "launch", None)
     return CompileContext(getattr(kernel, "pyfunc", None), list(sig), KernelOptions(), arch,
                           parse_dump(dump, "tile"), name, model="tile", tile=lowering, front=TILE_FRONT)
 
@@ -257,7 +293,9 @@ def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str, *, dum
         key = cache_key(kernel.pyfunc, [("tile", *sig), sorted(facts.items())],
                         ("tile", kernel.num_warps, kernel.persistent, kernel.lineinfo)
                         + switches_key() + ((("requires", *kernel.requires),) if kernel.requires else ())
-                        + ((("group_m", kernel.group_m),) if kernel.group_m is not None else ()),
+                        + ((("group_m", kernel.group_m),) if kernel.group_m is not None else ())
+                        + ((("launch", *sorted(kernel.launch.contract_kwargs().items())),)
+                           if getattr(kernel, "launch", None) is not None and kernel.launch.contract_kwargs() else ()),
                         arch)
         hit = None if dumps else disk.load(key)
         if hit is not None:

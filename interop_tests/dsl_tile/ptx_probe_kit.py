@@ -48,6 +48,7 @@ class Builder:
         self.ptx: list[tuple[str, Params]] = []       # (family, parameters) of every statement built
         self._n = 0
         self.tid = self.let(N.Cast(N.Special("tid.x"), I32), "tid")
+        self.min_blocks: int | None = None      # .minnctapersm (setmaxnreg: ptxas sizes the register pool)
 
     # ------------------------------------------------------------------ parameters and memory
     def array(self, name: str, dtype: ScalarType, ndim: int = 1, out: bool = False) -> N.ParamRef:
@@ -124,7 +125,7 @@ class Builder:
 
     def function(self) -> N.Function:
         return N.Function(self.name, list(self.params), N.VOID, self.body, True, shared=list(self.shared),
-                          exact_block=(self.block, 1, 1), boundscheck=False)
+                          exact_block=(self.block, 1, 1), boundscheck=False, min_blocks=self.min_blocks)
 
 
 @dataclass

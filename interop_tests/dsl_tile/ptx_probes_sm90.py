@@ -1,7 +1,7 @@
 """Probes of the sm_90 rows of the PTX table, which only make sense in combination: mbarriers + TMA
 (init, fence.mbarrier_init, prefetch.tensormap, arrive.expect_tx, arrive, try_wait.parity,
 cp.async.bulk.tensor.2d) and warpgroup MMA (fence.proxy.async, wgmma.fence, mma_async from shared
-descriptors or registers, commit_group, wait_group).
+descriptors or registers, commit_group, wait_group), and setmaxnreg.
 
 The TMA probe runs standalone: its tensor map is a kernel parameter the launcher encodes from the
 array (contract "tensor_maps"), as the GEMM's are. References follow the PTX ISA: the 128-byte swizzle
@@ -203,9 +203,34 @@ def _wgmma(op: WgmmaOp) -> Probe:
     return Probe(name, 128, build, inputs, reference, shared_mem=4 * image_words + 1024, exact=False)
 
 
+# ------------------------------------------------------------------------------ register reallocation
+def _setmaxnreg() -> Probe:
+    """Two warpgroups, as a warp-specialised kernel's roles: warpgroup 0 gives registers back (dec
+    40), warpgroup 1 takes them (inc 232, within what the first released), each then writes its
+    words. setmaxnreg changes no value: out is x xor the thread's index."""
+    n = 256
+
+    def build(b: Builder) -> None:
+        x, out = b.array("x", U32), b.array("out", U32, out=True)
+        b.min_blocks = 1      # as the lowering states it: ptxas then gives every thread 232 registers at launch,
+                              # so dec 40 lowers and inc 232 is met (with 10 a thread, the inc would wait for ever)
+        producer = N.Compare("lt", b.tid, c32(128))
+        b.when(producer, lambda: b.asm("setmaxnreg", action="dec", count=40))
+        b.when(N.Compare("ge", b.tid, c32(128)), lambda: b.asm("setmaxnreg", action="inc", count=232))
+        b.store(out, b.tid, N.BinOp("xor", b.load(x, b.tid), N.Cast(b.tid, U32), U32))
+
+    def inputs(rng):
+        return {"x": rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32),
+                "out": np.full(n, P80.SENTINEL, np.uint32)}
+
+    def reference(a):
+        return {"out": a["x"] ^ np.arange(n, dtype=np.uint32)}
+    return Probe("setmaxnreg", n, build, inputs, reference)
+
+
 def probes() -> list[Probe]:
     return [
-        _tma(),
+        _tma(), _setmaxnreg(),
         _wgmma(WgmmaOp(128, "f16", "f16", True)), _wgmma(WgmmaOp(64, "bf16", "bf16", False)),
         _wgmma(WgmmaOp(64, "tf32", "tf32", False)), _wgmma(WgmmaOp(64, "e4m3", "e5m2", False)),
         _wgmma(WgmmaOp(64, "f16", "f16", True, a_regs=True)), _wgmma(WgmmaOp(64, "bf16", "bf16", False, a_regs=True)),

@@ -60,8 +60,8 @@ def form_arch(family: str, params: dict) -> int:
 
 
 def arch_name(cc: int, families) -> str:
-    """sm_XY, or sm_XYa when a statement exists only on the arch-specific target (wgmma)."""
-    return canonical_arch(cc, specific=any(f.startswith("wgmma.") for f in families))
+    """sm_XY, or sm_XYa when a statement exists only on the arch-specific target (wgmma, setmaxnreg)."""
+    return canonical_arch(cc, specific=any(f.startswith("wgmma.") or f == "setmaxnreg" for f in families))
 
 
 def probe_arch(probe: kit.Probe) -> int:

@@ -36,7 +36,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
                  persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None,
                  pipelines: bool = True, gemm_pipeline: str = "sync", wgmma_products: bool = True,
-                 tf32_transpose: bool = False) -> None:
+                 tf32_transpose: bool = False, loop_pipeline: str = "cp.async", loop_stages: int = 2,
+                 setmaxnreg: str = "off", product_overlap: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -57,6 +58,12 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "sync" or "ws" (matmul/tma.py)
         self.wgmma_products = wgmma_products    # sm_90 products on warpgroup MMA (matmul/wgmma_products.py)
         self.tf32_transpose = tf32_transpose    # sm_90 tf32 GEMM, row-major B through registers (matmul/transposing.py)
+        # sm_90 loops' product operands by a TMA ring, fed by a producer warpgroup for "ws" (matmul/ring.py)
+        self.loop_pipeline, self.loop_stages = loop_pipeline, loop_stages
+        self.setmaxnreg = setmaxnreg            # "C/P" registers of consumers / producers, warp-specialised
+        self.product_overlap = product_overlap  # a ring loop's last product issued in the next iteration
+        self.rings: dict[int, object] = {}      # loop id -> its ring Pipeline, planned before a ws split
+        self.min_blocks: int | None = None      # .minnctapersm (set with setmaxnreg: warp_specialised.py)
         # warp specialisation (gemm_pipeline "ws"): WS_PRODUCERS more threads issue the copies; the tile
         # program runs on the T threads after them (geo.tid = tid.x - WS_PRODUCERS); ws_tid is tid.x
         self.ws_tid: N.Expr | None = None       # set by lower_ws.bind_roles: the kernel is warp-specialised
@@ -169,7 +176,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
             self.params[id(p)] = q
         tid = self.new_var(I32, "tid")
         from dsl.tile.lower.matmul.warp_specialised import bind_roles, ws_loop
-        ws_at = ws_loop(self) if self.gemm_pipeline == "ws" else None
+        ws_at = ws_loop(self)
         if ws_at is not None:
             bind_roles(self, tid)
         else:
@@ -200,7 +207,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         return N.Function(self.kernel_name, list(self.params.values()) + self.extra_params, N.VOID, self.body, True,
                           fn.loc, locals=self.locals,
                           shared=list(self.scratch_allocs.values()) + self.extra_shared,
-                          exact_block=(self.T + (WS_PRODUCERS if self.ws else 0), 1, 1), boundscheck=False)
+                          exact_block=(self.T + (WS_PRODUCERS if self.ws else 0), 1, 1), boundscheck=False,
+                          min_blocks=self.min_blocks, **launch_fields(fn.launch))
 
     def _tile_program(self, ws_at: int | None) -> None:
         """The tile program for one tile; warp-specialised, the GEMM loop splits the roles and what
@@ -209,8 +217,13 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         if ws_at is None:
             self.stmts(body)
             return
+        if id(body[ws_at]) not in self.mma_plans:     # a loop of products fed by a TMA ring
+            from dsl.tile.lower.matmul.ring_ws import lower_split
+            return lower_split(self, ws_at)
+        self.ws_tail = body[ws_at + 1:]     # the GEMM loop's consumer role may take it (matmul/tma.py)
         self.stmts(body[:ws_at + 1])
-        self.emit(N.If(self.ws_consumer, self.block_of(lambda: self.stmts(body[ws_at + 1:])), []))
+        if self.ws_tail is not None:
+            self.emit(N.If(self.ws_consumer, self.block_of(lambda: self.stmts(body[ws_at + 1:])), []))
         self.consumers_only = False     # a persistent kernel's next tile starts with every thread
 
     def global_index(self, tile_index: N.Expr, tile_size: int, coord) -> N.Expr:
@@ -301,6 +314,9 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                 then = self.block_of(lambda: self.stmts(s.then))
                 else_ = self.block_of(lambda: self.stmts(s.else_))
                 self.emit(N.If(cond, then, else_, s.loc))
+            elif isinstance(s, T.LaunchStmt):       # the SIMT model's node (dsl/ir/launch_nodes.py)
+                from dsl.ir.launch_nodes import LaunchOp
+                self.emit(N.ExprStmt(LaunchOp(s.op, s.loc), s.loc))
             else:  # pragma: no cover
                 raise LoweringError(f"unknown tile statement {type(s).__name__}")
         self.cur_loc = outer
@@ -521,6 +537,11 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     def x_BlockId(self, e: T.BlockId) -> LV:
         return LV("U", (), I32, [(self.bids if e.param is None else self.tile_ids(e.param))[e.axis]])
 
+    def x_LaunchValue(self, e: T.LaunchValue) -> LV:
+        """tile.cluster_rank() / cluster_size(): the cluster registers (the tile grid is 1-D)."""
+        reg = {"cluster.rank": "cluster_ctarank", "cluster.size": "cluster_nctarank"}[e.op]
+        return LV("U", (), I32, [self.tmp(N.Cast(N.Special(reg), I32), "crank")])
+
     def x_NumBlocks(self, e: T.NumBlocks) -> LV:
         counts = self.nblocks if e.param is None else self.part_counts[id(e.param)]
         return LV("U", (), I32, [counts[e.axis]])
@@ -556,6 +577,13 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         return lower_matmul(self, e)
 
 
+def launch_fields(launch) -> dict:
+    """The SIMT Function's launch features from the tile kernel's (dsl/tile/launch.py)."""
+    if launch is None:
+        return {}
+    return {"pdl": launch.pdl, "cooperative": launch.cooperative, "cluster": launch.cluster}
+
+
 def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> list[N.Param]:
     """The SIMT IR parameters of a tile kernel (constants are not parameters): arrays read-only,
     partitions writable where the kernel stores them (one only loaded, a grid over an input, is
@@ -579,7 +607,8 @@ def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> 
 
 def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, dict] | None = None,
           info: dict | None = None, cc: int = 0, persistent: bool = False, tc_matmul: bool = False,
-          gemm_pipeline: str = "sync", wgmma_products: bool = True, tf32_transpose: bool = False) -> N.Function:
+          gemm_pipeline: str = "sync", wgmma_products: bool = True, tf32_transpose: bool = False,
+          **loop_switches) -> N.Function:
     """Tile IR → SIMT IR kernel with an exact block of `threads` threads (power of two, >= 32).
     `facts`: per array parameter {"layout": "C"|"any", "aligned16": bool, "div8": bool, "div16": bool} known at
     launch. `info` receives "relied" (parameters whose facts the code relies on: the contract states
@@ -587,7 +616,8 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     "arch_specific" (the code uses instructions of the arch-specific target, e.g. sm_90a's wgmma).
     `gemm_pipeline`: the sm_90 TMA GEMM loop's pipeline (dsl/tile/compile.py gemm_pipeline);
     `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py);
-    `tf32_transpose`: sm_90 tf32 GEMM loops stage a row-major B through registers (compile.py)."""
+    `tf32_transpose`: sm_90 tf32 GEMM loops stage a row-major B through registers (compile.py);
+    `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap (compile.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower.matmul.mma_sync import MAX_STAGES, SMEM_LIMIT
@@ -600,7 +630,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     for _ in range(6):
         lw = Lowerer(fn, threads, kernel_name, facts, max_stages=MAX_STAGES, cc=cc, persistent=persistent,
                      tc_matmul=tc_matmul, layout_hints=hints, pipelines=pipelines, gemm_pipeline=gemm_pipeline,
-                     wgmma_products=wgmma_products, tf32_transpose=tf32_transpose)
+                     wgmma_products=wgmma_products, tf32_transpose=tf32_transpose, **loop_switches)
         out = lw.lower()
         if lw.new_hints:
             hints = {**hints, **lw.new_hints}
@@ -611,7 +641,8 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     if lw.smem_bytes() > SMEM_LIMIT and tc_matmul:
         # the tensor-core products' padded operand buffers do not fit where the portable path's do
         out = lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=False,
-                    gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products, tf32_transpose=tf32_transpose)
+                    gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products, tf32_transpose=tf32_transpose,
+                    **loop_switches)
         if info is not None:
             from dsl.perf import SlowPath
             info["slow_paths"] = [SlowPath("fma-product", f"the tensor-core products need {lw.smem_bytes()} "

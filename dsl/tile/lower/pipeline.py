@@ -15,6 +15,10 @@ them waits with `cp.async.wait_group n-u`.
 
 The plan predicts the order in which the body stages the loads; the lowering checks it and lowers the
 loop again without the pipeline when it differs (never a wrong wait count).
+
+On sm_90, KB_TILE_LOOP_PIPELINE=tma or ws replaces the copies of loops whose pipelined loads are all
+warpgroup-MMA B operands by a TMA ring on mbarriers (matmul/ring.py); each load then has its own
+barriers, so only how often the body uses each load is checked (once an iteration).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 
 from dsl.ir import nodes as N
 from dsl.ir.types import I32
+from dsl.tile.lower.matmul import ring as R
 from dsl.tile import ir as T
 from dsl.tile.lower.matmul.stages import aligned_base
 from dsl.tile.lower.copies import cp_async_commit, cp_async_wait, fence_proxy_async
@@ -50,6 +55,16 @@ class Pipeline:
     step: N.Expr | None = None
     used: int = 0               # stages the body has consumed so far, in order
     in_order: bool = True
+    start: N.Expr | None = None
+    ring: R.Ring | None = None  # a TMA ring feeds the stages instead of cp.async (ring.py)
+    seen: list = None           # ring positions the body consumed, in order
+    rotation: object = None     # the last product issued in the next iteration (matmul/overlap.py)
+
+    def accepted(self) -> bool:
+        """The body consumed every stage once (in the planned order, for cp.async's group counts)."""
+        if self.ring is not None:
+            return sorted(self.seen or []) == list(range(len(self.stages)))
+        return self.in_order and self.used == len(self.stages)
 
     def position(self, load: T.Load) -> int:
         return next(i for i, st in enumerate(self.stages) if st.load is load)
@@ -59,15 +74,26 @@ def lower_for(L, s: T.For) -> None:
     start, stop, step = (L.scalar(e) for e in (s.start, s.stop, s.step))
     var = L.new_var(I32, s.var.name)
     L.vars[id(s.var)] = ("U", [var])
-    pipe = plan(L, s)
+    pipe = L.rings.pop(id(s), None) or plan(L, s)     # a ws kernel's ring is planned before its roles split
     if pipe is not None:
-        pipe.var, pipe.stop, pipe.step = var, stop, step
+        pipe.var, pipe.stop, pipe.step, pipe.start = var, stop, step, start
+        if pipe.ring is not None:
+            from dsl.tile.lower.matmul.overlap import plan_rotation
+            pipe.rotation = plan_rotation(L, s, pipe)
         for st in pipe.stages:
             L.pipelined[id(st.load)] = pipe
         body = L.block_of(lambda: L.stmts(s.body))
         for st in pipe.stages:
             del L.pipelined[id(st.load)]
-        if pipe.in_order and pipe.used == len(pipe.stages):
+        if pipe.ring is not None:
+            if pipe.accepted():
+                return _emit_ring_loop(L, pipe, s, body)
+            if pipe.ring.ws:
+                from dsl.tile.lower.kernel import LoweringError
+                raise LoweringError(f"{s.loc}: internal: a warp-specialised loop used its ring's loads "
+                                    f"{pipe.seen} times, not once each")
+            R.drop(L, pipe.ring)
+        elif pipe.accepted():
             first = L.new_var(I32, "pf0")
             L.emit(N.Assign(first, start))
             runs = N.Compare("lt", N.ReadVar(first), stop)
@@ -81,7 +107,74 @@ def lower_for(L, s: T.For) -> None:
     L.emit(N.ForRange(var, start, stop, step, body, s.loc))
 
 
-def plan(L, s: T.For) -> Pipeline | None:
+def _emit_ring_loop(L, pipe: Pipeline, s: T.For, body: list) -> None:
+    """The loop of a ring (tma: set up and copy the first S iterations before it; ws: the producer
+    role does both, ring_ws.py)."""
+    ring = pipe.ring
+    if not ring.ws:
+        R.set_up(L, ring)
+        for k in range(ring.S):
+            at = L.tmp(N.BinOp("add", pipe.start, N.BinOp("mul", pipe.step, N.Const(k, I32), I32), I32), "rj")
+
+            def first(k: int = k, at: N.Expr = at) -> None:
+                for i, st in enumerate(pipe.stages):
+                    R.issue(L, ring, i, N.Const(k, I32), index_at(L, pipe, st.load, at))
+            L.emit(N.If(N.Logical("and", ring.leader, N.Compare("lt", at, pipe.stop)), L.block_of(first), []))
+    if pipe.rotation is not None:
+        from dsl.tile.lower.matmul import overlap
+        overlap.start(L, pipe)
+    L.emit(N.ForRange(pipe.var, pipe.start, pipe.stop, pipe.step, body, s.loc))
+    if pipe.rotation is not None:
+        overlap.drain(L, pipe)
+    L.pipelined_loops += 1
+
+
+def iteration(L, pipe: Pipeline) -> N.Expr:
+    """The running iteration's number n = (j - start) / step: 0, 1, ... (ring stages and phases)."""
+    n = N.BinOp("sub", N.ReadVar(pipe.var), pipe.start, I32)
+    if not (isinstance(pipe.step, N.Const) and pipe.step.value == 1):
+        n = N.BinOp("floordiv", n, pipe.step, I32)
+    return L.tmp(n, "rit")
+
+
+def index_at(L, pipe: Pipeline, load: T.Load, at: N.Expr) -> list[N.Expr]:
+    """`load`'s tile index at loop iteration value `at` (the loop variable's value, not n)."""
+    v = L.new_var(I32, "pfit")
+    L.emit(N.Assign(v, at))
+    saved = L.vars[id(pipe.loop.var)]
+    L.vars[id(pipe.loop.var)] = ("U", [v])
+    try:
+        return [L.scalar(i) for i in load.index]
+    finally:
+        L.vars[id(pipe.loop.var)] = saved
+
+
+def ring_wait(L, pipe: Pipeline, load: T.Load) -> tuple[int, N.Expr, N.Expr]:
+    """Before a product reads ring load `load` of this iteration: (its position, the iteration
+    number, the stage's shared address)."""
+    i = pipe.position(load)
+    pipe.seen = (pipe.seen or []) + [i]
+    n = iteration(L, pipe)
+    return i, n, R.wait_full(L, pipe.ring, i, n)
+
+
+def ring_done(L, pipe: Pipeline, i: int, n: N.Expr) -> None:
+    """After the wait_group that completes the product that read load i of iteration n: release
+    its stage; tma: the leader copies iteration n + S into it."""
+    ring = pipe.ring
+    R.release(L, ring, i, n)
+    if ring.ws:
+        return
+    at = L.tmp(N.BinOp("add", N.BinOp("add", pipe.start, N.BinOp("mul", n, pipe.step, I32), I32),
+                       N.BinOp("mul", pipe.step, N.Const(ring.S, I32), I32), I32), "rj")
+    runs = N.Logical("and", ring.leader, N.Compare("lt", at, pipe.stop))
+    nxt = N.BinOp("add", n, N.Const(ring.S, I32), I32)
+    L.emit(N.If(runs, L.block_of(lambda: R.issue(L, ring, i, nxt, index_at(L, pipe, pipe.stages[i].load, at))), []))
+
+
+def candidate_loads(L, s: T.For) -> list[tuple[T.Load, bool]] | None:
+    """The loads loop `s` would copy ahead, each with whether it is a warpgroup-MMA B operand, in
+    the order the body stages them; None when the loop does not pipeline."""
     if not (L.pipelines and L.tc_matmul and L.cc >= 80 and isinstance(s.step, T.Const) and s.step.value >= 1):
         return None
     assigned: set[int] = set()
@@ -106,8 +199,16 @@ def plan(L, s: T.For) -> Pipeline | None:
                     if isinstance(op, T.Load) and async_ok(L, op) and not isinstance(op.param.type, PartitionParamType) \
                             and _invariant_index(op, s.var, assigned):
                         loads.append((op, wg is not None))
-    if not loads:
+    return loads or None
+
+
+def plan(L, s: T.For, ws: bool = False) -> Pipeline | None:
+    loads = candidate_loads(L, s)
+    if loads is None:
         return None
+    if R.ring_wanted(L, loads):
+        ring, bufs = R.make_ring(L, [op for op, _ in loads], ws)
+        return Pipeline(s, [Stage(op, buf, op.type.shape[1], True) for (op, _), buf in zip(loads, bufs)], ring=ring)
     if sum(_stage_elems(op, swz) * 2 for op, swz in loads) > BUDGET:
         return None
     stages = [Stage(op, wgmma_stage(L, op.type.dtype, _stage_elems(op, swz), ("pipe", id(s), i)) if swz else

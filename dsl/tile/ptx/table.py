@@ -243,6 +243,9 @@ _ROWS = (
     PtxFamily("mbarrier.try_wait.parity", "{ .reg .pred p; KB_WAIT_${:uid}: " + _BAR.format("try_wait.parity")
               + " p, [$0], $1; @!p bra KB_WAIT_${:uid}; }", "r,r", VOID, True, 90, "sm90:try_wait_parity",
               "spin until the mbarrier's phase of parity $1 has completed"),
+    PtxFamily("setmaxnreg", lambda action, count: f"setmaxnreg.{action}.sync.aligned.u32 {count};", "", VOID,
+              True, 90, "sm80:no_op", "a warpgroup's registers a thread: `action` inc takes them from the "
+              "block's pool (waiting until there are enough), dec gives them back (sm_90a)", ("action", "count")),
     PtxFamily("cp.async.bulk.tensor.2d", _TMA_2D, "r,l,r,r,r", VOID, True, 90, "sm90:tma_load_2d",
               "TMA: a 2-D box of a tensor map (coordinates $2 inner, $3 outer) into shared memory, "
               "completing its bytes on the mbarrier $4"),

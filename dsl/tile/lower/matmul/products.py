@@ -32,6 +32,7 @@ from dsl.tile.lower.matmul.fragments import emit_mmas, ldmatrix_x4, mma_sync, pa
 from dsl.tile.ptx.mma_types import mma_type
 from dsl.tile.lower.pipeline import prefetch_next, wait_for
 from dsl.tile.lower.matmul.operands import async_ok, issue_copies, wgmma_b
+from dsl.tile.lower.matmul.overlap import before_last
 
 
 # Registers a thread sets aside for the f32 accumulators that products carry through loops and the
@@ -134,6 +135,7 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
     layout = L.frag_layout(("C", (m, n), wm, wn))
     assert isinstance(layout, MmaLayout)
     acc_vars = [L.new_var(F32, "tcacc") for _ in range(layout.per_thread)]
+    before_last(L, e)           # a rotated loop's last product: its previous issue completes first (overlap.py)
     init = L.to_layout(L.expr(e.acc), layout).elems if e.acc is not None else [N.Const(0.0, F32)] * layout.per_thread
     for v, x in zip(acc_vars, init):
         L.emit(N.Assign(v, x if x.type == F32 else N.Cast(x, F32)))

@@ -29,8 +29,10 @@ consumer-release pipeline). A producer step inside the compute loop would put th
 ptxas cannot prove uniform, and it serialises them (C7518); the role test itself goes through a
 shuffle, so ptxas sees it uniform per warp. H200, 2026-12-01: sync and ws tie at 128x256x64
 (725 TFLOP/s bf16 8192^3); at BK=32 sync keeps 724 where ws gives 676 and a lock-step release loop
-(dropped) 605. No register reallocation: ptxas 13.0 failed to allocate
-the compute side at setmaxnreg 232 (C7600), so a 128x256 tile with a bias epilogue spills in ws mode.
+(dropped) 605. KB_TILE_SETMAXNREG reallocates registers between the roles (warp_specialised.reallocate;
+not persistent kernels, whose roles start again every tile); the code after the loop then runs inside
+the consumer role, since accumulators live across the roles' join are what made ptxas 13.0 fail at
+setmaxnreg 232 (C7600: after the join only the producer's registers are left).
 """
 from __future__ import annotations
 
@@ -211,6 +213,7 @@ class _TmaLoop:
         """The roles' own loops, under one concurrent If (the simulator runs its sides as coroutines):
         the compute warpgroups wait, multiply, release and drain; thread 0 of the producer warpgroup
         copies every k tile into its stage once the tile S before it was released."""
+        from dsl.tile.lower.matmul.warp_specialised import reallocate
         from dsl.tile.lower.matmul.wgmma import wait_wgmma
         L, kt_n, loc = self.L, self.kt_n, self.plan.loop.loc
         it = L.new_var(I32, "kit")
@@ -218,14 +221,24 @@ class _TmaLoop:
         jt = L.new_var(I32, "pkt")
 
         def consumers() -> None:
+            if self.kbase is None:      # KB_TILE_SETMAXNREG (a persistent kernel would repeat it per tile)
+                reallocate(L, consumer=True)
             L.emit(N.ForRange(it, c32(0), kt_n, c32(1), L.block_of(lambda: self.body(it, self.S - 2, wg_first)), loc))
             wait_wgmma(L, 0, self.acc_vars)
+            if self.kbase is None and L.setmaxnreg != "off":
+                # what follows the loop runs here, inside the consumer role: after the roles join, ptxas
+                # would have to fit the live accumulators in the producer's registers (C7600)
+                tail, L.ws_tail = L.ws_tail, None
+                L.consumers_only = True
+                L.stmts(tail)
             if self.kbase is not None:     # persistent: release the last stage too (the next tile refills it)
                 last = N.BinOp("mod", self.g(N.BinOp("sub", kt_n, c32(1), I32)), c32(self.S), I32)
                 L.emit(N.If(N.Logical("and", wg_first, N.Compare("gt", kt_n, c32(0))), L.block_of(
                     lambda: L.asm("mbarrier.arrive", [self.bar(last, True)])), []))
 
         def producer() -> None:
+            if self.kbase is None:
+                reallocate(L, consumer=False)
             L.emit(N.If(self.leader, L.block_of(lambda: L.emit(N.ForRange(jt, c32(0), kt_n, c32(1), L.block_of(
                 lambda: self.refill(N.ReadVar(jt))), loc))), []))
         L.emit(N.If(self.consumer, L.block_of(consumers), L.block_of(producer), concurrent=True))

@@ -22,7 +22,7 @@ from dsl.tile.lower.layout import LV, MmaLayout
 from dsl.tile.lower.matmul.stages import aligned_base
 from dsl.tile.lower.copies import cp_async_commit, cp_async_wait, fence_proxy_async
 from dsl.tile.lower.matmul.fragments import pack_pairs
-from dsl.tile.lower.pipeline import prefetch_next, wait_for
+from dsl.tile.lower.pipeline import prefetch_next, ring_done, ring_wait, wait_for
 from dsl.tile.lower.matmul.wgmma import SWIZZLE_128B, matrix_descriptor, wait_wgmma
 from dsl.tile.ptx.mma_types import WgmmaOp, mma_type
 from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, issue_copies, wgmma_stage
@@ -32,18 +32,25 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
                         b: T.Load) -> LV:
     """e: the product, b: its B load (e.b itself, or the operand of e.b's transpose: K-major B);
     a_frags: {(0, ks): 8 A elements} in registers; acc_vars: the initialised accumulators."""
+    from dsl.tile.lower.matmul import overlap
     (m, k), (_, n) = e.a.type.shape, e.b.type.shape
     dtype = e.a.type.dtype
-    tname = mma_type(dtype)
     L.arch_specific = True              # warpgroup MMA exists only on the arch-specific target sm_90a
-    kmajor = b is not e.b
     rows, cols = b.type.shape
     pipe = L.pipelined.get(id(b))
-    if pipe is not None:
+    a_regs = None
+    rot = pipe.rotation if pipe is not None and pipe.ring is not None else None
+    if rot is not None and e is rot.last:           # issued in the next iteration (matmul/overlap.py)
+        a_regs = [pack_pairs(L, a_frags[0, ks], dtype) for ks in range(k // 16)]
+        overlap.stash_last(L, pipe, b, a_regs)
+        return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
+    if pipe is not None and pipe.ring is not None:  # a TMA ring's stage (matmul/ring.py)
+        at, it, base = ring_wait(L, pipe, b)
+    elif pipe is not None:
         stage = pipe.stages[pipe.position(b)]
         assert stage.swizzled, "the pipeline staged a wgmma operand for ldmatrix"
-        buf = stage.buf
         wait_for(L, pipe, [b], async_proxy=True)
+        base = aligned_base(L, stage.buf, "swz")
     else:
         buf = wgmma_stage(L, dtype, rows * cols + STAGE_SLACK_ELEMS, ("product", id(e)))
         issue_copies(L, b, buf, cols, [L.scalar(i) for i in b.index], swizzled=aligned_base(L, buf, "swz"))
@@ -51,8 +58,32 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         cp_async_wait(L, 0)
         fence_proxy_async(L)
         L.sync()
-    base = aligned_base(L, buf, "swz")
+        base = aligned_base(L, buf, "swz")
     a_regs = [pack_pairs(L, a_frags[0, ks], dtype) for ks in range(k // 16)]
+    issue_product(L, e, b, base, acc_vars, a_regs)
+    L.asm("wgmma.commit_group")
+    pending = 0
+    if rot is not None and e is rot.first:          # the previous iteration's last product, behind it
+        overlap.issue_last(L, pipe, it)
+        pending = 1
+    wait_wgmma(L, pending, acc_vars)
+    if pipe is not None and pipe.ring is not None:  # the stage is free once this group completed
+        ring_done(L, pipe, at, it)
+    else:
+        L.sync()                        # every warpgroup is done reading the stage
+        if pipe is not None:
+            prefetch_next(L, pipe, [b])
+    return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
+
+
+def issue_product(L, e: T.Matmul, b: T.Load, base: N.Expr, acc_vars: list[N.Var], a_regs: list[list[N.Expr]]) -> None:
+    """The k/16 wgmmas of product `e` (no commit): A from the packed registers `a_regs` (4 a step), B
+    (`b`, K-major when e.b transposes it) from the swizzle atoms at shared address `base`; the
+    accumulators `acc_vars` pass through the fence and the wgmmas and are assigned their outputs."""
+    k, n = e.a.type.shape[1], e.b.type.shape[1]
+    tname = mma_type(e.a.type.dtype)
+    kmajor = b is not e.b
+    rows = b.type.shape[0]
     accs, a_regs = _fence(L, acc_vars, a_regs)
     regs = n // 2
     op = WgmmaOp(n, tname, tname, not kmajor, a_regs=True)
@@ -68,12 +99,6 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         accs = [N.TupleGet(N.ReadVar(out), i, F32) for i in range(regs)]
     for v, x in zip(acc_vars, accs):
         L.emit(N.Assign(v, x))
-    L.asm("wgmma.commit_group")
-    wait_wgmma(L, 0, acc_vars)
-    L.sync()                            # every warpgroup is done reading the stage
-    if pipe is not None:
-        prefetch_next(L, pipe, [b])
-    return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
 
 
 def _fence(L, acc_vars: list[N.Var], a_regs: list[list[N.Expr]]) -> tuple[list[N.Expr], list[list[N.Expr]]]:

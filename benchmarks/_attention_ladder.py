@@ -1,0 +1,126 @@
+"""The flash-attention forward ladder of benchmarks/attention.py --ladder: the example's kernel under each
+lowering switch of the TMA-ring steps (docs/tile.md, "Lowering"), each checked against SDPA, then timed
+against SDPA's flash and cuDNN backends in the same run, with a short table at the end.
+
+Each rung compiles a fresh kernel object with its switches set in the environment (the switches are
+read when a kernel compiles and are part of the cache keys), so one process times them all.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from _bench_kit import time_interleaved
+
+SHAPES = [(4, 16, 4096, 128), (4, 16, 4096, 64), (4, 16, 1024, 128)]
+# label -> (switches, warps, {head dim: (query rows, key rows)}); warps None and tiles None: the example's own
+ONE = None
+TWO = {64: (128, 128), 128: (128, 64)}
+WS = {"KB_TILE_LOOP_PIPELINE": "ws"}
+REGS = {**WS, "KB_TILE_SETMAXNREG": "240/24"}
+LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
+    "cp.async (default)": ({}, None, ONE),
+    "tma S2": ({"KB_TILE_LOOP_PIPELINE": "tma"}, None, ONE),
+    "tma S3": ({"KB_TILE_LOOP_PIPELINE": "tma", "KB_TILE_LOOP_STAGES": "3"}, None, ONE),
+    "tma S2 overlap": ({"KB_TILE_LOOP_PIPELINE": "tma", "KB_TILE_PRODUCT_OVERLAP": "1"}, None, ONE),
+    "ws BM128": (WS, 8, TWO),
+    "ws BM128 setmaxnreg": (REGS, 8, TWO),
+    "ws BM128 setmaxnreg overlap": ({**REGS, "KB_TILE_PRODUCT_OVERLAP": "1"}, 8, TWO),
+    "ws BM128 S3 setmaxnreg overlap": ({**REGS, "KB_TILE_LOOP_STAGES": "3", "KB_TILE_PRODUCT_OVERLAP": "1"}, 8, TWO),
+    "ws 128x128 setmaxnreg": (REGS, 8, {64: (128, 128), 128: (128, 128)}),
+}
+SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP")
+
+
+class switched:
+    """Set a rung's switches (and clear the others) for the block; restore the environment after."""
+
+    def __init__(self, env: dict) -> None:
+        self.env, self.saved = env, {}
+
+    def __enter__(self) -> None:
+        self.saved = {k: os.environ.get(k) for k in SWITCHES}
+        for k in SWITCHES:
+            os.environ.pop(k, None)
+        os.environ.update(self.env)
+
+    def __exit__(self, *exc) -> None:
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def rung_call(fa, tile, label: str, q, k, v, out, s: int, d: int, causal: bool) -> tuple:
+    """(kernel, arguments) of rung `label`, compiled now (its first launch) under its switches."""
+    env, warps, tiles = LADDER[label]
+    with switched(env):
+        kern = tile.kernel(fa.flash_fwd.pyfunc, num_warps=warps) if warps else tile.kernel(fa.flash_fwd.pyfunc)
+        if tiles is None:
+            args = fa.launch_args(q, k, v, out, s, causal)
+        else:
+            bm, bn = tiles[d]
+            args = (q, k, v, tile.partition(out, (bm, d)), s, d ** -0.5, bn, causal)
+        kern(*args)
+    return kern, args
+
+
+def ladder_cases(rep: Any, torch, fa, reps: int, quick: bool) -> list[str]:
+    """Time every rung and SDPA's flash and cuDNN backends at SHAPES (S4096 D128 only when `quick`),
+    causal and not; rows into `rep`, the table printed; returns the failures."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from dsl import tile
+    failed: list[str] = []
+    table: dict[str, dict[str, str]] = {}
+    for b, h, s, d in SHAPES[:1] if quick else SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(s + d)
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+        flat = [x.reshape(-1, d) for x in (q, k, v)]
+        for causal in (False, True):
+            case = f"S{s} D{d} {'causal' if causal else 'full'}"
+            fns, ref = {}, None
+            for peer, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION), ("sdpa cuDNN", SDPBackend.CUDNN_ATTENTION)):
+                def run(i, backend=backend, causal=causal):
+                    with sdpa_kernel(backend):
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                try:
+                    got = run(0)
+                except RuntimeError as exc:
+                    rep.row(f"ladder {case}: torch {peer}", None, "TFLOP/s", note=f"not run: {exc}"[:200])
+                    continue
+                ref = got if ref is None else ref
+                fns[peer] = run
+            for label in LADDER:
+                out = torch.full((b * h * s, d), float("nan"), device="cuda")
+                try:
+                    kern, args = rung_call(fa, tile, label, *flat, out, s, d, causal)
+                except Exception as exc:       # noqa: BLE001 - a rung that does not build is a row, not the end
+                    failed.append(f"{case}: {label}: {type(exc).__name__}: {exc}"[:300])
+                    continue
+                err = (out.reshape(q.shape) - ref.float()).abs().max().item() if ref is not None else 0.0
+                if not err < 3e-2:
+                    failed.append(f"{case}: {label}: max |ours - SDPA| = {err}")
+                    continue
+                fns[label] = (lambda i, kk=kern, a=args: kk(*a))
+            ms = time_interleaved(fns, reps=reps)
+            flops = 4 * b * h * s * s * d / (2 if causal else 1)
+            tf = {n: flops / (t * 1e-3) / 1e12 for n, t in ms.items()}
+            cudnn = tf.get("sdpa cuDNN")
+            for label in fns:
+                extra = {"vs_cudnn": round(tf[label] / cudnn, 3)} if cudnn else {}
+                rep.row(f"ladder {case}: {label}", tf[label], "TFLOP/s", ms=round(ms[label], 3), **extra)
+                table.setdefault(label, {})[case] = f"{tf[label]:.0f}" + (f" ({tf[label] / cudnn:.2f})" if cudnn else "")
+    print_table(table)
+    return failed
+
+
+def print_table(table: dict[str, dict[str, str]]) -> None:
+    """Rungs x cases: TFLOP/s (ratio to SDPA cuDNN in the same run)."""
+    cases = list(dict.fromkeys(c for row in table.values() for c in row))
+    print("\nflash-attention ladder, bf16 B4 H16, TFLOP/s (x SDPA cuDNN, same run)")
+    print(f"  {'rung':<32}" + "".join(f"{c:>20}" for c in cases))
+    for label, row in table.items():
+        print(f"  {label:<32}" + "".join(f"{row.get(c, '-'):>20}" for c in cases))
