@@ -149,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     ok &= err <= 1e-4
     print(f"3. a PDL chain of 10 dependent kernels: max |error| {err:.2e}")
     print("all results match NumPy float64" if ok else "MISMATCH")
+    print(f"ran on {where}")
+    print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
 

@@ -403,6 +403,15 @@ class Launcher {
     KB_PHASE(2);
 
     const Capture capture = capture_of(stream);
+    if (contract_.cooperative && capture != Capture::none) {
+      // The driver (CUDA 13.0, H200) answers a cooperative cuLaunchKernelEx inside a stream capture with
+      // CUDA_ERROR_INVALID_VALUE, which also invalidates the user's whole capture: refuse it first.
+      kb::Error e;
+      e.code = kb::ErrorCode::cooperative_grid;
+      e.message = contract_.kernel + ": a cooperative launch cannot be captured in a CUDA graph (the driver "
+                  "refuses cooperative launches during stream capture); launch it outside the capture";
+      throw_contract_error(e, contract_.kernel);
+    }
     if (capture == Capture::none) order_before(vals, infos, n, stream);
     // Opt in to more dynamic shared memory than the function's current maximum (validated above).
     if (cfg.smem > attrs_.max_dynamic_smem) {

@@ -146,7 +146,10 @@ def test_cpu_tensors_are_refused_typed_and_bad_inputs_before_that(torch, mul1, n
 
 @pytest.fixture(scope="module")
 def jax():
-    return pytest.importorskip("jax", reason="JAX is not installed")
+    """JAX with the CPU as its default device (on the GPU machine too): these calls trace on the CPU path."""
+    jax = pytest.importorskip("jax", reason="JAX is not installed")
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield jax
 
 
 def test_a_foreign_kernel_call_traces_and_is_validated_when_traced(jax, mul1):

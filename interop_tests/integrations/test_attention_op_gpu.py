@@ -69,7 +69,7 @@ def test_compiled_with_inductor_fullgraph_equals_eager(cuda_torch):
         x.grad = None
     want = loss(q, k, v)
     want.backward()
-    assert relative(got, want) < 1e-5
+    assert relative(got, want) < 1e-4        # inductor sums the 65536 squares in another order (f32)
     for a, x in zip(grads, (q, k, v)):
         assert relative(a, x.grad) < 1e-2      # the compiled graph may fuse the casts around the ops differently
 

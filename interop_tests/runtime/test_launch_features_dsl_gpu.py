@@ -66,7 +66,9 @@ def test_launches_of_one_cooperative_kernel_on_two_streams_do_not_overlap(sm90):
         np.testing.assert_allclose(out.to_host(), K.center_reference(x_np), rtol=0, atol=1e-4)
 
 
-def test_grid_sync_kernel_replays_in_a_cuda_graph(sm90):
+def test_a_cooperative_launch_inside_a_capture_is_refused_and_the_capture_survives(sm90):
+    """The driver refuses cooperative launches during stream capture (and would invalidate the whole
+    capture): the launcher refuses first with a typed error, the capture goes on, its other launches replay."""
     rng = np.random.default_rng(1)
     n = 1 << 18
     x_np = rng.standard_normal(n).astype(np.float32)
@@ -75,14 +77,15 @@ def test_grid_sync_kernel_replays_in_a_cuda_graph(sm90):
     partial = bridge.zeros((grid,), "float32")
     K.center(x, partial, out, grid=grid)            # compiled and loaded before the capture
     bridge.synchronize()
-    out = poisoned(n)
+    out, copy = poisoned(n), poisoned(n)
     with bridge.capture() as g:
-        K.center(x, partial, out, grid=grid)
-    for _ in range(3):
-        g.replay()
+        with pytest.raises(bridge.CooperativeGridError, match=r"center: a cooperative launch cannot be captured"):
+            K.center(x, partial, out, grid=grid)
+        K.axpb(x, copy, 2.0, 0.5)                    # a PDL kernel captures (a programmatic edge)
+    g.replay()
     g.stream.synchronize()
-    np.testing.assert_allclose(out.to_host(), K.center_reference(x_np), rtol=0, atol=1e-4)
-
+    np.testing.assert_array_equal(out.to_host(), np.full(n, POISON, np.float32))
+    np.testing.assert_allclose(copy.to_host(), K.chain_reference(x_np, 1, a=2.0, b=0.5), rtol=1e-6, atol=1e-6)
 
 def test_an_oversized_cooperative_grid_is_refused_before_launch(sm90):
     n = 1 << 16
