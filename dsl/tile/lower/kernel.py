@@ -8,7 +8,6 @@ reductions whose groups span whole thread sets use warp butterflies plus one sha
 """
 from __future__ import annotations
 
-from dsl.errors import DslCompileStageError
 from dsl.ir import nodes as N
 from dsl.ir.types import BOOL, I32, INDEX, ArrayType, ScalarType
 from dsl.tile import ir as T
@@ -24,11 +23,8 @@ from dsl.tile.lower.runs import kernel_run, load_runs, store_runs
 from dsl.tile.lower.tiles import block_ids, num_blocks
 from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
 from dsl.tile.lower.shared import place_scratch, scratch_bytes
+from dsl.tile.lower.errors import LoweringError
 from dsl.tile.types import PartitionParamType, ScalarParamType
-
-
-class LoweringError(DslCompileStageError):
-    """The tile program needs something this lowering does not do (says what)."""
 
 
 class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
@@ -175,7 +171,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         for p, q in zip(fn.params, lowered_params(fn, self.facts)):
             self.params[id(p)] = q
         tid = self.new_var(I32, "tid")
-        from dsl.tile.lower.matmul.warp_specialised import bind_roles, ws_loop
+        from dsl.tile.lower.matmul.warp_specialised import bind_roles
+        from dsl.tile.lower.matmul.ws_split import ws_loop
         ws_at = ws_loop(self)
         if ws_at is not None:
             bind_roles(self, tid)
@@ -307,7 +304,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                 from dsl.tile.lower.matmul.mma_sync import lower_loop
                 lower_loop(self, self.mma_plans[id(s)])
             elif isinstance(s, T.For):
-                from dsl.tile.lower.pipeline import lower_for
+                from dsl.tile.lower.loops import lower_for
                 lower_for(self, s)
             elif isinstance(s, T.If):
                 cond = self.scalar(s.cond)

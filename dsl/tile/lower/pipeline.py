@@ -13,8 +13,11 @@ the body (the softmax, the other product) instead of stalling its product. With 
 copy groups stay in one order (L1..Ln, then L1 of the next iteration...), so a product that uses u of
 them waits with `cp.async.wait_group n-u`.
 
-The plan predicts the order in which the body stages the loads; the lowering checks it and lowers the
-loop again without the pipeline when it differs (never a wrong wait count).
+The plan predicts the order in which the body stages the loads; the loop's lowering (loops.py) checks
+it and lowers the loop again without the pipeline when it differs (never a wrong wait count). This
+module holds the plan and what the products call while their loop is lowered (wait_for,
+prefetch_next, ring_wait, ring_done): it imports nothing that lowers statements, so the products can
+import it and loops.py can import both.
 
 On sm_90, KB_TILE_LOOP_PIPELINE=tma or ws replaces the copies of loops whose pipelined loads are all
 warpgroup-MMA B operands by a TMA ring on mbarriers (matmul/ring.py); each load then has its own
@@ -68,65 +71,6 @@ class Pipeline:
 
     def position(self, load: T.Load) -> int:
         return next(i for i, st in enumerate(self.stages) if st.load is load)
-
-
-def lower_for(L, s: T.For) -> None:
-    start, stop, step = (L.scalar(e) for e in (s.start, s.stop, s.step))
-    var = L.new_var(I32, s.var.name)
-    L.vars[id(s.var)] = ("U", [var])
-    pipe = L.rings.pop(id(s), None) or plan(L, s)     # a ws kernel's ring is planned before its roles split
-    if pipe is not None:
-        pipe.var, pipe.stop, pipe.step, pipe.start = var, stop, step, start
-        if pipe.ring is not None:
-            from dsl.tile.lower.matmul.overlap import plan_rotation
-            pipe.rotation = plan_rotation(L, s, pipe)
-        for st in pipe.stages:
-            L.pipelined[id(st.load)] = pipe
-        body = L.block_of(lambda: L.stmts(s.body))
-        for st in pipe.stages:
-            del L.pipelined[id(st.load)]
-        if pipe.ring is not None:
-            if pipe.accepted():
-                return _emit_ring_loop(L, pipe, s, body)
-            if pipe.ring.ws:
-                from dsl.tile.lower.kernel import LoweringError
-                raise LoweringError(f"{s.loc}: internal: a warp-specialised loop used its ring's loads "
-                                    f"{pipe.seen} times, not once each")
-            R.drop(L, pipe.ring)
-        elif pipe.accepted():
-            first = L.new_var(I32, "pf0")
-            L.emit(N.Assign(first, start))
-            runs = N.Compare("lt", N.ReadVar(first), stop)
-            for st in pipe.stages:
-                issue(L, pipe, st, N.ReadVar(first), runs)
-            L.emit(N.ForRange(var, start, stop, step, body, s.loc))
-            cp_async_wait(L, 0)
-            L.pipelined_loops += 1
-            return
-    body = L.block_of(lambda: L.stmts(s.body))
-    L.emit(N.ForRange(var, start, stop, step, body, s.loc))
-
-
-def _emit_ring_loop(L, pipe: Pipeline, s: T.For, body: list) -> None:
-    """The loop of a ring (tma: set up and copy the first S iterations before it; ws: the producer
-    role does both, ring_ws.py)."""
-    ring = pipe.ring
-    if not ring.ws:
-        R.set_up(L, ring)
-        for k in range(ring.S):
-            at = L.tmp(N.BinOp("add", pipe.start, N.BinOp("mul", pipe.step, N.Const(k, I32), I32), I32), "rj")
-
-            def first(k: int = k, at: N.Expr = at) -> None:
-                for i, st in enumerate(pipe.stages):
-                    R.issue(L, ring, i, N.Const(k, I32), index_at(L, pipe, st.load, at))
-            L.emit(N.If(N.Logical("and", ring.leader, N.Compare("lt", at, pipe.stop)), L.block_of(first), []))
-    if pipe.rotation is not None:
-        from dsl.tile.lower.matmul import overlap
-        overlap.start(L, pipe)
-    L.emit(N.ForRange(pipe.var, pipe.start, pipe.stop, pipe.step, body, s.loc))
-    if pipe.rotation is not None:
-        overlap.drain(L, pipe)
-    L.pipelined_loops += 1
 
 
 def iteration(L, pipe: Pipeline) -> N.Expr:

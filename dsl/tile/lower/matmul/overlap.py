@@ -31,6 +31,10 @@ from dsl.ir.types import I32, U32
 from dsl.tile import ir as T
 from dsl.tile.lower.layout import MmaLayout, c32
 from dsl.tile.lower.matmul import ring as R
+from dsl.tile.lower.matmul.operands import tc_warps
+from dsl.tile.lower.matmul.wgmma import wait_wgmma
+from dsl.tile.lower.matmul.wgmma_rs import issue_product
+from dsl.tile.lower.pipeline import _exprs_of, _products, iteration, ring_done
 
 
 @dataclass
@@ -44,8 +48,6 @@ class Rotation:
 
 def plan_rotation(L, loop: T.For, pipe) -> Rotation | None:
     """The rotation of `loop` (pipelined by the ring `pipe`), or None where it does not apply."""
-    from dsl.tile.lower.matmul.operands import tc_warps
-    from dsl.tile.lower.pipeline import _exprs_of, _products
     if not (L.product_overlap and pipe.ring is not None):
         return None
     found = [(k, mm) for k, st in enumerate(loop.body) for e in _exprs_of(st) for mm in _products(e)]
@@ -98,8 +100,6 @@ def _target(L, rot: Rotation) -> list[N.Var]:
 def before_last(L, e: T.Matmul) -> None:
     """Before the last product reads its accumulator: wait for the previous iteration's last product
     (wait_group 0, its accumulators tied through the wait), then release its stage."""
-    from dsl.tile.lower.matmul.wgmma import wait_wgmma
-    from dsl.tile.lower.pipeline import iteration, ring_done
     got = rotation_of(L, e)
     if got is None:
         return
@@ -121,7 +121,6 @@ def stash_last(L, pipe, b: T.Load, a_regs: list[list[N.Expr]]) -> None:
 
 
 def _issue(L, pipe, n: N.Expr) -> None:
-    from dsl.tile.lower.matmul.wgmma_products import issue_product
     rot = pipe.rotation
     base = R.wait_full(L, pipe.ring, pipe.position(rot.b_last), n)
     issue_product(L, rot.last, rot.b_last, base, _target(L, rot), [[N.ReadVar(v) for v in regs] for regs in rot.carry])
@@ -143,7 +142,6 @@ def start(L, pipe) -> None:
 
 def drain(L, pipe) -> None:
     """After the loop: the last iteration's last product, waited for (when the loop ran at all)."""
-    from dsl.tile.lower.matmul.wgmma import wait_wgmma
     rot = pipe.rotation
     span = N.BinOp("add", N.BinOp("sub", pipe.stop, pipe.start, I32), N.BinOp("sub", pipe.step, c32(1), I32), I32)
     trips = L.tmp(N.BinOp("floordiv", span, pipe.step, I32), "rtrips")

@@ -36,6 +36,7 @@ from dsl.ir import tile_nodes as TN
 from dsl.ir.types import I32, INDEX, U32, U64, ArrayType, TensorMapType
 from dsl.tile import ir as T
 from dsl.tile.lower.layout import c32
+from dsl.tile.lower.matmul.operands import wgmma_stage
 from dsl.tile.lower.matmul.stages import aligned_base
 
 RING_BUDGET = 192 * 1024     # dynamic shared bytes the rings of one loop may take (227 KiB on sm_90)
@@ -84,7 +85,6 @@ class Ring:
 def make_ring(L, loads: list[T.Load], ws: bool) -> tuple[Ring, list[N.Expr]]:
     """Allocate the ring of `loads` (one stage buffer each, holding its S stages) and its barriers;
     returns the ring and the buffers (the pipeline's stages)."""
-    from dsl.tile.lower.matmul.operands import wgmma_stage
     ring = Ring(list(loads), L.loop_stages, ws, L.T // 128)
     bufs = [wgmma_stage(L, op.type.dtype, ring.S * _stage_bytes(op) // op.type.dtype.itemsize,
                         ("ring", id(op))) for op in loads]

@@ -24,12 +24,13 @@ from dsl.ir import nodes as N
 from dsl.ir.types import I32
 from dsl.tile import ir as T
 from dsl.tile.lower.matmul import ring as R
+from dsl.tile.lower.matmul.mma_sync import match
+from dsl.tile.lower.matmul.warp_specialised import reallocate
+from dsl.tile.lower.pipeline import candidate_loads, index_at, iteration, plan
 
 
 def ring_ws_loop(L) -> int | None:
     """Index of the top-level loop a KB_TILE_LOOP_PIPELINE=ws kernel splits at, or None."""
-    from dsl.tile.lower.matmul.mma_sync import match
-    from dsl.tile.lower.pipeline import candidate_loads
     if L.cc < 90 or L.persistent or L.T % 128:
         return None
     body = L.fn.body
@@ -74,8 +75,6 @@ def producer_prefix(before: list[T.TStmt], loop: T.For, loads: list[T.Load]) -> 
 def lower_split(L, at: int) -> None:
     """The tile program of a kernel split at top-level loop `at` (ring_ws_loop): the ring, then the
     two roles under one concurrent If."""
-    from dsl.tile.lower.matmul.warp_specialised import reallocate
-    from dsl.tile.lower.pipeline import plan
     body = L.fn.body
     loop = body[at]
     pipe = plan(L, loop, ws=True)
@@ -100,13 +99,11 @@ def lower_split(L, at: int) -> None:
 
 def _producer_loop(L, pipe, loop: T.For) -> None:
     """Thread 0 of the producer warpgroup: every iteration's ring loads, each once its stage is free."""
-    from dsl.tile.lower.pipeline import index_at
     start, stop, step = (L.scalar(e) for e in (loop.start, loop.stop, loop.step))
     pipe.var, pipe.start, pipe.stop, pipe.step = L.new_var(I32, "pj"), start, stop, step
     saved = L.vars.get(id(loop.var))
 
     def body() -> None:
-        from dsl.tile.lower.pipeline import iteration
         n = iteration(L, pipe)
         for i, st in enumerate(pipe.stages):
             R.producer_wait(L, pipe.ring, i, n)

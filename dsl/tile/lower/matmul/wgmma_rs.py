@@ -1,0 +1,51 @@
+"""One warpgroup-MMA product with A in registers (wgmma.mma_async.rs) and B in shared memory, as the
+tile products issue it (matmul/wgmma_products.py: in place; matmul/overlap.py: a loop's last product
+one iteration later). Both import it from here, so neither imports the other for it.
+"""
+from __future__ import annotations
+
+from dsl.ir import nodes as N
+from dsl.ir.types import F32, U32, TupleType
+from dsl.tile import ir as T
+from dsl.tile.lower.matmul.wgmma import SWIZZLE_128B, matrix_descriptor
+from dsl.tile.ptx.mma_types import WgmmaOp, mma_type
+from dsl.tile.ptx.table import instruction
+
+
+def issue_product(L, e: T.Matmul, b: T.Load, base: N.Expr, acc_vars: list[N.Var], a_regs: list[list[N.Expr]]) -> None:
+    """The k/16 wgmmas of product `e` (no commit): A from the packed registers `a_regs` (4 a step), B
+    (`b`, K-major when e.b transposes it) from the swizzle atoms at shared address `base`; the
+    accumulators `acc_vars` pass through the fence and the wgmmas and are assigned their outputs."""
+    k, n = e.a.type.shape[1], e.b.type.shape[1]
+    tname = mma_type(e.a.type.dtype)
+    kmajor = b is not e.b
+    rows = b.type.shape[0]
+    accs, a_regs = _fence(L, acc_vars, a_regs)
+    regs = n // 2
+    op = WgmmaOp(n, tname, tname, not kmajor, a_regs=True)
+    for ks in range(k // 16):
+        if kmajor:      # B = K^T: n = rows, k = cols; 16 elements of k are 32 bytes of a 128-byte row
+            addr = N.BinOp("add", base, N.Const((ks // 4) * rows * 128 + (ks % 4) * 32, U32), U32)
+            db = matrix_descriptor(L, addr, 16, 8 * 128, SWIZZLE_128B)
+        else:           # B = V: k = rows (16 of them a step), n = cols in panels of 64 (LBO apart)
+            addr = N.BinOp("add", base, N.Const(ks * 16 * 128, U32), U32)
+            db = matrix_descriptor(L, addr, rows * 128, 8 * 128, SWIZZLE_128B)
+        out = L.new_var(TupleType((F32,) * regs), "wgmma")
+        L.emit(N.Assign(out, instruction("wgmma.mma_async.rs", [*a_regs[ks], db, N.Const(1, U32), *accs], op=op)))
+        accs = [N.TupleGet(N.ReadVar(out), i, F32) for i in range(regs)]
+    for v, x in zip(acc_vars, accs):
+        L.emit(N.Assign(v, x))
+
+
+def _fence(L, acc_vars: list[N.Var], a_regs: list[list[N.Expr]]) -> tuple[list[N.Expr], list[list[N.Expr]]]:
+    """wgmma.fence with the accumulators and the packed A registers passed through it (tied operands),
+    so every write of them comes before the fence and every wgmma reads them after it: ptxas then
+    needs no warpgroup.arrive of its own, which would serialise the wgmmas."""
+    flat = [x for regs in a_regs for x in regs]
+    na, nr = len(acc_vars), len(flat)
+    ty = TupleType((F32,) * na + (U32,) * nr)
+    out = L.new_var(ty, "wgfence")
+    L.emit(N.Assign(out, instruction("wgmma.fence", [*(N.ReadVar(v) for v in acc_vars), *flat], types=ty.elems)))
+    got = [N.TupleGet(N.ReadVar(out), i, ty.elems[i]) for i in range(na + nr)]
+    accs = got[:na]
+    return accs, [got[na + 4 * i:na + 4 * i + 4] for i in range(len(a_regs))]
