@@ -29,26 +29,27 @@ def load_backward():
 
 def ours(torch, bwd, q, k, v, dout, s: int, causal: bool, config: tuple | None = None) -> tuple:
     """(fn(i) running the three backward launches, (dq, dk, dv)): the example's tiles, or `config`'s
-    (rows owned, rows streamed, warps) on kernels made with that many warps."""
+    (rows owned, rows streamed, warps) on kernels made with that many warps. k and v may have fewer
+    heads than q (grouped-query attention)."""
     from dsl import tile
-    d = q.shape[-1]
+    d, group = q.shape[-1], q.shape[1] // k.shape[1]
     x = [t.reshape(-1, d) for t in (q, k, v, dout)]
-    rows = x[0].shape[0]
+    rows, kv_rows = x[0].shape[0], x[1].shape[0]
 
     def new(*shape):
         return torch.full(shape, float("nan"), device="cuda")
-    o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(rows, d), new(rows, d)
-    bwd.fwd.flash_fwd_lse(*bwd.fwd.launch_args_lse(x[0], x[1], x[2], o, lse, s, causal))
-    steps = bwd.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal)
+    o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
+    bwd.fwd.flash_fwd_lse(*bwd.fwd.launch_args_lse(x[0], x[1], x[2], o, lse, s, causal, group=group))
+    steps = bwd.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group)
     if config is not None:
         own, stream, warps = config
         (pre, pre_args), (kv, kv_args), (kq, kq_args) = steps
         steps = [(pre, pre_args),
                  (tile.kernel(kv.pyfunc, num_warps=warps),
                   (*kv_args[:6], tile.partition(dk, (own, d)), tile.partition(dv, (own, d)), s, d ** -0.5, stream,
-                   causal)),
+                   causal, group)),
                  (tile.kernel(kq.pyfunc, num_warps=warps),
-                  (*kq_args[:6], tile.partition(dq, (own, d)), s, d ** -0.5, stream, causal))]
+                  (*kq_args[:6], tile.partition(dq, (own, d)), s, d ** -0.5, stream, causal, group))]
     return (lambda i: bwd.run(steps)), (dq, dk, dv)
 
 
@@ -58,7 +59,7 @@ def sdpa(torch, backend, q, k, v, dout, causal: bool) -> tuple:
     from torch.nn.attention import sdpa_kernel
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     with sdpa_kernel(backend):
-        out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+        out = F.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
     grads = torch.autograd.grad(out, leaves, dout, retain_graph=True)
     return (lambda i: torch.autograd.grad(out, leaves, dout, retain_graph=True)), grads
 

@@ -61,7 +61,7 @@ def rung_call(fa, tile, label: str, q, k, v, out, s: int, d: int, causal: bool) 
             args = fa.launch_args(q, k, v, out, s, causal)
         else:
             bm, bn = tiles[d]
-            args = (q, k, v, tile.partition(out, (bm, d)), s, d ** -0.5, bn, causal)
+            args = (q, k, v, tile.partition(out, (bm, d)), s, d ** -0.5, bn, causal, 1)
         kern(*args)
     return kern, args
 

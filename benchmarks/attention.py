@@ -15,6 +15,8 @@ FLOPs; `--backward-only` skips the forward cases, `--bwd-sweep` also times other
 stages, KB_TILE_SETMAXNREG, KB_TILE_PRODUCT_OVERLAP; benchmarks/_attention_ladder.py) against SDPA's
 flash and cuDNN backends in the same run and prints a table (`--quick`: S4096 D128 only);
 `--ladder-only` skips the other cases.
+`--gqa` adds grouped-query rows (B4 H16 H_kv 2 S4096 D128, forward and backward, against SDPA with
+enable_gqa=True; benchmarks/_attention_gqa.py); `--gqa-only` skips the other cases.
 """
 from __future__ import annotations
 
@@ -44,6 +46,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--bwd-sweep", action="store_true", help="with the backward, also time the BWD_SWEEP tiles")
     ap.add_argument("--ladder", action="store_true", help="also time the forward's TMA-ring ladder vs SDPA cuDNN")
     ap.add_argument("--ladder-only", action="store_true", help="time the ladder alone")
+    ap.add_argument("--gqa", action="store_true", help="also time grouped-query attention (H_kv = H/8)")
+    ap.add_argument("--gqa-only", action="store_true", help="time grouped-query attention alone")
     return ap.parse_args()
 
 
@@ -57,7 +61,7 @@ def variants(fa, tile, q, k, v, new_out, s: int, d: int, causal: bool, sweep: bo
             if warps not in kernels:
                 kernels[warps] = fa.flash_fwd if warps is None else tile.kernel(fa.flash_fwd.pyfunc, num_warps=warps)
             out = new_out()
-            args = (q, k, v, tile.partition(out, (bm, d)), s, d ** -0.5, bn, causal)
+            args = (q, k, v, tile.partition(out, (bm, d)), s, d ** -0.5, bn, causal, 1)
             found[f"DSL tile flash_fwd {bm}x{bn} w{warps or 'auto'}"] = (args, kernels[warps], out)
     return found
 
@@ -88,7 +92,7 @@ def main() -> int:
     fa = load_example()
     failed = []
     with bridge.use_stream(bridge.Stream()):
-        alone = args.backward_only or args.ladder_only
+        alone = args.backward_only or args.ladder_only or args.gqa_only
         for b, h, s, d in [] if alone else SHAPES[:1] if args.quick else SHAPES:
             g = torch.Generator(device="cuda").manual_seed(s + d)
             q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
@@ -132,6 +136,9 @@ def main() -> int:
         if args.ladder or args.ladder_only:
             from _attention_ladder import ladder_cases
             failed += ladder_cases(rep, torch, fa, reps=3 if args.quick else 5, quick=args.quick)
+        if args.gqa or args.gqa_only:
+            from _attention_gqa import gqa_cases
+            failed += gqa_cases(rep, torch, fa, reps=3 if args.quick else 5)
     rep.finish(args.json)
     if failed:
         print("FAILED (wrong results):\n  " + "\n  ".join(failed))

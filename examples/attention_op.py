@@ -35,7 +35,7 @@ SEQ_MULTIPLE = 64                      # every tile choice of both passes divide
 
 
 class UnsupportedAttentionError(ValueError):
-    """An SDPA argument these kernels do not cover (mask, dropout, GQA, ...): refused before any launch."""
+    """An SDPA argument these kernels do not cover (mask, dropout, ...): refused before any launch."""
 
     def __init__(self, arg: str, message: str) -> None:
         super().__init__(f"scaled_dot_product_attention: {arg}: {message}")
@@ -43,19 +43,20 @@ class UnsupportedAttentionError(ValueError):
 
 
 # ------------------------------------------------------------------------------------------- checks
-def check_inputs(q: Any, k: Any, v: Any) -> tuple[int, int, int, int]:
-    """(B, H, S, D) of SDPA-shaped q, k, v that the kernels take, else a typed error naming the argument."""
+def check_inputs(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
+    """(B, H, S, D, group) of SDPA-shaped q, k, v that the kernels take, else a typed error naming the
+    argument. key and value may have fewer heads H_kv dividing H (grouped-query attention: `group` =
+    H / H_kv query heads share each key/value head, as SDPA's enable_gqa)."""
     if q.ndim != 4:
         raise ShapeRelationError(f"query: expected (batch, heads, seq, head_dim), got shape {tuple(q.shape)}",
                                  arg_name="query")
     b, h, s, d = q.shape
+    hk = k.shape[1] if k.ndim == 4 else h
     for name, x in (("key", k), ("value", v)):
-        if tuple(x.shape) != (b, h, s, d):
-            if x.ndim == 4 and x.shape[1] != h:
-                raise UnsupportedAttentionError(name, f"{x.shape[1]} heads for {h} query heads (grouped-query "
-                                                "attention is not supported by these kernels yet)")
-            raise ShapeRelationError(f"{name}: expected shape {(b, h, s, d)} like query (self-attention of one "
-                                     f"length), got {tuple(x.shape)}", arg_name=name)
+        if tuple(x.shape) != (b, hk, s, d) or hk == 0 or h % hk:
+            raise ShapeRelationError(f"{name}: expected shape (batch {b}, heads dividing {h} and equal for key "
+                                     f"and value, seq {s}, head_dim {d}) (self-attention of one length), got "
+                                     f"{tuple(x.shape)}", arg_name=name)
         if x.dtype != q.dtype:
             raise DTypeError(f"{name}: expected query's dtype {q.dtype}, got {x.dtype}", arg_name=name)
         if hasattr(q, "is_cuda") and x.device != q.device:      # torch tensors (JAX places by its own rules)
@@ -64,7 +65,7 @@ def check_inputs(q: Any, k: Any, v: Any) -> tuple[int, int, int, int]:
         raise UnsupportedAttentionError("query", f"head dim {d}: expected one of {HEAD_DIMS}")
     if s % SEQ_MULTIPLE:
         raise UnsupportedAttentionError("query", f"sequence length {s}: expected a multiple of {SEQ_MULTIPLE}")
-    return b, h, s, d
+    return b, h, s, d, h // hk
 
 
 # -------------------------------------------------------------------------------------------- torch
@@ -104,36 +105,36 @@ def define_torch_ops() -> Any:
     @torch.library.custom_op(f"{NAMESPACE}::forward", mutates_args=(),
                              schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)")
     def forward(q, k, v, causal, scale):
-        b, h, s, d = check_inputs(q, k, v)
+        b, h, s, d, group = check_inputs(q, k, v)
         o = torch.empty((b, h, s, d), dtype=torch.float32, device=q.device)
         lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
         rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o)]
-        args = fwd.launch_args_lse(*rows, _view(lse.reshape(-1)), s, causal, scale)
+        args = fwd.launch_args_lse(*rows, _view(lse.reshape(-1)), s, causal, scale, group=group)
         _run([(fwd.flash_fwd_lse, args)], [q, k, v, o, lse])
         return o, lse
 
     @forward.register_fake
     def _(q, k, v, causal, scale):
-        b, h, s, d = check_inputs(q, k, v)
+        b, h, s, d, _ = check_inputs(q, k, v)
         return q.new_empty((b, h, s, d), dtype=torch.float32), q.new_empty((b, h, s), dtype=torch.float32)
 
     @torch.library.custom_op(f"{NAMESPACE}::backward", mutates_args=(),
                              schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, "
                                     "float scale) -> (Tensor, Tensor, Tensor)")
     def backward(dout, q, k, v, o, lse, causal, scale):
-        b, h, s, d = check_inputs(q, k, v)
-        new = [torch.empty((b, h, s, d), dtype=torch.float32, device=q.device) for _ in range(3)]
+        b, h, s, d, group = check_inputs(q, k, v)
+        new = [torch.empty(x.shape, dtype=torch.float32, device=q.device) for x in (q, k, v)]
         delta = torch.empty((b * h * s,), dtype=torch.float32, device=q.device)
         dq, dk, dv = new
         rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o, dout)]
         steps = bwd.launch_args(*rows, _view(lse.reshape(-1)), _view(delta),
-                                *(_view(x.reshape(-1, d)) for x in new), s, causal, scale)
+                                *(_view(x.reshape(-1, d)) for x in new), s, causal, scale, group=group)
         _run(steps, [q, k, v, o, dout, lse, delta, *new])
         return dq, dk, dv
 
     @backward.register_fake
     def _(dout, q, k, v, o, lse, causal, scale):
-        return tuple(q.new_empty(q.shape, dtype=torch.float32) for _ in range(3))
+        return tuple(x.new_empty(x.shape, dtype=torch.float32) for x in (q, k, v))
 
     def setup_context(ctx, inputs, output):
         q, k, v, causal, scale = inputs
@@ -155,16 +156,17 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
                                  is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> Any:
     """torch.nn.functional.scaled_dot_product_attention on our kernels, with its signature and result
-    dtype, for: no mask, no dropout, query/key/value of one shape (B, H, S, D), D in HEAD_DIMS, S a
-    multiple of 64, f16/bf16 on the GPU (any float dtype the simulator takes on the CPU). Anything else
-    raises UnsupportedAttentionError / ShapeRelationError / DTypeError naming the argument, before
-    any launch."""
+    dtype, for: no mask, no dropout, query (B, H, S, D) and key/value (B, H_kv, S, D) with H_kv = H, or
+    H_kv dividing H with enable_gqa=True (as SDPA requires), D in HEAD_DIMS, S a multiple of 64,
+    f16/bf16 on the GPU (any float dtype the simulator takes on the CPU). Anything else raises
+    UnsupportedAttentionError / ShapeRelationError / DTypeError naming the argument, before any launch."""
     if attn_mask is not None:
         raise UnsupportedAttentionError("attn_mask", "masks are not supported (use is_causal=True for causal)")
     if dropout_p != 0.0:
         raise UnsupportedAttentionError("dropout_p", f"{dropout_p}: only 0.0 is supported")
-    if enable_gqa and key.ndim == 4 and key.shape[1] != query.shape[1]:
-        raise UnsupportedAttentionError("enable_gqa", "grouped-query attention is not supported yet")
+    if not enable_gqa and key.ndim == 4 and query.ndim == 4 and key.shape[1] != query.shape[1]:
+        raise ShapeRelationError(f"key: {key.shape[1]} heads for {query.shape[1]} query heads needs "
+                                 "enable_gqa=True (as torch's SDPA)", arg_name="key")
     check_inputs(query, key, value)
     d = query.shape[-1]
     ops = define_torch_ops()
@@ -175,30 +177,31 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
 
 # ---------------------------------------------------------------------------------------------- JAX
 def jax_attention(causal: bool, scale: float | None = None) -> Any:
-    """attention(q, k, v) for (B, H, S, D) JAX arrays through the same four kernels, differentiable
-    (jax.custom_vjp; jax.jit works around it): returns O in f32."""
+    """attention(q, k, v) for (B, H, S, D) q and (B, H_kv, S, D) k, v (H_kv dividing H: grouped-query
+    attention) JAX arrays through the same four kernels, differentiable (jax.custom_vjp; jax.jit works
+    around it): returns O in f32."""
     import jax
 
     import dsl
 
-    def calls(q):
-        b, h, s, d = check_inputs(q, q, q)
-        rows, sc = b * h * s, float(scale if scale is not None else d ** -0.5)
+    def calls(q, k):
+        b, h, s, d, group = check_inputs(q, k, k)
+        rows, kv_rows, sc = b * h * s, b * (h // group) * s, float(scale if scale is not None else d ** -0.5)
         standin = np.broadcast_to(np.float32(0), (rows, d))          # shape only: the tiles launch_args picks
         picked = fwd.launch_args(standin, standin, standin, standin, s, causal)
         bm, bn = picked[3].tile_shape[0], picked[6]
         own, stream = bwd.pick_tiles(d, s)
         f = dsl.jax.kernel_call(fwd.flash_fwd_lse, out_shapes={"o": (rows, d), "lse": (rows,)},
                                 tiles={"o": (bm, d), "lse": (bm,)},
-                                static={"seq": s, "scale": sc, "bn": bn, "causal": causal})
+                                static={"seq": s, "scale": sc, "bn": bn, "causal": causal, "group": group})
         pre = dsl.jax.kernel_call(bwd.attn_bwd_preprocess, out_shapes={"delta": (rows,)},
                                   tiles={"delta": (bwd.PRE_ROWS,)}, static={"d": d})
-        dkdv = dsl.jax.kernel_call(bwd.flash_bwd_dkdv, out_shapes={"dk": (rows, d), "dv": (rows, d)},
+        dkdv = dsl.jax.kernel_call(bwd.flash_bwd_dkdv, out_shapes={"dk": (kv_rows, d), "dv": (kv_rows, d)},
                                    out_dtypes={"dk": "f32", "dv": "f32"}, tiles={"dk": (own, d), "dv": (own, d)},
-                                   static={"seq": s, "scale": sc, "bm": stream, "causal": causal})
+                                   static={"seq": s, "scale": sc, "bm": stream, "causal": causal, "group": group})
         dq = dsl.jax.kernel_call(bwd.flash_bwd_dq, out_shapes={"dq": (rows, d)}, out_dtypes={"dq": "f32"},
                                  tiles={"dq": (own, d)},
-                                 static={"seq": s, "scale": sc, "bn": stream, "causal": causal})
+                                 static={"seq": s, "scale": sc, "bn": stream, "causal": causal, "group": group})
         return (b, h, s, d), f, pre, dkdv, dq
 
     @jax.custom_vjp
@@ -206,20 +209,20 @@ def jax_attention(causal: bool, scale: float | None = None) -> Any:
         return forward(q, k, v)[0]
 
     def forward(q, k, v):
-        shape, f, *_ = calls(q)
+        shape, f, *_ = calls(q, k)
         d = shape[-1]
         o, lse = f(*(x.reshape(-1, d) for x in (q, k, v)))
         return o.reshape(shape), (q, k, v, o, lse)
 
     def backward(saved, g):
         q, k, v, o, lse = saved
-        shape, _, pre, dkdv, dq = calls(q)
+        shape, _, pre, dkdv, dq = calls(q, k)
         d = shape[-1]
         q2, k2, v2, g2 = (x.reshape(-1, d) for x in (q, k, v, g.astype(q.dtype)))
         delta = pre(o, g2)
         dk, dv = dkdv(q2, k2, v2, g2, lse, delta)
         dqv = dq(q2, k2, v2, g2, lse, delta)
-        return tuple(x.reshape(shape).astype(y.dtype) for x, y in ((dqv, q), (dk, k), (dv, v)))
+        return tuple(x.reshape(y.shape).astype(y.dtype) for x, y in ((dqv, q), (dk, k), (dv, v)))
 
     attention.defvjp(lambda q, k, v: forward(q, k, v), backward)
     return jax.jit(attention)
@@ -237,21 +240,25 @@ def main(argv: list[str] | None = None) -> int:
     device, dtype, shape, tol = (("cuda", torch.bfloat16, (2, 4, 256, 128), 2e-2) if gpu
                                  else ("cpu", torch.float32, (1, 2, 64, 64), 5e-3))
     g = torch.Generator(device=device).manual_seed(0)
-    q, k, v = (torch.randn(shape, device=device, dtype=dtype, generator=g).requires_grad_() for _ in range(3))
-    for causal in (False, True):
-        out = scaled_dot_product_attention(q, k, v, is_causal=causal)
-        out.float().square().sum().backward()
-        ours = [out.detach().float()] + [x.grad.float() for x in (q, k, v)]
-        for x in (q, k, v):
-            x.grad = None
-        x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
-        ref = F.scaled_dot_product_attention(*x64, is_causal=causal)
-        ref.square().sum().backward()
-        refs = [ref.detach()] + [x.grad for x in x64]
-        worst = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(ours, refs))
-        print(f"{'GPU' if gpu else 'simulator'} {tuple(shape)} {dtype} causal={causal}: max relative error of "
-              f"O, dQ, dK, dV against autograd of SDPA in float64: {worst:.2e}")
-        assert worst < tol, worst
+    b, h, s, d = shape
+    for kv_heads in (h, h // 2):                    # plain, then grouped-query attention (2 heads a group)
+        q, k, v = (torch.randn((b, hh, s, d), device=device, dtype=dtype, generator=g).requires_grad_()
+                   for hh in (h, kv_heads, kv_heads))
+        gqa = kv_heads != h
+        for causal in (False, True):
+            out = scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+            out.float().square().sum().backward()
+            ours = [out.detach().float()] + [x.grad.float() for x in (q, k, v)]
+            for x in (q, k, v):
+                x.grad = None
+            x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+            ref = F.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=gqa)
+            ref.square().sum().backward()
+            refs = [ref.detach()] + [x.grad for x in x64]
+            worst = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(ours, refs))
+            print(f"{'GPU' if gpu else 'simulator'} {tuple(shape)} H_kv {kv_heads} {dtype} causal={causal}: max "
+                  f"relative error of O, dQ, dK, dV against autograd of SDPA in float64: {worst:.2e}")
+            assert worst < tol, worst
     print("ran on the GPU" if gpu else "ran on the CPU simulator" + ("" if args.simulate else
                                                                      f" (no GPU: {bridge.gpu_unavailable_reason()})"))
     print("PASS")

@@ -48,17 +48,21 @@ PORTABLE_TILES = {64: ((64, 32),), 128: ((32, 32),)}
 
 
 @tile.func
-def attend_rows(q, k, v, seq, scale, bm, d, bn, causal):
+def attend_rows(q, k, v, seq, scale, bm, d, bn, causal, group):
     """This block's BM query rows against their head's keys: the running row maximum `m` (base 2), the
-    normaliser `l` and the unnormalised output `acc`, shared by flash_fwd and flash_fwd_lse."""
+    normaliser `l` and the unnormalised output `acc`, shared by flash_fwd and flash_fwd_lse. `group`
+    query heads share one key/value head (grouped-query attention; 1: one each)."""
     i = tile.bid(0)
     head = (i * bm) // seq                      # which (batch, head) these rows belong to
     row0 = i * bm - head * seq                  # first query position of the tile in its sequence
+    kv_head = head
+    if group != 1:                              # (b H + h) // G = b H_kv + h // G: the group's key/value head
+        kv_head = head // group
     qt = tile.load(q, (i, 0), (bm, d))
     m = tile.full((bm,), -tile.inf, f32)
     l = tile.zeros((bm,), f32)
     acc = tile.zeros((bm, d), f32)
-    kv0 = head * (seq // bn)
+    kv0 = kv_head * (seq // bn)
     scale2 = scale * LOG2E                      # scores in base 2: exp2 is one ex2.approx, exp is ~10
     stop = seq // bn
     if causal:                                  # blocks right of the diagonal contribute nothing
@@ -80,26 +84,29 @@ def attend_rows(q, k, v, seq, scale, bm, d, bn, causal):
 
 @tile.kernel
 def flash_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[f32, 2],
-              seq: i32, scale: f32, bn: tile.Constant, causal: tile.Constant):
+              seq: i32, scale: f32, bn: tile.Constant, causal: tile.Constant, group: tile.Constant):
     bm, d = o.tile_shape
-    m, l, acc = attend_rows(q, k, v, seq, scale, bm, d, bn, causal)
+    m, l, acc = attend_rows(q, k, v, seq, scale, bm, d, bn, causal, group)
     o.store(acc / l[:, None])
 
 
 @tile.kernel
 def flash_fwd_lse(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[f32, 2],
-                  lse: tile.Partition[f32, 1], seq: i32, scale: f32, bn: tile.Constant, causal: tile.Constant):
+                  lse: tile.Partition[f32, 1], seq: i32, scale: f32, bn: tile.Constant, causal: tile.Constant,
+                  group: tile.Constant):
     """flash_fwd that also stores each query row's natural log-sum-exp of its scaled scores (the
     backward's softmax statistic: P = exp(S * scale - lse)); lse's tiles are the BM rows of o's."""
     bm, d = o.tile_shape
-    m, l, acc = attend_rows(q, k, v, seq, scale, bm, d, bn, causal)
+    m, l, acc = attend_rows(q, k, v, seq, scale, bm, d, bn, causal, group)
     o.store(acc / l[:, None])
     lse.store((m + tile.log2(l)) * LN2)
 
 
 def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale: float | None = None,
-                tensor_cores: bool | None = None, wgmma: bool | None = None) -> tuple:
-    """flash_fwd's arguments for (B*H*S, D) row stacks q, k, v and the f32 output `out` of that shape.
+                tensor_cores: bool | None = None, wgmma: bool | None = None, group: int = 1) -> tuple:
+    """flash_fwd's arguments for (B*H*S, D) row stacks q, k, v and the f32 output `out` of q's shape.
+    `group`: query heads per key/value head (grouped-query attention: k and v are (B*H_kv*S, D) with
+    H = group * H_kv; the caller, who knows H, checks that group divides it).
     `tensor_cores`: pick the tiles of the tensor-core lowering (default: unless KB_TILE_TC_MATMUL=0);
     `wgmma`: those of its sm_90 warpgroup MMA (default: on an sm_90+ GPU unless KB_TILE_WGMMA_PRODUCTS=0)."""
     from dsl.tile.compile import tc_matmul_enabled, wgmma_products_enabled
@@ -116,28 +123,34 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale:
         raise ValueError(f"q: {rows} rows of sequences of {seq}: expected whole sequences whose length is a "
                          f"multiple of {max(choices[-1])}")
     bm, bn = fits[0]
-    for name, x in (("k", k), ("v", v), ("out", out)):
-        if tuple(x.shape) != (rows, d):
-            raise ValueError(f"{name}: expected shape {(rows, d)} like q, got {tuple(x.shape)}")
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1 or rows % (seq * group):
+        raise ValueError(f"group: expected a positive number of query heads per key/value head that divides "
+                         f"the {rows // seq} query heads, got {group!r}")
+    for name, x, want in (("k", k, rows // group), ("v", v, rows // group), ("out", out, rows)):
+        if tuple(x.shape) != (want, d):
+            like = "like q" if want == rows else f"(q's rows / group {group})"
+            raise ValueError(f"{name}: expected shape {(want, d)} {like}, got {tuple(x.shape)}")
     return (q, k, v, tile.partition(out, (bm, d)), seq, float(scale if scale is not None else d ** -0.5), bn,
-            bool(causal))
+            bool(causal), group)
 
 
 def launch_args_lse(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool,
-                    scale: float | None = None, tensor_cores: bool | None = None, wgmma: bool | None = None) -> tuple:
+                    scale: float | None = None, tensor_cores: bool | None = None, wgmma: bool | None = None,
+                    group: int = 1) -> tuple:
     """flash_fwd_lse's arguments: launch_args' with the f32 log-sum-exp `lse` of shape (B*H*S,) beside
     `out`, cut into the query tiles' rows."""
-    args = launch_args(q, k, v, out, seq, causal, scale, tensor_cores, wgmma)
+    args = launch_args(q, k, v, out, seq, causal, scale, tensor_cores, wgmma, group)
     rows = q.shape[0]
     if tuple(lse.shape) != (rows,):
         raise ValueError(f"lse: expected shape {(rows,)} (one value per query row), got {tuple(lse.shape)}")
     return (*args[:4], tile.partition(lse, (args[3].tile_shape[0],)), *args[4:])
 
 
-def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, seq: int, causal: bool) -> np.ndarray:
-    """Float64 attention of (B*H*S, D) row stacks."""
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, seq: int, causal: bool, group: int = 1) -> np.ndarray:
+    """Float64 attention of (B*H*S, D) row stacks; k and v (B*H_kv*S, D), each serving `group` query heads."""
     d = q.shape[1]
     q3, k3, v3 = (x.astype(np.float64).reshape(-1, seq, d) for x in (q, k, v))
+    k3, v3 = (np.repeat(x, group, axis=0) for x in (k3, v3))
     s = q3 @ k3.transpose(0, 2, 1) / np.sqrt(d)
     if causal:
         s = np.where(np.tril(np.ones((seq, seq), bool)), s, -np.inf)

@@ -62,34 +62,51 @@ def attn_bwd_preprocess(o: tile.Array[F, 2], dout: tile.Array[E, 2], delta: tile
     delta.store(tile.sum(prod, axis=1))
 
 
+@tile.func
+def dkdv_step(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, q0, i, col0, scale2, bm, bn, d, causal):
+    """One query block i (its head's first block q0) against this block's keys: dK and dV accumulated."""
+    st = tile.matmul(kt, tile.transpose(tile.load(q, (q0 + i, 0), (bm, d)))) * scale2   # S^T (bn, bm)
+    if causal:
+        c = col0 + tile.arange(bn)[:, None]
+        r = i * bm + tile.arange(bm)[None, :]
+        st = tile.where(c <= r, st, -tile.inf)
+    pt = tile.exp2(st - (tile.load(lse, (q0 + i,), (bm,)) * LOG2E)[None, :])
+    dv_acc = dv_acc + tile.matmul(pt.astype(q.dtype), tile.load(dout, (q0 + i, 0), (bm, d)))
+    dpt = tile.matmul(vt, tile.transpose(tile.load(dout, (q0 + i, 0), (bm, d))))                # dP^T (bn, bm)
+    dst = pt * (dpt - tile.load(delta, (q0 + i,), (bm,))[None, :])
+    dk_acc = dk_acc + tile.matmul(dst.astype(q.dtype), tile.load(q, (q0 + i, 0), (bm, d)))
+    return dk_acc, dv_acc
+
+
 @tile.kernel
 def flash_bwd_dkdv(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
                    lse: tile.Array[f32, 1], delta: tile.Array[f32, 1], dk: tile.Partition[G, 2],
-                   dv: tile.Partition[G, 2], seq: i32, scale: f32, bm: tile.Constant, causal: tile.Constant):
+                   dv: tile.Partition[G, 2], seq: i32, scale: f32, bm: tile.Constant, causal: tile.Constant,
+                   group: tile.Constant):
+    """Grouped-query attention (group > 1): a key/value head serves `group` query heads, so its block
+    walks each of them in turn; the sums stay in registers (no atomics)."""
     bn, d = dk.tile_shape
     j = tile.bid(0)
-    head = (j * bn) // seq                      # which (batch, head) these key rows belong to
+    head = (j * bn) // seq                      # which (batch, key/value head) these key rows belong to
     col0 = j * bn - head * seq                  # first key position of the tile in its sequence
     kt = tile.load(k, (j, 0), (bn, d))
     vt = tile.load(v, (j, 0), (bn, d))
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
-    q0 = head * (seq // bm)
+    q0 = head * group * (seq // bm)             # the first query block of the group's first query head
     scale2 = scale * LOG2E                      # base 2, as the forward: P = 2^(S scale log2 e - L log2 e)
     start = 0
     if causal:                                  # query blocks that end before col0 see none of these keys
         start = col0 // bm
-    for i in range(start, seq // bm):
-        st = tile.matmul(kt, tile.transpose(tile.load(q, (q0 + i, 0), (bm, d)))) * scale2     # S^T (bn, bm)
-        if causal:
-            c = col0 + tile.arange(bn)[:, None]
-            r = i * bm + tile.arange(bm)[None, :]
-            st = tile.where(c <= r, st, -tile.inf)
-        pt = tile.exp2(st - (tile.load(lse, (q0 + i,), (bm,)) * LOG2E)[None, :])
-        dv_acc = dv_acc + tile.matmul(pt.astype(q.dtype), tile.load(dout, (q0 + i, 0), (bm, d)))
-        dpt = tile.matmul(vt, tile.transpose(tile.load(dout, (q0 + i, 0), (bm, d))))          # dP^T (bn, bm)
-        dst = pt * (dpt - tile.load(delta, (q0 + i,), (bm,))[None, :])
-        dk_acc = dk_acc + tile.matmul(dst.astype(q.dtype), tile.load(q, (q0 + i, 0), (bm, d)))
+    if group == 1:
+        for i in range(start, seq // bm):
+            dk_acc, dv_acc = dkdv_step(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, q0, i, col0, scale2, bm, bn,
+                                       d, causal)
+    else:
+        for g in range(group):                  # query head (batch, head * group + g)
+            for i in range(start, seq // bm):
+                dk_acc, dv_acc = dkdv_step(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, q0 + g * (seq // bm), i,
+                                           col0, scale2, bm, bn, d, causal)
     dk.store(dk_acc * scale)
     dv.store(dv_acc)
 
@@ -97,17 +114,20 @@ def flash_bwd_dkdv(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2]
 @tile.kernel
 def flash_bwd_dq(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
                  lse: tile.Array[f32, 1], delta: tile.Array[f32, 1], dq: tile.Partition[G, 2], seq: i32,
-                 scale: f32, bn: tile.Constant, causal: tile.Constant):
+                 scale: f32, bn: tile.Constant, causal: tile.Constant, group: tile.Constant):
     bm, d = dq.tile_shape
     i = tile.bid(0)
     head = (i * bm) // seq
     row0 = i * bm - head * seq                  # first query position of the tile in its sequence
+    kv_head = head
+    if group != 1:                              # grouped-query attention: the group's key/value head
+        kv_head = head // group
     qt = tile.load(q, (i, 0), (bm, d))
     dot = tile.load(dout, (i, 0), (bm, d))
     lse2 = tile.load(lse, (i,), (bm,)) * LOG2E
     delta_i = tile.load(delta, (i,), (bm,))
     acc = tile.zeros((bm, d), f32)
-    kv0 = head * (seq // bn)
+    kv0 = kv_head * (seq // bn)
     scale2 = scale * LOG2E
     stop = seq // bn
     if causal:                                  # key blocks right of the diagonal contribute nothing
@@ -142,15 +162,21 @@ def pick_tiles(d: int, seq: int, tensor_cores: bool | None = None, wgmma: bool |
     return fits[0]
 
 
-def _check_arguments(q: Any, seq: int, named: dict, vectors: dict) -> None:
+def _check_arguments(q: Any, seq: int, group: int, named: dict, vectors: dict) -> None:
     """Shapes and dtypes of launch_args' arrays, before anything runs: ShapeRelationError (a ValueError)
-    or DTypeError (a TypeError) naming the argument and what it expected."""
+    or DTypeError (a TypeError) naming the argument and what it expected. k, v, dk and dv have q's rows
+    over `group` (grouped-query attention), the others q's."""
     rows, d = q.shape
     if seq <= 0 or rows % seq:
         raise ShapeRelationError(f"q: {rows} rows are not whole sequences of {seq}", arg_name="q")
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1 or (rows // seq) % group:
+        raise ShapeRelationError(f"group: expected a positive number of query heads per key/value head that "
+                                 f"divides the {rows // seq} query heads, got {group!r}", arg_name="group")
     for name, x in named.items():
-        if tuple(x.shape) != (rows, d):
-            raise ShapeRelationError(f"{name}: expected shape {(rows, d)} like q, got {tuple(x.shape)}",
+        want = rows // group if name in ("k", "v", "dk", "dv") else rows
+        if tuple(x.shape) != (want, d):
+            like = "like q" if want == rows else f"(q's rows / group {group})"
+            raise ShapeRelationError(f"{name}: expected shape {(want, d)} {like}, got {tuple(x.shape)}",
                                      arg_name=name)
     for name, x in vectors.items():
         if tuple(x.shape) != (rows,):
@@ -166,21 +192,23 @@ def _check_arguments(q: Any, seq: int, named: dict, vectors: dict) -> None:
 
 def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any, dq: Any, dk: Any, dv: Any,
                 seq: int, causal: bool, scale: float | None = None, tensor_cores: bool | None = None,
-                wgmma: bool | None = None) -> list[tuple[Any, tuple]]:
+                wgmma: bool | None = None, group: int = 1) -> list[tuple[Any, tuple]]:
     """The backward's three launches, [(kernel, arguments)] in order, for (B*H*S, D) row stacks: the
     inputs q, k, v, the forward's output `o` and log-sum-exp `lse` (flash_fwd_lse), the output gradient
     `dout`; `delta` (B*H*S,) f32 scratch the first launch fills; the gradients dq, dk, dv written.
+    `group`: query heads per key/value head (k, v, dk, dv then have B*H_kv*S rows, H = group * H_kv).
     Shapes and dtypes are checked before anything runs (ShapeRelationError, DTypeError naming the
     argument), the tile rows by pick_tiles (ValueError)."""
-    _check_arguments(q, seq, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
+    _check_arguments(q, seq, group, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
                      {"lse": lse, "delta": delta})
     d = q.shape[1]
     own, stream = pick_tiles(d, seq, tensor_cores, wgmma)
     sc = float(scale if scale is not None else d ** -0.5)
     return [(attn_bwd_preprocess, (o, dout, tile.partition(delta, (PRE_ROWS,)), d)),
             (flash_bwd_dkdv, (q, k, v, dout, lse, delta, tile.partition(dk, (own, d)), tile.partition(dv, (own, d)),
-                              seq, sc, stream, bool(causal))),
-            (flash_bwd_dq, (q, k, v, dout, lse, delta, tile.partition(dq, (own, d)), seq, sc, stream, bool(causal)))]
+                              seq, sc, stream, bool(causal), group)),
+            (flash_bwd_dq, (q, k, v, dout, lse, delta, tile.partition(dq, (own, d)), seq, sc, stream, bool(causal),
+                            group))]
 
 
 def run(steps: list[tuple[Any, tuple]], simulate: bool = False) -> None:
@@ -190,11 +218,14 @@ def run(steps: list[tuple[Any, tuple]], simulate: bool = False) -> None:
 
 
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, seq: int,
-              causal: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              causal: bool, group: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Float64 (dQ, dK, dV) of softmax(Q K^T / sqrt(d)) V for (B*H*S, D) row stacks, from the formulas:
-    dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K scale, dK = dS^T Q scale."""
+    dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K scale, dK = dS^T Q scale.
+    Grouped-query attention: k, v (B*H_kv*S, D) serve `group` query heads each, so their gradients are
+    the sums over the group of the per-query-head ones."""
     d = q.shape[1]
     q3, k3, v3, do3 = (x.astype(np.float64).reshape(-1, seq, d) for x in (q, k, v, dout))
+    k3, v3 = (np.repeat(x, group, axis=0) for x in (k3, v3))
     scale = d ** -0.5
     s = q3 @ k3.transpose(0, 2, 1) * scale
     if causal:
@@ -206,14 +237,17 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, seq
     ds = p * (dp - (dp * p).sum(-1, keepdims=True))
     dq = ds @ k3 * scale
     dk = ds.transpose(0, 2, 1) @ q3 * scale
+    dk, dv = (x.reshape(-1, group, seq, d).sum(axis=1) for x in (dk, dv))
     return dq.reshape(-1, d), dk.reshape(-1, d), dv.reshape(-1, d)
 
 
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool,
-                         simulate: bool = False) -> tuple[Any, Any, Any, Any]:
+                         simulate: bool = False, group: int = 1) -> tuple[Any, Any, Any, Any]:
     """(o, dq, dk, dv), f32, of attention over (B*H*S, D) row stacks (NumPy arrays with `simulate`, else
-    CUDA torch tensors): flash_fwd_lse, then the three backward launches."""
+    CUDA torch tensors): flash_fwd_lse, then the three backward launches. `group` query heads share a
+    key/value head (k, v, dk, dv have q's rows / group)."""
     rows, d = q.shape
+    kv_rows = k.shape[0]
     if simulate:
         def new(*shape):
             return np.full(shape, np.nan, np.float32)
@@ -222,46 +256,51 @@ def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bo
 
         def new(*shape):
             return torch.full(shape, float("nan"), device=q.device, dtype=torch.float32)
-    o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(rows, d), new(rows, d)
-    fwd_args = fwd.launch_args_lse(q, k, v, o, lse, seq, causal)
+    o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
+    fwd_args = fwd.launch_args_lse(q, k, v, o, lse, seq, causal, group=group)
     (fwd.flash_fwd_lse.simulate if simulate else fwd.flash_fwd_lse)(*fwd_args)
-    run(launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal), simulate)
+    run(launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, group=group), simulate)
     return o, dq, dk, dv
 
 
-def run_gpu(batch: int, heads: int, seq: int, d: int, dtype: str = "bfloat16") -> None:
+def run_gpu(batch: int, heads: int, seq: int, d: int, dtype: str = "bfloat16", kv_heads: int | None = None) -> None:
     """Ours against torch autograd of SDPA in float64 on the same (rounded) inputs, the error relative to
     the largest gradient: P and dS are rounded to the input dtype for the products, which the lowered
     sm_90 simulator measures at up to 3.3e-3 for bf16 (8-bit mantissa) and 3.0e-4 for f16 (B2 H4 S256);
-    the bounds, 1e-2 and 2e-3, leave a factor of 3 and more."""
+    the bounds, 1e-2 and 2e-3, leave a factor of 3 and more. `kv_heads` (a divisor of `heads`): grouped-
+    query attention, against SDPA's enable_gqa."""
     import torch
     import torch.nn.functional as F
 
     import bridge
+    hk = heads if kv_heads is None else kv_heads
     g = torch.Generator(device="cuda").manual_seed(d)
-    q, k, v, dout = (torch.randn(batch, heads, seq, d, device="cuda", dtype=getattr(torch, dtype), generator=g)
-                     for _ in range(4))
+    q, k, v, dout = (torch.randn(batch, h, seq, d, device="cuda", dtype=getattr(torch, dtype), generator=g)
+                     for h in (heads, hk, hk, heads))
     for causal in (False, True):
-        o, *grads = forward_and_backward(*(x.reshape(-1, d) for x in (q, k, v, dout)), seq, causal)
+        o, *grads = forward_and_backward(*(x.reshape(-1, d) for x in (q, k, v, dout)), seq, causal,
+                                         group=heads // hk)
         x64 = [x.double().requires_grad_() for x in (q, k, v)]
-        ref = F.scaled_dot_product_attention(*x64, is_causal=causal)
+        ref = F.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=hk != heads)
         ref.backward(dout.double())
         worst = 0.0
         for name, ours, x in zip(("dq", "dk", "dv"), grads, x64):
             worst = max(worst, ((ours.reshape(x.shape) - x.grad).abs().max() / x.grad.abs().max()).item())
-        print(f"GPU B{batch} H{heads} S{seq} D{d} {dtype} causal={causal}: "
+        print(f"GPU B{batch} H{heads} H_kv{hk} S{seq} D{d} {dtype} causal={causal}: "
               f"max |ours - autograd(f64)| / max |grad| = {worst:.2e}")
         assert worst < (1e-2 if dtype == "bfloat16" else 2e-3), worst
     bridge.current_stream().synchronize()
 
 
-def run_simulator(seq: int, d: int) -> None:
+def run_simulator(seq: int, d: int, group: int = 1) -> None:
     rng = np.random.default_rng(0)
-    q, k, v, dout = (rng.standard_normal((2 * seq, d)).astype(np.float32) for _ in range(4))
+    q, dout = (rng.standard_normal((2 * seq, d)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((2 * seq // group, d)).astype(np.float32) for _ in range(2))
     for causal in (False, True):
-        _, *grads = forward_and_backward(q, k, v, dout, seq, causal, simulate=True)
-        err = max(float(np.abs(g - r).max()) for g, r in zip(grads, reference(q, k, v, dout, seq, causal)))
-        print(f"simulator S{seq} D{d} causal={causal}: max |ours - NumPy| over dQ, dK, dV = {err:.2e}")
+        _, *grads = forward_and_backward(q, k, v, dout, seq, causal, simulate=True, group=group)
+        ref = reference(q, k, v, dout, seq, causal, group)
+        err = max(float(np.abs(g - r).max()) for g, r in zip(grads, ref))
+        print(f"simulator S{seq} D{d} group={group} causal={causal}: max |ours - NumPy| over dQ, dK, dV = {err:.2e}")
         assert err < 1e-2, err
 
 
@@ -277,10 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         for d in sorted(TILES):
             for dtype in (("bfloat16", "float16") if args.dtype == "both" else (args.dtype,)):
                 run_gpu(2, 4, args.seq, d, dtype)
+            run_gpu(2, 4, args.seq, d, kv_heads=2)              # grouped-query attention, 2 heads a group
         print("ran on the GPU")
     else:
         for d in sorted(TILES):
             run_simulator(min(args.seq, 128), d)
+        run_simulator(64, 64, group=2)
         print("ran on the CPU simulator" + ("" if args.simulate else f" (no GPU: {bridge.gpu_unavailable_reason()})"))
     print("PASS")
     return 0

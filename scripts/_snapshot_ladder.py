@@ -34,7 +34,7 @@ def flash_cases() -> dict[str, tuple]:
                     for causal in (False, True):
                         o = tile.partition(np.zeros((256, d), np.float32), (bm, d))
                         name = f"flash.{dn}_d{d}_{low}_{bm}x{bn}" + ("_causal" if causal else "")
-                        out[name] = (FA.flash_fwd, (q, q, q, o, 256, 0.125, bn, causal), env)
+                        out[name] = (FA.flash_fwd, (q, q, q, o, 256, 0.125, bn, causal, 1), env)
     return out
 
 

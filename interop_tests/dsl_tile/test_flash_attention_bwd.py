@@ -173,7 +173,7 @@ def test_the_validator_refuses_partitions_whose_tiles_disagree_before_anything_r
     dk, dv = named["dk"], nan(512, d)
     with pytest.raises(bridge.ShapeRelationError):
         BWD.flash_bwd_dkdv.simulate(named["q"], named["k"], named["v"], named["dout"], named["lse"], named["lse"],
-                                    tile.partition(dk, (64, d)), tile.partition(dv, (64, d)), seq, 0.125, 64, False)
+                                    tile.partition(dk, (64, d)), tile.partition(dv, (64, d)), seq, 0.125, 64, False, 1)
     assert np.isnan(dk).all() and np.isnan(dv).all()
 
 

@@ -73,7 +73,7 @@ def attention64(q, k, v, seq, causal):
 def flash_args(rng, d, bm, bn, seq, causal, heads=2):
     q, k, v = (rng.standard_normal((heads * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
     out = np.full((heads * seq, d), np.nan, np.float32)
-    return (q, k, v, tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal), out
+    return (q, k, v, tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal, 1), out
 
 
 def kernel(warps):
@@ -241,7 +241,7 @@ def test_gpu_each_switch_matches_torch_sdpa(monkeypatch, name, d, causal):
     g = torch.Generator(device="cuda").manual_seed(d + causal)
     q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
     out = torch.full((batch * heads * seq, d), 12345.0, device="cuda")
-    args = (*(x.reshape(-1, d) for x in (q, k, v)), tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal)
+    args = (*(x.reshape(-1, d) for x in (q, k, v)), tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal, 1)
     kern = kernel(warps)
     kern(*args)
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)

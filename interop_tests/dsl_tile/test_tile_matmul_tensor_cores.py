@@ -284,7 +284,7 @@ def test_flash_attention_with_128_query_rows_at_d128_stages_in_dynamic_shared_me
     q, k, v = (rng.standard_normal((heads * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
     for causal in (False, True):
         out = np.full((heads * seq, d), np.nan, np.float32)
-        args = (q, k, v, tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal)
+        args = (q, k, v, tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal, 1)
         for arch in ("sm_80", "sm_90"):
             ck = FA.flash_fwd.compile(args, arch)
             assert ck.dynamic_smem > 48 * 1024 and "mma.sync" in ck.ptx
@@ -385,7 +385,7 @@ def test_flash_attention_tiles_of_32_query_rows_a_warp_do_not_spill(d, bm, bn, t
     import re
     seq = 256
     q = np.zeros((2 * seq, d), ml_dtypes.bfloat16)
-    args = (q, q, q, tile.partition(np.zeros((2 * seq, d), np.float32), (bm, d)), seq, 0.125, bn, True)
+    args = (q, q, q, tile.partition(np.zeros((2 * seq, d), np.float32), (bm, d)), seq, 0.125, bn, True, 1)
     ck = FA.flash_fwd.compile(args, "sm_90")
     assert ck.threads == 128 and ("mma.sync" in ck.ptx or "wgmma.mma_async" in ck.ptx)
     target = "sm_90a" if ".target sm_90a" in ck.ptx else "sm_90"        # 64 rows on 4 warps: wgmma
@@ -425,7 +425,7 @@ def test_gpu_flash_attention_staged_in_dynamic_shared_memory_matches_torch_sdpa(
     g = torch.Generator(device="cuda").manual_seed(3 + causal)
     q, k, v = (torch.randn(2, 3, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
     out = torch.full((2 * 3 * seq, d), 12345.0, device="cuda")
-    args = (*(x.reshape(-1, d) for x in (q, k, v)), tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal)
+    args = (*(x.reshape(-1, d) for x in (q, k, v)), tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal, 1)
     FA.flash_fwd(*args)
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
     assert (out.reshape(ref.shape).double() - ref).abs().max().item() < 2e-2

@@ -48,7 +48,7 @@ def product_nn(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Partition[f32, 
 def _flash_args(rng, d, bm, bn, seq, causal, heads=2):
     q, k, v = (rng.standard_normal((heads * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
     out = np.full((heads * seq, d), np.nan, np.float32)
-    return (q, k, v, tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal), out
+    return (q, k, v, tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal, 1), out
 
 
 def _kernel(warps):
@@ -144,7 +144,7 @@ def test_gpu_flash_attention_on_warpgroup_mma_matches_torch_sdpa(d, bm, bn, warp
     g = torch.Generator(device="cuda").manual_seed(d + bm + causal)
     q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
     out = torch.full((batch * heads * seq, d), 12345.0, device="cuda")
-    args = (*(x.reshape(-1, d) for x in (q, k, v)), tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal)
+    args = (*(x.reshape(-1, d) for x in (q, k, v)), tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal, 1)
     kern = _kernel(warps)
     kern(*args)
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)

@@ -75,7 +75,7 @@ def test_reallocation_is_left_out_where_it_cannot_help_or_be_met(monkeypatch, rn
     fa = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fa)
     q = np.zeros((512, 128), ml_dtypes.bfloat16)
-    flash = (q, q, q, tile.partition(np.zeros((512, 128), np.float32), (64, 128)), 256, 0.1, 64, False)
+    flash = (q, q, q, tile.partition(np.zeros((512, 128), np.float32), (64, 128)), 256, 0.1, 64, False, 1)
     one_wg = tile.kernel(fa.flash_fwd.pyfunc, num_warps=4).compile(flash, "sm_90")
     assert one_wg.threads == 256 and "setmaxnreg" not in one_wg.ptx
     a = np.zeros((256, 256), ml_dtypes.bfloat16)

@@ -47,6 +47,33 @@ def test_drop_in_matches_sdpa_forward_and_backward_in_float64(torch, d, causal):
         assert relative(ours.double(), theirs.grad) < TOL
 
 
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["gqa", "mqa"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_drop_in_grouped_query_attention_matches_sdpa_enable_gqa_in_float64(torch, kv_heads, causal):
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(20 + kv_heads + causal)
+    q, k, v = (torch.randn((2, 4, 64, 64) if x == "q" else (2, kv_heads, 64, 64), generator=g).requires_grad_()
+               for x in "qkv")
+    w = torch.randn(2, 4, 64, 64, generator=g)
+    out = A.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    (out * w).sum().backward()
+    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=True)
+    (ref * w.double()).sum().backward()
+    assert out.shape == q.shape and relative(out.double(), ref) < TOL
+    for ours, theirs in zip((q.grad, k.grad, v.grad), x64):
+        assert ours.shape == theirs.shape
+        assert relative(ours.double(), theirs.grad) < TOL
+
+
+def test_grouped_torch_ops_pass_opcheck(torch):
+    ops = A.define_torch_ops()
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(1, 4, 64, 64, generator=g, requires_grad=True)
+    k, v = (torch.randn(1, 2, 64, 64, generator=g, requires_grad=True) for _ in range(2))
+    torch.library.opcheck(ops.forward, (q, k, v, False, 0.125))
+
+
 def test_scale_argument_is_honoured(torch):
     F = torch.nn.functional
     q, k, v = inputs(torch, (1, 1, 64, 64), seed=3, grad=False)
@@ -100,7 +127,11 @@ def test_uncovered_arguments_are_refused_before_any_kernel_runs(torch, monkeypat
     cases = [
         (A.UnsupportedAttentionError, "attn_mask", lambda: sdpa(q, k, v, attn_mask=torch.ones(64, 64, dtype=torch.bool))),
         (A.UnsupportedAttentionError, "dropout_p", lambda: sdpa(q, k, v, dropout_p=0.1)),
-        (A.UnsupportedAttentionError, "grouped-query", lambda: sdpa(q, k[:, :1], v[:, :1], enable_gqa=True)),
+        (ShapeRelationError, "needs enable_gqa=True", lambda: sdpa(q, k[:, :1], v[:, :1])),
+        (ShapeRelationError, "key: expected shape .*heads dividing 2", lambda: sdpa(q, torch.randn(1, 3, 64, 64),
+                                                                                    torch.randn(1, 3, 64, 64),
+                                                                                    enable_gqa=True)),
+        (ShapeRelationError, "value: expected shape", lambda: sdpa(q, k[:, :1], v, enable_gqa=True)),
         (A.UnsupportedAttentionError, "head dim 96", lambda: sdpa(*(torch.randn(1, 2, 64, 96) for _ in range(3)))),
         (A.UnsupportedAttentionError, "sequence length 100", lambda: sdpa(*(torch.randn(1, 2, 100, 64) for _ in range(3)))),
         (ShapeRelationError, "key: expected shape", lambda: sdpa(q, k[:, :, :32], v)),
@@ -114,8 +145,13 @@ def test_uncovered_arguments_are_refused_before_any_kernel_runs(torch, monkeypat
 
 
 def numpy_attention_grads(q, k, v, g, causal):
-    """Float64 O and (dQ, dK, dV) of softmax(Q K^T / sqrt(d)) V for (B, H, S, D) arrays and upstream g."""
-    d = q.shape[-1]
+    """Float64 O and (dQ, dK, dV) of softmax(Q K^T / sqrt(d)) V for (B, H, S, D) arrays and upstream g;
+    k and v with H_kv heads each serve H / H_kv query heads (their gradients summed over the group)."""
+    d, group = q.shape[-1], q.shape[1] // k.shape[1]
+    if group > 1:
+        o, (dq, dk, dv) = numpy_attention_grads(q, np.repeat(k, group, 1), np.repeat(v, group, 1), g, causal)
+        b, hk, s = k.shape[:3]
+        return o, (dq, dk.reshape(b, hk, group, s, d).sum(2), dv.reshape(b, hk, group, s, d).sum(2))
     s = q @ np.swapaxes(k, -1, -2) / np.sqrt(d)
     if causal:
         s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
@@ -126,11 +162,12 @@ def numpy_attention_grads(q, k, v, g, causal):
     return p @ v, (ds @ k / np.sqrt(d), np.swapaxes(ds, -1, -2) @ q / np.sqrt(d), np.swapaxes(p, -1, -2) @ g)
 
 
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["mha", "gqa"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_jax_custom_vjp_gradients_match_float64(cpu_jax, causal):
+def test_jax_custom_vjp_gradients_match_float64(cpu_jax, causal, kv_heads):
     jnp = cpu_jax.numpy
     rng = np.random.default_rng(11 + causal)
-    q, k, v, w = (rng.standard_normal((1, 2, 64, 64)).astype(np.float32) for _ in range(4))
+    q, k, v, w = (rng.standard_normal((1, kv_heads if x in "kv" else 2, 64, 64)).astype(np.float32) for x in "qkvw")
     attention = A.jax_attention(causal)
     out = np.asarray(attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)))
     grads = cpu_jax.grad(lambda *x: jnp.sum(attention(*x) * w), argnums=(0, 1, 2))(q, k, v)

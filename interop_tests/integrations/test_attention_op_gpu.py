@@ -55,6 +55,24 @@ def test_drop_in_matches_float64_autograd_on_gpu(cuda_torch, dtype, d, causal):
         assert relative(x.grad, r.grad) < TOL[dtype]
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_grouped_query_drop_in_matches_float64_autograd_on_gpu(cuda_torch, causal):
+    """H 8 query heads on H_kv 2 key/value heads (enable_gqa=True), bf16, D128, S 320."""
+    torch = cuda_torch
+    g = torch.Generator(device="cuda").manual_seed(3 + causal)
+    q, k, v = (torch.randn((2, h, 320, 128), device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+               for h in (8, 2, 2))
+    w = torch.randn(q.shape, device="cuda", dtype=torch.float64, generator=g)
+    out = A.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    (out.double() * w).sum().backward()
+    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=True)
+    (ref * w).sum().backward()
+    assert relative(out, ref) < TOL["bfloat16"]
+    for x, r in zip((q, k, v), x64):
+        assert x.grad.shape == r.grad.shape and relative(x.grad, r.grad) < TOL["bfloat16"]
+
+
 def test_compiled_with_inductor_fullgraph_equals_eager(cuda_torch):
     torch = cuda_torch
     q, k, v = make(torch, (1, 2, 256, 128), "bfloat16", seed=2)
