@@ -64,6 +64,19 @@ def sdpa(torch, backend, q, k, v, dout, causal: bool) -> tuple:
     return (lambda i: torch.autograd.grad(out, leaves, dout, retain_graph=True)), grads
 
 
+def sdpa_peers(rep: Any, torch, name: str, q, k, v, dout, causal: bool) -> dict[str, tuple]:
+    """{"flash"/"cuDNN": (fn, grads)} of SDPA's backward under each backend that takes these inputs; a
+    backend that refuses them is a "not run" row of `rep`."""
+    from torch.nn.attention import SDPBackend
+    peers: dict[str, tuple] = {}
+    for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            peers[label] = sdpa(torch, backend, q, k, v, dout, causal)
+        except RuntimeError as exc:
+            rep.row(f"{name}: torch SDPA ({label})", None, "TFLOP/s", note=f"not run: {exc}"[:300])
+    return peers
+
+
 def rel_err(got, want) -> float:
     return max(((g.reshape(w.shape).float() - w.float()).abs().max() / w.float().abs().max()).item()
                for g, w in zip(got, want))
@@ -71,7 +84,6 @@ def rel_err(got, want) -> float:
 
 def backward_cases(rep: Any, torch, reps: int, sweep: bool) -> list[str]:
     """Time ours and SDPA's backends at BWD_SHAPES, causal and not; rows into `rep`; returns failures."""
-    from torch.nn.attention import SDPBackend
     bwd = load_backward()
     failed: list[str] = []
     for b, h, s, d in BWD_SHAPES:
@@ -79,12 +91,7 @@ def backward_cases(rep: Any, torch, reps: int, sweep: bool) -> list[str]:
         q, k, v, dout = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
         for causal in (False, True):
             name = f"backward B{b} H{h} S{s} D{d} {'causal' if causal else 'full'}"
-            peers: dict[str, tuple] = {}
-            for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
-                try:
-                    peers[label] = sdpa(torch, backend, q, k, v, dout, causal)
-                except RuntimeError as exc:
-                    rep.row(f"{name}: torch SDPA ({label})", None, "TFLOP/s", note=f"not run: {exc}"[:300])
+            peers = sdpa_peers(rep, torch, name, q, k, v, dout, causal)
             if not peers:
                 continue
             want = (peers.get("flash") or peers["cuDNN"])[1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _attention_bwd import MAX_REL_ERR, load_backward, ours, rel_err, sdpa
+from _attention_bwd import MAX_REL_ERR, load_backward, ours, rel_err, sdpa_peers
 from _bench_kit import time_interleaved
 
 GQA_SHAPES = [(4, 16, 2, 4096, 128)]          # (B, H, H_kv, S, D)
@@ -52,14 +52,8 @@ def _forward(rep: Any, torch, fa, q, k, v, name: str, causal: bool, reps: int) -
 
 
 def _backward(rep: Any, torch, bwd, q, k, v, dout, name: str, causal: bool, reps: int) -> list[str]:
-    from torch.nn.attention import SDPBackend
     b, h, s, d = q.shape
-    peers: dict[str, tuple] = {}
-    for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
-        try:
-            peers[label] = sdpa(torch, backend, q, k, v, dout, causal)
-        except RuntimeError as exc:
-            rep.row(f"{name}: torch SDPA ({label})", None, "TFLOP/s", note=f"not run: {exc}"[:300])
+    peers = sdpa_peers(rep, torch, name, q, k, v, dout, causal)
     if not peers:
         return []
     fn, got = ours(torch, bwd, q, k, v, dout, s, causal)

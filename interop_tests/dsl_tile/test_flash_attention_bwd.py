@@ -6,9 +6,6 @@ against torch autograd of scaled_dot_product_attention in float64."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +15,7 @@ import pytest
 
 import bridge
 from dsl import tile
+from ptxas_kit import ptxas_verbose, spill_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))      # the example imports its sibling flash_attention.py
@@ -177,19 +175,6 @@ def test_the_validator_refuses_partitions_whose_tiles_disagree_before_anything_r
     assert np.isnan(dk).all() and np.isnan(dv).all()
 
 
-def _ptxas_v(ptx: str, arch: str, tmp_path: Path) -> str:
-    from bridge import toolkit
-    tool = toolkit.locate("ptxas").path
-    if tool is None:
-        pytest.skip("ptxas not found (the PTX itself was checked)")
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    r = subprocess.run([str(tool), "-v", f"-arch={arch}", str(src), "-o", os.path.join(tmp_path, "k.cubin")],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return r.stdout + r.stderr
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
@@ -204,8 +189,8 @@ def test_ptx_assembles_without_register_spills(d, arch, tmp_path):
         ptx = kern.compile(args, arch).ptx
         if kern is not BWD.attn_bwd_preprocess:
             assert ("wgmma.mma_async" in ptx and "mma.sync" not in ptx) if arch == "sm_90" else "mma.sync" in ptx
-        log = _ptxas_v(ptx, "sm_90a" if ".target sm_90a" in ptx else arch, tmp_path)
-        assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, (kern.name, log[-1500:])
+        log = ptxas_verbose(ptx, arch, tmp_path)
+        assert spill_bytes(log) == 0, (kern.name, log[-1500:])
 
 
 @pytest.mark.gpu

@@ -6,9 +6,6 @@ GPU against torch autograd of scaled_dot_product_attention(enable_gqa=True) in f
 from __future__ import annotations
 
 import importlib.util
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +14,8 @@ import numpy as np
 import pytest
 
 import bridge
+
+from ptxas_kit import ptxas_verbose, spill_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))      # the backward example imports its sibling flash_attention.py
@@ -107,19 +106,6 @@ def test_warpgroup_mma_kernels_match_float64_numpy_in_the_lowered_simulator(rng,
         close(got, ref, 1e-2, name)
 
 
-def _ptxas_spills(ptx: str, arch: str, tmp_path: Path) -> int:
-    from bridge import toolkit
-    tool = toolkit.locate("ptxas").path
-    if tool is None:
-        pytest.skip("ptxas not found (the PTX itself was checked)")
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    r = subprocess.run([str(tool), "-v", f"-arch={arch}", str(src), "-o", os.path.join(tmp_path, "k.cubin")],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return int(re.search(r"(\d+) bytes spill stores", r.stdout + r.stderr).group(1))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
@@ -137,7 +123,7 @@ def test_grouped_kernels_assemble_without_register_spills(d, arch, tmp_path):
     for kern, args in kernels:
         ptx = kern.compile(args, arch).ptx
         allowed = 24 if (arch, d, kern) == ("sm_80", 64, BWD.flash_bwd_dkdv) else 0
-        assert _ptxas_spills(ptx, "sm_90a" if ".target sm_90a" in ptx else arch, tmp_path) <= allowed, kern.name
+        assert spill_bytes(ptxas_verbose(ptx, arch, tmp_path)) <= allowed, kern.name
 
 
 def test_group_one_compiles_to_the_plain_kernels(rng):

@@ -6,9 +6,7 @@ sm_90a; what stays on mma.sync; the switch; and the same kernels on the H200 aga
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import TypeVar
 
@@ -17,6 +15,7 @@ import numpy as np
 import pytest
 
 from dsl import f32, tile
+from ptxas_kit import ptxas_verbose, spill_bytes
 
 pytestmark = pytest.mark.slow      # the long tail (pyproject.toml): 32 s of a full run on 2 cores: simulated flash attention
 
@@ -80,19 +79,6 @@ def test_ragged_products_on_warpgroup_mma_match_numpy_in_the_simulator(rng, kern
     np.testing.assert_allclose(c, ref * (0.5 if kmajor else 1.0), rtol=1e-4, atol=1e-3)
 
 
-def _ptxas_v(ptx: str, tmp_path: Path) -> str:
-    from bridge import toolkit
-    tool = toolkit.locate("ptxas").path
-    if tool is None:
-        pytest.skip("ptxas not found (the PTX itself was checked)")
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    r = subprocess.run([str(tool), "-v", "-arch=sm_90a", str(src), "-o", os.path.join(tmp_path, "k.cubin")],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return r.stdout + r.stderr
-
-
 @pytest.mark.parametrize("d,bm,bn,warps", [(128, 64, 64, 4), (128, 128, 64, 8), (64, 128, 128, 8)])
 def test_flash_attention_on_sm90_is_register_a_wgmma_that_ptxas_assembles_without_spills(rng, d, bm, bn, warps,
                                                                                          tmp_path):
@@ -105,8 +91,8 @@ def test_flash_attention_on_sm90_is_register_a_wgmma_that_ptxas_assembles_withou
     assert re.search(r"wgmma\.mma_async[^{]*\{[^}]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+", ptx)
     assert ptx.count("wgmma.fence.sync.aligned;") == 2 and ptx.count("wgmma.wait_group.sync.aligned 0;") == 2
     assert "fence.proxy.async.shared::cta;" in ptx          # the cp.async writes, made visible to wgmma
-    log = _ptxas_v(ptx, tmp_path)
-    assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0
+    log = ptxas_verbose(ptx, "sm_90a", tmp_path)
+    assert spill_bytes(log) == 0
     assert "serialized" not in log                           # no wgmma serialised by ptxas
     assert ck.dynamic_smem > 0                               # K and V stage in dynamic shared memory
 
