@@ -39,14 +39,17 @@ FLUSH_BYTES = 256 * 2**20           # written before every timed launch: evicts 
 @dataclass(frozen=True)
 class Config:
     """One candidate: tile shapes per partition parameter, values per tile.Constant parameter, and
-    optionally the kernel options num_warps / persistent (None: the kernel's own)."""
+    optionally the kernel options num_warps / persistent (None: the kernel's own) and lowering switches
+    fixed over the kernel's (`lowering`, as @tile.kernel(lowering=) takes them)."""
     tiles: dict[str, tuple[int, ...]] = field(default_factory=dict)
     constants: dict[str, Any] = field(default_factory=dict)
     num_warps: int | None = None
     persistent: bool | None = None
+    lowering: dict[str, Any] = field(default_factory=dict)
 
     def options(self) -> dict[str, Any]:
-        return {k: v for k, v in (("num_warps", self.num_warps), ("persistent", self.persistent)) if v is not None}
+        found = {k: v for k, v in (("num_warps", self.num_warps), ("persistent", self.persistent)) if v is not None}
+        return {**found, "lowering": dict(sorted(self.lowering.items()))} if self.lowering else found
 
     def text(self) -> str:
         d: dict[str, Any] = {"tiles": {k: list(v) for k, v in sorted(self.tiles.items())},
@@ -87,7 +90,8 @@ class Tuned:
         if not isinstance(kernel, TileKernel):
             raise TypeError(f"tile.autotune: expected a @tile.kernel, got {type(kernel).__name__}")
         cfgs = [c if isinstance(c, Config) else Config(dict(c.get("tiles", {})), dict(c.get("constants", {})),
-                                                       c.get("num_warps"), c.get("persistent"))
+                                                       c.get("num_warps"), c.get("persistent"),
+                                                       dict(c.get("lowering") or {}))
                 for c in configs]
         if not cfgs:
             raise ValueError(f"tile.autotune({kernel.name}): give at least one configuration")
@@ -112,7 +116,7 @@ class Tuned:
         self.picks: dict[str, Config] = {}        # documented cache: tuning key -> pick (this process)
         self.pruned: dict[str, dict[str, str]] = {}   # tuning key -> {config text: why it was dropped}
         self._lock = threading.Lock()
-        self._variants: dict[tuple, Any] = {}     # documented cache: (num_warps, persistent) -> kernel
+        self._variants: dict[tuple, Any] = {}     # documented cache: (num_warps, persistent, lowering) -> kernel
 
     # ------------------------------------------------------------------------------ public
     def __call__(self, *args: Any) -> None:
@@ -127,13 +131,15 @@ class Tuned:
         """The kernel object `config` runs on: the kernel itself, or one with its options (its own
         dispatcher and caches, as a separate @tile.kernel would have)."""
         k = self.kernel
+        fixed = tuple(sorted({**dict(k.lowering), **(config.lowering or {})}.items()))
         opts = (config.num_warps if config.num_warps is not None else k.num_warps,
-                config.persistent if config.persistent is not None else k.persistent)
-        if opts == (k.num_warps, k.persistent):
+                config.persistent if config.persistent is not None else k.persistent, fixed)
+        if opts == (k.num_warps, k.persistent, k.lowering):
             return k
         if opts not in self._variants:
             from dsl.tile.host import TileKernel
-            self._variants[opts] = TileKernel(k.pyfunc, opts[0], opts[1], k.lineinfo, k.requires)
+            self._variants[opts] = TileKernel(k.pyfunc, opts[0], opts[1], k.lineinfo, k.requires, k.group_m,
+                                              k.launch, fixed)
         return self._variants[opts]
 
     def call_args(self, config: Config, args: tuple) -> tuple:
@@ -266,8 +272,10 @@ class _Refused(Exception):
 def _check_options(kernel: Any, c: Config) -> None:
     """A configuration's kernel options, checked as @tile.kernel checks them (ValueError naming it)."""
     from dsl.options import OptionError, check_tile_options
+    from dsl.tile.switches import check_lowering
     try:
         check_tile_options(c.num_warps, c.persistent if c.persistent is not None else False)
+        check_lowering(c.lowering)
     except OptionError as err:
         raise ValueError(f"tile.autotune({kernel.name}): configuration {c.text()}: {err}") from None
 

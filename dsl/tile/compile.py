@@ -15,9 +15,10 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from bridge.settings import env_choice, env_switch
 from dsl.cache import CacheEntry, DiskCache, cache_enabled, cache_key
 from dsl.observe import compiled
+from dsl.tile.switches import (GEMM_PIPELINES, LOOP_PIPELINES, SETMAXNREG, from_environment,  # noqa: F401
+                               lowering_switches, switches_key)
 from dsl.tile.types import PartitionParamType, row_divisor, tiles_by_number
 
 if TYPE_CHECKING:
@@ -140,10 +141,7 @@ def _reads_partition(fn, p) -> bool:
 def tc_matmul_enabled() -> bool:
     """tile.matmul outside GEMM loops runs on the tensor cores (dsl/tile/lower/matmul/products.py) unless
     KB_TILE_TC_MATMUL=0 asks for the portable FMA path; part of the disk-cache key when on."""
-    return env_switch("KB_TILE_TC_MATMUL", True)
-
-
-GEMM_PIPELINES = ("sync", "ws")
+    return from_environment("tc_matmul")
 
 
 def gemm_pipeline() -> str:
@@ -152,14 +150,14 @@ def gemm_pipeline() -> str:
     the copies through per-stage empty mbarriers, the two others only compute). They tie at the
     best 8192^3 tiles on the H200; sync is ahead at BK=32 (docs/results). Another value is a
     ConfigurationError (it used to mean "sync" silently)."""
-    return env_choice("KB_TILE_GEMM_PIPELINE", GEMM_PIPELINES, "sync")
+    return from_environment("gemm_pipeline")
 
 
 def wgmma_products_enabled() -> bool:
     """On sm_90, tile.matmul products outside GEMM loops whose warps split M in 16-row slices run on
     warpgroup MMA (dsl/tile/lower/matmul/wgmma_products.py) unless KB_TILE_WGMMA_PRODUCTS=0 keeps them on
     mma.sync; in the disk-cache key when off."""
-    return env_switch("KB_TILE_WGMMA_PRODUCTS", True)
+    return from_environment("wgmma_products")
 
 
 def tf32_transpose_enabled() -> bool:
@@ -167,11 +165,7 @@ def tf32_transpose_enabled() -> bool:
     stage tf32 wgmma reads (dsl/tile/lower/matmul/transposing.py) when KB_TILE_TF32_TRANSPOSE is on;
     off (default) keeps the measured mma.sync loop until the new one is measured. In the disk-cache
     key when on."""
-    return env_switch("KB_TILE_TF32_TRANSPOSE", False)
-
-
-LOOP_PIPELINES = ("cp.async", "tma", "ws")
-SETMAXNREG = ("off", "240/24", "232/40", "216/40")
+    return from_environment("tf32_transpose")
 
 
 def loop_pipeline() -> str:
@@ -179,58 +173,38 @@ def loop_pipeline() -> str:
     variable (dsl/tile/lower/matmul/ring.py), KB_TILE_LOOP_PIPELINE: "cp.async" (default: every thread
     copies one iteration ahead), "tma" (a TMA ring of KB_TILE_LOOP_STAGES stages on mbarriers) or "ws"
     (that ring fed by a producer warpgroup of its own). Unmeasured, so off by default."""
-    return env_choice("KB_TILE_LOOP_PIPELINE", LOOP_PIPELINES, "cp.async")
+    return from_environment("loop_pipeline")
 
 
 def loop_stages() -> int:
     """Stages of the TMA ring of KB_TILE_LOOP_PIPELINE=tma/ws, KB_TILE_LOOP_STAGES: 2 (default) or 3."""
-    return int(env_choice("KB_TILE_LOOP_STAGES", ("2", "3"), "2"))
+    return from_environment("loop_stages")
 
 
 def setmaxnreg() -> str:
     """Register reallocation of warp-specialised kernels, KB_TILE_SETMAXNREG: "off" (default) or
     "C/P", the registers a consumer / producer thread asks for with setmaxnreg (sm_90a)."""
-    return env_choice("KB_TILE_SETMAXNREG", SETMAXNREG, "off")
+    return from_environment("setmaxnreg")
 
 
 def product_overlap() -> bool:
     """KB_TILE_PRODUCT_OVERLAP: in a loop fed by a TMA ring, issue the last product of an iteration in
     the next one, right after its first product, so it runs while the code between them does
     (dsl/tile/lower/matmul/overlap.py). Off by default."""
-    return env_switch("KB_TILE_PRODUCT_OVERLAP", False)
-
-
-def lowering_switches() -> dict:
-    """The environment switches the lowering reads (dsl/tile/lower/kernel.py `lower` keywords), read now."""
-    return {"tc_matmul": tc_matmul_enabled(), "gemm_pipeline": gemm_pipeline(),
-            "wgmma_products": wgmma_products_enabled(), "tf32_transpose": tf32_transpose_enabled(),
-            "loop_pipeline": loop_pipeline(), "loop_stages": loop_stages(), "setmaxnreg": setmaxnreg(),
-            "product_overlap": product_overlap()}
-
-
-def switches_key() -> tuple:
-    """lowering_switches() for the compile caches' keys: tc_matmul when on (its default), the GEMM
-    pipeline when not the default; the disk keys of every earlier entry stay as they were."""
-    s = lowering_switches()
-    return (("tc_matmul",) if s["tc_matmul"] else ()) + \
-        (() if s["gemm_pipeline"] == "sync" else (f"gemm_pipeline_{s['gemm_pipeline']}",)) + \
-        (() if s["wgmma_products"] else ("no_wgmma_products",)) + \
-        (("tf32_transpose",) if s["tf32_transpose"] else ()) + \
-        (() if s["loop_pipeline"] == "cp.async" else (f"loop_{s['loop_pipeline']}{s['loop_stages']}",)) + \
-        (() if s["setmaxnreg"] == "off" else (f"setmaxnreg_{s['setmaxnreg']}",)) + \
-        (("product_overlap",) if s["product_overlap"] else ())
+    return from_environment("product_overlap")
 
 
 def tile_context(arch: str, *, num_warps: int | None = None, facts: dict[str, dict] | None = None,
                  persistent: bool = False, lineinfo: bool = True, dump: Any = None, kernel: Any = None,
                  sig: tuple = (), name: str = "kernel") -> CompileContext:
     """A CompileContext for the tile pipeline (dsl/compiler.py): the lowering's settings (the
-    environment switches read now), the stages to dump (`dump=` as compile_ir takes it; None reads
+    switches `kernel` fixes, else the environment's, read now), the stages to dump (`dump=` as compile_ir takes it; None reads
     KB_DUMP), and, for the tile_frontend stage, the kernel's Python function and signature."""
     from dsl.compiler import CompileContext, parse_dump
     from dsl.options import KernelOptions
     from dsl.tile.stages import TILE_FRONT, TileLowering
-    lowering = TileLowering(lowering_switches(), num_warps, facts, persistent, lineinfo)
+    lowering = TileLowering(lowering_switches(getattr(kernel, "lowering", ())), num_warps, facts, persistent,
+                            lineinfo)
     lowering.requires = tuple(getattr(kernel, "requires", ()))
     lowering.group_m = getattr(kernel, "group_m", None)
     lowering.launch = getattr(kernel, "launch", None)
@@ -292,7 +266,7 @@ def compile_cached(kernel, sig: tuple, facts: dict[str, dict], arch: str, *, dum
         t0 = time.perf_counter()
         key = cache_key(kernel.pyfunc, [("tile", *sig), sorted(facts.items())],
                         ("tile", kernel.num_warps, kernel.persistent, kernel.lineinfo)
-                        + switches_key() + ((("requires", *kernel.requires),) if kernel.requires else ())
+                        + switches_key(kernel.lowering) + ((("requires", *kernel.requires),) if kernel.requires else ())
                         + ((("group_m", kernel.group_m),) if kernel.group_m is not None else ())
                         + ((("launch", *sorted(kernel.launch.contract_kwargs().items())),)
                            if getattr(kernel, "launch", None) is not None and kernel.launch.contract_kwargs() else ()),

@@ -86,7 +86,7 @@ class TileKernel:
 
     def __init__(self, pyfunc, num_warps: int | None = None, persistent: bool = False,
                  lineinfo: bool = True, requires: tuple[str, ...] = (), group_m: int | None = None,
-                 launch: Any = None) -> None:
+                 launch: Any = None, lowering: tuple[tuple[str, Any], ...] = ()) -> None:
         self.pyfunc = pyfunc
         self.name = pyfunc.__name__
         self.num_warps = num_warps
@@ -95,6 +95,7 @@ class TileKernel:
         self.requires = tuple(requires)   # contract relations, as @simt.kernel(requires=) (checked at the def)
         self.group_m = group_m            # block order of a 2-D tile grid (dsl/tile/lower/tiles.py)
         self.launch = launch              # launch features (dsl.options.LaunchFeatures; dsl/tile/launch.py)
+        self.lowering = tuple(lowering)   # lowering switches this kernel fixes (dsl/tile/switches.py)
         self.specs: list[ParamAnnotation] = parse_annotations(pyfunc, "tile", "kernel")
         # documented caches: tile IR per signature, compiled kernels per (signature, facts, arch),
         # host-memory validators per signature, and the native dispatcher; filled once per key
@@ -220,7 +221,7 @@ class TileKernel:
         from dsl.tile.compile import tile_context
         sig, facts = self.specialisation(args)
         ctx = tile_context(arch, num_warps=self.num_warps, facts=facts, persistent=self.persistent,
-                           lineinfo=self.lineinfo, dump=(), name=self.name)
+                           lineinfo=self.lineinfo, dump=(), kernel=self, name=self.name)
         return format_function(run_pipeline(self._ir_for(sig), ctx, start="tile_lower", stop="tile_lower"))
 
     def _flat(self, args: tuple) -> tuple:
@@ -300,7 +301,7 @@ class TileKernel:
         from dsl.tile.compile import lowering_switches
         simt_fn = lower(fn, threads, self.name, facts, info, persistent=self.persistent,
                         cc=parse_arch(arch) if tensor_cores else 0,
-                        **dict(lowering_switches(), tc_matmul=tensor_cores))
+                        **dict(lowering_switches(self.lowering), tc_matmul=tensor_cores))
         contract = contract_for(simt_fn, fn, facts, info["relied"], self.persistent,
                                 dynamic_smem=info["dynamic_smem"])
         types = [t for s, t in zip(self.specs, sig) if s.kind != "const"]
@@ -328,7 +329,7 @@ class TileKernel:
 
     def _compile(self, sig: tuple, facts: dict[str, dict], arch: str) -> Any:
         from dsl.tile.compile import compile_cached, switches_key
-        key = (sig, _facts_key(facts), arch, switches_key())
+        key = (sig, _facts_key(facts), arch, switches_key(self.lowering))
         return fill_once(self._gpu_cache, key, self._fill_lock, lambda: compile_cached(self, sig, facts, arch))
 
     def inspect(self, *args, arch: str = "sm_90") -> KernelInfo:
@@ -452,7 +453,8 @@ class TileKernel:
 
 def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False,
            lineinfo: bool | None = None, requires: Any = (), group_m: int | None = None,
-           pdl: bool = False, cooperative: bool = False, cluster: Any = None, cluster_nonportable: bool = False):
+           pdl: bool = False, cooperative: bool = False, cluster: Any = None, cluster_nonportable: bool = False,
+           lowering: dict | None = None):
     """`@tile.kernel`, `@tile.kernel(num_warps=8)` or `@tile.kernel(persistent=True)` (a grid of
     about two blocks per SM, each looping over tiles t = block, block + grid, ...; the same tile
     semantics, see docs/tile.md). `lineinfo=` as for @simt.kernel (default on unless
@@ -461,7 +463,9 @@ def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False,
     tile grid, in groups of that many tile rows (1: row-major; default: 8 for GEMM kernels, which
     share operand panels in L2 that way, else 1). `pdl=`, `cooperative=`, `cluster=n` (and
     `cluster_nonportable=`): the launch features, as @simt.kernel's (docs/tile.md, "Launch features";
-    the cluster is n consecutive tile blocks). The options are checked at the `def` (DslCompileError)."""
+    the cluster is n consecutive tile blocks). `lowering=`: lowering switches this kernel fixes, over the
+    environment's (dsl/tile/switches.py; e.g. {"loop_pipeline": "ws", "setmaxnreg": "240/24"}; docs/tile.md,
+    "Per-kernel lowering"). The options are checked at the `def` (DslCompileError)."""
     from dsl.options import (OptionError, check_group_m, check_lineinfo, check_requires,
                              check_symbol_names, check_tile_options)
 
@@ -474,10 +478,12 @@ def kernel(fn=None, *, num_warps: int | None = None, persistent: bool = False,
             group = check_group_m(group_m)
             from dsl.tile.launch import check_tile_launch
             launch = check_tile_launch(pdl, cooperative, cluster, cluster_nonportable, persist)
+            from dsl.tile.switches import check_lowering
+            fixed = check_lowering(lowering)
         except OptionError as err:
             from dsl.frontend.decorator import raise_option_error
             raise_option_error(f, "tile.kernel", err)
-        return TileKernel(f, warps, persist, lines, rels, group, launch)
+        return TileKernel(f, warps, persist, lines, rels, group, launch, fixed)
 
     return wrap(fn) if fn is not None else wrap
 

@@ -1,7 +1,8 @@
 """docs/configuration.md lists every `KB_*` switch the code reads, and only those.
 
 The switches are found in the sources, not in a list kept beside them: Python reads through
-`os.environ` / `os.getenv` / the fuzz harness's `_env_int` / bridge/settings.py's `env_*` readers, the
+`os.environ` / `os.getenv` / the fuzz harness's `_env_int` / bridge/settings.py's `env_*` readers, rows
+of a switch table (`"name": ("KB_...", ...)`, read by its one reader, dsl/tile/switches.py), the
 toolkit locator's override table (`bridge.toolkit.OVERRIDES`, whose names are built from the item
 names), C/C++ `getenv`, and CMake cache variables, `$ENV{...}`, the override list of `kernelbridge.cmake`
 and inputs a CMake file tests before it sets them. Names only a test harness passes to its own children
@@ -30,6 +31,8 @@ _PY_READS = [
     re.compile(r"""(?:environ\.get|getenv|environ\.pop|environ\.setdefault|_env_int|\benv_\w+)\(\s*["'](KB_\w+)["']"""),
     re.compile(r"""environ\[\s*["'](KB_\w+)["']\s*\](?!\s*=[^=])"""),
     re.compile(r"""["'](KB_\w+)["']\s+(?:not\s+)?in\s+(?:os\.)?environ\b"""),
+    # a row of a switch table whose reader takes the variable from the row (dsl/tile/switches.py's SWITCHES)
+    re.compile(r"""^\s*["']\w+["']:\s*\(\s*["'](KB_\w+)["'],""", re.M),
 ]
 _C_READS = re.compile(r"""getenv\(\s*"(KB_\w+)"\s*\)""")
 _CMAKE_CACHE = re.compile(r"""set\(\s*(KB_\w+)\s[^)]*\bCACHE\b""")

@@ -1,0 +1,78 @@
+"""The tile lowering's switches, one table: each name, the environment variable that sets its process-wide
+default, its choices and its default. A kernel may fix any of them for itself (`@tile.kernel(lowering=
+{...})`, or an autotuning configuration's `lowering=`), so one program can run its attention kernel on
+a warp-specialised TMA ring and its other kernels on the defaults; what a kernel fixes wins over the
+environment. Both are read when a specialisation compiles and are part of the compile caches' keys.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.settings import env_choice, env_switch
+
+GEMM_PIPELINES = ("sync", "ws")
+LOOP_PIPELINES = ("cp.async", "tma", "ws")
+SETMAXNREG = ("off", "240/24", "232/40", "216/40")
+
+# name -> (environment variable, choices (None: a bool), default)
+SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
+    "tc_matmul": ("KB_TILE_TC_MATMUL", None, True),
+    "gemm_pipeline": ("KB_TILE_GEMM_PIPELINE", GEMM_PIPELINES, "sync"),
+    "wgmma_products": ("KB_TILE_WGMMA_PRODUCTS", None, True),
+    "tf32_transpose": ("KB_TILE_TF32_TRANSPOSE", None, False),
+    "loop_pipeline": ("KB_TILE_LOOP_PIPELINE", LOOP_PIPELINES, "cp.async"),
+    "loop_stages": ("KB_TILE_LOOP_STAGES", (2, 3), 2),
+    "setmaxnreg": ("KB_TILE_SETMAXNREG", SETMAXNREG, "off"),
+    "product_overlap": ("KB_TILE_PRODUCT_OVERLAP", None, False),
+}
+
+
+def from_environment(name: str) -> Any:
+    """Switch `name` as the environment sets it (a malformed value is bridge.settings' typed error)."""
+    var, choices, default = SWITCHES[name]
+    if choices is None:
+        return env_switch(var, default)
+    if all(isinstance(c, int) for c in choices):
+        return int(env_choice(var, tuple(str(c) for c in choices), str(default)))
+    return env_choice(var, choices, default)
+
+
+def check_lowering(lowering: Any) -> tuple[tuple[str, Any], ...]:
+    """`lowering=` of @tile.kernel / tile.autotune's Config: a dict of switch names to choices, returned
+    as sorted items (hashable, for the cache keys); anything else is an OptionError naming the switch."""
+    from dsl.options import OptionError
+    if lowering is None:
+        return ()
+    if not isinstance(lowering, dict):
+        raise OptionError("lowering", f"lowering= must be a dict of switch names to choices, got "
+                                      f"{type(lowering).__name__}", "e.g. lowering={'loop_pipeline': 'tma'}")
+    for name, value in lowering.items():
+        if name not in SWITCHES:
+            raise OptionError("lowering", f"lowering=: unknown switch {name!r}",
+                              f"the switches: {', '.join(SWITCHES)}", item=name)
+        _, choices, _ = SWITCHES[name]
+        ok = isinstance(value, bool) if choices is None else (
+            not isinstance(value, bool) and value in choices and type(value) is type(choices[0]))
+        if not ok:
+            want = "True or False" if choices is None else "one of " + ", ".join(repr(c) for c in choices)
+            raise OptionError("lowering", f"lowering=: {name} must be {want}, got {value!r}", item=name)
+    return tuple(sorted(lowering.items()))
+
+
+def lowering_switches(fixed: tuple[tuple[str, Any], ...] = ()) -> dict[str, Any]:
+    """Every switch: what the kernel fixed (`fixed`, check_lowering's items), else the environment's."""
+    mine = dict(fixed)
+    return {name: mine[name] if name in mine else from_environment(name) for name in SWITCHES}
+
+
+def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
+    """lowering_switches() for the compile caches' keys: tc_matmul when on (its default), each other
+    switch only when not at its default, so the disk keys of every earlier entry stay as they were."""
+    s = lowering_switches(fixed)
+    return (("tc_matmul",) if s["tc_matmul"] else ()) + \
+        (() if s["gemm_pipeline"] == "sync" else (f"gemm_pipeline_{s['gemm_pipeline']}",)) + \
+        (() if s["wgmma_products"] else ("no_wgmma_products",)) + \
+        (("tf32_transpose",) if s["tf32_transpose"] else ()) + \
+        (() if s["loop_pipeline"] == "cp.async" else (f"loop_{s['loop_pipeline']}{s['loop_stages']}",)) + \
+        (() if s["setmaxnreg"] == "off" else (f"setmaxnreg_{s['setmaxnreg']}",)) + \
+        (("product_overlap",) if s["product_overlap"] else ())
