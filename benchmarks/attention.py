@@ -1,7 +1,7 @@
 """Flash attention forward: the dsl.tile kernel of examples/flash_attention.py vs torch's
 scaled_dot_product_attention with the flash backend, bf16, one process.
 
-Shapes: B4 H16 S4096 D128 (the bar), D64, and S1024; causal and not. Each result is checked against
+Shapes: B4 H16 S4096 D128 (the bar), D64, S1024 and D256 (a report row); causal and not. Each result is checked against
 SDPA before timing; device events, L2 flushed before each launch, ours and SDPA interleaved, median.
 TFLOP/s count 4*B*H*S^2*D (halved when causal). Bar (DESIGN §8): >= 1.0x SDPA's flash backend.
 The kernel runs as the default build does: its products on the tensor cores (docs/tile.md).
@@ -28,7 +28,7 @@ import argparse
 from _bench_kit import ROOT, gpu_or_note, time_interleaved
 from _common import Report, try_import
 
-SHAPES = [(4, 16, 4096, 128), (4, 16, 4096, 64), (4, 16, 1024, 128)]
+SHAPES = [(4, 16, 4096, 128), (4, 16, 4096, 64), (4, 16, 1024, 128), (4, 16, 4096, 256)]
 # --sweep: (query rows, key rows, warps or None for the kernel's own pick) per head dim
 # (sm_90: 16 query rows a warp run the products on warpgroup MMA, 32 on mma.sync; KB_TILE_WGMMA_PRODUCTS=0
 # keeps all of them on mma.sync)

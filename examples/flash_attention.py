@@ -1,5 +1,5 @@
 """Flash attention (forward) as one dsl.tile kernel: online softmax over key/value blocks, causal or
-not, head dims 64 and 128, f16/bf16 inputs with f32 accumulation, checked against
+not, head dims 64, 128 and 256, grouped-query or not, f16/bf16 inputs with f32 accumulation, checked against
 torch.nn.functional.scaled_dot_product_attention on the GPU (against NumPy on the CPU simulator).
 
     python examples/flash_attention.py            # GPU when present, else the simulator
@@ -42,9 +42,14 @@ LN2 = 0.6931471805599453                        # ln(x) = log2(x) ln 2
 # (docs/results/gpu_runs_2026-12-02_0139_flash_wgmma.md, benchmarks/attention.py --sweep). The portable
 # FMA path (KB_TILE_TC_MATMUL=0, pre-sm_80): the largest that fit its 48 KiB of relayout shared memory
 # without register spills (ptxas -v, sm_90).
-WGMMA_TILES = {64: ((64, 128), (64, 64)), 128: ((64, 64),)}
-TILES = {64: ((128, 64), (64, 64)), 128: ((64, 64),)}
-PORTABLE_TILES = {64: ((64, 32),), 128: ((32, 32),)}
+# D256 (ptxas -v, scripts/attention_tile_sweep.py, 2026-12-04): the 64x256 f32 accumulator takes 128
+# registers a thread and wgmma's Q operand 64 more, so no 64-row wgmma tile on 4 warps assembles
+# without spills both causal and full; on sm_90 D256 takes 32 query rows a block (mma.sync, 232/208
+# registers at 32x128, no spills). sm_80: 64x64 (254/246). Portable: 16x8 (16x16 misses the 48 KiB
+# of static relayout memory by 64 bytes when causal).
+WGMMA_TILES = {64: ((64, 128), (64, 64)), 128: ((64, 64),), 256: ((32, 128), (32, 64))}
+TILES = {64: ((128, 64), (64, 64)), 128: ((64, 64),), 256: ((64, 64),)}
+PORTABLE_TILES = {64: ((64, 32),), 128: ((32, 32),), 256: ((16, 8),)}
 
 
 @tile.func

@@ -1,4 +1,4 @@
-"""Flash attention backward (dQ, dK, dV) as three dsl.tile kernels, causal or not, head dims 64 and 128,
+"""Flash attention backward (dQ, dK, dV) as three dsl.tile kernels, causal or not, head dims 64, 128 and 256,
 f16/bf16 inputs with f32 accumulation, checked against torch autograd of
 torch.nn.functional.scaled_dot_product_attention on the GPU (against float64 NumPy on the CPU simulator).
 
@@ -46,9 +46,12 @@ LOG2E = fwd.LOG2E
 # query rows a step leave 252 registers in use (64 spill 444 bytes); docs/tile.md, "Attention backward".
 # mma.sync (sm_80, KB_TILE_WGMMA_PRODUCTS=0): the same tiles, no spills either. The portable FMA path
 # (KB_TILE_TC_MATMUL=0): tiles whose relayouts fit 48 KiB of static shared memory with f32 inputs.
-WGMMA_TILES = {64: ((64, 64),), 128: ((64, 32),)}
-TILES = {64: ((64, 64),), 128: ((64, 32),)}
-PORTABLE_TILES = {64: ((32, 32),), 128: ((32, 16),)}
+# D256: the dK and dV accumulators of 64 key rows on 4 warps alone need 256 registers a thread, so every
+# wgmma tile spills; 32 x 16 on mma.sync assembles with dK/dV at 215/191 registers (causal/full, sm_90a)
+# and dQ at 124 full, 128 causal with a 4-byte spill ptxas chose itself (scripts/attention_tile_sweep.py).
+WGMMA_TILES = {64: ((64, 64),), 128: ((64, 32),), 256: ((32, 16),)}
+TILES = {64: ((64, 64),), 128: ((64, 32),), 256: ((32, 16),)}
+PORTABLE_TILES = {64: ((32, 32),), 128: ((32, 16),), 256: ((8, 8),)}
 PRE_ROWS = 64                                   # query rows per block of the preprocess kernel (any: edges masked)
 
 

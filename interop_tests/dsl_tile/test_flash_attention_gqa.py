@@ -15,6 +15,7 @@ import pytest
 
 import bridge
 
+from attention_refs import gqa64
 from ptxas_kit import ptxas_verbose, spill_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,29 +24,6 @@ _spec = importlib.util.spec_from_file_location("flash_attention_bwd_gqa", ROOT /
 BWD = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(BWD)
 FA = BWD.fwd
-
-
-def gqa64(q, k, v, dout, seq, causal, group):
-    """Float64 O and (dq, dk, dv) with query head h (rows of every (batch, head) stacked) reading key/value
-    head h // group, looped head by head; dk and dv collect every query head of their group."""
-    d = q.shape[1]
-    q3, k3, v3, do3 = (x.astype(np.float64).reshape(-1, seq, d) for x in (q, k, v, dout))
-    o, dq = np.zeros_like(q3), np.zeros_like(q3)
-    dk, dv = np.zeros_like(k3), np.zeros_like(v3)
-    for h in range(q3.shape[0]):
-        kv = h // group
-        s = q3[h] @ k3[kv].T / np.sqrt(d)
-        if causal:
-            s[np.triu_indices(seq, 1)] = -np.inf
-        p = np.exp(s - s.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
-        o[h] = p @ v3[kv]
-        dp = do3[h] @ v3[kv].T
-        ds = p * (dp - (dp * p).sum(axis=1, keepdims=True))
-        dq[h] = ds @ k3[kv] / np.sqrt(d)
-        dk[kv] += ds.T @ q3[h] / np.sqrt(d)
-        dv[kv] += p.T @ do3[h]
-    return o.reshape(-1, d), tuple(x.reshape(-1, d) for x in (dq, dk, dv))
 
 
 def inputs(rng, heads, kv_heads, seq, d, dtype=np.float32):

@@ -30,7 +30,7 @@ def inputs(torch, shape, seed, grad=True):
     return [torch.randn(shape, generator=g).requires_grad_(grad) for _ in range(3)]
 
 
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_drop_in_matches_sdpa_forward_and_backward_in_float64(torch, d, causal):
     F = torch.nn.functional
