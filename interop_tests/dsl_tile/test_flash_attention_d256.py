@@ -105,3 +105,18 @@ def test_gpu_matches_torch_autograd_of_sdpa_in_float64(causal):
     for name, got, x in zip(("dq", "dk", "dv"), grads, x64):
         err = ((got.reshape(x.shape).double() - x.grad).abs().max() / x.grad.abs().max()).item()
         assert err < 1e-2, (name, err)
+
+
+def test_a_tile_neither_path_fits_names_both_paths():
+    """128 x 64 on 8 warps for dK/dV at D256: the tensor-core buffers exceed shared memory and the
+    portable path tried instead does too; the error says both, not only the fallback's reason."""
+    from dsl import tile
+    from dsl.tile.lower.errors import LoweringError
+    rows = 512
+    bf = np.zeros((rows, D), ml_dtypes.bfloat16)
+    wide = tile.kernel(BWD.flash_bwd_dkdv.pyfunc, num_warps=8)
+    args = (bf, bf, bf, bf, nan(rows), nan(rows), tile.partition(nan(rows, D), (128, D)),
+            tile.partition(nan(rows, D), (128, D)), 256, D ** -0.5, 64, True, 1)
+    with pytest.raises(LoweringError, match=r"tensor-core products need \d+ bytes .* portable FMA path tried "
+                                            r"instead fails too: .*relayouts"):
+        wide.compile(args, "sm_90")

@@ -637,9 +637,14 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
             break
     if lw.smem_bytes() > SMEM_LIMIT and tc_matmul:
         # the tensor-core products' padded operand buffers do not fit where the portable path's do
-        out = lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=False,
-                    gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products, tf32_transpose=tf32_transpose,
-                    **loop_switches)
+        try:
+            out = lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=False,
+                        gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products,
+                        tf32_transpose=tf32_transpose, **loop_switches)
+        except LoweringError as err:     # neither fits: say both, not only the fallback's reason
+            raise LoweringError(f"{fn.name}: the tensor-core products need {lw.smem_bytes()} bytes of shared "
+                                f"memory (limit {SMEM_LIMIT}), and the portable FMA path tried instead fails "
+                                f"too: {err}") from None
         if info is not None:
             from dsl.perf import SlowPath
             info["slow_paths"] = [SlowPath("fma-product", f"the tensor-core products need {lw.smem_bytes()} "
