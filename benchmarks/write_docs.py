@@ -64,20 +64,23 @@ def merge(parts: list[tuple[dict, dict[str, dict]]]) -> tuple[dict, dict[str, di
     if len(parts) == 1:
         return parts[0]
     checks = [c for c, _ in parts]
+    benches: dict[str, dict] = {}
+    for _, b in parts:
+        for stem, data in b.items():
+            benches[stem] = merge_bench(benches[stem], data) if stem in benches else data
     bars: dict[str, dict] = {}
-    for c, b in parts:      # the check's bars, and those of benchmarks run beside it (e.g. after --skip bench)
-        for bar in c.get("bars", []) + [x for d in b.values() for x in d.get("bars", [])]:
+    for c in checks:        # the check's bars, then those of the merged benchmarks run beside it
+        for bar in c.get("bars", []):
             bars[bar["name"]] = bar                  # a later part's bar replaces an earlier one of that name
+    for d in benches.values():
+        for bar in d.get("bars", []):
+            bars[bar["name"]] = bar
     check = {"date": " + ".join(str(c.get("date", "—")) for c in checks), "parts": len(checks),
              "quick": any(c.get("quick") for c in checks),
              "partial": all(c.get("partial") for c in checks),
              "doctor": next((c["doctor"] for c in checks if c.get("doctor")), []),
              "steps": {k: v for c in checks for k, v in c.get("steps", {}).items()},
              "bars": list(bars.values())}
-    benches: dict[str, dict] = {}
-    for _, b in parts:
-        for stem, data in b.items():
-            benches[stem] = merge_bench(benches[stem], data) if stem in benches else data
     return check, benches
 
 
@@ -88,7 +91,10 @@ def _case(name: str) -> str:
 def merge_bench(old: dict, new: dict) -> dict:
     """One benchmark run in two parts (a later run of some of its cases, `--only`): every row and bar of a
     case the later part ran (the name before ': ', or before ' vs ' for a bar) is the later part's; the
-    other cases' stay, each row saying which run it is from."""
+    other cases' stay, each row saying which run it is from. A later run under another title is a new
+    version of the benchmark (it measures something else now): it replaces the earlier run whole."""
+    if old.get("info", {}).get("title") != new.get("info", {}).get("title"):
+        return new
     dates = (old.get("info", {}).get("date", "—"), new.get("info", {}).get("date", "—"))
     redone = {_case(r["name"]) for r in new.get("rows", [])}
     rows = [{**r, "run": r.get("run", dates[0])} for r in old.get("rows", []) if _case(r["name"]) not in redone]

@@ -239,6 +239,19 @@ def test_write_docs_takes_a_later_run_of_some_cases_row_by_row():
     assert got["info"]["date"] == "d1 + d2"
 
 
+def test_write_docs_takes_a_later_run_under_another_title_whole():
+    """A benchmark whose title changed measures something else now: its later run replaces the earlier
+    one, old bars included (a stale FAIL of the old version must not stay on the page)."""
+    wd = bench_module("write_docs")
+    old = {"info": {"date": "d1", "title": "chain on 2^20"}, "rows": [{"name": "chain, pdl", "value": 1.0}],
+           "bars": [{"name": "chain: without / with", "ratio": 1.1, "pass": False}]}
+    new = {"info": {"date": "d2", "title": "chain on 2^16-2^20"}, "rows": [{"name": "2^16: chain, pdl", "value": 2.0}],
+           "bars": [{"name": "chain of small kernels: without / with", "ratio": 1.7, "pass": True}]}
+    got = wd.merge_bench(old, new)
+    assert [r["name"] for r in got["rows"]] == ["2^16: chain, pdl"]
+    assert [b["name"] for b in got["bars"]] == ["chain of small kernels: without / with"]
+
+
 def test_write_docs_refuses_results_without_a_gpu(tmp_path):
     _fabricated_results(tmp_path, gpu=None)
     p = run("benchmarks/write_docs.py", "--results", str(tmp_path), "--out", str(tmp_path / "b.md"))
