@@ -194,6 +194,14 @@ def product_overlap() -> bool:
     return from_environment("product_overlap")
 
 
+def wgmma_a() -> str:
+    """KB_TILE_WGMMA_A: where sm_90 warpgroup-MMA products outside GEMM loops take their A operand:
+    "registers" (default: A fragments) or "shared" (a loop-invariant `tile.load` of an array, flash
+    attention's Q, staged once in swizzled shared memory and read through a descriptor by SS wgmmas,
+    freeing its registers; dsl/tile/lower/matmul/shared_a.py). In the compile-cache keys when "shared"."""
+    return from_environment("wgmma_a")
+
+
 def tile_context(arch: str, *, num_warps: int | None = None, facts: dict[str, dict] | None = None,
                  persistent: bool = False, lineinfo: bool = True, dump: Any = None, kernel: Any = None,
                  sig: tuple = (), name: str = "kernel") -> CompileContext:

@@ -13,6 +13,7 @@ from bridge.settings import env_choice, env_switch
 GEMM_PIPELINES = ("sync", "ws")
 LOOP_PIPELINES = ("cp.async", "tma", "ws")
 SETMAXNREG = ("off", "240/24", "232/40", "216/40")
+WGMMA_A = ("registers", "shared")
 
 # name -> (environment variable, choices (None: a bool), default)
 SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
@@ -24,6 +25,7 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     "loop_stages": ("KB_TILE_LOOP_STAGES", (2, 3), 2),
     "setmaxnreg": ("KB_TILE_SETMAXNREG", SETMAXNREG, "off"),
     "product_overlap": ("KB_TILE_PRODUCT_OVERLAP", None, False),
+    "wgmma_a": ("KB_TILE_WGMMA_A", WGMMA_A, "registers"),
 }
 
 
@@ -75,4 +77,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("tf32_transpose",) if s["tf32_transpose"] else ()) + \
         (() if s["loop_pipeline"] == "cp.async" else (f"loop_{s['loop_pipeline']}{s['loop_stages']}",)) + \
         (() if s["setmaxnreg"] == "off" else (f"setmaxnreg_{s['setmaxnreg']}",)) + \
-        (("product_overlap",) if s["product_overlap"] else ())
+        (("product_overlap",) if s["product_overlap"] else ()) + \
+        (() if s["wgmma_a"] == "registers" else (f"wgmma_a_{s['wgmma_a']}",))

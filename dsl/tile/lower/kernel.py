@@ -15,6 +15,7 @@ from dsl.tile.ptx.table import instruction
 from dsl.tile.lower.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
                              flat_of, iadd, imul, ir32, strides)
 from dsl.tile.lower.frags import assign_shared, frag_layout
+from dsl.tile.lower.matmul.shared_a import SwizzledA
 from dsl.tile.lower.reduce import lower_reduce
 from dsl.tile.lower.atomics import AtomicsLowering
 from dsl.tile.lower.elementwise import ElementwiseLowering
@@ -22,7 +23,7 @@ from dsl.tile.lower.shapes import ShapeLowering
 from dsl.tile.lower.runs import kernel_run, load_runs, store_runs
 from dsl.tile.lower.tiles import block_ids, num_blocks
 from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
-from dsl.tile.lower.shared import place_scratch, scratch_bytes
+from dsl.tile.lower.shared import opt_in_bytes, place_scratch, scratch_bytes
 from dsl.tile.lower.errors import LoweringError
 from dsl.tile.types import PartitionParamType, ScalarParamType
 
@@ -33,7 +34,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None,
                  pipelines: bool = True, gemm_pipeline: str = "sync", wgmma_products: bool = True,
                  tf32_transpose: bool = False, loop_pipeline: str = "cp.async", loop_stages: int = 2,
-                 setmaxnreg: str = "off", product_overlap: bool = False) -> None:
+                 setmaxnreg: str = "off", product_overlap: bool = False, wgmma_a: str = "registers") -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -58,6 +59,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.loop_pipeline, self.loop_stages = loop_pipeline, loop_stages
         self.setmaxnreg = setmaxnreg            # "C/P" registers of consumers / producers, warp-specialised
         self.product_overlap = product_overlap  # a ring loop's last product issued in the next iteration
+        self.wgmma_a = wgmma_a                  # "shared": invariant A loads of wgmma products in smem (shared_a.py)
         self.rings: dict[int, object] = {}      # loop id -> its ring Pipeline, planned before a ws split
         self.min_blocks: int | None = None      # .minnctapersm (set with setmaxnreg: warp_specialised.py)
         # warp specialisation (gemm_pipeline "ws"): WS_PRODUCERS more threads issue the copies; the tile
@@ -294,6 +296,9 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
             self.cur_loc = s.loc if s.loc is not N.NOLOC else outer
             if isinstance(s, T.Assign) and self.layout_hints.get(id(s.var), ("",))[0] == "S":
                 assign_shared(self, s.var, s.value)
+            elif isinstance(s, T.Assign) and self.layout_hints.get(id(s.var), ("",))[0] == "W":
+                from dsl.tile.lower.matmul.shared_a import assign_swizzled
+                assign_swizzled(self, s.var, s.value)
             elif isinstance(s, T.Assign):
                 self.assign(s.var, self.expr(s.value))
             elif isinstance(s, T.Store):
@@ -415,6 +420,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     def to_layout(self, v: LV, layout) -> LV:
         if v.layout is layout or v.layout == layout and isinstance(layout, str):
             return v
+        if isinstance(v.layout, SwizzledA):      # a wgmma A operand's swizzle atoms (matmul/shared_a.py)
+            return LV(layout, v.shape, v.dtype, v.layout.read(self, self.coords_of(layout, v.shape)))
         if isinstance(v.layout, SharedTile):     # read from where it is kept
             st = v.layout
             return LV(layout, v.shape, v.dtype, [self.tmp(self.smem_load(st.buf, iadd(imul(c[0], st.stride), c[1]), v.dtype))
@@ -429,7 +436,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
 
     def concrete(self, v: LV) -> LV:
         """A value with elements: lazy values become D; U and mma layouts stay."""
-        return self.to_layout(v, "D") if v.layout == "L" or isinstance(v.layout, SharedTile) else v
+        return self.to_layout(v, "D") if v.layout == "L" or isinstance(v.layout, (SharedTile, SwizzledA)) else v
 
     def replicate(self, v: LV) -> LV:
         """D → U: through shared memory, every thread reads every element."""
@@ -527,7 +534,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         layout, vs = self.vars[id(e.var)]
         if layout == "L":
             return vs  # type: ignore[return-value]
-        if isinstance(layout, SharedTile):
+        if isinstance(layout, (SharedTile, SwizzledA)):
             return LV(layout, e.type.shape, e.type.dtype, [])
         return LV(layout, e.type.shape, e.type.dtype, [N.ReadVar(v) for v in vs])
 
@@ -614,7 +621,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     `gemm_pipeline`: the sm_90 TMA GEMM loop's pipeline (dsl/tile/compile.py gemm_pipeline);
     `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py);
     `tf32_transpose`: sm_90 tf32 GEMM loops stage a row-major B through registers (compile.py);
-    `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap (compile.py)."""
+    `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap, wgmma_a (compile.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower.matmul.mma_sync import MAX_STAGES, SMEM_LIMIT
@@ -635,6 +642,12 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
             pipelines = False       # the pipelined operand buffers crowd out the rest: go without
         else:
             break
+    staged_a = any(key[0] == "A" for key in lw.wgmma_stages)
+    if staged_a and lw.dyn_bytes + lw.smem_bytes() > opt_in_bytes(cc):
+        # A operands staged in shared memory (matmul/shared_a.py) leave too little for the rest: registers
+        return lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=tc_matmul,
+                     gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products, tf32_transpose=tf32_transpose,
+                     **{**loop_switches, "wgmma_a": "registers"})
     if lw.smem_bytes() > SMEM_LIMIT and tc_matmul:
         # the tensor-core products' padded operand buffers do not fit where the portable path's do
         try:

@@ -32,7 +32,9 @@ from dsl.tile.lower.matmul.fragments import emit_mmas, ldmatrix_x4, mma_sync, pa
 from dsl.tile.ptx.mma_types import mma_type
 from dsl.tile.lower.pipeline import prefetch_next, wait_for
 from dsl.tile.lower.matmul.operands import async_ok, issue_copies, wgmma_b
-from dsl.tile.lower.matmul.overlap import before_last
+from dsl.tile.lower.matmul.overlap import before_last, rotation_of
+from dsl.tile.lower.matmul.shared_a import SwizzledA
+from dsl.tile.lower.matmul.shared_a import wanted as shared_a_wanted
 
 
 # Registers a thread sets aside for the f32 accumulators that products carry through loops and the
@@ -139,22 +141,30 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
     init = L.to_layout(L.expr(e.acc), layout).elems if e.acc is not None else [N.Const(0.0, F32)] * layout.per_thread
     for v, x in zip(acc_vars, init):
         L.emit(N.Assign(v, x if x.type == F32 else N.Cast(x, F32)))
-    a = a_regs = shared_a = None
+    a = a_regs = shared_a = swizzled_a = None
+    wg_b = wgmma_b(L, m, n, k, e.a.type.dtype, e.b)
+    if wg_b is not None and shared_a_wanted(L, e):  # KB_TILE_WGMMA_A=shared: A staged once (matmul/shared_a.py)
+        L.hint(e.a.var, ("W", e.a.type.shape))
     if not isinstance(e.a, T.Load):                 # a computed operand may already sit in registers
         a = L.expr(e.a)
-        if isinstance(a.layout, SharedTile):        # or in shared memory, staged where it was assigned
+        if isinstance(a.layout, SwizzledA):         # in wgmma's swizzle atoms, staged where it was assigned
+            swizzled_a = a.layout
+        elif isinstance(a.layout, SharedTile):      # or in shared memory, staged where it was assigned
             shared_a = a.layout
         else:
             a = L.concrete(a)
             a_regs = _a_fragments(L, e, a, layout, k)
-    wg_b = wgmma_b(L, m, n, k, e.a.type.dtype, e.b)
     if wg_b is not None:                            # sm_90: the product on warpgroup MMA
         from dsl.tile.lower.matmul.wgmma_products import lower_product_wgmma
+        if swizzled_a is not None and rotation_of(L, e) is None:
+            return lower_product_wgmma(L, e, layout, acc_vars, None, wg_b, a_shared=swizzled_a)
         if a_regs is None:                          # A into its fragments, from wherever it is
             frag = L.frag_layout(("A", (m, k), layout.wm, layout.wn))
             av = L.to_layout(a if a is not None else L.concrete(L.expr(e.a)), frag)
             a_regs = {(0, ks): frag.fragment(av.elems, 0, ks) for ks in range(k // 16)}
         return lower_product_wgmma(L, e, layout, acc_vars, a_regs, wg_b)
+    if swizzled_a is not None:                      # mma.sync reads elements: staged through registers
+        a = L.concrete(a)
     ops = _stage_operands(L, e, a, a_regs, shared_a)
     _mma_steps(L, e, layout, ops, a_regs, acc_vars)
     L.sync()

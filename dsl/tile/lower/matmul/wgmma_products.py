@@ -6,8 +6,9 @@ warpgroup and 16-element step of K computes the product. Its accumulators are la
 exactly as mma.sync's m16n8 accumulators of MmaLayout (register i: row g (+8 for i % 4 >= 2),
 column 8 (i / 4) + 2t + i % 2), and its A operand comes from registers in mma.sync's A-fragment
 layout, so S, P (S's accumulators packed pairwise), the row statistics and a loop-invariant Q keep
-the layouts and registers of the mma.sync lowering. B is read by the tensor cores from shared memory
-through a matrix descriptor: the tile is staged by cp.async (copied a loop iteration ahead where the
+the layouts and registers of the mma.sync lowering (with KB_TILE_WGMMA_A=shared a loop-invariant Q
+waits in shared memory instead and its products are SS wgmmas: matmul/shared_a.py). B is read by the
+tensor cores from shared memory through a matrix descriptor: the tile is staged by cp.async (copied a loop iteration ahead where the
 pipeline takes it) in 128-byte swizzle atoms [cols / 64][rows][64]: K of S = Q K^T is K-major B,
 V of P V is MN-major B (imm-trans-b). Each product waits for its group (wait_group 0) before its
 result is used; warpgroups of other blocks on the SM overlap with that wait.
@@ -24,14 +25,17 @@ from dsl.tile.lower.matmul import overlap
 from dsl.tile.lower.matmul.fragments import pack_pairs
 from dsl.tile.lower.pipeline import prefetch_next, ring_done, ring_wait, wait_for
 from dsl.tile.lower.matmul.wgmma import wait_wgmma
-from dsl.tile.lower.matmul.wgmma_rs import issue_product
+from dsl.tile.lower.matmul.wgmma_rs import issue_product, issue_product_ss
+from dsl.tile.lower.matmul.shared_a import SwizzledA
 from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, issue_copies, wgmma_stage
 
 
-def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var], a_frags: dict,
-                        b: T.Load) -> LV:
+def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var], a_frags: dict | None,
+                        b: T.Load, a_shared: SwizzledA | None = None) -> LV:
     """e: the product, b: its B load (e.b itself, or the operand of e.b's transpose: K-major B);
-    a_frags: {(0, ks): 8 A elements} in registers; acc_vars: the initialised accumulators."""
+    a_frags: {(0, ks): 8 A elements} in registers, or None with `a_shared`, A's swizzle atoms in shared
+    memory (KB_TILE_WGMMA_A=shared, matmul/shared_a.py; never a rotated last product's); acc_vars: the
+    initialised accumulators."""
     (m, k), (_, n) = e.a.type.shape, e.b.type.shape
     dtype = e.a.type.dtype
     L.arch_specific = True              # warpgroup MMA exists only on the arch-specific target sm_90a
@@ -40,6 +44,7 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
     a_regs = None
     rot = pipe.rotation if pipe is not None and pipe.ring is not None else None
     if rot is not None and e is rot.last:           # issued in the next iteration (matmul/overlap.py)
+        assert a_shared is None, "a rotated last product takes its A from registers"
         a_regs = [pack_pairs(L, a_frags[0, ks], dtype) for ks in range(k // 16)]
         overlap.stash_last(L, pipe, b, a_regs)
         return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
@@ -58,8 +63,11 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         fence_proxy_async(L)
         L.sync()
         base = aligned_base(L, buf, "swz")
-    a_regs = [pack_pairs(L, a_frags[0, ks], dtype) for ks in range(k // 16)]
-    issue_product(L, e, b, base, acc_vars, a_regs)
+    if a_shared is not None:
+        issue_product_ss(L, e, b, base, acc_vars, a_shared)
+    else:
+        a_regs = [pack_pairs(L, a_frags[0, ks], dtype) for ks in range(k // 16)]
+        issue_product(L, e, b, base, acc_vars, a_regs)
     L.asm("wgmma.commit_group")
     pending = 0
     if rot is not None and e is rot.first:          # the previous iteration's last product, behind it

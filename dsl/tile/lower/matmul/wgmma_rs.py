@@ -1,6 +1,8 @@
 """One warpgroup-MMA product with A in registers (wgmma.mma_async.rs) and B in shared memory, as the
 tile products issue it (matmul/wgmma_products.py: in place; matmul/overlap.py: a loop's last product
-one iteration later). Both import it from here, so neither imports the other for it.
+one iteration later). Both import it from here, so neither imports the other for it. With A in
+shared memory too (KB_TILE_WGMMA_A=shared, matmul/shared_a.py) the product is wgmma.mma_async.ss
+(issue_product_ss), B's descriptors the same.
 """
 from __future__ import annotations
 
@@ -24,17 +26,42 @@ def issue_product(L, e: T.Matmul, b: T.Load, base: N.Expr, acc_vars: list[N.Var]
     regs = n // 2
     op = WgmmaOp(n, tname, tname, not kmajor, a_regs=True)
     for ks in range(k // 16):
-        if kmajor:      # B = K^T: n = rows, k = cols; 16 elements of k are 32 bytes of a 128-byte row
-            addr = N.BinOp("add", base, N.Const((ks // 4) * rows * 128 + (ks % 4) * 32, U32), U32)
-            db = matrix_descriptor(L, addr, 16, 8 * 128, SWIZZLE_128B)
-        else:           # B = V: k = rows (16 of them a step), n = cols in panels of 64 (LBO apart)
-            addr = N.BinOp("add", base, N.Const(ks * 16 * 128, U32), U32)
-            db = matrix_descriptor(L, addr, rows * 128, 8 * 128, SWIZZLE_128B)
+        db = _b_descriptor(L, base, ks, kmajor, rows)
         out = L.new_var(TupleType((F32,) * regs), "wgmma")
         L.emit(N.Assign(out, instruction("wgmma.mma_async.rs", [*a_regs[ks], db, N.Const(1, U32), *accs], op=op)))
         accs = [N.TupleGet(N.ReadVar(out), i, F32) for i in range(regs)]
     for v, x in zip(acc_vars, accs):
         L.emit(N.Assign(v, x))
+
+
+def issue_product_ss(L, e: T.Matmul, b: T.Load, base: N.Expr, acc_vars: list[N.Var], a) -> None:
+    """issue_product with A from shared memory: `a` (matmul/shared_a.SwizzledA) gives each k-step's
+    K-major descriptor; only the accumulators pass through the fence."""
+    k, n = e.a.type.shape[1], e.b.type.shape[1]
+    tname = mma_type(e.a.type.dtype)
+    kmajor = b is not e.b
+    rows = b.type.shape[0]
+    accs, _ = _fence(L, acc_vars, [])
+    regs = n // 2
+    op = WgmmaOp(n, tname, tname, not kmajor)
+    for ks in range(k // 16):
+        da = a.descriptor(L, ks)
+        db = _b_descriptor(L, base, ks, kmajor, rows)
+        out = L.new_var(TupleType((F32,) * regs), "wgmma")
+        L.emit(N.Assign(out, instruction("wgmma.mma_async.ss", [da, db, N.Const(1, U32), *accs], op=op, fence=False)))
+        accs = [N.TupleGet(N.ReadVar(out), i, F32) for i in range(regs)]
+    for v, x in zip(acc_vars, accs):
+        L.emit(N.Assign(v, x))
+
+
+def _b_descriptor(L, base: N.Expr, ks: int, kmajor: bool, rows: int) -> N.Expr:
+    """B's descriptor for k-step `ks` of a stage at `base` (`rows`: the staged tile's rows)."""
+    if kmajor:      # B = K^T: n = rows, k = cols; 16 elements of k are 32 bytes of a 128-byte row
+        addr = N.BinOp("add", base, N.Const((ks // 4) * rows * 128 + (ks % 4) * 32, U32), U32)
+        return matrix_descriptor(L, addr, 16, 8 * 128, SWIZZLE_128B)
+    # B = V: k = rows (16 of them a step), n = cols in panels of 64 (LBO apart)
+    addr = N.BinOp("add", base, N.Const(ks * 16 * 128, U32), U32)
+    return matrix_descriptor(L, addr, rows * 128, 8 * 128, SWIZZLE_128B)
 
 
 def _fence(L, acc_vars: list[N.Var], a_regs: list[list[N.Expr]]) -> tuple[list[N.Expr], list[list[N.Expr]]]:
