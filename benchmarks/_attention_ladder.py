@@ -28,8 +28,13 @@ LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
     "ws BM128 setmaxnreg overlap": ({**REGS, "KB_TILE_PRODUCT_OVERLAP": "1"}, 8, TWO),
     "ws BM128 S3 setmaxnreg overlap": ({**REGS, "KB_TILE_LOOP_STAGES": "3", "KB_TILE_PRODUCT_OVERLAP": "1"}, 8, TWO),
     "ws 128x128 setmaxnreg": (REGS, 8, {64: (128, 128), 128: (128, 128)}),
+    # Q read by the tensor cores from shared memory (KB_TILE_WGMMA_A=shared, FlashAttention-3's SS S = Q K^T)
+    "cp.async Q shared": ({"KB_TILE_WGMMA_A": "shared"}, None, ONE),
+    "tma S2 Q shared": ({"KB_TILE_LOOP_PIPELINE": "tma", "KB_TILE_WGMMA_A": "shared"}, None, ONE),
+    "ws 128x128 setmaxnreg Q shared": ({**REGS, "KB_TILE_WGMMA_A": "shared"}, 8, {64: (128, 128), 128: (128, 128)}),
 }
-SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP")
+SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
+            "KB_TILE_WGMMA_A")
 
 
 class switched:
