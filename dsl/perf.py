@@ -35,6 +35,8 @@ SLOW_PATH_KINDS: dict[str, str] = {
                    "16-byte vector accesses per run (strided, unaligned, rows not a multiple of 8, a "
                    "tile width that is no multiple of the run, or 1-byte elements)",
     "spills": "ptxas spilled registers to local memory",
+    "ring-fallback": "the tile loops asked for TMA rings (loop_pipeline tma/ws) keep cp.async: their "
+                     "rings together need more shared memory than a block may opt into",
 }
 
 

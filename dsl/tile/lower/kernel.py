@@ -648,6 +648,23 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
         return lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=tc_matmul,
                      gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products, tf32_transpose=tf32_transpose,
                      **{**loop_switches, "wgmma_a": "registers"})
+    ringed = any(key[0] == "ring" for key in lw.wgmma_stages)
+    if ringed and lw.dyn_bytes + lw.smem_bytes() > opt_in_bytes(cc):
+        # each loop's TMA ring fits its own budget (matmul/ring.py), all of them together do not: every
+        # loop keeps cp.async rather than give a kernel no launch can hold
+        need = lw.dyn_bytes + lw.smem_bytes()
+        out = lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=tc_matmul,
+                    gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products, tf32_transpose=tf32_transpose,
+                    **{**loop_switches, "loop_pipeline": "cp.async"})
+        if info is not None:
+            from dsl.perf import SlowPath
+            info["slow_paths"] = [SlowPath("ring-fallback", f"the TMA rings of this kernel's loops "
+                                           f"(loop_pipeline {loop_switches.get('loop_pipeline')!r}) need {need} "
+                                           f"bytes of shared memory, more than a block may opt into "
+                                           f"({opt_in_bytes(cc)}), so every loop keeps cp.async; use fewer "
+                                           "stages, smaller tiles or fewer loops", fn.loc.line, fn.loc.file)] \
+                + info.get("slow_paths", [])
+        return out
     if lw.smem_bytes() > SMEM_LIMIT and tc_matmul:
         # the tensor-core products' padded operand buffers do not fit where the portable path's do
         try:
