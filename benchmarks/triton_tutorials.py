@@ -417,7 +417,14 @@ def layer_norm_bwd(b: Bench, rng: np.random.Generator) -> None:
 # ------------------------------------------------------------------------------------------------ 06
 # (BLOCK_M, BLOCK_N, warps or None for the kernel's own) by head dim; BLOCK_N divides BLOCK_M (the causal
 # diagonal stage). D128 128x128 leaves out: 244 bytes of spills on sm_90 (ptxas), 11 s to compile.
-ATTN_OURS = {128: ((64, 64, None), (128, 64, 8)), 64: ((64, 64, None), (128, 64, 8), (128, 128, 8))}
+# (query rows, key rows, warps, lowering switches fixed for the kernel or None): the tile choices, then the
+# ladder's lowerings (docs/tile.md "Per-kernel lowering"), as a Triton user lists num_warps / num_stages
+# configurations; the bar takes the best, as Triton's autotuner does
+_WS = {"loop_pipeline": "ws", "setmaxnreg": "240/24"}
+_LADDER = ((64, 64, None, {"loop_pipeline": "tma"}), (64, 64, None, {"loop_pipeline": "tma", "wgmma_a": "shared"}),
+           (128, 64, 8, _WS), (128, 128, 8, _WS))
+ATTN_OURS = {128: ((64, 64, None, None), (128, 64, 8, None)) + _LADDER,
+             64: ((64, 64, None, None), (128, 64, 8, None), (128, 128, 8, None)) + _LADDER}
 
 
 def attn_check(name: str, out: Any, ref: Any) -> Callable[[], None]:
@@ -433,10 +440,12 @@ def attn_check(name: str, out: Any, ref: Any) -> Callable[[], None]:
 def attention_ours(b: Bench, T: Any, op: str, q2: Any, k2: Any, v2: Any, s: int, causal: bool, ref: Any) -> dict:
     """Our tutorial kernel on each ATTN_OURS tile (one that does not compile is a row with the reason)."""
     torch, found = b.torch, {}
-    for bm, bn, warps in ATTN_OURS[q2.shape[1]]:
-        kernel = T.attn_fwd if warps is None else tile.kernel(T.attn_fwd.pyfunc, num_warps=warps)
+    for bm, bn, warps, lowering in ATTN_OURS[q2.shape[1]]:
+        kernel = T.attn_fwd if warps is None and lowering is None else \
+            tile.kernel(T.attn_fwd.pyfunc, num_warps=warps, lowering=lowering)
         out = nan_like(torch, tuple(q2.shape), q2.dtype)
-        name = f"DSL tile attn_fwd {bm}x{bn} w{warps or 'auto'}"
+        name = f"DSL tile attn_fwd {bm}x{bn} w{warps or 'auto'}" + \
+            ("" if lowering is None else " " + " ".join(f"{k}={v}" for k, v in lowering.items()))
         try:
             args = T.launch_args(q2, k2, v2, out, s, causal, bm, bn)
             kernel(*args)
