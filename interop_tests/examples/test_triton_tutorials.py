@@ -324,6 +324,28 @@ def test_fused_attention_with_named_loads_and_a_helper_runs_on_the_tensor_cores(
         assert from_metadata(ck.metadata) == []
 
 
+LOWERINGS_06 = [(64, 64, None, {"loop_pipeline": "tma"}), (64, 64, None, {"loop_pipeline": "tma", "wgmma_a": "shared"}),
+                (128, 64, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24"}),
+                (128, 128, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24"})]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bm, bn, warps, lowering", LOWERINGS_06, ids=["tma", "tma-q-shared", "ws-128x64", "ws-128x128"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_attention_under_the_ladders_lowerings_matches_float64_in_the_lowered_simulator(bm, bn, warps, lowering,
+                                                                                           causal, rng):
+    """The tutorial kernel under each lowering benchmarks/triton_tutorials.py times it with (fixed per
+    kernel), through the CPU semantics of its sm_90 PTX: TMA rings, a producer warpgroup, setmaxnreg,
+    Q read by the tensor cores from shared memory."""
+    from dsl import tile
+    n_ctx, d = 256, 128
+    q, k, v = (rng.standard_normal((2 * n_ctx, d)).astype(np.float16) for _ in range(3))
+    out = np.full((2 * n_ctx, d), np.nan, np.float16)
+    kern = tile.kernel(ATTN.attn_fwd.pyfunc, num_warps=warps, lowering=lowering)
+    kern.simulate_lowered(*ATTN.launch_args(q, k, v, out, n_ctx, causal, bm, bn), tensor_cores=True, arch="sm_90")
+    np.testing.assert_allclose(out.astype(np.float64), ATTN.reference(q, k, v, n_ctx, causal), rtol=2e-2, atol=2e-3)
+
+
 # ------------------------------------------------------------------------------ the examples as a user runs them
 def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
