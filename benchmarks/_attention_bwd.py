@@ -16,7 +16,12 @@ BWD_SHAPES = [(4, 16, 4096, 128)]
 # --bwd-sweep: (rows a block owns, rows it streams, warps) for both kernels, beside the example's own
 # pick; 128 owned rows on 8 warps (two warpgroups, 16 rows a warp) keep the products on wgmma and share
 # each staged operand between the warpgroups (ptxas -v, sm_90a: no spills, 239 / 248 registers at D128)
-BWD_SWEEP = {128: [(128, 32, 8)], 64: [(128, 64, 8), (64, 32, 4)]}
+# (rows owned, rows streamed, warps, lowering switches fixed for both kernels or None); with the loop-
+# invariant operands (K, V of dK/dV; Q, dO of dQ) read by the tensor cores from shared memory
+# (wgmma_a="shared") ptxas needs fewer registers: dQ at D128 64x64 no longer spills (docs/tile.md)
+_SHARED = {"wgmma_a": "shared"}
+BWD_SWEEP = {128: [(128, 32, 8, None), (64, 32, 4, _SHARED), (64, 64, 4, _SHARED)],
+             64: [(128, 64, 8, None), (64, 32, 4, None), (64, 64, 4, _SHARED)]}
 MAX_REL_ERR = 2e-2        # vs SDPA's bf16 gradients; the lowered sm_90 simulator puts ours at ~3.5e-3 (S2048)
 
 
@@ -29,7 +34,7 @@ def load_backward():
 
 def ours(torch, bwd, q, k, v, dout, s: int, causal: bool, config: tuple | None = None) -> tuple:
     """(fn(i) running the three backward launches, (dq, dk, dv)): the example's tiles, or `config`'s
-    (rows owned, rows streamed, warps) on kernels made with that many warps. k and v may have fewer
+    (rows owned, rows streamed, warps, lowering) on kernels made with those options. k and v may have fewer
     heads than q (grouped-query attention)."""
     from dsl import tile
     d, group = q.shape[-1], q.shape[1] // k.shape[1]
@@ -42,13 +47,13 @@ def ours(torch, bwd, q, k, v, dout, s: int, causal: bool, config: tuple | None =
     bwd.fwd.flash_fwd_lse(*bwd.fwd.launch_args_lse(x[0], x[1], x[2], o, lse, s, causal, group=group))
     steps = bwd.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group)
     if config is not None:
-        own, stream, warps = config
+        own, stream, warps, lowering = config
         (pre, pre_args), (kv, kv_args), (kq, kq_args) = steps
         steps = [(pre, pre_args),
-                 (tile.kernel(kv.pyfunc, num_warps=warps),
+                 (tile.kernel(kv.pyfunc, num_warps=warps, lowering=lowering),
                   (*kv_args[:6], tile.partition(dk, (own, d)), tile.partition(dv, (own, d)), s, d ** -0.5, stream,
                    causal, group)),
-                 (tile.kernel(kq.pyfunc, num_warps=warps),
+                 (tile.kernel(kq.pyfunc, num_warps=warps, lowering=lowering),
                   (*kq_args[:6], tile.partition(dq, (own, d)), s, d ** -0.5, stream, causal, group))]
     return (lambda i: bwd.run(steps)), (dq, dk, dv)
 
@@ -98,7 +103,8 @@ def backward_cases(rep: Any, torch, reps: int, sweep: bool) -> list[str]:
             fns = {}
             configs = {"DSL tile flash_bwd": None}
             if sweep:
-                configs.update({f"DSL tile flash_bwd {o}x{st} w{w}": (o, st, w) for o, st, w in BWD_SWEEP[d]})
+                configs.update({f"DSL tile flash_bwd {o}x{st} w{w}" + (" Q/K shared" if low else ""): (o, st, w, low)
+                                for o, st, w, low in BWD_SWEEP[d]})
             for label, config in configs.items():
                 fn, got = ours(torch, bwd, q, k, v, dout, s, causal, config)
                 fn(0)
