@@ -642,45 +642,21 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
             pipelines = False       # the pipelined operand buffers crowd out the rest: go without
         else:
             break
-    staged_a = any(key[0] == "A" for key in lw.wgmma_stages)
-    if staged_a and lw.dyn_bytes + lw.smem_bytes() > opt_in_bytes(cc):
-        # A operands staged in shared memory (matmul/shared_a.py) leave too little for the rest: registers
-        return lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=tc_matmul,
-                     gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products, tf32_transpose=tf32_transpose,
-                     **{**loop_switches, "wgmma_a": "registers"})
-    ringed = any(key[0] == "ring" for key in lw.wgmma_stages)
-    if ringed and lw.dyn_bytes + lw.smem_bytes() > opt_in_bytes(cc):
-        # each loop's TMA ring fits its own budget (matmul/ring.py), all of them together do not: every
-        # loop keeps cp.async rather than give a kernel no launch can hold
-        need = lw.dyn_bytes + lw.smem_bytes()
-        out = lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=tc_matmul,
-                    gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products, tf32_transpose=tf32_transpose,
-                    **{**loop_switches, "loop_pipeline": "cp.async"})
-        if info is not None:
-            from dsl.perf import SlowPath
-            info["slow_paths"] = [SlowPath("ring-fallback", f"the TMA rings of this kernel's loops "
-                                           f"(loop_pipeline {loop_switches.get('loop_pipeline')!r}) need {need} "
-                                           f"bytes of shared memory, more than a block may opt into "
-                                           f"({opt_in_bytes(cc)}), so every loop keeps cp.async; use fewer "
-                                           "stages, smaller tiles or fewer loops", fn.loc.line, fn.loc.file)] \
-                + info.get("slow_paths", [])
-        return out
-    if lw.smem_bytes() > SMEM_LIMIT and tc_matmul:
-        # the tensor-core products' padded operand buffers do not fit where the portable path's do
+    again = _smem_fallback(lw, cc, tc_matmul, loop_switches)
+    if again is not None:       # this lowering's shared memory cannot be launched: lower with less
+        switches, slow = again
         try:
-            out = lower(fn, threads, kernel_name, facts, info, cc, persistent, tc_matmul=False,
-                        gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products,
-                        tf32_transpose=tf32_transpose, **loop_switches)
-        except LoweringError as err:     # neither fits: say both, not only the fallback's reason
-            raise LoweringError(f"{fn.name}: the tensor-core products need {lw.smem_bytes()} bytes of shared "
-                                f"memory (limit {SMEM_LIMIT}), and the portable FMA path tried instead fails "
-                                f"too: {err}") from None
-        if info is not None:
+            out = lower(fn, threads, kernel_name, facts, info, cc, persistent, gemm_pipeline=gemm_pipeline,
+                        wgmma_products=wgmma_products, tf32_transpose=tf32_transpose, **switches)
+        except LoweringError as err:     # the portable path fails too: say both, not only its reason
+            if tc_matmul and not switches["tc_matmul"]:
+                raise LoweringError(f"{fn.name}: the tensor-core products need {lw.smem_bytes()} bytes of "
+                                    f"shared memory (limit {SMEM_LIMIT}), and the portable FMA path tried "
+                                    f"instead fails too: {err}") from None
+            raise
+        if info is not None and slow is not None:
             from dsl.perf import SlowPath
-            info["slow_paths"] = [SlowPath("fma-product", f"the tensor-core products need {lw.smem_bytes()} "
-                                           f"bytes of static shared memory (limit {SMEM_LIMIT}), so the whole "
-                                           "kernel uses the portable FMA path; use smaller tiles",
-                                           fn.loc.line, fn.loc.file)] + info.get("slow_paths", [])
+            info["slow_paths"] = [SlowPath(*slow, fn.loc.line, fn.loc.file)] + info.get("slow_paths", [])
         return out
     if lw.smem_bytes() > SMEM_LIMIT:
         raise LoweringError(f"{fn.name}: needs {lw.smem_bytes()} bytes of static shared memory for "
@@ -691,6 +667,31 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
         info["arch_specific"] = lw.arch_specific
         info["slow_paths"] = list(dict.fromkeys(lw.slow_paths))
     return out
+
+
+def _smem_fallback(lw: Lowerer, cc: int, tc_matmul: bool,
+                   loop_switches: dict) -> tuple[dict, tuple[str, str] | None] | None:
+    """When lowering `lw` took more shared memory than a launch can give: the switches to lower again
+    with, in order of what to give up first, and the slow path (kind, reason) to report, or None when it
+    fits. Q staged for SS wgmma (matmul/shared_a.py) goes back to registers; TMA rings that each fit
+    their loop's budget (matmul/ring.py) but not together go back to cp.async; tensor-core buffers past
+    the static limit go to the portable FMA path."""
+    from dsl.tile.lower.matmul.mma_sync import SMEM_LIMIT
+    need, room = lw.dyn_bytes + lw.smem_bytes(), opt_in_bytes(cc)
+    keys = {key[0] for key in lw.wgmma_stages}
+    base = dict(loop_switches, tc_matmul=tc_matmul)
+    if "A" in keys and need > room:
+        return {**base, "wgmma_a": "registers"}, None
+    if "ring" in keys and need > room:
+        return {**base, "loop_pipeline": "cp.async"}, (
+            "ring-fallback", f"the TMA rings of this kernel's loops (loop_pipeline "
+            f"{loop_switches.get('loop_pipeline')!r}) need {need} bytes of shared memory, more than a block "
+            f"may opt into ({room}), so every loop keeps cp.async; use fewer stages, smaller tiles or fewer loops")
+    if lw.smem_bytes() > SMEM_LIMIT and tc_matmul:
+        return {**base, "tc_matmul": False}, (
+            "fma-product", f"the tensor-core products need {lw.smem_bytes()} bytes of static shared memory "
+            f"(limit {SMEM_LIMIT}), so the whole kernel uses the portable FMA path; use smaller tiles")
+    return None
 
 
 def pick_threads(fn: T.TileFunction, num_warps: int | None = None) -> int:
