@@ -72,6 +72,11 @@ def test_grouped_torch_ops_pass_opcheck(torch):
     q = torch.randn(1, 4, 64, 64, generator=g, requires_grad=True)
     k, v = (torch.randn(1, 2, 64, 64, generator=g, requires_grad=True) for _ in range(2))
     torch.library.opcheck(ops.forward, (q, k, v, False, 0.125))
+    o, lse = ops.forward(q.detach(), k.detach(), v.detach(), False, 0.125)
+    dout = torch.randn(1, 4, 64, 64, generator=g)
+    torch.library.opcheck(ops.backward, (dout, q.detach(), k.detach(), v.detach(), o, lse, False, 0.125))
+    dq, dk, dv = ops.backward(dout, q.detach(), k.detach(), v.detach(), o, lse, False, 0.125)
+    assert dq.shape == q.shape and dk.shape == dv.shape == k.shape
 
 
 def test_scale_argument_is_honoured(torch):
