@@ -25,3 +25,18 @@ def gqa64(q, k, v, dout, seq, causal, group):
         dk[kv] += ds.T @ q3[h] / np.sqrt(d)
         dv[kv] += p.T @ do3[h]
     return o.reshape(-1, d), tuple(x.reshape(-1, d) for x in (dq, dk, dv))
+
+
+def attention64(q, k, v, seq, causal):
+    """Float64 softmax(q k^T / sqrt(d)) v per sequence (rows of every head stacked), -inf above the
+    diagonal when causal."""
+    d = q.shape[1]
+    out = np.empty(q.shape, np.float64)
+    for h in range(q.shape[0] // seq):
+        rows = slice(h * seq, (h + 1) * seq)
+        s = q[rows].astype(np.float64) @ k[rows].astype(np.float64).T / np.sqrt(d)
+        if causal:
+            s[np.triu_indices(seq, 1)] = -np.inf
+        w = np.exp(s - s.max(axis=1, keepdims=True))
+        out[rows] = (w / w.sum(axis=1, keepdims=True)) @ v[rows].astype(np.float64)
+    return out

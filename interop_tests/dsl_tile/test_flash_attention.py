@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import bridge
+from attention_refs import attention64
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("flash_attention_example", ROOT / "examples" / "flash_attention.py")
@@ -17,18 +18,6 @@ FA = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(FA)
 
 
-def attention64(q, k, v, seq, causal):
-    """Independent float64 reference: softmax(q k^T / sqrt(d)) v per sequence, -inf above the diagonal."""
-    d = q.shape[1]
-    out = np.empty(q.shape, np.float64)
-    for h in range(q.shape[0] // seq):
-        rows = slice(h * seq, (h + 1) * seq)
-        s = q[rows].astype(np.float64) @ k[rows].astype(np.float64).T / np.sqrt(d)
-        if causal:
-            s[np.triu_indices(seq, 1)] = -np.inf
-        w = np.exp(s - s.max(axis=1, keepdims=True))
-        out[rows] = (w / w.sum(axis=1, keepdims=True)) @ v[rows].astype(np.float64)
-    return out
 
 
 @pytest.mark.parametrize("d", [64, 128])

@@ -23,6 +23,7 @@ import bridge
 from dsl import f32, i32, tile
 from dsl.backend.ptxas import assemble, find_ptxas
 from dsl.sim.faults import SimulationError
+from attention_refs import attention64
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("flash_attention_ws", ROOT / "examples" / "flash_attention.py")
@@ -56,18 +57,6 @@ def switch(monkeypatch, env: dict) -> None:
         monkeypatch.setenv(name, value)
 
 
-def attention64(q, k, v, seq, causal):
-    """Independent float64 reference: softmax(q k^T / sqrt(d)) v per sequence, -inf above the diagonal."""
-    d = q.shape[1]
-    out = np.empty(q.shape, np.float64)
-    for h in range(q.shape[0] // seq):
-        rows = slice(h * seq, (h + 1) * seq)
-        s = q[rows].astype(np.float64) @ k[rows].astype(np.float64).T / np.sqrt(d)
-        if causal:
-            s[np.triu_indices(seq, 1)] = -np.inf
-        w = np.exp(s - s.max(axis=1, keepdims=True))
-        out[rows] = (w / w.sum(axis=1, keepdims=True)) @ v[rows].astype(np.float64)
-    return out
 
 
 def flash_args(rng, d, bm, bn, seq, causal, heads=2):

@@ -20,7 +20,7 @@ from typing import TypeVar
 import ml_dtypes
 import numpy as np
 import pytest
-from attention_refs import gqa64
+from attention_refs import attention64, gqa64
 from ptxas_kit import ptxas_verbose, spill_bytes
 
 import bridge
@@ -59,18 +59,6 @@ def fwd_args(rng, d, bm, bn, seq, causal, heads=2):
     return (q, k, v, tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal, 1), out
 
 
-def attention64(q, k, v, seq, causal):
-    """Float64 softmax(q k^T / sqrt(d)) v per sequence (rows of every head stacked)."""
-    d = q.shape[1]
-    out = np.empty(q.shape, np.float64)
-    for h in range(q.shape[0] // seq):
-        rows = slice(h * seq, (h + 1) * seq)
-        s = q[rows].astype(np.float64) @ k[rows].astype(np.float64).T / np.sqrt(d)
-        if causal:
-            s[np.triu_indices(seq, 1)] = -np.inf
-        w = np.exp(s - s.max(axis=1, keepdims=True))
-        out[rows] = (w / w.sum(axis=1, keepdims=True)) @ v[rows].astype(np.float64)
-    return out
 
 
 def lse64(q, k, seq, causal):
