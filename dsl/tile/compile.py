@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dsl.cache import CacheEntry, DiskCache, cache_enabled, cache_key
 from dsl.observe import compiled
-from dsl.tile.switches import (GEMM_PIPELINES, LOOP_PIPELINES, SETMAXNREG, from_environment,  # noqa: F401
-                               lowering_switches, switches_key)
+from dsl.tile.switches import from_environment, lowering_switches, switches_key
 from dsl.tile.types import PartitionParamType, row_divisor, tiles_by_number
 
 if TYPE_CHECKING:
@@ -166,40 +165,6 @@ def tf32_transpose_enabled() -> bool:
     off (default) keeps the measured mma.sync loop until the new one is measured. In the disk-cache
     key when on."""
     return from_environment("tf32_transpose")
-
-
-def loop_pipeline() -> str:
-    """How sm_90 tile loops feed their products' B operands that are tile.loads indexed by the loop
-    variable (dsl/tile/lower/matmul/ring.py), KB_TILE_LOOP_PIPELINE: "cp.async" (default: every thread
-    copies one iteration ahead), "tma" (a TMA ring of KB_TILE_LOOP_STAGES stages on mbarriers) or "ws"
-    (that ring fed by a producer warpgroup of its own). Unmeasured, so off by default."""
-    return from_environment("loop_pipeline")
-
-
-def loop_stages() -> int:
-    """Stages of the TMA ring of KB_TILE_LOOP_PIPELINE=tma/ws, KB_TILE_LOOP_STAGES: 2 (default) or 3."""
-    return from_environment("loop_stages")
-
-
-def setmaxnreg() -> str:
-    """Register reallocation of warp-specialised kernels, KB_TILE_SETMAXNREG: "off" (default) or
-    "C/P", the registers a consumer / producer thread asks for with setmaxnreg (sm_90a)."""
-    return from_environment("setmaxnreg")
-
-
-def product_overlap() -> bool:
-    """KB_TILE_PRODUCT_OVERLAP: in a loop fed by a TMA ring, issue the last product of an iteration in
-    the next one, right after its first product, so it runs while the code between them does
-    (dsl/tile/lower/matmul/overlap.py). Off by default."""
-    return from_environment("product_overlap")
-
-
-def wgmma_a() -> str:
-    """KB_TILE_WGMMA_A: where sm_90 warpgroup-MMA products outside GEMM loops take their A operand:
-    "registers" (default: A fragments) or "shared" (a loop-invariant `tile.load` of an array, flash
-    attention's Q, staged once in swizzled shared memory and read through a descriptor by SS wgmmas,
-    freeing its registers; dsl/tile/lower/matmul/shared_a.py). In the compile-cache keys when "shared"."""
-    return from_environment("wgmma_a")
 
 
 def tile_context(arch: str, *, num_warps: int | None = None, facts: dict[str, dict] | None = None,

@@ -21,10 +21,16 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     "gemm_pipeline": ("KB_TILE_GEMM_PIPELINE", GEMM_PIPELINES, "sync"),
     "wgmma_products": ("KB_TILE_WGMMA_PRODUCTS", None, True),
     "tf32_transpose": ("KB_TILE_TF32_TRANSPOSE", None, False),
+    # how sm_90 loops feed their products' B loads: every thread's cp.async, a TMA ring on mbarriers, or
+    # that ring fed by a producer warpgroup (lower/matmul/ring.py, ring_ws.py); stages of the ring
     "loop_pipeline": ("KB_TILE_LOOP_PIPELINE", LOOP_PIPELINES, "cp.async"),
     "loop_stages": ("KB_TILE_LOOP_STAGES", (2, 3), 2),
+    # registers a consumer / producer thread of a warp-specialised kernel asks for (setmaxnreg, sm_90a)
     "setmaxnreg": ("KB_TILE_SETMAXNREG", SETMAXNREG, "off"),
+    # a ring loop's last product issued in the next iteration, behind its first (lower/matmul/overlap.py)
     "product_overlap": ("KB_TILE_PRODUCT_OVERLAP", None, False),
+    # a loop-invariant A operand of sm_90 products held as fragments, or staged once in shared memory for
+    # SS wgmma (lower/matmul/shared_a.py)
     "wgmma_a": ("KB_TILE_WGMMA_A", WGMMA_A, "registers"),
 }
 

@@ -621,7 +621,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     `gemm_pipeline`: the sm_90 TMA GEMM loop's pipeline (dsl/tile/compile.py gemm_pipeline);
     `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py);
     `tf32_transpose`: sm_90 tf32 GEMM loops stage a row-major B through registers (compile.py);
-    `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap, wgmma_a (compile.py)."""
+    `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap, wgmma_a (dsl/tile/switches.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower.matmul.mma_sync import MAX_STAGES, SMEM_LIMIT
