@@ -682,9 +682,8 @@ class Launcher {
   // now: the graph remembers its ranges and Graph.replay orders and records them on the replay stream.
   void record_after(const kb::ArgValue* vals, int n, uint64_t stream, bool captured) {
     if (contract_.cooperative) {          // the kernel's grid barrier word: one launch of it at a time
-      const uint64_t key = self_key();
-      if (captured) kb::rt::capture_use(stream, kb::rt::CapturedUse{key, key + 1, device_, true});
-      else kb::rt::note_use(key, key + 1, stream, device_, true);
+      const uint64_t key = self_key();    // (never captured: launch() refuses a cooperative capture)
+      kb::rt::note_use(key, key + 1, stream, device_, true);
     }
     for (int i = 0; i < n; ++i) {
       if (vals[i].kind != kb::ArgKind::array || vals[i].none) continue;
