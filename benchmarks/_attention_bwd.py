@@ -82,6 +82,27 @@ def sdpa_peers(rep: Any, torch, name: str, q, k, v, dout, causal: bool) -> dict[
     return peers
 
 
+def sdpa_forward_peers(rep: Any, name: str, q, k, v, causal: bool) -> tuple[dict, Any]:
+    """({"sdpa flash"/"sdpa cuDNN": fn(i)} of SDPA's forward under each backend that takes these inputs,
+    the first backend's output as the reference or None); a backend that refuses them is a "not run"
+    row of `rep`. k and v may have fewer heads (enable_gqa)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    peers, ref = {}, None
+    for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+        def run(i, backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
+        try:
+            got = run(0)
+        except RuntimeError as exc:
+            rep.row(f"{name}: torch SDPA ({label})", None, "TFLOP/s", note=f"not run: {exc}"[:300])
+            continue
+        ref = got if ref is None else ref
+        peers[f"sdpa {label}"] = run
+    return peers, ref
+
+
 def rel_err(got, want) -> float:
     return max(((g.reshape(w.shape).float() - w.float()).abs().max() / w.float().abs().max()).item()
                for g, w in zip(got, want))

@@ -10,29 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from _attention_bwd import MAX_REL_ERR, load_backward, ours, rel_err, sdpa_peers
+from _attention_bwd import MAX_REL_ERR, load_backward, ours, rel_err, sdpa_forward_peers, sdpa_peers
 from _bench_kit import time_interleaved
 
 GQA_SHAPES = [(4, 16, 2, 4096, 128)]          # (B, H, H_kv, S, D)
 
 
 def _forward(rep: Any, torch, fa, q, k, v, name: str, causal: bool, reps: int) -> list[str]:
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     b, h, s, d = q.shape
     group = h // k.shape[1]
-    peers, want = {}, None
-    for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
-        def run(i, backend=backend):
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-        try:
-            r = run(0)
-        except RuntimeError as exc:
-            rep.row(f"{name}: torch SDPA ({label})", None, "TFLOP/s", note=f"not run: {exc}"[:300])
-            continue
-        want = r if want is None else want
-        peers[f"sdpa {label}"] = run
+    peers, want = sdpa_forward_peers(rep, name, q, k, v, causal)
     if not peers:
         return []
     out = torch.full((b * h * s, d), float("nan"), device="cuda")

@@ -74,8 +74,7 @@ def rung_call(fa, tile, label: str, q, k, v, out, s: int, d: int, causal: bool) 
 def ladder_cases(rep: Any, torch, fa, reps: int, quick: bool) -> list[str]:
     """Time every rung and SDPA's flash and cuDNN backends at SHAPES (S4096 D128 only when `quick`),
     causal and not; rows into `rep`, the table printed; returns the failures."""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from _attention_bwd import sdpa_forward_peers
 
     from dsl import tile
     failed: list[str] = []
@@ -86,18 +85,7 @@ def ladder_cases(rep: Any, torch, fa, reps: int, quick: bool) -> list[str]:
         flat = [x.reshape(-1, d) for x in (q, k, v)]
         for causal in (False, True):
             case = f"S{s} D{d} {'causal' if causal else 'full'}"
-            fns, ref = {}, None
-            for peer, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION), ("sdpa cuDNN", SDPBackend.CUDNN_ATTENTION)):
-                def run(i, backend=backend, causal=causal):
-                    with sdpa_kernel(backend):
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                try:
-                    got = run(0)
-                except RuntimeError as exc:
-                    rep.row(f"ladder {case}: torch {peer}", None, "TFLOP/s", note=f"not run: {exc}"[:200])
-                    continue
-                ref = got if ref is None else ref
-                fns[peer] = run
+            fns, ref = sdpa_forward_peers(rep, f"ladder {case}", q, k, v, causal)
             for label in LADDER:
                 out = torch.full((b * h * s, d), float("nan"), device="cuda")
                 try:
