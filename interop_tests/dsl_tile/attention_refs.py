@@ -40,3 +40,17 @@ def attention64(q, k, v, seq, causal):
         w = np.exp(s - s.max(axis=1, keepdims=True))
         out[rows] = (w / w.sum(axis=1, keepdims=True)) @ v[rows].astype(np.float64)
     return out
+
+
+def assert_matches_sdpa_autograd(q, k, v, dout, o, grads, causal, bound=1e-2):
+    """O and (dq, dk, dv) of our kernels against torch autograd of scaled_dot_product_attention in
+    float64 on the same (rounded) inputs, each error relative to the largest value (GPU tests; k and v
+    may have fewer heads: enable_gqa)."""
+    import torch.nn.functional as F
+    x64 = [x.double().requires_grad_() for x in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
+    ref.backward(dout.double())
+    assert ((o.reshape(ref.shape).double() - ref).abs().max() / ref.abs().max()).item() < bound
+    for name, got, x in zip(("dq", "dk", "dv"), grads, x64):
+        err = ((got.reshape(x.shape).double() - x.grad).abs().max() / x.grad.abs().max()).item()
+        assert err < bound, (name, err)
