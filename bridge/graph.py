@@ -51,6 +51,12 @@ class Graph:
         for lo, hi, _device, write in self._uses:
             memory.note_use(lo, hi, handle, self.device, write)
 
+    def keep_alive(self, *objects: Any) -> None:
+        """Also hold `objects` for as long as the graph exists: what the captured work uses that no
+        bridge launch names, e.g. the torch memory pool the capture's temporaries came from (freed with
+        the pool, their memory would be handed to others while replays still write it)."""
+        self.objects = self.objects + list(objects)
+
     def _keep(self, objects: list[Any], uses: list[Any] = ()) -> None:
         self.objects = objects
         arrays = {id(o): o for o in objects if isinstance(o, _native.ArrayBase)}.values()

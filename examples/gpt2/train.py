@@ -124,4 +124,6 @@ def capture(model: GPT2, stream: Any, pool: Any = None) -> Any:
         model.forward()
         model.backward()
         model.clip()
+    if pool is not None:
+        g.keep_alive(pool)       # the capture's torch temporaries live in it: replays write them
     return g

@@ -117,6 +117,63 @@ def test_cupy_buffers_work_in_a_process_that_imports_cupy_only_inside_train(mini
     _close(fresh, train(mini, dsl, 3))
 
 
+POOL_DROPPED = """
+import gc, json, sys
+import torch
+import bridge
+from examples.gpt2.config import config
+from examples.gpt2.model import batch
+from examples.gpt2.train import build, capture, torch_pool
+cfg, dsl = config("mini"), frozenset(sys.argv[1].split(",")) - {""}
+stream = bridge.Stream()
+
+def captured():
+    # the pool is this frame's only reference to it, as in a benchmark that builds its variants
+    # in a helper: the graph must hold it, or its temporaries' memory goes back to the device
+    with bridge.use_stream(stream):
+        model = build(cfg, dsl, False)
+        model.set_batch(*batch(cfg, 0))
+        pool = torch.cuda.MemPool()
+        with torch_pool(pool):
+            model.step(1)
+        first = model.loss(), model.grad_norm()
+        return model, capture(model, stream, pool), first
+
+model, g, first = captured()
+gc.collect()
+torch.cuda.empty_cache()
+junk = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(256)]   # takes freed memory
+recs = [first]
+with bridge.use_stream(stream):
+    for step in range(1, 4):
+        model.set_batch(*batch(cfg, step))
+        g.replay()
+        model.update(step + 1)
+        recs.append((model.loss(), model.grad_norm()))
+torch.cuda.synchronize()
+written = sum(int((~torch.isnan(j)).sum()) for j in junk)
+print(json.dumps({"recs": recs, "junk_written": written}))
+"""
+
+
+@pytest.mark.parametrize("spec", ["none", "all"], ids=spec_id)
+def test_a_captured_step_keeps_its_torch_pool_alive_after_the_caller_drops_it(spec, mini):
+    """capture() hands the torch pool its temporaries came from to the graph (Graph.keep_alive): a
+    caller that drops its own reference (benchmarks/gpt2_step.py built its variants in a helper) used to
+    free the pool, so replays wrote memory that was unmapped (an illegal address) or handed to others.
+    In a child process: an illegal address would poison every later test's context."""
+    pytest.importorskip("torch")
+    dsl = dsl_of(spec)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", POOL_DROPPED, ",".join(sorted(dsl))], capture_output=True,
+                          text=True, timeout=300, cwd=root, env=dict(os.environ, PYTHONPATH=root))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["junk_written"] == 0, f"replays wrote {got['junk_written']} floats into memory handed to others"
+    replayed = [StepRecord(i + 1, loss, norm, 0.0) for i, (loss, norm) in enumerate(got["recs"])]
+    _close(replayed, train(mini, dsl, 4))
+
+
 # ---- misuse: a mixed step refused before the launch --------------------------------------------------
 def _owned(model) -> dict[str, np.ndarray]:
     return {n: model.rt.lib.to_numpy(getattr(model, n)).copy() for n in ("params", "grads", "m", "v")}
