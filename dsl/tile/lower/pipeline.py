@@ -150,7 +150,10 @@ def plan(L, s: T.For, ws: bool = False) -> Pipeline | None:
     loads = candidate_loads(L, s)
     if loads is None:
         return None
-    if R.ring_wanted(L, loads):
+    # A warp-specialised kernel's loops other than the one it splits at keep cp.async: their ring would be
+    # issued by a consumer thread inside the consumer role, which hung on the H200 (tutorial 06, 128x128
+    # tiles, D64, causal: the diagonal loop after the split one; 2026-12-04). The producer owns the TMA.
+    if R.ring_wanted(L, loads) and (ws or L.ws_tid is None):
         ring, bufs = R.make_ring(L, [op for op, _ in loads], ws)
         return Pipeline(s, [Stage(op, buf, op.type.shape[1], True) for (op, _), buf in zip(loads, bufs)], ring=ring)
     if sum(_stage_elems(op, swz) * 2 for op, swz in loads) > BUDGET:
