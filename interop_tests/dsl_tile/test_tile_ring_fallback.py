@@ -1,20 +1,23 @@
-"""A kernel whose loops asked for TMA rings they cannot all have: Triton tutorial 06's causal attention
-(examples/triton_tutorials/06_fused_attention.py) has two loops, each with its own K/V ring under
-`tma`; at D128 with 128 x 128 tiles the two rings together need more shared memory than a block may opt
-into. The lowering keeps cp.async for every loop (a kernel no launch could hold used to come out), says
-so as a `ring-fallback` slow path, and the kernel stays correct; where the rings fit (one loop,
-non-causal) they stay. Under `ws` only the loop the kernel splits at takes a ring (the producer's); its
-other loops keep cp.async, since a consumer-issued ring there hung on the H200."""
+"""Tile kernels with more than one loop fed by TMA rings. Triton tutorial 06's causal attention
+(examples/triton_tutorials/06_fused_attention.py) has two loops one after the other (the blocks left of
+the diagonal, then the diagonal), each with a K/V ring under `tma`: a ring loop ends drained, so the
+two rings share their stages and the causal kernel takes the shared memory of the full one (at D128
+with 128 x 128 tiles two separate rings could not fit at all, and at 64 x 64 they halved the blocks an
+SM holds). Rings that cannot share (other sizes) and do not fit together make the lowering keep
+cp.async for every loop (a kernel no launch could hold used to come out), said as a `ring-fallback`
+slow path; the kernel stays correct. Under `ws` only the loop the kernel splits at takes a ring (the
+producer's); its other loops keep cp.async, since a consumer-issued ring there hung on the H200."""
 from __future__ import annotations
 
 import importlib.util
 import json
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
 
-from dsl import tile
+from dsl import f32, tile
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("tutorial06_ring", ROOT / "examples" / "triton_tutorials" /
@@ -22,22 +25,65 @@ _spec = importlib.util.spec_from_file_location("tutorial06_ring", ROOT / "exampl
 T = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(T)
 WS = {"loop_pipeline": "ws", "setmaxnreg": "240/24"}
+TMA = {"loop_pipeline": "tma"}
+E = TypeVar("E")
 
 
-def args(causal, d=128, s=256, rng=None):
+def args(causal, d=128, s=256, rng=None, bm=128, bn=128):
     rng = rng or np.random.default_rng(0)
     q, k, v = (rng.standard_normal((2 * s, d)).astype(np.float16) for _ in range(3))
     out = np.full((2 * s, d), np.nan, np.float16)
-    return T.launch_args(q, k, v, out, s, causal, 128, 128), out
+    return T.launch_args(q, k, v, out, s, causal, bm, bn), out
 
 
-def test_rings_that_do_not_fit_together_fall_back_to_cp_async_and_say_so():
-    kern = tile.kernel(T.attn_fwd.pyfunc, num_warps=8, lowering={"loop_pipeline": "tma"})
-    a, _ = args(True)
-    ck = kern.compile(a, "sm_90")
+@pytest.mark.parametrize("d,bm,bn,warps", [(128, 128, 128, 8), (128, 64, 64, 4), (64, 128, 64, 8)])
+def test_the_two_causal_loops_share_one_ring_of_stages(d, bm, bn, warps):
+    kern = tile.kernel(T.attn_fwd.pyfunc, num_warps=warps, lowering=TMA)
+    causal = kern.compile(args(True, d, bm=bm, bn=bn)[0], "sm_90")
+    full = kern.compile(args(False, d, bm=bm, bn=bn)[0], "sm_90")
+    assert len(json.loads(causal.contract_json)["tensor_maps"]) == 4        # K and V of each loop
+    assert causal.dynamic_smem == full.dynamic_smem, (causal.dynamic_smem, full.dynamic_smem)
+    assert "ring-fallback" not in [p["kind"] for p in causal.metadata.get("slow_paths", [])]
+
+
+@tile.kernel(num_warps=4, lowering={"loop_pipeline": "tma", "loop_stages": 3})
+def two_key_tiles(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[f32, 2]):
+    """Sum over the keys of (q k^T) v, once in 128-row key tiles and once in 64-row ones: two ring loops
+    whose stages differ in size (3 stages: 192 KiB, then 96 KiB)."""
+    bm, d = o.tile_shape
+    qb = tile.load(q, (tile.bid(0), 0), (bm, d))
+    acc = tile.zeros((bm, d), f32)
+    for j in range(k.shape[0] // 128):
+        s = tile.matmul(qb, tile.transpose(tile.load(k, (j, 0), (128, d))))
+        acc = acc + tile.matmul(s.astype(k.dtype), tile.load(v, (j, 0), (128, d)))
+    for j in range(k.shape[0] // 64):
+        s2 = tile.matmul(qb, tile.transpose(tile.load(k, (j, 0), (64, d))))
+        acc = acc + tile.matmul(s2.astype(k.dtype), tile.load(v, (j, 0), (64, d)))
+    o.store(acc)
+
+
+def two_key_args(rng):
+    q = (rng.standard_normal((128, 128)) / 8).astype(np.float16)
+    k, v = ((rng.standard_normal((256, 128)) / 8).astype(np.float16) for _ in range(2))
+    out = np.full((128, 128), np.nan, np.float32)
+    return (q, k, v, tile.partition(out, (64, 128))), out
+
+
+def test_rings_that_cannot_share_and_do_not_fit_together_fall_back_to_cp_async_and_say_so():
+    a, _ = two_key_args(np.random.default_rng(0))
+    ck = two_key_tiles.compile(a, "sm_90")
     assert "cp.async.bulk.tensor" not in ck.ptx and ck.dynamic_smem <= 227 * 1024
     kinds = [p["kind"] for p in ck.metadata.get("slow_paths", [])]
     assert "ring-fallback" in kinds, kinds
+
+
+@pytest.mark.slow
+def test_the_fallen_back_kernel_matches_float64_in_the_lowered_simulator():
+    a, out = two_key_args(np.random.default_rng(4))
+    two_key_tiles.simulate_lowered(*a, tensor_cores=True, arch="sm_90")
+    q, k, v = (x.astype(np.float64) for x in a[:3])
+    s = (q @ k.T).astype(np.float16).astype(np.float64)      # the kernel casts the scores to f16
+    np.testing.assert_allclose(out, 2 * (s @ v), rtol=0, atol=2e-2)
 
 
 def test_the_split_loop_of_a_warp_specialised_kernel_keeps_its_ring_where_two_would_not_fit():
@@ -58,7 +104,7 @@ def test_a_single_loop_keeps_its_ring():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lowering", [{"loop_pipeline": "tma"}, WS], ids=["tma-fallen-back", "ws-split-ring"])
+@pytest.mark.parametrize("lowering", [TMA, WS], ids=["tma-shared-rings", "ws-split-ring"])
 def test_the_d128_causal_kernel_matches_float64_in_the_lowered_simulator(lowering):
     a, out = args(True, rng=np.random.default_rng(5))
     tile.kernel(T.attn_fwd.pyfunc, num_warps=8, lowering=lowering).simulate_lowered(*a, tensor_cores=True,
@@ -113,13 +159,13 @@ import torch, torch.nn.functional as F
 from dsl import tile
 spec = importlib.util.spec_from_file_location("t06", "examples/triton_tutorials/06_fused_attention.py")
 T = importlib.util.module_from_spec(spec); spec.loader.exec_module(T)
-bn, s = int(sys.argv[1]), int(sys.argv[2])
-kern = tile.kernel(T.attn_fwd.pyfunc, num_warps=8, lowering={"loop_pipeline": "ws", "setmaxnreg": "240/24"})
-g = torch.Generator(device="cuda").manual_seed(bn + s)
-q, k, v = (torch.randn(1, 2, s, 64, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
-q2, k2, v2 = (t.reshape(-1, 64) for t in (q, k, v))
+low, (bm, bn, warps, d, s) = json.loads(sys.argv[1]), map(int, sys.argv[2:7])
+kern = tile.kernel(T.attn_fwd.pyfunc, num_warps=warps, lowering=low)
+g = torch.Generator(device="cuda").manual_seed(bn + s + d)
+q, k, v = (torch.randn(1, 2, s, d, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+q2, k2, v2 = (t.reshape(-1, d) for t in (q, k, v))
 out = torch.full_like(q2, float("nan"))
-kern(*T.launch_args(q2, k2, v2, out, s, True, 128, bn))
+kern(*T.launch_args(q2, k2, v2, out, s, True, bm, bn))
 torch.cuda.synchronize()
 ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
 print(json.dumps((out.double().reshape(ref.shape) - ref).abs().max().item()))
@@ -127,13 +173,19 @@ print(json.dumps((out.double().reshape(ref.shape) - ref).abs().max().item()))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("bn,s", [(128, 128), (128, 1024), (64, 1024)])
-def test_gpu_the_warp_specialised_causal_kernel_finishes_and_matches_sdpa(bn, s):
-    """In a child process with a deadline: the hang this guards against would otherwise stop the suite."""
+@pytest.mark.parametrize("lowering,bm,bn,warps,d,s", [
+    (WS, 128, 128, 8, 64, 128), (WS, 128, 128, 8, 64, 1024), (WS, 128, 64, 8, 64, 1024),
+    (WS, 128, 128, 8, 128, 1024), (TMA, 64, 64, 4, 128, 1024), (TMA, 128, 128, 8, 128, 1024),
+    (TMA, 128, 64, 8, 64, 1024)], ids=lambda x: "-".join(x.values()) if isinstance(x, dict) else str(x))
+def test_gpu_the_causal_kernel_finishes_and_matches_sdpa(lowering, bm, bn, warps, d, s):
+    """The causal tutorial kernel's two loops on the H200: under ws (the split loop's ring, the diagonal
+    on cp.async; 128x128 at D64 used to hang) and under tma (both loops on one shared ring of stages).
+    In a child process with a deadline: a hang fails the test instead of stopping the suite."""
     import os
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-c", CHILD, str(bn), str(s)], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(lowering), *map(str, (bm, bn, warps, d, s))],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert float(done.stdout.strip().splitlines()[-1]) < 2e-2
