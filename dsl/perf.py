@@ -31,9 +31,10 @@ SLOW_PATH_KINDS: dict[str, str] = {
     "fma-product": "a tile.matmul / tile.mma runs on the portable FMA path, not the tensor cores",
     "sync-staging": "a tensor-core product's operand is staged through registers and a barrier, not "
                     "copied asynchronously (cp.async / TMA) ahead of its use",
-    "tile-scalar": "a distributed tile's global load or store is one scalar access per element, not "
-                   "16-byte vector accesses per run (strided, unaligned, rows not a multiple of 8, a "
-                   "tile width that is no multiple of the run, or 1-byte elements)",
+    "tile-scalar": "a distributed tile's global load or store (or a load into tensor-core fragments) is "
+                   "one scalar access per element, not vector accesses per run or pair (strided, "
+                   "unaligned, rows not a multiple of 8, a tile width that is no multiple of the run, or "
+                   "1-byte elements)",
     "spills": "ptxas spilled registers to local memory",
     "ring-fallback": "the tile loops asked for TMA rings (loop_pipeline tma/ws) keep cp.async: their "
                      "rings together need more shared memory than a block may opt into",

@@ -39,10 +39,10 @@ def _warps(kernel, num_warps: int):
     return tile.kernel(kernel.pyfunc, num_warps=num_warps)
 
 
-def _unaligned(a: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of `a` whose data pointer is 2 bytes past a 16-byte boundary."""
+def _unaligned(a: np.ndarray, by: int = 2) -> np.ndarray:
+    """A C-contiguous copy of `a` whose data pointer is `by` bytes past a 16-byte boundary."""
     raw = np.zeros(a.nbytes + 64, np.uint8)
-    at = (-raw.ctypes.data) % 16 + 2
+    at = (-raw.ctypes.data) % 16 + by
     out = raw[at:at + a.nbytes].view(a.dtype).reshape(a.shape)
     out[...] = a
     return out
@@ -311,3 +311,72 @@ def test_f16_in_f32_out_kernel_keeps_f16_runs_of_16_bytes():
     ptx = _warps(stats, 2).ptx(x, tile.partition(out, (1, 1024)), arch="sm_90")
     assert ptx.count("@p ld.global.nc.v4.b32") == 2 and ptx.count("@p st.global.v4.f32") == 4
 
+
+
+# ---- tensor-core fragments loaded in pairs (runs.load_pairs) ------------------------------------------------
+def _attention_args(n_ctx=128, d=64, unaligned=False, rng=None):
+    rng = rng or np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((2 * n_ctx, d)).astype(np.float16) for _ in range(3))
+    if unaligned:
+        q = _unaligned(q)
+    out = np.full((2 * n_ctx, d), np.nan, np.float16)
+    return _example("06_fused_attention.py"), (q, k, v, out, n_ctx)
+
+
+@tile.kernel
+def gemm_from_c(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Array[f32, 2], out: tile.Partition[f32, 2], bk: C):
+    """out = c + a @ b: the accumulators start as a load of c, in the mma fragment layout."""
+    bm, bn = out.tile_shape
+    i, j = tile.bid(0), tile.bid(1)
+    acc = tile.load(c, (i, j), (bm, bn))
+    for k in range(tile.cdiv(a.shape[1], bk)):
+        acc = tile.mma(tile.load(a, (i, k), (bm, bk)), tile.load(b, (k, j), (bk, bn)), acc)
+    out.store(acc)
+
+
+def _gemm_args(rng, c_unaligned=False):
+    a = rng.standard_normal((128, 96)).astype(np.float16)
+    b = rng.standard_normal((96, 72)).astype(np.float16)
+    c = rng.standard_normal((128, 72)).astype(np.float32)
+    out = np.full((128, 72), np.nan, np.float32)
+    return (a, b, _unaligned(c, 4) if c_unaligned else c, tile.partition(out, (64, 64)), 32), out
+
+
+def test_queries_kept_as_a_fragments_load_two_elements_an_access():
+    """Tutorial 06 keeps its query tile in the A-fragment registers the products read: each thread's
+    elements come in column pairs, so it loads a pair (4 bytes of f16) an access, not one element (two
+    2-byte loads, with a contract that asked q for 2-byte alignment only)."""
+    import json
+    import re
+    T, (q, k, v, out, n) = _attention_args()
+    ck = T.attn_fwd.compile(T.launch_args(q, k, v, out, n, True), "sm_90")
+    assert not re.search(r"ld\.global(\.nc)?\.b16", ck.ptx)
+    assert len(re.findall(r"ld\.global\.nc\.b32", ck.ptx)) == 64 * 64 // 128 // 2   # 64x64 queries, 128 threads
+    assert {a["name"]: a.get("align") for a in json.loads(ck.contract_json)["args"]}["q"] == 16
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_accumulators_loaded_from_an_array_take_eight_bytes_an_access(arch):
+    import re
+    args, _ = _gemm_args(np.random.default_rng(0))
+    ck = gemm_from_c.compile(args, arch)
+    assert re.search(r"ld\.global\.nc\.v2\.f32", ck.ptx) and not re.search(r"ld\.global\.nc\.f32", ck.ptx)
+
+
+def test_unaligned_fragment_sources_are_loaded_element_by_element_and_say_so():
+    T, (q, k, v, out, n) = _attention_args(unaligned=True)
+    ck = T.attn_fwd.compile(T.launch_args(q, k, v, out, n, False), "sm_90")
+    scalar = [p for p in ck.metadata["slow_paths"] if p["kind"] == "tile-scalar"]
+    assert any("q into tensor-core fragments" in p["reason"] and "16-byte aligned" in p["reason"] for p in scalar), scalar
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("unaligned", [False, True])
+def test_fragment_pair_loads_match_numpy_in_the_lowered_simulator(arch, unaligned):
+    T, (q, k, v, out, n) = _attention_args(unaligned=unaligned, rng=np.random.default_rng(7))
+    T.attn_fwd.simulate_lowered(*T.launch_args(q, k, v, out, n, True), tensor_cores=True, arch=arch)
+    assert np.abs(out.astype(np.float64) - T.reference(q, k, v, n, True)).max() < 2e-2
+    args, got = _gemm_args(np.random.default_rng(8), c_unaligned=unaligned)
+    gemm_from_c.simulate_lowered(*args, tensor_cores=True, arch=arch)
+    a, b, c = (x.astype(np.float64) for x in args[:3])
+    np.testing.assert_allclose(got, c + a @ b, rtol=0, atol=1e-3)

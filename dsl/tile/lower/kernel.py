@@ -20,7 +20,7 @@ from dsl.tile.lower.reduce import lower_reduce
 from dsl.tile.lower.atomics import AtomicsLowering
 from dsl.tile.lower.elementwise import ElementwiseLowering
 from dsl.tile.lower.shapes import ShapeLowering
-from dsl.tile.lower.runs import kernel_run, load_runs, store_runs
+from dsl.tile.lower.runs import kernel_run, load_pairs, load_runs, store_runs
 from dsl.tile.lower.tiles import block_ids, num_blocks
 from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
 from dsl.tile.lower.shared import opt_in_bytes, place_scratch, scratch_bytes
@@ -570,7 +570,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                 ld = N.Load(arr, gidx, "none", 0, dt, e.loc)
                 out.append(self.tmp(N.IfExp(cond, ld, N.Const(e.padding, dt), dt), "ld"))
             return out
-        return LV("L", shape, dt, [], make=make, by_layout=lambda lay: load_runs(self, e, base) if lay == "D" else None)
+        return LV("L", shape, dt, [], make=make, by_layout=lambda lay: load_runs(self, e, base) if lay == "D" else
+                  load_pairs(self, e, base, lay))
 
     # ------------------------------------------------------------------------------ reductions
     def x_Reduce(self, e: T.Reduce) -> LV:

@@ -188,12 +188,14 @@ class FragLayout:
     copies count (the others hold duplicates and never store)."""
     key: tuple = ()
     owner: object = None
+    pairs: bool = False     # elements 2j and 2j+1 sit side by side in one row, the first at an even column
 
 
 class MmaLayout(FragLayout):
     """Accumulator fragments of mma.sync m16n8: warps tile (BM, BN) as WM x WN; warp (wm, wn) owns a
     (BM/WM, BN/WN) block of MT x NT fragments of 16x8; lane l holds, per fragment, rows l/4 and l/4+8
     at columns 2*(l%4) and 2*(l%4)+1 (c0..c3). Element r = ((mt * NT) + nt) * 4 + c."""
+    pairs = True
 
     def __init__(self, shape: tuple[int, int], threads: int, wm: int, wn: int) -> None:
         self.shape = shape
@@ -285,6 +287,7 @@ class MmaOperandA(FragLayout):
     ((mt * KS) + ks) * 8 + i at A_FRAG_ROW/COL[i]). Warps of one row block hold the same fragments; those
     with wn == 0 own them. A loop-invariant operand (the queries of flash attention) kept like this is
     loaded once instead of being staged for every product."""
+    pairs = True
 
     def __init__(self, shape: tuple[int, int], wm: int, wn: int, owner: N.Expr | None) -> None:
         self.shape = shape

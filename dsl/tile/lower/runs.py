@@ -158,6 +158,33 @@ def load_runs(L, e: T.Load, base: list[N.Expr]) -> list[N.Expr] | None:
     return out
 
 
+def load_pairs(L, e: T.Load, base: list[N.Expr], layout) -> list[N.Expr] | None:
+    """The elements of load `e` (tile `base`) in a register-fragment layout whose elements come in
+    column pairs (FragLayout.pairs: the A operand the products keep, accumulators read from an array):
+    one access a pair (4 bytes of f16/bf16, 8 of f32) instead of one an element, where the launch facts
+    allow (C-contiguous, 16-byte aligned, rows a multiple of 8 elements: a pair, at an even column, is
+    then aligned and wholly inside or outside the array). Else None: element by element, recorded as a
+    `tile-scalar` slow path."""
+    shape, dt = e.type.shape, e.type.dtype
+    if not getattr(layout, "pairs", False) or len(shape) != 2 or dt.itemsize not in (2, 4):
+        return None
+    why = _facts_refuse(e.param, L.facts.get(e.param.name, {}))
+    if why is not None:
+        from dsl.perf import SlowPath
+        L.slow_paths.append(SlowPath("tile-scalar", f"tile loads of {e.param.name} into tensor-core fragments: "
+                                     f"{why}: one {dt.itemsize}-byte access per element", e.loc.line, e.loc.file))
+        return None
+    arr = L.pref(e.param)
+    nc = not arr.type.writable
+    coords = layout.coords_for(shape)
+    out: list[N.Expr] = []
+    for j in range(0, len(coords), 2):
+        gidx = [L.global_index(base[k], shape[k], c) for k, c in enumerate(coords[j])]
+        out += _load_vector(L, arr, gidx, 2, dt, L.in_array(arr, gidx, signed=True), e.padding, nc)
+    L.relied.add(e.param.name)
+    return out
+
+
 def store_runs(L, p: T.TParam, v: LV, origin: Callable[[], list[N.Expr]], loc) -> bool:
     """Store the D tile `v` at `origin()` (INDEX per axis) of partition `p`'s array, a vector access
     per run; False when it must go element by element (the slow path is recorded)."""
