@@ -19,7 +19,8 @@ table of its own): every call of one eager step is recorded (op, arguments); cal
 and shapes are one row, timed on both sides on the step's own buffers (L2 flushed before each
 launch, sides interleaved, median), with the calls a step makes and the step's sum per side. The
 linear layer's backward also gets a row with dX in the layout W is stored in ("nn"), beside the
-default (W^T written, then the NT GEMM: kernels_dsl.DX_LAYOUT).
+default (W^T written, then the NT GEMM: kernels_dsl.DX_LAYOUT), and its forward a row with WIDE_TILE
+output tiles beside gemm_tile's.
 
     python benchmarks/gpt2_step.py [--config small] [--steps 10] [--rounds 5] [--quick] [--json out.json]
 """
@@ -46,6 +47,7 @@ LOSS_RTOL = 2e-3        # first-step loss of a variant vs the PyTorch f32 model 
 ALL, NONE = frozenset(registry.NAMES), frozenset()
 OURS = "--dsl all --graph"
 PEERS = ("--dsl none --graph", "PyTorch torch.compile")          # the bars: OURS >= each
+WIDE_TILE = (128, 256)  # the per-op table also times the forward GEMMs with these output tiles (gemm_tile: 128x128)
 
 
 def parse() -> argparse.Namespace:
@@ -225,6 +227,8 @@ def per_op_table(rep: Report, cfg: Any, reps: int) -> None:
             fns[f"{key} [{side}]"] = (lambda i, f=registry.REGISTRY[name][side], a=args: f(rt, *a))
         if name == "matmul_backward":
             fns[f"{key} [dsl nn]"] = (lambda i, a=args: kernels_dsl.linear_backward(rt, *a, "nn"))
+        if name == "matmul_forward":
+            fns[f"{key} [dsl wide]"] = (lambda i, a=args: kernels_dsl.linear_forward(rt, *a, WIDE_TILE))
     ms = time_interleaved(fns, reps=reps)
     total = {"cpp": 0.0, "dsl": 0.0}
     print(f"\nPer op, one step of {cfg.n_layer} layers (ms a call, median; calls a step; speed = C++ / DSL):")
@@ -242,6 +246,13 @@ def per_op_table(rep: Report, cfg: Any, reps: int) -> None:
             rep.row(f"{key}, dX NN", round(nn, 4), "ms (DSL)", cpp_ms=round(cpp, 4), calls=count,
                     speed=round(cpp / nn, 3), cpp_side="(not in the step: kernels_dsl.DX_LAYOUT = "
                     f"{kernels_dsl.DX_LAYOUT!r})")
+        if name == "matmul_forward":
+            wide = ms[f"{key} [dsl wide]"]
+            print(f"{'  same, output tiles ' + 'x'.join(map(str, WIDE_TILE)):<46}{'':>6}{'':>10}{wide:>10.4f}"
+                  f"{cpp / wide:>7.2f}x")
+            rep.row(f"{key}, tiles {'x'.join(map(str, WIDE_TILE))}", round(wide, 4), "ms (DSL)", cpp_ms=round(cpp, 4),
+                    calls=count, speed=round(cpp / wide, 3), cpp_side="(not in the step: kernels_dsl.gemm_tile "
+                    "gives 128x128)")
     print(f"{'sum over a step (isolated launches)':<46}{'':>6}{total['cpp']:>10.3f}{total['dsl']:>10.3f}"
           f"{total['cpp'] / total['dsl']:>7.2f}x")
     rep.row("sum over a step (isolated launches)", round(total["dsl"], 3), "ms (DSL)", cpp_ms=round(total["cpp"], 3),

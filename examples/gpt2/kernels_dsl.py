@@ -85,7 +85,14 @@ def grad_clip(rt: Runtime, grads: Any, norm_sq: Any, max_norm: float) -> None:
 
 # ---- the linear layer ------------------------------------------------------------------------------
 def matmul_forward(rt: Runtime, out: Any, inp: Any, weight: Any, bias: Any | None) -> None:
-    part = rt.part(out, gemm_tile(*out.shape))
+    linear_forward(rt, out, inp, weight, bias, gemm_tile(*out.shape))
+
+
+def linear_forward(rt: Runtime, out: Any, inp: Any, weight: Any, bias: Any | None,
+                   out_tile: tuple[int, int]) -> None:
+    """out = inp @ weight^T (+ bias) with output tiles of `out_tile` (benchmarks/gpt2_step.py's per-op
+    table also times another tile than gemm_tile's)."""
+    part = rt.part(out, out_tile)
     if bias is None:
         rt.launch(K.linear_nobias, inp, weight, part, BK)
     else:

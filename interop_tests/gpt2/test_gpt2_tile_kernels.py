@@ -116,6 +116,26 @@ def test_the_linear_layers_backward_op_matches_float64(dx_layout, n, rng):
     np.testing.assert_allclose(db, db0 + dy.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("out_tile", [(128, 128), (128, 256)], ids=["gemm_tile", "wide"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_linear_forward_matches_float64_with_either_output_tile(out_tile, bias, rng):
+    """kernels_dsl.linear_forward with the step's tiles and the wide ones benchmarks/gpt2_step.py's
+    per-op table times beside them (WIDE_TILE), at sizes that are no multiple of either; lowered as the
+    sm_90 build lowers it."""
+    n, c, oc = 200, 96, 300
+    x, w = rng.standard_normal((n, c)).astype(np.float32), rng.standard_normal((oc, c)).astype(np.float32)
+    b = rng.standard_normal(oc).astype(np.float32) if bias else None
+    out = np.full((n, oc), np.nan, np.float32)
+    rt = Runtime(array_lib("numpy", "cpu"), config("tiny"), simulate=True)
+    kernels_dsl.linear_forward(rt, out, x, w, b, out_tile)
+    ref = x.astype(np.float64) @ w.T.astype(np.float64) + (0 if b is None else b)
+    assert (np.abs(out - ref) <= tf32_bound(x, w.T)).all()
+    wide = np.full((n, oc), np.nan, np.float32)
+    (K.linear_bias if bias else K.linear_nobias).simulate_lowered(
+        *((x, w) + ((b,) if bias else ()) + (tile.partition(wide, out_tile), 32)), tensor_cores=True, arch="sm_90")
+    assert (np.abs(wide - ref) <= tf32_bound(x, w.T)).all()
+
+
 def test_a_weight_gradient_of_another_shape_is_refused_even_where_k_would_split(rng):
     """At 520 tokens dW's K splits in two (the split kernels' contracts cannot relate dW to dY), so
     shapes that disagree go to the one-pass kernel, whose contract names the relation; nothing runs."""
