@@ -19,8 +19,8 @@ table of its own): every call of one eager step is recorded (op, arguments); cal
 and shapes are one row, timed on both sides on the step's own buffers (L2 flushed before each
 launch, sides interleaved, median), with the calls a step makes and the step's sum per side. The
 linear layer's backward also gets a row with dX in the layout W is stored in ("nn"), beside the
-default (W^T written, then the NT GEMM: kernels_dsl.DX_LAYOUT), and its forward a row with WIDE_TILE
-output tiles beside gemm_tile's.
+default (W^T written, then the NT GEMM: kernels_dsl.DX_LAYOUT) and one with dW's X^T written first
+(kernels_dsl.DW_LAYOUT "xt"), and its forward a row with WIDE_TILE output tiles beside gemm_tile's.
 
     python benchmarks/gpt2_step.py [--config small] [--steps 10] [--rounds 5] [--quick] [--json out.json]
 """
@@ -227,6 +227,8 @@ def per_op_table(rep: Report, cfg: Any, reps: int) -> None:
             fns[f"{key} [{side}]"] = (lambda i, f=registry.REGISTRY[name][side], a=args: f(rt, *a))
         if name == "matmul_backward":
             fns[f"{key} [dsl nn]"] = (lambda i, a=args: kernels_dsl.linear_backward(rt, *a, "nn"))
+            fns[f"{key} [dsl dw xt]"] = (lambda i, a=args: kernels_dsl.linear_backward(
+                rt, *a, kernels_dsl.DX_LAYOUT, "xt"))
         if name == "matmul_forward":
             fns[f"{key} [dsl wide]"] = (lambda i, a=args: kernels_dsl.linear_forward(rt, *a, WIDE_TILE))
     ms = time_interleaved(fns, reps=reps)
@@ -246,6 +248,11 @@ def per_op_table(rep: Report, cfg: Any, reps: int) -> None:
             rep.row(f"{key}, dX NN", round(nn, 4), "ms (DSL)", cpp_ms=round(cpp, 4), calls=count,
                     speed=round(cpp / nn, 3), cpp_side="(not in the step: kernels_dsl.DX_LAYOUT = "
                     f"{kernels_dsl.DX_LAYOUT!r})")
+            xt = ms[f"{key} [dsl dw xt]"]
+            print(f"{'  same, dW with X^T written first':<46}{'':>6}{'':>10}{xt:>10.4f}{cpp / xt:>7.2f}x")
+            rep.row(f"{key}, dW X^T", round(xt, 4), "ms (DSL)", cpp_ms=round(cpp, 4), calls=count,
+                    speed=round(cpp / xt, 3), cpp_side="(not in the step: kernels_dsl.DW_LAYOUT = "
+                    f"{kernels_dsl.DW_LAYOUT!r})")
         if name == "matmul_forward":
             wide = ms[f"{key} [dsl wide]"]
             print(f"{'  same, output tiles ' + 'x'.join(map(str, WIDE_TILE)):<46}{'':>6}{'':>10}{wide:>10.4f}"

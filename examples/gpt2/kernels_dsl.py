@@ -24,6 +24,7 @@ T_TILE = (64, 64)               # transposes, split sums
 DW_TILE = (128, 128)            # dW's TN GEMM: 128 rows, the tf32 wgmma loop's (any size: smaller ones pay masking)
 MAX_SPLITS, MIN_SPLIT_K_TILES = 8, 8
 DX_LAYOUT = "wt"                # dX = dY @ W: "wt" (W^T written, NT GEMM) or "nn" (W as stored)
+DW_LAYOUT = "stored"            # dW += dY^T X: "stored" (both as stored, TN) or "xt" (X^T written: B by TMA)
 BIAS_TILE, BIAS_ROWS = 64, 128  # bias gradient: columns a block, rows a step
 CLIP_TILE = 2048
 
@@ -121,19 +122,30 @@ def dw_splits(tiles: int, k_tiles: int, sms: int) -> int:
     return best
 
 
-def weight_grad(rt: Runtime, dweight: Any, dout: Any, inp: Any) -> None:
-    """dweight += dout^T @ inp, both read as stored (TN, tile_kernels.py), K split over idle SMs."""
+def weight_grad(rt: Runtime, dweight: Any, dout: Any, inp: Any, layout: str = "stored") -> None:
+    """dweight += dout^T @ inp, K split over idle SMs: "stored" reads both as stored (TN: both through
+    the transposing register stage, tile_kernels.py); "xt" writes inp^T first (an activation: one read
+    and one write of it), so the GEMM's B comes by TMA and only dout goes through registers."""
+    if layout not in ("stored", "xt"):
+        raise ValueError(f"layout: expected 'stored' or 'xt', got {layout!r}")
     OC, C = dweight.shape
     bm, bn = DW_TILE
     tiles = -(-OC // bm) * -(-C // bn)
     splits = dw_splits(tiles, -(-inp.shape[0] // BK), rt.sm_count)
     agree = dout.shape[1] == OC and inp.shape[1] == C and dout.shape[0] == inp.shape[0]
-    if splits == 1 or not agree:        # shapes that disagree: matmul_tn_acc's contract names the relation
-        rt.launch(K.matmul_tn_acc, dout, inp, rt.part(dweight, DW_TILE), BK)
+    src, acc_kernel, split_kernel = inp, K.matmul_tn_acc, K.matmul_tn_split
+    if layout == "xt":
+        c = rt.cfg
+        size = max(c.batch_size * c.seq_len * 4 * c.n_embd, inp.shape[0] * inp.shape[1])    # the step's widest X
+        src = _flat_scratch(rt, "inp_t", size, inp.shape[::-1])
+        rt.launch(K.transpose, inp, rt.part(src, T_TILE))
+        acc_kernel, split_kernel = K.matmul_tn_acc_xt, K.matmul_tn_split_xt
+    if splits == 1 or not agree:        # shapes that disagree: the one-pass kernel's contract names the relation
+        rt.launch(acc_kernel, dout, src, rt.part(dweight, DW_TILE), BK)
         return
     rows = splits * -(-OC // bm) * bm
     partial = rt.scratch(f"dweight_partial_{rows}x{C}", (rows, C))      # one per shape, made on first use
-    rt.launch(K.matmul_tn_split, dout, inp, rt.part(partial, DW_TILE), BK)
+    rt.launch(split_kernel, dout, src, rt.part(partial, DW_TILE), BK)
     rt.launch(K.add_splits, partial, rt.part(dweight, T_TILE), splits)
 
 
@@ -155,17 +167,17 @@ def input_grad(rt: Runtime, dinp: Any, dout: Any, weight: Any, layout: str) -> N
 
 def matmul_backward(rt: Runtime, dinp: Any, dweight: Any, dbias: Any | None, dout: Any, inp: Any, weight: Any) -> None:
     """dinp = dout @ weight; dweight += dout^T @ inp; dbias += the sum of dout's rows (linear_backward
-    with DX_LAYOUT)."""
-    linear_backward(rt, dinp, dweight, dbias, dout, inp, weight, DX_LAYOUT)
+    with DX_LAYOUT and DW_LAYOUT)."""
+    linear_backward(rt, dinp, dweight, dbias, dout, inp, weight, DX_LAYOUT, DW_LAYOUT)
 
 
 def linear_backward(rt: Runtime, dinp: Any, dweight: Any, dbias: Any | None, dout: Any, inp: Any, weight: Any,
-                    dx_layout: str) -> None:
-    """dinp = dout @ weight (`dx_layout`: input_grad); dweight += dout^T @ inp (TN, split K); dbias +=
-    the sum of dout's rows (its own kernel: the fast GEMM loops take a loop body of one product, so
-    the column sum cannot ride in the dW loop)."""
+                    dx_layout: str, dw_layout: str = "stored") -> None:
+    """dinp = dout @ weight (`dx_layout`: input_grad); dweight += dout^T @ inp (`dw_layout`:
+    weight_grad); dbias += the sum of dout's rows (its own kernel: the fast GEMM loops take a loop body
+    of one product, so the column sum cannot ride in the dW loop)."""
     input_grad(rt, dinp, dout, weight, dx_layout)
-    weight_grad(rt, dweight, dout, inp)
+    weight_grad(rt, dweight, dout, inp, dw_layout)
     if dbias is not None:
         rt.launch(K.colsum_add, dout, rt.part(dbias, (BIAS_TILE,)), BIAS_ROWS)
 

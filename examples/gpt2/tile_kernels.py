@@ -100,6 +100,37 @@ def matmul_tn_split(dout: tile.Array[f32, 2], inp: tile.Array[f32, 2], partial: 
     partial.store(acc)
 
 
+@tile.kernel(requires=["dout.shape[0] == xt.shape[1]", "dout.shape[1] == out.shape[0]",
+                       "xt.shape[0] == out.shape[1]"])
+def matmul_tn_acc_xt(dout: tile.Array[f32, 2], xt: tile.Array[f32, 2], out: tile.Partition[f32, 2], bk: Const):
+    """out += dout^T @ xt^T: the weight gradient with X^T written first (N x K: K-major, so B comes by
+    TMA and only dout goes through the transposing register stage)."""
+    bm, bn = out.tile_shape
+    i, j = tile.bid(0), tile.bid(1)
+    acc = tile.zeros((bm, bn), f32)
+    for k in range(tile.cdiv(dout.shape[0], bk)):
+        acc = tile.mma(tile.transpose(tile.load(dout, (k, i), (bk, bm))), tile.transpose(tile.load(xt, (j, k), (bn, bk))),
+                       acc)
+    out.store(out.load() + acc)
+
+
+@tile.kernel(requires=["dout.shape[0] == xt.shape[1]", "xt.shape[0] == partial.shape[1]"])
+def matmul_tn_split_xt(dout: tile.Array[f32, 2], xt: tile.Array[f32, 2], partial: tile.Partition[f32, 2], bk: Const):
+    """matmul_tn_split with X^T written first (as matmul_tn_acc_xt)."""
+    bm, bn = partial.tile_shape
+    tm = tile.cdiv(dout.shape[1], bm)
+    splits = partial.shape[0] // (tm * bm)
+    r, j = tile.bid(0), tile.bid(1)
+    s, i = r // tm, r % tm
+    kt = tile.cdiv(dout.shape[0], bk)
+    per = tile.cdiv(kt, splits)
+    acc = tile.zeros((bm, bn), f32)
+    for k in range(s * per, min(kt, s * per + per)):
+        acc = tile.mma(tile.transpose(tile.load(dout, (k, i), (bk, bm))), tile.transpose(tile.load(xt, (j, k), (bn, bk))),
+                       acc)
+    partial.store(acc)
+
+
 @tile.kernel(requires=["partial.shape[1] == out.shape[1]"])
 def add_splits(partial: tile.Array[f32, 2], out: tile.Partition[f32, 2], splits: Const):
     """out += the sum of the `splits` row blocks of `partial` (matmul_tn_split's), in split order."""

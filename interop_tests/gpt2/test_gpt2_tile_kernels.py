@@ -72,25 +72,34 @@ TN_CASES = [(200, 136, 72, (128, 128)), (100, 72, 40, (64, 64)), (520, 136, 200,
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n,oc,c,tile_mn", TN_CASES)
-def test_the_weight_gradient_reads_dy_and_x_as_stored_and_accumulates(mode, n, oc, c, tile_mn, rng):
-    """dW += dY^T X with A = dY^T stored K x M and B = X stored K x N (TN): no transposed copy."""
+@pytest.mark.parametrize("xt", [False, True], ids=["x-stored", "x-transposed"])
+def test_the_weight_gradient_reads_dy_and_x_as_stored_and_accumulates(mode, n, oc, c, tile_mn, xt, rng):
+    """dW += dY^T X with A = dY^T stored K x M and B = X stored K x N (TN): no transposed copy; or with
+    X^T written first (matmul_tn_acc_xt: B K-major)."""
     dy, x = rng.standard_normal((n, oc)).astype(np.float32), rng.standard_normal((n, c)).astype(np.float32)
     dw0 = rng.standard_normal((oc, c)).astype(np.float32)
     dw = dw0.copy()
-    run(K.matmul_tn_acc, mode, dy, x, tile.partition(dw, tile_mn), 32)
+    if xt:
+        run(K.matmul_tn_acc_xt, mode, dy, np.ascontiguousarray(x.T), tile.partition(dw, tile_mn), 32)
+    else:
+        run(K.matmul_tn_acc, mode, dy, x, tile.partition(dw, tile_mn), 32)
     want = dw0 + dy.T.astype(np.float64) @ x
     assert (np.abs(dw - want) <= tf32_bound(dy.T, x) + 1e-5 * np.abs(dw0)).all()
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("splits", [2, 3])
-def test_split_k_weight_gradient_sums_every_k_tile_once(mode, splits, rng):
+@pytest.mark.parametrize("xt", [False, True], ids=["x-stored", "x-transposed"])
+def test_split_k_weight_gradient_sums_every_k_tile_once(mode, splits, xt, rng):
     """520 tokens = 17 k tiles of 32: splits of 9 + 8 (2) or 6 + 6 + 5 (3); the partial buffer's
     padding rows (OC 136 -> 256 a split) are never added into dW."""
     n, oc, c, bm = 520, 136, 72, 128
     dy, x = rng.standard_normal((n, oc)).astype(np.float32), rng.standard_normal((n, c)).astype(np.float32)
     partial = np.full((splits * 256, c), np.nan, np.float32)
-    run(K.matmul_tn_split, mode, dy, x, tile.partition(partial, (bm, 128)), 32)
+    if xt:
+        run(K.matmul_tn_split_xt, mode, dy, np.ascontiguousarray(x.T), tile.partition(partial, (bm, 128)), 32)
+    else:
+        run(K.matmul_tn_split, mode, dy, x, tile.partition(partial, (bm, 128)), 32)
     dw0 = rng.standard_normal((oc, c)).astype(np.float32)
     dw = dw0.copy()
     run(K.add_splits, mode, partial, tile.partition(dw, (64, 64)), splits)
@@ -98,9 +107,9 @@ def test_split_k_weight_gradient_sums_every_k_tile_once(mode, splits, rng):
     assert (np.abs(dw - want) <= tf32_bound(dy.T, x) + 1e-5 * np.abs(dw0)).all()
 
 
-@pytest.mark.parametrize("dx_layout", ["wt", "nn"])
+@pytest.mark.parametrize("dx_layout,dw_layout", [("wt", "stored"), ("nn", "stored"), ("wt", "xt")])
 @pytest.mark.parametrize("n", [200, 520], ids=["one-k-range", "k-split-in-2"])
-def test_the_linear_layers_backward_op_matches_float64(dx_layout, n, rng):
+def test_the_linear_layers_backward_op_matches_float64(dx_layout, dw_layout, n, rng):
     """kernels_dsl.linear_backward (matmul_backward's body) as the step calls it: dX = dY W (W^T written then NT, or W as
     stored), dW += dY^T X (TN; at 520 tokens split in two over the 2 tiles of dW), db += rows of dY."""
     oc, c = 136, 72
@@ -110,7 +119,7 @@ def test_the_linear_layers_backward_op_matches_float64(dx_layout, n, rng):
     w = rng.standard_normal((oc, c)).astype(np.float32)
     dw0, db0 = rng.standard_normal((oc, c)).astype(np.float32), rng.standard_normal(oc).astype(np.float32)
     dx, dw, db = np.full((n, c), np.nan, np.float32), dw0.copy(), db0.copy()
-    kernels_dsl.linear_backward(rt, dx, dw, db, dy, x, w, dx_layout)
+    kernels_dsl.linear_backward(rt, dx, dw, db, dy, x, w, dx_layout, dw_layout)
     assert (np.abs(dx - dy.astype(np.float64) @ w) <= tf32_bound(dy, w)).all()
     assert (np.abs(dw - (dw0 + dy.T.astype(np.float64) @ x)) <= tf32_bound(dy.T, x) + 1e-5 * np.abs(dw0)).all()
     np.testing.assert_allclose(db, db0 + dy.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
@@ -151,12 +160,12 @@ def test_a_weight_gradient_of_another_shape_is_refused_even_where_k_would_split(
 
 
 GEMMS = {"linear_bias": "NT", "linear_nobias": "NT", "matmul_tn_acc": "TN", "matmul_tn_split": "TN",
-         "matmul_nn": "NN"}
+         "matmul_tn_acc_xt": "TN", "matmul_tn_split_xt": "TN", "matmul_nn": "NN"}
 
 
 def _gemm_args(name):
     z = lambda *shape: np.zeros(shape, np.float32)          # noqa: E731
-    out = tile.partition(z(512 if name == "matmul_tn_split" else 256, 256), (128, 128))
+    out = tile.partition(z(512 if name.startswith("matmul_tn_split") else 256, 256), (128, 128))
     return (z(256, 256), z(256, 256)) + ((z(256),) if name == "linear_bias" else ()) + (out, 32)
 
 
