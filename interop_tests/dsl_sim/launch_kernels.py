@@ -130,6 +130,12 @@ def tile_ranks(out: tile.Partition[f32]):
     out.store(tile.full(out.tile_shape, 0.0) + r + tile.cluster_size() * 10)
 
 
+@tile.kernel(cluster=2, group_m=3)
+def tile_grouped_ranks(out: tile.Partition[f32, 2]):
+    """Each tile: its cluster rank + 10 * its row + 100 * its column, in a grouped block order."""
+    out.store(tile.full(out.tile_shape, 0.0) + tile.cluster_rank() + 10.0 * tile.bid(0) + 100.0 * tile.bid(1))
+
+
 @tile.kernel(cooperative=True)
 def tile_plus_one(x: tile.Array[f32], out: tile.Partition[f32]):
     v = tile.load(x, tile.bid(0), out.tile_shape)

@@ -268,3 +268,21 @@ def test_tile_launch_options_and_intrinsics_are_checked():
         tile.kernel(_tile_wait_late, pdl=True).simulate(x, tile.partition(y, (128,)))
     with pytest.raises(DslCompileError, match=r"tile.grid_sync\(\) in a kernel that is not cooperative"):
         tile.kernel(_tile_sync).simulate(x, tile.partition(y, (128,)))
+
+
+@pytest.mark.parametrize("tiles", [(7, 4), (6, 5), (3, 2)])
+def test_the_tile_simulators_block_order_is_the_lowerings(tiles):
+    """A cluster rank is the block's number in the launch order modulo the cluster size: the tile
+    simulator computes it from dsl/tile/launch.linear_block, the lowered kernel from the hardware's
+    block number and the lowering's grouped order (dsl/tile/lower/tiles.py). Groups of 3 tile rows,
+    the last one short: every tile gets the same rank both ways, and at 7 x 4 tiles the grouped ranks
+    are not the row-major ones."""
+    a = np.full((8 * tiles[0], 8 * tiles[1]), np.nan, np.float32)
+    b = a.copy()
+    K.tile_grouped_ranks.simulate(tile.partition(a, (8, 8)))
+    K.tile_grouped_ranks.simulate_lowered(tile.partition(b, (8, 8)))
+    np.testing.assert_array_equal(a, b)
+    rows, cols = np.indices(tiles)
+    assert (a[::8, ::8] - 10 * rows - 100 * cols == a[::8, ::8] % 10).all()          # the rank is the ones digit
+    if tiles == (7, 4):     # (with an odd column count the parities of both orders happen to agree)
+        assert not np.array_equal(a[::8, ::8] % 10, (rows * tiles[1] + cols) % 2)
