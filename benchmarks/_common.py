@@ -88,10 +88,19 @@ class Report:
         self.bars.append({"name": name, "ours": ours, "peer": peer, "ratio": ratio,
                           "bar": f">= {bar:g}x {peer_name}", "pass": ratio >= bar})
 
-    def finish(self, json_path: str | None) -> None:
+    def checkpoint(self, json_path: str | None) -> None:
+        """Write what is measured so far (info "partial": true; finish() overwrites it): a benchmark
+        killed from outside (the GPU check's deadline, a hung kernel) still leaves its finished cases."""
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump(self._record(partial=True), f, indent=2)
+
+    def _record(self, partial: bool = False) -> dict:
         import platform
         info: dict = {"title": self.title, "python": platform.python_version(),
                       "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        if partial:
+            info["partial"] = True
         try:
             import bridge
             if bridge.gpu_available():
@@ -100,8 +109,12 @@ class Report:
                 info["cc"] = d.cc
         except Exception as exc:  # noqa: BLE001
             info["gpu_error"] = repr(exc)
-        out = {"info": info, "rows": self.rows, "bars": self.bars, "missing": self.missing,
-               "notes": self.notes, **self.extra}
+        return {"info": info, "rows": self.rows, "bars": self.bars, "missing": self.missing,
+                "notes": self.notes, **self.extra}
+
+    def finish(self, json_path: str | None) -> None:
+        out = self._record()
+        info = out["info"]
         if json_path:
             with open(json_path, "w") as f:
                 json.dump(out, f, indent=2)

@@ -130,15 +130,19 @@ def main() -> int:
                 if (s, d) == (4096, 128):
                     rep.bar(f"flash attention {name} vs SDPA flash", tf["DSL tile flash_fwd"], tf["sdpa"],
                             higher_is_better=True, bar=1.0, peer_name="torch SDPA flash backend")
+                rep.checkpoint(args.json)
         if args.backward or args.backward_only or args.bwd_sweep:
             from _attention_bwd import backward_cases
             failed += backward_cases(rep, torch, reps=3 if args.quick else 5, sweep=args.bwd_sweep)
+            rep.checkpoint(args.json)
         if args.ladder or args.ladder_only:
             from _attention_ladder import ladder_cases
             failed += ladder_cases(rep, torch, fa, reps=3 if args.quick else 5, quick=args.quick)
+            rep.checkpoint(args.json)
         if args.gqa or args.gqa_only:
             from _attention_gqa import gqa_cases
             failed += gqa_cases(rep, torch, fa, reps=3 if args.quick else 5)
+            rep.checkpoint(args.json)
     rep.finish(args.json)
     if failed:
         print("FAILED (wrong results):\n  " + "\n  ".join(failed))

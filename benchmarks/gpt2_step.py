@@ -291,6 +291,7 @@ def main() -> int:
     stream = bridge.Stream()
     with bridge.use_stream(stream):
         step_variants(rep, cfg, steps, rounds, stream, not args.no_compile)
+        rep.checkpoint(args.json)           # the per-op table takes a while: keep the step's bars if it dies
         _free()
         per_op_table(ops, cfg, reps=5 if args.quick else 20)
         _free()

@@ -530,6 +530,7 @@ def main() -> int:
                 if t not in CASES:
                     raise SystemExit(f"--only: expected tutorials among {', '.join(CASES)}, got {t!r}")
                 CASES[t](bench, rng)
+                rep.checkpoint(args.json)
     finally:
         rep.finish(args.json)
         bench.print_table()

@@ -101,7 +101,8 @@ def merge_bench(old: dict, new: dict) -> dict:
     rows += [{**r, "run": r.get("run", dates[1])} for r in new.get("rows", [])]
     bars = {b["name"]: b for b in old.get("bars", []) if _case(b["name"].rsplit(" vs ", 1)[0]) not in redone}
     bars.update({b["name"]: b for b in new.get("bars", [])})
-    info = {**old.get("info", {}), **new.get("info", {}), "date": " + ".join(dates)}
+    info = {**{k: v for k, v in old.get("info", {}).items() if k != "partial"}, **new.get("info", {}),
+            "date": " + ".join(dates)}       # partial: the later run stopped early (the earlier one's rows are whole)
     return {**old, **new, "info": info, "rows": rows, "bars": list(bars.values()),
             "missing": {**old.get("missing", {}), **new.get("missing", {})},
             "notes": list(dict.fromkeys(old.get("notes", []) + new.get("notes", [])))}
@@ -144,6 +145,9 @@ def bars(check: dict) -> list[str]:
 def bench_section(stem: str, data: dict) -> list[str]:
     info = data.get("info", {})
     out = [f"### {info.get('title', stem)}", "", f"`benchmarks/{stem}.py`, {info.get('date', '')}", ""]
+    if info.get("partial"):
+        out += ["**Partial:** the run stopped before its end (killed from outside, e.g. by the check's time "
+                "budget); these are the cases it finished.", ""]
     rows = data.get("rows", [])
     if rows:
         extra_keys = sorted({k for r in rows for k in r if k not in ("name", "value", "unit")})

@@ -252,6 +252,27 @@ def test_write_docs_takes_a_later_run_under_another_title_whole():
     assert [b["name"] for b in got["bars"]] == ["chain of small kernels: without / with"]
 
 
+def test_a_checkpointed_benchmark_is_rendered_as_partial_until_a_whole_run_replaces_it(tmp_path):
+    """Report.checkpoint writes the finished cases with info "partial" (a benchmark killed by the check's
+    deadline leaves them); the page says so; a later whole run of the same benchmark clears the flag."""
+    common, wd = bench_module("_common"), bench_module("write_docs")
+    rep = common.Report("tutorials")
+    rep.row("01 add: ours", 4200.0, "GB/s")
+    rep.bar("01 add vs Triton", 4200.0, 4100.0, higher_is_better=True, bar=1.0, peer_name="Triton")
+    path = tmp_path / "tutorials.json"
+    rep.checkpoint(str(path))
+    part = json.loads(path.read_text())
+    assert part["info"]["partial"] is True and [r["name"] for r in part["rows"]] == ["01 add: ours"]
+    assert part["bars"][0]["pass"] is True
+    assert any("**Partial:**" in line for line in wd.bench_section("tutorials", part))
+    whole = {**part, "info": {k: v for k, v in part["info"].items() if k != "partial"}}
+    merged = wd.merge_bench(part, whole)
+    assert "partial" not in merged["info"]
+    assert not any("**Partial:**" in line for line in wd.bench_section("tutorials", merged))
+    rep.finish(str(path))
+    assert "partial" not in json.loads(path.read_text())["info"]
+
+
 def test_write_docs_refuses_results_without_a_gpu(tmp_path):
     _fabricated_results(tmp_path, gpu=None)
     p = run("benchmarks/write_docs.py", "--results", str(tmp_path), "--out", str(tmp_path / "b.md"))
