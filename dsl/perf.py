@@ -38,6 +38,8 @@ SLOW_PATH_KINDS: dict[str, str] = {
     "spills": "ptxas spilled registers to local memory",
     "ring-fallback": "the tile loops asked for TMA rings (loop_pipeline tma/ws) keep cp.async: their "
                      "rings together need more shared memory than a block may opt into",
+    "ws-other-loop": "a loop of a warp-specialised tile kernel other than the one it splits at keeps "
+                     "cp.async (loop_pipeline ws): only the producer warpgroup's loop has a TMA ring",
 }
 
 

@@ -140,9 +140,14 @@ def test_only_the_split_loop_of_a_warp_specialised_kernel_takes_a_ring(bn):
     ws = tile.kernel(T.attn_fwd.pyfunc, num_warps=8, lowering=WS).compile(a, "sm_90")
     maps = json.loads(ws.contract_json)["tensor_maps"]
     assert len(maps) == 2, maps                     # K and V of the split loop
+    said = [p for p in ws.metadata["slow_paths"] if p["kind"] == "ws-other-loop"]
+    loop_line = next(n for n, text in enumerate(Path(T.__file__).read_text().splitlines(), 1)
+                     if text.strip().startswith("for start_n in range(lo, hi)"))
+    assert len(said) == 1 and said[0]["line"] == loop_line, said      # the helper's loop, inlined twice
     assert "cp.async.bulk.tensor" in ws.ptx and "cp.async.cg.shared.global" in ws.ptx
     tma = tile.kernel(T.attn_fwd.pyfunc, num_warps=8, lowering={"loop_pipeline": "tma"}).compile(a, "sm_90")
     assert len(json.loads(tma.contract_json)["tensor_maps"]) == 4
+    assert "ws-other-loop" not in [p["kind"] for p in tma.metadata["slow_paths"]]
 
 
 @pytest.mark.parametrize("bn", [64, 128])

@@ -153,9 +153,15 @@ def plan(L, s: T.For, ws: bool = False) -> Pipeline | None:
     # A warp-specialised kernel's loops other than the one it splits at keep cp.async: their ring would be
     # issued by a consumer thread inside the consumer role, which hung on the H200 (tutorial 06, 128x128
     # tiles, D64, causal: the diagonal loop after the split one; 2026-12-04). The producer owns the TMA.
-    if R.ring_wanted(L, loads) and (ws or L.ws_tid is None):
+    wanted = R.ring_wanted(L, loads)
+    if wanted and (ws or L.ws_tid is None):
         ring, bufs = R.make_ring(L, [op for op, _ in loads], ws)
         return Pipeline(s, [Stage(op, buf, op.type.shape[1], True) for (op, _), buf in zip(loads, bufs)], ring=ring)
+    if wanted:
+        from dsl.perf import SlowPath
+        L.slow_paths.append(SlowPath("ws-other-loop", "this loop keeps cp.async: in a warp-specialised kernel "
+                                     "only the loop it splits at has a TMA ring (fed by the producer warpgroup)",
+                                     s.loc.line, s.loc.file))
     if sum(_stage_elems(op, swz) * 2 for op, swz in loads) > BUDGET:
         return None
     stages = [Stage(op, wgmma_stage(L, op.type.dtype, _stage_elems(op, swz), ("pipe", id(s), i)) if swz else
