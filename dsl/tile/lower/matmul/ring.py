@@ -86,11 +86,11 @@ def make_ring(L, loads: list[T.Load], ws: bool) -> tuple[Ring, list[N.Expr]]:
     """Allocate the ring of `loads` (one stage buffer each, holding its S stages) and its barriers;
     returns the ring and the buffers (the pipeline's stages)."""
     ring = Ring(list(loads), L.loop_stages, ws, L.T // 128)
-    # keyed by position and size, not by load: the rings of loops that run one after the other (causal
-    # attention's two stages) share their stages, since a ring loop ends drained (every copy it issued
-    # was waited for, every product that read a stage completed before the loop's last release)
+    # keyed by position, size and dtype, not by load: the rings of loops that run one after the other
+    # (causal attention's two stages) share their stages, since a ring loop ends drained (every copy it
+    # issued was waited for, every product that read a stage completed before the loop's last release)
     bufs = [wgmma_stage(L, op.type.dtype, ring.S * _stage_bytes(op) // op.type.dtype.itemsize,
-                        ("ring", i, ring.S * _stage_bytes(op))) for i, op in enumerate(loads)]
+                        ("ring", i, ring.S * _stage_bytes(op), str(op.type.dtype))) for i, op in enumerate(loads)]
     nbars = len(loads) * ring.S * (2 if ws else 1)
     bars = N.SharedAlloc(f"ring_bars{len(L.extra_shared)}", ArrayType(U64, 1, writable=True, space="shared", shape=(nbars,)), align=8)
     L.extra_shared.append(bars)
