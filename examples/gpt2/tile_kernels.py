@@ -83,19 +83,27 @@ def matmul_tn_acc(dout: tile.Array[f32, 2], inp: tile.Array[f32, 2], out: tile.P
     out.store(out.load() + acc)
 
 
-@tile.kernel(requires=["dout.shape[0] == inp.shape[0]", "inp.shape[1] == partial.shape[1]"])
-def matmul_tn_split(dout: tile.Array[f32, 2], inp: tile.Array[f32, 2], partial: tile.Partition[f32, 2], bk: Const):
-    """Split-K dout^T @ inp: `partial` is (splits * Mp, N), Mp = M rounded up to the tile rows; block row
-    r computes split r // tiles_m of tile (r % tiles_m, j) over its share of the k tiles."""
-    bm, bn = partial.tile_shape
+@tile.func
+def split_k_share(dout, partial, bm, bk):
+    """(i, j, first k tile, past-last k tile) of this block of a split-K dout^T GEMM: `partial` is
+    (splits * Mp, N), Mp = M rounded up to the tile rows; block row r computes split r // tiles_m of
+    tile (r % tiles_m, j) over its share of the k tiles."""
     tm = tile.cdiv(dout.shape[1], bm)
     splits = partial.shape[0] // (tm * bm)
-    r, j = tile.bid(0), tile.bid(1)
-    s, i = r // tm, r % tm
+    r = tile.bid(0)
+    s = r // tm
     kt = tile.cdiv(dout.shape[0], bk)
     per = tile.cdiv(kt, splits)
+    return r % tm, tile.bid(1), s * per, min(kt, s * per + per)
+
+
+@tile.kernel(requires=["dout.shape[0] == inp.shape[0]", "inp.shape[1] == partial.shape[1]"])
+def matmul_tn_split(dout: tile.Array[f32, 2], inp: tile.Array[f32, 2], partial: tile.Partition[f32, 2], bk: Const):
+    """Split-K dout^T @ inp into `partial` (split_k_share)."""
+    bm, bn = partial.tile_shape
+    i, j, k0, k1 = split_k_share(dout, partial, bm, bk)
     acc = tile.zeros((bm, bn), f32)
-    for k in range(s * per, min(kt, s * per + per)):
+    for k in range(k0, k1):
         acc = tile.mma(tile.transpose(tile.load(dout, (k, i), (bk, bm))), tile.load(inp, (k, j), (bk, bn)), acc)
     partial.store(acc)
 
@@ -118,14 +126,9 @@ def matmul_tn_acc_xt(dout: tile.Array[f32, 2], xt: tile.Array[f32, 2], out: tile
 def matmul_tn_split_xt(dout: tile.Array[f32, 2], xt: tile.Array[f32, 2], partial: tile.Partition[f32, 2], bk: Const):
     """matmul_tn_split with X^T written first (as matmul_tn_acc_xt)."""
     bm, bn = partial.tile_shape
-    tm = tile.cdiv(dout.shape[1], bm)
-    splits = partial.shape[0] // (tm * bm)
-    r, j = tile.bid(0), tile.bid(1)
-    s, i = r // tm, r % tm
-    kt = tile.cdiv(dout.shape[0], bk)
-    per = tile.cdiv(kt, splits)
+    i, j, k0, k1 = split_k_share(dout, partial, bm, bk)
     acc = tile.zeros((bm, bn), f32)
-    for k in range(s * per, min(kt, s * per + per)):
+    for k in range(k0, k1):
         acc = tile.mma(tile.transpose(tile.load(dout, (k, i), (bk, bm))), tile.transpose(tile.load(xt, (j, k), (bn, bk))),
                        acc)
     partial.store(acc)
