@@ -211,6 +211,25 @@ def label(name: str, args: tuple) -> str:
     return f"{name} {'x'.join(map(str, max(arrays, key=lambda s: (math.prod(s), len(s)))))}"
 
 
+def alternatives() -> dict[str, list[tuple[str, str, str, Callable[[Any, tuple], None], str]]]:
+    """Per op: the DSL forms the per-op table times beside the step's own, each (tag, row suffix,
+    printed label, call(rt, args), note)."""
+    wide = "x".join(map(str, WIDE_TILE))
+    return {
+        "matmul_backward": [
+            ("dsl nn", "dX NN", "  same, dX with W as stored (NN)",
+             lambda rt, a: kernels_dsl.linear_backward(rt, *a, "nn"),
+             f"(not in the step: kernels_dsl.DX_LAYOUT = {kernels_dsl.DX_LAYOUT!r})"),
+            ("dsl dw xt", "dW X^T", "  same, dW with X^T written first",
+             lambda rt, a: kernels_dsl.linear_backward(rt, *a, kernels_dsl.DX_LAYOUT, "xt"),
+             f"(not in the step: kernels_dsl.DW_LAYOUT = {kernels_dsl.DW_LAYOUT!r})")],
+        "matmul_forward": [
+            ("dsl wide", f"tiles {wide}", f"  same, output tiles {wide}",
+             lambda rt, a: kernels_dsl.linear_forward(rt, *a, WIDE_TILE),
+             "(not in the step: kernels_dsl.gemm_tile gives 128x128)")],
+    }
+
+
 def per_op_table(rep: Report, cfg: Any, reps: int) -> None:
     model = build(cfg, ALL, simulate=False)
     model.set_batch(*batch(cfg, 0))
@@ -225,12 +244,8 @@ def per_op_table(rep: Report, cfg: Any, reps: int) -> None:
     for key, (name, args, _) in groups.items():
         for side in ("cpp", "dsl"):
             fns[f"{key} [{side}]"] = (lambda i, f=registry.REGISTRY[name][side], a=args: f(rt, *a))
-        if name == "matmul_backward":
-            fns[f"{key} [dsl nn]"] = (lambda i, a=args: kernels_dsl.linear_backward(rt, *a, "nn"))
-            fns[f"{key} [dsl dw xt]"] = (lambda i, a=args: kernels_dsl.linear_backward(
-                rt, *a, kernels_dsl.DX_LAYOUT, "xt"))
-        if name == "matmul_forward":
-            fns[f"{key} [dsl wide]"] = (lambda i, a=args: kernels_dsl.linear_forward(rt, *a, WIDE_TILE))
+        for tag, _, _, call, _ in alternatives().get(name, ()):
+            fns[f"{key} [{tag}]"] = (lambda i, f=call, a=args: f(rt, a))
     ms = time_interleaved(fns, reps=reps)
     total = {"cpp": 0.0, "dsl": 0.0}
     print(f"\nPer op, one step of {cfg.n_layer} layers (ms a call, median; calls a step; speed = C++ / DSL):")
@@ -242,24 +257,11 @@ def per_op_table(rep: Report, cfg: Any, reps: int) -> None:
         print(f"{key[:45]:<46}{count:>6}{cpp:>10.4f}{dsl:>10.4f}{cpp / dsl:>7.2f}x  {registry.CPP_SIDE[name]}")
         rep.row(key, round(dsl, 4), "ms (DSL)", cpp_ms=round(cpp, 4), calls=count, speed=round(cpp / dsl, 3),
                 cpp_side=registry.CPP_SIDE[name])
-        if name == "matmul_backward":
-            nn = ms[f"{key} [dsl nn]"]
-            print(f"{'  same, dX with W as stored (NN)':<46}{'':>6}{'':>10}{nn:>10.4f}{cpp / nn:>7.2f}x")
-            rep.row(f"{key}, dX NN", round(nn, 4), "ms (DSL)", cpp_ms=round(cpp, 4), calls=count,
-                    speed=round(cpp / nn, 3), cpp_side="(not in the step: kernels_dsl.DX_LAYOUT = "
-                    f"{kernels_dsl.DX_LAYOUT!r})")
-            xt = ms[f"{key} [dsl dw xt]"]
-            print(f"{'  same, dW with X^T written first':<46}{'':>6}{'':>10}{xt:>10.4f}{cpp / xt:>7.2f}x")
-            rep.row(f"{key}, dW X^T", round(xt, 4), "ms (DSL)", cpp_ms=round(cpp, 4), calls=count,
-                    speed=round(cpp / xt, 3), cpp_side="(not in the step: kernels_dsl.DW_LAYOUT = "
-                    f"{kernels_dsl.DW_LAYOUT!r})")
-        if name == "matmul_forward":
-            wide = ms[f"{key} [dsl wide]"]
-            print(f"{'  same, output tiles ' + 'x'.join(map(str, WIDE_TILE)):<46}{'':>6}{'':>10}{wide:>10.4f}"
-                  f"{cpp / wide:>7.2f}x")
-            rep.row(f"{key}, tiles {'x'.join(map(str, WIDE_TILE))}", round(wide, 4), "ms (DSL)", cpp_ms=round(cpp, 4),
-                    calls=count, speed=round(cpp / wide, 3), cpp_side="(not in the step: kernels_dsl.gemm_tile "
-                    "gives 128x128)")
+        for tag, suffix, text, _, note in alternatives().get(name, ()):
+            alt = ms[f"{key} [{tag}]"]
+            print(f"{text:<46}{'':>6}{'':>10}{alt:>10.4f}{cpp / alt:>7.2f}x")
+            rep.row(f"{key}, {suffix}", round(alt, 4), "ms (DSL)", cpp_ms=round(cpp, 4), calls=count,
+                    speed=round(cpp / alt, 3), cpp_side=note)
     print(f"{'sum over a step (isolated launches)':<46}{'':>6}{total['cpp']:>10.3f}{total['dsl']:>10.3f}"
           f"{total['cpp'] / total['dsl']:>7.2f}x")
     rep.row("sum over a step (isolated launches)", round(total["dsl"], 3), "ms (DSL)", cpp_ms=round(total["cpp"], 3),

@@ -104,6 +104,13 @@ def _flat_scratch(rt: Runtime, name: str, size: int, shape: tuple[int, int]) -> 
     return rt.lib.view(rt.scratch(name, (size,)), 0, shape)
 
 
+def _transposed(rt: Runtime, name: str, x: Any, size: int) -> Any:
+    """x^T written into scratch `name` (`size` elements: room for the step's largest x)."""
+    xt = _flat_scratch(rt, name, size, x.shape[::-1])
+    rt.launch(K.transpose, x, rt.part(xt, T_TILE))
+    return xt
+
+
 def dw_splits(tiles: int, k_tiles: int, sms: int) -> int:
     """How many K splits dW's GEMM takes: the fewest s whose tiles * s blocks fill their waves to >= 80%
     (a 128 x 128 tf32 block's stages take 192 KiB: one block an SM), else the fullest; each split keeps
@@ -136,9 +143,7 @@ def weight_grad(rt: Runtime, dweight: Any, dout: Any, inp: Any, layout: str = "s
     src, acc_kernel, split_kernel = inp, K.matmul_tn_acc, K.matmul_tn_split
     if layout == "xt":
         c = rt.cfg
-        size = max(c.batch_size * c.seq_len * 4 * c.n_embd, inp.shape[0] * inp.shape[1])    # the step's widest X
-        src = _flat_scratch(rt, "inp_t", size, inp.shape[::-1])
-        rt.launch(K.transpose, inp, rt.part(src, T_TILE))
+        src = _transposed(rt, "inp_t", inp, max(c.batch_size * c.seq_len * 4 * c.n_embd, inp.shape[0] * inp.shape[1]))
         acc_kernel, split_kernel = K.matmul_tn_acc_xt, K.matmul_tn_split_xt
     if splits == 1 or not agree:        # shapes that disagree: the one-pass kernel's contract names the relation
         rt.launch(acc_kernel, dout, src, rt.part(dweight, DW_TILE), BK)
@@ -160,8 +165,7 @@ def input_grad(rt: Runtime, dinp: Any, dout: Any, weight: Any, layout: str) -> N
     if layout != "wt":
         raise ValueError(f"layout: expected 'wt' or 'nn', got {layout!r}")
     c = rt.cfg
-    wt = _flat_scratch(rt, "weight_t", c.n_embd * max(c.padded_vocab_size, 4 * c.n_embd), weight.shape[::-1])
-    rt.launch(K.transpose, weight, rt.part(wt, T_TILE))
+    wt = _transposed(rt, "weight_t", weight, c.n_embd * max(c.padded_vocab_size, 4 * c.n_embd))
     rt.launch(K.linear_nobias, dout, wt, rt.part(dinp, gemm_tile(N, C)), BK)
 
 

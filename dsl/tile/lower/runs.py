@@ -166,7 +166,7 @@ def load_pairs(L, e: T.Load, base: list[N.Expr], layout) -> list[N.Expr] | None:
     then aligned and wholly inside or outside the array). Else None: element by element, recorded as a
     `tile-scalar` slow path."""
     shape, dt = e.type.shape, e.type.dtype
-    if not getattr(layout, "pairs", False) or len(shape) != 2 or dt.itemsize not in (2, 4):
+    if not layout.pairs or len(shape) != 2 or dt.itemsize not in (2, 4):
         return None
     why = _facts_refuse(e.param, L.facts.get(e.param.name, {}))
     if why is not None:
