@@ -145,6 +145,15 @@ def test_the_linear_forward_matches_float64_with_either_output_tile(out_tile, bi
     assert (np.abs(wide - ref) <= tf32_bound(x, w.T)).all()
 
 
+def test_an_unknown_weight_gradient_layout_is_refused_before_any_launch(rng):
+    rt = Runtime(array_lib("numpy", "cpu"), config("tiny"), simulate=True)
+    dy, x = rng.standard_normal((200, 136)).astype(np.float32), rng.standard_normal((200, 72)).astype(np.float32)
+    dw = np.full((136, 72), np.nan, np.float32)
+    with pytest.raises(ValueError, match=r"layout: expected 'stored' or 'xt', got 'x'"):
+        kernels_dsl.weight_grad(rt, dw, dy, x, "x")
+    assert np.isnan(dw).all()
+
+
 def test_a_weight_gradient_of_another_shape_is_refused_even_where_k_would_split(rng):
     """At 520 tokens dW's K splits in two (the split kernels' contracts cannot relate dW to dY), so
     shapes that disagree go to the one-pass kernel, whose contract names the relation; nothing runs."""
