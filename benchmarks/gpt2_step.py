@@ -18,9 +18,9 @@ The per-op table (its own JSON, `<json stem>_per_op.json`, so docs/benchmarks.md
 table of its own): every call of one eager step is recorded (op, arguments); calls with the same op
 and shapes are one row, timed on both sides on the step's own buffers (L2 flushed before each
 launch, sides interleaved, median), with the calls a step makes and the step's sum per side. The
-linear layer's backward also gets a row with dX in the layout W is stored in ("nn"), beside the
-default (W^T written, then the NT GEMM: kernels_dsl.DX_LAYOUT) and one with dW's X^T written first
-(kernels_dsl.DW_LAYOUT "xt"), and its forward a row with WIDE_TILE output tiles beside gemm_tile's.
+linear layer's backward also gets rows with dX and dW in the layouts the step does not use
+(kernels_dsl.DX_LAYOUT, DW_LAYOUT), and its forward a row with the output tile kernels_dsl.gemm_tile
+did not pick (128 x 128 or WIDE_TILE).
 
     python benchmarks/gpt2_step.py [--config small] [--steps 10] [--rounds 5] [--quick] [--json out.json]
 """
@@ -47,7 +47,6 @@ LOSS_RTOL = 2e-3        # first-step loss of a variant vs the PyTorch f32 model 
 ALL, NONE = frozenset(registry.NAMES), frozenset()
 OURS = "--dsl all --graph"
 PEERS = ("--dsl none --graph", "PyTorch torch.compile")          # the bars: OURS >= each
-WIDE_TILE = (128, 256)  # the per-op table also times the forward GEMMs with these output tiles (gemm_tile: 128x128)
 
 
 def parse() -> argparse.Namespace:
@@ -211,23 +210,33 @@ def label(name: str, args: tuple) -> str:
     return f"{name} {'x'.join(map(str, max(arrays, key=lambda s: (math.prod(s), len(s)))))}"
 
 
-def alternatives() -> dict[str, list[tuple[str, str, str, Callable[[Any, tuple], None], str]]]:
-    """Per op: the DSL forms the per-op table times beside the step's own, each (tag, row suffix,
-    printed label, call(rt, args), note)."""
-    wide = "x".join(map(str, WIDE_TILE))
-    return {
-        "matmul_backward": [
-            ("dsl nn", "dX NN", "  same, dX with W as stored (NN)",
-             lambda rt, a: kernels_dsl.linear_backward(rt, *a, "nn"),
-             f"(not in the step: kernels_dsl.DX_LAYOUT = {kernels_dsl.DX_LAYOUT!r})"),
-            ("dsl dw xt", "dW X^T", "  same, dW with X^T written first",
-             lambda rt, a: kernels_dsl.linear_backward(rt, *a, kernels_dsl.DX_LAYOUT, "xt"),
-             f"(not in the step: kernels_dsl.DW_LAYOUT = {kernels_dsl.DW_LAYOUT!r})")],
-        "matmul_forward": [
-            ("dsl wide", f"tiles {wide}", f"  same, output tiles {wide}",
-             lambda rt, a: kernels_dsl.linear_forward(rt, *a, WIDE_TILE),
-             "(not in the step: kernels_dsl.gemm_tile gives 128x128)")],
-    }
+DW_TEXT = {"stored": "dY and X as stored (TN)", "xt": "X^T written first", "tt": "dY^T and X^T written (NT)"}
+
+
+def alternatives(name: str, args: tuple, sms: int) -> list[tuple[str, str, str, Callable[[Any, tuple], None], str]]:
+    """The DSL forms the per-op table times beside the step's own for one op and its arguments, each
+    (tag, row suffix, printed label, call(rt, args), note): dX and dW in the layouts the step does not
+    use (kernels_dsl.DX_LAYOUT, DW_LAYOUT), the forward with the output tile gemm_tile did not pick."""
+    if name == "matmul_backward":
+        dx = "nn" if kernels_dsl.DX_LAYOUT == "wt" else "wt"
+        alts = [(f"dsl dx {dx}", f"dX {dx}", f"  same, dX layout {dx!r}",
+                 lambda rt, a: kernels_dsl.linear_backward(rt, *a, dx, kernels_dsl.DW_LAYOUT),
+                 f"(not in the step: kernels_dsl.DX_LAYOUT = {kernels_dsl.DX_LAYOUT!r})")]
+        for dw in kernels_dsl.DW_LAYOUTS:
+            if dw != kernels_dsl.DW_LAYOUT:
+                alts.append((f"dsl dw {dw}", f"dW {dw}", f"  same, dW {DW_TEXT[dw]}",
+                             lambda rt, a, dw=dw: kernels_dsl.linear_backward(rt, *a, kernels_dsl.DX_LAYOUT, dw),
+                             f"(not in the step: kernels_dsl.DW_LAYOUT = {kernels_dsl.DW_LAYOUT!r})"))
+        return alts
+    if name == "matmul_forward":
+        out = args[0]
+        step = kernels_dsl.gemm_tile(*out.shape, sms)
+        other = (128, 128) if step == kernels_dsl.WIDE_TILE else kernels_dsl.WIDE_TILE
+        text = "x".join(map(str, other))
+        return [("dsl tile", f"tiles {text}", f"  same, output tiles {text}",
+                 lambda rt, a: kernels_dsl.linear_forward(rt, *a, other),
+                 f"(not in the step: kernels_dsl.gemm_tile gives {'x'.join(map(str, step))})")]
+    return []
 
 
 def per_op_table(rep: Report, cfg: Any, reps: int) -> None:
@@ -244,20 +253,20 @@ def per_op_table(rep: Report, cfg: Any, reps: int) -> None:
     for key, (name, args, _) in groups.items():
         for side in ("cpp", "dsl"):
             fns[f"{key} [{side}]"] = (lambda i, f=registry.REGISTRY[name][side], a=args: f(rt, *a))
-        for tag, _, _, call, _ in alternatives().get(name, ()):
+        for tag, _, _, call, _ in alternatives(name, args, rt.sm_count):
             fns[f"{key} [{tag}]"] = (lambda i, f=call, a=args: f(rt, a))
     ms = time_interleaved(fns, reps=reps)
     total = {"cpp": 0.0, "dsl": 0.0}
     print(f"\nPer op, one step of {cfg.n_layer} layers (ms a call, median; calls a step; speed = C++ / DSL):")
     print(f"{'op and shapes':<46}{'calls':>6}{'C++ ms':>10}{'DSL ms':>10}{'speed':>8}  C++ side")
-    for key, (name, _, count) in groups.items():
+    for key, (name, args, count) in groups.items():
         cpp, dsl = ms[f"{key} [cpp]"], ms[f"{key} [dsl]"]
         total["cpp"] += cpp * count
         total["dsl"] += dsl * count
         print(f"{key[:45]:<46}{count:>6}{cpp:>10.4f}{dsl:>10.4f}{cpp / dsl:>7.2f}x  {registry.CPP_SIDE[name]}")
         rep.row(key, round(dsl, 4), "ms (DSL)", cpp_ms=round(cpp, 4), calls=count, speed=round(cpp / dsl, 3),
                 cpp_side=registry.CPP_SIDE[name])
-        for tag, suffix, text, _, note in alternatives().get(name, ()):
+        for tag, suffix, text, _, note in alternatives(name, args, rt.sm_count):
             alt = ms[f"{key} [{tag}]"]
             print(f"{text:<46}{'':>6}{'':>10}{alt:>10.4f}{cpp / alt:>7.2f}x")
             rep.row(f"{key}, {suffix}", round(alt, 4), "ms (DSL)", cpp_ms=round(cpp, 4), calls=count,

@@ -8,6 +8,7 @@ On the simulator each launch is `kernel.simulate(...)` on NumPy views of the sam
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from examples import flash_attention_bwd as flash_bwd
@@ -24,14 +25,23 @@ T_TILE = (64, 64)               # transposes, split sums
 DW_TILE = (128, 128)            # dW's TN GEMM: 128 rows, the tf32 wgmma loop's (any size: smaller ones pay masking)
 MAX_SPLITS, MIN_SPLIT_K_TILES = 8, 8
 DX_LAYOUT = "wt"                # dX = dY @ W: "wt" (W^T written, NT GEMM) or "nn" (W as stored)
-DW_LAYOUT = "stored"            # dW += dY^T X: "stored" (both as stored, TN) or "xt" (X^T written: B by TMA)
+DW_LAYOUTS = ("stored", "xt", "tt")   # dW += dY^T X: both as stored (TN); X^T written; dY^T and X^T written (NT)
+DW_LAYOUT = "tt"                # the step's: fastest at every GPT-2 small shape (benchmarks/gpt2_step.py's
+                                # per-op table); dY^T's scratch holds the classifier's (B*T*Vp floats)
 BIAS_TILE, BIAS_ROWS = 64, 128  # bias gradient: columns a block, rows a step
 CLIP_TILE = 2048
+WIDE_TILE = (128, 256)          # the forward GEMMs' output tile where the grid fills its waves (gemm_tile)
 
 
-def gemm_tile(m: int, n: int) -> tuple[int, int]:
-    """The output tile of an m x n GEMM: 128 x 128 (wgmma-sized) when both are large, else 64 x 64."""
-    return (128, 128) if min(m, n) >= 512 else (64, 64)
+def gemm_tile(m: int, n: int, sms: int) -> tuple[int, int]:
+    """The output tile of an m x n GEMM on `sms` SMs: 64 x 64 when either is small; WIDE_TILE (more
+    reuse of each operand tile) when its grid is at least 4 waves and fills >= 90 % of its last
+    one, else 128 x 128 (wgmma-sized). Measured (GPT-2 small, H200): 128 x 256 wins for OC 3072 and
+    the classifier, ties at 2304 (4.4 waves), loses at 768 (1.5 waves)."""
+    if min(m, n) < 512:
+        return (64, 64)
+    waves = -(-m // WIDE_TILE[0]) * -(-n // WIDE_TILE[1]) / sms
+    return WIDE_TILE if waves >= 4 and waves / math.ceil(waves) >= 0.9 else (128, 128)
 
 
 def encoder_forward(rt: Runtime, out: Any, inp: Any, wte: Any, wpe: Any) -> None:
@@ -86,7 +96,7 @@ def grad_clip(rt: Runtime, grads: Any, norm_sq: Any, max_norm: float) -> None:
 
 # ---- the linear layer ------------------------------------------------------------------------------
 def matmul_forward(rt: Runtime, out: Any, inp: Any, weight: Any, bias: Any | None) -> None:
-    linear_forward(rt, out, inp, weight, bias, gemm_tile(*out.shape))
+    linear_forward(rt, out, inp, weight, bias, gemm_tile(*out.shape, rt.sm_count))
 
 
 def linear_forward(rt: Runtime, out: Any, inp: Any, weight: Any, bias: Any | None,
@@ -130,27 +140,36 @@ def dw_splits(tiles: int, k_tiles: int, sms: int) -> int:
 
 
 def weight_grad(rt: Runtime, dweight: Any, dout: Any, inp: Any, layout: str = "stored") -> None:
-    """dweight += dout^T @ inp, K split over idle SMs: "stored" reads both as stored (TN: both through
-    the transposing register stage, tile_kernels.py); "xt" writes inp^T first (an activation: one read
-    and one write of it), so the GEMM's B comes by TMA and only dout goes through registers."""
-    if layout not in ("stored", "xt"):
-        raise ValueError(f"layout: expected 'stored' or 'xt', got {layout!r}")
+    """dweight += dout^T @ inp, K split over idle SMs. `layout` (DW_LAYOUTS): "stored" reads both as
+    stored (TN: both through the transposing register stage, tile_kernels.py); "xt" writes inp^T first
+    (one read and one write of an activation), so B comes by TMA and only dout goes through registers;
+    "tt" writes dout^T too, so the GEMM is the NT loop with both operands by TMA. Shapes that disagree
+    go to the stored kernel, whose contract refuses them before anything (a transpose too) runs."""
+    if layout not in DW_LAYOUTS:
+        raise ValueError(f"layout: expected one of {', '.join(map(repr, DW_LAYOUTS))}, got {layout!r}")
     OC, C = dweight.shape
     bm, bn = DW_TILE
     tiles = -(-OC // bm) * -(-C // bn)
     splits = dw_splits(tiles, -(-inp.shape[0] // BK), rt.sm_count)
     agree = dout.shape[1] == OC and inp.shape[1] == C and dout.shape[0] == inp.shape[0]
-    src, acc_kernel, split_kernel = inp, K.matmul_tn_acc, K.matmul_tn_split
-    if layout == "xt":
+    if not agree:
+        layout = "stored"
+    a, b, acc_kernel, split_kernel = dout, inp, K.matmul_tn_acc, K.matmul_tn_split
+    if layout != "stored":
         c = rt.cfg
-        src = _transposed(rt, "inp_t", inp, max(c.batch_size * c.seq_len * 4 * c.n_embd, inp.shape[0] * inp.shape[1]))
+        tokens = c.batch_size * c.seq_len
+        b = _transposed(rt, "inp_t", inp, max(tokens * 4 * c.n_embd, inp.shape[0] * inp.shape[1]))
         acc_kernel, split_kernel = K.matmul_tn_acc_xt, K.matmul_tn_split_xt
+    if layout == "tt":
+        a = _transposed(rt, "dout_t", dout, max(tokens * max(4 * c.n_embd, c.padded_vocab_size),
+                                                 dout.shape[0] * dout.shape[1]))
+        acc_kernel, split_kernel = K.matmul_nt_acc, K.matmul_nt_split
     if splits == 1 or not agree:        # shapes that disagree: the one-pass kernel's contract names the relation
-        rt.launch(acc_kernel, dout, src, rt.part(dweight, DW_TILE), BK)
+        rt.launch(acc_kernel, a, b, rt.part(dweight, DW_TILE), BK)
         return
     rows = splits * -(-OC // bm) * bm
     partial = rt.scratch(f"dweight_partial_{rows}x{C}", (rows, C))      # one per shape, made on first use
-    rt.launch(split_kernel, dout, src, rt.part(partial, DW_TILE), BK)
+    rt.launch(split_kernel, a, b, rt.part(partial, DW_TILE), BK)
     rt.launch(K.add_splits, partial, rt.part(dweight, T_TILE), splits)
 
 
@@ -160,13 +179,13 @@ def input_grad(rt: Runtime, dinp: Any, dout: Any, weight: Any, layout: str) -> N
     tf32 wgmma through the register stage under KB_TILE_TF32_TRANSPOSE=1)."""
     N, C = dinp.shape
     if layout == "nn":
-        rt.launch(K.matmul_nn, dout, weight, rt.part(dinp, gemm_tile(N, C)), BK)
+        rt.launch(K.matmul_nn, dout, weight, rt.part(dinp, gemm_tile(N, C, rt.sm_count)), BK)
         return
     if layout != "wt":
         raise ValueError(f"layout: expected 'wt' or 'nn', got {layout!r}")
     c = rt.cfg
     wt = _transposed(rt, "weight_t", weight, c.n_embd * max(c.padded_vocab_size, 4 * c.n_embd))
-    rt.launch(K.linear_nobias, dout, wt, rt.part(dinp, gemm_tile(N, C)), BK)
+    rt.launch(K.linear_nobias, dout, wt, rt.part(dinp, gemm_tile(N, C, rt.sm_count)), BK)
 
 
 def matmul_backward(rt: Runtime, dinp: Any, dweight: Any, dbias: Any | None, dout: Any, inp: Any, weight: Any) -> None:

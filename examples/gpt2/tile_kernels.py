@@ -27,13 +27,18 @@ Const = tile.Constant[int]
 
 
 @tile.func
-def nt_loop(x, w, bm, bn, bk):
-    """acc = x[i-tile] @ w[j-tile]^T over all of K (x: M x K, w: N x K, both K-major)."""
-    i, j = tile.bid(0), tile.bid(1)
+def nt_range(x, w, i, j, k0, k1, bm, bn, bk):
+    """acc = x[i-tile] @ w[j-tile]^T over k tiles k0..k1-1 (x: M x K, w: N x K, both K-major)."""
     acc = tile.zeros((bm, bn), f32)
-    for k in range(tile.cdiv(x.shape[1], bk)):
+    for k in range(k0, k1):
         acc = tile.mma(tile.load(x, (i, k), (bm, bk)), tile.transpose(tile.load(w, (j, k), (bn, bk))), acc)
     return acc
+
+
+@tile.func
+def nt_loop(x, w, bm, bn, bk):
+    """acc = x[i-tile] @ w[j-tile]^T over all of K."""
+    return nt_range(x, w, tile.bid(0), tile.bid(1), 0, tile.cdiv(x.shape[1], bk), bm, bn, bk)
 
 
 @tile.kernel(requires=["x.shape[1] == w.shape[1]", "len(bias) == w.shape[0]", "out.shape[0] == x.shape[0]",
@@ -84,15 +89,15 @@ def matmul_tn_acc(dout: tile.Array[f32, 2], inp: tile.Array[f32, 2], out: tile.P
 
 
 @tile.func
-def split_k_share(dout, partial, bm, bk):
-    """(i, j, first k tile, past-last k tile) of this block of a split-K dout^T GEMM: `partial` is
-    (splits * Mp, N), Mp = M rounded up to the tile rows; block row r computes split r // tiles_m of
-    tile (r % tiles_m, j) over its share of the k tiles."""
-    tm = tile.cdiv(dout.shape[1], bm)
+def split_k_share(m, k, partial, bm, bk):
+    """(i, j, first k tile, past-last k tile) of this block of a split-K M x N x K GEMM (`m` = M,
+    `k` = K): `partial` is (splits * Mp, N), Mp = M rounded up to the tile rows; block row r computes
+    split r // tiles_m of tile (r % tiles_m, j) over its share of the k tiles."""
+    tm = tile.cdiv(m, bm)
     splits = partial.shape[0] // (tm * bm)
     r = tile.bid(0)
     s = r // tm
-    kt = tile.cdiv(dout.shape[0], bk)
+    kt = tile.cdiv(k, bk)
     per = tile.cdiv(kt, splits)
     return r % tm, tile.bid(1), s * per, min(kt, s * per + per)
 
@@ -101,7 +106,7 @@ def split_k_share(dout, partial, bm, bk):
 def matmul_tn_split(dout: tile.Array[f32, 2], inp: tile.Array[f32, 2], partial: tile.Partition[f32, 2], bk: Const):
     """Split-K dout^T @ inp into `partial` (split_k_share)."""
     bm, bn = partial.tile_shape
-    i, j, k0, k1 = split_k_share(dout, partial, bm, bk)
+    i, j, k0, k1 = split_k_share(dout.shape[1], dout.shape[0], partial, bm, bk)
     acc = tile.zeros((bm, bn), f32)
     for k in range(k0, k1):
         acc = tile.mma(tile.transpose(tile.load(dout, (k, i), (bk, bm))), tile.load(inp, (k, j), (bk, bn)), acc)
@@ -126,12 +131,29 @@ def matmul_tn_acc_xt(dout: tile.Array[f32, 2], xt: tile.Array[f32, 2], out: tile
 def matmul_tn_split_xt(dout: tile.Array[f32, 2], xt: tile.Array[f32, 2], partial: tile.Partition[f32, 2], bk: Const):
     """matmul_tn_split with X^T written first (as matmul_tn_acc_xt)."""
     bm, bn = partial.tile_shape
-    i, j, k0, k1 = split_k_share(dout, partial, bm, bk)
+    i, j, k0, k1 = split_k_share(dout.shape[1], dout.shape[0], partial, bm, bk)
     acc = tile.zeros((bm, bn), f32)
     for k in range(k0, k1):
         acc = tile.mma(tile.transpose(tile.load(dout, (k, i), (bk, bm))), tile.transpose(tile.load(xt, (j, k), (bn, bk))),
                        acc)
     partial.store(acc)
+
+
+@tile.kernel(requires=["dyt.shape[1] == xt.shape[1]", "dyt.shape[0] == out.shape[0]",
+                       "xt.shape[0] == out.shape[1]"])
+def matmul_nt_acc(dyt: tile.Array[f32, 2], xt: tile.Array[f32, 2], out: tile.Partition[f32, 2], bk: Const):
+    """out += dyt @ xt^T: the weight gradient with dY^T and X^T both written first (both K-major: the
+    NT loop, both operands by TMA, none through the register stage)."""
+    bm, bn = out.tile_shape
+    out.store(out.load() + nt_loop(dyt, xt, bm, bn, bk))
+
+
+@tile.kernel(requires=["dyt.shape[1] == xt.shape[1]", "xt.shape[0] == partial.shape[1]"])
+def matmul_nt_split(dyt: tile.Array[f32, 2], xt: tile.Array[f32, 2], partial: tile.Partition[f32, 2], bk: Const):
+    """Split-K dyt @ xt^T into `partial` (split_k_share)."""
+    bm, bn = partial.tile_shape
+    i, j, k0, k1 = split_k_share(dyt.shape[0], dyt.shape[1], partial, bm, bk)
+    partial.store(nt_range(dyt, xt, i, j, k0, k1, bm, bn, bk))
 
 
 @tile.kernel(requires=["partial.shape[1] == out.shape[1]"])

@@ -222,3 +222,47 @@ def test_a_statistics_buffer_one_row_short_is_refused_by_either_sides_layernorm(
         assert torch.isnan(model.acts.ln1).all()
         for name, was in before.items():
             assert np.array_equal(model.rt.lib.to_numpy(getattr(model, name)), was), name
+
+
+# ---- the linear layer's GEMMs in every operand layout the per-op table times ---------------------------
+@pytest.mark.parametrize("dx_layout,dw_layout", [("wt", "stored"), ("nn", "stored"), ("wt", "xt"), ("wt", "tt")])
+def test_the_linear_backward_matches_float64_on_the_gpu_in_every_layout(dx_layout, dw_layout, mini):
+    """kernels_dsl.linear_backward on the H200 at a ragged shape (600 tokens: 19 k tiles, dW's K split
+    in 2), each layout against float64: dX (W^T written / W as stored), dW (TN as stored, X^T written,
+    dY^T and X^T written: the NT loop), db. tf32 bound as the simulator tests' (3 * 2^-10 sum |a||b|)."""
+    import torch
+    from examples.gpt2 import kernels_dsl
+    from examples.gpt2.arrays import array_lib
+    from examples.gpt2.runtime import Runtime
+    g = torch.Generator(device="cuda").manual_seed(31)
+    n, oc, c = 600, 264, 136
+    dy, x, w = (torch.randn(s, device="cuda", generator=g) for s in ((n, oc), (n, c), (oc, c)))
+    dw0, db0 = torch.randn((oc, c), device="cuda", generator=g), torch.randn(oc, device="cuda", generator=g)
+    dx, dw, db = torch.full((n, c), float("nan"), device="cuda"), dw0.clone(), db0.clone()
+    rt = Runtime(array_lib("torch", "cuda"), mini, simulate=False)
+    rt.state["sm_count"] = 12                                        # dW's 6 tiles split in two (dw_splits)
+    assert kernels_dsl.dw_splits(6, 19, 12) == 2
+    kernels_dsl.linear_backward(rt, dx, dw, db, dy, x, w, dx_layout, dw_layout)
+    torch.cuda.synchronize()
+    d = lambda t: t.double()                                         # noqa: E731
+    bound = lambda a, b: 3 * 2.0 ** -10 * (d(a).abs() @ d(b).abs())  # noqa: E731
+    assert ((d(dx) - d(dy) @ d(w)).abs() <= bound(dy, w)).all()
+    assert ((d(dw) - d(dw0) - d(dy).T @ d(x)).abs() <= bound(dy.T, x) + 1e-5 * d(dw0).abs()).all()
+    assert torch.allclose(d(db), d(db0) + d(dy).sum(0), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("out_tile", [(128, 128), (128, 256)], ids=["128x128", "wide"])
+def test_the_linear_forward_matches_float64_on_the_gpu_with_either_tile(out_tile, mini):
+    import torch
+    from examples.gpt2 import kernels_dsl
+    from examples.gpt2.arrays import array_lib
+    from examples.gpt2.runtime import Runtime
+    g = torch.Generator(device="cuda").manual_seed(32)
+    n, c, oc = 600, 136, 520
+    x, w, b = (torch.randn(s, device="cuda", generator=g) for s in ((n, c), (oc, c), (oc,)))
+    out = torch.full((n, oc), float("nan"), device="cuda")
+    rt = Runtime(array_lib("torch", "cuda"), mini, simulate=False)
+    kernels_dsl.linear_forward(rt, out, x, w, b, out_tile)
+    torch.cuda.synchronize()
+    want = x.double() @ w.double().T + b.double()
+    assert ((out.double() - want).abs() <= 3 * 2.0 ** -10 * (x.double().abs() @ w.double().abs().T)).all()

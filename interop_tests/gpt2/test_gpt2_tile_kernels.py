@@ -70,36 +70,41 @@ def test_transpose_and_the_bias_gradient_match_numpy(mode, rng):
 TN_CASES = [(200, 136, 72, (128, 128)), (100, 72, 40, (64, 64)), (520, 136, 200, (128, 128))]
 
 
+def dw_kernel_args(layout, dy, x):
+    """The operands of the weight-gradient GEMM in `layout` (kernels_dsl.DW_LAYOUTS): as stored, with
+    X^T written, or with dY^T and X^T written; and its one-pass and split-K kernels."""
+    t = np.ascontiguousarray
+    return {"stored": ((dy, x), K.matmul_tn_acc, K.matmul_tn_split),
+            "xt": ((dy, t(x.T)), K.matmul_tn_acc_xt, K.matmul_tn_split_xt),
+            "tt": ((t(dy.T), t(x.T)), K.matmul_nt_acc, K.matmul_nt_split)}[layout]
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n,oc,c,tile_mn", TN_CASES)
-@pytest.mark.parametrize("xt", [False, True], ids=["x-stored", "x-transposed"])
-def test_the_weight_gradient_reads_dy_and_x_as_stored_and_accumulates(mode, n, oc, c, tile_mn, xt, rng):
-    """dW += dY^T X with A = dY^T stored K x M and B = X stored K x N (TN): no transposed copy; or with
-    X^T written first (matmul_tn_acc_xt: B K-major)."""
+@pytest.mark.parametrize("layout", kernels_dsl.DW_LAYOUTS)
+def test_the_weight_gradient_accumulates_in_every_operand_layout(mode, n, oc, c, tile_mn, layout, rng):
+    """dW += dY^T X with A = dY^T stored K x M and B = X stored K x N (TN: no transposed copy), with X^T
+    written first (B K-major), or with dY^T and X^T both written (the NT loop)."""
     dy, x = rng.standard_normal((n, oc)).astype(np.float32), rng.standard_normal((n, c)).astype(np.float32)
     dw0 = rng.standard_normal((oc, c)).astype(np.float32)
     dw = dw0.copy()
-    if xt:
-        run(K.matmul_tn_acc_xt, mode, dy, np.ascontiguousarray(x.T), tile.partition(dw, tile_mn), 32)
-    else:
-        run(K.matmul_tn_acc, mode, dy, x, tile.partition(dw, tile_mn), 32)
+    ab, acc, _ = dw_kernel_args(layout, dy, x)
+    run(acc, mode, *ab, tile.partition(dw, tile_mn), 32)
     want = dw0 + dy.T.astype(np.float64) @ x
     assert (np.abs(dw - want) <= tf32_bound(dy.T, x) + 1e-5 * np.abs(dw0)).all()
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("splits", [2, 3])
-@pytest.mark.parametrize("xt", [False, True], ids=["x-stored", "x-transposed"])
-def test_split_k_weight_gradient_sums_every_k_tile_once(mode, splits, xt, rng):
+@pytest.mark.parametrize("layout", kernels_dsl.DW_LAYOUTS)
+def test_split_k_weight_gradient_sums_every_k_tile_once(mode, splits, layout, rng):
     """520 tokens = 17 k tiles of 32: splits of 9 + 8 (2) or 6 + 6 + 5 (3); the partial buffer's
     padding rows (OC 136 -> 256 a split) are never added into dW."""
     n, oc, c, bm = 520, 136, 72, 128
     dy, x = rng.standard_normal((n, oc)).astype(np.float32), rng.standard_normal((n, c)).astype(np.float32)
     partial = np.full((splits * 256, c), np.nan, np.float32)
-    if xt:
-        run(K.matmul_tn_split_xt, mode, dy, np.ascontiguousarray(x.T), tile.partition(partial, (bm, 128)), 32)
-    else:
-        run(K.matmul_tn_split, mode, dy, x, tile.partition(partial, (bm, 128)), 32)
+    ab, _, split = dw_kernel_args(layout, dy, x)
+    run(split, mode, *ab, tile.partition(partial, (bm, 128)), 32)
     dw0 = rng.standard_normal((oc, c)).astype(np.float32)
     dw = dw0.copy()
     run(K.add_splits, mode, partial, tile.partition(dw, (64, 64)), splits)
@@ -107,7 +112,7 @@ def test_split_k_weight_gradient_sums_every_k_tile_once(mode, splits, xt, rng):
     assert (np.abs(dw - want) <= tf32_bound(dy.T, x) + 1e-5 * np.abs(dw0)).all()
 
 
-@pytest.mark.parametrize("dx_layout,dw_layout", [("wt", "stored"), ("nn", "stored"), ("wt", "xt")])
+@pytest.mark.parametrize("dx_layout,dw_layout", [("wt", "stored"), ("nn", "stored"), ("wt", "xt"), ("wt", "tt")])
 @pytest.mark.parametrize("n", [200, 520], ids=["one-k-range", "k-split-in-2"])
 def test_the_linear_layers_backward_op_matches_float64(dx_layout, dw_layout, n, rng):
     """kernels_dsl.linear_backward (matmul_backward's body) as the step calls it: dX = dY W (W^T written then NT, or W as
@@ -149,32 +154,36 @@ def test_an_unknown_weight_gradient_layout_is_refused_before_any_launch(rng):
     rt = Runtime(array_lib("numpy", "cpu"), config("tiny"), simulate=True)
     dy, x = rng.standard_normal((200, 136)).astype(np.float32), rng.standard_normal((200, 72)).astype(np.float32)
     dw = np.full((136, 72), np.nan, np.float32)
-    with pytest.raises(ValueError, match=r"layout: expected 'stored' or 'xt', got 'x'"):
+    with pytest.raises(ValueError, match=r"layout: expected one of 'stored', 'xt', 'tt', got 'x'"):
         kernels_dsl.weight_grad(rt, dw, dy, x, "x")
     assert np.isnan(dw).all()
 
 
-def test_a_weight_gradient_of_another_shape_is_refused_even_where_k_would_split(rng):
+@pytest.mark.parametrize("layout", kernels_dsl.DW_LAYOUTS)
+def test_a_weight_gradient_of_another_shape_is_refused_even_where_k_would_split(layout, rng):
     """At 520 tokens dW's K splits in two (the split kernels' contracts cannot relate dW to dY), so
-    shapes that disagree go to the one-pass kernel, whose contract names the relation; nothing runs."""
+    shapes that disagree go to the one-pass kernel as stored, whose contract names the relation;
+    nothing runs (no transpose into scratch either)."""
     import bridge
     rt = Runtime(array_lib("numpy", "cpu"), config("tiny"), simulate=True)
     dy, x = rng.standard_normal((520, 136)).astype(np.float32), rng.standard_normal((520, 72)).astype(np.float32)
     dw = np.full((128, 72), np.nan, np.float32)                     # 8 rows short of dY's 136 columns
     assert kernels_dsl.dw_splits(2, 17, SIM_SM_COUNT) == 2
     with pytest.raises(bridge.ShapeRelationError) as err:
-        kernels_dsl.weight_grad(rt, dw, dy, x)
+        kernels_dsl.weight_grad(rt, dw, dy, x, layout)
     assert err.value.kernel == "matmul_tn_acc" and "dout.shape[1] == out.shape[0]" in str(err.value)
     assert np.isnan(dw).all()
+    assert not rt._scratch, list(rt._scratch)
 
 
 GEMMS = {"linear_bias": "NT", "linear_nobias": "NT", "matmul_tn_acc": "TN", "matmul_tn_split": "TN",
-         "matmul_tn_acc_xt": "TN", "matmul_tn_split_xt": "TN", "matmul_nn": "NN"}
+         "matmul_tn_acc_xt": "TN", "matmul_tn_split_xt": "TN", "matmul_nt_acc": "NT", "matmul_nt_split": "NT",
+         "matmul_nn": "NN"}
 
 
 def _gemm_args(name):
     z = lambda *shape: np.zeros(shape, np.float32)          # noqa: E731
-    out = tile.partition(z(512 if name.startswith("matmul_tn_split") else 256, 256), (128, 128))
+    out = tile.partition(z(512 if "_split" in name else 256, 256), (128, 128))
     return (z(256, 256), z(256, 256)) + ((z(256),) if name == "linear_bias" else ()) + (out, 32)
 
 
@@ -190,6 +199,15 @@ def test_the_linear_layers_gemms_lower_to_tf32_wgmma_on_sm_90_without_spills(nam
     if find_ptxas() is not None:
         usage, _ = assemble(ck.ptx, ck.metadata["arch"])
         assert usage and usage[0].spill_stores == 0 and usage[0].spill_loads == 0, usage
+
+
+def test_forward_gemms_take_wide_tiles_only_where_their_grid_fills_its_waves():
+    """GPT-2 small on an H200 (132 SMs), N = 8192 tokens: OC 3072 (5.8 waves of 128 x 256) and the
+    classifier (95.5) go wide; qkv's 2304 (4.4 waves: 87 % of the last) and 768 (1.5) stay 128 x 128;
+    a side under 512 takes 64 x 64."""
+    got = {oc: kernels_dsl.gemm_tile(8192, oc, 132) for oc in (768, 2304, 3072, 50304)}
+    assert got == {768: (128, 128), 2304: (128, 128), 3072: (128, 256), 50304: (128, 256)}
+    assert kernels_dsl.gemm_tile(8192, 500, 132) == kernels_dsl.gemm_tile(256, 8192, 132) == (64, 64)
 
 
 def test_dw_split_counts_fill_an_h200s_waves_at_gpt2_small_shapes():
