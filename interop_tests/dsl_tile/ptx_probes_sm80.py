@@ -206,6 +206,52 @@ def _cvt_tf32(edges: bool) -> Probe:
                  lambda a: {"out": tf32_rna(a["x"])})
 
 
+def bf16_rne_bits(x: np.ndarray) -> np.ndarray:
+    """f32 -> bf16 bits, round to nearest even, written from the definition: add 0x7FFF plus the
+    kept part's lowest bit, drop the low 16 bits (a finite value past the largest rounds to infinity)."""
+    bits = x.view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint32) & np.uint32(0xFFFF)
+
+
+def _cvt_pack(dtype) -> Probe:
+    """cvt.rn.{f16,bf16}x2.f32 of (lo[t], hi[t]), stored at a permuted slot. Inputs: f32 around the
+    16-bit type's range (its subnormals, ties at the rounding bit, values that round to infinity)."""
+    n = 128
+
+    def build(b: Builder) -> None:
+        lo, hi, at = b.array("lo", F32), b.array("hi", F32), b.array("at", I32)
+        out = b.array("out", U32, out=True)
+        (reg,) = b.value("cvt.rn.pack", [b.load(lo, b.tid), b.load(hi, b.tid)], dtype=dtype)
+        b.asm("st.global.b32", [gaddr(out, b.load(at, b.tid)), reg])
+
+    drop = 13 if dtype == F16 else 16           # f32 mantissa bits the 16-bit type drops
+
+    def values(rng):
+        bits = finite_bits(rng, n, np.float32).view(np.uint32)
+        lo_exp, hi_exp = (127 - 26, 127 + 17) if dtype == F16 else (1, 254)
+        exp = rng.integers(lo_exp, hi_exp, n).astype(np.uint32) << np.uint32(23)
+        bits = (bits & np.uint32(0x807FFFFF)) | exp
+        tie = rng.random(n) < 0.3                   # exactly half-way, or either side of it
+        half = np.uint32(1 << (drop - 1))
+        low = np.array([half, half - 1, half + 1], np.uint32)[rng.integers(0, 3, n)]
+        bits[tie] = (bits[tie] & ~np.uint32((1 << drop) - 1)) | low[tie]
+        return bits.view(np.float32)
+
+    def inputs(rng):
+        return {"lo": values(rng), "hi": values(rng), "at": rng.permutation(n).astype(np.int32),
+                "out": np.full(n, SENTINEL, np.uint32)}
+
+    def reference(a):
+        out = a["out"].copy()
+        if dtype == F16:
+            lo, hi = (a[k].astype(np.float16).view(np.uint16).astype(np.uint32) for k in ("lo", "hi"))
+        else:
+            lo, hi = bf16_rne_bits(a["lo"]), bf16_rne_bits(a["hi"])
+        out[a["at"]] = lo | (hi << 16)                # the first operand in the low half
+        return {"out": out}
+    return Probe(f"cvt.rn.pack-{dtype.name}", n, build, inputs, reference)
+
+
 # ------------------------------------------------------------------------------ ldmatrix
 def _ldmatrix(trans: bool) -> Probe:
     """Lanes store 32 rows of 8 b16 to shared memory; lane l then gives the address of stored row
@@ -392,7 +438,7 @@ def _named_barrier() -> Probe:
 def probes() -> list[Probe]:
     return [
         _store_v2(F32, "st.global.v2.f32"), _store_v2(U32, "st.global.v2.b32"),
-        _pack_store(F16), _pack_store(BF16), _ld_shared(), _cp_async(),
+        _pack_store(F16), _pack_store(BF16), _cvt_pack(F16), _cvt_pack(BF16), _ld_shared(), _cp_async(),
         _cvt_tf32(False), _cvt_tf32(True), _ldmatrix(False), _ldmatrix(True),
         _mma_packed("m16n8k16", "f16", "f16"), _mma_packed("m16n8k16", "bf16", "bf16"),
         _mma_packed("m16n8k8", "tf32", "tf32"), _mma_packed("m16n8k32", "e4m3", "e4m3"),

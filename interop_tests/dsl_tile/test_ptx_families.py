@@ -266,6 +266,10 @@ WRONG = [
         lambda args: np.asarray(args[0], np.uint32) & np.uint32(0xFFFFE000), per_thread=True)),
     ("mma.sync-m16n8k8-tf32-tf32", "mma.sync", ("tf32", "tf32"), lambda: sm80.mma_packed("f16", "f16")),
     ("mov.b32.pack-bf16", "mov.b32.pack", (BF16,), lambda: sm80.pack_halves(F16)),
+    ("cvt.rn.pack-bf16", "cvt.rn.pack", (BF16,), lambda: sm80.semantics(     # truncated, not rounded
+        lambda args: (np.asarray(args[0], np.float32).view(np.uint32) >> 16)
+        | (np.asarray(args[1], np.float32).view(np.uint32) & np.uint32(0xFFFF0000)), per_thread=True)),
+    ("cvt.rn.pack-f16", "cvt.rn.pack", (F16,), lambda: sm80.cvt_pack(BF16)),
     ("cp.async", "cp.async.wait_group", (1,), lambda: sm80.wait_group(2)),
     ("wgmma.ss-n64-bf16-bf16-kmajor", "wgmma.mma_async.ss", (WgmmaOp(64, "bf16", "bf16", False),),
      lambda: sm90.wgmma(WgmmaOp(64, "bf16", "bf16", True))),

@@ -9,7 +9,7 @@ reductions whose groups span whole thread sets use warp butterflies plus one sha
 from __future__ import annotations
 
 from dsl.ir import nodes as N
-from dsl.ir.types import BOOL, I32, INDEX, ArrayType, ScalarType
+from dsl.ir.types import BF16, BOOL, F16, F32, I32, INDEX, ArrayType, ScalarType
 from dsl.tile import ir as T
 from dsl.tile.ptx.table import instruction
 from dsl.tile.lower.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
@@ -77,6 +77,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.relied: set[str] = set()          # params whose alignment/divisibility facts were used
         self._lane_warp: tuple[N.Expr, N.Expr] | None = None
         self.frags: dict[tuple, FragLayout] = {}    # one bound fragment layout per key (frag_layout)
+        self.assigned_once: set[int] = set()      # ids of the locals tmp() made (one assignment each)
+        self.narrowings: dict[int, N.Expr] = {}   # 16-bit local id -> the f32 local it rounds (tmp)
         self.prologue: list[N.Stmt] = []         # kernel-start statements emitted from anywhere
         self.layout_hints = dict(layout_hints or {})    # var id -> fragment layout key (see lower())
         self.new_hints: dict[int, tuple] = {}    # what this lowering learnt for the next one
@@ -111,12 +113,31 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         return N.ReadVar(v)
 
     def tmp(self, e: N.Expr, hint: str = "t") -> N.Expr:
-        """Materialise `e` in a fresh local (leaves stay inline)."""
+        """Materialise `e` in a fresh local (leaves stay inline). A local assigned here is assigned
+        once; a 16-bit one that narrows such an f32 local records it (narrowed_from)."""
         if isinstance(e, (N.Const, N.ReadVar, N.ParamRef)):
             return e
+        narrows = isinstance(e, N.Cast) and e.type in (F16, BF16) and e.operand.type == F32
+        if narrows and not (isinstance(e.operand, N.ReadVar) and id(e.operand.var) in self.assigned_once):
+            e = N.Cast(self._once(e.operand), e.type, e.loc)  # the f32 value now, in a local of its own
         v = self.new_var(e.type, hint)  # type: ignore[arg-type]
         self.emit(N.Assign(v, e))
+        self.assigned_once.add(id(v))
+        if narrows:
+            self.narrowings[id(v)] = e.operand
         return N.ReadVar(v)
+
+    def _once(self, e: N.Expr) -> N.Expr:
+        """`e` (a variable read too) in a fresh local that tmp() records as assigned once."""
+        v = self.new_var(e.type, "n")  # type: ignore[arg-type]
+        self.emit(N.Assign(v, e))
+        self.assigned_once.add(id(v))
+        return N.ReadVar(v)
+
+    def narrowed_from(self, e: N.Expr) -> N.Expr | None:
+        """The f32 local a 16-bit local was rounded from (both made by tmp, so both still hold the
+        values of that rounding wherever the 16-bit one is read), else None."""
+        return self.narrowings.get(id(e.var)) if isinstance(e, N.ReadVar) else None
 
     def block_of(self, stmts_fn) -> list[N.Stmt]:
         out: list[N.Stmt] = []

@@ -127,6 +127,16 @@ def pack_halves(dtype) -> Callable:
     return semantics(run, per_thread=True)
 
 
+def cvt_pack(dtype) -> Callable:
+    """cvt.rn.{f16,bf16}x2.f32 $0, hi, lo: two f32 rounded to nearest even into one register."""
+    dt = arith.np_dtype(dtype)
+
+    def run(args: list) -> np.ndarray:
+        lo, hi = (np.asarray(x, np.float32).astype(dt).view(np.uint16).astype(np.uint32) for x in args)
+        return lo | (hi << np.uint32(16))
+    return semantics(run, per_thread=True)
+
+
 cvt_rna_tf32 = semantics(lambda args: tf32_round(np.asarray(args[0], np.uint32).view(np.float32)).view(np.uint32),
                          per_thread=True)
 

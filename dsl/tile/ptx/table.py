@@ -215,6 +215,9 @@ _ROWS = (
     PtxFamily("mov.b32.pack", "mov.b32 $0, {$1, $2};", "=r,h,h", U32, False, 70, "sm80:pack_halves",
               "two 16-bit values of `dtype` into one register, the first in the low half", ("dtype",),
               ("dtype",)),
+    PtxFamily("cvt.rn.pack", lambda dtype: f"cvt.rn.{dtype.name}x2.f32 $0, $2, $1;", "=r,f,f", U32, False, 80,
+              "sm80:cvt_pack", "two f32 rounded to nearest even into one register of two 16-bit `dtype` "
+              "(f16, bf16) halves, the first in the low half", ("dtype",), ("dtype",)),
     PtxFamily("cvt.rna.tf32.f32", "cvt.rna.tf32.f32 $0, $1;", "=r,r", U32, False, 80, "sm80:cvt_rna_tf32",
               "f32 -> tf32 (round to nearest, ties away), as a 32-bit register"),
     PtxFamily("ldmatrix.x4", lambda trans: f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}"

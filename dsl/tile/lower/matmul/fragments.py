@@ -9,9 +9,16 @@ from dsl.tile.ptx.table import instruction
 
 
 def pack_pairs(L, halves: list[N.Expr], dtype) -> list[N.Expr]:
-    """16-bit elements pairwise into 32-bit registers (mov.b32), the first in the low half."""
-    return [L.tmp(instruction("mov.b32.pack", [lo, hi], dtype=dtype), "pk")
-            for lo, hi in zip(halves[0::2], halves[1::2])]
+    """16-bit elements pairwise into 32-bit registers, the first in the low half: a pair rounded from
+    two f32 locals (L.narrowed_from) by one cvt.rn.f16x2/bf16x2.f32 from those (sm_80+), else mov.b32."""
+    out = []
+    for lo, hi in zip(halves[0::2], halves[1::2]):
+        wide = [L.narrowed_from(lo), L.narrowed_from(hi)]
+        if L.cc >= 80 and None not in wide:
+            out.append(L.tmp(instruction("cvt.rn.pack", wide, dtype=dtype), "pk"))
+        else:
+            out.append(L.tmp(instruction("mov.b32.pack", [lo, hi], dtype=dtype), "pk"))
+    return out
 
 
 def ldmatrix_x4(L, addr: N.Expr, trans: bool) -> list[N.Expr]:
