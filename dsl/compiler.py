@@ -99,18 +99,20 @@ def _verify(fn, ctx: CompileContext):
     return verify_function(fn)
 
 
-def build_options(options: KernelOptions, arch: str):
+def build_options(options: KernelOptions, arch: str, contract: bool = False):
+    """The code generator's options; `contract`: float products may fuse into fma (tile fp_fusion)."""
     from dsl.backend.builder import BuildOptions
     from dsl.backend.target import parse_arch
     pairs = frozenset(frozenset(p) for p in options.inplace)
-    return BuildOptions(arch_cc=parse_arch(arch), fastmath=options.fastmath, inplace=pairs,
+    return BuildOptions(arch_cc=parse_arch(arch), fastmath=options.fastmath, contract=contract, inplace=pairs,
                         lineinfo=options.lineinfo, requires=tuple(options.requires))
 
 
 def _llvm_ir(fn, ctx: CompileContext):
     from dsl.backend.codegen import to_llvm_ir
     ctx.kernel_loc = (fn.loc.file, fn.loc.line)
-    llvm_ir = to_llvm_ir(fn, build_options(ctx.options, ctx.arch))
+    fusion = ctx.tile is not None and bool(ctx.tile.switches.get("fp_fusion"))
+    llvm_ir = to_llvm_ir(fn, build_options(ctx.options, ctx.arch, contract=fusion))
     ctx.slow_paths.extend(llvm_ir.slow_paths)
     return llvm_ir
 

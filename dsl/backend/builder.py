@@ -13,7 +13,8 @@ Semantics chosen here (the CPU simulator implements the same, see docs/dsl.md):
 - float `//` is floor(a / b) (Python), float `%` is C fmod (the sign of the dividend);
 - shifts: an amount >= the bit width (or negative) gives 0 (<<, logical >>) or the sign fill (>> on
   signed), like PTX's clamped shifts;
-- float ops are IEEE round-to-nearest, never contracted into fma unless options.fastmath;
+- float ops are IEEE round-to-nearest, never contracted into fma unless options.fastmath or
+  options.contract (LLVM's `contract` flag: a product feeding an add may round once, as fma);
 - float -> int casts saturate, NaN -> 0 (PTX cvt.rzi semantics, `llvm.fpto[su]i.sat`);
 - ForRange with step 0 runs zero times; with an `unroll=N` hint it runs range()'s trip count (unroll.py).
 """
@@ -62,6 +63,7 @@ class FnState:
 class BuildOptions:
     arch_cc: int = 90
     fastmath: bool = False
+    contract: bool = False            # fmul + fadd/fsub may fuse into fma (the tile switch fp_fusion)
     inplace: frozenset[frozenset[str]] = frozenset()   # parameter-name pairs that may overlap
     invariant_loads: bool = True      # mark loads of read-only, non-overlapping arrays !invariant.load
     lineinfo: bool = False            # emit line tables (.file/.loc); off: the PTX has no debug trace

@@ -26,7 +26,7 @@ class ExprMixin:
         return method(e)
 
     def _fm(self) -> tuple[str, ...]:
-        return ("fast",) if self.opts.fastmath else ()
+        return ("fast",) if self.opts.fastmath else ("contract",) if self.opts.contract else ()
 
     def const(self, t: ScalarType, value) -> ir.Constant:
         if t.kind == "bool":

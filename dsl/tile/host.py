@@ -299,9 +299,10 @@ class TileKernel:
         info: dict = {}
         from dsl.backend.target import parse_arch
         from dsl.tile.compile import lowering_switches
+        from dsl.tile.switches import lowering_only
         simt_fn = lower(fn, threads, self.name, facts, info, persistent=self.persistent,
                         cc=parse_arch(arch) if tensor_cores else 0,
-                        **dict(lowering_switches(self.lowering), tc_matmul=tensor_cores))
+                        **dict(lowering_only(lowering_switches(self.lowering)), tc_matmul=tensor_cores))
         contract = contract_for(simt_fn, fn, facts, info["relied"], self.persistent,
                                 dynamic_smem=info["dynamic_smem"])
         types = [t for s, t in zip(self.specs, sig) if s.kind != "const"]

@@ -44,13 +44,14 @@ def tile_lower(fn, ctx: CompileContext):
     compiles for: the target (sm_90a when it used wgmma) and the kernel's exact block."""
     from dsl.backend.target import canonical_arch, parse_arch
     from dsl.tile.lower import lower, pick_threads
+    from dsl.tile.switches import lowering_only
     t = ctx.tile
     if not isinstance(t, TileLowering):
         raise TypeError(f"ctx.tile: expected the tile lowering's settings (a TileLowering; "
                         f"dsl.tile.compile.tile_context builds a context with them), got {t!r}")
     info: dict = {}
     simt_fn = lower(fn, pick_threads(fn, t.num_warps), fn.name, t.facts, info, cc=parse_arch(ctx.arch),
-                    persistent=t.persistent, **t.switches)
+                    persistent=t.persistent, **lowering_only(t.switches))
     t.relied, t.dynamic_smem = info["relied"], info["dynamic_smem"]
     slow = getattr(ctx, "slow_paths", None)
     if slow is not None:

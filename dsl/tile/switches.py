@@ -32,7 +32,18 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # a loop-invariant A operand of sm_90 products held as fragments, or staged once in shared memory for
     # SS wgmma (lower/matmul/shared_a.py)
     "wgmma_a": ("KB_TILE_WGMMA_A", WGMMA_A, "registers"),
+    # a float multiply whose result only feeds an add or subtract fuses into one fma (Triton's
+    # enable_fp_fusion, nvcc's --fmad): one rounding, not two; off, each operation rounds, as the simulators do
+    "fp_fusion": ("KB_TILE_FP_FUSION", None, False),
 }
+
+
+CODEGEN_SWITCHES = frozenset({"fp_fusion"})    # read by the code generator (dsl/compiler.py), not the lowering
+
+
+def lowering_only(switches: dict[str, Any]) -> dict[str, Any]:
+    """The switches the lowering takes (dsl.tile.lower.lower's keywords): all but CODEGEN_SWITCHES."""
+    return {k: v for k, v in switches.items() if k not in CODEGEN_SWITCHES}
 
 
 def from_environment(name: str) -> Any:
@@ -84,4 +95,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (() if s["loop_pipeline"] == "cp.async" else (f"loop_{s['loop_pipeline']}{s['loop_stages']}",)) + \
         (() if s["setmaxnreg"] == "off" else (f"setmaxnreg_{s['setmaxnreg']}",)) + \
         (("product_overlap",) if s["product_overlap"] else ()) + \
-        (() if s["wgmma_a"] == "registers" else (f"wgmma_a_{s['wgmma_a']}",))
+        (() if s["wgmma_a"] == "registers" else (f"wgmma_a_{s['wgmma_a']}",)) + \
+        (("fp_fusion",) if s["fp_fusion"] else ())

@@ -327,11 +327,13 @@ def test_fused_attention_with_named_loads_and_a_helper_runs_on_the_tensor_cores(
 LOWERINGS_06 = [(64, 64, None, {"loop_pipeline": "tma"}), (64, 64, None, {"loop_pipeline": "tma", "wgmma_a": "shared"}),
                 (64, 64, None, {"loop_pipeline": "tma", "product_overlap": True}),
                 (128, 128, 8, {"loop_pipeline": "tma"}), (128, 64, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24"}),
-                (128, 128, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24"})]
+                (128, 128, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24"}),
+                (128, 128, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24", "fp_fusion": True})]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bm, bn, warps, lowering", LOWERINGS_06, ids=["tma", "tma-q-shared", "tma-overlap", "tma-128x128", "ws-128x64", "ws-128x128"])
+@pytest.mark.parametrize("bm, bn, warps, lowering", LOWERINGS_06, ids=["tma", "tma-q-shared", "tma-overlap", "tma-128x128", "ws-128x64", "ws-128x128",
+                                                        "ws-128x128-fp-fusion"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_fused_attention_under_the_ladders_lowerings_matches_float64_in_the_lowered_simulator(bm, bn, warps, lowering,
                                                                                            causal, rng):
