@@ -57,15 +57,21 @@ def _store_v2(dtype, family: str) -> Probe:
     return Probe(family, n, build, inputs, reference)
 
 
+def _pair_into_register(family: str, src, dtype):
+    """A probe body: `family` of (lo[t], hi[t]) (arrays of `src`) into one register of two `dtype`
+    halves, stored with st.global.b32 at out[at[t]], a permuted slot."""
+    def build(b: Builder) -> None:
+        lo, hi, at = b.array("lo", src), b.array("hi", src), b.array("at", I32)
+        out = b.array("out", U32, out=True)
+        (reg,) = b.value(family, [b.load(lo, b.tid), b.load(hi, b.tid)], dtype=dtype)
+        b.asm("st.global.b32", [gaddr(out, b.load(at, b.tid)), reg])
+    return build
+
+
 def _pack_store(dtype) -> Probe:
     """mov.b32 {lo, hi} of two 16-bit values, stored with st.global.b32 at a permuted address."""
     n = 64
-
-    def build(b: Builder) -> None:
-        lo, hi, at = b.array("lo", dtype), b.array("hi", dtype), b.array("at", I32)
-        out = b.array("out", U32, out=True)
-        (reg,) = b.value("mov.b32.pack", [b.load(lo, b.tid), b.load(hi, b.tid)], dtype=dtype)
-        b.asm("st.global.b32", [gaddr(out, b.load(at, b.tid)), reg])
+    build = _pair_into_register("mov.b32.pack", dtype, dtype)
 
     npd = kit.np_dtype(dtype)
 
@@ -217,13 +223,7 @@ def _cvt_pack(dtype) -> Probe:
     """cvt.rn.{f16,bf16}x2.f32 of (lo[t], hi[t]), stored at a permuted slot. Inputs: f32 around the
     16-bit type's range (its subnormals, ties at the rounding bit, values that round to infinity)."""
     n = 128
-
-    def build(b: Builder) -> None:
-        lo, hi, at = b.array("lo", F32), b.array("hi", F32), b.array("at", I32)
-        out = b.array("out", U32, out=True)
-        (reg,) = b.value("cvt.rn.pack", [b.load(lo, b.tid), b.load(hi, b.tid)], dtype=dtype)
-        b.asm("st.global.b32", [gaddr(out, b.load(at, b.tid)), reg])
-
+    build = _pair_into_register("cvt.rn.pack", F32, dtype)
     drop = 13 if dtype == F16 else 16           # f32 mantissa bits the 16-bit type drops
 
     def values(rng):
