@@ -9,7 +9,6 @@ host (a launch's host overhead would otherwise be counted as device time).
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -99,9 +98,11 @@ def nvcc_module(source: str, name: str, extra: list[str] | None = None) -> Any:
     """Compile CUDA C++ `source` (with KB_CONTRACT contracts) to a cubin for this GPU with `nvcc -O3`
     and load it with `bridge.load_module` (contracts come from the cubin itself)."""
     import bridge
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    if not os.path.exists(nvcc):
-        raise FileNotFoundError("nvcc not found on PATH nor at /usr/local/cuda/bin/nvcc")
+    from bridge.toolkit import locate
+    found = locate("nvcc")              # the one toolkit locator (KB_NVCC, CUDA_HOME, pathfinder, PATH)
+    if found.path is None:
+        raise FileNotFoundError(f"nvcc not found: {found.problem or 'not installed'}")
+    nvcc = found.path
     with tempfile.TemporaryDirectory(prefix=f"kb_{name}_") as tmp:
         cu, cubin = os.path.join(tmp, f"{name}.cu"), os.path.join(tmp, f"{name}.cubin")
         Path(cu).write_text(source)

@@ -306,3 +306,12 @@ def test_benchmark_check_takes_a_per_element_bound():
     off[2, 3] += 0.2 * bound[2, 3]
     with pytest.raises(AssertionError, match=rf"flat index 13: .*atol {float(bound[2, 3])!r}"):
         kit.check_close("f8", off, ref, atol=bound)
+
+
+def test_benchmark_nvcc_comes_from_the_one_toolkit_locator(monkeypatch):
+    """benchmarks' nvcc_module finds nvcc as bridge.toolkit does (KB_NVCC first): a KB_NVCC that is not
+    an nvcc is refused by the locator, naming the variable, before anything is compiled or loaded."""
+    kit = bench_module("_bench_kit")
+    monkeypatch.setenv("KB_NVCC", "/nonexistent/nvcc")
+    with pytest.raises(FileNotFoundError, match="nvcc not found: .*KB_NVCC"):
+        kit.nvcc_module("__global__ void k() {}", "k")
