@@ -430,7 +430,10 @@ _LADDER = ((64, 64, None, {"loop_pipeline": "tma"}), (64, 64, None, {"loop_pipel
            (64, 64, None, {"loop_pipeline": "tma", "fp_fusion": True}), (128, 128, 8, dict(_WS, fp_fusion=True)))
 ATTN_OURS = {128: ((64, 64, None, None), (128, 64, 8, None)) + _LADDER,
              64: ((64, 64, None, None), (128, 64, 8, None), (128, 128, 8, None)) + _LADDER +
-             ((64, 64, None, {"loop_pipeline": "tma", "loop_stages": 3}),)}
+             ((64, 64, None, {"loop_pipeline": "tma", "loop_stages": 3}),) +
+             # Triton's best D64 tile: one warpgroup owning 128 rows, two m64 wgmma slices (frags.warpgroup_rows)
+             ((128, 64, 4, {"wgmma_slices": True}), (128, 64, 4, {"wgmma_slices": True, "loop_pipeline": "tma"}),
+              (128, 64, 4, {"wgmma_slices": True, "loop_pipeline": "tma", "fp_fusion": True}))}
 
 
 def attn_check(name: str, out: Any, ref: Any) -> Callable[[], None]:

@@ -32,6 +32,9 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # a loop-invariant A operand of sm_90 products held as fragments, or staged once in shared memory for
     # SS wgmma (lower/matmul/shared_a.py)
     "wgmma_a": ("KB_TILE_WGMMA_A", WGMMA_A, "registers"),
+    # sm_90 products of warpgroups owning more than 64 rows as one m64 wgmma a slice (lower/frags.py
+    # warpgroup_rows), not mma.sync: Triton's 128 x 64 tile on 4 warps; unmeasured on the GPU, so off
+    "wgmma_slices": ("KB_TILE_WGMMA_SLICES", None, False),
     # a float multiply whose result only feeds an add or subtract fuses into one fma (Triton's
     # enable_fp_fusion, nvcc's --fmad): one rounding, not two; off, each operation rounds, as the simulators do
     "fp_fusion": ("KB_TILE_FP_FUSION", None, False),
@@ -96,4 +99,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (() if s["setmaxnreg"] == "off" else (f"setmaxnreg_{s['setmaxnreg']}",)) + \
         (("product_overlap",) if s["product_overlap"] else ()) + \
         (() if s["wgmma_a"] == "registers" else (f"wgmma_a_{s['wgmma_a']}",)) + \
-        (("fp_fusion",) if s["fp_fusion"] else ())
+        (("fp_fusion",) if s["fp_fusion"] else ()) + \
+        (("wgmma_slices",) if s["wgmma_slices"] else ())

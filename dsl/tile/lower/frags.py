@@ -17,7 +17,7 @@ def frag_layout(L, key: tuple) -> FragLayout:
     kind = key[0]
     if kind == "C":
         lay: FragLayout = MmaLayout(key[1], L.T, key[2], key[3])
-        L.in_prologue(lambda: bind_warps(L, lay))
+        L.in_prologue(lambda: bind_warps(L, lay, warpgroup_rows(L, lay)))
     elif kind == "R":
         parent = L.frag_layout(key[1])
         assert isinstance(parent, MmaLayout)
@@ -28,12 +28,22 @@ def frag_layout(L, key: tuple) -> FragLayout:
     else:
         shape, wm, wn = key[1], key[2], key[3]
         c = MmaLayout((shape[0], 8 * wn), L.T, wm, wn)          # for its lane geometry only
-        wm_i, wn_i, g, t2, r0, _ = L.in_prologue(lambda: bind_warps(L, c))
+        wm_i, wn_i, g, t2, r0, _ = L.in_prologue(lambda: bind_warps(L, c, warpgroup_rows(L, c)))
         owner = None if wn == 1 else L.in_prologue(lambda: L.tmp(N.Compare("eq", wn_i, c32(0)), "aown"))
         lay = MmaOperandA(shape, wm, wn, owner)
-        lay.bind(g, t2, r0)
+        lay.bind(g, t2, r0, c.mt_step)
     L.frags[key] = lay
     return lay
+
+
+def warpgroup_rows(L, layout: MmaLayout) -> bool:
+    """Do `layout`'s warps hold their m-tiles as warpgroup-MMA m64 slices (bind_warps `slices`)? On
+    sm_90 with warpgroup-MMA products and the wgmma_slices switch on, for every layout whose warps
+    split M only, in warpgroups, more than 16 rows a warp: one rule for the kernel, so accumulators,
+    their row statistics and A operands of one warp grid keep the same rows whatever product they
+    meet (with one m-tile a warp both orders are the same)."""
+    return (L.cc >= 90 and L.wgmma_products and L.wgmma_slices and layout.wn == 1 and layout.wm % 4 == 0
+            and layout.mt > 1)
 
 
 def assign_shared(L, tv: T.TVar, e: T.TExpr) -> None:

@@ -194,7 +194,9 @@ class FragLayout:
 class MmaLayout(FragLayout):
     """Accumulator fragments of mma.sync m16n8: warps tile (BM, BN) as WM x WN; warp (wm, wn) owns a
     (BM/WM, BN/WN) block of MT x NT fragments of 16x8; lane l holds, per fragment, rows l/4 and l/4+8
-    at columns 2*(l%4) and 2*(l%4)+1 (c0..c3). Element r = ((mt * NT) + nt) * 4 + c."""
+    at columns 2*(l%4) and 2*(l%4)+1 (c0..c3). Element r = ((mt * NT) + nt) * 4 + c. A warp's m-tile mt
+    starts mt * mt_step rows past its origin: 16 (a contiguous block), or 64 where a warpgroup's rows
+    are m64 slices of warpgroup MMA (warpgroup_rows in frags.py)."""
     pairs = True
 
     def __init__(self, shape: tuple[int, int], threads: int, wm: int, wn: int) -> None:
@@ -209,15 +211,19 @@ class MmaLayout(FragLayout):
         self.lane_col: N.Expr | None = None
         self.warp_row0: N.Expr | None = None
         self.warp_col0: N.Expr | None = None
+        self.mt_step = 16
 
-    def bind(self, lane_row: N.Expr, lane_col: N.Expr, warp_row0: N.Expr, warp_col0: N.Expr) -> None:
-        """lane_row = lane/4, lane_col = 2*(lane%4), warp_row0/col0 = this warp's block origin."""
+    def bind(self, lane_row: N.Expr, lane_col: N.Expr, warp_row0: N.Expr, warp_col0: N.Expr,
+             mt_step: int = 16) -> None:
+        """lane_row = lane/4, lane_col = 2*(lane%4), warp_row0/col0 = this warp's origin, mt_step the
+        rows from one of its m-tiles to the next."""
         self.lane_row, self.lane_col, self.warp_row0, self.warp_col0 = lane_row, lane_col, warp_row0, warp_col0
+        self.mt_step = mt_step
         self.coords = []
         for mt in range(self.mt):
             for nt in range(self.nt):
                 for c in range(4):
-                    row = iadd(warp_row0, iadd(lane_row, mt * 16 + (8 if c >= 2 else 0)))
+                    row = iadd(warp_row0, iadd(lane_row, mt * mt_step + (8 if c >= 2 else 0)))
                     col = iadd(warp_col0, iadd(lane_col, nt * 8 + (c & 1)))
                     self.coords.append([row, col])
 
@@ -248,7 +254,7 @@ class MmaRows(FragLayout):
 
     def bind(self) -> None:
         p = self.parent
-        self.rows = [iadd(p.warp_row0, iadd(p.lane_row, mt * 16 + 8 * h)) for mt in range(p.mt) for h in range(2)]
+        self.rows = [iadd(p.warp_row0, iadd(p.lane_row, mt * p.mt_step + 8 * h)) for mt in range(p.mt) for h in range(2)]
 
     def coords_for(self, shape: tuple[int, ...]) -> list:
         return [[r] + [0] * (len(shape) - 1) for r in self.rows]
@@ -298,8 +304,10 @@ class MmaOperandA(FragLayout):
         self.owner = owner
         self.coords: list = []
 
-    def bind(self, lane_row: N.Expr, lane_col: N.Expr, warp_row0: N.Expr) -> None:
-        self.coords = [[iadd(warp_row0, iadd(lane_row, mt * 16 + A_FRAG_ROW[i])), iadd(lane_col, ks * 16 + A_FRAG_COL[i])]
+    def bind(self, lane_row: N.Expr, lane_col: N.Expr, warp_row0: N.Expr, mt_step: int = 16) -> None:
+        """As MmaLayout.bind: `mt_step` rows from one m-tile of the warp to the next."""
+        self.mt_step = mt_step
+        self.coords = [[iadd(warp_row0, iadd(lane_row, mt * mt_step + A_FRAG_ROW[i])), iadd(lane_col, ks * 16 + A_FRAG_COL[i])]
                        for mt in range(self.mt) for ks in range(self.ks) for i in range(8)]
 
     def coords_for(self, shape: tuple[int, ...]) -> list:

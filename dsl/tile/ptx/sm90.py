@@ -263,7 +263,8 @@ wgmma_fence = semantics(lambda args, pos, present: tuple(np.asarray(a) for a in 
 
 def wgmma_wait(keep: int) -> Callable:
     """wgmma.wait_group `keep`: complete all but the `keep` newest groups of each warpgroup, adding
-    their products (read from shared memory now) to the accumulators passing through."""
+    their products (read from shared memory now) to the accumulators passing through: n/2 registers
+    a slice of the warpgroup's rows, in slice order (WgmmaOp.slice), each slice its products' sum."""
     def run(args: list, pos: np.ndarray, present: np.ndarray, mach, lanes: np.ndarray) -> tuple:
         blk, wg = _warpgroups(mach, pos)
         out = [np.asarray(a, np.float64).copy() for a in args]
@@ -278,15 +279,20 @@ def wgmma_wait(keep: int) -> Callable:
             st.groups = st.groups[len(done):]
             if not done:
                 continue
-            total = None
+            totals: dict[int, np.ndarray] = {}
+            per = n_regs
             for group in done:
                 for da, db, op in group:
                     p = _product(mach, key[0], da, db, op)
-                    total = p if total is None else total + p
+                    totals[op.slice] = p if op.slice not in totals else totals[op.slice] + p
+                    per = op.n // 2
             at = np.flatnonzero((blk == key[0]) & (wg == key[1]))
             for i in range(n_regs):
-                row = 16 * warp[at] + g[at] + 8 * ((i % 4) >= 2)
-                col = 8 * (i // 4) + 2 * t[at] + (i % 2)
-                out[i][at] += total[row, col]
+                s, j = divmod(i, per)
+                if s not in totals:
+                    continue
+                row = 16 * warp[at] + g[at] + 8 * ((j % 4) >= 2)
+                col = 8 * (j // 4) + 2 * t[at] + (j % 2)
+                out[i][at] += totals[s][row, col]
         return tuple(x.astype(np.float32) for x in out)
     return semantics(run, machine=True)

@@ -186,16 +186,22 @@ def atom128_offset(row, chunk, rows: int, unit: int = 1):
                 iadd(imul(row, 64 * unit), imul(_swz(row, iand(chunk, 7), 8), 8 * unit)))
 
 
-def bind_warps(L, layout: MmaLayout) -> tuple[N.Expr, N.Expr, N.Expr, N.Expr, N.Expr, N.Expr]:
+def bind_warps(L, layout: MmaLayout, slices: bool = False) -> tuple[N.Expr, N.Expr, N.Expr, N.Expr, N.Expr, N.Expr]:
     """Bind `layout`'s lane geometry at the current point of the kernel. Returns (warp row, warp column)
-    in the wm x wn warp grid, (lane / 4, 2 * (lane % 4)) and the warp's block origin (row, column)."""
+    in the wm x wn warp grid, (lane / 4, 2 * (lane % 4)) and the warp's origin (row, column). A warp
+    owns a block of mt consecutive 16-row m-tiles; with `slices` (wn == 1, warps in warpgroups of
+    four) warpgroup g owns rows [64 mt g, 64 mt (g + 1)) as mt m64 slices, its warp w rows 16 w .. +15
+    of each: the rows of warpgroup MMA's accumulators, one m64 wgmma a slice."""
     lane, warp = L.lane_warp()
     wm_i = L.tmp(N.BinOp("floordiv", warp, c32(layout.wn), I32), "wm")
     wn_i = L.tmp(N.BinOp("mod", warp, c32(layout.wn), I32), "wn")
     lr, lc = L.tmp(ir32(ishr(lane, 2)), "lr"), L.tmp(ir32(imul(iand(lane, 3), 2)), "lc")
-    r0 = L.tmp(ir32(imul(wm_i, layout.shape[0] // layout.wm)), "wr0")
+    if slices:
+        r0 = L.tmp(ir32(iadd(imul(ishr(wm_i, 2), 64 * layout.mt), imul(iand(wm_i, 3), 16))), "wr0")
+    else:
+        r0 = L.tmp(ir32(imul(wm_i, layout.shape[0] // layout.wm)), "wr0")
     c0 = L.tmp(ir32(imul(wn_i, layout.shape[1] // layout.wn)), "wc0")
-    layout.bind(lr, lc, r0, c0)
+    layout.bind(lr, lc, r0, c0, 64 if slices else 16)
     return wm_i, wn_i, lr, lc, r0, c0
 
 

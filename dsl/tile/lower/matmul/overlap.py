@@ -43,7 +43,7 @@ class Rotation:
     last: T.Matmul
     target: T.TVar              # the variable the last product is assigned to
     b_last: T.Load              # the last product's ring load
-    carry: list[list[N.Var]]    # its packed A registers, 4 per 16 of k, carried into the next iteration
+    carry: list[list[N.Var]]    # its packed A registers, 4 per 16 of k a slice, carried into the next iteration
 
 
 def plan_rotation(L, loop: T.For, pipe) -> Rotation | None:
@@ -69,7 +69,8 @@ def plan_rotation(L, loop: T.For, pipe) -> Rotation | None:
     warps = tc_warps(L, m, n, kk, last.a.type.dtype, last.b.type.dtype)
     if warps is None or L.layout_hints.get(id(x)) != ("C", (m, n), *warps):
         return None
-    carry = [[L.new_var(U32, "pcarry") for _ in range(4)] for _ in range(kk // 16)]
+    slices = m // (16 * warps[0])       # m64 slices a warpgroup (frags.warpgroup_rows): A registers for each
+    carry = [[L.new_var(U32, "pcarry") for _ in range(4)] for _ in range(slices * (kk // 16))]
     return Rotation(first, last, x, b_last, carry)
 
 

@@ -161,7 +161,7 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
         if a_regs is None:                          # A into its fragments, from wherever it is
             frag = L.frag_layout(("A", (m, k), layout.wm, layout.wn))
             av = L.to_layout(a if a is not None else L.concrete(L.expr(e.a)), frag)
-            a_regs = {(0, ks): frag.fragment(av.elems, 0, ks) for ks in range(k // 16)}
+            a_regs = {(mt, ks): frag.fragment(av.elems, mt, ks) for mt in range(frag.mt) for ks in range(k // 16)}
         return lower_product_wgmma(L, e, layout, acc_vars, a_regs, wg_b)
     if swizzled_a is not None:                      # mma.sync reads elements: staged through registers
         a = L.concrete(a)
@@ -262,9 +262,9 @@ def _mma_steps(L, e, layout: MmaLayout, ops: _Operands, a_regs, acc_vars: list) 
             if a_regs is not None:
                 afr[mt] = pack_pairs(L, a_regs[mt, ks], dtype) if packed else a_regs[mt, ks]
             elif a_ldm:
-                afr[mt] = _ldmatrix(L, sa, iadd(a_lane, (mt * 16) * sa_st + ks * 16), False)
+                afr[mt] = _ldmatrix(L, sa, iadd(a_lane, (mt * layout.mt_step) * sa_st + ks * 16), False)
             else:
-                r = iadd(row0, iadd(g, mt * 16))
+                r = iadd(row0, iadd(g, mt * layout.mt_step))
                 at = L.tmp(ir32(iadd(imul(r, sa_st), iadd(t2, ks * 16))), "tcai")       # A[r][2t + 16 ks]
                 afr[mt] = elems(sa, dtype, at, tuple(ro * sa_st + co for ro, co in zip(A_FRAG_ROW, A_FRAG_COL)))
                 afr[mt] = pack_pairs(L, afr[mt], dtype) if packed else afr[mt]

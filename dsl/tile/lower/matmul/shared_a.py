@@ -67,8 +67,8 @@ class SwizzledA:
 
 def wanted(L, e: T.Matmul) -> bool:
     """Should product `e` (one that runs on warpgroup MMA) hint its A variable into shared memory?"""
-    if L.wgmma_a != "shared" or not isinstance(e.a, T.Read):
-        return False
+    if L.wgmma_a != "shared" or not isinstance(e.a, T.Read) or e.a.type.shape[0] != 16 * (L.T // 32):
+        return False                    # (more rows than one m64 slice a warpgroup: A stays in registers)
     tv = e.a.var
     load = invariant_load(L, tv)
     if load is None or load.type.shape != e.a.type.shape or load.type.shape[1] % 64:

@@ -45,7 +45,7 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
     rot = pipe.rotation if pipe is not None and pipe.ring is not None else None
     if rot is not None and e is rot.last:           # issued in the next iteration (matmul/overlap.py)
         assert a_shared is None, "a rotated last product takes its A from registers"
-        a_regs = [pack_pairs(L, a_frags[0, ks], dtype) for ks in range(k // 16)]
+        a_regs = [pack_pairs(L, a_frags[mt, ks], dtype) for mt in range(layout.mt) for ks in range(k // 16)]
         overlap.stash_last(L, pipe, b, a_regs)
         return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
     if pipe is not None and pipe.ring is not None:  # a TMA ring's stage (matmul/ring.py)
@@ -66,7 +66,7 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
     if a_shared is not None:
         issue_product_ss(L, e, b, base, acc_vars, a_shared)
     else:
-        a_regs = [pack_pairs(L, a_frags[0, ks], dtype) for ks in range(k // 16)]
+        a_regs = [pack_pairs(L, a_frags[mt, ks], dtype) for mt in range(layout.mt) for ks in range(k // 16)]
         issue_product(L, e, b, base, acc_vars, a_regs)
     L.asm("wgmma.commit_group")
     pending = 0

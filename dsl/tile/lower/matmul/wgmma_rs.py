@@ -15,22 +15,29 @@ from dsl.tile.ptx.table import instruction
 
 
 def issue_product(L, e: T.Matmul, b: T.Load, base: N.Expr, acc_vars: list[N.Var], a_regs: list[list[N.Expr]]) -> None:
-    """The k/16 wgmmas of product `e` (no commit): A from the packed registers `a_regs` (4 a step), B
-    (`b`, K-major when e.b transposes it) from the swizzle atoms at shared address `base`; the
-    accumulators `acc_vars` pass through the fence and the wgmmas and are assigned their outputs."""
+    """The k/16 wgmmas of product `e` for each m64 slice of the warpgroup's rows (no commit): A from the
+    packed registers `a_regs` (4 a step, slice by slice), B (`b`, K-major when e.b transposes it) from
+    the swizzle atoms at shared address `base`, one descriptor a step for every slice; the accumulators
+    `acc_vars` (n/2 a slice, in slice order) pass through one fence and the wgmmas and are assigned
+    their outputs."""
     k, n = e.a.type.shape[1], e.b.type.shape[1]
     tname = mma_type(e.a.type.dtype)
     kmajor = b is not e.b
     rows = b.type.shape[0]
     accs, a_regs = _fence(L, acc_vars, a_regs)
-    regs = n // 2
-    op = WgmmaOp(n, tname, tname, not kmajor, a_regs=True)
-    for ks in range(k // 16):
-        db = _b_descriptor(L, base, ks, kmajor, rows)
-        out = L.new_var(TupleType((F32,) * regs), "wgmma")
-        L.emit(N.Assign(out, instruction("wgmma.mma_async.rs", [*a_regs[ks], db, N.Const(1, U32), *accs], op=op)))
-        accs = [N.TupleGet(N.ReadVar(out), i, F32) for i in range(regs)]
-    for v, x in zip(acc_vars, accs):
+    regs, steps = n // 2, k // 16
+    descs = [_b_descriptor(L, base, ks, kmajor, rows) for ks in range(steps)]
+    done: list[N.Expr] = []
+    for s in range(len(acc_vars) // regs):
+        op = WgmmaOp(n, tname, tname, not kmajor, a_regs=True, slice=s)
+        part = accs[s * regs:(s + 1) * regs]
+        for ks in range(steps):
+            out = L.new_var(TupleType((F32,) * regs), "wgmma")
+            L.emit(N.Assign(out, instruction("wgmma.mma_async.rs", [*a_regs[s * steps + ks], descs[ks], N.Const(1, U32),
+                                                                     *part], op=op)))
+            part = [N.TupleGet(N.ReadVar(out), i, F32) for i in range(regs)]
+        done += part
+    for v, x in zip(acc_vars, done):
         L.emit(N.Assign(v, x))
 
 
@@ -43,6 +50,7 @@ def issue_product_ss(L, e: T.Matmul, b: T.Load, base: N.Expr, acc_vars: list[N.V
     rows = b.type.shape[0]
     accs, _ = _fence(L, acc_vars, [])
     regs = n // 2
+    assert len(acc_vars) == regs, "A staged in shared memory: one m64 slice a warpgroup (shared_a.wanted)"
     op = WgmmaOp(n, tname, tname, not kmajor)
     for ks in range(k // 16):
         da = a.descriptor(L, ks)
