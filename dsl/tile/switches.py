@@ -32,6 +32,9 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # a loop-invariant A operand of sm_90 products held as fragments, or staged once in shared memory for
     # SS wgmma (lower/matmul/shared_a.py)
     "wgmma_a": ("KB_TILE_WGMMA_A", WGMMA_A, "registers"),
+    # vector loads of arrays the kernel never writes through the read-only path (ld.global.nc), or plain
+    # ld.global as Triton emits them (lower/runs.py)
+    "nc_loads": ("KB_TILE_NC_LOADS", None, True),
     # sm_90 products of warpgroups owning more than 64 rows as one m64 wgmma a slice (lower/frags.py
     # warpgroup_rows), not mma.sync: Triton's 128 x 64 tile on 4 warps; unmeasured on the GPU, so off
     "wgmma_slices": ("KB_TILE_WGMMA_SLICES", None, False),
@@ -100,4 +103,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("product_overlap",) if s["product_overlap"] else ()) + \
         (() if s["wgmma_a"] == "registers" else (f"wgmma_a_{s['wgmma_a']}",)) + \
         (("fp_fusion",) if s["fp_fusion"] else ()) + \
-        (("wgmma_slices",) if s["wgmma_slices"] else ())
+        (("wgmma_slices",) if s["wgmma_slices"] else ()) + \
+        (() if s["nc_loads"] else ("no_nc_loads",))

@@ -74,3 +74,4 @@ def test_gpu_fusion_leaves_the_products_rounding_error_and_no_fusion_leaves_zero
     want = (a.astype(np.float64) * b - c).astype(np.float32)      # exact product, one rounding
     assert np.array_equal(got["fused"], want)
     assert np.count_nonzero(want) > N // 2
+

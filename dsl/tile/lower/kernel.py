@@ -35,7 +35,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  pipelines: bool = True, gemm_pipeline: str = "sync", wgmma_products: bool = True,
                  tf32_transpose: bool = False, loop_pipeline: str = "cp.async", loop_stages: int = 2,
                  setmaxnreg: str = "off", product_overlap: bool = False, wgmma_a: str = "registers",
-                 wgmma_slices: bool = False) -> None:
+                 wgmma_slices: bool = False, nc_loads: bool = True) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -62,6 +62,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.product_overlap = product_overlap  # a ring loop's last product issued in the next iteration
         self.wgmma_a = wgmma_a                  # "shared": invariant A loads of wgmma products in smem (shared_a.py)
         self.wgmma_slices = wgmma_slices        # warpgroups of more than 64 rows on wgmma (frags.warpgroup_rows)
+        self.nc_loads = nc_loads                # read-only arrays' vector loads through ld.global.nc (runs.py)
         self.rings: dict[int, object] = {}      # loop id -> its ring Pipeline, planned before a ws split
         self.min_blocks: int | None = None      # .minnctapersm (set with setmaxnreg: warp_specialised.py)
         # warp specialisation (gemm_pipeline "ws"): WS_PRODUCERS more threads issue the copies; the tile
@@ -645,8 +646,8 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     `gemm_pipeline`: the sm_90 TMA GEMM loop's pipeline (dsl/tile/compile.py gemm_pipeline);
     `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py);
     `tf32_transpose`: sm_90 tf32 GEMM loops stage a row-major B through registers (compile.py);
-    `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap, wgmma_a, wgmma_slices
-    (dsl/tile/switches.py)."""
+    `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap, wgmma_a, wgmma_slices,
+    nc_loads (dsl/tile/switches.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower.matmul.mma_sync import MAX_STAGES, SMEM_LIMIT

@@ -134,7 +134,7 @@ def load_runs(L, e: T.Load, base: list[N.Expr]) -> list[N.Expr] | None:
         return None
     v, exact = planned
     arr = L.pref(e.param)
-    nc = not arr.type.writable           # read-only for the whole kernel: the non-coherent cache
+    nc = not arr.type.writable and L.nc_loads   # read-only for the whole kernel: the non-coherent cache
     out: list[N.Expr] = []
     for r0 in range(0, L.geo.per_thread(math.prod(shape)), v):
         gidx = [L.global_index(base[k], shape[k], c) for k, c in enumerate(L.geo.coords(shape, r0))]
@@ -175,7 +175,7 @@ def load_pairs(L, e: T.Load, base: list[N.Expr], layout) -> list[N.Expr] | None:
                                      f"{why}: one {dt.itemsize}-byte access per element", e.loc.line, e.loc.file))
         return None
     arr = L.pref(e.param)
-    nc = not arr.type.writable
+    nc = not arr.type.writable and L.nc_loads
     coords = layout.coords_for(shape)
     out: list[N.Expr] = []
     for j in range(0, len(coords), 2):
