@@ -104,6 +104,8 @@ def test_the_switch_turns_the_products_into_mma_sync_that_ptxas_assembles(arch, 
     seq, d = 128, 64
     q = np.zeros((2 * seq, d), ml_dtypes.bfloat16)
     # the mma.sync tiles (128 query rows on 4 warps) on either machine: sm_90 keeps them on mma.sync
+    # while the lowering switch wgmma_slices is off (on, they are two m64 wgmma slices a warpgroup)
+    monkeypatch.setenv("KB_TILE_WGMMA_SLICES", "0")
     args = FA.launch_args(q, q, q, np.zeros((2 * seq, d), np.float32), seq, True, tensor_cores=True, wgmma=False)
     portable = FA.launch_args(q, q, q, np.zeros((2 * seq, d), np.float32), seq, True, tensor_cores=False)
     monkeypatch.setenv("KB_TILE_TC_MATMUL", "0")
