@@ -250,23 +250,24 @@ def per_op_table(rep: Report, cfg: Any, reps: int) -> None:
             groups[key] = [name, args, 0]
         groups[key][2] += 1
     fns: dict[str, Callable[[int], None]] = {}
+    alts = {key: alternatives(name, args, rt.sm_count) for key, (name, args, _) in groups.items()}
     for key, (name, args, _) in groups.items():
         for side in ("cpp", "dsl"):
             fns[f"{key} [{side}]"] = (lambda i, f=registry.REGISTRY[name][side], a=args: f(rt, *a))
-        for tag, _, _, call, _ in alternatives(name, args, rt.sm_count):
+        for tag, _, _, call, _ in alts[key]:
             fns[f"{key} [{tag}]"] = (lambda i, f=call, a=args: f(rt, a))
     ms = time_interleaved(fns, reps=reps)
     total = {"cpp": 0.0, "dsl": 0.0}
     print(f"\nPer op, one step of {cfg.n_layer} layers (ms a call, median; calls a step; speed = C++ / DSL):")
     print(f"{'op and shapes':<46}{'calls':>6}{'C++ ms':>10}{'DSL ms':>10}{'speed':>8}  C++ side")
-    for key, (name, args, count) in groups.items():
+    for key, (name, _, count) in groups.items():
         cpp, dsl = ms[f"{key} [cpp]"], ms[f"{key} [dsl]"]
         total["cpp"] += cpp * count
         total["dsl"] += dsl * count
         print(f"{key[:45]:<46}{count:>6}{cpp:>10.4f}{dsl:>10.4f}{cpp / dsl:>7.2f}x  {registry.CPP_SIDE[name]}")
         rep.row(key, round(dsl, 4), "ms (DSL)", cpp_ms=round(cpp, 4), calls=count, speed=round(cpp / dsl, 3),
                 cpp_side=registry.CPP_SIDE[name])
-        for tag, suffix, text, _, note in alternatives(name, args, rt.sm_count):
+        for tag, suffix, text, _, note in alts[key]:
             alt = ms[f"{key} [{tag}]"]
             print(f"{text:<46}{'':>6}{'':>10}{alt:>10.4f}{cpp / alt:>7.2f}x")
             rep.row(f"{key}, {suffix}", round(alt, 4), "ms (DSL)", cpp_ms=round(cpp, 4), calls=count,

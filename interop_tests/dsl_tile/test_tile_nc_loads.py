@@ -6,17 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from dsl import tile
+from interop_tests.dsl_tile.tutorial_kit import tutorial
 
 
 def test_nc_loads_off_reads_read_only_arrays_with_plain_vector_loads():
     """The lowering switch nc_loads (default on): tutorial 01's x and y through ld.global.nc, or with
     it off through plain ld.global.v4 as Triton emits them; the stores are the same either way."""
-    import importlib.util
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("t01_nc", root / "examples/triton_tutorials/01_vector_add.py")
-    t01 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(t01)
+    t01 = tutorial("01_vector_add")
     x = np.zeros(1 << 20, np.float32)
     args = t01.launch_args(x, x, x.copy())
     on = t01.add_kernel.compile(args, "sm_90").ptx

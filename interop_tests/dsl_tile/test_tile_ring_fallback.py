@@ -9,7 +9,6 @@ slow path; the kernel stays correct. Under `ws` only the loop the kernel splits 
 producer's); its other loops keep cp.async, since a consumer-issued ring there hung on the H200."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import TypeVar
@@ -18,12 +17,9 @@ import numpy as np
 import pytest
 
 from dsl import f32, tile
+from interop_tests.dsl_tile.tutorial_kit import attention_on_gpu, tutorial
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("tutorial06_ring", ROOT / "examples" / "triton_tutorials" /
-                                               "06_fused_attention.py")
-T = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(T)
+T = tutorial("06_fused_attention")
 WS = {"loop_pipeline": "ws", "setmaxnreg": "240/24"}
 TMA = {"loop_pipeline": "tma"}
 E = TypeVar("E")
@@ -158,25 +154,6 @@ def test_the_warp_specialised_causal_kernel_matches_float64_in_the_lowered_simul
     assert np.abs(out.astype(np.float64) - want).max() < 2e-2
 
 
-CHILD = """
-import importlib.util, json, sys
-import torch, torch.nn.functional as F
-from dsl import tile
-spec = importlib.util.spec_from_file_location("t06", "examples/triton_tutorials/06_fused_attention.py")
-T = importlib.util.module_from_spec(spec); spec.loader.exec_module(T)
-low, (bm, bn, warps, d, s) = json.loads(sys.argv[1]), map(int, sys.argv[2:7])
-kern = tile.kernel(T.attn_fwd.pyfunc, num_warps=warps, lowering=low)
-g = torch.Generator(device="cuda").manual_seed(bn + s + d)
-q, k, v = (torch.randn(1, 2, s, d, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
-q2, k2, v2 = (t.reshape(-1, d) for t in (q, k, v))
-out = torch.full_like(q2, float("nan"))
-kern(*T.launch_args(q2, k2, v2, out, s, True, bm, bn))
-torch.cuda.synchronize()
-ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
-print(json.dumps((out.double().reshape(ref.shape) - ref).abs().max().item()))
-"""
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("lowering,bm,bn,warps,d,s", [
     (WS, 128, 128, 8, 64, 128), (WS, 128, 128, 8, 64, 1024), (WS, 128, 64, 8, 64, 1024),
@@ -186,11 +163,6 @@ def test_gpu_the_causal_kernel_finishes_and_matches_sdpa(lowering, bm, bn, warps
     """The causal tutorial kernel's two loops on the H200: under ws (the split loop's ring, the diagonal
     on cp.async; 128x128 at D64 used to hang) and under tma (both loops on one shared ring of stages).
     In a child process with a deadline: a hang fails the test instead of stopping the suite."""
-    import os
-    import subprocess
-    import sys
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(lowering), *map(str, (bm, bn, warps, d, s))],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    done = attention_on_gpu(lowering, bm, bn, warps, d, s, True, batch=1, heads=2, seed=bn + s + d)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert float(done.stdout.strip().splitlines()[-1]) < 2e-2

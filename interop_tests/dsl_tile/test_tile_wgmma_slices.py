@@ -10,21 +10,16 @@ GPU against SDPA in float64, in a child process with a deadline (a new wgmma for
 otherwise stop the suite)."""
 from __future__ import annotations
 
-import importlib.util
-import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dsl import tile
 from dsl.backend.ptxas import assemble, find_ptxas
+from interop_tests.dsl_tile.tutorial_kit import attention_on_gpu, tutorial
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("t06_slices", ROOT / "examples/triton_tutorials/06_fused_attention.py")
-T = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(T)
+T = tutorial("06_fused_attention")
 
 SL = {"wgmma_slices": True}
 LOWERINGS = {"cp.async": SL, "tma": dict(SL, loop_pipeline="tma"),
@@ -78,33 +73,10 @@ def test_two_warpgroups_of_two_slices_each_match_float64_in_the_lowered_simulato
     assert np.abs(out.astype(np.float64) - T.reference(q, k, v, 256, True)).max() < 2e-2
 
 
-CHILD = """
-import importlib.util, json, sys
-import torch, torch.nn.functional as F
-from dsl import tile
-spec = importlib.util.spec_from_file_location("t06", "examples/triton_tutorials/06_fused_attention.py")
-T = importlib.util.module_from_spec(spec); spec.loader.exec_module(T)
-low, causal = json.loads(sys.argv[1]), sys.argv[2] == "1"
-s, d = 1024, 64
-kern = tile.kernel(T.attn_fwd.pyfunc, num_warps=4, lowering=low)
-g = torch.Generator(device="cuda").manual_seed(7)
-q, k, v = (torch.randn(2, 3, s, d, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
-out = torch.full((2 * 3 * s, d), float("nan"), device="cuda", dtype=torch.float16)
-kern(*T.launch_args(*(t.reshape(-1, d) for t in (q, k, v)), out, s, causal, 128, 64))
-torch.cuda.synchronize()
-ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
-print(json.dumps((out.double().reshape(ref.shape) - ref).abs().max().item()))
-"""
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("lowering", LOWERINGS, ids=list(LOWERINGS))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_two_slice_attention_matches_sdpa(lowering, causal):
-    import os
-    import subprocess
-    import sys
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(LOWERINGS[lowering]), "1" if causal else "0"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    done = attention_on_gpu(LOWERINGS[lowering], 128, 64, 4, 64, 1024, causal, batch=2, heads=3, seed=7)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert float(done.stdout.strip().splitlines()[-1]) < 2e-2

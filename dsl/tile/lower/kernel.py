@@ -122,17 +122,15 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
             return e
         narrows = isinstance(e, N.Cast) and e.type in (F16, BF16) and e.operand.type == F32
         if narrows and not (isinstance(e.operand, N.ReadVar) and id(e.operand.var) in self.assigned_once):
-            e = N.Cast(self._once(e.operand), e.type, e.loc)  # the f32 value now, in a local of its own
-        v = self.new_var(e.type, hint)  # type: ignore[arg-type]
-        self.emit(N.Assign(v, e))
-        self.assigned_once.add(id(v))
+            e = N.Cast(self._fresh(e.operand, "n"), e.type, e.loc)  # the f32 value now, in a local of its own
+        out = self._fresh(e, hint)
         if narrows:
-            self.narrowings[id(v)] = e.operand
-        return N.ReadVar(v)
+            self.narrowings[id(out.var)] = e.operand
+        return out
 
-    def _once(self, e: N.Expr) -> N.Expr:
-        """`e` (a variable read too) in a fresh local that tmp() records as assigned once."""
-        v = self.new_var(e.type, "n")  # type: ignore[arg-type]
+    def _fresh(self, e: N.Expr, hint: str) -> N.ReadVar:
+        """`e` (a variable read too) in a fresh local, recorded as assigned once."""
+        v = self.new_var(e.type, hint)  # type: ignore[arg-type]
         self.emit(N.Assign(v, e))
         self.assigned_once.add(id(v))
         return N.ReadVar(v)

@@ -125,6 +125,12 @@ def _whole_run(arr: N.Expr, g: N.Expr, v: int) -> N.Expr:
                      N.Compare("le", N.BinOp("add", g, N.Const(v, INDEX), INDEX), N.ArrayLen(arr, 0)))
 
 
+def _read_only_path(L, arr: N.Expr) -> bool:
+    """Do vector loads of `arr` go through the non-coherent cache (ld.global.nc): read-only for the
+    whole kernel, unless the lowering switch nc_loads is off (plain ld.global, as Triton emits)."""
+    return not arr.type.writable and L.nc_loads
+
+
 def load_runs(L, e: T.Load, base: list[N.Expr]) -> list[N.Expr] | None:
     """The D-layout elements of load `e` (tile `base`), a vector access per run, or None: the caller
     loads element by element (the slow path is recorded)."""
@@ -134,7 +140,7 @@ def load_runs(L, e: T.Load, base: list[N.Expr]) -> list[N.Expr] | None:
         return None
     v, exact = planned
     arr = L.pref(e.param)
-    nc = not arr.type.writable and L.nc_loads   # read-only for the whole kernel: the non-coherent cache
+    nc = _read_only_path(L, arr)
     out: list[N.Expr] = []
     for r0 in range(0, L.geo.per_thread(math.prod(shape)), v):
         gidx = [L.global_index(base[k], shape[k], c) for k, c in enumerate(L.geo.coords(shape, r0))]
@@ -175,7 +181,7 @@ def load_pairs(L, e: T.Load, base: list[N.Expr], layout) -> list[N.Expr] | None:
                                      f"{why}: one {dt.itemsize}-byte access per element", e.loc.line, e.loc.file))
         return None
     arr = L.pref(e.param)
-    nc = not arr.type.writable and L.nc_loads
+    nc = _read_only_path(L, arr)
     coords = layout.coords_for(shape)
     out: list[N.Expr] = []
     for j in range(0, len(coords), 2):

@@ -51,8 +51,8 @@ def wgmma_b(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> T.Load | None:
     """The B load of an m x n x k product that runs on sm_90 warpgroup MMA (matmul/wgmma_products.py),
     else None: 16-bit operands, warps that split M in 16-row slices (one m64 wgmma per warpgroup, or
     under wgmma_slices one a slice of the warpgroup's rows; each warp's 16 rows the mma.sync
-    fragments' rows, so S, P and the row statistics keep their layout), and a B tile.load that cp.async can stage in 128-byte swizzle atoms (rows of a multiple
-    of 64 elements). The loop pipeline (pipeline.py) asks the same question to lay out B's stage."""
+    fragments' rows, so S, P and the row statistics keep their layout), and a B tile.load that
+    cp.async can stage in 128-byte swizzle atoms (rows of a multiple of 64 elements). The loop pipeline (pipeline.py) asks the same question to lay out B's stage."""
     # tc_warps checks the switch, the dtypes and n, k; (warps, 1) with m = 16 x warps, or under
     # wgmma_slices a multiple of it: each warpgroup's rows are m64 slices (frags.warpgroup_rows)
     rows = 16 * (L.T // 32)
