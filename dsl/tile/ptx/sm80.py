@@ -132,7 +132,8 @@ def cvt_pack(dtype) -> Callable:
     dt = arith.np_dtype(dtype)
 
     def run(args: list) -> np.ndarray:
-        lo, hi = (np.asarray(x, np.float32).astype(dt).view(np.uint16).astype(np.uint32) for x in args)
+        with np.errstate(over="ignore"):            # past the 16-bit range rounds to infinity, as cvt.rn does
+            lo, hi = (np.asarray(x, np.float32).astype(dt).view(np.uint16).astype(np.uint32) for x in args)
         return lo | (hi << np.uint32(16))
     return semantics(run, per_thread=True)
 
