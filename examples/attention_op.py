@@ -15,6 +15,7 @@ run the kernels on the simulator (small shapes: it is an interpreter).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,12 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     o, _ = ops.forward(query.contiguous(), key.contiguous(), value.contiguous(), bool(is_causal),
                        float(scale if scale is not None else d ** -0.5))
     return o.to(query.dtype)
+
+
+# Registered at import (when torch is installed), not at the first call: a first call inside
+# torch.compile(fullgraph=True) would have Dynamo trace torch.library's registration, which it refuses.
+if importlib.util.find_spec("torch") is not None:
+    define_torch_ops()
 
 
 # ---------------------------------------------------------------------------------------------- JAX

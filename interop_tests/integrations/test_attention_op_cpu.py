@@ -117,6 +117,29 @@ def test_torch_compile_fullgraph_traces_forward_and_backward(torch):
         assert relative(a, x.grad) < 1e-6
 
 
+def test_fullgraph_compile_as_the_first_call_in_a_fresh_process(torch):
+    """The ops exist once the module is imported: Dynamo never has to trace their registration (it
+    refuses to, so a first call inside torch.compile(fullgraph=True) used to fail)."""
+    import subprocess
+    import textwrap
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(A.__file__).parent)!r})
+        import torch
+        import attention_op as A
+        g = torch.Generator().manual_seed(9)
+        q, k, v = (torch.randn((1, 2, 64, 64), generator=g) for _ in range(3))
+        f = torch.compile(lambda q, k, v: A.scaled_dot_product_attention(q, k, v).sum(), fullgraph=True,
+                          backend="eager")
+        got = float(f(q, k, v))
+        want = float(torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double()).sum())
+        print(abs(got - want) <= 1e-3 * max(1.0, abs(want)))
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == "True", run.stdout
+
+
 def _refused(torch, monkeypatch, error, match, call):
     """`call()` raises `error` naming the argument, and no kernel ran (every launch path is poisoned)."""
     def boom(*a, **k):
