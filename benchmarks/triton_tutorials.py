@@ -424,6 +424,7 @@ def layer_norm_bwd(b: Bench, rng: np.random.Generator) -> None:
 # ladder's lowerings (docs/tile.md "Per-kernel lowering"), as a Triton user lists num_warps / num_stages
 # configurations; the bar takes the best, as Triton's autotuner does
 _WS = {"loop_pipeline": "ws", "setmaxnreg": "240/24"}
+_SLICED_FF = {"wgmma_slices": True, "loop_pipeline": "tma", "fp_fusion": True}
 # (Q read from shared memory, wgmma_a="shared", was one of them: no gain on 2026-12-04, 440 vs 441 TFLOP/s
 # at D128; replaced by 128x128 on the tma rings, which a causal kernel's two loops now share)
 # fp_fusion: a multiply feeding a subtract as one fma, as Triton compiles by default (enable_fp_fusion);
@@ -436,7 +437,13 @@ ATTN_OURS = {128: ((64, 64, None, None), (128, 64, 8, None)) + _LADDER,
              ((64, 64, None, {"loop_pipeline": "tma", "loop_stages": 3}),) +
              # Triton's best D64 tile: one warpgroup owning 128 rows, two m64 wgmma slices (frags.warpgroup_rows)
              ((128, 64, 4, {"wgmma_slices": True}), (128, 64, 4, {"wgmma_slices": True, "loop_pipeline": "tma"}),
-              (128, 64, 4, {"wgmma_slices": True, "loop_pipeline": "tma", "fp_fusion": True}))}
+              (128, 64, 4, {"wgmma_slices": True, "loop_pipeline": "tma", "fp_fusion": True})) +
+             # Triton's 128x64 w4 (cp.async, 3 stages) defers each P V wait past the next QK^T's issue
+             # and keeps two key/value blocks in flight (its TTGIR, compiled for sm_90 on 2026-12-04):
+             # the same two ideas on our rings, all assembled without spills (ptxas, sm_90a)
+             ((128, 64, 4, _SLICED_FF | {"product_overlap": True}), (128, 64, 4, _SLICED_FF | {"loop_stages": 3}),
+              (128, 64, 4, _SLICED_FF | {"product_overlap": True, "loop_stages": 3}),
+              (64, 64, None, {"loop_pipeline": "tma", "fp_fusion": True, "product_overlap": True}))}
 
 
 def attn_check(name: str, out: Any, ref: Any) -> Callable[[], None]:
