@@ -443,7 +443,10 @@ ATTN_OURS = {128: ((64, 64, None, None), (128, 64, 8, None)) + _LADDER,
              # the same two ideas on our rings, all assembled without spills (ptxas, sm_90a)
              ((128, 64, 4, _SLICED_FF | {"product_overlap": True}), (128, 64, 4, _SLICED_FF | {"loop_stages": 3}),
               (128, 64, 4, _SLICED_FF | {"product_overlap": True, "loop_stages": 3}),
-              (64, 64, None, {"loop_pipeline": "tma", "fp_fusion": True, "product_overlap": True}))}
+              (64, 64, None, {"loop_pipeline": "tma", "fp_fusion": True, "product_overlap": True})) +
+             # and Triton's pipeline itself: cp.async by every thread, three buffers, two blocks ahead
+             ((128, 64, 4, {"wgmma_slices": True, "loop_stages": 3, "fp_fusion": True}),
+              (64, 64, None, {"loop_stages": 3, "fp_fusion": True}))}
 
 
 def attn_check(name: str, out: Any, ref: Any) -> Callable[[], None]:

@@ -98,7 +98,8 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (() if s["gemm_pipeline"] == "sync" else (f"gemm_pipeline_{s['gemm_pipeline']}",)) + \
         (() if s["wgmma_products"] else ("no_wgmma_products",)) + \
         (("tf32_transpose",) if s["tf32_transpose"] else ()) + \
-        (() if s["loop_pipeline"] == "cp.async" else (f"loop_{s['loop_pipeline']}{s['loop_stages']}",)) + \
+        (() if s["loop_pipeline"] == "cp.async" and s["loop_stages"] == 2 else
+         (f"loop_{s['loop_pipeline']}{s['loop_stages']}",)) + \
         (() if s["setmaxnreg"] == "off" else (f"setmaxnreg_{s['setmaxnreg']}",)) + \
         (("product_overlap",) if s["product_overlap"] else ()) + \
         (() if s["wgmma_a"] == "registers" else (f"wgmma_a_{s['wgmma_a']}",)) + \

@@ -44,11 +44,13 @@ def lower_for(L, s: T.For) -> None:
                                     f"{pipe.seen} times, not once each")
             R.drop(L, pipe.ring)
         elif pipe.accepted():
-            first = L.new_var(I32, "pf0")
-            L.emit(N.Assign(first, start))
-            runs = N.Compare("lt", N.ReadVar(first), stop)
-            for st in pipe.stages:
-                P.issue(L, pipe, st, N.ReadVar(first), runs)
+            for k in range(pipe.ahead):                 # the copies of the first `ahead` iterations
+                first = L.new_var(I32, "pf0")
+                L.emit(N.Assign(first, start if k == 0 else N.BinOp("add", start, N.BinOp(
+                    "mul", step, N.Const(k, I32), I32), I32)))
+                runs = N.Compare("lt", N.ReadVar(first), stop)
+                for st in pipe.stages:
+                    P.issue(L, pipe, st, N.ReadVar(first), runs)
             L.emit(N.ForRange(var, start, stop, step, body, s.loc))
             cp_async_wait(L, 0)
             L.pipelined_loops += 1

@@ -19,6 +19,13 @@ module holds the plan and what the products call while their loop is lowered (wa
 prefetch_next, ring_wait, ring_done): it imports nothing that lowers statements, so the products can
 import it and loops.py can import both.
 
+With KB_TILE_LOOP_STAGES=3 (a kernel's `loop_stages`) and every copied load a warpgroup-MMA B
+operand, each load keeps three buffers and its copies run two iterations ahead (Triton's cp.async
+pipeline with num_stages=3): iteration j + 2 goes into the buffer iteration j - 1 read, which every
+warp left before the barrier of iteration j's first wait, so no barrier follows a product; the group
+counts generalise to `ahead * n - u`. With the default 2, one buffer a load, refilled right after its
+product (one iteration ahead).
+
 On sm_90, KB_TILE_LOOP_PIPELINE=tma or ws replaces the copies of loops whose pipelined loads are all
 warpgroup-MMA B operands by a TMA ring on mbarriers (matmul/ring.py); each load then has its own
 barriers, so only how often the body uses each load is checked (once an iteration).
@@ -28,14 +35,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsl.ir import nodes as N
-from dsl.ir.types import I32
+from dsl.ir.types import I32, U32
 from dsl.tile.lower.matmul import ring as R
 from dsl.tile import ir as T
-from dsl.tile.lower.matmul.stages import aligned_base
+from dsl.tile.lower.matmul.stages import SWIZZLE_ALIGN, aligned_base
 from dsl.tile.lower.copies import cp_async_commit, cp_async_wait, fence_proxy_async
 from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, async_ok, issue_copies, tc_warps, wgmma_b, wgmma_stage
 from dsl.tile.types import PartitionParamType
 
+MULTI_BUDGET = 96 * 1024    # dynamic shared bytes a loop's multi-buffered cp.async stages may take
 BUDGET = 40 * 1024          # shared bytes the pipelined buffers may take (of the 48 KiB static; a
                             # kernel whose other buffers then do not fit is lowered again without)
 FIRST_SLOT = 100            # scratch slots of the pipelined buffers (lower.scratch)
@@ -47,6 +55,7 @@ class Stage:
     buf: N.Expr
     stride: int
     swizzled: bool = False      # the B of a warpgroup MMA: 128-byte swizzle atoms (tc_operands.wgmma_b)
+    slots: int = 1              # buffers of this load (cp.async, loop_stages 3: one per iteration in flight)
 
 
 @dataclass
@@ -62,6 +71,7 @@ class Pipeline:
     ring: R.Ring | None = None  # a TMA ring feeds the stages instead of cp.async (ring.py)
     seen: list = None           # ring positions the body consumed, in order
     rotation: object = None     # the last product issued in the next iteration (matmul/overlap.py)
+    ahead: int = 1              # cp.async: iterations the copies run ahead of the products (slots - 1, or 1)
 
     def accepted(self) -> bool:
         """The body consumed every stage once (in the planned order, for cp.async's group counts)."""
@@ -73,9 +83,10 @@ class Pipeline:
         return next(i for i, st in enumerate(self.stages) if st.load is load)
 
 
-def iteration(L, pipe: Pipeline) -> N.Expr:
-    """The running iteration's number n = (j - start) / step: 0, 1, ... (ring stages and phases)."""
-    n = N.BinOp("sub", N.ReadVar(pipe.var), pipe.start, I32)
+def iteration(L, pipe: Pipeline, at: N.Expr | None = None) -> N.Expr:
+    """The iteration number n = (j - start) / step (0, 1, ...: ring stages and phases, buffers) of the
+    running iteration, or of loop value `at` (also before the loop runs)."""
+    n = N.BinOp("sub", N.ReadVar(pipe.var) if at is None else at, pipe.start, I32)
     if not (isinstance(pipe.step, N.Const) and pipe.step.value == 1):
         n = N.BinOp("floordiv", n, pipe.step, I32)
     return L.tmp(n, "rit")
@@ -162,12 +173,44 @@ def plan(L, s: T.For, ws: bool = False) -> Pipeline | None:
         L.slow_paths.append(SlowPath("ws-other-loop", "this loop keeps cp.async: in a warp-specialised kernel "
                                      "only the loop it splits at has a TMA ring (fed by the producer warpgroup)",
                                      s.loc.line, s.loc.file))
+    slots = _slots(L, loads)
+    if slots > 1:
+        stages = [Stage(op, wgmma_stage(L, op.type.dtype, slots * _slot_elems(op) + STAGE_SLACK_ELEMS,
+                                        ("pipe", id(s), i)), _stride(op, True), True, slots)
+                  for i, (op, _) in enumerate(loads)]
+        return Pipeline(s, stages, ahead=slots - 1)
     if sum(_stage_elems(op, swz) * 2 for op, swz in loads) > BUDGET:
         return None
     stages = [Stage(op, wgmma_stage(L, op.type.dtype, _stage_elems(op, swz), ("pipe", id(s), i)) if swz else
                     L.scratch(op.type.dtype, _stage_elems(op, swz), FIRST_SLOT + i), _stride(op, swz), swz)
               for i, (op, swz) in enumerate(loads)]
     return Pipeline(s, stages)
+
+
+def _slots(L, loads: list[tuple[T.Load, bool]]) -> int:
+    """Buffers a load of a cp.async loop: loop_stages when it asks for more than 2 and every load is a
+    warpgroup-MMA B (its own buffer in dynamic shared memory, whose slots stay 1024-byte aligned)
+    within MULTI_BUDGET, else 1."""
+    if L.loop_stages <= 2 or not all(swz for _, swz in loads):
+        return 1
+    if any(_slot_elems(op) * op.type.dtype.itemsize % SWIZZLE_ALIGN for op, _ in loads):
+        return 1
+    need = sum(L.loop_stages * _slot_elems(op) * op.type.dtype.itemsize + SWIZZLE_ALIGN for op, _ in loads)
+    return L.loop_stages if need <= MULTI_BUDGET else 1
+
+
+def _slot_elems(op: T.Load) -> int:
+    return op.type.shape[0] * op.type.shape[1]
+
+
+def stage_base(L, pipe: Pipeline, st: Stage, n: N.Expr | None) -> N.Expr:
+    """The aligned shared address of `st`'s buffer for running iteration number n (0, 1, ...)."""
+    base = aligned_base(L, st.buf, "swz")
+    if st.slots == 1 or n is None:
+        return base
+    slot = N.BinOp("mod", n, N.Const(st.slots, I32), I32)
+    off = N.BinOp("mul", N.Cast(slot, U32), N.Const(_slot_elems(st.load) * st.load.type.dtype.itemsize, U32), U32)
+    return L.tmp(N.BinOp("add", base, off, U32), "swzs")
 
 
 def _stride(op: T.Load, swizzled: bool) -> int:
@@ -186,31 +229,35 @@ def wait_for(L, pipe: Pipeline, loads: list[T.Load], async_proxy: bool = False) 
         if pipe.position(ld) != pipe.used:
             pipe.in_order = False
         pipe.used += 1
-    cp_async_wait(L, len(pipe.stages) - len(loads))
+    cp_async_wait(L, pipe.ahead * len(pipe.stages) - len(loads))
     if async_proxy:
         fence_proxy_async(L)
     L.sync()
 
 
 def prefetch_next(L, pipe: Pipeline, loads: list[T.Load]) -> None:
-    """After the product's last read of the buffers: the copies of the next iteration."""
+    """After the product's last read of the buffers: the copies of iteration j + ahead."""
     assert pipe.var is not None and pipe.step is not None and pipe.stop is not None
-    nxt = L.tmp(N.BinOp("add", N.ReadVar(pipe.var), pipe.step, I32), "pfn")
+    step = pipe.step if pipe.ahead == 1 else N.BinOp("mul", pipe.step, N.Const(pipe.ahead, I32), I32)
+    nxt = L.tmp(N.BinOp("add", N.ReadVar(pipe.var), step, I32), "pfn")
     runs = L.tmp(N.Compare("lt", nxt, pipe.stop), "pfr")
     for ld in loads:
         issue(L, pipe, pipe.stages[pipe.position(ld)], nxt, runs)
 
 
-def issue(L, pipe: Pipeline, st: Stage, iteration: N.Expr, runs: N.Expr) -> None:
-    """Copies of `st` for loop iteration `iteration` (when `runs`), then one commit either way."""
+def issue(L, pipe: Pipeline, st: Stage, value: N.Expr, runs: N.Expr) -> None:
+    """Copies of `st` for the iteration whose loop value is `value` (when `runs`), then one commit either way."""
     at = L.new_var(I32, "pfit")
-    L.emit(N.Assign(at, iteration))
+    L.emit(N.Assign(at, value))
     saved = L.vars[id(pipe.loop.var)]
     L.vars[id(pipe.loop.var)] = ("U", [at])
     try:
         def copies() -> None:
             base = [L.scalar(i) for i in st.load.index]
-            issue_copies(L, st.load, st.buf, st.stride, base, aligned_base(L, st.buf, "swz") if st.swizzled else None)
+            swz = None
+            if st.swizzled:
+                swz = stage_base(L, pipe, st, iteration(L, pipe, N.ReadVar(at)) if st.slots > 1 else None)
+            issue_copies(L, st.load, st.buf, st.stride, base, swz)
         L.guarded(runs, copies)
     finally:
         L.vars[id(pipe.loop.var)] = saved

@@ -12,6 +12,7 @@ wgmma have theirs in dsl/tile/ptx/sm90.py.
 """
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import numpy as np
@@ -158,9 +159,15 @@ def ext_state(mach, key: str, make: Callable):
     return found
 
 
+# KB_SIM_CP_ASYNC_LANDING: "wait" (default) lands each cp.async at the wait_group that completes it, the
+# latest the hardware may (a missing wait reads stale data); "issue" lands it at once, the earliest (a
+# buffer overwritten while a product still reads it gives the new data). Tests of a pipeline run both.
+LANDING_ENV = "KB_SIM_CP_ASYNC_LANDING"
+
+
 def copies(mach) -> AsyncCopies:
     """The pending cp.async copies of this batch of blocks (made on the first copy)."""
-    return ext_state(mach, "cp.async", lambda: AsyncCopies(mach.L))
+    return ext_state(mach, "cp.async", lambda: AsyncCopies(mach.L, os.environ.get(LANDING_ENV, "wait") == "issue"))
 
 
 def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
@@ -170,7 +177,11 @@ def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
     full = size == 16
     if full.any():
         data[full] = mach.addresses.global_read(src[full], 16)
-    copies(mach).issue(lanes, mach.lanes.blk[lanes], dst, data)
+    pending = copies(mach)
+    if pending.at_issue:
+        mach.addresses.shared_write(mach.lanes.blk[lanes], dst.astype(np.int64), data)
+    else:
+        pending.issue(lanes, mach.lanes.blk[lanes], dst, data)
 
 
 cp_async = semantics(_cp_async, machine=True, per_thread=True)
