@@ -16,10 +16,10 @@ import pytest
 from dsl import tile
 from dsl.backend.ptxas import assemble, find_ptxas
 from dsl.tile.lower import pipeline as P
-from dsl.tile.ptx.sm80 import LANDING_ENV
 from interop_tests.dsl_tile.tutorial_kit import attention_on_gpu, tutorial
 
 T = tutorial("06_fused_attention")
+LANDING = "KB_SIM_CP_ASYNC_LANDING"     # the simulator's cp.async landing: "wait" or "issue"
 
 # (query rows, key rows, warps, lowering) of tutorial 06 at head dim 64
 SLICED = (128, 64, 4, {"wgmma_slices": True, "loop_stages": 3})
@@ -80,7 +80,7 @@ def test_stages_past_the_budget_keep_one_buffer():
 def test_three_buffer_attention_matches_float64_whenever_the_copies_land(shape, causal, landing, monkeypatch):
     """Two heads; N_CTX 3 query blocks (more iterations than the copies run ahead) and one block of
     128 (a causal first block has one key block: fewer than the two copied ahead)."""
-    monkeypatch.setenv(LANDING_ENV, landing)
+    monkeypatch.setenv(LANDING, landing)
     bm, bn, warps, lowering = SHAPES[shape]
     for n_ctx in (3 * bm, 128):
         (q, k, v, out), args = _args(64, n_ctx, causal, bm, bn)
@@ -99,7 +99,7 @@ def test_copies_landing_at_issue_catch_a_buffer_overwritten_while_it_is_read(mon
         monkeypatch.setattr(module, "stage_base", lambda L, pipe, st, n: real(L, pipe, st, None))
     errors = {}
     for landing in ("wait", "issue"):
-        monkeypatch.setenv(LANDING_ENV, landing)
+        monkeypatch.setenv(LANDING, landing)
         (q, k, v, out), args = _args(64, 384, False, bm, bn)
         _kernel(warps, lowering).simulate_lowered(*args, tensor_cores=True, arch="sm_90")
         errors[landing] = np.abs(out.astype(np.float64) - T.reference(q, k, v, 384, False)).max()

@@ -108,8 +108,7 @@ def test_a_too_weak_copy_wait_reads_stale_shared_memory_in_the_simulator(monkeyp
     """cp.async lands only when a wait_group completes its group: a lowering that waits for one group
     too few computes from shared memory not yet written (the simulator fills it with NaN). The landing
     is pinned to the wait: KB_SIM_CP_ASYNC_LANDING=issue lands copies at once (its own tests)."""
-    from dsl.tile.ptx.sm80 import LANDING_ENV
-    monkeypatch.setenv(LANDING_ENV, "wait")
+    monkeypatch.setenv("KB_SIM_CP_ASYNC_LANDING", "wait")
     a = rng.standard_normal((64, 96)).astype(np.float16)
     b = rng.standard_normal((96, 64)).astype(np.float16)
     assert np.isfinite(run_gemm(K.gemm, a, b, (64, 64), 32)).all()

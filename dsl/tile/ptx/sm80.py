@@ -12,11 +12,11 @@ wgmma have theirs in dsl/tile/ptx/sm90.py.
 """
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import numpy as np
 
+from bridge.settings import env_choice
 from dsl.sim import arith
 from dsl.sim.addresses import GLOBAL_STEP, AsyncCopies
 from dsl.sim.faults import SimulationError
@@ -159,15 +159,13 @@ def ext_state(mach, key: str, make: Callable):
     return found
 
 
-# KB_SIM_CP_ASYNC_LANDING: "wait" (default) lands each cp.async at the wait_group that completes it, the
-# latest the hardware may (a missing wait reads stale data); "issue" lands it at once, the earliest (a
-# buffer overwritten while a product still reads it gives the new data). Tests of a pipeline run both.
-LANDING_ENV = "KB_SIM_CP_ASYNC_LANDING"
-
-
 def copies(mach) -> AsyncCopies:
-    """The pending cp.async copies of this batch of blocks (made on the first copy)."""
-    return ext_state(mach, "cp.async", lambda: AsyncCopies(mach.L, os.environ.get(LANDING_ENV, "wait") == "issue"))
+    """The pending cp.async copies of this batch of blocks (made on the first copy). KB_SIM_CP_ASYNC_LANDING:
+    "wait" (default) lands each copy at the wait_group that completes it, the latest the hardware may (a
+    missing wait reads stale data); "issue" lands it at once, the earliest (a buffer overwritten while a
+    product still reads it gives the new data). Tests of a pipeline run both."""
+    return ext_state(mach, "cp.async", lambda: AsyncCopies(
+        mach.L, env_choice("KB_SIM_CP_ASYNC_LANDING", ("wait", "issue"), "wait") == "issue"))
 
 
 def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
