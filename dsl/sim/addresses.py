@@ -133,8 +133,12 @@ class AsyncCopies:
         # issue (the earliest: a buffer still read after its next copy was issued then reads the new data)
         self.at_issue = at_issue
 
-    def issue(self, lanes: np.ndarray, blk: np.ndarray, dst: np.ndarray, data: np.ndarray) -> None:
-        self.pending.append((lanes, self.commits[lanes].copy(), blk, np.asarray(dst, np.int64), data))
+    def issue(self, lanes: np.ndarray, blk: np.ndarray, dst: np.ndarray, data: np.ndarray,
+              space: AddressSpace) -> None:
+        if self.at_issue:
+            space.shared_write(blk, np.asarray(dst, np.int64), data)
+        else:
+            self.pending.append((lanes, self.commits[lanes].copy(), blk, np.asarray(dst, np.int64), data))
 
     def commit(self, lanes: np.ndarray) -> None:
         self.commits[lanes] += 1

@@ -94,9 +94,8 @@ def test_copies_landing_at_issue_catch_a_buffer_overwritten_while_it_is_read(mon
     when copies land at their wait and wrong when they land at issue."""
     from dsl.tile.lower.matmul import wgmma_products
     bm, bn, warps, lowering = SLICED
-    real = P.stage_base
     for module in (P, wgmma_products):              # the copies, and the products' reads
-        monkeypatch.setattr(module, "stage_base", lambda L, pipe, st, n: real(L, pipe, st, None))
+        monkeypatch.setattr(module, "stage_base", lambda L, pipe, st, at=None: P.aligned_base(L, st.buf, "swz"))
     errors = {}
     for landing in ("wait", "issue"):
         monkeypatch.setenv(LANDING, landing)

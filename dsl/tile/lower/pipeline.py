@@ -71,13 +71,18 @@ class Pipeline:
     ring: R.Ring | None = None  # a TMA ring feeds the stages instead of cp.async (ring.py)
     seen: list = None           # ring positions the body consumed, in order
     rotation: object = None     # the last product issued in the next iteration (matmul/overlap.py)
-    ahead: int = 1              # cp.async: iterations the copies run ahead of the products (slots - 1, or 1)
 
     def accepted(self) -> bool:
         """The body consumed every stage once (in the planned order, for cp.async's group counts)."""
         if self.ring is not None:
             return sorted(self.seen or []) == list(range(len(self.stages)))
         return self.in_order and self.used == len(self.stages)
+
+    @property
+    def ahead(self) -> int:
+        """cp.async: iterations the copies run ahead of the products (one fewer than the buffers a load,
+        or 1 with one buffer: refilled right after its product)."""
+        return max(1, self.stages[0].slots - 1)
 
     def position(self, load: T.Load) -> int:
         return next(i for i, st in enumerate(self.stages) if st.load is load)
@@ -178,7 +183,7 @@ def plan(L, s: T.For, ws: bool = False) -> Pipeline | None:
         stages = [Stage(op, wgmma_stage(L, op.type.dtype, slots * _slot_elems(op) + STAGE_SLACK_ELEMS,
                                         ("pipe", id(s), i)), _stride(op, True), True, slots)
                   for i, (op, _) in enumerate(loads)]
-        return Pipeline(s, stages, ahead=slots - 1)
+        return Pipeline(s, stages)
     if sum(_stage_elems(op, swz) * 2 for op, swz in loads) > BUDGET:
         return None
     stages = [Stage(op, wgmma_stage(L, op.type.dtype, _stage_elems(op, swz), ("pipe", id(s), i)) if swz else
@@ -193,8 +198,8 @@ def _slots(L, loads: list[tuple[T.Load, bool]]) -> int:
     within MULTI_BUDGET, else 1."""
     if L.loop_stages <= 2 or not all(swz for _, swz in loads):
         return 1
-    if any(_slot_elems(op) * op.type.dtype.itemsize % SWIZZLE_ALIGN for op, _ in loads):
-        return 1
+    # a wgmma B: 16-bit, rows a multiple of 8 and columns of 64 (wgmma_b), so every slot is whole atoms
+    assert not any(_slot_elems(op) * op.type.dtype.itemsize % SWIZZLE_ALIGN for op, _ in loads)
     need = sum(L.loop_stages * _slot_elems(op) * op.type.dtype.itemsize + SWIZZLE_ALIGN for op, _ in loads)
     return L.loop_stages if need <= MULTI_BUDGET else 1
 
@@ -203,12 +208,13 @@ def _slot_elems(op: T.Load) -> int:
     return op.type.shape[0] * op.type.shape[1]
 
 
-def stage_base(L, pipe: Pipeline, st: Stage, n: N.Expr | None) -> N.Expr:
-    """The aligned shared address of `st`'s buffer for running iteration number n (0, 1, ...)."""
+def stage_base(L, pipe: Pipeline, st: Stage, at: N.Expr | None = None) -> N.Expr:
+    """The aligned shared address of `st`'s buffer for the running iteration, or for the iteration of
+    loop value `at` (a copy ahead): with several buffers, buffer n mod slots of iteration number n."""
     base = aligned_base(L, st.buf, "swz")
-    if st.slots == 1 or n is None:
+    if st.slots == 1:
         return base
-    slot = N.BinOp("mod", n, N.Const(st.slots, I32), I32)
+    slot = N.BinOp("mod", iteration(L, pipe, at), N.Const(st.slots, I32), I32)
     off = N.BinOp("mul", N.Cast(slot, U32), N.Const(_slot_elems(st.load) * st.load.type.dtype.itemsize, U32), U32)
     return L.tmp(N.BinOp("add", base, off, U32), "swzs")
 
@@ -254,9 +260,7 @@ def issue(L, pipe: Pipeline, st: Stage, value: N.Expr, runs: N.Expr) -> None:
     try:
         def copies() -> None:
             base = [L.scalar(i) for i in st.load.index]
-            swz = None
-            if st.swizzled:
-                swz = stage_base(L, pipe, st, iteration(L, pipe, N.ReadVar(at)) if st.slots > 1 else None)
+            swz = stage_base(L, pipe, st, N.ReadVar(at)) if st.swizzled else None
             issue_copies(L, st.load, st.buf, st.stride, base, swz)
         L.guarded(runs, copies)
     finally:

@@ -175,11 +175,7 @@ def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
     full = size == 16
     if full.any():
         data[full] = mach.addresses.global_read(src[full], 16)
-    pending = copies(mach)
-    if pending.at_issue:
-        mach.addresses.shared_write(mach.lanes.blk[lanes], dst.astype(np.int64), data)
-    else:
-        pending.issue(lanes, mach.lanes.blk[lanes], dst, data)
+    copies(mach).issue(lanes, mach.lanes.blk[lanes], dst, data, mach.addresses)
 
 
 cp_async = semantics(_cp_async, machine=True, per_thread=True)

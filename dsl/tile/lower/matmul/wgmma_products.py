@@ -23,7 +23,7 @@ from dsl.tile.lower.matmul.stages import aligned_base
 from dsl.tile.lower.copies import cp_async_commit, cp_async_wait, fence_proxy_async
 from dsl.tile.lower.matmul import overlap
 from dsl.tile.lower.matmul.fragments import pack_pairs
-from dsl.tile.lower.pipeline import iteration, prefetch_next, ring_done, ring_wait, stage_base, wait_for
+from dsl.tile.lower.pipeline import prefetch_next, ring_done, ring_wait, stage_base, wait_for
 from dsl.tile.lower.matmul.wgmma import wait_wgmma
 from dsl.tile.lower.matmul.wgmma_rs import issue_product, issue_product_ss
 from dsl.tile.lower.matmul.shared_a import SwizzledA
@@ -54,7 +54,7 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         stage = pipe.stages[pipe.position(b)]
         assert stage.swizzled, "the pipeline staged a wgmma operand for ldmatrix"
         wait_for(L, pipe, [b], async_proxy=True)
-        base = stage_base(L, pipe, stage, iteration(L, pipe) if stage.slots > 1 else None)
+        base = stage_base(L, pipe, stage)
     else:
         buf = wgmma_stage(L, dtype, rows * cols + STAGE_SLACK_ELEMS, ("product", id(e)))
         issue_copies(L, b, buf, cols, [L.scalar(i) for i in b.index], swizzled=aligned_base(L, buf, "swz"))
