@@ -113,3 +113,13 @@ def test_gpu_three_buffer_attention_matches_sdpa(shape, causal):
     done = attention_on_gpu(lowering, bm, bn, warps or 4, 64, 1024, causal, batch=2, heads=3, seed=11)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert float(done.stdout.strip().splitlines()[-1]) < 2e-2
+
+
+def test_an_unknown_landing_is_refused_naming_the_variable_and_the_output_is_untouched(monkeypatch):
+    from bridge.errors import ConfigurationError
+    monkeypatch.setenv(LANDING, "sometimes")
+    bm, bn, warps, lowering = SLICED
+    (_, _, _, out), args = _args(64, 128, False, bm, bn)
+    with pytest.raises(ConfigurationError, match="KB_SIM_CP_ASYNC_LANDING.*wait, issue"):
+        _kernel(warps, lowering).simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    assert np.isnan(out).all()
