@@ -126,17 +126,17 @@ class AddressSpace:
 class AsyncCopies:
     """Pending cp.async copies, grouped per thread as cp.async.commit_group / wait_group do."""
 
-    def __init__(self, nlanes: int, at_issue: bool = False) -> None:
+    def __init__(self, nlanes: int, land_at_issue: AddressSpace | None = None) -> None:
         self.commits = np.zeros(nlanes, np.int64)      # groups each thread has committed so far
         self.pending: list[tuple] = []                 # (lanes, group, blk, shared addr, bytes)
-        # when the copies land: at the wait that completes them (the latest the hardware may), or at
-        # issue (the earliest: a buffer still read after its next copy was issued then reads the new data)
-        self.at_issue = at_issue
+        # when the copies land: at the wait that completes them (the latest the hardware may), or, given
+        # the address space, at issue (the earliest: a buffer still read after its next copy was issued
+        # then reads the new data)
+        self.land_at_issue = land_at_issue
 
-    def issue(self, lanes: np.ndarray, blk: np.ndarray, dst: np.ndarray, data: np.ndarray,
-              space: AddressSpace) -> None:
-        if self.at_issue:
-            space.shared_write(blk, np.asarray(dst, np.int64), data)
+    def issue(self, lanes: np.ndarray, blk: np.ndarray, dst: np.ndarray, data: np.ndarray) -> None:
+        if self.land_at_issue is not None:
+            self.land_at_issue.shared_write(blk, np.asarray(dst, np.int64), data)
         else:
             self.pending.append((lanes, self.commits[lanes].copy(), blk, np.asarray(dst, np.int64), data))
 

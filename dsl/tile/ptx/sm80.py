@@ -164,8 +164,10 @@ def copies(mach) -> AsyncCopies:
     "wait" (default) lands each copy at the wait_group that completes it, the latest the hardware may (a
     missing wait reads stale data); "issue" lands it at once, the earliest (a buffer overwritten while a
     product still reads it gives the new data). Tests of a pipeline run both."""
-    return ext_state(mach, "cp.async", lambda: AsyncCopies(
-        mach.L, env_choice("KB_SIM_CP_ASYNC_LANDING", ("wait", "issue"), "wait") == "issue"))
+    def make() -> AsyncCopies:
+        at_issue = env_choice("KB_SIM_CP_ASYNC_LANDING", ("wait", "issue"), "wait") == "issue"
+        return AsyncCopies(mach.L, mach.addresses if at_issue else None)
+    return ext_state(mach, "cp.async", make)
 
 
 def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
@@ -175,7 +177,7 @@ def _cp_async(args: list, mach, lanes: np.ndarray) -> None:
     full = size == 16
     if full.any():
         data[full] = mach.addresses.global_read(src[full], 16)
-    copies(mach).issue(lanes, mach.lanes.blk[lanes], dst, data, mach.addresses)
+    copies(mach).issue(lanes, mach.lanes.blk[lanes], dst, data)
 
 
 cp_async = semantics(_cp_async, machine=True, per_thread=True)
