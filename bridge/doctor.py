@@ -55,6 +55,7 @@ SETTINGS: dict[str, str] = {
     "KB_TILE_NC_LOADS": "tile kernels: read-only arrays' vector loads through ld.global.nc (default on) or plain ld.global",
     "KB_TILE_WGMMA_SLICES": "sm_90 products of warpgroups owning more than 64 rows on wgmma, one m64 slice a wgmma (default off)",
     "KB_TILE_FP_FUSION": "tile kernels: a float multiply feeding an add fuses into fma (default off)",
+    "KB_TILE_FTZ": "tile kernels: f32 math flushes denormals to zero, exp2 one ex2.approx.ftz (default off)",
     "KB_TILE_WGMMA_A": "sm_90 products: a loop-invariant A from registers or staged in shared memory (default registers)",
 }   # docs/configuration.md is the full table (interop_tests/package/test_configuration_table.py)
 

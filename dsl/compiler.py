@@ -99,20 +99,22 @@ def _verify(fn, ctx: CompileContext):
     return verify_function(fn)
 
 
-def build_options(options: KernelOptions, arch: str, contract: bool = False):
-    """The code generator's options; `contract`: float products may fuse into fma (tile fp_fusion)."""
+def build_options(options: KernelOptions, arch: str, contract: bool = False, ftz: bool = False):
+    """The code generator's options; `contract`: float products may fuse into fma (tile fp_fusion);
+    `ftz`: f32 denormals flush to zero (tile ftz)."""
     from dsl.backend.builder import BuildOptions
     from dsl.backend.target import parse_arch
     pairs = frozenset(frozenset(p) for p in options.inplace)
-    return BuildOptions(arch_cc=parse_arch(arch), fastmath=options.fastmath, contract=contract, inplace=pairs,
+    return BuildOptions(arch_cc=parse_arch(arch), fastmath=options.fastmath, contract=contract, ftz=ftz, inplace=pairs,
                         lineinfo=options.lineinfo, requires=tuple(options.requires))
 
 
 def _llvm_ir(fn, ctx: CompileContext):
     from dsl.backend.codegen import to_llvm_ir
     ctx.kernel_loc = (fn.loc.file, fn.loc.line)
-    fusion = ctx.tile is not None and bool(ctx.tile.switches.get("fp_fusion"))
-    llvm_ir = to_llvm_ir(fn, build_options(ctx.options, ctx.arch, contract=fusion))
+    switches = ctx.tile.switches if ctx.tile is not None else {}
+    llvm_ir = to_llvm_ir(fn, build_options(ctx.options, ctx.arch, contract=bool(switches.get("fp_fusion")),
+                                           ftz=bool(switches.get("ftz"))))
     ctx.slow_paths.extend(llvm_ir.slow_paths)
     return llvm_ir
 

@@ -64,6 +64,7 @@ class BuildOptions:
     arch_cc: int = 90
     fastmath: bool = False
     contract: bool = False            # fmul + fadd/fsub may fuse into fma (the tile switch fp_fusion)
+    ftz: bool = False                 # f32 denormals flush to zero (the tile switch ftz, nvcc -ftz=true)
     inplace: frozenset[frozenset[str]] = frozenset()   # parameter-name pairs that may overlap
     invariant_loads: bool = True      # mark loads of read-only, non-overlapping arrays !invariant.load
     lineinfo: bool = False            # emit line tables (.file/.loc); off: the PTX has no debug trace
@@ -97,11 +98,17 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin, UnrollMixin, LaunchM
         return self.module
 
     def _module_flags(self) -> None:
-        """libdevice reads these through __nvvm_reflect: no flush-to-zero, IEEE sqrt/div."""
+        """libdevice reads these through __nvvm_reflect: flush-to-zero only under opts.ftz, IEEE sqrt/div."""
         flags = [self.module.add_metadata([ir.Constant(T.I32, 4), ir.MetaDataString(self.module, k),
                                            ir.Constant(T.I32, v)])
-                 for k, v in (("nvvm-reflect-ftz", 0), ("nvvm-reflect-prec-sqrt", 1))]
+                 for k, v in (("nvvm-reflect-ftz", int(self.opts.ftz)), ("nvvm-reflect-prec-sqrt", 1))]
         self.module.add_named_metadata("llvm.module.flags").operands.extend(flags)
+
+    def _float_mode(self, attrs: set) -> None:
+        """Under opts.ftz the f32 arithmetic of a function flushes denormals (NVPTX then picks the .ftz
+        forms of add, mul, fma, ...), as libdevice does through its reflect flag."""
+        if self.opts.ftz:
+            _raw_attr(attrs, '"denormal-fp-math-f32"="preserve-sign,preserve-sign"')
 
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         fn = self.module.globals.get(name)
@@ -131,6 +138,7 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin, UnrollMixin, LaunchM
         llfn = ir.Function(self.module, ir.FunctionType(T.VOID, lltys), name=self.kernel_symbol)
         llfn.calling_convention = "ptx_kernel"
         llfn.attributes.add("nounwind")
+        self._float_mode(llfn.attributes)
         self.keep.add(self.kernel_symbol)
         if fn.exact_block:
             _raw_attr(llfn.attributes, '"nvvm.reqntid"="%d,%d,%d"' % tuple(fn.exact_block))
@@ -217,6 +225,7 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin, UnrollMixin, LaunchM
         name = fn.extern_name or fn.export_name or f"{self.kernel.name}__{fn.name}_{len(self._functions)}"
         llfn = ir.Function(self.module, ir.FunctionType(self._ret_type(fn.return_type), params), name=name)
         llfn.attributes.add("nounwind")
+        self._float_mode(llfn.attributes)
         if fn.extern_name is None:
             if fn.export_name:
                 self.keep.add(name)

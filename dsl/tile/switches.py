@@ -41,10 +41,13 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # a float multiply whose result only feeds an add or subtract fuses into one fma (Triton's
     # enable_fp_fusion, nvcc's --fmad): one rounding, not two; off, each operation rounds, as the simulators do
     "fp_fusion": ("KB_TILE_FP_FUSION", None, False),
+    # f32 math flushes denormal inputs and results to zero (nvcc's -ftz=true; Triton's exp2 is
+    # ex2.approx.ftz): exp2 is one MUFU instead of a range test and two multiplies around it
+    "ftz": ("KB_TILE_FTZ", None, False),
 }
 
 
-CODEGEN_SWITCHES = frozenset({"fp_fusion"})    # read by the code generator (dsl/compiler.py), not the lowering
+CODEGEN_SWITCHES = frozenset({"fp_fusion", "ftz"})    # read by the code generator (dsl/compiler.py), not the lowering
 
 
 def lowering_only(switches: dict[str, Any]) -> dict[str, Any]:
@@ -104,5 +107,6 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("product_overlap",) if s["product_overlap"] else ()) + \
         (() if s["wgmma_a"] == "registers" else (f"wgmma_a_{s['wgmma_a']}",)) + \
         (("fp_fusion",) if s["fp_fusion"] else ()) + \
+        (("ftz",) if s["ftz"] else ()) + \
         (("wgmma_slices",) if s["wgmma_slices"] else ()) + \
         (() if s["nc_loads"] else ("no_nc_loads",))
