@@ -424,29 +424,28 @@ def layer_norm_bwd(b: Bench, rng: np.random.Generator) -> None:
 # ladder's lowerings (docs/tile.md "Per-kernel lowering"), as a Triton user lists num_warps / num_stages
 # configurations; the bar takes the best, as Triton's autotuner does
 _WS = {"loop_pipeline": "ws", "setmaxnreg": "240/24"}
-_SLICED_FF = {"wgmma_slices": True, "loop_pipeline": "tma", "fp_fusion": True}
-# (Q read from shared memory, wgmma_a="shared", was one of them: no gain on 2026-12-04, 440 vs 441 TFLOP/s
-# at D128; replaced by 128x128 on the tma rings, which a causal kernel's two loops now share)
+_FF = {"fp_fusion": True}
+_FTZ = {"fp_fusion": True, "ftz": True}
+_SLICED = {"wgmma_slices": True, "loop_pipeline": "tma"}
 # fp_fusion: a multiply feeding a subtract as one fma, as Triton compiles by default (enable_fp_fusion);
-# written as tile.fma it measured +5 % (64x64 tma) and +13 % (128x128 ws) at D64 on 2026-12-04
-_LADDER = ((64, 64, None, {"loop_pipeline": "tma"}), (64, 64, None, {"loop_pipeline": "tma", "product_overlap": True}),
-           (128, 128, 8, {"loop_pipeline": "tma"}), (128, 64, 8, _WS), (128, 128, 8, _WS),
-           (64, 64, None, {"loop_pipeline": "tma", "fp_fusion": True}), (128, 128, 8, dict(_WS, fp_fusion=True)))
+# written as tile.fma it measured +5 % (64x64 tma) and +13 % (128x128 ws) at D64 on 2026-12-04.
+# ftz: exp2 as one ex2.approx.ftz (Triton's), not the range test and two multiplies around ex2.approx that
+# keep denormal results: a quarter of the D64 loop's instructions (SASS, 128x64 w4: 739 -> 535; Triton 495).
+# Rows measured and dropped (docs/tile.md "Tutorial 06 ladder"): Q from shared memory (wgmma_a="shared",
+# no gain at D128), 128x128 on the tma rings, 128x64 ws, three TMA stages, product_overlap on 128x64 w4
+# slices, three-buffer cp.async without ftz, and 64x64 tma without fp_fusion's partners
+_LADDER = ((64, 64, None, {"loop_pipeline": "tma"}), (128, 128, 8, _WS),
+           (64, 64, None, {"loop_pipeline": "tma"} | _FF), (128, 128, 8, _WS | _FF),
+           (64, 64, None, {"loop_pipeline": "tma"} | _FTZ), (128, 128, 8, _WS | _FTZ))
 ATTN_OURS = {128: ((64, 64, None, None), (128, 64, 8, None)) + _LADDER,
-             64: ((64, 64, None, None), (128, 64, 8, None), (128, 128, 8, None)) + _LADDER +
-             ((64, 64, None, {"loop_pipeline": "tma", "loop_stages": 3}),) +
+             64: ((64, 64, None, None), (128, 64, 8, None)) + _LADDER +
              # Triton's best D64 tile: one warpgroup owning 128 rows, two m64 wgmma slices (frags.warpgroup_rows)
-             ((128, 64, 4, {"wgmma_slices": True}), (128, 64, 4, {"wgmma_slices": True, "loop_pipeline": "tma"}),
-              (128, 64, 4, {"wgmma_slices": True, "loop_pipeline": "tma", "fp_fusion": True})) +
-             # Triton's 128x64 w4 (cp.async, 3 stages) defers each P V wait past the next QK^T's issue
-             # and keeps two key/value blocks in flight (its TTGIR, compiled for sm_90 on 2026-12-04):
-             # the same two ideas on our rings, all assembled without spills (ptxas, sm_90a)
-             ((128, 64, 4, _SLICED_FF | {"product_overlap": True}), (128, 64, 4, _SLICED_FF | {"loop_stages": 3}),
-              (128, 64, 4, _SLICED_FF | {"product_overlap": True, "loop_stages": 3}),
-              (64, 64, None, {"loop_pipeline": "tma", "fp_fusion": True, "product_overlap": True})) +
-             # and Triton's pipeline itself: cp.async by every thread, three buffers, two blocks ahead
-             ((128, 64, 4, {"wgmma_slices": True, "loop_stages": 3, "fp_fusion": True}),
-              (64, 64, None, {"loop_stages": 3, "fp_fusion": True}))}
+             ((128, 64, 4, {"wgmma_slices": True}), (128, 64, 4, _SLICED | _FF), (128, 64, 4, _SLICED | _FTZ),
+              # the PV wait deferred past the next QK^T's issue, as Triton's TTGIR does (product_overlap)
+              (64, 64, None, {"loop_pipeline": "tma", "product_overlap": True} | _FF),
+              (64, 64, None, {"loop_pipeline": "tma", "product_overlap": True} | _FTZ),
+              # and Triton's pipeline itself: cp.async by every thread, three buffers, two blocks ahead
+              (128, 64, 4, {"wgmma_slices": True, "loop_stages": 3} | _FTZ))}
 
 
 def attn_check(name: str, out: Any, ref: Any) -> Callable[[], None]:
