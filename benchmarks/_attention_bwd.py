@@ -20,9 +20,17 @@ BWD_SHAPES = [(4, 16, 4096, 128)]
 # invariant operands (K, V of dK/dV; Q, dO of dQ) read by the tensor cores from shared memory
 # (wgmma_a="shared") ptxas needs fewer registers: dQ at D128 64x64 no longer spills (docs/tile.md)
 _SHARED = {"wgmma_a": "shared"}
-BWD_SWEEP = {128: [(128, 32, 8, None), (64, 32, 4, _SHARED), (64, 64, 4, _SHARED)],
+# fp_fusion + ftz: fma for the scale-and-subtract, exp2 as one ex2.approx.ftz (docs/tile.md, "Per-kernel
+# lowering"), on the example's own 64 x 32 tiles
+_FTZ = {"fp_fusion": True, "ftz": True}
+BWD_SWEEP = {128: [(128, 32, 8, None), (64, 32, 4, _SHARED), (64, 64, 4, _SHARED), (64, 32, 4, _FTZ),
+                   (64, 32, 4, _SHARED | _FTZ)],
              64: [(128, 64, 8, None), (64, 32, 4, None), (64, 64, 4, _SHARED)]}
 MAX_REL_ERR = 2e-2        # vs SDPA's bf16 gradients; the lowered sm_90 simulator puts ours at ~3.5e-3 (S2048)
+
+
+def _label(lowering: dict | None) -> str:
+    return "".join((" Q/K shared" if k == "wgmma_a" else f" {k}") for k in (lowering or {}))
 
 
 def load_backward():
@@ -124,7 +132,7 @@ def backward_cases(rep: Any, torch, reps: int, sweep: bool) -> list[str]:
             fns = {}
             configs = {"DSL tile flash_bwd": None}
             if sweep:
-                configs.update({f"DSL tile flash_bwd {o}x{st} w{w}" + (" Q/K shared" if low else ""): (o, st, w, low)
+                configs.update({f"DSL tile flash_bwd {o}x{st} w{w}" + _label(low): (o, st, w, low)
                                 for o, st, w, low in BWD_SWEEP[d]})
             for label, config in configs.items():
                 fn, got = ours(torch, bwd, q, k, v, dout, s, causal, config)

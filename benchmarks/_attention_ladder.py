@@ -18,6 +18,7 @@ ONE = None
 TWO = {64: (128, 128), 128: (128, 64)}
 WS = {"KB_TILE_LOOP_PIPELINE": "ws"}
 REGS = {**WS, "KB_TILE_SETMAXNREG": "240/24"}
+FTZ = {"KB_TILE_FP_FUSION": "1", "KB_TILE_FTZ": "1"}
 LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
     "cp.async (default)": ({}, None, ONE),
     "tma S2": ({"KB_TILE_LOOP_PIPELINE": "tma"}, None, ONE),
@@ -32,9 +33,12 @@ LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
     "cp.async Q shared": ({"KB_TILE_WGMMA_A": "shared"}, None, ONE),
     "tma S2 Q shared": ({"KB_TILE_LOOP_PIPELINE": "tma", "KB_TILE_WGMMA_A": "shared"}, None, ONE),
     "ws 128x128 setmaxnreg Q shared": ({**REGS, "KB_TILE_WGMMA_A": "shared"}, 8, {64: (128, 128), 128: (128, 128)}),
+    # fma for the scale-and-subtract and exp2 as one ex2.approx.ftz (tutorial 06's best rows, docs/tile.md)
+    "tma S2 fp_fusion ftz": ({"KB_TILE_LOOP_PIPELINE": "tma", **FTZ}, None, ONE),
+    "ws 128x128 setmaxnreg fp_fusion ftz": ({**REGS, **FTZ}, 8, {64: (128, 128), 128: (128, 128)}),
 }
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
-            "KB_TILE_WGMMA_A")
+            "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ")
 
 
 class switched:
