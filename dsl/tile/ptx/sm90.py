@@ -6,10 +6,14 @@ sm_90a build of the GEMM loop runs (`simulate_lowered(..., tensor_cores=True, ar
 How the hardware behaviour is modelled:
 - Shared-memory swizzles act on address bits (128B: bits 7-9 into 4-6; 64B: 7-8 into 4-5; 32B: bit 7
   into bit 4), which is why the operand stages are 1024-byte aligned.
-- A TMA copy reads its box from the array (zero outside it) and writes the swizzled rows at once, then
-  completes its bytes on the mbarrier. An mbarrier phase completes when its arrivals and its
-  transaction bytes are both used up; waiting on a phase that cannot complete any more (no copy in
-  flight in a lock-step simulation) is a SimulationError: a deadlock on the GPU.
+- A TMA copy reads its box from the array (zero outside it). KB_SIM_TMA_LANDING says when its swizzled
+  rows land and its bytes complete on the mbarrier: "issue" (the default) at once, the earliest the
+  hardware may (a stage still read after its next copy was issued then reads the new data); "wait" at
+  the first mbarrier wait on that barrier, the latest a synchronised reader may observe (a read of a
+  stage without its wait then reads the old data). Tests of a ring run both. An mbarrier phase
+  completes when its arrivals and its transaction bytes are both used up; waiting on a phase that
+  cannot complete any more (no copy in flight in a lock-step simulation) is a SimulationError: a
+  deadlock on the GPU.
 - A wgmma is recorded when issued, and its product is read from shared memory and added to the
   accumulators only when a `wgmma.wait_group` completes its group (the accumulators pass through the
   wait), so shared memory rewritten before the wait gives a wrong result here as on the device.
@@ -27,6 +31,7 @@ from typing import Callable
 
 import numpy as np
 
+from bridge.settings import env_choice
 from dsl.sim import arith
 from dsl.sim.faults import SimulationError
 from dsl.tile.ptx.mma_types import WgmmaOp, operand_type
@@ -51,6 +56,7 @@ class _Barrier:
     pending: int
     tx: int = 0
     phase: int = 0           # completed phases
+    copies: list = field(default_factory=list)    # TMA copies not landed yet: (blk, addresses, bytes)
 
 
 @dataclass
@@ -99,6 +105,16 @@ def _barrier(mach, blk: int, addr: int) -> _Barrier:
     return b
 
 
+def _land(b: _Barrier, mach) -> None:
+    """Land the TMA copies still in flight on `b` (KB_SIM_TMA_LANDING=wait) and complete their bytes."""
+    copies, b.copies = b.copies, []
+    for blk, phys, raw in copies:
+        mach.addresses.shared_write(blk, phys, raw[:, None])
+        b.tx -= raw.size
+    if copies:
+        _complete(b, mach)
+
+
 def _try_wait_parity(args: list, mach, lanes: np.ndarray) -> None:
     """Spin until the phase of parity `parity` has completed. In lock-step it must have already; in a
     concurrent role (dsl/sim/roles.py) the other roles run until it has, or all wait: a deadlock."""
@@ -106,6 +122,8 @@ def _try_wait_parity(args: list, mach, lanes: np.ndarray) -> None:
              zip(mach.lanes.blk[lanes], np.asarray(args[0], np.int64), np.asarray(args[1], np.int64))]
 
     def ready() -> bool:        # phase `par` (mod 2) completed
+        for b, _ in waits:
+            _land(b, mach)
         return all((b.phase & 1) != par for b, par in waits)
     roles = mach.ext.get("roles")
     if roles is not None:
@@ -144,10 +162,19 @@ def _tma_load_2d(args: list, mach, lanes: np.ndarray) -> None:
         linear = dst + np.arange(raw.size, dtype=np.int64)
         phys = swizzle(linear, tmap.swizzle) if tmap.swizzle else linear
         blk = int(mach.lanes.blk[lane])
-        mach.addresses.shared_write(blk, phys, raw[:, None])
         b = _barrier(mach, blk, bar)
+        if _lands_at_wait(mach):
+            b.copies.append((blk, phys, raw))
+            continue
+        mach.addresses.shared_write(blk, phys, raw[:, None])
         b.tx -= rows * cols * es
         _complete(b, mach)
+
+
+def _lands_at_wait(mach) -> bool:
+    """KB_SIM_TMA_LANDING ("issue", the default, or "wait"), read once per simulated batch of blocks."""
+    return ext_state(mach, "tma.landing",
+                     lambda: env_choice("KB_SIM_TMA_LANDING", ("issue", "wait"), "issue") == "wait")
 
 
 tma_load_2d = semantics(_tma_load_2d, machine=True, per_thread=True)
