@@ -101,11 +101,12 @@ def _verify(fn, ctx: CompileContext):
 
 def build_options(options: KernelOptions, arch: str, contract: bool = False, ftz: bool = False):
     """The code generator's options; `contract`: float products may fuse into fma (tile fp_fusion);
-    `ftz`: f32 denormals flush to zero (tile ftz)."""
+    `ftz`: f32 denormals flush to zero (tile ftz; a SIMT kernel's ftz= or fastmath= asks the same)."""
     from dsl.backend.builder import BuildOptions
     from dsl.backend.target import parse_arch
     pairs = frozenset(frozenset(p) for p in options.inplace)
-    return BuildOptions(arch_cc=parse_arch(arch), fastmath=options.fastmath, contract=contract, ftz=ftz, inplace=pairs,
+    return BuildOptions(arch_cc=parse_arch(arch), fastmath=options.fastmath, contract=contract,
+                        ftz=ftz or options.ftz or options.fastmath, inplace=pairs,
                         lineinfo=options.lineinfo, requires=tuple(options.requires))
 
 

@@ -32,7 +32,8 @@ class KernelOptions:
     requires: tuple[str, ...] = ()                 # contract relations, also used for proofs
     inplace: tuple[tuple[str, str], ...] = ()      # argument pairs allowed to overlap
     boundscheck: bool = True                       # False removes run-time checks (unsafe)
-    fastmath: bool = False                         # approximate math (ex2.approx etc.)
+    fastmath: bool = False                         # approximate math (ex2.approx etc.); implies ftz
+    ftz: bool = False                              # f32 denormals flushed to zero (nvcc -ftz=true)
     extra: tuple[tuple[str, object], ...] = field(default_factory=tuple)
     grid_from: str | None = None                   # the array a grid-less launch derives its grid from
     lineinfo: bool = True                          # PTX line tables (.file/.loc) for profilers/sanitizers
@@ -193,7 +194,7 @@ def check_requires(requires: Any, params: tuple[str, ...] | None) -> tuple[str, 
 
 def simt_options(params: tuple[str, ...] | None, *, block: Any = None, launch_bounds: Any = None,
                  domain: Any = 1, shared_mem: Any = 0, min_cc: Any = 0, requires: Any = (),
-                 inplace: Any = (), boundscheck: Any = True, fastmath: Any = False,
+                 inplace: Any = (), boundscheck: Any = True, fastmath: Any = False, ftz: Any = False,
                  grid_from: Any = None, lineinfo: Any = None, pdl: Any = False, cooperative: Any = False,
                  cluster: Any = None, cluster_nonportable: Any = False) -> KernelOptions:
     """Checked KernelOptions of a @simt.kernel (`params`: the parameter names, None when unknown).
@@ -221,7 +222,8 @@ def simt_options(params: tuple[str, ...] | None, *, block: Any = None, launch_bo
                          shared_mem=check_shared_mem(shared_mem), min_cc=check_min_cc(min_cc),
                          requires=_relations(requires, params), inplace=_pairs(inplace, params),
                          boundscheck=_check_bool("boundscheck", boundscheck),
-                         fastmath=_check_bool("fastmath", fastmath), grid_from=grid_from,
+                         fastmath=_check_bool("fastmath", fastmath), ftz=_check_bool("ftz", ftz),
+                         grid_from=grid_from,
                          lineinfo=check_lineinfo(lineinfo), pdl=launch.pdl, cooperative=launch.cooperative,
                          cluster=launch.cluster, cluster_nonportable=launch.cluster_nonportable)
 

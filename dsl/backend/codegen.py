@@ -59,5 +59,12 @@ def optimize(llvm_ir: LlvmIR, arch: str | int):
     return mod
 
 
+# A bf16 comparison carrying the f32 flush-to-zero modifier, which PTX has no form of.
+_BF16_SETP_FTZ = re.compile(r"\b(setp\.\w+)\.ftz(\.bf16(?:x2)?)\b")
+
+
 def emit_ptx(module, arch: str | int) -> str:
-    return target_machine(arch).emit_assembly(module)
+    """PTX of `module`. Under an f32 flush-to-zero denormal mode (the ftz options) LLVM 22's NVPTX
+    back end selects `setp.<cmp>.ftz.bf16` for sm_90's native bf16 compares, which ptxas refuses
+    ("Illegal modifier '.ftz'"): the modifier is dropped there (a bf16 compare keeps denormals)."""
+    return _BF16_SETP_FTZ.sub(r"\1\2", target_machine(arch).emit_assembly(module))

@@ -236,7 +236,7 @@ class DeviceFunction:
 def kernel(fn: Callable | None = None, *, block: int | Sequence[int] | None = None,
            launch_bounds: int | None = None, domain: int = 1, shared_mem: Any = 0, min_cc: int = 0,
            requires: Sequence[str] = (), inplace: Sequence[Sequence[str]] = (),
-           boundscheck: bool = True, fastmath: bool = False, grid_from: str | None = None,
+           boundscheck: bool = True, fastmath: bool = False, ftz: bool = False, grid_from: str | None = None,
            lineinfo: bool | None = None, pdl: bool = False, cooperative: bool = False,
            cluster: int | Sequence[int] | None = None, cluster_nonportable: bool = False) -> Any:
     """Declare a SIMT kernel and its launch contract. Usable as `@simt.kernel` or `@simt.kernel(...)`.
@@ -249,10 +249,13 @@ def kernel(fn: Callable | None = None, *, block: int | Sequence[int] | None = No
     `pdl=`, `cooperative=`, `cluster=` (and `cluster_nonportable=`) are the launch features of the
     contract (docs/dsl.md, "Launch features"): a programmatic dependent launch that waits for its
     predecessor in `simt.pdl.wait()` (at entry unless called), a cooperative grid that may call
-    `simt.grid.sync()`, a thread-block cluster whose blocks share `simt.cluster.*`."""
+    `simt.grid.sync()`, a thread-block cluster whose blocks share `simt.cluster.*`. `ftz=True` flushes
+    f32 denormal inputs and results to zero, as nvcc's -ftz=true (`exp2` is one ex2.approx.ftz, add,
+    mul and fma take their .ftz forms); `fastmath=True` implies it, as nvcc's --use_fast_math and
+    numba's fastmath=True do."""
     given = dict(block=block, launch_bounds=launch_bounds, domain=domain, shared_mem=shared_mem,
                  min_cc=min_cc, requires=requires, inplace=inplace, boundscheck=boundscheck,
-                 fastmath=fastmath, grid_from=grid_from, lineinfo=lineinfo, pdl=pdl, cooperative=cooperative,
+                 fastmath=fastmath, ftz=ftz, grid_from=grid_from, lineinfo=lineinfo, pdl=pdl, cooperative=cooperative,
                  cluster=cluster, cluster_nonportable=cluster_nonportable)
 
     def wrap(f: Callable) -> SimtKernel:

@@ -173,6 +173,21 @@ def test_each_switch_matches_numpy_in_the_simulator(monkeypatch, rng, name, d, s
     np.testing.assert_allclose(out, attention64(*args[:3], seq, causal), rtol=2e-2, atol=1e-2)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tma3-overlap", "ws-setmaxnreg-overlap", "ws3-setmaxnreg-overlap"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_rings_match_numpy_with_tma_copies_landing_at_the_wait(monkeypatch, rng, name, causal):
+    """KB_SIM_TMA_LANDING=wait (dsl/tile/ptx/sm90.py): each copy lands at the first wait on its barrier,
+    so a product that reads a stage before its wait reads the old data; with a producer warpgroup the
+    consumers' waits run concurrently with the producer's copies (dsl/sim/roles.py)."""
+    monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
+    env, warps, tiles = VARIANTS[name]
+    switch(monkeypatch, env)
+    args, out = flash_args(rng, 128, *tiles[128], 256, causal)
+    kernel(warps).simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    np.testing.assert_allclose(out, attention64(*args[:3], 256, causal), rtol=2e-2, atol=1e-2)
+
+
 @tile.kernel(num_warps=4)
 def chained(x: tile.Array[E, 2], w: tile.Array[E, 2], u: tile.Array[E, 2], c: tile.Partition[f32, 2], blocks: i32,
             bn: tile.Constant):

@@ -184,7 +184,9 @@ def test_the_f8_wgmma_gemm_matches_numpy_in_the_simulator(rng, ta, tb, tshape, b
 
 def test_a_too_weak_wgmma_wait_lets_a_stage_be_overwritten_while_it_is_read(monkeypatch, rng):
     """wait_group 2 where 1 is needed: the stage still read by the group in flight is refilled first,
-    and the simulator (which reads a group's operands when its wait completes it) sees the new data."""
+    and the simulator (which reads a group's operands when its wait completes it) sees the new data
+    when that copy lands at once (KB_SIM_TMA_LANDING=issue, the earliest the hardware may)."""
+    monkeypatch.setenv("KB_SIM_TMA_LANDING", "issue")
     a = rng.standard_normal((136, 512)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((512, 136)).astype(ml_dtypes.bfloat16)
     np.testing.assert_allclose(run_sm90(K.gemm, a, b, (128, 128), 64), reference(a, b), rtol=1e-5, atol=1e-4)
@@ -249,6 +251,18 @@ def test_a_16_bit_c_from_the_tma_gemm_is_rounded_once_and_stored_8_bytes_a_lane(
     assert "cp.async.bulk.tensor" in ck.ptx and ck.threads == (384 if mode == "ws" else 256)
     ref = reference(a, b)
     np.testing.assert_allclose(c.astype(np.float32), ref, rtol=2 ** -8, atol=1e-2)
+
+
+@pytest.mark.parametrize("landing", ["issue", "wait"])
+@pytest.mark.parametrize("mode", ["sync", "ws"])
+def test_both_tma_pipelines_match_numpy_whenever_the_copies_land(monkeypatch, rng, mode, landing):
+    """The TMA copies landing at issue and at the first wait on their barrier (KB_SIM_TMA_LANDING):
+    neither pipeline reads a stage before its wait or refills one still being read."""
+    monkeypatch.setenv("KB_TILE_GEMM_PIPELINE", mode)
+    monkeypatch.setenv("KB_SIM_TMA_LANDING", landing)
+    a = rng.standard_normal((136, 520)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((520, 264)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_allclose(run_sm90(K.gemm, a, b, (128, 256), 64), reference(a, b), rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("mode", ["sync", "ws"])

@@ -143,6 +143,10 @@ def test_kernels_calling_every_row_assemble(gen, arch):
             assert [u.kernel for u in assemble(ck.ptx, arch)[0]] == [ck.name]
         ptx = gen.tile_all.ptx(*args, tile.partition(np.zeros(300, dtype), (128,)), arch=arch)
         assert assemble(ptx, arch)[0][0].spill_stores == 0
+        # flushing denormals (the tile switch ftz; simt_all_fast through fastmath): LLVM's .ftz on
+        # sm_90's bf16 compares, which PTX lacks, is dropped (dsl/backend/codegen.py emit_ptx)
+        flushing = tile.kernel(gen.tile_all.pyfunc, lowering={"ftz": True})
+        assert assemble(flushing.ptx(*args, tile.partition(np.zeros(300, dtype), (128,)), arch=arch), arch)[0]
 
 
 # ------------------------------------------------------------------------------ numerics

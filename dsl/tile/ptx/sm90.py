@@ -165,6 +165,9 @@ def _tma_load_2d(args: list, mach, lanes: np.ndarray) -> None:
         b = _barrier(mach, blk, bar)
         if _lands_at_wait(mach):
             b.copies.append((blk, phys, raw))
+            roles = mach.ext.get("roles")
+            if roles is not None:     # a side waiting on this barrier may now land it and go on
+                roles.notify()
             continue
         mach.addresses.shared_write(blk, phys, raw[:, None])
         b.tx -= rows * cols * es
