@@ -2,7 +2,7 @@
 
 Each input is a small module: one kernel body (1-D copy, 2-D copy, dynamic shared memory, an atomic
 block sum, or a tile kernel) under a decorator with random values for block=, launch_bounds=,
-domain=, shared_mem=, min_cc=, requires=, inplace=, boundscheck=, fastmath= (tile: num_warps=,
+domain=, shared_mem=, min_cc=, requires=, inplace=, boundscheck=, fastmath=, ftz= (tile: num_warps=,
 persistent=) — good values, values the issue says are bad, and values in between. The generator
 classifies every value: a definitely bad one must be refused AT THE DEF with a DslCompileError
 whose file:line is the decorator or the def; definitely good ones must be accepted; anything
@@ -70,7 +70,7 @@ NUM_WARPS = [("None", G), ("1", G), ("4", G), ("8", G), ("32", G), ("0", B), ("-
              ("4.0", B), ("True", B), ("'4'", B), ("3", E), ("2 ** 40", B)]
 SIMT_OPTIONS = {"block": BLOCK, "launch_bounds": LAUNCH_BOUNDS, "domain": DOMAIN, "shared_mem": SHARED,
                 "min_cc": MIN_CC, "requires": REQUIRES, "inplace": INPLACE, "boundscheck": BOOLS,
-                "fastmath": BOOLS}
+                "fastmath": BOOLS, "ftz": BOOLS}
 TILE_OPTIONS = {"num_warps": NUM_WARPS, "persistent": BOOLS}
 
 
