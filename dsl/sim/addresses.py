@@ -143,6 +143,13 @@ class AsyncCopies:
     def commit(self, lanes: np.ndarray) -> None:
         self.commits[lanes] += 1
 
+    def at_exit(self) -> str | None:
+        """At the kernel's end: a copy never waited for still writes the shared memory of an exited block."""
+        if self.pending:
+            lanes = sorted({int(x) for ln, *_ in self.pending for x in ln})
+            return f"{len(lanes)} thread(s) ended with cp.async copies never waited for (first: lane {lanes[0]})"
+        return None
+
     def wait(self, lanes: np.ndarray, keep: int, space: AddressSpace) -> None:
         """Complete the copies of `lanes` in all but their `keep` most recent committed groups."""
         waiting = np.zeros(len(self.commits), bool)

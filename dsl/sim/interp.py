@@ -132,6 +132,12 @@ class Machine(LaunchSemantics):
 
     def run(self) -> None:
         self.exec_body(self.fn.body, np.ones(self.L, bool))
+        if not self.exited.any():           # a fault ends lanes mid-flight: their state proves nothing
+            for state in self.ext.values():  # asynchronous work (copies, MMA groups) all completed
+                check = getattr(state, "at_exit", None)
+                message = check() if check is not None else None
+                if message:
+                    raise SimulationError(f"{self.fn.name}: simulator: {message}")
 
     def live(self) -> np.ndarray:
         """Lanes that still run the kernel (not exited by a fault, not returned from the kernel)."""

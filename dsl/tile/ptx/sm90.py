@@ -65,13 +65,35 @@ class _Wgmma:
     open: list = field(default_factory=list)
 
 
+class _Bars(dict):
+    """(block, address) -> _Barrier of a batch of blocks; at the kernel's end none may still expect
+    bytes or hold a copy in flight (a block whose shared memory a TMA copy still writes has exited)."""
+
+    def at_exit(self) -> str | None:
+        for (blk, addr), b in self.items():
+            if b.copies or b.tx:
+                return (f"block {blk} ended with an mbarrier (shared address {addr}) still expecting "
+                        f"{b.tx + sum(raw.size for _, _, raw in b.copies)} bytes of TMA copies")
+        return None
+
+
+class _Groups(dict):
+    """wgmma groups per warpgroup; at the kernel's end every one must have been waited for."""
+
+    def at_exit(self) -> str | None:
+        for key, w in self.items():
+            if w.groups or w.open:
+                return f"warpgroup {key} ended with {len(w.groups) + bool(w.open)} wgmma group(s) never waited for"
+        return None
+
+
 def _state(mach, name: str, make: Callable) -> dict:
     return ext_state(mach, "sm90." + name, make)
 
 
 # ----------------------------------------------------------------------------------- mbarriers
 def _bars(mach) -> dict:
-    return _state(mach, "bars", dict)
+    return _state(mach, "bars", _Bars)
 
 
 def _complete(b: _Barrier, mach) -> None:
@@ -249,7 +271,7 @@ def _product(mach, blk: int, da, db: int, op: WgmmaOp) -> np.ndarray:
 
 
 def _groups(mach) -> dict:
-    return _state(mach, "wgmma", dict)
+    return _state(mach, "wgmma", _Groups)
 
 
 def _warpgroups(mach, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
