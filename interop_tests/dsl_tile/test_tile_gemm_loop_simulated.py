@@ -172,6 +172,21 @@ def test_a_k_major_b_feeds_wgmma_correctly_in_the_simulator(rng, dtype, tshape, 
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("tshape,bk", [((128, 256), 32), ((128, 128), 32)])
+def test_f32_nn_through_a_transposing_pass_matches_float64_in_the_simulator(rng, tshape, bk):
+    """benchmarks/gemm.py's "transpose + NT" f32 NN candidate: a row-major B copied to N x K by
+    K.transpose (64 x 64 tiles, ragged edges), then the tf32 wgmma NT GEMM reading it K-major."""
+    m, k, n = 136, 200, 264
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bt = np.full((n, k), np.nan, np.float32)
+    K.transpose.simulate_lowered(b, tile.partition(bt, (64, 64)), tensor_cores=True, arch="sm_90")
+    np.testing.assert_array_equal(bt, b.T)
+    c = run_sm90(K.gemm_nt, a, bt, tshape, bk)
+    trunc = (lambda x: (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64))
+    np.testing.assert_allclose(c, trunc(a) @ trunc(b), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("ta,tb", [(ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fn),
                                    (ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn)], ids=["e4m3", "e5m2-e4m3"])
 @pytest.mark.parametrize("tshape,bk", [((128, 128), 64), ((128, 256), 128)])

@@ -78,6 +78,21 @@ def test_transpose(rng):
     np.testing.assert_array_equal(out.to_host(), x.T)
 
 
+def test_f32_nn_through_a_transposing_pass(rng):
+    """benchmarks/gemm.py's "transpose + NT" candidate: B copied to N x K (64 x 64 tiles), then the NT
+    GEMM; tf32 products (wgmma drops the low mantissa bits on sm_90, mma.sync rounds on sm_80)."""
+    m, k, n = 1000, 777, 520
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bt, _ = poisoned(rng, (n, k))
+    K.transpose(dev(b), tile.partition(bt, (64, 64)))
+    c, _ = poisoned(rng, (m, n))
+    K.gemm_nt(dev(a), bt, tile.partition(c, (128, 128)), 32)
+    np.testing.assert_array_equal(bt.to_host(), b.T)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.to_host(), want, rtol=0, atol=2e-3 * np.sqrt(k) * 4)
+
+
 def _tf32(x):
     bits = x.astype(np.float32).view(np.uint32)
     return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
