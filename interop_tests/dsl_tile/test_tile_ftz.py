@@ -94,8 +94,9 @@ def test_the_simulator_keeps_denormals_with_or_without_ftz():
 @pytest.mark.parametrize("bm, bn, warps, lowering", [
     (64, 64, None, {"loop_pipeline": "tma", "fp_fusion": True, "ftz": True}),
     (128, 128, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24", "fp_fusion": True, "ftz": True}),
-    (128, 64, 4, {"wgmma_slices": True, "loop_pipeline": "tma", "fp_fusion": True, "ftz": True})],
-    ids=["64x64-tma", "128x128-ws", "128x64-w4-slices"])
+    (128, 64, 4, {"wgmma_slices": True, "loop_pipeline": "tma", "fp_fusion": True, "ftz": True}),
+    (64, 64, None, {"loop_pipeline": "tma", "wgmma_a": "shared", "fp_fusion": True, "ftz": True})],
+    ids=["64x64-tma", "128x128-ws", "128x64-w4-slices", "64x64-tma-q-shared"])
 def test_tutorial_attention_under_ftz_has_only_flushing_exp2_and_no_spills(bm, bn, warps, lowering):
     attn = tutorial("06_fused_attention")
     rng = np.random.default_rng(4)
