@@ -143,13 +143,18 @@ def split_k_candidates(case: Case, a: Any, b: Any, m: int, n: int, k: int, ops: 
         partial = bridge.empty((K.split_k_rows(m, bm, splits), n), "float32")
         name = f"DSL tile {bm}x{bn}x{bk} split-k {splits}" + ("" if dt == "float32" else f" ->{dt}")
         run = (lambda i, c=c, p=partial, t=(bm, bn), bk=bk, s=splits: K.gemm_split_k_run(a, b, c, t, bk, s, p))
-        try:
-            run(0)
-        except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a row, not fatal
-            ops.rep.row(f"{op}: {name}", None, "TFLOP/s", note=f"not compiled: {type(exc).__name__}: {exc}"[:300])
-            continue
-        out[name] = (run, c)
+        _add_if_it_runs(out, ops, op, name, run, c)
     return out
+
+
+def _add_if_it_runs(out: dict, ops: Ops, op: str, name: str, run: Any, c: Any) -> None:
+    """Candidate `name` into `out` once its first run succeeds; one that does not compile is a row, not fatal."""
+    try:
+        run(0)
+    except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a row, not fatal
+        ops.rep.row(f"{op}: {name}", None, "TFLOP/s", note=f"not compiled: {type(exc).__name__}: {exc}"[:300])
+        return
+    out[name] = (run, c)
 
 
 # f32 NN through a transposing pass: B (K x N) copied to N x K by K.transpose (tiles of TRANSPOSE_TILE), then
@@ -175,12 +180,7 @@ def transposed_candidates(case: Case, a: Any, b: Any, m: int, n: int, k: int, op
         def run(i: int, part=part, bk=bk) -> None:
             K.transpose(b, bt_part)
             K.gemm_nt(a, bt, part, bk)
-        try:
-            run(0)
-        except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a row, not fatal
-            ops.rep.row(f"{op}: {name}", None, "TFLOP/s", note=f"not compiled: {type(exc).__name__}: {exc}"[:300])
-            continue
-        out[name] = (run, c)
+        _add_if_it_runs(out, ops, op, name, run, c)
     return out
 
 
