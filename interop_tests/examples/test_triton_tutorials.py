@@ -395,3 +395,32 @@ def test_benchmark_without_gpu_writes_a_json_note(tmp_path):
     data = json.loads(out.read_text())
     assert data["bars"] == [] and data["rows"] == []
     assert any(n.startswith("no GPU") for n in data["notes"]), data["notes"]
+
+
+def _benchmark_attention_rows() -> list:
+    """(head dim, row) of every tutorial-06 row benchmarks/triton_tutorials.py times (ATTN_OURS)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("triton_tutorials_rows", ROOT / "benchmarks" / "triton_tutorials.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return [(d, row) for d, rows in mod.ATTN_OURS.items() for row in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("d,row", _benchmark_attention_rows(), ids=lambda v: str(v) if isinstance(v, int) else
+                         "-".join([f"{v[0]}x{v[1]}", f"w{v[2]}"] + [f"{k}={x}" for k, x in (v[3] or {}).items()]))
+def test_every_benchmarked_attention_row_assembles_for_sm_90a_without_spills(d, row):
+    """The rows the GPU benchmark compiles (on a machine whose time is scarce) compile and assemble here
+    first, causal (both of the kernel's loops), at the benchmark's sequence length."""
+    from dsl import tile
+    bm, bn, warps, lowering = row
+    q = np.zeros((4096, d), np.float16)
+    kernel = ATTN.attn_fwd if warps is None and lowering is None else \
+        tile.kernel(ATTN.attn_fwd.pyfunc, num_warps=warps, lowering=lowering)
+    ck = kernel.compile(ATTN.launch_args(q, q, q, q.copy(), 4096, True, bm, bn), "sm_90")
+    usage, _ = assemble(ck.ptx, ck.metadata["arch"])
+    assert usage[0].spill_stores == 0 and usage[0].stack_frame == 0, usage
