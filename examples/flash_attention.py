@@ -18,7 +18,8 @@ The same kernel takes the TMA-ring lowering switches (KB_TILE_LOOP_PIPELINE=tma|
 KB_TILE_LOOP_STAGES, KB_TILE_SETMAXNREG, KB_TILE_PRODUCT_OVERLAP; docs/tile.md), with 128 query rows
 on two warpgroups as `tile.kernel(flash_fwd.pyfunc, num_warps=8)` and `tile.partition(out, (128, d))`,
 and KB_TILE_FP_FUSION / KB_TILE_FTZ (the scale-and-subtract one fma, exp2 one ex2.approx.ftz: the best
-rung, 128x128 `ws` with both, ran 555.9 TFLOP/s bf16 at S4096 D128 on the H200, 0.83x SDPA cuDNN);
+rung, 128x128 `ws` with both, ran 555.9 TFLOP/s bf16 at S4096 D128 on the H200, 0.83x SDPA cuDNN, on
+2026-12-04 before the scale moved after the row maximum);
 `benchmarks/attention.py --ladder` times them.
 `flash_fwd_lse` also stores each query row's log-sum-exp, which the backward needs
 (examples/flash_attention_bwd.py); both kernels run one `@tile.func`, attend_rows.
