@@ -161,7 +161,8 @@ def test_a_foreign_kernel_call_traces_and_is_validated_when_traced(jax, mul1):
     with pytest.raises(ShapeRelationError, match="y.shape == out.shape"):
         jax.eval_shape(call, jax.ShapeDtypeStruct((9,), f32), jax.ShapeDtypeStruct((8,), f32))
     with pytest.raises(DeviceMismatchError, match="runs on CUDA devices only"):
-        call(jax.numpy.ones(4), jax.numpy.ones(4))                               # eager on the CPU
+        # f32 whatever jax_enable_x64 (interop_tests/integrations/conftest.py sets it for the session)
+        call(jax.numpy.ones(4, f32), jax.numpy.ones(4, f32))                     # eager on the CPU
 
 
 def test_numbas_fields_are_filled_and_checked_when_traced(jax, numba_saxpy):
