@@ -46,8 +46,7 @@ def lower_for(L, s: T.For) -> None:
         elif pipe.accepted():
             for k in range(pipe.ahead):                 # the copies of the first `ahead` iterations
                 first = L.new_var(I32, "pf0")
-                L.emit(N.Assign(first, start if k == 0 else N.BinOp("add", start, N.BinOp(
-                    "mul", step, N.Const(k, I32), I32), I32)))
+                L.emit(N.Assign(first, P.value_of(pipe, k)))
                 runs = N.Compare("lt", N.ReadVar(first), stop)
                 for st in pipe.stages:
                     P.issue(L, pipe, st, N.ReadVar(first), runs)
@@ -66,7 +65,7 @@ def _emit_ring_loop(L, pipe: P.Pipeline, s: T.For, body: list) -> None:
     if not ring.ws:
         R.set_up(L, ring)
         for k in range(ring.S):
-            at = L.tmp(N.BinOp("add", pipe.start, N.BinOp("mul", pipe.step, N.Const(k, I32), I32), I32), "rj")
+            at = L.tmp(P.value_of(pipe, k), "rj")
 
             def first(k: int = k, at: N.Expr = at) -> None:
                 for i, st in enumerate(pipe.stages):

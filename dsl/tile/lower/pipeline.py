@@ -208,6 +208,13 @@ def _slot_elems(op: T.Load) -> int:
     return op.type.shape[0] * op.type.shape[1]
 
 
+def value_of(pipe: Pipeline, k: int) -> N.Expr:
+    """The loop value of iteration number k (start + k step): the iterations copied before the loop."""
+    if k == 0:
+        return pipe.start
+    return N.BinOp("add", pipe.start, N.BinOp("mul", pipe.step, N.Const(k, I32), I32), I32)
+
+
 def stage_base(L, pipe: Pipeline, st: Stage, at: N.Expr | None = None) -> N.Expr:
     """The aligned shared address of `st`'s buffer for the running iteration, or for the iteration of
     loop value `at` (a copy ahead): with several buffers, buffer n mod slots of iteration number n."""

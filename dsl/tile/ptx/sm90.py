@@ -175,7 +175,6 @@ def _tma_load_2d(args: list, mach, lanes: np.ndarray) -> None:
         c0, c1, bar = (int(np.asarray(a).reshape(-1)[k]) for a in args[2:5])
         rows, cols = tmap.box
         data = tmap.mem.data
-        es = data.dtype.itemsize
         box = np.zeros((rows, cols), data.dtype)
         r_hi, c_hi = min(data.shape[0], c1 + rows), min(data.shape[1], c0 + cols)
         if r_hi > max(c1, 0) and c_hi > max(c0, 0):
@@ -185,15 +184,13 @@ def _tma_load_2d(args: list, mach, lanes: np.ndarray) -> None:
         phys = swizzle(linear, tmap.swizzle) if tmap.swizzle else linear
         blk = int(mach.lanes.blk[lane])
         b = _barrier(mach, blk, bar)
-        if _lands_at_wait(mach):
-            b.copies.append((blk, phys, raw))
-            roles = mach.ext.get("roles")
-            if roles is not None:     # a side waiting on this barrier may now land it and go on
-                roles.notify()
+        b.copies.append((blk, phys, raw))
+        if not _lands_at_wait(mach):
+            _land(b, mach)
             continue
-        mach.addresses.shared_write(blk, phys, raw[:, None])
-        b.tx -= rows * cols * es
-        _complete(b, mach)
+        roles = mach.ext.get("roles")
+        if roles is not None:         # a side waiting on this barrier may now land it and go on
+            roles.notify()
 
 
 def _lands_at_wait(mach) -> bool:
