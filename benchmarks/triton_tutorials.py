@@ -447,9 +447,10 @@ ATTN_OURS = {128: ((64, 64, None, None), (128, 64, 8, None)) + _LADDER,
               (64, 64, None, {"loop_pipeline": "tma", "product_overlap": True} | _FF),
               (64, 64, None, {"loop_pipeline": "tma", "product_overlap": True} | _FTZ),
               # and Triton's pipeline itself: cp.async by every thread, three buffers, two blocks ahead
-              (128, 64, 4, {"wgmma_slices": True, "loop_stages": 3} | _FTZ))}
-# Not listed until a GPU run measures it (docs/tile.md, "Tutorial 06 ladder"): 64x64 tma with Q read from
-# shared memory + ftz, 90 registers instead of 109 (5 blocks an SM instead of 4; ptxas, sm_90a)
+              (128, 64, 4, {"wgmma_slices": True, "loop_stages": 3} | _FTZ),
+              # Q read by the tensor cores from shared memory, as Triton does: 90 registers, not 109
+              # (ptxas, sm_90a), so 5 blocks an SM fit, not 4; the loop loses its 16 moves of Q
+              (64, 64, None, {"loop_pipeline": "tma", "wgmma_a": "shared"} | _FTZ))}
 
 
 def attn_check(name: str, out: Any, ref: Any) -> Callable[[], None]:
