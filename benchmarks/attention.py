@@ -17,6 +17,9 @@ flash and cuDNN backends in the same run and prints a table (`--quick`: S4096 D1
 `--ladder-only` skips the other cases.
 `--gqa` adds grouped-query rows (B4 H16 H_kv 2 S4096 D128, forward and backward, against SDPA with
 enable_gqa=True; benchmarks/_attention_gqa.py); `--gqa-only` skips the other cases.
+`--varlen` adds variable-length rows (16 packed sequences of 256..4096 rows, H16 D128, forward and backward,
+examples/flash_attention_varlen.py against SDPA over jagged nested tensors; benchmarks/_attention_varlen.py);
+`--varlen-only` skips the other cases.
 """
 from __future__ import annotations
 
@@ -48,6 +51,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--ladder-only", action="store_true", help="time the ladder alone")
     ap.add_argument("--gqa", action="store_true", help="also time grouped-query attention (H_kv = H/8)")
     ap.add_argument("--gqa-only", action="store_true", help="time grouped-query attention alone")
+    ap.add_argument("--varlen", action="store_true", help="also time variable-length (cu_seqlens) attention")
+    ap.add_argument("--varlen-only", action="store_true", help="time variable-length attention alone")
     return ap.parse_args()
 
 
@@ -92,7 +97,7 @@ def main() -> int:
     fa = load_example()
     failed = []
     with bridge.use_stream(bridge.Stream()):
-        alone = args.backward_only or args.ladder_only or args.gqa_only
+        alone = args.backward_only or args.ladder_only or args.gqa_only or args.varlen_only
         for b, h, s, d in [] if alone else SHAPES[:1] if args.quick else SHAPES:
             g = torch.Generator(device="cuda").manual_seed(s + d)
             q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
@@ -142,6 +147,10 @@ def main() -> int:
         if args.gqa or args.gqa_only:
             from _attention_gqa import gqa_cases
             failed += gqa_cases(rep, torch, fa, reps=3 if args.quick else 5)
+            rep.checkpoint(args.json)
+        if args.varlen or args.varlen_only:
+            from _attention_varlen import varlen_cases
+            failed += varlen_cases(rep, torch, reps=3 if args.quick else 5)
             rep.checkpoint(args.json)
     rep.finish(args.json)
     if failed:
