@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("name,args", [("mixed_pipeline.py", []), ("torch_custom_op.py", []),
                                        ("graph_capture.py", ["--iters", "50"]), ("jax_jit.py", []),
                                        ("flash_attention.py", []), ("flash_attention_bwd.py", []),
-                                       ("flash_attention_varlen.py", []),
+                                       ("flash_attention_varlen.py", []), ("attention_varlen_op.py", []),
                                        ("attention_op.py", []), ("launch_features.py", [])])
 def test_example_prints_pass_last(name, args):
     p = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], cwd=ROOT, capture_output=True,

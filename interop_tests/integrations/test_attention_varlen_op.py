@@ -1,0 +1,163 @@
+"""examples/attention_varlen_op.py: the varlen_attn drop-in's output and gradients against torch autograd of
+SDPA in float64, one sequence at a time (CPU simulator; on the GPU in bf16, and against torch's own
+varlen_attn where this torch has it), the ops under torch.library.opcheck and torch.compile(fullgraph=True),
+and typed refusals of what the kernels do not cover, before any kernel runs."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from bridge.errors import DTypeError, ShapeRelationError
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+import attention_varlen_op as V  # noqa: E402
+
+TOL = 5e-3          # f32 inputs: tf32 products in the simulator
+
+
+def packed(torch, lengths, heads, kv_heads, d, device="cpu", dtype=None, seed=0):
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=device)
+    g = torch.Generator(device=device).manual_seed(seed)
+    total = int(sum(lengths))
+    q, k, v = (torch.randn((total, n, d), generator=g, device=device, dtype=dtype or torch.float32).requires_grad_()
+               for n in (heads, kv_heads, kv_heads))
+    return cu, q, k, v
+
+
+def per_sequence64(torch, q, k, v, w, cu, causal):
+    """Float64 O and (dQ, dK, dV) of sum(O * w), SDPA one sequence at a time (enable_gqa for fewer heads)."""
+    F = torch.nn.functional
+    outs = [torch.zeros(x.shape, dtype=torch.float64, device=x.device) for x in (q, q, k, v)]
+    for a, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        if e == a:
+            continue
+        x64 = [x.detach()[a:e].double().transpose(0, 1).requires_grad_() for x in (q, k, v)]
+        ref = F.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
+        (ref * w[a:e].double().transpose(0, 1)).sum().backward()
+        for whole, part in zip(outs, [ref.detach()] + [x.grad for x in x64]):
+            whole[a:e] = part.transpose(0, 1)
+    return outs
+
+
+def relative(a, b) -> float:
+    return float((a.detach().double() - b).abs().max() / b.abs().max())
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_drop_in_matches_sdpa_per_sequence_in_float64(torch, kv_heads, causal):
+    cu, q, k, v = packed(torch, [37, 1, 0, 90, 64], 4, kv_heads, 64, seed=kv_heads + causal)
+    w = torch.randn(q.shape, generator=torch.Generator().manual_seed(3))
+    out = V.varlen_attn(q, k, v, cu, cu, 90, 90, window_size=(-1, 0) if causal else (-1, -1),
+                        enable_gqa=kv_heads != 4)
+    (out * w).sum().backward()
+    want = per_sequence64(torch, q, k, v, w, cu, causal)
+    assert out.dtype == q.dtype and out.shape == q.shape
+    for name, got, ref in zip(("o", "dq", "dk", "dv"), (out, q.grad, k.grad, v.grad), want):
+        assert got.shape == ref.shape, name
+        assert relative(got, ref) < TOL, name
+
+
+def test_cu_seq_k_equal_to_cu_seq_q_is_accepted_and_none_means_the_same(torch):
+    cu, q, k, v = packed(torch, [20, 44], 2, 2, 64, seed=1)
+    a = V.varlen_attn(q, k, v, cu, cu.clone(), 44, 44)
+    b = V.varlen_attn(q, k, v, cu, None, 44, 44)
+    assert torch.equal(a, b)
+
+
+def test_ops_pass_opcheck(torch):
+    ops = V.define_torch_ops()
+    cu, q, k, v = packed(torch, [30, 50], 4, 2, 64, seed=2)
+    q, k, v = (x.detach() for x in (q, k, v))
+    torch.library.opcheck(ops.varlen_forward, (q, k, v, cu, True, 0.125))
+    o, lse = ops.varlen_forward(q, k, v, cu, True, 0.125)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
+    torch.library.opcheck(ops.varlen_backward, (dout, q, k, v, o, lse, cu, True, 0.125))
+    dq, dk, dv = ops.varlen_backward(dout, q, k, v, o, lse, cu, True, 0.125)
+    assert dq.shape == q.shape and dk.shape == dv.shape == k.shape
+
+
+def test_torch_compile_fullgraph_traces_forward_and_backward(torch):
+    cu, q, k, v = packed(torch, [40, 24], 2, 2, 64, seed=5)
+
+    def loss(q, k, v):
+        return V.varlen_attn(q, k, v, cu, cu, 40, 40, window_size=(-1, 0)).square().sum()
+
+    got = torch.compile(loss, fullgraph=True, backend="aot_eager")(q, k, v)
+    got.backward()
+    grads = [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    want = loss(q, k, v)
+    want.backward()
+    assert relative(got, want.detach().double()) < 1e-6
+    for a, x in zip(grads, (q, k, v)):
+        assert relative(a, x.grad.double()) < 1e-6
+
+
+def test_uncovered_arguments_are_refused_before_any_kernel_runs(torch, monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("a kernel ran although the call should have been refused")
+    monkeypatch.setattr(V.op, "_run", boom)
+    cu, q, k, v = packed(torch, [30, 34], 4, 2, 64, seed=6)
+    f = V.varlen_attn
+    i32 = torch.int32
+    cases = [
+        (V.UnsupportedAttentionError, "window_size", lambda: f(q, k, v, cu, cu, 34, 34, window_size=(8, 0), enable_gqa=True)),
+        (V.UnsupportedAttentionError, "return_aux", lambda: f(q, k, v, cu, cu, 34, 34, return_aux=object(), enable_gqa=True)),
+        (V.UnsupportedAttentionError, "seqused_k", lambda: f(q, k, v, cu, cu, 34, 34, seqused_k=cu[1:], enable_gqa=True)),
+        (V.UnsupportedAttentionError, "block_table", lambda: f(q, k, v, cu, cu, 34, 34, block_table=cu, enable_gqa=True)),
+        (V.UnsupportedAttentionError, "cu_seq_k: expected the queries' offsets",
+         lambda: f(q, k, v, cu, torch.tensor([0, 20, 64], dtype=i32), 34, 34, enable_gqa=True)),
+        (ShapeRelationError, "needs enable_gqa=True", lambda: f(q, k, v, cu, cu, 34, 34)),
+        (ShapeRelationError, "value: expected shape", lambda: f(q, k, v[:, :1], cu, cu, 34, 34, enable_gqa=True)),
+        (ShapeRelationError, "query: expected", lambda: f(q[0], k, v, cu, cu, 34, 34, enable_gqa=True)),
+        (DTypeError, "key: expected query's dtype", lambda: f(q, k.double(), v, cu, cu, 34, 34, enable_gqa=True)),
+        (V.UnsupportedAttentionError, "head dim 96",
+         lambda: f(*(torch.randn(64, 2, 96) for _ in range(3)), cu, cu, 34, 34)),
+        (ShapeRelationError, "cu_seqlens: expected offsets rising from 0 to the 64",
+         lambda: f(q, k, v, torch.tensor([0, 40, 30, 64], dtype=i32), None, 40, 40, enable_gqa=True)),
+        (ShapeRelationError, "cu_seqlens: expected offsets rising from 0 to the 64",
+         lambda: f(q, k, v, torch.tensor([0, 30, 60], dtype=i32), None, 40, 40, enable_gqa=True)),
+        (DTypeError, "cu_seqlens: expected int32", lambda: f(q, k, v, cu.long(), None, 34, 34, enable_gqa=True)),
+    ]
+    for error, match, call in cases:
+        with pytest.raises(error, match=match):
+            call()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_drop_in_matches_sdpa_per_sequence_and_torch_varlen_attn(torch, causal):
+    """bf16 on the H200: ours against float64 autograd one sequence at a time (bound 1e-2, as the
+    fixed-length op's), and, where this torch has it, against torch's own varlen_attn (FlashAttention)."""
+    assert torch.cuda.is_available(), "PyTorch sees no CUDA device on the GPU machine"
+    cu, q, k, v = packed(torch, [300, 1, 1000, 64, 517], 8, 2, 128, device="cuda", dtype=torch.bfloat16, seed=7)
+    w = torch.randn(q.shape, device="cuda", generator=torch.Generator(device="cuda").manual_seed(8))
+    window = (-1, 0) if causal else (-1, -1)
+    out = V.varlen_attn(q, k, v, cu, cu, 1000, 1000, window_size=window, enable_gqa=True)
+    (out.float() * w).sum().backward()
+    want = per_sequence64(torch, q, k, v, w, cu, causal)
+    for name, got, ref in zip(("o", "dq", "dk", "dv"), (out, q.grad, k.grad, v.grad), want):
+        assert relative(got, ref) < 1e-2, name
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return                          # torch < 2.10: the float64 reference above is the check
+    theirs = varlen_attn(q.detach(), k.detach(), v.detach(), cu, cu, 1000, 1000, window_size=window, enable_gqa=True)
+    assert relative(out, theirs.double()) < 2e-2
+
+
+def test_bad_offsets_under_torch_compile_are_refused_when_the_op_runs(torch, monkeypatch):
+    """Tracing cannot read the offsets' values; the op reads them before any launch and refuses."""
+    def boom(*a, **k):
+        raise AssertionError("a kernel ran although the call should have been refused")
+    _, q, k, v = packed(torch, [30, 34], 2, 2, 64, seed=9)
+    bad = torch.tensor([0, 40, 30, 64], dtype=torch.int32)
+    f = torch.compile(lambda q, k, v: V.varlen_attn(q, k, v, bad, None, 40, 40), fullgraph=True, backend="aot_eager")
+    monkeypatch.setattr(V.op, "_run", boom)
+    with pytest.raises(ShapeRelationError, match="cu_seqlens: expected offsets rising from 0 to the 64"):
+        f(q.detach(), k.detach(), v.detach())
