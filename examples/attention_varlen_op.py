@@ -1,7 +1,7 @@
-"""Variable-length flash attention as a PyTorch op pair with autograd, and a drop-in for
+"""Variable-length flash attention as a PyTorch op pair with autograd, a drop-in for
 torch.nn.attention.varlen.varlen_attn for the cases the kernels cover (self-attention of packed sequences:
 one cu_seqlens for queries and keys, full or causal, grouped-query or not; the rest refused with a typed
-error before anything runs).
+error before anything runs), and the same kernels under jax.custom_vjp (`jax_varlen_attention`).
 
     python examples/attention_varlen_op.py        # GPU when present, else the CPU simulator (says which)
 
@@ -18,6 +18,8 @@ import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
@@ -167,6 +169,71 @@ def varlen_attn(query: Any, key: Any, value: Any, cu_seq_q: Any, cu_seq_k: Any, 
 # Registered at import, as attention_op's ops are (torch.compile(fullgraph=True) cannot trace registration).
 if importlib.util.find_spec("torch") is not None:
     define_torch_ops()
+
+
+# ---------------------------------------------------------------------------------------------- JAX
+def jax_varlen_attention(causal: bool, scale: float | None = None) -> Any:
+    """attention(q, k, v, cu_seqlens) for (total, H, D) q and (total, H_kv, D) k, v JAX arrays (H_kv
+    dividing H) and int32 offsets, through the same five kernels, differentiable in q, k and v
+    (jax.custom_vjp, jitted): returns O in f32. The shapes are static; the offsets are data (a new
+    batch of lengths with the same total compiles nothing new)."""
+    import jax
+    import jax.numpy as jnp
+
+    import dsl
+
+    def calls(q, k, nseq):
+        total, h, d = q.shape
+        hk = k.shape[1]
+        if d not in op.HEAD_DIMS or h % hk or k.shape != (total, hk, d):
+            raise ShapeRelationError(f"key: expected (total {total}, heads dividing {h}, head_dim {d} in "
+                                     f"{op.HEAD_DIMS}), got {k.shape}", arg_name="key")
+        group, sc = h // hk, float(scale if scale is not None else d ** -0.5)
+        picked = vl.tiles(d)
+        (bm, bn), (kv_rows, q_step), (q_rows, kv_step) = picked["fwd"], picked["dkdv"], picked["dq"]
+        bounds = dsl.jax.kernel_call(vl.sequence_bounds, out_shapes={"starts": (total,), "ends": (total,)},
+                                     out_dtypes={"starts": "i32", "ends": "i32"},
+                                     tiles={"starts": (vl.BOUNDS_ROWS,), "ends": (vl.BOUNDS_ROWS,)},
+                                     static={"nseq": nseq, "chunk": vl.BOUNDS_CHUNK})
+        f = dsl.jax.kernel_call(vl.flash_fwd_varlen_lse, out_shapes={"o": (total, h * d), "lse": (total, h)},
+                                out_dtypes={"o": "f32", "lse": "f32"}, tiles={"o": (bm, d), "lse": (bm, 1)},
+                                static={"scale": sc, "bn": bn, "causal": causal, "group": group})
+        pre = dsl.jax.kernel_call(vl.varlen_bwd_preprocess, out_shapes={"delta": (total, h)},
+                                  tiles={"delta": (vl.PRE_ROWS, 1)}, static={"d": d})
+        dkdv = dsl.jax.kernel_call(vl.flash_bwd_dkdv_varlen, out_shapes={"dk": (total, hk * d), "dv": (total, hk * d)},
+                                   out_dtypes={"dk": "f32", "dv": "f32"}, tiles={"dk": (kv_rows, d), "dv": (kv_rows, d)},
+                                   static={"scale": sc, "bm": q_step, "causal": causal, "group": group})
+        dq = dsl.jax.kernel_call(vl.flash_bwd_dq_varlen, out_shapes={"dq": (total, h * d)}, out_dtypes={"dq": "f32"},
+                                 tiles={"dq": (q_rows, d)},
+                                 static={"scale": sc, "bn": kv_step, "causal": causal, "group": group})
+        return bounds, f, pre, dkdv, dq
+
+    def flat(x):
+        return x.reshape(x.shape[0], -1)
+
+    def forward(q, k, v, cu_seqlens):
+        bounds, f, *_ = calls(q, k, cu_seqlens.shape[0] - 1)
+        starts, ends = bounds(cu_seqlens)
+        o, lse = f(flat(q), flat(k), flat(v), starts, ends)
+        return o.reshape(q.shape), (q, k, v, cu_seqlens, starts, ends, o, lse)
+
+    @jax.custom_vjp
+    def attention(q, k, v, cu_seqlens):
+        return forward(q, k, v, cu_seqlens)[0]
+
+    def backward(saved, g):
+        q, k, v, cu_seqlens, starts, ends, o, lse = saved
+        _, _, pre, dkdv, dq = calls(q, k, cu_seqlens.shape[0] - 1)
+        q2, k2, v2, g2 = flat(q), flat(k), flat(v), flat(g.astype(q.dtype))
+        delta = pre(o, g2)
+        dk, dv = dkdv(q2, k2, v2, g2, lse, delta, starts, ends)
+        dqv = dq(q2, k2, v2, g2, lse, delta, starts, ends)
+        grads = tuple(x.reshape(y.shape).astype(y.dtype) for x, y in ((dqv, q), (dk, k), (dv, v)))
+        return (*grads, np.zeros(cu_seqlens.shape, jax.dtypes.float0))
+
+    attention.defvjp(forward, backward)
+    jnp.asarray(0)                                  # jax imported and initialised before the first trace
+    return jax.jit(attention)
 
 
 def main(argv: list[str] | None = None) -> int:

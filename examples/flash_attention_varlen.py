@@ -312,11 +312,15 @@ def _check(q: Any, heads: int, kv_heads: int | None, starts: Any, ends: Any, nam
     return total, d, heads // hk
 
 
-def pick_tiles(table: dict, portable: dict, d: int, tensor_cores: bool | None = None) -> tuple[int, int]:
-    """`table`'s tiles for head dim d on the tensor cores (unless KB_TILE_TC_MATMUL=0: `portable`'s, the
-    fixed-length kernels' FMA tiles). No sequence length to divide: a block's edges are masked."""
+def tiles(d: int, tensor_cores: bool | None = None) -> dict[str, tuple[int, int]]:
+    """{"fwd": (query rows, key rows), "dkdv": (key rows, query rows), "dq": (query rows, key rows)} for head
+    dim d: the tables above on the tensor cores, the fixed-length kernels' FMA tiles under
+    KB_TILE_TC_MATMUL=0 (or tensor_cores=False). No sequence length to divide: block edges are masked."""
     from dsl.tile.compile import tc_matmul_enabled
-    return (table if (tc_matmul_enabled() if tensor_cores is None else tensor_cores) else portable)[d]
+    if tc_matmul_enabled() if tensor_cores is None else tensor_cores:
+        return {"fwd": FWD_TILES[d], "dkdv": DKDV_TILES[d], "dq": DQ_TILES[d]}
+    back = bwd.PORTABLE_TILES[d][0]
+    return {"fwd": fwd.PORTABLE_TILES[d][0], "dkdv": back, "dq": back}
 
 
 def launch_args(q: Any, k: Any, v: Any, out: Any, starts: Any, ends: Any, heads: int, causal: bool,
@@ -326,7 +330,7 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, starts: Any, ends: Any, heads:
     (total, H*D) q and out, (total, H_kv*D) k and v, and the per-row bounds sequence_bounds made."""
     per_row = {} if lse is None else {"lse": lse}
     _, d, group = _check(q, heads, kv_heads, starts, ends, {"k": k, "v": v, "out": out}, per_row)
-    bm, bn = pick_tiles(FWD_TILES, {k: t[0] for k, t in fwd.PORTABLE_TILES.items()}, d, tensor_cores)
+    bm, bn = tiles(d, tensor_cores)["fwd"]
     sc = float(scale if scale is not None else d ** -0.5)
     parts = (tile.partition(out, (bm, d)),) + (() if lse is None else (tile.partition(lse, (bm, 1)),))
     return (q, k, v, starts, ends, *parts, sc, bn, bool(causal), group)
@@ -339,9 +343,9 @@ def backward_launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, de
     fills, then dK/dV and dQ; shapes and dtypes checked before anything runs."""
     _, d, group = _check(q, heads, kv_heads, starts, ends, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq,
                                                             "dk": dk, "dv": dv}, {"lse": lse, "delta": delta})
-    portable = {k: t[0] for k, t in bwd.PORTABLE_TILES.items()}
-    kv_rows, q_step = pick_tiles(DKDV_TILES, portable, d, tensor_cores)
-    q_rows, kv_step = pick_tiles(DQ_TILES, portable, d, tensor_cores)
+    picked = tiles(d, tensor_cores)
+    kv_rows, q_step = picked["dkdv"]
+    q_rows, kv_step = picked["dq"]
     sc = float(scale if scale is not None else d ** -0.5)
     return [(varlen_bwd_preprocess, (o, dout, tile.partition(delta, (PRE_ROWS, 1)), d)),
             (flash_bwd_dkdv_varlen, (q, k, v, dout, lse, delta, starts, ends, tile.partition(dk, (kv_rows, d)),

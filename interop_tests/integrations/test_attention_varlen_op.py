@@ -1,12 +1,14 @@
 """examples/attention_varlen_op.py: the varlen_attn drop-in's output and gradients against torch autograd of
 SDPA in float64, one sequence at a time (CPU simulator; on the GPU in bf16, and against torch's own
 varlen_attn where this torch has it), the ops under torch.library.opcheck and torch.compile(fullgraph=True),
-and typed refusals of what the kernels do not cover, before any kernel runs."""
+the JAX custom_vjp on the same kernels, and typed refusals of what the kernels do not cover, before any
+kernel runs."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bridge.errors import DTypeError, ShapeRelationError
@@ -161,3 +163,20 @@ def test_bad_offsets_under_torch_compile_are_refused_when_the_op_runs(torch, mon
     monkeypatch.setattr(V.op, "_run", boom)
     with pytest.raises(ShapeRelationError, match="cu_seqlens: expected offsets rising from 0 to the 64"):
         f(q.detach(), k.detach(), v.detach())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_jax_custom_vjp_matches_sdpa_per_sequence_in_float64(torch, cpu_jax, causal):
+    """The same kernels under jax.custom_vjp (jitted, CPU simulator): O and the gradients of sum(O * w)."""
+    jnp = cpu_jax.numpy
+    cu, q, k, v = packed(torch, [37, 1, 90], 4, 2, 64, seed=11 + causal)
+    w = torch.randn(q.shape, generator=torch.Generator().manual_seed(12))
+    attention = V.jax_varlen_attention(causal)
+    qj, kj, vj, wj = (jnp.asarray(x.detach().numpy()) for x in (q, k, v, w))
+    cuj = jnp.asarray(cu.numpy())
+    out = attention(qj, kj, vj, cuj)
+    grads = cpu_jax.grad(lambda a, b, c: jnp.sum(attention(a, b, c, cuj) * wj), argnums=(0, 1, 2))(qj, kj, vj)
+    want = per_sequence64(torch, q, k, v, w, cu, causal)
+    for name, got, ref in zip(("o", "dq", "dk", "dv"), (out, *grads), want):
+        assert got.shape == tuple(ref.shape), name
+        assert relative(torch.from_numpy(np.array(got)), ref) < TOL, name
