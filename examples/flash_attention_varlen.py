@@ -149,17 +149,19 @@ def varlen_bwd_preprocess(o: tile.Array[G, 2], dout: tile.Array[E, 2], delta: ti
 
 @tile.func
 def dkdv_step_varlen(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, h, i, lo, hi, scale2, bm, bn, d):
-    """Query block i of head h against this block's keys, key c seen by the queries in [lo_c, hi_c). Each
-    product loads its Q or dO block itself, as flash_attention_bwd.py's do: a load named once and read
-    by two products is staged through registers (`python -m dsl compile --explain` says so)."""
+    """Query block i of head h against this block's keys, key c seen by the queries in [lo_c, hi_c). Q and
+    dO are named once and read by two products each, as Triton's backward writes them: load forwarding
+    (dsl/tile/forward.py) gives each product its own copy, as if each loaded its own."""
+    qi = tile.load(q, (i, h), (bm, d))
+    doi = tile.load(dout, (i, h), (bm, d))
     r = i * bm + tile.arange(bm)[None, :]
-    st = tile.where((r >= lo[:, None]) & (r < hi[:, None]), tile.matmul(kt, tile.transpose(tile.load(q, (i, h), (bm, d)))) * scale2, -tile.inf)  # S^T
+    st = tile.where((r >= lo[:, None]) & (r < hi[:, None]), tile.matmul(kt, tile.transpose(qi)) * scale2, -tile.inf)
     lse2 = tile.reshape(tile.load(lse, (i, h), (bm, 1)), (bm,)) * LOG2E
-    pt = tile.exp2(st - lse2[None, :])
-    dv_acc = dv_acc + tile.matmul(pt.astype(q.dtype), tile.load(dout, (i, h), (bm, d)))
-    dpt = tile.matmul(vt, tile.transpose(tile.load(dout, (i, h), (bm, d))))                          # dP^T
+    pt = tile.exp2(st - lse2[None, :])                                                  # P^T (bn, bm)
+    dv_acc = dv_acc + tile.matmul(pt.astype(q.dtype), doi)
+    dpt = tile.matmul(vt, tile.transpose(doi))                                          # dP^T (bn, bm)
     dst = pt * (dpt - tile.reshape(tile.load(delta, (i, h), (bm, 1)), (bm,))[None, :])
-    dk_acc = dk_acc + tile.matmul(dst.astype(q.dtype), tile.load(q, (i, h), (bm, d)))
+    dk_acc = dk_acc + tile.matmul(dst.astype(q.dtype), qi)
     return dk_acc, dv_acc
 
 

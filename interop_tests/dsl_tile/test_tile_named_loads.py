@@ -1,15 +1,16 @@
 """A small change of style keeps the fast path (issue 28, "no silent performance cliff"): a GEMM or an
 attention step written as a Triton user writes it, with its loads named first (`a = tile.load(...)`,
 then `tile.matmul(a, b, acc)`), compiles to exactly the PTX of the same kernel with the loads written
-inside the product (the TMA + wgmma / cp.async + mma.sync loops). Load forwarding
-(dsl/tile/forward.py) must not change results where it does not apply: a load used twice, a load whose
-index variable changes before its use, a load used after its loop."""
+inside the product (the TMA + wgmma / cp.async + mma.sync loops); a load named once and read by two
+products (Q and dO of an attention backward step) compiles as if each product loaded its own. Load
+forwarding (dsl/tile/forward.py) must not change results where it does not apply: a load used twice
+outside products, a load whose index variable changes before its use, a load used after its loop."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dsl import TypeVar, f32, tile
+from dsl import TypeVar, f16, f32, tile
 from dsl.tile import ir as T
 
 E = TypeVar("E")
@@ -120,6 +121,86 @@ def test_loads_that_do_not_qualify_stay_named_and_results_hold(rng):
     fn = not_forwarded.tile_ir(a, tile.partition(out, (64,)))
     names = {s.var.name for s in T.walk_stmts(fn.body) if isinstance(s, T.Assign)}
     assert {"twice", "x", "y"} <= names
+
+
+@tile.kernel
+def step_inline(q: tile.Array[E, 2], k: tile.Array[E, 2], do: tile.Array[E, 2], dk: tile.Partition[f32, 2],
+                dv: tile.Partition[f32, 2], bm: tile.Constant[int]):
+    bn, d = dk.tile_shape
+    kt = tile.load(k, (tile.bid(0), 0), (bn, d))
+    dk_acc = tile.zeros((bn, d), f32)
+    dv_acc = tile.zeros((bn, d), f32)
+    for i in range(q.shape[0] // bm):
+        st = tile.matmul(kt, tile.transpose(tile.load(q, (i, 0), (bm, d))))
+        dv_acc = dv_acc + tile.matmul(st.astype(q.dtype), tile.load(do, (i, 0), (bm, d)))
+        dpt = tile.matmul(kt, tile.transpose(tile.load(do, (i, 0), (bm, d))))
+        dk_acc = dk_acc + tile.matmul(dpt.astype(q.dtype), tile.load(q, (i, 0), (bm, d)))
+    dk.store(dk_acc)
+    dv.store(dv_acc)
+
+
+@tile.kernel
+def step_named(q: tile.Array[E, 2], k: tile.Array[E, 2], do: tile.Array[E, 2], dk: tile.Partition[f32, 2],
+               dv: tile.Partition[f32, 2], bm: tile.Constant[int]):
+    bn, d = dk.tile_shape
+    kt = tile.load(k, (tile.bid(0), 0), (bn, d))
+    dk_acc = tile.zeros((bn, d), f32)
+    dv_acc = tile.zeros((bn, d), f32)
+    for i in range(q.shape[0] // bm):
+        qi = tile.load(q, (i, 0), (bm, d))              # each read by two products, as Triton's backward
+        doi = tile.load(do, (i, 0), (bm, d))
+        st = tile.matmul(kt, tile.transpose(qi))
+        dv_acc = dv_acc + tile.matmul(st.astype(q.dtype), doi)
+        dpt = tile.matmul(kt, tile.transpose(doi))
+        dk_acc = dk_acc + tile.matmul(dpt.astype(q.dtype), qi)
+    dk.store(dk_acc)
+    dv.store(dv_acc)
+
+
+def _step_args(rng, dtype=np.float16):
+    q, k, do = (rng.standard_normal((128, 64)).astype(dtype) for _ in range(3))
+    dk, dv = np.full((128, 64), np.nan, np.float32), np.full((128, 64), np.nan, np.float32)
+    return (q, k, do, tile.partition(dk, (64, 64)), tile.partition(dv, (64, 64)), 32), (q, k, do, dk, dv)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_a_load_read_by_two_products_compiles_as_one_load_per_product(rng, arch):
+    args, _ = _step_args(rng)
+    inline = step_inline.ptx(*args, arch=arch).replace("step_inline", "K")
+    named = step_named.ptx(*args, arch=arch).replace("step_named", "K")
+    assert ("wgmma" in inline) == (arch == "sm_90")
+    assert _entry(named) == _entry(inline)
+    assert _slow(step_named, args, arch) == []
+
+
+def test_a_load_read_by_two_products_gives_each_product_its_own_load_and_the_right_result(rng):
+    args, (q, k, do, dk, dv) = _step_args(rng)
+    fn = step_named.tile_ir(*args)
+    assert not [s for s in T.walk_stmts(fn.body) if isinstance(s, T.Assign) and s.var.name in ("qi", "doi")]
+    loads = [e for e in T.body_exprs(fn.body) if isinstance(e, T.Load) and e.param.name in ("q", "do")]
+    assert len(loads) == 4 and len({id(x) for x in loads}) == 4        # four distinct nodes, one a product
+    step_named.simulate(*args)
+    q64, k64, do64 = (x.astype(np.float64) for x in (q, k, do))
+    st = k64 @ q64.T                    # the kernel casts S^T and dP^T to f16 before the second products
+    want_dv = st.astype(np.float16).astype(np.float64) @ do64
+    want_dk = (k64 @ do64.T).astype(np.float16).astype(np.float64) @ q64
+    np.testing.assert_allclose(dv, want_dv, rtol=0, atol=2e-3 * np.abs(want_dv).max())
+    np.testing.assert_allclose(dk, want_dk, rtol=0, atol=2e-3 * np.abs(want_dk).max())
+
+
+@tile.kernel
+def product_and_elementwise(a: tile.Array[f16, 2], b: tile.Array[f16, 2], c: tile.Partition[f32, 2]):
+    x = tile.load(a, (tile.bid(0), 0), (16, 16))        # a product and a sum read it: stays one load
+    c.store(tile.matmul(x, tile.load(b, (0, 0), (16, 16))) + x.astype(f32))
+
+
+def test_a_load_read_by_a_product_and_elementwise_math_stays_one_named_load(rng):
+    a, b = (rng.integers(-3, 4, (32, 16)).astype(np.float16) for _ in range(2))
+    out = np.zeros((32, 16), np.float32)
+    fn = product_and_elementwise.tile_ir(a, b[:16], tile.partition(out, (16, 16)))
+    assert [s.var.name for s in T.walk_stmts(fn.body) if isinstance(s, T.Assign)] == ["x"]
+    product_and_elementwise.simulate(a, b[:16], tile.partition(out, (16, 16)))
+    np.testing.assert_array_equal(out, a.astype(np.float64) @ b[:16].astype(np.float64) + a)
 
 
 # ---------------------------------------------------------------------------------- slow-path records
