@@ -15,6 +15,12 @@ Each step's line is printed when it ends, and results/gpu_check.json is rewritte
 (without bars until the end). A check killed from outside (a remote runner's own time limit, which may be shorter than the
 timeout asked for once the machine's start is counted) still leaves its record up to that step.
 
+The whole check no longer fits one 10-minute call; it runs in three parts, each into its own folder
+(`--pack` each), whose records benchmarks/write_docs.py renders as one page:
+  1. --skip examples,bench                                  the suite and the four sanitizer passes
+  2. --skip tests,sanitize --bench gpt2_step                the examples, each also under memcheck; GPT-2
+  3. --skip tests,sanitize,examples --bench triton_tutorials   (and the other benchmarks in later calls)
+
 Multi-GPU: with 2 or more GPUs the suite runs with KB_REQUIRE_GPUS=2 (a skipped multigpu test fails),
 the sanitizers cover the multi-GPU tests, and the multi-GPU examples (one of them under torchrun) and
 benchmark run too. With fewer, every multi-GPU step is reported as NOT RUN ("needs 2 GPUs, found N"),
@@ -179,7 +185,8 @@ def main() -> int:
     ap.add_argument("--no-install", action="store_true")
     ap.add_argument("--results", default="results")
     ap.add_argument("--budget", type=float, default=570.0, help="seconds for the whole check (default 570)")
-    ap.add_argument("--skip", default="", help="comma list of steps to skip: tests,sanitize,examples,bench")
+    ap.add_argument("--skip", default="", help="comma list of steps to skip: tests, sanitize (the sanitizer "
+                    "passes over the GPU tests), examples, example_memcheck (the examples' memcheck runs), bench")
     ap.add_argument("--bench", default="", help="comma list of benchmark names (file stems, e.g. gemm,attention) "
                     "to run instead of all: the benchmarks no longer fit one 10-minute call, so they run in parts")
     ap.add_argument("--pack", action="store_true",
@@ -294,7 +301,9 @@ class _Run:
 
     def _example_jobs(self, left: float) -> list:
         py, logs, env = self.py, self.logs, self.env
-        memcheck = self.sanitizer and "sanitize" not in self.skip
+        # The examples' memcheck runs belong to the examples step, not to "sanitize" (the sanitizer passes
+        # over the GPU tests): a part that skips those still memchecks the examples it runs.
+        memcheck = self.sanitizer and "example_memcheck" not in self.skip
         jobs = []
         if self.multi:
             for ex, how in MULTI_GPU_EXAMPLES.items():

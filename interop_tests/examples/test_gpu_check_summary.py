@@ -2,6 +2,7 @@
 a step that did not run (or a run without a GPU) fails the check."""
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -104,3 +105,15 @@ def test_pack_leaves_the_summary_and_one_archive_that_holds_everything_else(gpu_
     with tarfile.open(bundle) as tar:
         assert sorted(tar.getnames()) == ["llm_kernels.json", "logs", "logs/pytest.log", "sanitize_memcheck.xml"]
         assert tar.extractfile("logs/pytest.log").read() == b"log text"
+
+
+def test_a_part_that_skips_the_sanitizer_passes_still_memchecks_its_examples(gpu_check, monkeypatch, tmp_path):
+    """The split check's examples part skips `sanitize` (the passes over the GPU tests); its examples
+    must still run under memcheck, unless example_memcheck is skipped."""
+    monkeypatch.setattr(gpu_check.shutil, "which", lambda name: "/usr/bin/compute-sanitizer")
+    for skip, want in (("tests,sanitize,bench", True), ("tests,sanitize,example_memcheck,bench", False)):
+        args = argparse.Namespace(budget=570.0, results=str(tmp_path / skip), skip=skip, quick=False)
+        run = gpu_check._Run(args)
+        names = [job[0] for job in run._example_jobs(100.0)]
+        assert any(n.endswith("#memcheck") for n in names) == want, (skip, names)
+        assert "examples/flash_attention_varlen.py" in names
