@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import threading
 from typing import Any, Mapping
 
@@ -24,6 +23,7 @@ from bridge.device import Device
 from bridge.errors import ContractDefinitionError
 from bridge.fatbin import embedded_contracts, module_format
 from bridge.kernel import Kernel
+from bridge.ptx_text import entry_names
 
 _loaded: dict[tuple[int, str], int] = {}   # documented cache: (device, sha256) -> driver module handle
 _lock = threading.Lock()
@@ -57,7 +57,7 @@ class Module:
         self.handle, self.kind, self.device, self.name = handle, kind, device, name
         self.contracts = contracts        # kernel name -> _native.Contract
         self._kernels: dict[str, Any] = {}
-        self._ptx_entries = _ptx_entries(data) if kind == "ptx" else None
+        self._ptx_entries = entry_names(data) if kind == "ptx" else None
         self._data = data                 # the image, to load it on other devices (on_device)
         self._family: dict[int, Module] = {device: self}   # this image with these contracts, per device
         self._family_lock = threading.Lock()
@@ -120,10 +120,6 @@ class Module:
 
     def __repr__(self) -> str:
         return f"<bridge.Module {self.name!r} ({self.kind}) on device {self.device}>"
-
-
-def _ptx_entries(data: bytes) -> list[str]:
-    return re.findall(r"\.entry\s+([A-Za-z_$][\w$]*)", data.decode("latin-1"))
 
 
 def load_module(path_or_bytes: str | bytes | os.PathLike, *, contracts: Mapping[str, Any] | None = None,

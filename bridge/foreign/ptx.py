@@ -10,11 +10,10 @@ import re
 
 from bridge.errors import ForeignKernelError
 from bridge.foreign.params import Param
-from bridge.foreign.signature import strip_comments
+from bridge.ptx_text import ENTRY, strip_comments
 
 __all__ = ["ptx_entries", "ptx_params"]
 
-_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$%][\w$]*)\s*(\(([^)]*)\))?", re.S)
 _TOKEN = re.compile(r"\.\w+|[A-Za-z_$%][\w$]*|\d+|\[|\]")
 _TYPE = re.compile(r"\.(bf|[busf])(8|16|32|64|128)(x2)?")
 _SIZES = {"8": 1, "16": 2, "32": 4, "64": 8, "128": 16}
@@ -65,7 +64,7 @@ def ptx_entries(ptx: str | bytes) -> dict[str, list[Param]]:
     """Every `.entry` of the PTX text and its parameters, in order."""
     text = ptx.decode("latin-1") if isinstance(ptx, (bytes, bytearray)) else ptx
     out: dict[str, list[Param]] = {}
-    for m in _ENTRY.finditer(strip_comments(text)):
+    for m in ENTRY.finditer(strip_comments(text)):
         name, body = m.group(1), (m.group(3) or "").strip()
         decls = [d for d in body.split(",") if d.strip()] if body else []
         out[name] = [_param(d, name, i) for i, d in enumerate(decls)]

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 
 from bridge.contract import ArgSpec, LaunchContract
 from bridge.errors import ContractDefinitionError
+from bridge.ptx_text import strip_comments
 
 __all__ = ["CParam", "CSignature", "parse_signature", "declare", "C_TYPES"]
 
@@ -64,11 +65,6 @@ class CSignature:
     name: str
     params: tuple[CParam, ...]
     launch_bounds: int | None = None
-
-
-def strip_comments(text: str) -> str:
-    """`text` without its `//` and `/* */` comments (C, CUDA and PTX share the syntax)."""
-    return re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
 
 
 def _base_type(words: list[str], kernel: str, where: str) -> str:
