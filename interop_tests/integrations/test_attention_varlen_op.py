@@ -180,3 +180,25 @@ def test_jax_custom_vjp_matches_sdpa_per_sequence_in_float64(torch, cpu_jax, cau
     for name, got, ref in zip(("o", "dq", "dk", "dv"), (out, *grads), want):
         assert got.shape == tuple(ref.shape), name
         assert relative(torch.from_numpy(np.array(got)), ref) < TOL, name
+
+
+@pytest.mark.gpu
+def test_gpu_forward_replays_in_a_cuda_graph_with_new_lengths(torch):
+    """Nothing reads the device offsets on the host, so the op captures into a CUDA graph; replaying it
+    after new inputs AND new offsets (same total) computes the new batch."""
+    assert torch.cuda.is_available(), "PyTorch sees no CUDA device on the GPU machine"
+    cu, q, k, v = packed(torch, [100, 28], 2, 2, 64, device="cuda", dtype=torch.bfloat16, seed=13)
+    q, k, v = (x.detach() for x in (q, k, v))
+    V.varlen_attn(q, k, v, cu, cu, 100, 100)               # compile and load outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = V.varlen_attn(q, k, v, cu, cu, 100, 100)
+    for x in (q, k, v):
+        x.copy_(torch.randn_like(x))
+    cu.copy_(torch.tensor([0, 50, 60, 128], dtype=torch.int32, device="cuda")[[0, 1, 3]])   # lengths 50, 78
+    graph.replay()
+    torch.cuda.synchronize()
+    w = torch.zeros(q.shape, device="cuda")
+    want = per_sequence64(torch, q, k, v, w, cu, False)[0]
+    assert relative(out, want) < 1e-2
