@@ -3,7 +3,8 @@
 flash and cuDNN backward, bf16. SDPA's backward is timed alone: autograd.grad of a forward recorded
 under each backend (retain_graph), so its time holds the backend's backward kernels and nothing of the
 forward. Each implementation is checked against SDPA's flash gradients before timing. TFLOP/s count the
-backward as 2.5x the forward's 4*B*H*S^2*D (halved when causal), as FlashAttention's papers do.
+backward as 2.5x the forward's 4*B*H*S^2*D (halved when causal), as FlashAttention's papers do. Bar
+(issue 29): the example's backward >= 1.0x SDPA's cuDNN backward, causal and not.
 """
 from __future__ import annotations
 
@@ -150,4 +151,7 @@ def backward_cases(rep: Any, torch, reps: int, sweep: bool) -> list[str]:
                         **{f"vs_sdpa_{p.lower()}": round(tf[label] / tf[f"sdpa {p}"], 3) for p in peers})
             for p in peers:
                 rep.row(f"{name}: torch SDPA ({p})", tf[f"sdpa {p}"], "TFLOP/s", ms=round(ms[f"sdpa {p}"], 3))
+            if "DSL tile flash_bwd" in fns and "sdpa cuDNN" in tf:      # issue 29's bar, on the example's own launch
+                rep.bar(f"flash attention {name}: DSL backward vs SDPA cuDNN backward", tf["DSL tile flash_bwd"],
+                        tf["sdpa cuDNN"], higher_is_better=True, bar=1.0, peer_name="torch SDPA cuDNN backward")
     return failed

@@ -20,7 +20,9 @@ on two warpgroups as `tile.kernel(flash_fwd.pyfunc, num_warps=8)` and `tile.part
 and KB_TILE_FP_FUSION / KB_TILE_FTZ (the scale-and-subtract one fma, exp2 one ex2.approx.ftz: the best
 rung, 128x128 `ws` with both, ran 555.9 TFLOP/s bf16 at S4096 D128 on the H200, 0.83x SDPA cuDNN, on
 2026-12-04 before the scale moved after the row maximum);
-`benchmarks/attention.py --ladder` times them.
+`benchmarks/attention.py --ladder` times them. `flash_fwd_tuned` launches the fastest of the default and,
+on sm_90, the ladder's best rungs (tile.autotune: timed on the first call of a shape, the pick kept in
+the disk cache; KB_AUTOTUNE=0 takes the default).
 `flash_fwd_lse` also stores each query row's log-sum-exp, which the backward needs
 (examples/flash_attention_bwd.py); both kernels run one `@tile.func`, attend_rows.
 """
@@ -145,6 +147,56 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale:
             bool(causal), group)
 
 
+# tile.autotune's candidates on sm_90 beside the default (launch_args' tiles, the cp.async loop), from the
+# forward ladder measured on the H200 (docs/tile.md, "Attention ladder"; bf16 B4 H16 S4096 D128 on
+# 2026-12-04: the default 374 / 314 TFLOP/s full / causal, "tma + fp_fusion + ftz" 517 / 441, "ws 128x128
+# + setmaxnreg + fp_fusion + ftz" 556 and 592 / 434-435): (query rows, key rows, warps, lowering) per
+# head dim, None for launch_args' own. D256 keeps the default: no wgmma tile fits it (above).
+_FAST = {"fp_fusion": True, "ftz": True}
+SM90_CANDIDATES = {d: ((None, None, None, {"loop_pipeline": "tma", **_FAST}),
+                       (128, 128, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24", **_FAST}))
+                   for d in (64, 128)}
+_TUNED: dict[tuple, Any] = {}     # documented cache: candidate list -> its tile.Tuned (picks live inside)
+
+
+def tuned_configs(q: Any, seq: int, causal: bool, group: int = 1, arch: str | None = None) -> list:
+    """flash_fwd's tile.Config candidates for these inputs: the default first (what KB_AUTOTUNE=0 and the
+    simulator run), then on sm_90 the SM90_CANDIDATES whose tiles divide `seq`."""
+    from dsl.tile.compile import wgmma_products_enabled
+    if arch is None:
+        import bridge
+        arch = bridge.current_device().arch if bridge.gpu_available() else "sm_80"
+    sm90 = int(arch.removeprefix("sm_").rstrip("a")) >= 90
+    d = q.shape[1]
+    default = launch_args(q, q, q, q, seq, causal, wgmma=sm90 and wgmma_products_enabled())
+    bm, bn = default[3].tile_shape[0], default[6]
+    consts = {"bn": bn, "causal": bool(causal), "group": group}
+    out = [tile.Config(tiles={"o": (bm, d)}, constants=consts)]
+    if not sm90:
+        return out
+    for rows, keys, warps, lowering in SM90_CANDIDATES.get(d, ()):
+        rows, keys = rows or bm, keys or bn
+        if seq % rows == 0 and seq % keys == 0:
+            out.append(tile.Config(tiles={"o": (rows, d)}, constants={**consts, "bn": keys}, num_warps=warps,
+                                   lowering=lowering))
+    return out
+
+
+def flash_fwd_tuned(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale: float | None = None,
+                    group: int = 1) -> Any:
+    """flash_fwd on the fastest of tuned_configs' candidates for this shape (tile.autotune: timed on the
+    first call of a shape bucket, the pick kept in the disk cache); arguments as launch_args takes them,
+    checked by it first. Returns the tile.Tuned (its `picks` say which configuration ran)."""
+    args = launch_args(q, k, v, out, seq, causal, scale, group=group)       # checks shapes, group, head dim
+    configs = tuned_configs(q, seq, causal, group)
+    key = tuple(c.text() for c in configs)
+    tuned = _TUNED.get(key)
+    if tuned is None:
+        tuned = _TUNED.setdefault(key, tile.autotune(flash_fwd, configs))
+    tuned(q, k, v, out, seq, args[5])
+    return tuned
+
+
 def launch_args_lse(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool,
                     scale: float | None = None, tensor_cores: bool | None = None, wgmma: bool | None = None,
                     group: int = 1) -> tuple:
@@ -179,12 +231,17 @@ def run_gpu(batch: int, heads: int, seq: int, d: int) -> None:
     from dsl.tile.compile import tc_matmul_enabled
     tensor_cores = tc_matmul_enabled() and bridge.current_device().cc >= (8, 0)
     for causal in (False, True):
-        out = torch.full((batch * heads * seq, d), float("nan"), device="cuda")
-        flash_fwd(*launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal, tensor_cores=tensor_cores))
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
-        err = (out.reshape(ref.shape) - ref).abs().max().item()
-        print(f"GPU B{batch} H{heads} S{seq} D{d} causal={causal}: max |ours - SDPA(f32)| = {err:.2e}")
-        assert err < 2e-2, err
+        for how in ("default", "autotuned") if tensor_cores else ("default",):
+            out = torch.full((batch * heads * seq, d), float("nan"), device="cuda")
+            rows = [x.reshape(-1, d) for x in (q, k, v)]
+            if how == "default":
+                flash_fwd(*launch_args(*rows, out, seq, causal, tensor_cores=tensor_cores))
+            else:
+                flash_fwd_tuned(*rows, out, seq, causal)
+            err = (out.reshape(ref.shape) - ref).abs().max().item()
+            print(f"GPU B{batch} H{heads} S{seq} D{d} causal={causal} {how}: max |ours - SDPA(f32)| = {err:.2e}")
+            assert err < 2e-2, err
     bridge.current_stream().synchronize()
 
 

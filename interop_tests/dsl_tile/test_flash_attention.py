@@ -77,3 +77,56 @@ def test_gpu_matches_torch_sdpa(d, seq, causal, dtype):
     err = (out.reshape(ref.shape).double() - ref).abs().max().item()
     assert err < 2e-2, err
     assert bridge.gpu_available()
+
+
+def _configs(d, seq, causal, arch):
+    q = np.zeros((2 * seq, d), np.float32)
+    return [(c.tiles["o"][0], c.constants["bn"], c.num_warps, c.lowering.get("loop_pipeline"))
+            for c in FA.tuned_configs(q, seq, causal, arch=arch)]
+
+
+def test_autotune_candidates_are_the_default_first_then_the_sm90_ladders_best_that_fit():
+    """sm_80: the default alone. sm_90: the default (wgmma tiles), the TMA ring with fp_fusion + ftz, and
+    128 x 128 on a producer warpgroup with setmaxnreg, each only where its tiles divide the sequence."""
+    assert _configs(128, 256, True, "sm_80") == [(64, 64, None, None)]
+    assert _configs(128, 256, False, "sm_90a") == [(64, 64, None, None), (64, 64, None, "tma"), (128, 128, 8, "ws")]
+    assert _configs(128, 192, False, "sm_90a") == [(64, 64, None, None), (64, 64, None, "tma")]
+    assert _configs(256, 256, False, "sm_90a") == [(32, 128, None, None)]
+    ws = FA.tuned_configs(np.zeros((512, 64), np.float32), 256, True, arch="sm_90a")[-1]
+    assert ws.lowering == {"loop_pipeline": "ws", "setmaxnreg": "240/24", "fp_fusion": True, "ftz": True}
+
+
+def test_the_autotuned_launcher_runs_its_first_candidate_on_the_simulator(rng):
+    seq, d = 128, 64
+    q, k, v = (rng.standard_normal((2 * seq, d)).astype(np.float32) for _ in range(3))
+    out = np.full_like(q, np.nan)
+    tuned = FA.tile.autotune(FA.flash_fwd, FA.tuned_configs(q, seq, True))
+    tuned.simulate(q, k, v, out, seq, d ** -0.5)
+    np.testing.assert_allclose(out, attention64(q, k, v, seq, True), rtol=0, atol=1e-2)
+
+
+def test_the_autotuned_launcher_refuses_bad_shapes_before_anything_runs():
+    q = np.zeros((256, 64), np.float32)
+    out = np.full((256, 64), np.nan, np.float32)
+    with pytest.raises(ValueError, match="k: expected shape"):
+        FA.flash_fwd_tuned(q, np.zeros((128, 64), np.float32), q, out, 128, False)
+    assert np.isnan(out).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_autotuned_launcher_matches_torch_sdpa(d, causal):
+    """flash_fwd_tuned times its candidates on first use (each compiled and launched on scratch output)
+    and then runs the pick on the caller's output: the result matches SDPA whichever it picked."""
+    torch = pytest.importorskip("torch", reason="the SDPA reference needs torch")
+    import torch.nn.functional as F
+    batch, heads, seq = 2, 3, 512
+    g = torch.Generator(device="cuda").manual_seed(d + causal + 7)
+    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    out = torch.full((batch * heads * seq, d), 12345.0, device="cuda")
+    tuned = FA.flash_fwd_tuned(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal)
+    assert len(tuned.picks) == 1
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    err = (out.reshape(ref.shape).double() - ref).abs().max().item()
+    assert err < 2e-2, err
