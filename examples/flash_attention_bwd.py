@@ -148,6 +148,40 @@ def flash_bwd_dq(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], 
     dq.store(acc * scale)
 
 
+# On sm_90 (warpgroup MMA) at D128 both kernels read their loop-invariant operands (K, V of dK/dV; Q, dO
+# of dQ) from shared memory and run with fp_fusion + ftz: 232.0 / 208.8 TFLOP/s against 206.3 / 183.2 for
+# the plain kernels, bf16 B4 H16 S4096 full / causal, the same run (H200, 2026-12-04 19:22 UTC,
+# benchmarks/attention.py --bwd-sweep; docs/tile.md). Other head dims keep the plain kernels (not measured).
+SM90_LOWERING = {128: {"wgmma_a": "shared", "fp_fusion": True, "ftz": True}}
+_VARIANTS: dict[tuple, Any] = {}     # documented cache: (kernel name, head dim) -> its SM90_LOWERING variant
+
+
+def kernels_for(d: int, wgmma: bool) -> tuple[Any, Any]:
+    """(dK/dV kernel, dQ kernel) for head dim d: SM90_LOWERING's variants on warpgroup MMA, else the plain
+    kernels above."""
+    lowering = SM90_LOWERING.get(d) if wgmma else None
+    if lowering is None:
+        return flash_bwd_dkdv, flash_bwd_dq
+    out = []
+    for kern in (flash_bwd_dkdv, flash_bwd_dq):
+        key = (kern.name, d)
+        if key not in _VARIANTS:
+            _VARIANTS[key] = tile.kernel(kern.pyfunc, lowering=lowering)
+        out.append(_VARIANTS[key])
+    return out[0], out[1]
+
+
+def _wgmma(wgmma: bool | None, tensor_cores: bool | None) -> bool:
+    """Whether the products run on warpgroup MMA: as pick_tiles decides it."""
+    from dsl.tile.compile import tc_matmul_enabled, wgmma_products_enabled
+    if not (tc_matmul_enabled() if tensor_cores is None else tensor_cores):
+        return False
+    if wgmma is None:
+        import bridge
+        wgmma = wgmma_products_enabled() and bridge.gpu_available() and bridge.current_device().cc >= (9, 0)
+    return bool(wgmma)
+
+
 def pick_tiles(d: int, seq: int, tensor_cores: bool | None = None, wgmma: bool | None = None) -> tuple[int, int]:
     """(rows a block owns, rows it streams) for head dim `d` and sequence length `seq`, as the forward's
     launch_args picks: the tensor-core tiles unless KB_TILE_TC_MATMUL=0, the sm_90 ones on an sm_90 GPU."""
@@ -206,12 +240,13 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
                      {"lse": lse, "delta": delta})
     d = q.shape[1]
     own, stream = pick_tiles(d, seq, tensor_cores, wgmma)
+    dkdv, dq_kernel = kernels_for(d, _wgmma(wgmma, tensor_cores))
     sc = float(scale if scale is not None else d ** -0.5)
     return [(attn_bwd_preprocess, (o, dout, tile.partition(delta, (PRE_ROWS,)), d)),
-            (flash_bwd_dkdv, (q, k, v, dout, lse, delta, tile.partition(dk, (own, d)), tile.partition(dv, (own, d)),
-                              seq, sc, stream, bool(causal), group)),
-            (flash_bwd_dq, (q, k, v, dout, lse, delta, tile.partition(dq, (own, d)), seq, sc, stream, bool(causal),
-                            group))]
+            (dkdv, (q, k, v, dout, lse, delta, tile.partition(dk, (own, d)), tile.partition(dv, (own, d)),
+                    seq, sc, stream, bool(causal), group)),
+            (dq_kernel, (q, k, v, dout, lse, delta, tile.partition(dq, (own, d)), seq, sc, stream, bool(causal),
+                         group))]
 
 
 def run(steps: list[tuple[Any, tuple]], simulate: bool = False) -> None:
