@@ -23,7 +23,7 @@ from bridge.device import Device
 from bridge.errors import ContractDefinitionError
 from bridge.fatbin import embedded_contracts, module_format
 from bridge.kernel import Kernel
-from bridge.ptx_text import entry_names
+from bridge._ptx_text import entry_names
 
 _loaded: dict[tuple[int, str], int] = {}   # documented cache: (device, sha256) -> driver module handle
 _lock = threading.Lock()

@@ -10,7 +10,7 @@ import re
 
 from bridge.errors import ForeignKernelError
 from bridge.foreign.params import Param
-from bridge.ptx_text import ENTRY, strip_comments
+from bridge._ptx_text import ENTRY, strip_comments
 
 __all__ = ["ptx_entries", "ptx_params"]
 

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 
 from bridge.contract import ArgSpec, LaunchContract
 from bridge.errors import ContractDefinitionError
-from bridge.ptx_text import strip_comments
+from bridge._ptx_text import strip_comments
 
 __all__ = ["CParam", "CSignature", "parse_signature", "declare", "C_TYPES"]
 

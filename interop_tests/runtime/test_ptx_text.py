@@ -1,10 +1,10 @@
-"""One reader of PTX `.entry` names (bridge/ptx_text.py) for bridge.Module and the foreign-kernel intake:
+"""One reader of PTX `.entry` names (bridge/_ptx_text.py) for bridge.Module and the foreign-kernel intake:
 commented-out entries are not entries, bytes and text read alike, and the intake's parameter reader
 (bridge/foreign/ptx.py) lists the same entries in the same order."""
 from __future__ import annotations
 
 from bridge.foreign.ptx import ptx_entries
-from bridge.ptx_text import entry_names, strip_comments
+from bridge._ptx_text import entry_names, strip_comments
 
 PTX = """
 .version 8.4
