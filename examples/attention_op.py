@@ -96,6 +96,16 @@ def _view(t: Any) -> Any:
     return t if t.is_cuda else _host(t)
 
 
+def _on_warpgroup_mma(t: Any) -> bool:
+    """Do this tensor's kernels run their products on warpgroup MMA (a CUDA tensor on an sm_90+ GPU, as
+    flash_attention.launch_args decides it; CPU tensors run on the simulator)."""
+    if not t.is_cuda:
+        return False
+    import bridge
+    from dsl.tile.compile import tc_matmul_enabled, wgmma_products_enabled
+    return tc_matmul_enabled() and wgmma_products_enabled() and bridge.current_device().cc >= (9, 0)
+
+
 def define_torch_ops() -> Any:
     """Register kb_attention::forward and ::backward (once per process) and return torch.ops.kb_attention."""
     import torch
@@ -111,7 +121,7 @@ def define_torch_ops() -> Any:
         lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
         rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o)]
         args = fwd.launch_args_lse(*rows, _view(lse.reshape(-1)), s, causal, scale, group=group)
-        _run([(fwd.flash_fwd_lse, args)], [q, k, v, o, lse])
+        _run([(fwd.lse_kernel(d, _on_warpgroup_mma(q)), args)], [q, k, v, o, lse])
         return o, lse
 
     @forward.register_fake

@@ -159,6 +159,21 @@ SM90_CANDIDATES = {d: ((None, None, None, {"loop_pipeline": "tma", **_FAST}),
 _TUNED: dict[tuple, Any] = {}     # documented cache: candidate list -> its tile.Tuned (picks live inside)
 
 
+_LSE_VARIANTS: dict[int, Any] = {}   # documented cache: head dim -> flash_fwd_lse with SM90_LSE_LOWERING
+
+
+def lse_kernel(d: int, wgmma: bool) -> Any:
+    """flash_fwd_lse for launch_args_lse's tiles: on warpgroup MMA at D64 and D128 the variant with the TMA
+    ring + fp_fusion + ftz, the ladder's rung on the default tiles (517 / 441 TFLOP/s against 374 / 314
+    for the cp.async loop, bf16 S4096 D128 full / causal, same run; docs/tile.md); else the kernel itself.
+    Its callers launch it inside CUDA graphs too, so it is a fixed choice, not an autotuned one."""
+    if not wgmma or d not in SM90_CANDIDATES:
+        return flash_fwd_lse
+    if d not in _LSE_VARIANTS:
+        _LSE_VARIANTS[d] = tile.kernel(flash_fwd_lse.pyfunc, lowering=SM90_CANDIDATES[d][0][3])
+    return _LSE_VARIANTS[d]
+
+
 def tuned_configs(q: Any, seq: int, causal: bool, group: int = 1, arch: str | None = None) -> list:
     """flash_fwd's tile.Config candidates for these inputs: the default first (what KB_AUTOTUNE=0 and the
     simulator run), then on sm_90 the SM90_CANDIDATES whose tiles divide `seq`."""

@@ -130,3 +130,34 @@ def test_gpu_autotuned_launcher_matches_torch_sdpa(d, causal):
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
     err = (out.reshape(ref.shape).double() - ref).abs().max().item()
     assert err < 2e-2, err
+
+
+def test_the_lse_kernel_on_warpgroup_mma_is_the_tma_ring_variant_and_elsewhere_the_kernel():
+    assert FA.lse_kernel(128, False) is FA.flash_fwd_lse and FA.lse_kernel(256, True) is FA.flash_fwd_lse
+    fast = FA.lse_kernel(128, True)
+    assert fast is FA.lse_kernel(128, True) and fast.pyfunc is FA.flash_fwd_lse.pyfunc
+    assert dict(fast.lowering) == {"loop_pipeline": "tma", "fp_fusion": True, "ftz": True}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_lse_variant_matches_float64_in_the_lowered_sm90_simulator_and_assembles_without_spills(rng, d, tmp_path):
+    """O and the log-sum-exp of the TMA-ring + fp_fusion + ftz variant (what the SDPA drop-in and the
+    backward example launch on sm_90) through the CPU semantics of its PTX, causal, bf16 inputs."""
+    import ml_dtypes
+    from ptxas_kit import ptxas_verbose, spill_bytes
+    seq = 128
+    q, k, v = (rng.standard_normal((2 * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    o, lse = np.full((2 * seq, d), np.nan, np.float32), np.full(2 * seq, np.nan, np.float32)
+    args = FA.launch_args_lse(q, k, v, o, lse, seq, True, tensor_cores=True, wgmma=True)
+    kern = FA.lse_kernel(d, True)
+    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    q64, k64 = (x.astype(np.float64).reshape(2, seq, d) for x in (q, k))
+    s = q64 @ k64.transpose(0, 2, 1) / np.sqrt(d)
+    s = np.where(np.tril(np.ones((seq, seq), bool)), s, -np.inf)
+    want_lse = (s.max(-1) + np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1))).reshape(-1)
+    np.testing.assert_allclose(o, attention64(q, k, v, seq, True), rtol=0, atol=1e-2)
+    np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-2)
+    ptx = kern.compile(args, "sm_90").ptx
+    assert "cp.async.bulk.tensor" in ptx and "ex2.approx.ftz" in ptx
+    assert spill_bytes(ptxas_verbose(ptx, "sm_90", tmp_path)) == 0
