@@ -163,11 +163,12 @@ _LSE_VARIANTS: dict[int, Any] = {}   # documented cache: head dim -> flash_fwd_l
 
 
 def lse_kernel(d: int, wgmma: bool) -> Any:
-    """flash_fwd_lse for launch_args_lse's tiles: on warpgroup MMA at D64 and D128 the variant with the TMA
-    ring + fp_fusion + ftz, the ladder's rung on the default tiles (517 / 441 TFLOP/s against 374 / 314
-    for the cp.async loop, bf16 S4096 D128 full / causal, same run; docs/tile.md); else the kernel itself.
-    Its callers launch it inside CUDA graphs too, so it is a fixed choice, not an autotuned one."""
-    if not wgmma or d not in SM90_CANDIDATES:
+    """flash_fwd_lse for launch_args_lse's tiles: on warpgroup MMA at D128 the variant with the TMA ring +
+    fp_fusion + ftz, the ladder's rung on the default tiles (517 / 441 TFLOP/s against 374 / 314 for the
+    cp.async loop, bf16 S4096 D128 full / causal, same run; docs/tile.md); else the kernel itself (D64's
+    default 64 x 128 tile has not been measured with that rung). Its callers launch it inside CUDA graphs
+    too, so it is a fixed choice, not an autotuned one."""
+    if not wgmma or d != 128:
         return flash_fwd_lse
     if d not in _LSE_VARIANTS:
         _LSE_VARIANTS[d] = tile.kernel(flash_fwd_lse.pyfunc, lowering=SM90_CANDIDATES[d][0][3])

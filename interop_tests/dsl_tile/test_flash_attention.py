@@ -134,13 +134,14 @@ def test_gpu_autotuned_launcher_matches_torch_sdpa(d, causal):
 
 def test_the_lse_kernel_on_warpgroup_mma_is_the_tma_ring_variant_and_elsewhere_the_kernel():
     assert FA.lse_kernel(128, False) is FA.flash_fwd_lse and FA.lse_kernel(256, True) is FA.flash_fwd_lse
+    assert FA.lse_kernel(64, True) is FA.flash_fwd_lse           # not measured with the rung: unchanged
     fast = FA.lse_kernel(128, True)
     assert fast is FA.lse_kernel(128, True) and fast.pyfunc is FA.flash_fwd_lse.pyfunc
     assert dict(fast.lowering) == {"loop_pipeline": "tma", "fp_fusion": True, "ftz": True}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [128])
 def test_the_lse_variant_matches_float64_in_the_lowered_sm90_simulator_and_assembles_without_spills(rng, d, tmp_path):
     """O and the log-sum-exp of the TMA-ring + fp_fusion + ftz variant (what the SDPA drop-in and the
     backward example launch on sm_90) through the CPU semantics of its PTX, causal, bf16 inputs."""
