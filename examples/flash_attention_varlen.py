@@ -15,8 +15,9 @@ carries its sequence's bounds (`starts`, `ends`, one i32 each per packed row, ma
 when causal), and the block walks the key blocks from its rows' smallest start to their largest end.
 Rows that see no key in a block keep a running maximum of -inf; their exponent uses 0 instead, so a
 fully masked block adds nothing rather than NaN. A malformed cu_seqlens (not rising, not ending at
-`total`) gives wrong numbers, never an access outside the arrays: the loads pad, the stores are the
-partitions' own tiles; host-readable cu_seqlens are checked before anything runs.
+`total`) gives wrong numbers, never an access outside the arrays (the loads pad, the stores are the
+partitions' own tiles) nor a loop longer than the array (sequence_bounds clamps every bound into
+[0, total]); host-readable cu_seqlens are checked before anything runs.
 
 The products run on the tensor cores as examples/flash_attention.py's do (wgmma on sm_90, mma.sync on
 sm_80; the cp.async pipeline by default, the TMA ring under `loop_pipeline="tma"`). The warp-specialised
@@ -66,7 +67,9 @@ DQ_TILES = {64: (64, 64), 128: (64, 32), 256: (32, 16)}
 def sequence_bounds(cu_seqlens: tile.Array[i32, 1], nseq: i32, starts: tile.Partition[i32, 1],
                     ends: tile.Partition[i32, 1], chunk: tile.Constant):
     """Each packed row's sequence bounds: b = #{k in 1..nseq : cu_seqlens[k] <= row}, then
-    starts = cu_seqlens[b], ends = cu_seqlens[b + 1] (rows past cu_seqlens[nseq]: an empty range)."""
+    starts = cu_seqlens[b], ends = cu_seqlens[b + 1] (rows past cu_seqlens[nseq]: an empty range), each
+    clamped into [0, total]: offsets on the device are never checked, and a bound far outside would
+    make the attention kernels walk that many blocks (of padding)."""
     (n,) = starts.tile_shape
     row = tile.bid(0) * n + tile.arange(n)
     seg = tile.zeros((n,), i32)
@@ -74,8 +77,9 @@ def sequence_bounds(cu_seqlens: tile.Array[i32, 1], nseq: i32, starts: tile.Part
         at = 1 + c * chunk + tile.arange(chunk)
         edge = tile.gather(cu_seqlens, at, padding=FAR, mask=at <= nseq)
         seg = seg + tile.sum(edge[None, :] <= row[:, None], axis=1)
-    starts.store(tile.gather(cu_seqlens, seg))
-    ends.store(tile.gather(cu_seqlens, seg + 1, mask=seg < nseq))
+    total = starts.shape[0]
+    starts.store(tile.minimum(tile.maximum(tile.gather(cu_seqlens, seg), 0), total))
+    ends.store(tile.minimum(tile.maximum(tile.gather(cu_seqlens, seg + 1, mask=seg < nseq), 0), total))
 
 
 # ------------------------------------------------------------------------------------------- forward

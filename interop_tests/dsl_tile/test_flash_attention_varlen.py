@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import bridge
+from dsl import tile
 
 from attention_refs import gqa64
 from ptxas_kit import ptxas_verbose, spill_bytes
@@ -210,7 +211,7 @@ def test_garbage_row_bounds_stay_inside_the_arrays(rng):
     """Bounds a malformed device cu_seqlens could give (falling, negative, past the end) are not checked
     on the host; the kernels still touch only the arrays (loads pad, stores are the blocks' own tiles):
     they run to the end in the simulator, which refuses any access outside an array, and a row whose
-    bounds are right gets its right answer."""
+    bounds are right gets its right answer. The backward too."""
     heads, d, total = 2, 64, 100
     q, k, v, dout = packed(rng, [total], heads, heads, d)
     starts = rng.integers(-500, 500, total).astype(np.int32)
@@ -220,6 +221,25 @@ def test_garbage_row_bounds_stay_inside_the_arrays(rng):
     VL.flash_fwd_varlen_lse.simulate(*VL.launch_args(q, k, v, o, starts, ends, heads, False, lse=lse))
     want = want64(q[:64], k[:64], v[:64], dout[:64], offsets([64]), heads, heads, False)[0]
     close(o[:64], want, 5e-3, "o")
+    grads = nan(*q.shape), nan(*k.shape), nan(*v.shape)
+    for kern, args in VL.backward_launch_args(q, k, v, o, dout, lse, nan(total, heads), starts, ends, *grads,
+                                              heads, False):
+        kern.simulate(*args)
+
+
+def test_offsets_far_outside_give_bounds_clamped_into_the_packed_rows():
+    """Device offsets are never read on the host: sequence_bounds clamps what it gathers into [0, total],
+    so a malformed cu_seqlens (here -2^30 and 2^30, past the host check) cannot make the attention
+    kernels walk 2^30 / 64 blocks of padding."""
+    cu = np.array([0, -2 ** 30, 40, 2 ** 30, 100], np.int32)
+    starts, ends = nan(100, dtype=np.int32), nan(100, dtype=np.int32)
+    VL.sequence_bounds.simulate(cu, 4, tile.partition(starts, (VL.BOUNDS_ROWS,)),
+                                tile.partition(ends, (VL.BOUNDS_ROWS,)), VL.BOUNDS_CHUNK)
+    assert starts.min() >= 0 and ends.max() <= 100
+    seq = (cu[None, 1:] <= np.arange(100)[:, None]).sum(axis=1)           # the kernel's count, unsorted offsets
+    np.testing.assert_array_equal(seq, np.where(np.arange(100) < 40, 1, 2))
+    np.testing.assert_array_equal(starts, np.clip(cu[seq], 0, 100))
+    np.testing.assert_array_equal(ends, np.clip(cu[seq + 1], 0, 100))
 
 
 @pytest.mark.gpu
