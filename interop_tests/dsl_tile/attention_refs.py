@@ -54,3 +54,20 @@ def assert_matches_sdpa_autograd(q, k, v, dout, o, grads, causal, bound=1e-2):
     for name, got, x in zip(("dq", "dk", "dv"), grads, x64):
         err = ((got.reshape(x.shape).double() - x.grad).abs().max() / x.grad.abs().max()).item()
         assert err < bound, (name, err)
+
+
+def varlen64(q, k, v, dout, cu, heads, kv_heads, causal):
+    """Float64 [o, dq, dk, dv] of packed (total, H*D) q and dout and (total, H_kv*D) k and v, sequence b in
+    rows cu[b]:cu[b+1]: each sequence as a (heads, L, d) row stack for gqa64."""
+    d = q.shape[1] // heads
+    outs = [np.zeros(x.shape) for x in (q, q, k, v)]
+    for a, e in zip(cu[:-1], cu[1:]):
+        n = int(e - a)
+        if n == 0:
+            continue
+        stack = [np.asarray(x[a:e], np.float64).reshape(n, -1, d).transpose(1, 0, 2).reshape(-1, d)
+                 for x in (q, k, v, dout)]
+        o, grads = gqa64(*stack, n, causal, heads // kv_heads)
+        for out, x in zip(outs, (o, *grads)):
+            out[a:e] = x.reshape(-1, n, d).transpose(1, 0, 2).reshape(n, -1)
+    return outs

@@ -16,7 +16,7 @@ import pytest
 import bridge
 from dsl import tile
 
-from attention_refs import attention64, gqa64
+from attention_refs import attention64, gqa64, varlen64
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,15 +98,6 @@ def test_variable_length_forward_and_backward_match_float64(torch, causal):
     k, v = (_bf16(torch, (total, kv_heads * d), 70 + i + causal) for i in range(2))
     got = VL.forward_and_backward(q, k, v, dout, cu, heads, causal, kv_heads)
     bridge.synchronize()
-    qn, kn, vn, don = (_np(x) for x in (q, k, v, dout))
-    want = [np.zeros(x.shape) for x in (qn, qn, kn, vn)]
-    for a, e in zip(cu_host[:-1], cu_host[1:]):
-        n = e - a
-        if n == 0:
-            continue
-        stack = [x[a:e].reshape(n, -1, d).transpose(1, 0, 2).reshape(-1, d) for x in (qn, kn, vn, don)]
-        o, grads = gqa64(*stack, n, causal, heads // kv_heads)
-        for whole, part in zip(want, (o, *grads)):
-            whole[a:e] = part.reshape(-1, n, d).transpose(1, 0, 2).reshape(n, -1)
+    want = varlen64(*(_np(x) for x in (q, k, v, dout)), cu_host, heads, kv_heads, causal)
     for name, g, w in zip(("o", "dq", "dk", "dv"), got, want):
         _close(g, w, 1e-2, name)

@@ -16,7 +16,7 @@ import pytest
 import bridge
 from dsl import tile
 
-from attention_refs import gqa64
+from attention_refs import varlen64
 from ptxas_kit import ptxas_verbose, spill_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,18 +38,8 @@ def packed(rng, lengths, heads, kv_heads, d, dtype=np.float32):
 
 
 def want64(q, k, v, dout, cu, heads, kv_heads, causal):
-    """Float64 (o, dq, dk, dv) of packed inputs: each sequence as a (heads, L, d) row stack for gqa64."""
-    d = q.shape[1] // heads
-    outs = [np.zeros(x.shape) for x in (q, q, k, v)]
-    for a, e in zip(cu[:-1], cu[1:]):
-        n = e - a
-        if n == 0:
-            continue
-        stack = [x[a:e].reshape(n, -1, d).transpose(1, 0, 2).reshape(-1, d) for x in (q, k, v, dout)]
-        o, grads = gqa64(*stack, n, causal, heads // kv_heads)
-        for out, x in zip(outs, (o, *grads)):
-            out[a:e] = x.reshape(-1, n, d).transpose(1, 0, 2).reshape(n, -1)
-    return outs
+    """Float64 (o, dq, dk, dv) of packed inputs (attention_refs.varlen64: gqa64 one sequence at a time)."""
+    return varlen64(q, k, v, dout, cu, heads, kv_heads, causal)
 
 
 def nan(*shape, dtype=np.float32):
