@@ -169,12 +169,16 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     """torch.nn.functional.scaled_dot_product_attention on our kernels, with its signature and result
     dtype, for: no mask, no dropout, query (B, H, S, D) and key/value (B, H_kv, S, D) with H_kv = H, or
     H_kv dividing H with enable_gqa=True (as SDPA requires), D in HEAD_DIMS, S a multiple of 64,
-    f16/bf16 on the GPU (any float dtype the simulator takes on the CPU). Anything else raises
+    f16/bf16 on the GPU (any float dtype the simulator takes on the CPU); or jagged nested tensors
+    (B, H, j, D) of sequences of any lengths, causal or not (attention_varlen_op.nested_attention). Anything else raises
     UnsupportedAttentionError / ShapeRelationError / DTypeError naming the argument, before any launch."""
     if attn_mask is not None:
         raise UnsupportedAttentionError("attn_mask", "masks are not supported (use is_causal=True for causal)")
     if dropout_p != 0.0:
         raise UnsupportedAttentionError("dropout_p", f"{dropout_p}: only 0.0 is supported")
+    if any(getattr(x, "is_nested", False) for x in (query, key, value)):
+        import attention_varlen_op                 # packed sequences of different lengths: the varlen kernels
+        return attention_varlen_op.nested_attention(query, key, value, is_causal, scale, enable_gqa)
     if not enable_gqa and key.ndim == 4 and query.ndim == 4 and key.shape[1] != query.shape[1]:
         raise ShapeRelationError(f"key: {key.shape[1]} heads for {query.shape[1]} query heads needs "
                                  "enable_gqa=True (as torch's SDPA)", arg_name="key")

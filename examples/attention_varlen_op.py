@@ -166,6 +166,31 @@ def varlen_attn(query: Any, key: Any, value: Any, cu_seq_q: Any, cu_seq_k: Any, 
     return o.to(query.dtype)
 
 
+def nested_attention(query: Any, key: Any, value: Any, is_causal: bool = False, scale: float | None = None,
+                     enable_gqa: bool = False) -> Any:
+    """scaled_dot_product_attention over jagged nested tensors (B, H, j, D), as torch's SDPA takes them
+    (attention_op.scaled_dot_product_attention sends nested inputs here): their values are the packed
+    (total, H, D) rows and their offsets cu_seqlens, so varlen_attn runs them; the result is a nested
+    tensor of the same offsets, in the query's dtype, differentiable. Causal works too (torch's own
+    nested SDPA refuses it). Key and value must share the query's offsets (self-attention)."""
+    import torch
+    rows = []
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not getattr(x, "is_nested", False) or x.layout != torch.jagged or x.dim() != 4 or x._ragged_idx != 2:
+            raise UnsupportedAttentionError(name, "expected a jagged nested tensor (layout=torch.jagged) of shape "
+                                                  "(B, H, j, D), ragged in its third dimension, like the query")
+        rows.append(x.transpose(1, 2))
+    offsets = rows[0].offsets()
+    for name, x in zip(("key", "value"), rows[1:]):
+        theirs = x.offsets()
+        if theirs is not offsets and (theirs.shape != offsets.shape or not torch.equal(theirs, offsets)):
+            raise UnsupportedAttentionError(name, "expected the query's offsets (self-attention of the same "
+                                                  "sequences)")
+    out = varlen_attn(*(x.values() for x in rows), offsets.to(torch.int32), None, 0, 0,
+                      window_size=(-1, 0) if is_causal else (-1, -1), scale=scale, enable_gqa=enable_gqa)
+    return torch.nested.nested_tensor_from_jagged(out, offsets).transpose(1, 2)
+
+
 # Registered at import, as attention_op's ops are (torch.compile(fullgraph=True) cannot trace registration).
 if importlib.util.find_spec("torch") is not None:
     define_torch_ops()

@@ -202,3 +202,47 @@ def test_gpu_forward_replays_in_a_cuda_graph_with_new_lengths(torch):
     w = torch.zeros(q.shape, device="cuda")
     want = per_sequence64(torch, q, k, v, w, cu, False)[0]
     assert relative(out, want) < 1e-2
+
+
+def _nested(torch, values, cu):
+    return torch.nested.nested_tensor_from_jagged(values, cu.long()).transpose(1, 2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_drop_in_takes_jagged_nested_tensors_and_matches_float64(torch, causal):
+    """attention_op.scaled_dot_product_attention with (B, H, j, D) jagged nested tensors runs the varlen
+    kernels: a nested result of the same offsets, and gradients into the values, against float64 SDPA
+    one sequence at a time. Causal too, which torch's own nested SDPA refuses."""
+    import attention_op as A
+    cu, q, k, v = packed(torch, [37, 1, 90], 4, 2, 64, seed=21 + causal)
+    w = torch.randn(q.shape, generator=torch.Generator().manual_seed(22))
+    out = A.scaled_dot_product_attention(*(_nested(torch, x, cu) for x in (q, k, v)), is_causal=causal,
+                                         enable_gqa=True)
+    assert out.is_nested and out.shape[:2] == (3, 4) and out.dtype == q.dtype
+    values = out.transpose(1, 2).values()
+    (values * w).sum().backward()
+    want = per_sequence64(torch, q, k, v, w, cu, causal)
+    for name, got, ref in zip(("o", "dq", "dk", "dv"), (values, q.grad, k.grad, v.grad), want):
+        assert relative(got, ref) < TOL, name
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")   # the strided one made on purpose
+def test_nested_inputs_the_kernels_do_not_cover_are_refused_before_any_kernel_runs(torch, monkeypatch):
+    import attention_op as A
+
+    def boom(*a, **k):
+        raise AssertionError("a kernel ran although the call should have been refused")
+    monkeypatch.setattr(V.op, "_run", boom)
+    cu, q, k, v = packed(torch, [30, 34], 2, 2, 64, seed=23)
+    nq, nk, nv = (_nested(torch, x.detach(), cu) for x in (q, k, v))
+    other = _nested(torch, k.detach(), torch.tensor([0, 20, 64], dtype=torch.int32))
+    strided = torch.nested.nested_tensor([torch.randn(2, 30, 64), torch.randn(2, 34, 64)])
+    dense = torch.randn(2, 2, 32, 64)
+    cases = [(other, nv, "key: expected the query's offsets"),
+             (dense, nv, "key: expected a jagged nested tensor"),
+             (strided, nv, "key: expected a jagged nested tensor")]
+    for key, value, match in cases:
+        with pytest.raises(V.UnsupportedAttentionError, match=match):
+            A.scaled_dot_product_attention(nq, key, value)
+    with pytest.raises(V.UnsupportedAttentionError, match="attn_mask"):
+        A.scaled_dot_product_attention(nq, nk, nv, attn_mask=torch.ones(1, dtype=torch.bool))
