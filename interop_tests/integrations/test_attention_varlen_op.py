@@ -246,3 +246,16 @@ def test_nested_inputs_the_kernels_do_not_cover_are_refused_before_any_kernel_ru
             A.scaled_dot_product_attention(nq, key, value)
     with pytest.raises(V.UnsupportedAttentionError, match="attn_mask"):
         A.scaled_dot_product_attention(nq, nk, nv, attn_mask=torch.ones(1, dtype=torch.bool))
+
+
+@pytest.mark.gpu
+def test_gpu_nested_drop_in_matches_torch_nested_sdpa(torch):
+    """bf16 jagged nested tensors on the H200: ours against torch's own nested SDPA (non-causal, which
+    it supports) on the same inputs."""
+    import attention_op as A
+    assert torch.cuda.is_available(), "PyTorch sees no CUDA device on the GPU machine"
+    cu, q, k, v = packed(torch, [300, 1, 700, 64], 8, 8, 128, device="cuda", dtype=torch.bfloat16, seed=24)
+    nested = [_nested(torch, x.detach(), cu) for x in (q, k, v)]
+    ours = A.scaled_dot_product_attention(*nested).transpose(1, 2).values()
+    theirs = torch.nn.functional.scaled_dot_product_attention(*nested).transpose(1, 2).values()
+    assert relative(ours, theirs.double()) < 2e-2
