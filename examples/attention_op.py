@@ -97,13 +97,9 @@ def _view(t: Any) -> Any:
 
 
 def _on_warpgroup_mma(t: Any) -> bool:
-    """Do this tensor's kernels run their products on warpgroup MMA (a CUDA tensor on an sm_90+ GPU, as
-    flash_attention.launch_args decides it; CPU tensors run on the simulator)."""
-    if not t.is_cuda:
-        return False
-    import bridge
-    from dsl.tile.compile import tc_matmul_enabled, wgmma_products_enabled
-    return tc_matmul_enabled() and wgmma_products_enabled() and bridge.current_device().cc >= (9, 0)
+    """Do this tensor's kernels run their products on warpgroup MMA: a CUDA tensor where
+    flash_attention_bwd.on_warpgroup_mma says so (CPU tensors run on the simulator)."""
+    return bool(t.is_cuda) and bwd.on_warpgroup_mma()
 
 
 def define_torch_ops() -> Any:
@@ -212,15 +208,17 @@ def jax_attention(causal: bool, scale: float | None = None) -> Any:
         picked = fwd.launch_args(standin, standin, standin, standin, s, causal)
         bm, bn = picked[3].tile_shape[0], picked[6]
         own, stream = bwd.pick_tiles(d, s)
-        f = dsl.jax.kernel_call(fwd.flash_fwd_lse, out_shapes={"o": (rows, d), "lse": (rows,)},
+        wgmma = bwd.on_warpgroup_mma()             # the variants the torch ops launch (lse_kernel, kernels_for)
+        dkdv_kernel, dq_kernel = bwd.kernels_for(d, wgmma)
+        f = dsl.jax.kernel_call(fwd.lse_kernel(d, wgmma), out_shapes={"o": (rows, d), "lse": (rows,)},
                                 tiles={"o": (bm, d), "lse": (bm,)},
                                 static={"seq": s, "scale": sc, "bn": bn, "causal": causal, "group": group})
         pre = dsl.jax.kernel_call(bwd.attn_bwd_preprocess, out_shapes={"delta": (rows,)},
                                   tiles={"delta": (bwd.PRE_ROWS,)}, static={"d": d})
-        dkdv = dsl.jax.kernel_call(bwd.flash_bwd_dkdv, out_shapes={"dk": (kv_rows, d), "dv": (kv_rows, d)},
+        dkdv = dsl.jax.kernel_call(dkdv_kernel, out_shapes={"dk": (kv_rows, d), "dv": (kv_rows, d)},
                                    out_dtypes={"dk": "f32", "dv": "f32"}, tiles={"dk": (own, d), "dv": (own, d)},
                                    static={"seq": s, "scale": sc, "bm": stream, "causal": causal, "group": group})
-        dq = dsl.jax.kernel_call(bwd.flash_bwd_dq, out_shapes={"dq": (rows, d)}, out_dtypes={"dq": "f32"},
+        dq = dsl.jax.kernel_call(dq_kernel, out_shapes={"dq": (rows, d)}, out_dtypes={"dq": "f32"},
                                  tiles={"dq": (own, d)},
                                  static={"seq": s, "scale": sc, "bn": stream, "causal": causal, "group": group})
         return (b, h, s, d), f, pre, dkdv, dq

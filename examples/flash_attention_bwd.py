@@ -171,7 +171,7 @@ def kernels_for(d: int, wgmma: bool) -> tuple[Any, Any]:
     return out[0], out[1]
 
 
-def _wgmma(wgmma: bool | None, tensor_cores: bool | None) -> bool:
+def on_warpgroup_mma(wgmma: bool | None = None, tensor_cores: bool | None = None) -> bool:
     """Whether the products run on warpgroup MMA: as pick_tiles decides it."""
     from dsl.tile.compile import tc_matmul_enabled, wgmma_products_enabled
     if not (tc_matmul_enabled() if tensor_cores is None else tensor_cores):
@@ -240,7 +240,7 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
                      {"lse": lse, "delta": delta})
     d = q.shape[1]
     own, stream = pick_tiles(d, seq, tensor_cores, wgmma)
-    dkdv, dq_kernel = kernels_for(d, _wgmma(wgmma, tensor_cores))
+    dkdv, dq_kernel = kernels_for(d, on_warpgroup_mma(wgmma, tensor_cores))
     sc = float(scale if scale is not None else d ** -0.5)
     return [(attn_bwd_preprocess, (o, dout, tile.partition(delta, (PRE_ROWS,)), d)),
             (dkdv, (q, k, v, dout, lse, delta, tile.partition(dk, (own, d)), tile.partition(dv, (own, d)),
@@ -296,7 +296,7 @@ def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bo
             return torch.full(shape, float("nan"), device=q.device, dtype=torch.float32)
     o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
     fwd_args = fwd.launch_args_lse(q, k, v, o, lse, seq, causal, group=group)
-    lse_kernel = fwd.lse_kernel(d, not simulate and _wgmma(None, None))
+    lse_kernel = fwd.lse_kernel(d, not simulate and on_warpgroup_mma())
     (lse_kernel.simulate if simulate else lse_kernel)(*fwd_args)
     run(launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, group=group), simulate)
     return o, dq, dk, dv
