@@ -145,11 +145,12 @@ def test_gpu_drop_in_matches_sdpa_per_sequence_and_torch_varlen_attn(torch, caus
     want = per_sequence64(torch, q, k, v, w, cu, causal)
     for name, got, ref in zip(("o", "dq", "dk", "dv"), (out, q.grad, k.grad, v.grad), want):
         assert relative(got, ref) < 1e-2, name
-    try:
+    try:                                # torch's own varlen_attn, where this torch has it with these arguments
         from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
-        return                          # torch < 2.10: the float64 reference above is the check
-    theirs = varlen_attn(q.detach(), k.detach(), v.detach(), cu, cu, 1000, 1000, window_size=window, enable_gqa=True)
+        theirs = varlen_attn(q.detach(), k.detach(), v.detach(), cu, cu, 1000, 1000, window_size=window,
+                             enable_gqa=True)
+    except (ImportError, TypeError):
+        return                          # an older torch: the float64 reference above is the check
     assert relative(out, theirs.double()) < 2e-2
 
 
