@@ -118,14 +118,15 @@ def test_ops_pass_opcheck_on_cuda(cuda_torch):
     torch.library.opcheck(ops.backward, (dout, q.detach(), k.detach(), v.detach(), o, lse, False, 0.125))
 
 
-def test_jax_custom_vjp_on_gpu_matches_float64(jax):
+@pytest.mark.parametrize("d", [64, 128])       # D128 on sm_90: the lse_kernel / kernels_for variants
+def test_jax_custom_vjp_on_gpu_matches_float64(jax, d):
     import dsl
     if not dsl.jax.ffi_available():
         pytest.fail("the JAX FFI handler was not built on the GPU machine (dsl.jax.ffi_available() is False)")
     jnp = jax.numpy
     assert jax.default_backend() == "gpu", f"JAX runs on {jax.default_backend()} on the GPU machine"
     rng = np.random.default_rng(5)
-    q, k, v, w = (rng.standard_normal((1, 2, 128, 64)).astype(np.float32) for _ in range(4))
+    q, k, v, w = (rng.standard_normal((1, 2, 128, d)).astype(np.float32) for _ in range(4))
     qb, kb, vb = (jnp.asarray(x, dtype=jnp.bfloat16) for x in (q, k, v))
     attention = A.jax_attention(causal=True)
     grads = jax.grad(lambda *x: jnp.sum(attention(*x) * w), argnums=(0, 1, 2))(qb, kb, vb)

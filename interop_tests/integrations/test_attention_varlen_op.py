@@ -260,3 +260,25 @@ def test_gpu_nested_drop_in_matches_torch_nested_sdpa(torch):
     ours = A.scaled_dot_product_attention(*nested).transpose(1, 2).values()
     theirs = torch.nn.functional.scaled_dot_product_attention(*nested).transpose(1, 2).values()
     assert relative(ours, theirs.double()) < 2e-2
+
+
+@pytest.mark.gpu
+def test_gpu_jax_custom_vjp_matches_sdpa_per_sequence_in_float64(torch, jax):
+    """jax_varlen_attention on the GPU (the XLA FFI handler), bf16: O and the gradients of sum(O * w)
+    against float64 SDPA one sequence at a time (on the same rounded inputs, on the CPU)."""
+    import dsl
+    if not dsl.jax.ffi_available():
+        pytest.fail("the JAX FFI handler was not built on the GPU machine (dsl.jax.ffi_available() is False)")
+    assert jax.default_backend() == "gpu", f"JAX runs on {jax.default_backend()} on the GPU machine"
+    jnp = jax.numpy
+    cu, q, k, v = packed(torch, [100, 1, 157], 4, 2, 128, seed=31)
+    w = torch.randn(q.shape, generator=torch.Generator().manual_seed(32))
+    qj, kj, vj = (jnp.asarray(x.detach().numpy(), dtype=jnp.bfloat16) for x in (q, k, v))
+    wj, cuj = jnp.asarray(w.numpy()), jnp.asarray(cu.numpy())
+    attention = V.jax_varlen_attention(causal=True)
+    out = attention(qj, kj, vj, cuj)
+    grads = jax.grad(lambda a, b, c: jnp.sum(attention(a, b, c, cuj) * wj), argnums=(0, 1, 2))(qj, kj, vj)
+    rounded = [torch.from_numpy(np.array(x.astype(jnp.float32))).requires_grad_() for x in (qj, kj, vj)]
+    want = per_sequence64(torch, *rounded, w, cu, True)
+    for name, got, ref in zip(("o", "dq", "dk", "dv"), (out, *grads), want):
+        assert relative(torch.from_numpy(np.array(got.astype(jnp.float32))), ref) < 2e-2, name
