@@ -152,10 +152,14 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale:
 # 2026-12-04: the default 374 / 314 TFLOP/s full / causal, "tma + fp_fusion + ftz" 517 / 441, "ws 128x128
 # + setmaxnreg + fp_fusion + ftz" 556 and 592 / 434-435): (query rows, key rows, warps, lowering) per
 # head dim, None for launch_args' own. D256 keeps the default: no wgmma tile fits it (above).
+# lse_kernel takes the first (launch_args' tiles).
 _FAST = {"fp_fusion": True, "ftz": True}
 SM90_CANDIDATES = {d: ((None, None, None, {"loop_pipeline": "tma", **_FAST}),
                        (128, 128, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24", **_FAST}))
                    for d in (64, 128)}
+# D64 also 64 x 64 with the TMA ring: tutorial 06's best D64 row (446.3 / 390.8 TFLOP/s f16, 2026-12-04),
+# the same loop as this kernel's
+SM90_CANDIDATES[64] += ((64, 64, None, {"loop_pipeline": "tma", **_FAST}),)
 _TUNED: dict[tuple, Any] = {}     # documented cache: candidate list -> its tile.Tuned (picks live inside)
 
 

@@ -92,7 +92,9 @@ def test_autotune_candidates_are_the_default_first_then_the_sm90_ladders_best_th
     assert _configs(128, 256, False, "sm_90a") == [(64, 64, None, None), (64, 64, None, "tma"), (128, 128, 8, "ws")]
     assert _configs(128, 192, False, "sm_90a") == [(64, 64, None, None), (64, 64, None, "tma")]
     assert _configs(256, 256, False, "sm_90a") == [(32, 128, None, None)]
-    ws = FA.tuned_configs(np.zeros((512, 64), np.float32), 256, True, arch="sm_90a")[-1]
+    assert _configs(64, 256, True, "sm_90a") == [(64, 128, None, None), (64, 128, None, "tma"), (128, 128, 8, "ws"),
+                                                 (64, 64, None, "tma")]
+    ws = FA.tuned_configs(np.zeros((512, 128), np.float32), 256, True, arch="sm_90a")[-1]
     assert ws.lowering == {"loop_pipeline": "ws", "setmaxnreg": "240/24", "fp_fusion": True, "ftz": True}
 
 
