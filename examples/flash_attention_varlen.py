@@ -117,6 +117,61 @@ def attend_rows_varlen(q, k, v, starts, ends, scale, bm, d, bn, causal, group):
     return m, l, acc
 
 
+@tile.func
+def varlen_step(q, k, v, qt, m, l, acc, j, lo, hi, scale2, bn, d, kv_head, masked):
+    """Key block j of the online softmax; `masked`: keys outside a row's [lo, hi) count for nothing."""
+    s = tile.matmul(qt, tile.transpose(tile.load(k, (j, kv_head), (bn, d))))
+    if masked:
+        c = j * bn + tile.arange(bn)[None, :]
+        s = tile.where((c >= lo[:, None]) & (c < hi[:, None]), s * scale2, -tile.inf)
+        m_new = tile.maximum(m, tile.max(s, axis=1))
+        m_use = tile.where(m_new == -tile.inf, 0.0, m_new)
+        p = tile.exp2(s - m_use[:, None])
+        alpha = tile.exp2(m - m_use)
+    else:                                       # every row sees every key: no mask, no -inf row
+        s = s * scale2
+        m_new = tile.maximum(m, tile.max(s, axis=1))
+        p = tile.exp2(s - m_new[:, None])
+        alpha = tile.exp2(m - m_new)
+    l = l * alpha + tile.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tile.matmul(p.astype(q.dtype), tile.load(v, (j, kv_head), (bn, d)))
+    return m_new, l, acc
+
+
+@tile.func
+def attend_rows_varlen_edges(q, k, v, starts, ends, scale, bm, d, bn, causal, group):
+    """attend_rows_varlen with masks only where they can matter: the key blocks every row of the block
+    sees whole (from the largest start to the smallest end) run unmasked, between a masked lead and a
+    masked tail (a sequence's first block, the causal diagonal, a neighbour's keys)."""
+    i = tile.bid(0)
+    h = tile.bid(1)
+    kv_head = h
+    if group != 1:
+        kv_head = h // group
+    lo = tile.load(starts, (i,), (bm,), padding=FAR)
+    hi = tile.load(ends, (i,), (bm,), padding=0)
+    row = i * bm + tile.arange(bm)
+    if causal:
+        hi = tile.minimum(hi, row + 1)
+    real = row < q.shape[0]                     # padding rows past the end set no bound
+    j0 = tile.min(lo) // bn
+    j3 = tile.cdiv(tile.max(hi), bn)
+    j1 = tile.minimum(tile.maximum(tile.cdiv(tile.max(tile.where(real, lo, 0)), bn), j0), j3)
+    j2 = tile.minimum(tile.maximum(tile.min(tile.where(real, hi, FAR)) // bn, j1), j3)
+    qt = tile.load(q, (i, h), (bm, d))
+    m = tile.full((bm,), -tile.inf, f32)
+    l = tile.zeros((bm,), f32)
+    acc = tile.zeros((bm, d), f32)
+    scale2 = scale * LOG2E
+    for j in range(j0, j1):
+        m, l, acc = varlen_step(q, k, v, qt, m, l, acc, j, lo, hi, scale2, bn, d, kv_head, True)
+    for j in range(j1, j2):
+        m, l, acc = varlen_step(q, k, v, qt, m, l, acc, j, lo, hi, scale2, bn, d, kv_head, False)
+    for j in range(j2, j3):
+        m, l, acc = varlen_step(q, k, v, qt, m, l, acc, j, lo, hi, scale2, bn, d, kv_head, True)
+    return m, l, acc
+
+
 @tile.kernel
 def flash_fwd_varlen(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], starts: tile.Array[i32, 1],
                      ends: tile.Array[i32, 1], o: tile.Partition[G, 2], scale: f32, bn: tile.Constant,
@@ -135,6 +190,21 @@ def flash_fwd_varlen_lse(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array
     whose (BM, 1) tiles are the rows of o's (BM, D) ones: the backward's softmax statistic."""
     bm, d = o.tile_shape
     m, l, acc = attend_rows_varlen(q, k, v, starts, ends, scale, bm, d, bn, causal, group)
+    o.store(acc / l[:, None])
+    lse.store(((m + tile.log2(l)) * LN2)[:, None])
+
+
+@tile.kernel
+def flash_fwd_varlen_lse_edges(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2],
+                               starts: tile.Array[i32, 1], ends: tile.Array[i32, 1], o: tile.Partition[G, 2],
+                               lse: tile.Partition[f32, 2], scale: f32, bn: tile.Constant, causal: tile.Constant,
+                               group: tile.Constant):
+    """flash_fwd_varlen_lse with masks on the edge key blocks only (attend_rows_varlen_edges): the same
+    arguments, results equal up to rounding. Not the default until a GPU run says it is faster (three
+    loops, three pipeline starts, against one masked loop); benchmarks/attention.py --varlen times both.
+    No spills at D64 and D128 (sm_90a, sm_80); at D256 its three loops spill 4-16 bytes."""
+    bm, d = o.tile_shape
+    m, l, acc = attend_rows_varlen_edges(q, k, v, starts, ends, scale, bm, d, bn, causal, group)
     o.store(acc / l[:, None])
     lse.store(((m + tile.log2(l)) * LN2)[:, None])
 
