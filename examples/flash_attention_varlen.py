@@ -84,40 +84,6 @@ def sequence_bounds(cu_seqlens: tile.Array[i32, 1], nseq: i32, starts: tile.Part
 
 # ------------------------------------------------------------------------------------------- forward
 @tile.func
-def attend_rows_varlen(q, k, v, starts, ends, scale, bm, d, bn, causal, group):
-    """This block's BM packed query rows of head bid(1) against the keys of their own sequences: the
-    running row maximum `m` (base 2), the normaliser `l` and the unnormalised output `acc`."""
-    i = tile.bid(0)
-    h = tile.bid(1)
-    kv_head = h
-    if group != 1:                              # grouped-query attention: the group's key/value head
-        kv_head = h // group
-    lo = tile.load(starts, (i,), (bm,), padding=FAR)
-    hi = tile.load(ends, (i,), (bm,), padding=0)
-    if causal:                                  # no row sees a key after itself
-        hi = tile.minimum(hi, i * bm + tile.arange(bm) + 1)
-    k_lo = tile.min(lo)
-    k_hi = tile.max(hi)
-    qt = tile.load(q, (i, h), (bm, d))
-    m = tile.full((bm,), -tile.inf, f32)
-    l = tile.zeros((bm,), f32)
-    acc = tile.zeros((bm, d), f32)
-    scale2 = scale * LOG2E
-    for j in range(k_lo // bn, tile.cdiv(k_hi, bn)):
-        s = tile.matmul(qt, tile.transpose(tile.load(k, (j, kv_head), (bn, d))))
-        c = j * bn + tile.arange(bn)[None, :]
-        s = tile.where((c >= lo[:, None]) & (c < hi[:, None]), s * scale2, -tile.inf)
-        m_new = tile.maximum(m, tile.max(s, axis=1))
-        m_use = tile.where(m_new == -tile.inf, 0.0, m_new)     # a row with no key yet: exp2(-inf) = 0, not NaN
-        p = tile.exp2(s - m_use[:, None])
-        alpha = tile.exp2(m - m_use)
-        l = l * alpha + tile.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tile.matmul(p.astype(q.dtype), tile.load(v, (j, kv_head), (bn, d)))
-        m = m_new
-    return m, l, acc
-
-
-@tile.func
 def varlen_step(q, k, v, qt, m, l, acc, j, lo, hi, scale2, bn, d, kv_head, masked):
     """Key block j of the online softmax; `masked`: keys outside a row's [lo, hi) count for nothing."""
     s = tile.matmul(qt, tile.transpose(tile.load(k, (j, kv_head), (bn, d))))
@@ -139,21 +105,45 @@ def varlen_step(q, k, v, qt, m, l, acc, j, lo, hi, scale2, bn, d, kv_head, maske
 
 
 @tile.func
+def query_block(starts, ends, bm, causal, group):
+    """This block's row block i and head h, the head's key/value head, and each of its BM rows' key
+    bounds [lo, hi) (causal: up to the row itself); padding rows past the end get an empty range."""
+    i = tile.bid(0)
+    h = tile.bid(1)
+    kv_head = h
+    if group != 1:                              # grouped-query attention: the group's key/value head
+        kv_head = h // group
+    lo = tile.load(starts, (i,), (bm,), padding=FAR)
+    hi = tile.load(ends, (i,), (bm,), padding=0)
+    if causal:                                  # no row sees a key after itself
+        hi = tile.minimum(hi, i * bm + tile.arange(bm) + 1)
+    return i, h, kv_head, lo, hi
+
+
+@tile.func
+def attend_rows_varlen(q, k, v, starts, ends, scale, bm, d, bn, causal, group):
+    """This block's BM packed query rows of head bid(1) against the keys of their own sequences: the
+    running row maximum `m` (base 2), the normaliser `l` and the unnormalised output `acc`."""
+    i, h, kv_head, lo, hi = query_block(starts, ends, bm, causal, group)
+    k_lo = tile.min(lo)
+    k_hi = tile.max(hi)
+    qt = tile.load(q, (i, h), (bm, d))
+    m = tile.full((bm,), -tile.inf, f32)
+    l = tile.zeros((bm,), f32)
+    acc = tile.zeros((bm, d), f32)
+    scale2 = scale * LOG2E
+    for j in range(k_lo // bn, tile.cdiv(k_hi, bn)):
+        m, l, acc = varlen_step(q, k, v, qt, m, l, acc, j, lo, hi, scale2, bn, d, kv_head, True)
+    return m, l, acc
+
+
+@tile.func
 def attend_rows_varlen_edges(q, k, v, starts, ends, scale, bm, d, bn, causal, group):
     """attend_rows_varlen with masks only where they can matter: the key blocks every row of the block
     sees whole (from the largest start to the smallest end) run unmasked, between a masked lead and a
     masked tail (a sequence's first block, the causal diagonal, a neighbour's keys)."""
-    i = tile.bid(0)
-    h = tile.bid(1)
-    kv_head = h
-    if group != 1:
-        kv_head = h // group
-    lo = tile.load(starts, (i,), (bm,), padding=FAR)
-    hi = tile.load(ends, (i,), (bm,), padding=0)
-    row = i * bm + tile.arange(bm)
-    if causal:
-        hi = tile.minimum(hi, row + 1)
-    real = row < q.shape[0]                     # padding rows past the end set no bound
+    i, h, kv_head, lo, hi = query_block(starts, ends, bm, causal, group)
+    real = i * bm + tile.arange(bm) < q.shape[0]     # padding rows past the end set no bound
     j0 = tile.min(lo) // bn
     j3 = tile.cdiv(tile.max(hi), bn)
     j1 = tile.minimum(tile.maximum(tile.cdiv(tile.max(tile.where(real, lo, 0)), bn), j0), j3)
@@ -280,15 +270,7 @@ def flash_bwd_dq_varlen(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[
                         ends: tile.Array[i32, 1], dq: tile.Partition[G, 2], scale: f32, bn: tile.Constant,
                         causal: tile.Constant, group: tile.Constant):
     bm, d = dq.tile_shape
-    i = tile.bid(0)
-    h = tile.bid(1)
-    kv_head = h
-    if group != 1:
-        kv_head = h // group
-    lo = tile.load(starts, (i,), (bm,), padding=FAR)
-    hi = tile.load(ends, (i,), (bm,), padding=0)
-    if causal:
-        hi = tile.minimum(hi, i * bm + tile.arange(bm) + 1)
+    i, h, kv_head, lo, hi = query_block(starts, ends, bm, causal, group)
     k_lo = tile.min(lo)
     k_hi = tile.max(hi)
     qt = tile.load(q, (i, h), (bm, d))
