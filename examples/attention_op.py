@@ -98,8 +98,8 @@ def _view(t: Any) -> Any:
 
 def _on_warpgroup_mma(t: Any) -> bool:
     """Do this tensor's kernels run their products on warpgroup MMA: a CUDA tensor where
-    flash_attention_bwd.on_warpgroup_mma says so (CPU tensors run on the simulator)."""
-    return bool(t.is_cuda) and bwd.on_warpgroup_mma()
+    flash_attention.on_warpgroup_mma says so (CPU tensors run on the simulator)."""
+    return bool(t.is_cuda) and fwd.on_warpgroup_mma()
 
 
 def define_torch_ops() -> Any:
@@ -208,7 +208,7 @@ def jax_attention(causal: bool, scale: float | None = None) -> Any:
         picked = fwd.launch_args(standin, standin, standin, standin, s, causal)
         bm, bn = picked[3].tile_shape[0], picked[6]
         own, stream = bwd.pick_tiles(d, s)
-        wgmma = bwd.on_warpgroup_mma()             # the variants the torch ops launch (lse_kernel, kernels_for)
+        wgmma = fwd.on_warpgroup_mma()             # the variants the torch ops launch (lse_kernel, kernels_for)
         dkdv_kernel, dq_kernel = bwd.kernels_for(d, wgmma)
         f = dsl.jax.kernel_call(fwd.lse_kernel(d, wgmma), out_shapes={"o": (rows, d), "lse": (rows,)},
                                 tiles={"o": (bm, d), "lse": (bm,)},

@@ -115,6 +115,28 @@ def flash_fwd_lse(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2],
     lse.store((m + tile.log2(l)) * LN2)
 
 
+def on_warpgroup_mma(wgmma: bool | None = None, tensor_cores: bool | None = None) -> bool:
+    """Do the products run on sm_90 warpgroup MMA: on the tensor cores (unless KB_TILE_TC_MATMUL=0 or
+    tensor_cores=False) and, unless `wgmma` says, on an sm_90+ GPU without KB_TILE_WGMMA_PRODUCTS=0. The one
+    decision the forward's and the backward's tiles and lowering variants follow."""
+    from dsl.tile.compile import tc_matmul_enabled, wgmma_products_enabled
+    if not (tc_matmul_enabled() if tensor_cores is None else tensor_cores):
+        return False
+    if wgmma is None:
+        import bridge
+        wgmma = wgmma_products_enabled() and bridge.gpu_available() and bridge.current_device().cc >= (9, 0)
+    return bool(wgmma)
+
+
+def tile_choices(d: int, tensor_cores: bool | None = None, wgmma: bool | None = None) -> tuple:
+    """flash_fwd's (query rows, key rows) for head dim d in order of preference, for the path the products
+    take (on_warpgroup_mma's decision)."""
+    from dsl.tile.compile import tc_matmul_enabled
+    if not (tc_matmul_enabled() if tensor_cores is None else tensor_cores):
+        return PORTABLE_TILES[d]
+    return (WGMMA_TILES if on_warpgroup_mma(wgmma, tensor_cores) else TILES)[d]
+
+
 def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale: float | None = None,
                 tensor_cores: bool | None = None, wgmma: bool | None = None, group: int = 1) -> tuple:
     """flash_fwd's arguments for (B*H*S, D) row stacks q, k, v and the f32 output `out` of q's shape.
@@ -122,15 +144,10 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale:
     H = group * H_kv; the caller, who knows H, checks that group divides it).
     `tensor_cores`: pick the tiles of the tensor-core lowering (default: unless KB_TILE_TC_MATMUL=0);
     `wgmma`: those of its sm_90 warpgroup MMA (default: on an sm_90+ GPU unless KB_TILE_WGMMA_PRODUCTS=0)."""
-    from dsl.tile.compile import tc_matmul_enabled, wgmma_products_enabled
     rows, d = q.shape
     if d not in TILES:
         raise ValueError(f"q: head dim {d} not supported (expected one of {sorted(TILES)})")
-    tc = tc_matmul_enabled() if tensor_cores is None else tensor_cores
-    if wgmma is None:
-        import bridge
-        wgmma = wgmma_products_enabled() and bridge.gpu_available() and bridge.current_device().cc >= (9, 0)
-    choices = ((WGMMA_TILES if tc and wgmma else TILES) if tc else PORTABLE_TILES)[d]
+    choices = tile_choices(d, tensor_cores, wgmma)
     fits = [(bm, bn) for bm, bn in choices if seq % bm == 0 and seq % bn == 0]
     if seq <= 0 or rows % seq or not fits:
         raise ValueError(f"q: {rows} rows of sequences of {seq}: expected whole sequences whose length is a "
@@ -160,7 +177,8 @@ SM90_CANDIDATES = {d: ((None, None, None, {"loop_pipeline": "tma", **_FAST}),
 # D64 also 64 x 64 with the TMA ring: tutorial 06's best D64 row (446.3 / 390.8 TFLOP/s f16, 2026-12-04),
 # the same loop as this kernel's
 SM90_CANDIDATES[64] += ((64, 64, None, {"loop_pipeline": "tma", **_FAST}),)
-_TUNED: dict[tuple, Any] = {}     # documented cache: candidate list -> its tile.Tuned (picks live inside)
+# documented cache: what tuned_configs depends on -> the tile.Tuned of its candidates (picks live inside)
+_TUNED: dict[tuple, Any] = {}
 
 
 _LSE_VARIANTS: dict[int, Any] = {}   # documented cache: head dim -> flash_fwd_lse with SM90_LSE_LOWERING
@@ -188,8 +206,11 @@ def tuned_configs(q: Any, seq: int, causal: bool, group: int = 1, arch: str | No
         arch = bridge.current_device().arch if bridge.gpu_available() else "sm_80"
     sm90 = int(arch.removeprefix("sm_").rstrip("a")) >= 90
     d = q.shape[1]
-    default = launch_args(q, q, q, q, seq, causal, wgmma=sm90 and wgmma_products_enabled())
-    bm, bn = default[3].tile_shape[0], default[6]
+    choices = tile_choices(d, wgmma=sm90 and wgmma_products_enabled())
+    fits = [(m, n) for m, n in choices if seq > 0 and seq % m == 0 and seq % n == 0]
+    if not fits:
+        raise ValueError(f"seq: {seq} is not a positive multiple of {max(choices[-1])} (the tile rows)")
+    bm, bn = fits[0]
     consts = {"bn": bn, "causal": bool(causal), "group": group}
     out = [tile.Config(tiles={"o": (bm, d)}, constants=consts)]
     if not sm90:
@@ -207,12 +228,14 @@ def flash_fwd_tuned(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, sc
     """flash_fwd on the fastest of tuned_configs' candidates for this shape (tile.autotune: timed on the
     first call of a shape bucket, the pick kept in the disk cache); arguments as launch_args takes them,
     checked by it first. Returns the tile.Tuned (its `picks` say which configuration ran)."""
+    import bridge
+    from dsl.tile.compile import tc_matmul_enabled, wgmma_products_enabled
     args = launch_args(q, k, v, out, seq, causal, scale, group=group)       # checks shapes, group, head dim
-    configs = tuned_configs(q, seq, causal, group)
-    key = tuple(c.text() for c in configs)
-    tuned = _TUNED.get(key)
+    arch = bridge.current_device().arch if bridge.gpu_available() else "sm_80"
+    key = (q.shape[1], seq, bool(causal), group, arch, tc_matmul_enabled(), wgmma_products_enabled())
+    tuned = _TUNED.get(key)                 # the candidates are built once per key, not at every call
     if tuned is None:
-        tuned = _TUNED.setdefault(key, tile.autotune(flash_fwd, configs))
+        tuned = _TUNED.setdefault(key, tile.autotune(flash_fwd, tuned_configs(q, seq, causal, group, arch)))
     tuned(q, k, v, out, seq, args[5])
     return tuned
 

@@ -171,28 +171,14 @@ def kernels_for(d: int, wgmma: bool) -> tuple[Any, Any]:
     return out[0], out[1]
 
 
-def on_warpgroup_mma(wgmma: bool | None = None, tensor_cores: bool | None = None) -> bool:
-    """Whether the products run on warpgroup MMA: as pick_tiles decides it."""
-    from dsl.tile.compile import tc_matmul_enabled, wgmma_products_enabled
-    if not (tc_matmul_enabled() if tensor_cores is None else tensor_cores):
-        return False
-    if wgmma is None:
-        import bridge
-        wgmma = wgmma_products_enabled() and bridge.gpu_available() and bridge.current_device().cc >= (9, 0)
-    return bool(wgmma)
-
-
 def pick_tiles(d: int, seq: int, tensor_cores: bool | None = None, wgmma: bool | None = None) -> tuple[int, int]:
     """(rows a block owns, rows it streams) for head dim `d` and sequence length `seq`, as the forward's
     launch_args picks: the tensor-core tiles unless KB_TILE_TC_MATMUL=0, the sm_90 ones on an sm_90 GPU."""
-    from dsl.tile.compile import tc_matmul_enabled, wgmma_products_enabled
+    from dsl.tile.compile import tc_matmul_enabled
     if d not in TILES:
         raise ValueError(f"q: head dim {d} not supported (expected one of {sorted(TILES)})")
     tc = tc_matmul_enabled() if tensor_cores is None else tensor_cores
-    if wgmma is None:
-        import bridge
-        wgmma = wgmma_products_enabled() and bridge.gpu_available() and bridge.current_device().cc >= (9, 0)
-    choices = ((WGMMA_TILES if wgmma else TILES) if tc else PORTABLE_TILES)[d]
+    choices = ((WGMMA_TILES if fwd.on_warpgroup_mma(wgmma, tc) else TILES) if tc else PORTABLE_TILES)[d]
     fits = [t for t in choices if seq > 0 and seq % t[0] == 0 and seq % t[1] == 0]
     if not fits:
         raise ValueError(f"seq: {seq} is not a positive multiple of {max(choices[-1])} (the tile rows)")
@@ -240,7 +226,7 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
                      {"lse": lse, "delta": delta})
     d = q.shape[1]
     own, stream = pick_tiles(d, seq, tensor_cores, wgmma)
-    dkdv, dq_kernel = kernels_for(d, on_warpgroup_mma(wgmma, tensor_cores))
+    dkdv, dq_kernel = kernels_for(d, fwd.on_warpgroup_mma(wgmma, tensor_cores))
     sc = float(scale if scale is not None else d ** -0.5)
     return [(attn_bwd_preprocess, (o, dout, tile.partition(delta, (PRE_ROWS,)), d)),
             (dkdv, (q, k, v, dout, lse, delta, tile.partition(dk, (own, d)), tile.partition(dv, (own, d)),
@@ -296,7 +282,7 @@ def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bo
             return torch.full(shape, float("nan"), device=q.device, dtype=torch.float32)
     o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
     fwd_args = fwd.launch_args_lse(q, k, v, o, lse, seq, causal, group=group)
-    lse_kernel = fwd.lse_kernel(d, not simulate and on_warpgroup_mma())
+    lse_kernel = fwd.lse_kernel(d, not simulate and fwd.on_warpgroup_mma())
     (lse_kernel.simulate if simulate else lse_kernel)(*fwd_args)
     run(launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, group=group), simulate)
     return o, dq, dk, dv
