@@ -53,7 +53,7 @@ def forward_loads(fn: T.TileFunction) -> int:
             s = block[k]
             if isinstance(s, T.Assign) and assigned.get(id(s.var)) == 1 and reads.get(id(s.var), 0) >= 1 \
                     and _read_only_load(s.value) and _elements(s.value) > 1 \
-                    and (_forward(block, k) if reads[id(s.var)] == 1 else _forward_to_products(block, k, reads[id(s.var)])):
+                    and _forward(block, k, reads[id(s.var)]):
                 fn.locals[:] = [v for v in fn.locals if v is not s.var]
                 done += 1
                 continue                       # block[k] is now the next statement
@@ -87,35 +87,18 @@ def _read_only_load(e: T.TExpr) -> bool:
     return isinstance(e, T.Load) and isinstance(e.param.type, ArrayParamType) and not e.param.type.atomic
 
 
-def _forward(block: list, k: int) -> bool:
-    """Move block[k]'s value into its one read, in a later statement of `block`; False (nothing
-    changed) when the read is elsewhere or a variable its indices read is assigned on the way."""
-    s: T.Assign = block[k]
-    needs = {id(e.var) for e in T.walk_exprs(s.value) if isinstance(e, T.Read)}
-    for j in range(k + 1, len(block)):
-        later = block[j]
-        if any(isinstance(e, T.Read) and e.var is s.var for e in T.body_exprs([later])):
-            if not _read_runs_once(later, s.var) or _assigns_any([later], needs):
-                return False
-            _replace_read([later], s.var, s.value)
-            del block[k]
-            return True
-        if _assigns_any([later], needs):
-            return False
-    return False
-
-
-def _forward_to_products(block: list, k: int, reads: int) -> bool:
-    """Move a copy of block[k]'s value into each of its `reads` reads when every one is a product
-    operand in a later statement of `block` that runs it once, and no variable its indices read is
-    assigned from block[k] to the last of them; False (nothing changed) otherwise."""
+def _forward(block: list, k: int, reads: int) -> bool:
+    """Move block[k]'s value into its `reads` reads (a copy into each when there are several, all of them
+    product operands), each in a later statement of `block` that runs it once; False (nothing changed)
+    when a read is elsewhere, is not a product's operand (several reads), or a variable the load's
+    indices read is assigned from block[k] to the last read."""
     s: T.Assign = block[k]
     needs = {id(e.var) for e in T.walk_exprs(s.value) if isinstance(e, T.Read)}
     found = last = 0
     for j in range(k + 1, len(block)):
         later = block[j]
         total, operands = _operand_reads(later, s.var)
-        if total and (operands != total or not _read_runs_once(later, s.var)):
+        if total and ((reads > 1 and operands != total) or not _read_runs_once(later, s.var)):
             return False
         found += total
         last = j if total else last
@@ -125,7 +108,7 @@ def _forward_to_products(block: list, k: int, reads: int) -> bool:
         return False
     for later in block[k + 1:last + 1]:
         for st in T.walk_stmts([later]):
-            _replace_in(st, s.var, s.value, clone=True)
+            _replace_in(st, s.var, s.value, clone=reads > 1)
     del block[k]
     return True
 
@@ -186,11 +169,6 @@ def _assigns_any(stmts: list, var_ids: set[int]) -> bool:
         if isinstance(s, (T.Assign, T.For)) and id(s.var) in var_ids:
             return True
     return False
-
-
-def _replace_read(stmts: list, var: T.TVar, value: T.TExpr) -> None:
-    for s in T.walk_stmts(stmts):
-        _replace_in(s, var, value)
 
 
 def _replace_in(node: object, var: T.TVar, value: T.TExpr, clone: bool = False) -> None:
