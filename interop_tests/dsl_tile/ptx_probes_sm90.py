@@ -98,6 +98,75 @@ def _tma() -> Probe:
     return Probe("tma+mbarrier", 128, build, inputs, reference, shared_mem=8 * stage_words + 1024)
 
 
+# ------------------------------------------------------------------------------ TMA stores
+STORE_BOXES = {"f32": ((16, 32), (40, 72), ((48, 30), (-16, -3))),     # box, array, (column, row) of each
+               "f16": ((16, 64), (40, 104), ((60, 30), (-40, -5)))}     # store: past the bottom-right, before the top-left
+STORE_SENTINEL = {"f32": np.float32(-7.5), "f16": np.float16(-7.5)}
+
+
+def _tma_store() -> Probe:
+    """Every thread writes its words of two 2048-byte stages in physical order (f32 pairs by
+    st.shared.v2.f32 into the first, packed f16 pairs by st.shared.b32 into the second), then
+    fence.proxy.async and a barrier; thread 0 stores each stage to two places of its array by TMA
+    (one bulk group per array), waits until one group may still read, then none. The arrays keep
+    their sentinel outside the boxes and past their edges; inside, box element (r, c) is what the
+    128-byte swizzle puts at stage chunk c' ^ (r % 8) (the probe's own swizzle_128 reference)."""
+    stage_bytes = 2048
+    words = stage_bytes // 4
+
+    def build(b: Builder) -> None:
+        x32, x16 = b.array("x32", F32), b.array("x16", U32)
+        d32, d16 = b.array("d32", F32, ndim=2, out=True), b.array("d16", F16, ndim=2, out=True)
+        maps = {"f32": b.tensor_map(d32, STORE_BOXES["f32"][0], 128), "f16": b.tensor_map(d16, STORE_BOXES["f16"][0], 128)}
+        _, base, _ = b.aligned_dynamic("stage", U32)
+        for j in range(words // 2 // b.block):          # f32 pairs: 8 bytes a thread a step
+            pair = binop("add", b.tid, c32(j * b.block))
+            at = N.BinOp("add", base, N.Cast(binop("mul", pair, c32(8)), U32), U32)
+            b.asm("st.shared.v2.f32", [at, b.load(x32, binop("mul", pair, c32(2))),
+                                       b.load(x32, binop("add", binop("mul", pair, c32(2)), c32(1)))])
+        for j in range(words // b.block):               # packed f16 pairs: 4 bytes a thread a step
+            w = binop("add", b.tid, c32(j * b.block))
+            at = N.BinOp("add", base, N.Cast(binop("add", binop("mul", w, c32(4)), c32(stage_bytes)), U32), U32)
+            b.asm("st.shared.b32", [at, b.load(x16, w)])
+        b.asm("fence.proxy.async")
+        b.sync()
+
+        def store() -> None:
+            for k, name in enumerate(("f32", "f16")):
+                for col, row in STORE_BOXES[name][2]:
+                    b.asm("cp.async.bulk.tensor.2d.store",
+                          [maps[name], c32(col), c32(row), N.BinOp("add", base, cu(k * stage_bytes), U32)])
+                b.asm("cp.async.bulk.commit_group")
+            b.asm("cp.async.bulk.wait_group.read", keep=1)
+            b.asm("cp.async.bulk.wait_group.read", keep=0)
+        b.when(N.Compare("eq", b.tid, c32(0)), store)
+
+    def inputs(rng):
+        out = {}
+        for name, dt in (("f32", np.float32), ("f16", np.float16)):
+            arr = aligned(STORE_BOXES[name][1], dt, 16)
+            arr[...] = STORE_SENTINEL[name]
+            out["d" + name[1:]] = arr
+        return {"x32": rng.standard_normal(words).astype(np.float32),
+                "x16": rng.standard_normal(2 * words).astype(np.float16).view(np.uint32), **out}
+
+    def reference(a):
+        got = {}
+        for name, stage in (("f32", a["x32"]), ("f16", a["x16"])):
+            (rows, cols), shape, places = STORE_BOXES[name]
+            dt = STORE_SENTINEL[name].dtype
+            box = swizzle_128(np.ascontiguousarray(stage).view(np.uint8).reshape(rows, ROW)).view(dt).reshape(rows, cols)
+            want = np.full(shape, STORE_SENTINEL[name], dt)
+            for col, row in places:
+                for r in range(rows):
+                    for c in range(cols):
+                        if 0 <= row + r < shape[0] and 0 <= col + c < shape[1]:
+                            want[row + r, col + c] = box[r, c]
+            got["d" + name[1:]] = want
+        return got
+    return Probe("tma-store", 128, build, inputs, reference, shared_mem=2 * stage_bytes + 1024)
+
+
 # ------------------------------------------------------------------------------ warpgroup MMA
 _ES = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1}
 
@@ -230,7 +299,7 @@ def _setmaxnreg() -> Probe:
 
 def probes() -> list[Probe]:
     return [
-        _tma(), _setmaxnreg(),
+        _tma(), _tma_store(), _setmaxnreg(),
         _wgmma(WgmmaOp(128, "f16", "f16", True)), _wgmma(WgmmaOp(64, "bf16", "bf16", False)),
         _wgmma(WgmmaOp(64, "tf32", "tf32", False)), _wgmma(WgmmaOp(64, "e4m3", "e5m2", False)),
         _wgmma(WgmmaOp(64, "f16", "f16", True, a_regs=True)), _wgmma(WgmmaOp(64, "bf16", "bf16", False, a_regs=True)),

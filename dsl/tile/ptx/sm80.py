@@ -151,6 +151,23 @@ def _ld_shared_b32(args: list, mach, lanes: np.ndarray) -> np.ndarray:
 ld_shared_b32 = semantics(_ld_shared_b32, machine=True, per_thread=True)
 
 
+def st_shared(nbytes: int) -> Callable:
+    """st.shared of `nbytes` (8: .v2.f32 of two f32 operands; 4: .b32 of one packed register) at a
+    shared-window address, which must be aligned to its width, as on the GPU."""
+    def run(args: list, mach, lanes: np.ndarray) -> None:
+        addr = np.asarray(args[0]).astype(np.int64)
+        if (addr % nbytes).any():
+            raise SimulationError(f"simulator: a {nbytes}-byte shared store at an address not aligned to {nbytes} bytes")
+        vals = [np.asarray(a) for a in args[1:]]
+        raw = np.stack([np.ascontiguousarray(x.astype(np.float32 if x.dtype.kind == "f" else np.uint32)).view(np.uint8)
+                        .reshape(-1, 4) for x in vals], axis=1).reshape(len(lanes), nbytes)
+        mach.addresses.shared_write(mach.lanes.blk[lanes], addr, raw)
+    return semantics(run, machine=True, per_thread=True)
+
+
+st_shared_8, st_shared_4 = st_shared(8), st_shared(4)
+
+
 def ext_state(mach, key: str, make: Callable):
     """The inline-PTX state `key` of this batch of blocks in Machine.ext, made on first use."""
     found = mach.ext.get(key)

@@ -14,6 +14,11 @@ How the hardware behaviour is modelled:
   completes when its arrivals and its transaction bytes are both used up; waiting on a phase that
   cannot complete any more (no copy in flight in a lock-step simulation) is a SimulationError: a
   deadlock on the GPU.
+- A TMA store (cp.async.bulk.tensor ... global.shared::cta) reads its box from shared memory through the
+  map's swizzle and writes the part inside the array. Under the same KB_SIM_TMA_LANDING it reads at
+  issue, or at the cp.async.bulk.wait_group.read that completes its bulk group (shared memory rewritten
+  before that wait then reaches the array); a thread that exits with a store not waited for is a
+  SimulationError (its block's shared memory would be gone under the copy).
 - A wgmma is recorded when issued, and its product is read from shared memory and added to the
   accumulators only when a `wgmma.wait_group` completes its group (the accumulators pass through the
   wait), so shared memory rewritten before the wait gives a wrong result here as on the device.
@@ -200,6 +205,89 @@ def _lands_at_wait(mach) -> bool:
 
 
 tma_load_2d = semantics(_tma_load_2d, machine=True, per_thread=True)
+
+
+# --------------------------------------------------------------------------------- TMA stores
+@dataclass
+class _BulkStore:
+    blk: int
+    tmap: object
+    c0: int
+    c1: int
+    src: int
+
+
+class _BulkGroups(dict):
+    """lane -> (open stores, committed groups) of cp.async.bulk TMA stores; at the kernel's end no
+    thread may have one its wait_group.read has not passed (the block's shared memory, which the copy
+    engine may still be reading, is gone when it exits)."""
+
+    def at_exit(self) -> str | None:
+        for lane, (opened, groups) in self.items():
+            if opened or groups:
+                return (f"thread {lane} ended with {len(opened) + sum(map(len, groups))} TMA store(s) its "
+                        f"cp.async.bulk.wait_group.read never waited for")
+        return None
+
+
+def _bulk(mach) -> _BulkGroups:
+    return _state(mach, "bulk", _BulkGroups)
+
+
+def _store_box(st: _BulkStore, mach) -> None:
+    """Read the box from shared memory (through the map's swizzle) and write the part of it inside
+    the array: a TMA store skips box elements past the array's edges."""
+    rows, cols = st.tmap.box
+    data = st.tmap.mem.data
+    nbytes = rows * cols * data.dtype.itemsize
+    linear = st.src + np.arange(nbytes, dtype=np.int64)
+    phys = swizzle(linear, st.tmap.swizzle) if st.tmap.swizzle else linear
+    raw = mach.addresses.shared_read(st.blk, phys, 1).reshape(-1)
+    box = np.ascontiguousarray(raw).view(data.dtype).reshape(rows, cols)
+    r_lo, c_lo = max(st.c1, 0), max(st.c0, 0)
+    r_hi, c_hi = min(data.shape[0], st.c1 + rows), min(data.shape[1], st.c0 + cols)
+    if r_hi > r_lo and c_hi > c_lo:
+        data[r_lo:r_hi, c_lo:c_hi] = box[r_lo - st.c1:r_hi - st.c1, c_lo - st.c0:c_hi - st.c0]
+
+
+def _tma_store_2d(args: list, mach, lanes: np.ndarray) -> None:
+    """cp.async.bulk.tensor.2d.global.shared::cta [map, {c0, c1}], [src]: box rows c1.., columns c0..
+    Under KB_SIM_TMA_LANDING=issue (the default) the box is read from shared memory at once, the
+    earliest the copy engine may; under "wait" at the wait_group.read that completes it, the latest
+    (shared memory rewritten before that wait then shows in the array, as it may on the GPU)."""
+    for k, lane in enumerate(lanes):
+        tmap = np.asarray(args[0], dtype=object).reshape(-1)[k]
+        c0, c1, src = (int(np.asarray(a).reshape(-1)[k]) for a in args[1:4])
+        st = _BulkStore(int(mach.lanes.blk[lane]), tmap, c0, c1, src)
+        if not _lands_at_wait(mach):
+            _store_box(st, mach)
+        _bulk(mach).setdefault(int(lane), ([], []))[0].append(st)
+
+
+def _bulk_commit(args: list, mach, lanes: np.ndarray) -> None:
+    for lane in lanes:
+        opened, groups = _bulk(mach).setdefault(int(lane), ([], []))
+        groups.append(list(opened))
+        opened.clear()
+
+
+def bulk_wait_read(keep: int) -> Callable:
+    """cp.async.bulk.wait_group.read `keep`: all but the `keep` newest bulk groups of the thread have
+    read their shared memory (under KB_SIM_TMA_LANDING=wait their stores happen here)."""
+    def run(args: list, mach, lanes: np.ndarray) -> None:
+        for lane in lanes:
+            _, groups = _bulk(mach).setdefault(int(lane), ([], []))
+            done = groups[:max(0, len(groups) - keep)]
+            del groups[:len(done)]
+            if _lands_at_wait(mach):
+                for group in done:
+                    for st in group:
+                        _store_box(st, mach)
+    return semantics(run, machine=True, per_thread=True)
+
+
+tma_store_2d = semantics(_tma_store_2d, machine=True, per_thread=True)
+bulk_commit = semantics(_bulk_commit, machine=True, per_thread=True)
 
 
 # --------------------------------------------------------------------------------------- wgmma

@@ -174,6 +174,7 @@ def _st_run(dtype, n: int) -> str:
 _BAR = "mbarrier.{}.shared::cta.b64"
 _TMA_2D = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
            "[$0], [$1, {$2, $3}], [$4];")
+_TMA_2D_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [$0, {$1, $2}], [$3];"
 _U32X4 = TupleType((U32,) * 4)
 _F32X4 = TupleType((F32,) * 4)
 
@@ -200,6 +201,10 @@ _ROWS = (
               "its width) when the predicate is non-zero", ("dtype", "n"), ("dtype", "n")),
     PtxFamily("ld.shared.b32", "ld.shared.b32 $0, [$1];", "=r,r", U32, True, 70, "sm80:ld_shared_b32",
               "a 32-bit load from a shared-window address"),
+    PtxFamily("st.shared.v2.f32", "st.shared.v2.f32 [$0], {$1, $2};", "r,f,f", VOID, True, 70,
+              "sm80:st_shared_8", "two f32 to an 8-byte aligned shared-window address"),
+    PtxFamily("st.shared.b32", "st.shared.b32 [$0], $1;", "r,r", VOID, True, 70, "sm80:st_shared_4",
+              "one 32-bit register (two packed 16-bit values) to a 4-byte aligned shared-window address"),
     # ------------------------------------------------------------------ sm_80: cp.async
     PtxFamily("cp.async.cg", "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", VOID, True, 80,
               "sm80:cp_async", "16 bytes global -> shared, asynchronously, of which the first src-size "
@@ -252,6 +257,15 @@ _ROWS = (
     PtxFamily("cp.async.bulk.tensor.2d", _TMA_2D, "r,l,r,r,r", VOID, True, 90, "sm90:tma_load_2d",
               "TMA: a 2-D box of a tensor map (coordinates $2 inner, $3 outer) into shared memory, "
               "completing its bytes on the mbarrier $4"),
+    PtxFamily("cp.async.bulk.tensor.2d.store", _TMA_2D_STORE, "l,r,r,r", VOID, True, 90, "sm90:tma_store_2d",
+              "TMA store: the box at shared address $3 (laid out as the tensor map's swizzle stores it) to "
+              "the tensor map's array at coordinates $1 inner, $2 outer; box elements outside the array are "
+              "not written; completes in this thread's bulk groups"),
+    PtxFamily("cp.async.bulk.commit_group", "cp.async.bulk.commit_group;", "", VOID, True, 90,
+              "sm90:bulk_commit", "close this thread's pending bulk (TMA store) copies into a bulk group"),
+    PtxFamily("cp.async.bulk.wait_group.read", lambda keep: f"cp.async.bulk.wait_group.read {keep};", "", VOID,
+              True, 90, "sm90:bulk_wait_read", "wait until at most `keep` of this thread's bulk groups may "
+              "still read their shared memory (it may then be written again)", ("keep",), ("keep",)),
     # ------------------------------------------------------------------ sm_90: warpgroup MMA
     PtxFamily("wgmma.mma_async.ss", _wgmma_ss,
               lambda op, fence: ",".join(["=f"] * (op.n // 2) + ["l", "l", "r"] + [str(i) for i in range(op.n // 2)]),
