@@ -44,6 +44,10 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # f32 math flushes denormal inputs and results to zero (nvcc's -ftz=true; Triton's exp2 is
     # ex2.approx.ftz): exp2 is one MUFU instead of a range test and two multiplies around it
     "ftz": ("KB_TILE_FTZ", None, False),
+    # sm_90 stores of tensor-core accumulator tiles staged in swizzled shared memory and written by TMA
+    # stores (lower/store_tma.py), as CUTLASS's epilogues: no per-element bounds, edges clipped by the
+    # copy engine, and a persistent kernel's next tile starts while the store drains; unmeasured, so off
+    "tma_store": ("KB_TILE_TMA_STORE", None, False),
 }
 
 
@@ -109,4 +113,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("fp_fusion",) if s["fp_fusion"] else ()) + \
         (("ftz",) if s["ftz"] else ()) + \
         (("wgmma_slices",) if s["wgmma_slices"] else ()) + \
-        (() if s["nc_loads"] else ("no_nc_loads",))
+        (() if s["nc_loads"] else ("no_nc_loads",)) + \
+        (("tma_store",) if s["tma_store"] else ())

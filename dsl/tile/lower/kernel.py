@@ -35,7 +35,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  pipelines: bool = True, gemm_pipeline: str = "sync", wgmma_products: bool = True,
                  tf32_transpose: bool = False, loop_pipeline: str = "cp.async", loop_stages: int = 2,
                  setmaxnreg: str = "off", product_overlap: bool = False, wgmma_a: str = "registers",
-                 wgmma_slices: bool = False, nc_loads: bool = True) -> None:
+                 wgmma_slices: bool = False, nc_loads: bool = True, tma_store: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -51,6 +51,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.facts = facts or {}
         self.max_stages = max_stages
         self.cc = cc                            # target compute capability (0: portable only)
+        self.opt_in = opt_in_bytes(cc)          # shared bytes a block may opt into on that target
         self.persistent = persistent            # blocks loop over tiles (grid may be < tile count)
         self.tc_matmul = tc_matmul              # tile.matmul on the tensor cores (matmul/products.py)
         self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "sync" or "ws" (matmul/tma.py)
@@ -63,6 +64,10 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.wgmma_a = wgmma_a                  # "shared": invariant A loads of wgmma products in smem (shared_a.py)
         self.wgmma_slices = wgmma_slices        # warpgroups of more than 64 rows on wgmma (frags.warpgroup_rows)
         self.nc_loads = nc_loads                # read-only arrays' vector loads through ld.global.nc (runs.py)
+        self.tma_store = tma_store              # sm_90 accumulator stores through TMA (store_tma.py)
+        self.tma_store_bytes = 0                # shared bytes of its own those stores took (0: none, or reused)
+        self.store_maps: dict[str, N.Expr] = {}  # partition name -> its TMA-store tensor map parameter
+        self.after_tiles: list = []             # emitters run once after the tile program (or a persistent loop)
         self.rings: dict[int, object] = {}      # loop id -> its ring Pipeline, planned before a ws split
         self.min_blocks: int | None = None      # .minnctapersm (set with setmaxnreg: warp_specialised.py)
         # warp specialisation (gemm_pipeline "ws"): WS_PRODUCERS more threads issue the copies; the tile
@@ -147,7 +152,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.stack.pop()
         return out
 
-    def scratch(self, dtype: ScalarType, n: int, slot: int = 0) -> N.Expr:
+    def scratch(self, dtype: ScalarType, n: int, slot: int | str = 0) -> N.Expr:
         """Shared scratch buffer of >= n elements of `dtype` (one per (dtype, slot), sized at the
         end). Every use is bracketed by barriers, so uses of one buffer never overlap in time."""
         key = ("i32" if dtype == BOOL else dtype.name) + (f"_{slot}" if slot else "")
@@ -223,6 +228,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         else:
             block_ids(self, lin, nb)
             self._tile_program(ws_at)
+        for finish in self.after_tiles:
+            finish(self)
         self.body[prologue_at:prologue_at] = self.prologue
         place_scratch(self)         # sizes; static, or views of the dynamic shared memory (shared.py)
         return N.Function(self.kernel_name, list(self.params.values()) + self.extra_params, N.VOID, self.body, True,
@@ -392,6 +399,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
 
     def store(self, s: T.Store) -> None:
         from dsl.tile.lower.store import pairs_ok, store_pairs
+        from dsl.tile.lower.store_tma import store_tma, tma_store_ok
         if s.chunk is not None:               # a sub-tile of the block's own tile
             from dsl.tile.lower.chunks import store_chunk
             return store_chunk(self, s)
@@ -411,7 +419,9 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
             for e, coords in zip(v.elems, self.coords_of(v.layout, ts)):
                 idx = [self.global_index(ids[k], ts[k], c) for k, c in enumerate(coords)]
                 self.store_masked(arr, idx, e, own, s.loc)
-        if pairs_ok(self, p, v):
+        if tma_store_ok(self, p, v):
+            store_tma(self, p, v)                 # the GEMM epilogue by TMA (dsl/tile/lower/store_tma.py)
+        elif pairs_ok(self, p, v):
             store_pairs(self, p, v, checked)      # the GEMM epilogue (dsl/tile/lower/store.py)
         else:
             checked()
@@ -645,7 +655,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py);
     `tf32_transpose`: sm_90 tf32 GEMM loops stage a row-major B through registers (compile.py);
     `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap, wgmma_a, wgmma_slices,
-    nc_loads (dsl/tile/switches.py)."""
+    nc_loads, tma_store (dsl/tile/switches.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower.matmul.mma_sync import MAX_STAGES, SMEM_LIMIT
@@ -704,6 +714,12 @@ def _smem_fallback(lw: Lowerer, cc: int, tc_matmul: bool,
     need, room = lw.dyn_bytes + lw.smem_bytes(), opt_in_bytes(cc)
     keys = {key[0] for key in lw.wgmma_stages}
     base = dict(loop_switches, tc_matmul=tc_matmul)
+    if lw.tma_store_bytes and need > room:
+        return {**base, "tma_store": False}, (
+            "tma-store-fallback", f"the TMA-store epilogue (tma_store) stages a tile in {lw.tma_store_bytes} "
+            f"bytes of shared memory of its own, and with it the kernel needs {need} bytes, more than a block "
+            f"may opt into ({room}), so its accumulator tiles are stored directly; use fewer stages or "
+            f"smaller tiles, or cast the result to 16 bits before the store")
     if "A" in keys and need > room:
         return {**base, "wgmma_a": "registers"}, None
     if "ring" in keys and need > room:

@@ -116,6 +116,19 @@ def _wgmma_ok(L, esize: int, b_kmajor: bool, bm: int, bn: int, bk: int) -> bool:
     return (bm * bk // epc) % L.T == 0 and (bk * bn // epc) % L.T == 0
 
 
+def _wgmma_stages(L, bm: int, bn: int, one: int) -> int:
+    """Operand stages of an sm_90 loop: as many as WG_DYN_LIMIT holds, or, where a persistent kernel
+    stages its TMA stores in shared memory of their own (store_tma.staging_reserve), as many as fit
+    beside that buffer, if that still leaves the 3 the pipeline needs (else the stores fall back)."""
+    from dsl.tile.lower.store_tma import RESERVE_SLACK, staging_reserve
+    stages = min(WG_MAX_STAGES, WG_DYN_LIMIT // one)
+    reserve = staging_reserve(L, bm, bn)
+    if reserve:
+        beside = min(stages, (L.opt_in - reserve - RESERVE_SLACK) // one)
+        stages = beside if beside >= 3 else stages
+    return stages
+
+
 def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
     if len(s.body) != 1 or not isinstance(s.body[0], T.Assign):
         return None
@@ -149,7 +162,7 @@ def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
     bn = b.type.shape[0] if b_kmajor else b.type.shape[1]
     staged = _staged(L, esize, a_mmajor, b_kmajor)
     if staged is not None and _wgmma_ok(L, esize, b_kmajor, bm, bn, bk):
-        stages = min(WG_MAX_STAGES, WG_DYN_LIMIT // stage_bytes(bm, bn, bk, esize))
+        stages = _wgmma_stages(L, bm, bn, stage_bytes(bm, bn, bk, esize))
         if stages >= 3 and not (staged and L.persistent):
             # TMA-fed (dsl/tile/lower/matmul/tma.py; persistent kernels carry the mbarrier phases from tile
             # to tile) when warp-specialised or not persistent; a persistent kernel on the default

@@ -1,0 +1,153 @@
+"""The GEMM epilogue through TMA stores (switch `tma_store`, sm_90), as CUTLASS's sm_90 epilogues: the
+threads write their accumulator pairs into a swizzled staging tile in shared memory, and one thread
+stores it to the array with one bulk tensor copy per 128-byte column slab.
+
+Why: the copy engine clips the box at the array's edges, so every tile, edge or not, takes one path
+with no per-element bounds (store.py's edge tiles store element by element); a thread issues BN/W
+copies where the pair stores are 32 or 64 instructions a thread; and the copies drain while the block
+goes on, so a persistent kernel's next tile starts at once.
+
+Layout: slab s holds columns sW.. of the tile (W = 128 bytes of elements), BM rows of 128 bytes, the
+128-byte swizzle (16-byte chunk j of row r at chunk j ^ (r % 8)), slabs 1024-byte aligned, which is
+the layout of a tensor map with box [BM, W] and swizzle 128. Each lane's pair (row, col), (row, col+1)
+is 8 bytes (f32) or one packed 4-byte word (16-bit) inside one chunk.
+
+Shared memory: a kernel that is not persistent reuses its GEMM loop's operand stages (each loop ends
+with its copies landed, its last products waited for and a barrier), growing them if the tile is
+larger. A persistent kernel's next tile refills those stages while the store drains, so its tile gets
+a buffer of its own (L.tma_store_bytes; the loop plans its stages around it, staging_reserve); when
+that does not fit, the kernel lowers again without TMA stores and says so (kind
+"tma-store-fallback", kernel.py _smem_fallback).
+
+Ordering: every thread's writes, fence.proxy.async (generic-proxy writes before the async proxy's
+reads), a barrier, then the leader's copies and commit. The leader waits with wait_group.read 0 before
+the buffer is written again: at once when the kernel is not persistent (before it exits), else before
+the next tile's writes (then the block meets) and once after the tile loop.
+"""
+from __future__ import annotations
+
+from dsl.ir import nodes as N
+from dsl.ir.types import BF16, F16, F32, I32, U32
+from dsl.tile.lower.layout import LV, c32, log2
+from dsl.tile.lower.matmul.fragments import pack_pairs
+from dsl.tile.lower.matmul.stages import SWIZZLE_ALIGN, aligned_base
+from dsl.tile.lower.store import pairs_ok
+
+ROW_BYTES = 128          # one swizzle row: a slab's row
+MAX_BOX = 256            # TMA box extents
+
+
+def tma_store_ok(L, p, v: LV) -> bool:
+    """The store of `v` into partition `p` goes through TMA: asked for (tma_store), sm_90, a pair store
+    (store.pairs_ok: accumulator layout, 2-D partition of the value's dtype, rows 16-byte aligned) whose
+    tile is whole slabs of at most MAX_BOX rows."""
+    if not (L.tma_store and L.cc >= 90 and pairs_ok(L, p, v)):
+        return False
+    bm, bn = p.type.tile_shape
+    w = ROW_BYTES // v.dtype.itemsize
+    return bm % 8 == 0 and bm <= MAX_BOX and bn % w == 0 and tuple(v.layout.shape) == (bm, bn)
+
+
+RESERVE_SLACK = 2048     # shared bytes left beside a persistent kernel's stages and staging tile
+
+
+def staging_reserve(L, bm: int, bn: int) -> int:
+    """Shared bytes a persistent kernel's GEMM loop with BM x BN accumulators leaves for TMA-store
+    staging tiles of its own (0 where none will be asked for), so its operand stages are planned
+    around them: the largest 2-D partition store of that tile shape in the kernel, plus alignment."""
+    if not (L.tma_store and L.cc >= 90 and L.persistent):
+        return 0
+    from dsl.tile import ir as T
+    sizes = [s.param.type.dtype.itemsize for s in T.walk_stmts(L.fn.body) if isinstance(s, T.Store)
+             and tuple(s.param.type.tile_shape) == (bm, bn) and s.param.type.dtype in (F32, F16, BF16)]
+    return bm * bn * max(sizes) + SWIZZLE_ALIGN if sizes else 0
+
+
+def _tensor_map(L, p, box: tuple[int, int]) -> N.Expr:
+    """The store's tensor map of `p` (box [BM, W], 128-byte swizzle), one per partition."""
+    from dsl.tile.lower.matmul.tma import _tensor_map_param
+    if p.name not in L.store_maps:
+        L.store_maps[p.name] = _tensor_map_param(L, p, box, ROW_BYTES)
+    return L.store_maps[p.name]
+
+
+def _staging(L, nbytes: int) -> tuple[N.Expr, bool]:
+    """(1024-byte aligned shared address of the staging tile, whether it reuses the GEMM's operand stages)."""
+    if not L.persistent:      # every GEMM loop ends with its copies landed and its reads done
+        for plan in L.mma_plans.values():
+            if plan.operand_buf is not None:
+                L.dyn_bytes = max(L.dyn_bytes, nbytes + SWIZZLE_ALIGN)
+                return aligned_base(L, plan.operand_buf, "epi"), True
+    words = (nbytes + SWIZZLE_ALIGN) // 4
+    L.tma_store_bytes = max(L.tma_store_bytes, 4 * words)
+    return aligned_base(L, L.scratch(U32, words, slot="tma_store"), "epi"), False
+
+
+def _offset(row: N.Expr, col: N.Expr, bm: int, es: int) -> N.Expr:
+    """Byte offset of element (row, col) in the swizzled slabs."""
+    w = ROW_BYTES // es
+    slab = N.BinOp("rshift", col, c32(log2(w)), I32)
+    within = N.BinOp("mul", N.BinOp("and_", col, c32(w - 1), I32), c32(es), I32)
+    chunk = N.BinOp("lshift", N.BinOp("and_", row, c32(7), I32), c32(4), I32)
+    line = N.BinOp("add", N.BinOp("mul", slab, c32(bm * ROW_BYTES), I32), N.BinOp("mul", row, c32(ROW_BYTES), I32), I32)
+    return N.BinOp("add", line, N.BinOp("xor", within, chunk, I32), I32)
+
+
+def _write_pairs(L, v: LV, base: N.Expr, bm: int) -> None:
+    es = v.dtype.itemsize
+    coords = v.layout.coords
+    for i in range(0, len(v.elems), 2):
+        row, col = coords[i]
+        at = L.tmp(N.BinOp("add", base, N.Cast(_offset(row, col, bm, es), U32), U32), "epa")
+        if es == 4:
+            L.asm("st.shared.v2.f32", [at, v.elems[i], v.elems[i + 1]])
+        else:
+            (word,) = pack_pairs(L, v.elems[i:i + 2], v.dtype)
+            L.asm("st.shared.b32", [at, word])
+
+
+def store_tma(L, p, v: LV) -> None:
+    L.relied.add(p.name)
+    L.arch_specific = True
+    bm, bn = p.type.tile_shape
+    es = v.dtype.itemsize
+    w = ROW_BYTES // es
+    tmap = _tensor_map(L, p, (bm, w))
+    base, reused = _staging(L, bm * bn * es)
+    leader = L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
+    if L.persistent:
+        await_reads(L, leader)            # the previous tile's copies have read the buffer
+    if L.persistent or reused:            # ... and every warpgroup is past its last read of it
+        L.sync()
+    _write_pairs(L, v, base, bm)
+    L.asm("fence.proxy.async")
+    L.sync()
+    ids = L.tile_ids(p)
+    row0 = L.tmp(N.BinOp("mul", N.Cast(ids[0], I32), c32(bm), I32), "epr")
+    col0 = L.tmp(N.BinOp("mul", N.Cast(ids[1], I32), c32(bn), I32), "epc")
+
+    def issue() -> None:
+        for s in range(bn // w):
+            L.asm("cp.async.bulk.tensor.2d.store", [tmap, N.BinOp("add", col0, c32(s * w), I32), row0,
+                                                    N.BinOp("add", base, N.Const(s * bm * ROW_BYTES, U32), U32)])
+        L.asm("cp.async.bulk.commit_group")
+        if not L.persistent:
+            L.asm("cp.async.bulk.wait_group.read", keep=0)
+    L.emit(N.If(leader, L.block_of(issue), []))
+    if L.persistent and _drain not in L.after_tiles:
+        L.after_tiles.append(_drain)
+
+
+def _wait_reads(L, leader: N.Expr) -> None:
+    L.emit(N.If(leader, L.block_of(lambda: L.asm("cp.async.bulk.wait_group.read", keep=0)), []))
+
+
+def await_reads(L, leader: N.Expr) -> None:
+    """Before a persistent kernel's next tile is written: the leader waits until its TMA stores have
+    read the staging tile."""
+    _wait_reads(L, leader)
+
+
+def _drain(L) -> None:
+    """The leader's wait for the block's last copies, before it exits (persistent kernels)."""
+    _wait_reads(L, N.Compare("eq", L.geo.tid, c32(0)))

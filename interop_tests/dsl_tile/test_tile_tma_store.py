@@ -1,0 +1,202 @@
+"""TMA-store epilogues (switch `tma_store`, dsl/tile/lower/store_tma.py): on sm_90 a GEMM's accumulator
+tile is written into swizzled shared memory and stored by bulk tensor copies, one per 128-byte column
+slab; edge tiles take the same path (the copy engine clips the box at the array's edges). Checked in
+the lowered sm_90 simulator against float64 NumPy on ragged shapes, for the default loop, the
+warp-specialised one and the persistent one (whose staging tile is its own and whose leader waits for
+the previous tile's copies before the next writes: dropping that wait is caught), with the copies
+reading shared memory at issue and at their wait; by ptxas for sm_90a; and on the GPU.
+
+GPU part: python -m pytest -q -n 0 -m gpu interop_tests/dsl_tile/test_tile_tma_store.py
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tile_kernels_lib as K
+from ptxas_kit import ptxas_verbose, spill_bytes
+
+import bridge
+import dsl.tile.lower.store_tma as store_tma
+from dsl import tile
+from dsl.sim.faults import SimulationError
+
+BULK_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
+DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
+TMA_STORE = {"tma_store": True}
+
+
+def kernel(which: str, persistent: bool = False, **lowering):
+    return tile.kernel(getattr(K, which).pyfunc, persistent=persistent, lowering={**TMA_STORE, **lowering})
+
+
+def operands(rng, dtype, m: int, k: int, n: int):
+    a = rng.standard_normal((m, k)).astype(DTYPES[dtype])
+    b = rng.standard_normal((k, n)).astype(DTYPES[dtype])
+    return a, b, a.astype(np.float64) @ b.astype(np.float64)
+
+
+def simulate(which, mode, a, b, c, tshape, bk, extra=()):
+    """`mode`: "sync" (the default loop), "ws" (warp-specialised) or "pws" (persistent, warp-specialised;
+    two blocks, so each walks several tiles)."""
+    k = kernel(which, persistent=mode == "pws", gemm_pipeline="sync" if mode == "sync" else "ws")
+    args = (a, b, *extra, tile.partition(c, tshape), bk)
+    k.simulate_lowered(*args, tensor_cores=True, arch="sm_90", **({"blocks": 2} if mode == "pws" else {}))
+    return k, args
+
+
+@pytest.mark.parametrize("mode", ["sync", "ws", "pws"])
+@pytest.mark.parametrize("which,out", [("gemm", np.float32), ("gemm_cast", "same")])
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_a_tma_store_epilogue_matches_numpy_in_the_simulator(rng, mode, which, out, dtype):
+    """136 x 264: ragged in both directions, so edge tiles are clipped by the copies, not the code."""
+    a, b, ref = operands(rng, dtype, 136, 200, 264)
+    odt = DTYPES[dtype] if out == "same" else out
+    c = np.full((136, 264), np.nan, odt)
+    tshape = (128, 128) if which == "gemm" and mode == "pws" else (128, 256)
+    k, args = simulate(which, mode, a, b, c, tshape, 64)
+    assert k.compile(args, "sm_90").ptx.count(BULK_STORE) == tshape[1] * np.dtype(odt).itemsize // 128
+    tol = dict(rtol=1e-5, atol=1e-4) if odt == np.float32 else dict(rtol=2 ** -7, atol=2e-2)
+    np.testing.assert_allclose(c.astype(np.float64), ref, **tol)
+
+
+def test_the_tf32_mma_sync_loop_stores_through_tma_too(rng):
+    """An f32 NN GEMM on sm_90 runs mma.sync over cp.async stages; its 128 x 256 f32 tile (128 KiB)
+    is staged in those stages once the loop is done."""
+    a = rng.standard_normal((136, 72)).astype(np.float32)
+    b = rng.standard_normal((72, 264)).astype(np.float32)
+    c = np.full((136, 264), np.nan, np.float32)
+    k, args = simulate("gemm", "sync", a, b, c, (128, 256), 32)
+    ptx = k.compile(args, "sm_90").ptx
+    assert "mma.sync" in ptx and ptx.count(BULK_STORE) == 8 and "st.global" not in ptx
+    tf32 = (lambda x: ((x.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+            .astype(np.float64))
+    np.testing.assert_allclose(c, tf32(a) @ tf32(b), rtol=1e-5, atol=1e-4)
+
+
+def test_the_stores_write_nothing_past_the_arrays_edges(rng):
+    """C is the first 136 rows of a larger buffer: the boxes of the last row of tiles reach past
+    them, and the rows after must keep their poison."""
+    a, b, ref = operands(rng, "bf16", 136, 64, 200)
+    big = np.full((300, 200), -3.25, np.float32)
+    c = big[:136]
+    simulate("gemm", "sync", a, b, c, (128, 128), 64)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+    assert (big[136:] == -3.25).all()
+
+
+@pytest.mark.parametrize("landing", ["issue", "wait"])
+def test_the_persistent_epilogue_is_right_whenever_the_copies_read(monkeypatch, rng, landing):
+    """KB_SIM_TMA_LANDING=wait reads each copy's box at the wait that completes it, the latest the copy
+    engine may: the next tile's writes must come after that wait."""
+    monkeypatch.setenv("KB_SIM_TMA_LANDING", landing)
+    a, b, ref = operands(rng, "bf16", 520, 136, 264)     # 15 tiles over 2 blocks
+    c = np.full((520, 264), np.nan, ml_dtypes.bfloat16)
+    simulate("gemm_cast", "pws", a, b, c, (128, 128), 64)
+    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2 ** -7, atol=2e-2)
+
+
+def test_dropping_the_wait_before_the_next_tiles_writes_is_caught(monkeypatch, rng):
+    """Without it a block's next tile overwrites the staging tile its last copies have not read yet."""
+    monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
+    a, b, ref = operands(rng, "bf16", 520, 136, 264)
+    c = np.full((520, 264), np.nan, np.float32)
+    simulate("gemm", "pws", a, b, c, (128, 128), 64)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+    monkeypatch.setattr(store_tma, "await_reads", lambda L, leader: None)
+    c = np.full((520, 264), np.nan, np.float32)
+    simulate("gemm", "pws", a, b, c, (128, 128), 64)
+    assert not np.allclose(c, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_exiting_before_the_last_copies_are_waited_for_is_caught(monkeypatch, rng):
+    monkeypatch.setattr(store_tma, "_drain", lambda L: None)
+    a, b, _ = operands(rng, "bf16", 264, 72, 136)
+    c = np.full((264, 136), np.nan, np.float32)
+    with pytest.raises(SimulationError, match="never waited for"):
+        simulate("gemm", "pws", a, b, c, (128, 128), 64)
+
+
+def _compile_big(which: str, mode: str, dtype: str, out, tshape, bk: int):
+    """A compile at a large shape (nothing runs): 8192 x 1024 x 8192."""
+    a = np.zeros((8192, 1024), DTYPES.get(dtype, np.float32))
+    b = np.zeros((1024, 8192), a.dtype)
+    c = np.zeros((8192, 8192), a.dtype if out == "same" else out)
+    k = kernel(which, persistent=mode == "pws", gemm_pipeline="sync" if mode == "sync" else "ws")
+    return k.compile((a, b, tile.partition(c, tshape), bk), "sm_90")
+
+
+@pytest.mark.parametrize("which,mode,out,stores", [("gemm", "sync", np.float32, 8), ("gemm_cast", "pws", "same", 4),
+                                                   ("gemm_cast", "sync", "same", 4), ("gemm", "ws", np.float32, 8)])
+def test_ptxas_assembles_the_tma_store_gemms_without_spills(tmp_path, which, mode, out, stores):
+    """The 128 x 256 x 64 bf16 GEMMs the benchmarks time. The persistent one (its 64 KiB staging tile
+    beside the stages) plans 3 stages, not 4."""
+    ck = _compile_big(which, mode, "bf16", out, (128, 256), 64)
+    assert ck.ptx.count(BULK_STORE) == stores and "st.global" not in ck.ptx
+    assert "fence.proxy.async.shared::cta;" in ck.ptx and "cp.async.bulk.wait_group.read 0;" in ck.ptx
+    assert spill_bytes(ptxas_verbose(ck.ptx, "sm_90a", tmp_path)) == 0
+    if mode == "pws":
+        assert 3 * 48 * 1024 + 64 * 1024 <= ck.dynamic_smem < 4 * 48 * 1024 + 64 * 1024
+
+
+def test_a_staging_tile_that_cannot_fit_falls_back_to_direct_stores_and_says_so(rng):
+    """The persistent 128 x 256 f32 tile (128 KiB of its own) leaves too little for 3 stages."""
+    ck = _compile_big("gemm", "pws", "bf16", np.float32, (128, 256), 64)
+    assert BULK_STORE not in ck.ptx and "st.global.v2.f32" in ck.ptx
+    kinds = [p["kind"] for p in ck.metadata.get("slow_paths", [])]
+    assert "tma-store-fallback" in kinds, kinds
+    a, b, ref = operands(rng, "bf16", 264, 72, 264)
+    c = np.full((264, 264), np.nan, np.float32)
+    simulate("gemm", "pws", a, b, c, (128, 256), 64)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_tma_stores_are_off_by_default_and_only_for_sm90(rng):
+    a, b, _ = operands(rng, "bf16", 264, 64, 264)
+    c = np.zeros((264, 264), np.float32)
+    args = (a, b, tile.partition(c, (128, 128)), 64)
+    assert BULK_STORE not in K.gemm.compile(args, "sm_90").ptx
+    on = kernel("gemm")
+    assert BULK_STORE in on.compile(args, "sm_90").ptx
+    sm80 = on.compile(args, "sm_80").ptx
+    assert BULK_STORE not in sm80 and "st.global.v2.f32" in sm80
+
+
+def test_the_switch_comes_from_the_environment_too(monkeypatch, rng):
+    monkeypatch.setenv("KB_TILE_TMA_STORE", "1")
+    a, b, _ = operands(rng, "bf16", 136, 64, 136)
+    c = np.zeros((136, 136), np.float32)
+    fresh = tile.kernel(K.gemm.pyfunc)
+    assert BULK_STORE in fresh.compile((a, b, tile.partition(c, (128, 128)), 64), "sm_90").ptx
+
+
+# ------------------------------------------------------------------------------ GPU
+def _device_or_skip():
+    dev = bridge.current_device()
+    if dev.cc < (9, 0):
+        pytest.skip("TMA stores: sm_90 or newer")
+    return dev
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["sync", "ws", "pws"])
+@pytest.mark.parametrize("which", ["gemm", "gemm_cast"])
+def test_gpu_tma_store_gemm_matches_numpy(monkeypatch, rng, mode, which):
+    """Ragged M, N, K (N a multiple of 8: 16-byte rows), more tiles than SMs for the persistent kernel;
+    C is the first rows of a larger poisoned buffer whose other rows must stay poisoned."""
+    dev = _device_or_skip()
+    m, k, n = 2100, 200, 2104
+    a, b, ref = operands(rng, "bf16", m, k, n)
+    odt = np.float32 if which == "gemm" else ml_dtypes.bfloat16
+    host = np.full((m + 100, n), -3.25, odt)
+    big = bridge.from_host(host)
+    c = big[:m]
+    tshape = (128, 128) if which == "gemm" and mode == "pws" else (128, 256)
+    kern = kernel(which, persistent=mode == "pws", gemm_pipeline="sync" if mode == "sync" else "ws")
+    args = (bridge.from_host(a), bridge.from_host(b), tile.partition(c, tshape), 64)
+    assert kern.compile(args, dev.arch).ptx.count(BULK_STORE) > 0
+    kern(*args)
+    got = big.to_host()
+    tol = dict(rtol=1e-4, atol=1e-3) if odt == np.float32 else dict(rtol=2 ** -7, atol=2e-2)
+    np.testing.assert_allclose(got[:m].astype(np.float64), ref, **tol)
+    assert (got[m:] == odt(-3.25)).all()
