@@ -51,6 +51,7 @@ SKINNY_BARS = {"16384x1024x1024": 0.95}    # issue 29: 16384x1024x1024 bf16/f16 
 TF32_BAR = 0.75
 TF32_NN_BAR = 0.9       # issue 29: a row-major B (f32 NN) at 0.9x cuBLAS tf32
 F8_BAR = 0.85
+TMA_STORE_SHAPES = ("8192^3", "16384x1024x1024")     # where the "tma-store" candidates run
 
 
 class Case(NamedTuple):
@@ -93,7 +94,9 @@ def pipeline_env(mode: str):
 
 # the environment switches of each candidate mode (docs/configuration.md)
 MODE_SWITCHES = {"sync": {"KB_TILE_GEMM_PIPELINE": "sync"}, "pws": {"KB_TILE_GEMM_PIPELINE": "ws"},
-                 "tf32-transpose": {"KB_TILE_GEMM_PIPELINE": "sync", "KB_TILE_TF32_TRANSPOSE": "1"}}
+                 "tf32-transpose": {"KB_TILE_GEMM_PIPELINE": "sync", "KB_TILE_TF32_TRANSPOSE": "1"},
+                 "tma-store": {"KB_TILE_GEMM_PIPELINE": "sync", "KB_TILE_TMA_STORE": "1"},
+                 "pws tma-store": {"KB_TILE_GEMM_PIPELINE": "ws", "KB_TILE_TMA_STORE": "1"}}
 
 
 @contextlib.contextmanager
@@ -121,13 +124,19 @@ def candidates(case: Case, tiles: list) -> list[tuple[int, int, int, str, bool]]
     torch.matmul returns it, named "->bf16"). Plain ws (no persistence) tied sync at 128x256x64 on the
     H200 (docs/tile.md). For f32 NN also the ladder's tiles with KB_TILE_TF32_TRANSPOSE=1
     ("tf32-transpose": B staged through registers into tf32 wgmma; off by default), beside the
-    default mma.sync rows."""
+    default mma.sync rows. For 16-bit NN at 8192^3 and 16384x1024x1024 also "tma-store" rows
+    (KB_TILE_TMA_STORE=1: the epilogue through swizzled shared memory and TMA stores, off by default
+    until these rows measure it), with an f32 and a 16-bit C, and persistent at 16384x1024x1024."""
     shapes = tiles or DSL_TILES["16bit" if case.label in ("bf16", "f16") else case.label]
     out = [(bm, bn, bk, "sync", False) for bm, bn, bk in shapes]
     if case.layout == "NN" and case.label in ("bf16", "f16") and not tiles:
         pws = [(128, 256, 64)] + ([(128, 128, 64)] if case.shape == "16384x1024x1024" else [])
         out += [(bm, bn, bk, "pws", False) for bm, bn, bk in pws]
         out += [(128, 256, 64, "pws", True)] + ([(128, 256, 64, "sync", True)] if case.shape == "16384x1024x1024" else [])
+    if case.layout == "NN" and case.label in ("bf16", "f16") and not tiles and case.shape in TMA_STORE_SHAPES:
+        out += [(128, 256, 64, "tma-store", False), (128, 256, 64, "tma-store", True)]
+        if case.shape == "16384x1024x1024":
+            out += [(128, 256, 64, "pws tma-store", True)]
     if case.layout == "NN" and case.label == "f32" and not tiles:
         out += [(bm, bn, bk, "tf32-transpose", False) for bm, bn, bk in ((128, 256, 32), (128, 128, 32))]
     return out
@@ -200,7 +209,7 @@ def ours(case: Case, a: Any, b: Any, m: int, n: int, tiles: list, arch: str, ops
         # one dispatcher per (kernel, pipeline): a dispatcher keeps the launcher its first launch made
         fn = K.gemm_cast if cast else base
         if (fn, mode) not in kernels:
-            kernels[fn, mode] = fn if mode == "sync" else tile.kernel(fn.pyfunc, persistent=mode == "pws")
+            kernels[fn, mode] = fn if mode == "sync" else tile.kernel(fn.pyfunc, persistent=mode.startswith("pws"))
         kernel = kernels[fn, mode]
         args = (a, b, np.float32(1.0), part, bk) if f8 else (a, b, part, bk)
         try:
