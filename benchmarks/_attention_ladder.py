@@ -36,9 +36,13 @@ LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
     # fma for the scale-and-subtract and exp2 as one ex2.approx.ftz (tutorial 06's best rows, docs/tile.md)
     "tma S2 fp_fusion ftz": ({"KB_TILE_LOOP_PIPELINE": "tma", **FTZ}, None, ONE),
     "ws 128x128 setmaxnreg fp_fusion ftz": ({**REGS, **FTZ}, 8, {64: (128, 128), 128: (128, 128)}),
+    # the output tile through swizzled shared memory and TMA stores (KB_TILE_TMA_STORE, 2026-12-05)
+    "tma S2 fp_fusion ftz tma-store": ({"KB_TILE_LOOP_PIPELINE": "tma", **FTZ, "KB_TILE_TMA_STORE": "1"}, None, ONE),
+    "ws 128x128 setmaxnreg fp_fusion ftz tma-store": ({**REGS, **FTZ, "KB_TILE_TMA_STORE": "1"}, 8,
+                                                      {64: (128, 128), 128: (128, 128)}),
 }
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
-            "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ")
+            "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE")
 
 
 class switched:

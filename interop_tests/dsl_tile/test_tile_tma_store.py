@@ -10,10 +10,14 @@ GPU part: python -m pytest -q -n 0 -m gpu interop_tests/dsl_tile/test_tile_tma_s
 """
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
 import tile_kernels_lib as K
+from attention_refs import attention64
 from ptxas_kit import ptxas_verbose, spill_bytes
 
 import bridge
@@ -21,6 +25,7 @@ import dsl.tile.lower.store_tma as store_tma
 from dsl import tile
 from dsl.sim.faults import SimulationError
 
+ROOT = Path(__file__).resolve().parents[2]
 BULK_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
 TMA_STORE = {"tma_store": True}
@@ -170,6 +175,45 @@ def test_the_switch_comes_from_the_environment_too(monkeypatch, rng):
     assert BULK_STORE in fresh.compile((a, b, tile.partition(c, (128, 128)), 64), "sm_90").ptx
 
 
+# ------------------------------------------------------------------------------ attention's output
+def _flash():
+    spec = importlib.util.spec_from_file_location("flash_attention_example", ROOT / "examples" / "flash_attention.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ATTENTION_RUNGS = {"tma": ({"loop_pipeline": "tma"}, None, None),
+                   "ws-128x128": ({"loop_pipeline": "ws", "setmaxnreg": "240/24"}, 8, (128, 128))}
+
+
+def _flash_rung(fa, rung: str, d: int, q, k, v, out, seq: int, causal: bool):
+    lowering, warps, tiles = ATTENTION_RUNGS[rung]
+    kern = tile.kernel(fa.flash_fwd.pyfunc, num_warps=warps, lowering={**lowering, **TMA_STORE})
+    if tiles is None:
+        return kern, fa.launch_args(q, k, v, out, seq, causal)
+    return kern, (q, k, v, tile.partition(out, (tiles[0], d)), seq, d ** -0.5, tiles[1], causal, 1)
+
+
+@pytest.mark.parametrize("rung", list(ATTENTION_RUNGS))
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_attention_stores_its_output_through_tma_in_the_simulator(rng, tmp_path, rung, d, causal):
+    """The forward's output tile (f32, BM x D) takes the same path: a staging tile of its own, since
+    its loops are product loops, not a GEMM loop with operand stages; ptxas: no spills."""
+    fa = _flash()
+    seq, heads = 256, 2
+    q, k, v = (rng.standard_normal((heads * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    out = np.full((heads * seq, d), np.nan, np.float32)
+    kern, args = _flash_rung(fa, rung, d, q, k, v, out, seq, causal)
+    ck = kern.compile(args, "sm_90")
+    assert ck.ptx.count(BULK_STORE) == d * 4 // 128 and "st.global" not in ck.ptx
+    assert spill_bytes(ptxas_verbose(ck.ptx, "sm_90a", tmp_path)) == 0
+    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    ref = attention64(*(x.astype(np.float32) for x in (q, k, v)), seq, causal)
+    np.testing.assert_allclose(out, ref, rtol=1e-2, atol=5e-3)
+
+
 # ------------------------------------------------------------------------------ GPU
 def _device_or_skip():
     dev = bridge.current_device()
@@ -200,3 +244,19 @@ def test_gpu_tma_store_gemm_matches_numpy(monkeypatch, rng, mode, which):
     tol = dict(rtol=1e-4, atol=1e-3) if odt == np.float32 else dict(rtol=2 ** -7, atol=2e-2)
     np.testing.assert_allclose(got[:m].astype(np.float64), ref, **tol)
     assert (got[m:] == odt(-3.25)).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rung", list(ATTENTION_RUNGS))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_flash_attention_with_a_tma_store_matches_float64(rng, rung, causal):
+    dev = _device_or_skip()
+    fa = _flash()
+    seq, heads, d = 512, 3, 128
+    q, k, v = (rng.standard_normal((heads * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    out = bridge.from_host(np.full((heads * seq, d), np.nan, np.float32))
+    kern, args = _flash_rung(fa, rung, d, *(bridge.from_host(x) for x in (q, k, v)), out, seq, causal)
+    assert BULK_STORE in kern.compile(args, dev.arch).ptx
+    kern(*args)
+    ref = attention64(*(x.astype(np.float32) for x in (q, k, v)), seq, causal)
+    np.testing.assert_allclose(out.to_host(), ref, rtol=1e-2, atol=5e-3)
