@@ -144,8 +144,29 @@ def test_ptxas_assembles_the_tma_store_gemms_without_spills(tmp_path, which, mod
         assert 3 * 48 * 1024 + 64 * 1024 <= ck.dynamic_smem < 4 * 48 * 1024 + 64 * 1024
 
 
-def test_a_staging_tile_that_cannot_fit_falls_back_to_direct_stores_and_says_so(rng):
-    """The persistent 128 x 256 f32 tile (128 KiB of its own) leaves too little for 3 stages."""
+def test_the_persistent_f32_tile_is_staged_in_two_rounds_beside_three_stages(tmp_path, rng):
+    """128 x 256 f32 is 128 KiB: beside 3 stages of 48 KiB only 4 of its 8 slabs fit at a time, so
+    the leader waits for the first round's reads before the second round is written. ptxas: 24 bytes
+    of spills (pinned; the pair stores: none)."""
+    ck = _compile_big("gemm", "pws", "bf16", np.float32, (128, 256), 64)
+    assert ck.ptx.count(BULK_STORE) == 8 and ck.ptx.count("cp.async.bulk.commit_group;") == 2
+    assert 3 * 48 * 1024 + 64 * 1024 <= ck.dynamic_smem < 4 * 48 * 1024 + 64 * 1024
+    assert spill_bytes(ptxas_verbose(ck.ptx, "sm_90a", tmp_path)) <= 24
+    for landing in ("issue", "wait"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("KB_SIM_TMA_LANDING", landing)
+            a, b, ref = operands(rng, "bf16", 264, 72, 520)
+            c = np.full((264, 520), np.nan, np.float32)
+            simulate("gemm", "pws", a, b, c, (128, 256), 64)
+            np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_a_staging_tile_that_cannot_fit_falls_back_to_direct_stores_and_says_so(monkeypatch, tmp_path, rng):
+    """With no room left beside 3 stages for even one slab (the slack set to take it all), the whole
+    tile is staged, does not fit, and the kernel is lowered again with pair stores. (A cache of its
+    own: the slack is no part of the compile keys.)"""
+    monkeypatch.setattr(store_tma, "RESERVE_SLACK", 200 * 1024)
+    monkeypatch.setenv("KB_CACHE_DIR", str(tmp_path))
     ck = _compile_big("gemm", "pws", "bf16", np.float32, (128, 256), 64)
     assert BULK_STORE not in ck.ptx and "st.global.v2.f32" in ck.ptx
     kinds = [p["kind"] for p in ck.metadata.get("slow_paths", [])]

@@ -44,23 +44,37 @@ def tma_store_ok(L, p, v: LV) -> bool:
     if not (L.tma_store and L.cc >= 90 and pairs_ok(L, p, v)):
         return False
     bm, bn = p.type.tile_shape
-    w = ROW_BYTES // v.dtype.itemsize
-    return bm % 8 == 0 and bm <= MAX_BOX and bn % w == 0 and tuple(v.layout.shape) == (bm, bn)
+    es = v.dtype.itemsize
+    if not (bm % 8 == 0 and bm <= MAX_BOX and bn * es % ROW_BYTES == 0 and tuple(v.layout.shape) == (bm, bn)):
+        return False
+    return L.persistent or bm * bn * es + SWIZZLE_ALIGN + RESERVE_SLACK <= L.opt_in    # one round fits
 
 
 RESERVE_SLACK = 2048     # shared bytes left beside a persistent kernel's stages and staging tile
+MIN_STAGES = 3           # what the sm_90 loop's pipeline needs (matmul/mma_sync.py)
 
 
-def staging_reserve(L, bm: int, bn: int) -> int:
-    """Shared bytes a persistent kernel's GEMM loop with BM x BN accumulators leaves for TMA-store
-    staging tiles of its own (0 where none will be asked for), so its operand stages are planned
-    around them: the largest 2-D partition store of that tile shape in the kernel, plus alignment."""
+def plan_staging(L, bm: int, bn: int, one: int, stages: int) -> int:
+    """The operand stages of a persistent kernel's sm_90 GEMM loop (BM x BN accumulators, `one` bytes
+    a stage, `stages` without TMA stores) beside the staging tile its TMA stores need, which it
+    records (L.staging_slabs[(BM, BN)]: slabs staged at a time). The whole tile where that leaves
+    MIN_STAGES stages, else the most slabs that do (stored in rounds: a 128 x 256 f32 tile, 128 KiB,
+    goes in two rounds of 64 KiB); `stages` as it was where nothing is asked for or nothing fits
+    (the stores then fall back)."""
     if not (L.tma_store and L.cc >= 90 and L.persistent):
-        return 0
+        return stages
     from dsl.tile import ir as T
     sizes = [s.param.type.dtype.itemsize for s in T.walk_stmts(L.fn.body) if isinstance(s, T.Store)
              and tuple(s.param.type.tile_shape) == (bm, bn) and s.param.type.dtype in (F32, F16, BF16)]
-    return bm * bn * max(sizes) + SWIZZLE_ALIGN if sizes else 0
+    if not sizes or bn * max(sizes) % ROW_BYTES:
+        return stages
+    slabs = bn * max(sizes) // ROW_BYTES
+    for group in (g for g in range(slabs, 0, -1) if slabs % g == 0):
+        beside = min(stages, (L.opt_in - group * bm * ROW_BYTES - SWIZZLE_ALIGN - RESERVE_SLACK) // one)
+        if beside >= MIN_STAGES:
+            L.staging_slabs[bm, bn] = group
+            return beside
+    return stages
 
 
 def _tensor_map(L, p, box: tuple[int, int]) -> N.Expr:
@@ -93,11 +107,26 @@ def _offset(row: N.Expr, col: N.Expr, bm: int, es: int) -> N.Expr:
     return N.BinOp("add", line, N.BinOp("xor", within, chunk, I32), I32)
 
 
-def _write_pairs(L, v: LV, base: N.Expr, bm: int) -> None:
+def _slab_of(v: LV, i: int, w: int) -> int:
+    """The slab of element i of accumulators whose warps split M only (wn 1): its column is the lane's
+    (below 8) plus 8 nt, so the slab is known here."""
+    lay = v.layout
+    return ((i // 4) % lay.nt) * 8 // w
+
+
+def _write_pairs(L, v: LV, base: N.Expr, bm: int, slabs: range) -> None:
+    """This thread's pairs in slabs `slabs` (all of them: any layout; fewer: warps split M only),
+    at their offsets from the first of those slabs."""
     es = v.dtype.itemsize
+    w = ROW_BYTES // es
     coords = v.layout.coords
+    whole = len(slabs) * w * es == v.layout.shape[1] * es
+    shift = c32(slabs.start * w)
     for i in range(0, len(v.elems), 2):
+        if not whole and _slab_of(v, i, w) not in slabs:
+            continue
         row, col = coords[i]
+        col = col if whole else N.BinOp("sub", col, shift, I32)
         at = L.tmp(N.BinOp("add", base, N.Cast(_offset(row, col, bm, es), U32), U32), "epa")
         if es == 4:
             L.asm("st.shared.v2.f32", [at, v.elems[i], v.elems[i + 1]])
@@ -113,33 +142,41 @@ def store_tma(L, p, v: LV) -> None:
     es = v.dtype.itemsize
     w = ROW_BYTES // es
     tmap = _tensor_map(L, p, (bm, w))
-    base, reused = _staging(L, bm * bn * es)
+    slabs = bn // w
+    group = L.staging_slabs.get((bm, bn), slabs) if L.persistent and v.layout.wn == 1 else slabs
+    base, reused = _staging(L, bm * group * ROW_BYTES)
     leader = L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
-    if L.persistent:
-        await_reads(L, leader)            # the previous tile's copies have read the buffer
-    if L.persistent or reused:            # ... and every warpgroup is past its last read of it
-        L.sync()
-    _write_pairs(L, v, base, bm)
-    L.asm("fence.proxy.async")
-    L.sync()
     ids = L.tile_ids(p)
     row0 = L.tmp(N.BinOp("mul", N.Cast(ids[0], I32), c32(bm), I32), "epr")
     col0 = L.tmp(N.BinOp("mul", N.Cast(ids[1], I32), c32(bn), I32), "epc")
-
-    def issue() -> None:
-        for s in range(bn // w):
-            L.asm("cp.async.bulk.tensor.2d.store", [tmap, N.BinOp("add", col0, c32(s * w), I32), row0,
-                                                    N.BinOp("add", base, N.Const(s * bm * ROW_BYTES, U32), U32)])
-        L.asm("cp.async.bulk.commit_group")
-        if not L.persistent:
-            L.asm("cp.async.bulk.wait_group.read", keep=0)
-    L.emit(N.If(leader, L.block_of(issue), []))
+    for first in range(0, slabs, group):
+        if L.persistent or first:
+            await_reads(L, leader)        # the previous round's (or tile's) copies have read the buffer
+        if L.persistent or reused or first:   # ... and every warpgroup is past its last read of it
+            L.sync()
+        _write_pairs(L, v, base, bm, range(first, first + group))
+        L.asm("fence.proxy.async")
+        L.sync()
+        last = first + group == slabs
+        L.emit(N.If(leader, L.block_of(lambda first=first, last=last: _issue(L, tmap, base, bm, w, row0, col0,
+                                                                            range(first, first + group), last)), []))
     if L.persistent and _drain not in L.after_tiles:
         L.after_tiles.append(_drain)
 
 
 def _wait_reads(L, leader: N.Expr) -> None:
     L.emit(N.If(leader, L.block_of(lambda: L.asm("cp.async.bulk.wait_group.read", keep=0)), []))
+
+
+def _issue(L, tmap, base, bm: int, w: int, row0, col0, slabs: range, last: bool) -> None:
+    """The leader's copies of slabs `slabs` (staged from `base` on) and their commit; a kernel that is
+    not persistent waits for the last round's reads at once (before it exits)."""
+    for k, s in enumerate(slabs):
+        L.asm("cp.async.bulk.tensor.2d.store", [tmap, N.BinOp("add", col0, c32(s * w), I32), row0,
+                                                N.BinOp("add", base, N.Const(k * bm * ROW_BYTES, U32), U32)])
+    L.asm("cp.async.bulk.commit_group")
+    if last and not L.persistent:
+        L.asm("cp.async.bulk.wait_group.read", keep=0)
 
 
 def await_reads(L, leader: N.Expr) -> None:

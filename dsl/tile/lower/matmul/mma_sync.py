@@ -118,15 +118,10 @@ def _wgmma_ok(L, esize: int, b_kmajor: bool, bm: int, bn: int, bk: int) -> bool:
 
 def _wgmma_stages(L, bm: int, bn: int, one: int) -> int:
     """Operand stages of an sm_90 loop: as many as WG_DYN_LIMIT holds, or, where a persistent kernel
-    stages its TMA stores in shared memory of their own (store_tma.staging_reserve), as many as fit
-    beside that buffer, if that still leaves the 3 the pipeline needs (else the stores fall back)."""
-    from dsl.tile.lower.store_tma import RESERVE_SLACK, staging_reserve
-    stages = min(WG_MAX_STAGES, WG_DYN_LIMIT // one)
-    reserve = staging_reserve(L, bm, bn)
-    if reserve:
-        beside = min(stages, (L.opt_in - reserve - RESERVE_SLACK) // one)
-        stages = beside if beside >= 3 else stages
-    return stages
+    stages its TMA stores in shared memory of their own, as many as fit beside that buffer
+    (store_tma.plan_staging)."""
+    from dsl.tile.lower.store_tma import plan_staging
+    return plan_staging(L, bm, bn, one, min(WG_MAX_STAGES, WG_DYN_LIMIT // one))
 
 
 def match(L, s: T.For, max_stages: int) -> MmaPlan | None:
