@@ -70,17 +70,18 @@ def atomic_region(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> None:
     index = list(index) if isinstance(index, tuple) else [index]
     if len(index) != nd:
         raise fe.err(node, f"{call}: index has {len(index)} components, `{p.name}` has {nd} axes")
-    indices = []
+    indices, region = [], []
     for k, c in enumerate(index):
         e = fe.as_expr(c, node, like=I64)
         if e.type.shape != () or not e.type.dtype.is_int:
             raise fe.err(node, f"{call}: index components must be integer scalars (tile units), got {e.type}")
-        base = ops.binary("mul", ops.cast(e, I64, loc), shape[k], loc)
+        region.append(ops.cast(e, I64, loc))
+        base = ops.binary("mul", region[-1], shape[k], loc)
         offs = ops.cast(T.Arange(TileType(SCALARS["i32"], (shape[k],)), loc), I64, loc)
         unit = tuple(shape[k] if j == k else 1 for j in range(nd))
         offs = T.Reshape(offs, TileType(I64, unit), loc)
         indices.append(ops.broadcast(ops.binary("add", base, offs, loc), shape, loc))
-    fe.emit(T.Scatter(op, p, indices, value, None, loc))
+    fe.emit(T.Scatter(op, p, indices, value, None, loc, region))
 
 
 def _index_tiles(fe: Any, v: object, nd: int, node: ast.AST, call: str, p: T.TParam) -> list[T.TExpr]:

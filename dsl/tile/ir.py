@@ -293,6 +293,9 @@ class Scatter(TStmt):
     value: TExpr
     mask: TExpr | None = None
     loc: Loc = NOLOC
+    # the region form (tile.atomic_<op>): the region's index per axis, in tile units of the value's
+    # shape, from which `indices` were made; a lowering may update the region as a whole (TMA reduce)
+    region: list[TExpr] | None = None
 
 
 @dataclass(eq=False)

@@ -102,13 +102,15 @@ def _tma() -> Probe:
 STORE_BOXES = {"f32": ((16, 32), (40, 72), ((48, 30), (-16, -3))),     # box, array, (column, row) of each
                "f16": ((16, 64), (40, 104), ((60, 30), (-40, -5)))}     # store: past the bottom-right, before the top-left
 STORE_SENTINEL = {"f32": np.float32(-7.5), "f16": np.float16(-7.5)}
+REDUCE_AT = ((8, 30), (-20, -6))        # (column, row) of the f32 stage's two reduce-adds into `dr`
 
 
 def _tma_store() -> Probe:
     """Every thread writes its words of two 2048-byte stages in physical order (f32 pairs by
     st.shared.v2.f32 into the first, packed f16 pairs by st.shared.b32 into the second), then
     fence.proxy.async and a barrier; thread 0 stores each stage to two places of its array by TMA
-    (one bulk group per array), waits until one group may still read, then none. The arrays keep
+    (one bulk group per array) and reduce-adds the f32 stage into `dr` at two places (a third group),
+    waits until one group may still read, then none. The arrays keep
     their sentinel outside the boxes and past their edges; inside, box element (r, c) is what the
     128-byte swizzle puts at stage chunk c' ^ (r % 8) (the probe's own swizzle_128 reference)."""
     stage_bytes = 2048
@@ -117,7 +119,9 @@ def _tma_store() -> Probe:
     def build(b: Builder) -> None:
         x32, x16 = b.array("x32", F32), b.array("x16", U32)
         d32, d16 = b.array("d32", F32, ndim=2, out=True), b.array("d16", F16, ndim=2, out=True)
+        dr = b.array("dr", F32, ndim=2, out=True)
         maps = {"f32": b.tensor_map(d32, STORE_BOXES["f32"][0], 128), "f16": b.tensor_map(d16, STORE_BOXES["f16"][0], 128)}
+        rmap = b.tensor_map(dr, STORE_BOXES["f32"][0], 128)
         _, base, _ = b.aligned_dynamic("stage", U32)
         for j in range(words // 2 // b.block):          # f32 pairs: 8 bytes a thread a step
             pair = binop("add", b.tid, c32(j * b.block))
@@ -137,6 +141,9 @@ def _tma_store() -> Probe:
                     b.asm("cp.async.bulk.tensor.2d.store",
                           [maps[name], c32(col), c32(row), N.BinOp("add", base, cu(k * stage_bytes), U32)])
                 b.asm("cp.async.bulk.commit_group")
+            for col, row in REDUCE_AT:
+                b.asm("cp.reduce.async.bulk.tensor.2d.add", [rmap, c32(col), c32(row), base])
+            b.asm("cp.async.bulk.commit_group")
             b.asm("cp.async.bulk.wait_group.read", keep=1)
             b.asm("cp.async.bulk.wait_group.read", keep=0)
         b.when(N.Compare("eq", b.tid, c32(0)), store)
@@ -147,8 +154,10 @@ def _tma_store() -> Probe:
             arr = aligned(STORE_BOXES[name][1], dt, 16)
             arr[...] = STORE_SENTINEL[name]
             out["d" + name[1:]] = arr
+        dr = aligned(STORE_BOXES["f32"][1], np.float32, 16)
+        dr[...] = rng.standard_normal(dr.shape).astype(np.float32)
         return {"x32": rng.standard_normal(words).astype(np.float32),
-                "x16": rng.standard_normal(2 * words).astype(np.float16).view(np.uint32), **out}
+                "x16": rng.standard_normal(2 * words).astype(np.float16).view(np.uint32), "dr": dr, **out}
 
     def reference(a):
         got = {}
@@ -163,6 +172,14 @@ def _tma_store() -> Probe:
                         if 0 <= row + r < shape[0] and 0 <= col + c < shape[1]:
                             want[row + r, col + c] = box[r, c]
             got["d" + name[1:]] = want
+            if name == "f32":             # the same stage added into dr at two places, each element once
+                added = a["dr"].copy()
+                for col, row in REDUCE_AT:
+                    for r in range(rows):
+                        for c in range(cols):
+                            if 0 <= row + r < shape[0] and 0 <= col + c < shape[1]:
+                                added[row + r, col + c] = np.float32(added[row + r, col + c] + box[r, c])
+                got["dr"] = added
         return got
     return Probe("tma-store", 128, build, inputs, reference, shared_mem=2 * stage_bytes + 1024)
 

@@ -15,7 +15,8 @@ How the hardware behaviour is modelled:
   cannot complete any more (no copy in flight in a lock-step simulation) is a SimulationError: a
   deadlock on the GPU.
 - A TMA store (cp.async.bulk.tensor ... global.shared::cta) reads its box from shared memory through the
-  map's swizzle and writes the part inside the array. Under the same KB_SIM_TMA_LANDING it reads at
+  map's swizzle and writes the part inside the array; a TMA reduce-add (cp.reduce.async.bulk.tensor
+  .add) adds it, element by element in the array's type. Under the same KB_SIM_TMA_LANDING it reads at
   issue, or at the cp.async.bulk.wait_group.read that completes its bulk group (shared memory rewritten
   before that wait then reaches the array); a thread that exits with a store not waited for is a
   SimulationError (its block's shared memory would be gone under the copy).
@@ -215,6 +216,7 @@ class _BulkStore:
     c0: int
     c1: int
     src: int
+    add: bool = False         # a reduce-add (cp.reduce.async.bulk.tensor .add), not a store
 
 
 class _BulkGroups(dict):
@@ -247,21 +249,28 @@ def _store_box(st: _BulkStore, mach) -> None:
     r_lo, c_lo = max(st.c1, 0), max(st.c0, 0)
     r_hi, c_hi = min(data.shape[0], st.c1 + rows), min(data.shape[1], st.c0 + cols)
     if r_hi > r_lo and c_hi > c_lo:
-        data[r_lo:r_hi, c_lo:c_hi] = box[r_lo - st.c1:r_hi - st.c1, c_lo - st.c0:c_hi - st.c0]
+        part = box[r_lo - st.c1:r_hi - st.c1, c_lo - st.c0:c_hi - st.c0]
+        if st.add:            # each element one atomic add in the array's type
+            data[r_lo:r_hi, c_lo:c_hi] = (data[r_lo:r_hi, c_lo:c_hi] + part).astype(data.dtype)
+        else:
+            data[r_lo:r_hi, c_lo:c_hi] = part
 
 
-def _tma_store_2d(args: list, mach, lanes: np.ndarray) -> None:
-    """cp.async.bulk.tensor.2d.global.shared::cta [map, {c0, c1}], [src]: box rows c1.., columns c0..
-    Under KB_SIM_TMA_LANDING=issue (the default) the box is read from shared memory at once, the
-    earliest the copy engine may; under "wait" at the wait_group.read that completes it, the latest
-    (shared memory rewritten before that wait then shows in the array, as it may on the GPU)."""
-    for k, lane in enumerate(lanes):
-        tmap = np.asarray(args[0], dtype=object).reshape(-1)[k]
-        c0, c1, src = (int(np.asarray(a).reshape(-1)[k]) for a in args[1:4])
-        st = _BulkStore(int(mach.lanes.blk[lane]), tmap, c0, c1, src)
-        if not _lands_at_wait(mach):
-            _store_box(st, mach)
-        _bulk(mach).setdefault(int(lane), ([], []))[0].append(st)
+def _bulk_copy(add: bool) -> Callable:
+    """cp.async.bulk.tensor.2d.global.shared::cta [map, {c0, c1}], [src] (`add`: cp.reduce ... .add):
+    box rows c1.., columns c0.. Under KB_SIM_TMA_LANDING=issue (the default) the box is read from
+    shared memory at once, the earliest the copy engine may; under "wait" at the wait_group.read that
+    completes it, the latest (shared memory rewritten before that wait then shows in the array, as it
+    may on the GPU)."""
+    def run(args: list, mach, lanes: np.ndarray) -> None:
+        for k, lane in enumerate(lanes):
+            tmap = np.asarray(args[0], dtype=object).reshape(-1)[k]
+            c0, c1, src = (int(np.asarray(a).reshape(-1)[k]) for a in args[1:4])
+            st = _BulkStore(int(mach.lanes.blk[lane]), tmap, c0, c1, src, add)
+            if not _lands_at_wait(mach):
+                _store_box(st, mach)
+            _bulk(mach).setdefault(int(lane), ([], []))[0].append(st)
+    return semantics(run, machine=True, per_thread=True)
 
 
 def _bulk_commit(args: list, mach, lanes: np.ndarray) -> None:
@@ -286,7 +295,7 @@ def bulk_wait_read(keep: int) -> Callable:
     return semantics(run, machine=True, per_thread=True)
 
 
-tma_store_2d = semantics(_tma_store_2d, machine=True, per_thread=True)
+tma_store_2d, tma_reduce_add_2d = _bulk_copy(False), _bulk_copy(True)
 bulk_commit = semantics(_bulk_commit, machine=True, per_thread=True)
 
 

@@ -175,6 +175,7 @@ _BAR = "mbarrier.{}.shared::cta.b64"
 _TMA_2D = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
            "[$0], [$1, {$2, $3}], [$4];")
 _TMA_2D_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [$0, {$1, $2}], [$3];"
+_TMA_2D_REDUCE_ADD = "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [$0, {$1, $2}], [$3];"
 _U32X4 = TupleType((U32,) * 4)
 _F32X4 = TupleType((F32,) * 4)
 
@@ -261,6 +262,11 @@ _ROWS = (
               "TMA store: the box at shared address $3 (laid out as the tensor map's swizzle stores it) to "
               "the tensor map's array at coordinates $1 inner, $2 outer; box elements outside the array are "
               "not written; completes in this thread's bulk groups"),
+    PtxFamily("cp.reduce.async.bulk.tensor.2d.add", _TMA_2D_REDUCE_ADD, "l,r,r,r", VOID, True, 90,
+              "sm90:tma_reduce_add_2d", "TMA reduce: the box at shared address $3 (laid out as the tensor "
+              "map's swizzle stores it) added element by element, atomically, into the tensor map's array at "
+              "coordinates $1 inner, $2 outer; box elements outside the array are skipped; completes in this "
+              "thread's bulk groups"),
     PtxFamily("cp.async.bulk.commit_group", "cp.async.bulk.commit_group;", "", VOID, True, 90,
               "sm90:bulk_commit", "close this thread's pending bulk (TMA store) copies into a bulk group"),
     PtxFamily("cp.async.bulk.wait_group.read", lambda keep: f"cp.async.bulk.wait_group.read {keep};", "", VOID,
