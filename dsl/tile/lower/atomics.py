@@ -34,9 +34,14 @@ class AtomicsLowering:
         return [self.to_layout(self.expr(e), "D") for e in exprs]  # type: ignore[attr-defined]
 
     def scatter(self, s: T.Scatter) -> None:
+        from dsl.tile.lower.store_tma import reduce_ok, reduce_tma
         arr = self.pref(s.param)  # type: ignore[attr-defined]
         dt = s.param.type.dtype
-        value, *idx_lvs = self._blocked([s.value, *s.indices])
+        v = self.expr(s.value)  # type: ignore[attr-defined]
+        if reduce_ok(self, s, v):
+            return reduce_tma(self, s, v)       # a region of accumulators by TMA reduce-adds (store_tma.py)
+        value = self.to_layout(v, "D")  # type: ignore[attr-defined]
+        idx_lvs = self._blocked(list(s.indices))
         mask_lv = self._blocked([s.mask])[0] if s.mask is not None else None
         own = self.geo.owner(value.size)  # type: ignore[attr-defined]
         for r, v in enumerate(value.elems):

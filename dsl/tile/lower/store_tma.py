@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dsl.ir import nodes as N
 from dsl.ir.types import BF16, F16, F32, I32, U32
-from dsl.tile.lower.layout import LV, c32, log2
+from dsl.tile.lower.layout import LV, MmaLayout, c32, log2
 from dsl.tile.lower.matmul.fragments import pack_pairs
 from dsl.tile.lower.matmul.stages import SWIZZLE_ALIGN, aligned_base
 from dsl.tile.lower.store import pairs_ok
@@ -78,23 +78,26 @@ def plan_staging(L, bm: int, bn: int, one: int, stages: int) -> int:
 
 
 def _tensor_map(L, p, box: tuple[int, int]) -> N.Expr:
-    """The store's tensor map of `p` (box [BM, W], 128-byte swizzle), one per partition."""
+    """The copies' tensor map of `p` (box [BM, W], 128-byte swizzle), one per array."""
     from dsl.tile.lower.matmul.tma import _tensor_map_param
     if p.name not in L.store_maps:
-        L.store_maps[p.name] = _tensor_map_param(L, p, box, ROW_BYTES)
-    return L.store_maps[p.name]
+        L.store_maps[p.name] = (_tensor_map_param(L, p, box, ROW_BYTES), box)
+    return L.store_maps[p.name][0]
 
 
-def _staging(L, nbytes: int) -> tuple[N.Expr, bool]:
-    """(1024-byte aligned shared address of the staging tile, whether it reuses the GEMM's operand stages)."""
-    if not L.persistent:      # every GEMM loop ends with its copies landed and its reads done
+def _staging(L, nbytes: int, slot: str = "tma_store", reuse: bool = True) -> tuple[N.Expr, bool]:
+    """(1024-byte aligned shared address of the staging tile, whether it reuses the GEMM's operand
+    stages: `reuse`, not persistent, and a GEMM loop is done with them); else scratch `slot` of its own."""
+    if reuse and not L.persistent:      # every GEMM loop ends with its copies landed and its reads done
         for plan in L.mma_plans.values():
             if plan.operand_buf is not None:
                 L.dyn_bytes = max(L.dyn_bytes, nbytes + SWIZZLE_ALIGN)
                 return aligned_base(L, plan.operand_buf, "epi"), True
     words = (nbytes + SWIZZLE_ALIGN) // 4
-    L.tma_store_bytes = max(L.tma_store_bytes, 4 * words)
-    return aligned_base(L, L.scratch(U32, words, slot="tma_store"), "epi"), False
+    before = L.scratch_size.get(f"u32_{slot}", 0)
+    buf = L.scratch(U32, words, slot=slot)
+    L.tma_store_bytes += 4 * (L.scratch_size[f"u32_{slot}"] - before)     # the staging bytes of all slots
+    return aligned_base(L, buf, "epi"), False
 
 
 def _offset(row: N.Expr, col: N.Expr, bm: int, es: int) -> N.Expr:
@@ -112,6 +115,52 @@ def _slab_of(v: LV, i: int, w: int) -> int:
     (below 8) plus 8 nt, so the slab is known here."""
     lay = v.layout
     return ((i // 4) % lay.nt) * 8 // w
+
+
+def reduce_ok(L, s, v: LV) -> bool:
+    """tile.atomic_add of `v` into a region of a 2-D f32 tile.Atomic array goes through TMA reduce-adds:
+    the region form, tma_store asked for, sm_90, accumulator pairs whose rows are 16-byte aligned,
+    whole 128-byte slabs of at most MAX_BOX rows, one region shape per array."""
+    from dsl.tile.types import chunked_rows
+    p = s.param
+    if not (s.op == "add" and s.region is not None and s.mask is None and L.tma_store and L.cc >= 90
+            and isinstance(v.layout, MmaLayout) and p.type.ndim == 2 and v.dtype == F32 == p.type.dtype
+            and chunked_rows(L.facts.get(p.name, {}), 4)):
+        return False
+    bm, bn = v.layout.shape
+    if p.name in L.store_maps and L.store_maps[p.name][1] != (bm, ROW_BYTES // 4):
+        return False
+    return bm % 8 == 0 and bm <= MAX_BOX and bn * 4 % ROW_BYTES == 0 and \
+        bm * bn * 4 + SWIZZLE_ALIGN + RESERVE_SLACK <= L.opt_in
+
+
+def reduce_tma(L, s, v: LV) -> None:
+    """The region's atomic add by TMA reduce-adds of the staged tile, one per slab. In a loop, the
+    leader waits for the previous update's reads before the tile is written again."""
+    p = s.param
+    L.arch_specific = True
+    L.relied.add(p.name)
+    bm, bn = v.layout.shape
+    w = ROW_BYTES // 4
+    tmap = _tensor_map(L, p, (bm, w))
+    base, _ = _staging(L, bm * bn * 4, slot="tma_reduce", reuse=False)
+    leader = L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
+    await_reads(L, leader)
+    L.sync()
+    _write_pairs(L, v, base, bm, range(bn // w))
+    L.asm("fence.proxy.async")
+    L.sync()
+    row0, col0 = (L.tmp(N.BinOp("mul", N.Cast(L.scalar(e), I32), c32(t), I32), "epo")
+                  for e, t in zip(s.region, (bm, bn)))
+
+    def issue() -> None:
+        for k in range(bn // w):
+            L.asm("cp.reduce.async.bulk.tensor.2d.add", [tmap, N.BinOp("add", col0, c32(k * w), I32), row0,
+                                                       N.BinOp("add", base, N.Const(k * bm * ROW_BYTES, U32), U32)])
+        L.asm("cp.async.bulk.commit_group")
+    L.emit(N.If(leader, L.block_of(issue), []))
+    if _drain not in L.after_tiles:
+        L.after_tiles.append(_drain)
 
 
 def _write_pairs(L, v: LV, base: N.Expr, bm: int, slabs: range) -> None:
