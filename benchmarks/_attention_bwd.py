@@ -1,6 +1,7 @@
 """The backward case of benchmarks/attention.py (`--backward`): examples/flash_attention_bwd.py
 (preprocess + dK/dV + dQ, given the forward's O and log-sum-exp from flash_fwd_lse) against torch SDPA's
-flash and cuDNN backward, bf16. SDPA's backward is timed alone: autograd.grad of a forward recorded
+flash and cuDNN backward, bf16, and the fused backward (examples/flash_attention_bwd_fused.py: one kernel,
+dQ added atomically, per element or by TMA reduce-adds). SDPA's backward is timed alone: autograd.grad of a forward recorded
 under each backend (retain_graph), so its time holds the backend's backward kernels and nothing of the
 forward. Each implementation is checked against SDPA's flash gradients before timing. TFLOP/s count the
 backward as 2.5x the forward's 4*B*H*S^2*D (halved when causal), as FlashAttention's papers do. Bar
@@ -34,11 +35,30 @@ def _label(lowering: dict | None) -> str:
     return "".join((" Q/K shared" if k == "wgmma_a" else f" {k}") for k in (lowering or {}))
 
 
-def load_backward():
-    spec = importlib.util.spec_from_file_location("flash_attention_bwd", ROOT / "examples" / "flash_attention_bwd.py")
+def load_backward(name: str = "flash_attention_bwd"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+# the fused backward (examples/flash_attention_bwd_fused.py: dK, dV and dQ in one kernel, dQ added
+# atomically; 5 products a block pair, not 7): label -> tma (dQ's adds by TMA reduce-adds)
+FUSED = {"DSL tile flash_bwd fused (atomic dQ)": False, "DSL tile flash_bwd fused (TMA reduce dQ)": True}
+
+
+def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, tma: bool) -> tuple:
+    """(fn(i) running the fused backward's two launches, (dq, dk, dv)), as `ours` for the two-kernel one."""
+    d, group = q.shape[-1], q.shape[1] // k.shape[1]
+    x = [t.reshape(-1, d) for t in (q, k, v, dout)]
+    rows, kv_rows = x[0].shape[0], x[1].shape[0]
+
+    def new(*shape):
+        return torch.full(shape, float("nan"), device="cuda")
+    o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
+    fused.bwd.fwd.flash_fwd_lse(*fused.bwd.fwd.launch_args_lse(x[0], x[1], x[2], o, lse, s, causal, group=group))
+    steps = fused.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group, tma=tma)
+    return (lambda i: fused.bwd.run(steps)), (dq, dk, dv)
 
 
 def ours(torch, bwd, q, k, v, dout, s: int, causal: bool, config: tuple | None = None) -> tuple:
@@ -120,6 +140,7 @@ def rel_err(got, want) -> float:
 def backward_cases(rep: Any, torch, reps: int, sweep: bool) -> list[str]:
     """Time ours and SDPA's backends at BWD_SHAPES, causal and not; rows into `rep`; returns failures."""
     bwd = load_backward()
+    fused = load_backward("flash_attention_bwd_fused")
     failed: list[str] = []
     for b, h, s, d in BWD_SHAPES:
         g = torch.Generator(device="cuda").manual_seed(s + d + 1)
@@ -135,9 +156,17 @@ def backward_cases(rep: Any, torch, reps: int, sweep: bool) -> list[str]:
             if sweep:
                 configs.update({f"DSL tile flash_bwd {o}x{st} w{w}" + _label(low): (o, st, w, low)
                                 for o, st, w, low in BWD_SWEEP[d]})
-            for label, config in configs.items():
-                fn, got = ours(torch, bwd, q, k, v, dout, s, causal, config)
-                fn(0)
+            runs = [(label, lambda config=config: ours(torch, bwd, q, k, v, dout, s, causal, config))
+                    for label, config in configs.items()]
+            runs += [(label, lambda tma=tma: ours_fused(torch, fused, q, k, v, dout, s, causal, tma))
+                     for label, tma in FUSED.items()]
+            for label, make in runs:
+                try:
+                    fn, got = make()
+                    fn(0)
+                except Exception as exc:   # noqa: BLE001 - a variant that does not build is a failure row, not the end
+                    failed.append(f"{name}: {label}: {type(exc).__name__}: {exc}"[:300])
+                    continue
                 err = rel_err(got, want)
                 if not err < MAX_REL_ERR:
                     failed.append(f"{name}: {label}: max |ours - SDPA| / max |SDPA| = {err:.3g}")

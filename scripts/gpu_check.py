@@ -46,6 +46,7 @@ EXAMPLES = ["examples/quickstart.py", "examples/mixed_pipeline.py", "examples/to
             "examples/jax_jit.py", "examples/graph_capture.py", "examples/link_cpp_device.py",
             "examples/porting/run_porting.py", "examples/flash_attention.py", "examples/attention_op.py",
             "examples/flash_attention_varlen.py", "examples/attention_varlen_op.py",
+            "examples/flash_attention_bwd_fused.py",
             "examples/launch_features.py", "examples/triton_tutorials/05_layer_norm.py"]
 BENCHMARKS = ["benchmarks/launch_overhead.py", "benchmarks/launch_breakdown.py", "benchmarks/elementwise.py",
               "benchmarks/simt_parity.py", "benchmarks/tile_ops.py", "benchmarks/gemm.py", "benchmarks/attention.py",

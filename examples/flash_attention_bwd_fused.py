@@ -1,0 +1,203 @@
+"""Flash attention backward in one pass over the keys: dK, dV and dQ from one tile kernel, dQ added
+atomically (FlashAttention-2's scheme, and FlashAttention-3's on sm_90, where the dQ tiles leave by TMA
+reduce-adds). Five products per block pair, against the seven of examples/flash_attention_bwd.py, whose
+separate dQ kernel computes S and dP again; the price is a dQ in f32 that many blocks add into, so its
+last bits depend on the order the blocks run in (the two-kernel backward is deterministic).
+
+    python examples/flash_attention_bwd_fused.py        # GPU when present (bf16), else the simulator
+
+  1. `attn_bwd_preprocess_zero`: Delta_i = rowsum(dO_i * O_i), and dQ set to zero, one pass over the rows;
+  2. `flash_bwd_fused`: a block owns BN key rows of one (batch, key/value head) and walks its query
+     blocks (of every query head of its group), accumulating dV += P^T dO and dK += dS^T Q in registers,
+     and adding dQ_i += dS K scale into the query block's rows of dQ, a tile.Atomic array. Under the
+     tile lowering's `tma_store` switch on sm_90 that add is one TMA reduce-add per 128-byte column slab
+     of the staged tile (`fused_kernel(..., tma=True)`); otherwise an atomic add per element.
+Same inputs and tiles as the two-kernel backward (its `pick_tiles`, `_check_arguments`), dQ in f32.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bridge import DTypeError
+from dsl import TypeVar, f32, i32, tile
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+import flash_attention_bwd as bwd  # noqa: E402  (a sibling example, not a package)
+
+E = TypeVar("E")
+F = TypeVar("F")
+G = TypeVar("G")
+LOG2E = bwd.LOG2E
+
+
+@tile.kernel
+def attn_bwd_preprocess_zero(o: tile.Array[F, 2], dout: tile.Array[E, 2], delta: tile.Partition[f32, 1],
+                             dq: tile.Partition[f32, 2]):
+    """Delta_i = sum_d dO_id O_id, and the block's rows of dQ set to zero for the atomic adds."""
+    (br,) = delta.tile_shape
+    _, d = dq.tile_shape
+    i = tile.bid(0)
+    prod = tile.load(o, (i, 0), (br, d)).astype(f32) * tile.load(dout, (i, 0), (br, d)).astype(f32)
+    delta.store(tile.sum(prod, axis=1))
+    dq.store(tile.zeros((br, d), f32))
+
+
+@tile.func
+def fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, qb, col0, row0, scale2, scale, bm, bn, d, causal):
+    """Query block `qb` (its first row row0 in its sequence) against this block's keys: dK and dV
+    accumulated, dQ added."""
+    qi = tile.load(q, (qb, 0), (bm, d))
+    doi = tile.load(dout, (qb, 0), (bm, d))
+    st = tile.matmul(kt, tile.transpose(qi)) * scale2                            # S^T (bn, bm)
+    if causal:
+        c = col0 + tile.arange(bn)[:, None]
+        r = row0 + tile.arange(bm)[None, :]
+        st = tile.where(c <= r, st, -tile.inf)
+    pt = tile.exp2(st - (tile.load(lse, (qb,), (bm,)) * LOG2E)[None, :])
+    dv_acc = dv_acc + tile.matmul(pt.astype(q.dtype), doi)
+    dpt = tile.matmul(vt, tile.transpose(doi))                                     # dP^T (bn, bm)
+    dst = (pt * (dpt - tile.load(delta, (qb,), (bm,))[None, :])).astype(q.dtype)  # dS^T
+    dk_acc = dk_acc + tile.matmul(dst, qi)
+    tile.atomic_add(dq, (qb, 0), tile.matmul(tile.transpose(dst), kt) * scale)   # dQ_i += dS K scale
+    return dk_acc, dv_acc
+
+
+@tile.kernel
+def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
+                    lse: tile.Array[f32, 1], delta: tile.Array[f32, 1], dq: tile.Atomic[f32, 2],
+                    dk: tile.Partition[G, 2], dv: tile.Partition[G, 2], seq: i32, scale: f32, bm: tile.Constant,
+                    causal: tile.Constant, group: tile.Constant):
+    bn, d = dk.tile_shape
+    j = tile.bid(0)
+    head = (j * bn) // seq                      # which (batch, key/value head) these key rows belong to
+    col0 = j * bn - head * seq                  # first key position of the tile in its sequence
+    kt = tile.load(k, (j, 0), (bn, d))
+    vt = tile.load(v, (j, 0), (bn, d))
+    dk_acc = tile.zeros((bn, d), f32)
+    dv_acc = tile.zeros((bn, d), f32)
+    q0 = head * group * (seq // bm)             # the first query block of the group's first query head
+    scale2 = scale * LOG2E
+    start = 0
+    if causal:                                  # query blocks that end before col0 see none of these keys
+        start = col0 // bm
+    for g in range(group):                      # query head (batch, head * group + g)
+        for i in range(start, seq // bm):
+            dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + g * (seq // bm) + i,
+                                        col0, i * bm, scale2, scale, bm, bn, d, causal)
+    dk.store(dk_acc * scale)
+    dv.store(dv_acc)
+
+
+_KERNELS: dict[bool, Any] = {}     # documented cache: tma -> the fused kernel under that lowering
+
+
+def fused_kernel(tma: bool = False) -> Any:
+    """flash_bwd_fused, with `tma`: under the `tma_store` switch (dQ's adds by TMA reduce-adds on sm_90)."""
+    if tma not in _KERNELS:
+        _KERNELS[tma] = tile.kernel(flash_bwd_fused.pyfunc, lowering={"tma_store": True}) if tma else flash_bwd_fused
+    return _KERNELS[tma]
+
+
+def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any, dq: Any, dk: Any, dv: Any,
+                seq: int, causal: bool, scale: float | None = None, tensor_cores: bool | None = None,
+                wgmma: bool | None = None, group: int = 1, tma: bool = False) -> list[tuple[Any, tuple]]:
+    """The fused backward's two launches, [(kernel, arguments)], for the arrays of the two-kernel
+    backward's launch_args (checked the same way before anything runs); `dq` must be float32 (the
+    atomic adds), and is overwritten (set to zero, then added into)."""
+    bwd._check_arguments(q, seq, group, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
+                         {"lse": lse, "delta": delta})
+    if not str(dq.dtype).endswith("float32"):
+        raise DTypeError(f"dq: expected float32 (blocks add into it atomically), got {dq.dtype}", arg_name="dq")
+    d = q.shape[1]
+    own, stream = bwd.pick_tiles(d, seq, tensor_cores, wgmma)
+    sc = float(scale if scale is not None else d ** -0.5)
+    return [(attn_bwd_preprocess_zero, (o, dout, tile.partition(delta, (stream,)), tile.partition(dq, (stream, d)))),
+            (fused_kernel(tma), (q, k, v, dout, lse, delta, dq, tile.partition(dk, (own, d)),
+                                 tile.partition(dv, (own, d)), seq, sc, stream, bool(causal), group))]
+
+
+def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool, simulate: bool = False,
+                         group: int = 1, tma: bool = False) -> tuple[Any, Any, Any, Any]:
+    """(o, dq, dk, dv), f32, as the two-kernel example's forward_and_backward, with the fused backward."""
+    rows, d = q.shape
+    kv_rows = k.shape[0]
+    if simulate:
+        def new(*shape):
+            return np.full(shape, np.nan, np.float32)
+    else:
+        import torch
+
+        def new(*shape):
+            return torch.full(shape, float("nan"), device=q.device, dtype=torch.float32)
+    o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
+    fwd = bwd.fwd
+    lse_kernel = fwd.lse_kernel(d, not simulate and fwd.on_warpgroup_mma())
+    (lse_kernel.simulate if simulate else lse_kernel)(*fwd.launch_args_lse(q, k, v, o, lse, seq, causal, group=group))
+    bwd.run(launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, group=group, tma=tma), simulate)
+    return o, dq, dk, dv
+
+
+def run_gpu(batch: int, heads: int, seq: int, d: int, kv_heads: int | None = None, tma: bool = False) -> None:
+    """Ours against torch autograd of SDPA in float64 on the same bf16 inputs (the two-kernel example's
+    bound, 1e-2 of the largest gradient)."""
+    import torch
+    import torch.nn.functional as F
+
+    hk = heads if kv_heads is None else kv_heads
+    g = torch.Generator(device="cuda").manual_seed(d)
+    q, k, v, dout = (torch.randn(batch, h, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                     for h in (heads, hk, hk, heads))
+    for causal in (False, True):
+        _, *grads = forward_and_backward(*(x.reshape(-1, d) for x in (q, k, v, dout)), seq, causal,
+                                         group=heads // hk, tma=tma)
+        x64 = [x.double().requires_grad_() for x in (q, k, v)]
+        F.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=hk != heads).backward(dout.double())
+        worst = max(((ours.reshape(x.shape) - x.grad).abs().max() / x.grad.abs().max()).item()
+                    for ours, x in zip(grads, x64))
+        print(f"GPU fused{' tma' if tma else ''} B{batch} H{heads} H_kv{hk} S{seq} D{d} causal={causal}: "
+              f"max |ours - autograd(f64)| / max |grad| = {worst:.2e}")
+        assert worst < 1e-2, worst
+
+
+def run_simulator(seq: int, d: int, group: int = 1) -> None:
+    rng = np.random.default_rng(0)
+    q, dout = (rng.standard_normal((2 * seq, d)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((2 * seq // group, d)).astype(np.float32) for _ in range(2))
+    for causal in (False, True):
+        _, *grads = forward_and_backward(q, k, v, dout, seq, causal, simulate=True, group=group)
+        ref = bwd.reference(q, k, v, dout, seq, causal, group)
+        err = max(float(np.abs(got - want).max()) for got, want in zip(grads, ref))
+        print(f"simulator fused S{seq} D{d} group={group} causal={causal}: max |ours - NumPy| = {err:.2e}")
+        assert err < 1e-2, err
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--simulate", action="store_true", help="run on the CPU simulator even with a GPU")
+    args = ap.parse_args(argv)
+    import bridge
+    if bridge.gpu_available() and not args.simulate:
+        for d in (64, 128):
+            for tma in (False, True):
+                run_gpu(2, 4, args.seq, d, tma=tma)
+            run_gpu(2, 4, args.seq, d, kv_heads=2)
+        print("ran on the GPU")
+    else:
+        for d in (64, 128):
+            run_simulator(min(args.seq, 128), d)
+        run_simulator(64, 64, group=2)
+        print("ran on the CPU simulator" + ("" if args.simulate else f" (no GPU: {bridge.gpu_unavailable_reason()})"))
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

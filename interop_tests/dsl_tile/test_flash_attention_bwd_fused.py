@@ -1,0 +1,141 @@
+"""The fused flash-attention backward (examples/flash_attention_bwd_fused.py): dK, dV and dQ from one
+kernel, dQ added atomically into a tile.Atomic f32 array (per element, or by TMA reduce-adds under
+`tma_store` on sm_90). The simulator and the lowered sm_90 kernels against float64 gradients from the
+softmax Jacobian (test_flash_attention_bwd.grads64), GQA, bad inputs refused before anything runs,
+ptxas for sm_90a, and the GPU against torch autograd of SDPA in float64."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from ptxas_kit import ptxas_verbose, spill_bytes
+from test_flash_attention_bwd import grads64, inputs, nan
+
+import bridge
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+_spec = importlib.util.spec_from_file_location("flash_attention_bwd_fused", ROOT / "examples" / "flash_attention_bwd_fused.py")
+FUSED = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(FUSED)
+FA = FUSED.bwd.fwd
+REDUCE = "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add"
+
+
+def lowered_backward(q, k, v, dout, seq, causal, tma, group=1):
+    """The forward (lowered) and the fused backward's two launches, lowered for sm_90, in the simulator."""
+    rows, d = q.shape
+    o, lse, delta = nan(rows, d), nan(rows), nan(rows)
+    FA.flash_fwd_lse.simulate_lowered(*FA.launch_args_lse(q, k, v, o, lse, seq, causal, group=group),
+                                      tensor_cores=True, arch="sm_90")
+    dq, dk, dv = nan(rows, d), nan(k.shape[0], d), nan(k.shape[0], d)
+    steps = FUSED.launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, tensor_cores=True, wgmma=True,
+                              group=group, tma=tma)
+    fused = steps[1]
+    assert (REDUCE in fused[0].compile(fused[1], "sm_90").ptx) == tma
+    for kern, args in steps:
+        kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    return dq, dk, dv
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_fused_backward_matches_float64_in_the_simulator(rng, d, causal):
+    seq = 128
+    q, k, v, dout = inputs(rng, 2, seq, d)
+    _, *grads = FUSED.forward_and_backward(q, k, v, dout, seq, causal, simulate=True)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, causal)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=5e-3 * np.abs(want).max(), err_msg=name)
+
+
+def test_grouped_query_heads_add_into_their_own_query_rows(rng):
+    """group 2: a key/value block walks both query heads of its group, each adding into its own rows of dQ."""
+    seq, d, group = 64, 64, 2
+    q, dout = inputs(rng, 4, seq, d)[:2]
+    k, v = inputs(rng, 2, seq, d)[:2]
+    _, *grads = FUSED.forward_and_backward(q, k, v, dout, seq, True, simulate=True, group=group)
+    want = FUSED.bwd.reference(q, k, v, dout, seq, True, group)
+    for name, got, w in zip(("dq", "dk", "dv"), grads, want):
+        np.testing.assert_allclose(got, w, rtol=0, atol=5e-3 * np.abs(w).max(), err_msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tma", [False, True], ids=["atomics", "tma-reduce"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_lowered_sm90_fused_backward_matches_float64(rng, tma, d, causal):
+    """bf16 inputs: P and dS rounded to bf16 for the products, as the two-kernel backward's test bounds."""
+    seq = 128
+    q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
+    grads = lowered_backward(q, k, v, dout, seq, causal, tma)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, causal)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
+
+
+def test_the_tma_reduce_adds_are_right_when_the_copies_read_late(monkeypatch, rng):
+    """KB_SIM_TMA_LANDING=wait: each dQ tile is read at the wait before the next query block's tile is
+    staged, the latest the copy engine may."""
+    monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
+    seq, d = 128, 64
+    q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
+    dq, _, _ = lowered_backward(q, k, v, dout, seq, False, True)
+    want = grads64(q, k, v, dout, seq, False)[0]
+    np.testing.assert_allclose(dq, want, rtol=0, atol=1e-2 * np.abs(want).max())
+
+
+def test_a_dq_that_is_not_float32_is_refused_and_nothing_is_written():
+    rows, d, seq = 256, 64, 128
+    z = np.zeros((rows, d), np.float32)
+    dq, dk, dv, delta = np.full((rows, d), np.nan, np.float16), nan(rows, d), nan(rows, d), nan(rows)
+    with pytest.raises(bridge.DTypeError, match="dq: expected float32"):
+        FUSED.bwd.run(FUSED.launch_args(z, z, z, z, z, np.zeros(rows, np.float32), delta, dq, dk, dv, seq, True),
+                      simulate=True)
+    assert np.isnan(dq).all() and np.isnan(dk).all() and np.isnan(dv).all() and np.isnan(delta).all()
+
+
+def test_bad_shapes_are_refused_as_the_two_kernel_backward_refuses_them():
+    rows, d, seq = 256, 64, 128
+    z = np.zeros((rows, d), np.float32)
+    dq, dk = nan(rows, d), nan(rows, d)
+    with pytest.raises(bridge.ShapeRelationError, match=r"dv: expected shape \(256, 64\)"):
+        FUSED.launch_args(z, z, z, z, z, np.zeros(rows, np.float32), nan(rows), dq, dk, nan(128, d), seq, False)
+    assert np.isnan(dq).all() and np.isnan(dk).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d,spills", [(64, 0), (128, 4)])
+@pytest.mark.parametrize("tma", [False, True], ids=["atomics", "tma-reduce"])
+def test_ptxas_assembles_the_fused_kernel(tmp_path, d, spills, tma):
+    """bf16, causal, the two-kernel backward's tiles; dQ = dS K runs on mma.sync from dS staged
+    through shared memory (dS^T is what the tensor cores hand back). D128: 4 bytes of spills (pinned)."""
+    seq, rows = 256, 512
+    bf = [np.zeros((rows, d), ml_dtypes.bfloat16) for _ in range(4)]
+    steps = FUSED.launch_args(*bf[:3], nan(rows, d), bf[3], nan(rows), nan(rows), nan(rows, d), nan(rows, d),
+                              nan(rows, d), seq, True, tensor_cores=True, wgmma=True, tma=tma)
+    kern, args = steps[1]
+    ptx = kern.compile(args, "sm_90").ptx
+    assert "wgmma.mma_async" in ptx and (ptx.count(REDUCE) == d * 4 // 128 if tma else "atom.global.add.f32" in ptx)
+    assert spill_bytes(ptxas_verbose(ptx, "sm_90a", tmp_path)) <= spills
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tma", [False, True], ids=["atomics", "tma-reduce"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_fused_gradients_match_torch_autograd_in_float64(tma, d, causal):
+    torch = pytest.importorskip("torch", reason="the autograd reference needs torch")
+    import torch.nn.functional as F
+    batch, heads, seq = 2, 4, 256
+    g = torch.Generator(device="cuda").manual_seed(d + causal)
+    q, k, v, dout = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                     for _ in range(4))
+    _, *grads = FUSED.forward_and_backward(*(x.reshape(-1, d) for x in (q, k, v, dout)), seq, causal, tma=tma)
+    x64 = [x.double().requires_grad_() for x in (q, k, v)]
+    F.scaled_dot_product_attention(*x64, is_causal=causal).backward(dout.double())
+    for name, got, x in zip(("dq", "dk", "dv"), grads, x64):
+        err = ((got.reshape(x.shape).double() - x.grad).abs().max() / x.grad.abs().max()).item()
+        assert err < 1e-2, (name, err)
