@@ -281,3 +281,29 @@ def test_gpu_flash_attention_with_a_tma_store_matches_float64(rng, rung, causal)
     kern(*args)
     ref = attention64(*(x.astype(np.float32) for x in (q, k, v)), seq, causal)
     np.testing.assert_allclose(out.to_host(), ref, rtol=1e-2, atol=5e-3)
+
+
+def test_two_accumulator_stores_of_one_kernel_wait_for_each_others_reads(monkeypatch, rng):
+    """The two-kernel attention backward's dK/dV kernel stores dK and then dV through the one staging
+    tile: before dV is written the leader waits for dK's copies and the block meets (a wait for
+    the leader alone would let the others overwrite dK's tile under the copy). The lock-step simulator
+    runs the leader's wait before anyone writes, so the test counts the waits in the PTX (before dK's
+    writes, before dV's, before the exit) and checks the values."""
+    import test_flash_attention_bwd as T
+    bwd = T.BWD
+    seq, d = 128, 64
+    q, k, v, dout = T.inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
+    o, lse, delta = T.nan(2 * seq, d), T.nan(2 * seq), T.nan(2 * seq)
+    bwd.fwd.flash_fwd_lse.simulate(*bwd.fwd.launch_args_lse(q, k, v, o, lse, seq, False))
+    dq, dk, dv = (T.nan(2 * seq, d) for _ in range(3))
+    steps = bwd.launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, False, tensor_cores=True, wgmma=True)
+    (pre, pre_args), (kv, kv_args), _ = steps
+    pre.simulate(*pre_args)
+    dkdv = tile.kernel(kv.pyfunc, lowering=TMA_STORE)
+    ptx = dkdv.compile(kv_args, "sm_90").ptx
+    assert ptx.count(BULK_STORE) == 2 * (d * 4 // 128) and ptx.count("cp.async.bulk.wait_group.read 0;") == 3
+    monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
+    dkdv.simulate_lowered(*kv_args, tensor_cores=True, arch="sm_90")
+    want = T.grads64(q, k, v, dout, seq, False)
+    for name, got, w in zip(("dk", "dv"), (dk, dv), want[1:]):
+        np.testing.assert_allclose(got, w, rtol=0, atol=1e-2 * np.abs(w).max(), err_msg=name)

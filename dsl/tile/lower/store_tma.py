@@ -20,9 +20,9 @@ that does not fit, the kernel lowers again without TMA stores and says so (kind
 "tma-store-fallback", kernel.py _smem_fallback).
 
 Ordering: every thread's writes, fence.proxy.async (generic-proxy writes before the async proxy's
-reads), a barrier, then the leader's copies and commit. The leader waits with wait_group.read 0 before
-the buffer is written again: at once when the kernel is not persistent (before it exits), else before
-the next tile's writes (then the block meets) and once after the tile loop.
+reads), a barrier, then the leader's copies and commit. Before the staging tile is written, every
+time (another round, tile, store or loop iteration may have used it last), the leader waits with
+wait_group.read 0 and the block meets after it; once more at the kernel's end, before the block exits.
 """
 from __future__ import annotations
 
@@ -199,17 +199,17 @@ def store_tma(L, p, v: LV) -> None:
     row0 = L.tmp(N.BinOp("mul", N.Cast(ids[0], I32), c32(bm), I32), "epr")
     col0 = L.tmp(N.BinOp("mul", N.Cast(ids[1], I32), c32(bn), I32), "epc")
     for first in range(0, slabs, group):
-        if L.persistent or first:
-            await_reads(L, leader)        # the previous round's (or tile's) copies have read the buffer
-        if L.persistent or reused or first:   # ... and every warpgroup is past its last read of it
-            L.sync()
+        # the copies of the staging tile's last use (an earlier round, tile, store or loop iteration)
+        # have read it, and every thread is past that point (and every warpgroup past its last read
+        # of reused operand stages): the leader's wait alone would let the others write early
+        await_reads(L, leader)
+        L.sync()
         _write_pairs(L, v, base, bm, range(first, first + group))
         L.asm("fence.proxy.async")
         L.sync()
-        last = first + group == slabs
-        L.emit(N.If(leader, L.block_of(lambda first=first, last=last: _issue(L, tmap, base, bm, w, row0, col0,
-                                                                            range(first, first + group), last)), []))
-    if L.persistent and _drain not in L.after_tiles:
+        L.emit(N.If(leader, L.block_of(lambda first=first: _issue(L, tmap, base, bm, w, row0, col0,
+                                                                  range(first, first + group))), []))
+    if _drain not in L.after_tiles:
         L.after_tiles.append(_drain)
 
 
@@ -217,15 +217,12 @@ def _wait_reads(L, leader: N.Expr) -> None:
     L.emit(N.If(leader, L.block_of(lambda: L.asm("cp.async.bulk.wait_group.read", keep=0)), []))
 
 
-def _issue(L, tmap, base, bm: int, w: int, row0, col0, slabs: range, last: bool) -> None:
-    """The leader's copies of slabs `slabs` (staged from `base` on) and their commit; a kernel that is
-    not persistent waits for the last round's reads at once (before it exits)."""
+def _issue(L, tmap, base, bm: int, w: int, row0, col0, slabs: range) -> None:
+    """The leader's copies of slabs `slabs` (staged from `base` on) and their commit."""
     for k, s in enumerate(slabs):
         L.asm("cp.async.bulk.tensor.2d.store", [tmap, N.BinOp("add", col0, c32(s * w), I32), row0,
                                                 N.BinOp("add", base, N.Const(k * bm * ROW_BYTES, U32), U32)])
     L.asm("cp.async.bulk.commit_group")
-    if last and not L.persistent:
-        L.asm("cp.async.bulk.wait_group.read", keep=0)
 
 
 def await_reads(L, leader: N.Expr) -> None:
@@ -235,5 +232,5 @@ def await_reads(L, leader: N.Expr) -> None:
 
 
 def _drain(L) -> None:
-    """The leader's wait for the block's last copies, before it exits (persistent kernels)."""
+    """The leader's wait for the block's last copies, before it exits."""
     _wait_reads(L, N.Compare("eq", L.geo.tid, c32(0)))
