@@ -122,6 +122,20 @@ def test_ptxas_assembles_the_fused_kernel(tmp_path, d, spills, tma):
     assert spill_bytes(ptxas_verbose(ptx, "sm_90a", tmp_path)) <= spills
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("d", [64, 128])
+def test_ptxas_assembles_both_launches_for_sm80_without_spills(tmp_path, d):
+    """mma.sync products, per-element atomic adds (TMA is sm_90's): D64 243 registers, D128 255."""
+    seq, rows = 256, 512
+    bf = [np.zeros((rows, d), ml_dtypes.bfloat16) for _ in range(4)]
+    steps = FUSED.launch_args(*bf[:3], nan(rows, d), bf[3], nan(rows), nan(rows), nan(rows, d), nan(rows, d),
+                              nan(rows, d), seq, True, tensor_cores=True, wgmma=False, tma=True)
+    for kern, args in steps:
+        ptx = kern.compile(args, "sm_80").ptx
+        assert REDUCE not in ptx
+        assert spill_bytes(ptxas_verbose(ptx, "sm_80", tmp_path)) == 0, kern.name
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("tma", [False, True], ids=["atomics", "tma-reduce"])
 @pytest.mark.parametrize("d", [64, 128])
