@@ -42,12 +42,7 @@ def load_backward(name: str = "flash_attention_bwd"):
     return mod
 
 
-# the fused backward (examples/flash_attention_bwd_fused.py: dK, dV and dQ in one kernel, dQ added
-# atomically; 5 products a block pair, not 7): label -> tma (dQ's adds by TMA reduce-adds)
-FUSED = {"DSL tile flash_bwd fused (atomic dQ)": False, "DSL tile flash_bwd fused (TMA reduce dQ)": True}
-
-
-def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, tma: bool) -> tuple:
+def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, lowering: dict | None) -> tuple:
     """(fn(i) running the fused backward's two launches, (dq, dk, dv)), as `ours` for the two-kernel one."""
     d, group = q.shape[-1], q.shape[1] // k.shape[1]
     x = [t.reshape(-1, d) for t in (q, k, v, dout)]
@@ -57,7 +52,8 @@ def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, tma: bool) -> 
         return torch.full(shape, float("nan"), device="cuda")
     o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
     fused.bwd.fwd.flash_fwd_lse(*fused.bwd.fwd.launch_args_lse(x[0], x[1], x[2], o, lse, s, causal, group=group))
-    steps = fused.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group, tma=tma)
+    steps = fused.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group,
+                              lowering=lowering)
     return (lambda i: fused.bwd.run(steps)), (dq, dk, dv)
 
 
@@ -158,8 +154,11 @@ def backward_cases(rep: Any, torch, reps: int, sweep: bool) -> list[str]:
                                 for o, st, w, low in BWD_SWEEP[d]})
             runs = [(label, lambda config=config: ours(torch, bwd, q, k, v, dout, s, causal, config))
                     for label, config in configs.items()]
-            runs += [(label, lambda tma=tma: ours_fused(torch, fused, q, k, v, dout, s, causal, tma))
-                     for label, tma in FUSED.items()]
+            # the fused backward (examples/flash_attention_bwd_fused.py: dK, dV and dQ in one kernel, dQ added
+            # atomically; 5 products a block pair, not 7) in each form of its LADDER
+            runs += [(f"DSL tile flash_bwd fused ({form})",
+                      lambda low=low: ours_fused(torch, fused, q, k, v, dout, s, causal, low))
+                     for form, low in fused.LADDER.items()]
             for label, make in runs:
                 try:
                     fn, got = make()

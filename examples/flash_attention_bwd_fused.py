@@ -11,7 +11,9 @@ last bits depend on the order the blocks run in (the two-kernel backward is dete
      blocks (of every query head of its group), accumulating dV += P^T dO and dK += dS^T Q in registers,
      and adding dQ_i += dS K scale into the query block's rows of dQ, a tile.Atomic array. Under the
      tile lowering's `tma_store` switch on sm_90 that add is one TMA reduce-add per 128-byte column slab
-     of the staged tile (`fused_kernel(..., tma=True)`); otherwise an atomic add per element.
+     of the staged tile (`lowering={"tma_store": True}`); otherwise an atomic add per element. Other
+     switches of the tile lowering go the same way (e.g. "loop_pipeline": "tma", a TMA ring for the
+     streamed Q and dO tiles: `LADDER` lists the forms benchmarks/attention.py --backward times).
 Same inputs and tiles as the two-kernel backward (its `pick_tiles`, `_check_arguments`), dQ in f32.
 """
 from __future__ import annotations
@@ -95,22 +97,37 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
     dv.store(dv_acc)
 
 
-_KERNELS: dict[bool, Any] = {}     # documented cache: tma -> the fused kernel under that lowering
+# Forms of the fused kernel by the tile lowering's switches (dsl/tile/switches.py), label -> lowering; all
+# assemble for sm_90a at D128 without spills (243-245 registers; the default 255 and 4 bytes of spills)
+TMA_REDUCE = {"tma_store": True}                       # dQ's adds by TMA reduce-adds (sm_90)
+LADDER: dict[str, dict | None] = {
+    "atomic dQ": None,
+    "TMA reduce dQ": TMA_REDUCE,
+    "TMA ring + TMA reduce dQ": {**TMA_REDUCE, "loop_pipeline": "tma"},
+    "TMA ring S3 + TMA reduce dQ": {**TMA_REDUCE, "loop_pipeline": "tma", "loop_stages": 3},
+    "TMA ring + TMA reduce dQ + fp_fusion ftz": {**TMA_REDUCE, "loop_pipeline": "tma", "fp_fusion": True, "ftz": True},
+}
+CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ")   # the forms main() and the GPU tests run
+_KERNELS: dict[tuple, Any] = {}     # documented cache: sorted lowering items -> the fused kernel under them
 
 
-def fused_kernel(tma: bool = False) -> Any:
-    """flash_bwd_fused, with `tma`: under the `tma_store` switch (dQ's adds by TMA reduce-adds on sm_90)."""
-    if tma not in _KERNELS:
-        _KERNELS[tma] = tile.kernel(flash_bwd_fused.pyfunc, lowering={"tma_store": True}) if tma else flash_bwd_fused
-    return _KERNELS[tma]
+def fused_kernel(lowering: dict | None = None) -> Any:
+    """flash_bwd_fused under the lowering switches `lowering` (None: the defaults)."""
+    if not lowering:
+        return flash_bwd_fused
+    key = tuple(sorted(lowering.items()))
+    if key not in _KERNELS:
+        _KERNELS[key] = tile.kernel(flash_bwd_fused.pyfunc, lowering=dict(lowering))
+    return _KERNELS[key]
 
 
 def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any, dq: Any, dk: Any, dv: Any,
                 seq: int, causal: bool, scale: float | None = None, tensor_cores: bool | None = None,
-                wgmma: bool | None = None, group: int = 1, tma: bool = False) -> list[tuple[Any, tuple]]:
+                wgmma: bool | None = None, group: int = 1, lowering: dict | None = None) -> list[tuple[Any, tuple]]:
     """The fused backward's two launches, [(kernel, arguments)], for the arrays of the two-kernel
     backward's launch_args (checked the same way before anything runs); `dq` must be float32 (the
-    atomic adds), and is overwritten (set to zero, then added into)."""
+    atomic adds), and is overwritten (set to zero, then added into). `lowering`: the fused kernel's
+    switches (LADDER's values)."""
     bwd._check_arguments(q, seq, group, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
                          {"lse": lse, "delta": delta})
     if not str(dq.dtype).endswith("float32"):
@@ -119,12 +136,12 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     own, stream = bwd.pick_tiles(d, seq, tensor_cores, wgmma)
     sc = float(scale if scale is not None else d ** -0.5)
     return [(attn_bwd_preprocess_zero, (o, dout, tile.partition(delta, (stream,)), tile.partition(dq, (stream, d)))),
-            (fused_kernel(tma), (q, k, v, dout, lse, delta, dq, tile.partition(dk, (own, d)),
+            (fused_kernel(lowering), (q, k, v, dout, lse, delta, dq, tile.partition(dk, (own, d)),
                                  tile.partition(dv, (own, d)), seq, sc, stream, bool(causal), group))]
 
 
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool, simulate: bool = False,
-                         group: int = 1, tma: bool = False) -> tuple[Any, Any, Any, Any]:
+                         group: int = 1, lowering: dict | None = None) -> tuple[Any, Any, Any, Any]:
     """(o, dq, dk, dv), f32, as the two-kernel example's forward_and_backward, with the fused backward."""
     rows, d = q.shape
     kv_rows = k.shape[0]
@@ -140,11 +157,12 @@ def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bo
     fwd = bwd.fwd
     lse_kernel = fwd.lse_kernel(d, not simulate and fwd.on_warpgroup_mma())
     (lse_kernel.simulate if simulate else lse_kernel)(*fwd.launch_args_lse(q, k, v, o, lse, seq, causal, group=group))
-    bwd.run(launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, group=group, tma=tma), simulate)
+    bwd.run(launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, group=group, lowering=lowering),
+            simulate)
     return o, dq, dk, dv
 
 
-def run_gpu(batch: int, heads: int, seq: int, d: int, kv_heads: int | None = None, tma: bool = False) -> None:
+def run_gpu(batch: int, heads: int, seq: int, d: int, kv_heads: int | None = None, form: str = "atomic dQ") -> None:
     """Ours against torch autograd of SDPA in float64 on the same bf16 inputs (the two-kernel example's
     bound, 1e-2 of the largest gradient)."""
     import torch
@@ -156,12 +174,12 @@ def run_gpu(batch: int, heads: int, seq: int, d: int, kv_heads: int | None = Non
                      for h in (heads, hk, hk, heads))
     for causal in (False, True):
         _, *grads = forward_and_backward(*(x.reshape(-1, d) for x in (q, k, v, dout)), seq, causal,
-                                         group=heads // hk, tma=tma)
+                                         group=heads // hk, lowering=LADDER[form])
         x64 = [x.double().requires_grad_() for x in (q, k, v)]
         F.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=hk != heads).backward(dout.double())
         worst = max(((ours.reshape(x.shape) - x.grad).abs().max() / x.grad.abs().max()).item()
                     for ours, x in zip(grads, x64))
-        print(f"GPU fused{' tma' if tma else ''} B{batch} H{heads} H_kv{hk} S{seq} D{d} causal={causal}: "
+        print(f"GPU fused ({form}) B{batch} H{heads} H_kv{hk} S{seq} D{d} causal={causal}: "
               f"max |ours - autograd(f64)| / max |grad| = {worst:.2e}")
         assert worst < 1e-2, worst
 
@@ -186,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     import bridge
     if bridge.gpu_available() and not args.simulate:
         for d in (64, 128):
-            for tma in (False, True):
-                run_gpu(2, 4, args.seq, d, tma=tma)
+            for form in CHECKED:
+                run_gpu(2, 4, args.seq, d, form=form)
             run_gpu(2, 4, args.seq, d, kv_heads=2)
         print("ran on the GPU")
     else:
