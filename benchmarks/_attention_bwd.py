@@ -44,6 +44,15 @@ def load_backward(name: str = "flash_attention_bwd"):
 
 def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, lowering: dict | None) -> tuple:
     """(fn(i) running the fused backward's two launches, (dq, dk, dv)), as `ours` for the two-kernel one."""
+    d, group, x, (o, lse, delta, dq, dk, dv) = _after_forward(torch, fused.bwd.fwd, q, k, v, dout, s, causal)
+    steps = fused.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group,
+                              lowering=lowering)
+    return (lambda i: fused.bwd.run(steps)), (dq, dk, dv)
+
+
+def _after_forward(torch, fwd, q, k, v, dout, s: int, causal: bool) -> tuple:
+    """(head dim, group, row stacks of q k v dout, (o, lse, delta, dq, dk, dv)): the forward with its
+    log-sum-exp run once, the other arrays NaN. k and v may have fewer heads than q (GQA)."""
     d, group = q.shape[-1], q.shape[1] // k.shape[1]
     x = [t.reshape(-1, d) for t in (q, k, v, dout)]
     rows, kv_rows = x[0].shape[0], x[1].shape[0]
@@ -51,10 +60,8 @@ def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, lowering: dict
     def new(*shape):
         return torch.full(shape, float("nan"), device="cuda")
     o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
-    fused.bwd.fwd.flash_fwd_lse(*fused.bwd.fwd.launch_args_lse(x[0], x[1], x[2], o, lse, s, causal, group=group))
-    steps = fused.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group,
-                              lowering=lowering)
-    return (lambda i: fused.bwd.run(steps)), (dq, dk, dv)
+    fwd.flash_fwd_lse(*fwd.launch_args_lse(x[0], x[1], x[2], o, lse, s, causal, group=group))
+    return d, group, x, (o, lse, delta, dq, dk, dv)
 
 
 def ours(torch, bwd, q, k, v, dout, s: int, causal: bool, config: tuple | None = None) -> tuple:
@@ -62,14 +69,7 @@ def ours(torch, bwd, q, k, v, dout, s: int, causal: bool, config: tuple | None =
     (rows owned, rows streamed, warps, lowering) on kernels made with those options. k and v may have fewer
     heads than q (grouped-query attention)."""
     from dsl import tile
-    d, group = q.shape[-1], q.shape[1] // k.shape[1]
-    x = [t.reshape(-1, d) for t in (q, k, v, dout)]
-    rows, kv_rows = x[0].shape[0], x[1].shape[0]
-
-    def new(*shape):
-        return torch.full(shape, float("nan"), device="cuda")
-    o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
-    bwd.fwd.flash_fwd_lse(*bwd.fwd.launch_args_lse(x[0], x[1], x[2], o, lse, s, causal, group=group))
+    d, group, x, (o, lse, delta, dq, dk, dv) = _after_forward(torch, bwd.fwd, q, k, v, dout, s, causal)
     steps = bwd.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group)
     if config is not None:
         own, stream, warps, lowering = config

@@ -266,10 +266,11 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, seq
 
 
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool,
-                         simulate: bool = False, group: int = 1) -> tuple[Any, Any, Any, Any]:
+                         simulate: bool = False, group: int = 1, steps: Any = None) -> tuple[Any, Any, Any, Any]:
     """(o, dq, dk, dv), f32, of attention over (B*H*S, D) row stacks (NumPy arrays with `simulate`, else
-    CUDA torch tensors): flash_fwd_lse, then the three backward launches. `group` query heads share a
-    key/value head (k, v, dk, dv have q's rows / group)."""
+    CUDA torch tensors): flash_fwd_lse, then the backward's launches (`steps`: a function taking
+    launch_args' arguments, launch_args by default). `group` query heads share a key/value head (k, v,
+    dk, dv have q's rows / group)."""
     rows, d = q.shape
     kv_rows = k.shape[0]
     if simulate:
@@ -284,7 +285,7 @@ def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bo
     fwd_args = fwd.launch_args_lse(q, k, v, o, lse, seq, causal, group=group)
     lse_kernel = fwd.lse_kernel(d, not simulate and fwd.on_warpgroup_mma())
     (lse_kernel.simulate if simulate else lse_kernel)(*fwd_args)
-    run(launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, group=group), simulate)
+    run((steps or launch_args)(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, group=group), simulate)
     return o, dq, dk, dv
 
 

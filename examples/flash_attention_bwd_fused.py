@@ -19,6 +19,7 @@ Same inputs and tiles as the two-kernel backward (its `pick_tiles`, `_check_argu
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -143,23 +144,8 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool, simulate: bool = False,
                          group: int = 1, lowering: dict | None = None) -> tuple[Any, Any, Any, Any]:
     """(o, dq, dk, dv), f32, as the two-kernel example's forward_and_backward, with the fused backward."""
-    rows, d = q.shape
-    kv_rows = k.shape[0]
-    if simulate:
-        def new(*shape):
-            return np.full(shape, np.nan, np.float32)
-    else:
-        import torch
-
-        def new(*shape):
-            return torch.full(shape, float("nan"), device=q.device, dtype=torch.float32)
-    o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
-    fwd = bwd.fwd
-    lse_kernel = fwd.lse_kernel(d, not simulate and fwd.on_warpgroup_mma())
-    (lse_kernel.simulate if simulate else lse_kernel)(*fwd.launch_args_lse(q, k, v, o, lse, seq, causal, group=group))
-    bwd.run(launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, group=group, lowering=lowering),
-            simulate)
-    return o, dq, dk, dv
+    return bwd.forward_and_backward(q, k, v, dout, seq, causal, simulate, group,
+                                    steps=functools.partial(launch_args, lowering=lowering))
 
 
 def run_gpu(batch: int, heads: int, seq: int, d: int, kv_heads: int | None = None, form: str = "atomic dQ") -> None:
