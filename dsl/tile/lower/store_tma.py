@@ -193,7 +193,7 @@ def store_tma(L, p, v: LV) -> None:
     tmap = _tensor_map(L, p, (bm, w))
     slabs = bn // w
     group = L.staging_slabs.get((bm, bn), slabs) if L.persistent and v.layout.wn == 1 else slabs
-    base, reused = _staging(L, bm * group * ROW_BYTES)
+    base, _ = _staging(L, bm * group * ROW_BYTES)
     leader = L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
     ids = L.tile_ids(p)
     row0 = L.tmp(N.BinOp("mul", N.Cast(ids[0], I32), c32(bm), I32), "epr")
