@@ -37,10 +37,10 @@ class AtomicsLowering:
         from dsl.tile.lower.store_tma import reduce_ok, reduce_tma
         arr = self.pref(s.param)  # type: ignore[attr-defined]
         dt = s.param.type.dtype
-        v = self.expr(s.value)  # type: ignore[attr-defined]
-        if reduce_ok(self, s, v):
-            return reduce_tma(self, s, v)       # a region of accumulators by TMA reduce-adds (store_tma.py)
-        value = self.to_layout(v, "D")  # type: ignore[attr-defined]
+        lowered = self.expr(s.value)  # type: ignore[attr-defined]
+        if reduce_ok(self, s, lowered):
+            return reduce_tma(self, s, lowered)  # a region of accumulators by TMA reduce-adds (store_tma.py)
+        value = self.to_layout(lowered, "D")  # type: ignore[attr-defined]
         idx_lvs = self._blocked(list(s.indices))
         mask_lv = self._blocked([s.mask])[0] if s.mask is not None else None
         own = self.geo.owner(value.size)  # type: ignore[attr-defined]

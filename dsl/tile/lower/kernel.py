@@ -66,7 +66,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.nc_loads = nc_loads                # read-only arrays' vector loads through ld.global.nc (runs.py)
         self.tma_store = tma_store              # sm_90 accumulator stores through TMA (store_tma.py)
         self.tma_store_bytes = 0                # shared bytes of its own those stores took (0: none, or reused)
-        self.store_maps: dict[str, N.Expr] = {}  # partition name -> its TMA-store tensor map parameter
+        self.store_maps: dict[str, tuple] = {}   # array name -> (its TMA-copy tensor map parameter, box)
         self.staging_slabs: dict[tuple[int, int], int] = {}   # persistent TMA stores: slabs staged a round
         self.after_tiles: list = []             # emitters run once after the tile program (or a persistent loop)
         self.rings: dict[int, object] = {}      # loop id -> its ring Pipeline, planned before a ws split
