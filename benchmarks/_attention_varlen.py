@@ -1,7 +1,8 @@
 """The variable-length case of benchmarks/attention.py (`--varlen`): examples/flash_attention_varlen.py on
 16 packed sequences of ragged lengths (seeded, 256..4096 rows, H16 D128 bf16), causal and not, forward
 (sequence_bounds + flash_fwd_varlen: its default cp.async loop, with the TMA ring + fp_fusion + ftz,
-and the edge-masked kernel flash_fwd_varlen_lse_edges in both) and backward (preprocess + dK/dV + dQ given the forward's O and
+and the edge-masked kernel flash_fwd_varlen_lse_edges in both) and backward (preprocess + dK/dV + dQ, and the fused
+backward in its two forms, given the forward's O and
 log-sum-exp), against torch's own varlen paths on the same packed tensors: `torch.nn.attention.varlen.
 varlen_attn` (FlashAttention's varlen kernels, causal as window (-1, 0)) and SDPA over jagged nested
 tensors under its flash and cuDNN backends (no causal there); a peer that refuses is listed as not run. Each result
@@ -153,9 +154,28 @@ def varlen_cases(rep: Any, torch, reps: int) -> list[str]:
                 fwd_fns[key] = (lambda i, kern=kern: forward(i, kern))
             else:
                 failed.append(f"{name}: varlen {what}: max |ours - SDPA per sequence| / max = {other_err:.3g}")
+        ours_bwd = {"ours": "DSL tile varlen backward"}
+        bwd_fns = {"ours": backward}
+        # the fused backward (one pass over the keys, dQ added atomically: per element, or by TMA reduce-adds)
+        for key, (what, lowering) in {"ours fused": ("fused, atomic dQ", None),
+                                      "ours fused tma": ("fused, TMA reduce dQ", {"tma_store": True})}.items():
+            fsteps = vl.fused_backward_launch_args(q, k, v, o, dout, lse, delta, starts, ends, dq, dk, dv, h, causal,
+                                                   lowering=lowering)
+
+            def fused(i, fsteps=fsteps):
+                for kern, args in fsteps:
+                    kern(*args)
+            forward(0)
+            dq.fill_(float("nan"))
+            fused(0)
+            ferr = max(((x.float() - w).abs().max() / w.abs().max()).item() for x, w in zip((dq, dk, dv), want[1:]))
+            if ferr < MAX_REL_ERR:
+                ours_bwd[key] = f"DSL tile varlen backward {what}"
+                bwd_fns[key] = fused
+            else:
+                failed.append(f"{name}: varlen backward {what}: max |ours - SDPA per sequence| / max = {ferr:.3g}")
         fwd_peers, bwd_peers = _torch_peers(rep, torch, name, q, k, v, dout, cu, max(lengths), causal)
         flops = 4 * h * d * sum(n * n for n in lengths) / (2 if causal else 1)
         _rows(rep, name, time_interleaved({**fwd_fns, **fwd_peers}, reps=reps), flops, ours_fwd)
-        _rows(rep, f"{name} backward", time_interleaved({"ours": backward, **bwd_peers}, reps=reps), 2.5 * flops,
-              {"ours": "DSL tile varlen backward"})
+        _rows(rep, f"{name} backward", time_interleaved({**bwd_fns, **bwd_peers}, reps=reps), 2.5 * flops, ours_bwd)
     return failed

@@ -60,6 +60,10 @@ PRE_ROWS = 64                   # rows a preprocess block owns
 FWD_TILES = {64: (64, 128), 128: (64, 64), 256: (32, 64)}
 DKDV_TILES = {64: (64, 32), 128: (64, 16), 256: (32, 16)}
 DQ_TILES = {64: (64, 64), 128: (64, 32), 256: (32, 16)}
+# The fused backward (flash_bwd_varlen_fused) holds dK and dV, the bounds and a dQ tile at once: its
+# largest tiles without spills, grouped, on sm_90a (2026-12-05): 64 x 16 at D64 (wgmma for dK/dV; 48
+# bytes on sm_80, pinned), 32 x 32 at D128 (mma.sync; 64 x 16 spills 108 bytes), 16 x 16 at D256.
+FUSED_TILES = {64: (64, 16), 128: (32, 32), 256: (16, 16)}
 
 
 # ------------------------------------------------------------------------------------- sequence bounds
@@ -212,12 +216,9 @@ def varlen_bwd_preprocess(o: tile.Array[G, 2], dout: tile.Array[E, 2], delta: ti
 
 
 @tile.func
-def dkdv_step_varlen(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, h, i, lo, hi, scale2, bm, bn, d):
-    """Query block i of head h against this block's keys, key c seen by the queries in [lo_c, hi_c). Q and
-    dO are named once and read by two products each, as Triton's backward writes them: load forwarding
-    (dsl/tile/forward.py) gives each product its own copy, as if each loaded its own."""
-    qi = tile.load(q, (i, h), (bm, d))
-    doi = tile.load(dout, (i, h), (bm, d))
+def dkdv_products_varlen(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, qi, doi, h, i, lo, hi, scale2, bm):
+    """dK and dV of query block i of head h (its Q and dO tiles qi, doi) against this block's keys, key c
+    seen by the queries in [lo_c, hi_c); also dS^T, which the fused backward multiplies into dQ."""
     r = i * bm + tile.arange(bm)[None, :]
     st = tile.where((r >= lo[:, None]) & (r < hi[:, None]), tile.matmul(kt, tile.transpose(qi)) * scale2, -tile.inf)
     lse2 = tile.reshape(tile.load(lse, (i, h), (bm, 1)), (bm,)) * LOG2E
@@ -226,6 +227,30 @@ def dkdv_step_varlen(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, h, i, lo, hi, 
     dpt = tile.matmul(vt, tile.transpose(doi))                                          # dP^T (bn, bm)
     dst = pt * (dpt - tile.reshape(tile.load(delta, (i, h), (bm, 1)), (bm,))[None, :])
     dk_acc = dk_acc + tile.matmul(dst.astype(q.dtype), qi)
+    return dk_acc, dv_acc, dst
+
+
+@tile.func
+def dkdv_step_varlen(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, h, i, lo, hi, scale2, bm, bn, d):
+    """Query block i of head h against this block's keys. Q and dO are named once and read by two products
+    each, as Triton's backward writes them: load forwarding (dsl/tile/forward.py) gives each product its
+    own copy, as if each loaded its own."""
+    qi = tile.load(q, (i, h), (bm, d))
+    doi = tile.load(dout, (i, h), (bm, d))
+    dk_acc, dv_acc, _ = dkdv_products_varlen(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, qi, doi, h, i, lo, hi,
+                                             scale2, bm)
+    return dk_acc, dv_acc
+
+
+@tile.func
+def fused_step_varlen(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, h, i, lo, hi, scale2, scale, bm, bn, d):
+    """dkdv_step_varlen, and dQ_i += dS K scale added into query block i's rows of head h (the fused
+    backward: dq is a tile.Atomic f32 array)."""
+    qi = tile.load(q, (i, h), (bm, d))
+    doi = tile.load(dout, (i, h), (bm, d))
+    dk_acc, dv_acc, dst = dkdv_products_varlen(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, qi, doi, h, i, lo, hi,
+                                               scale2, bm)
+    tile.atomic_add(dq, (i, h), tile.matmul(tile.transpose(dst.astype(q.dtype)), kt) * scale)
     return dk_acc, dv_acc
 
 
@@ -260,6 +285,50 @@ def flash_bwd_dkdv_varlen(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Arra
             for i in range(q_lo // bm, tile.cdiv(q_hi, bm)):
                 dk_acc, dv_acc = dkdv_step_varlen(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, kvh * group + g, i,
                                                   lo, hi, scale2, bm, bn, d)
+    dk.store(dk_acc * scale)
+    dv.store(dv_acc)
+
+
+@tile.kernel
+def varlen_bwd_preprocess_zero(o: tile.Array[G, 2], dout: tile.Array[E, 2], delta: tile.Partition[f32, 2],
+                               dq: tile.Partition[f32, 2], d: tile.Constant):
+    """varlen_bwd_preprocess, and the block's rows of dQ (one head) set to zero for the fused backward."""
+    br, _ = delta.tile_shape
+    i = tile.bid(0)
+    h = tile.bid(1)
+    prod = tile.load(o, (i, h), (br, d)).astype(f32) * tile.load(dout, (i, h), (br, d)).astype(f32)
+    delta.store(tile.sum(prod, axis=1)[:, None])
+    dq.store(tile.zeros((br, d), f32))
+
+
+@tile.kernel
+def flash_bwd_varlen_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
+                           lse: tile.Array[f32, 2], delta: tile.Array[f32, 2], starts: tile.Array[i32, 1],
+                           ends: tile.Array[i32, 1], dq: tile.Atomic[f32, 2], dk: tile.Partition[G, 2],
+                           dv: tile.Partition[G, 2], scale: f32, bm: tile.Constant, causal: tile.Constant,
+                           group: tile.Constant):
+    """flash_bwd_dkdv_varlen that also adds each query block's dQ into `dq` (zeroed by
+    varlen_bwd_preprocess_zero): the whole backward in one pass over the keys, as
+    examples/flash_attention_bwd_fused.py does for one length. Query rows of a neighbouring sequence
+    in a block get dS = 0 (masked), so they add nothing."""
+    bn, d = dk.tile_shape
+    j = tile.bid(0)
+    kvh = tile.bid(1)
+    lo = tile.load(starts, (j,), (bn,), padding=FAR)
+    hi = tile.load(ends, (j,), (bn,), padding=0)
+    if causal:
+        lo = tile.maximum(lo, j * bn + tile.arange(bn))
+    q_lo = tile.min(lo)
+    q_hi = tile.max(hi)
+    kt = tile.load(k, (j, kvh), (bn, d))
+    vt = tile.load(v, (j, kvh), (bn, d))
+    dk_acc = tile.zeros((bn, d), f32)
+    dv_acc = tile.zeros((bn, d), f32)
+    scale2 = scale * LOG2E
+    for g in range(group):                      # query head kvh * group + g
+        for i in range(q_lo // bm, tile.cdiv(q_hi, bm)):
+            dk_acc, dv_acc = fused_step_varlen(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, kvh * group + g, i,
+                                               lo, hi, scale2, scale, bm, bn, d)
     dk.store(dk_acc * scale)
     dv.store(dv_acc)
 
@@ -371,14 +440,14 @@ def _check(q: Any, heads: int, kv_heads: int | None, starts: Any, ends: Any, nam
 
 
 def tiles(d: int, tensor_cores: bool | None = None) -> dict[str, tuple[int, int]]:
-    """{"fwd": (query rows, key rows), "dkdv": (key rows, query rows), "dq": (query rows, key rows)} for head
+    """{"fwd": (query rows, key rows), "dkdv" and "fused": (key rows, query rows), "dq": (query rows, key rows)} for head
     dim d: the tables above on the tensor cores, the fixed-length kernels' FMA tiles under
     KB_TILE_TC_MATMUL=0 (or tensor_cores=False). No sequence length to divide: block edges are masked."""
     from dsl.tile.compile import tc_matmul_enabled
     if tc_matmul_enabled() if tensor_cores is None else tensor_cores:
-        return {"fwd": FWD_TILES[d], "dkdv": DKDV_TILES[d], "dq": DQ_TILES[d]}
+        return {"fwd": FWD_TILES[d], "dkdv": DKDV_TILES[d], "dq": DQ_TILES[d], "fused": FUSED_TILES[d]}
     back = bwd.PORTABLE_TILES[d][0]
-    return {"fwd": fwd.PORTABLE_TILES[d][0], "dkdv": back, "dq": back}
+    return {"fwd": fwd.PORTABLE_TILES[d][0], "dkdv": back, "dq": back, "fused": back}
 
 
 def launch_args(q: Any, k: Any, v: Any, out: Any, starts: Any, ends: Any, heads: int, causal: bool,
@@ -412,10 +481,42 @@ def backward_launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, de
                                    kv_step, bool(causal), group))]
 
 
+def fused_backward_launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any, starts: Any,
+                               ends: Any, dq: Any, dk: Any, dv: Any, heads: int, causal: bool,
+                               kv_heads: int | None = None, scale: float | None = None,
+                               tensor_cores: bool | None = None, lowering: dict | None = None) -> list[tuple[Any, tuple]]:
+    """The fused backward's two launches [(kernel, arguments)] for backward_launch_args' arrays: Delta and a
+    zeroed dQ, then dK, dV and dQ in one kernel (dQ added atomically; `dq` must be float32). `lowering`:
+    the fused kernel's switches, e.g. {"tma_store": True} for TMA reduce-adds on sm_90."""
+    _, d, group = _check(q, heads, kv_heads, starts, ends, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq,
+                                                            "dk": dk, "dv": dv}, {"lse": lse, "delta": delta})
+    if not str(dq.dtype).endswith("float32"):
+        raise DTypeError(f"dq: expected float32 (blocks add into it atomically), got {dq.dtype}", arg_name="dq")
+    kv_rows, q_step = tiles(d, tensor_cores)["fused"]
+    sc = float(scale if scale is not None else d ** -0.5)
+    fused = flash_bwd_varlen_fused if not lowering else _fused_variant(lowering)
+    return [(varlen_bwd_preprocess_zero, (o, dout, tile.partition(delta, (q_step, 1)), tile.partition(dq, (q_step, d)),
+                                          d)),
+            (fused, (q, k, v, dout, lse, delta, starts, ends, dq, tile.partition(dk, (kv_rows, d)),
+                     tile.partition(dv, (kv_rows, d)), sc, q_step, bool(causal), group))]
+
+
+_FUSED: dict[tuple, Any] = {}    # documented cache: sorted lowering items -> flash_bwd_varlen_fused under them
+
+
+def _fused_variant(lowering: dict) -> Any:
+    key = tuple(sorted(lowering.items()))
+    if key not in _FUSED:
+        _FUSED[key] = tile.kernel(flash_bwd_varlen_fused.pyfunc, lowering=dict(lowering))
+    return _FUSED[key]
+
+
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, cu_seqlens: Any, heads: int, causal: bool,
-                         kv_heads: int | None = None, simulate: bool = False) -> tuple[Any, Any, Any, Any]:
+                         kv_heads: int | None = None, simulate: bool = False, fused: bool = False,
+                         lowering: dict | None = None) -> tuple[Any, Any, Any, Any]:
     """(o, dq, dk, dv), f32, for packed (total, H*D) inputs: sequence_bounds, the forward with its
-    log-sum-exp, then the backward (NumPy arrays with `simulate`, else CUDA torch tensors)."""
+    log-sum-exp, then the backward (NumPy arrays with `simulate`, else CUDA torch tensors): three
+    launches, or with `fused` two (fused_backward_launch_args, its kernel under `lowering`)."""
     total = q.shape[0]
     if simulate:
         def new(*shape, dtype=np.float32):
@@ -433,8 +534,10 @@ def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, cu_seqlens: Any, hea
     go = (lambda kern: kern.simulate) if simulate else (lambda kern: kern)
     go(sequence_bounds)(*bounds_args(cu_seqlens, starts, ends))
     go(flash_fwd_varlen_lse)(*launch_args(q, k, v, o, starts, ends, heads, causal, kv_heads, lse=lse))
-    for kern, args in backward_launch_args(q, k, v, o, dout, lse, delta, starts, ends, dq, dk, dv, heads, causal,
-                                           kv_heads):
+    steps = fused_backward_launch_args(q, k, v, o, dout, lse, delta, starts, ends, dq, dk, dv, heads, causal, kv_heads,
+                                       lowering=lowering) if fused else \
+        backward_launch_args(q, k, v, o, dout, lse, delta, starts, ends, dq, dk, dv, heads, causal, kv_heads)
+    for kern, args in steps:
         go(kern)(*args)
     return o, dq, dk, dv
 
@@ -460,22 +563,23 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, cu_
     return tuple(outs)
 
 
-def run_simulator(lengths: list[int], heads: int, kv_heads: int, d: int) -> None:
+def run_simulator(lengths: list[int], heads: int, kv_heads: int, d: int, fused: bool = False) -> None:
     rng = np.random.default_rng(0)
     cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     total = int(cu[-1])
     q, dout = (rng.standard_normal((total, heads * d)).astype(np.float32) for _ in range(2))
     k, v = (rng.standard_normal((total, kv_heads * d)).astype(np.float32) for _ in range(2))
     for causal in (False, True):
-        got = forward_and_backward(q, k, v, dout, cu, heads, causal, kv_heads, simulate=True)
+        got = forward_and_backward(q, k, v, dout, cu, heads, causal, kv_heads, simulate=True, fused=fused)
         want = reference(q, k, v, dout, cu, heads, causal, kv_heads)
         err = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(got, want))
-        print(f"simulator lengths {lengths} H{heads} H_kv{kv_heads} D{d} causal={causal}: "
+        print(f"simulator{' fused' if fused else ''} lengths {lengths} H{heads} H_kv{kv_heads} D{d} causal={causal}: "
               f"max |ours - NumPy| / max |NumPy| over O, dQ, dK, dV = {err:.2e}")
         assert err < 5e-3, err
 
 
-def run_gpu(lengths: list[int], heads: int, kv_heads: int, d: int) -> None:
+def run_gpu(lengths: list[int], heads: int, kv_heads: int, d: int, fused: bool = False,
+            lowering: dict | None = None) -> None:
     """bf16 packed sequences against torch autograd of SDPA in float64, one call per sequence."""
     import torch
     import torch.nn.functional as F
@@ -487,7 +591,7 @@ def run_gpu(lengths: list[int], heads: int, kv_heads: int, d: int) -> None:
     q, k, v, dout = (torch.randn(total, h * d, device="cuda", dtype=torch.bfloat16, generator=g)
                      for h in (heads, kv_heads, kv_heads, heads))
     for causal in (False, True):
-        got = forward_and_backward(q, k, v, dout, cu, heads, causal, kv_heads)
+        got = forward_and_backward(q, k, v, dout, cu, heads, causal, kv_heads, fused=fused, lowering=lowering)
         refs = [torch.zeros(x.shape, dtype=torch.float64, device="cuda") for x in got]
         for a, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
             x64 = [x[a:e].double().reshape(e - a, -1, d).transpose(0, 1).requires_grad_() for x in (q, k, v)]
@@ -497,7 +601,7 @@ def run_gpu(lengths: list[int], heads: int, kv_heads: int, d: int) -> None:
                 whole[a:e] = part.transpose(0, 1).reshape(e - a, -1)
         # relative to each whole tensor's largest value: a one-row sequence's dQ and dK are exactly 0
         worst = max(((ours - want).abs().max() / want.abs().max()).item() for ours, want in zip(got, refs))
-        print(f"GPU lengths {lengths} H{heads} H_kv{kv_heads} D{d} bf16 causal={causal}: "
+        print(f"GPU{' fused' if fused else ''}{' ' + str(lowering) if lowering else ''} lengths {lengths} H{heads} H_kv{kv_heads} D{d} bf16 causal={causal}: "
               f"max |ours - autograd(f64)| / max |ref| = {worst:.2e}")
         assert worst < 1e-2, worst
     bridge.current_stream().synchronize()
@@ -511,10 +615,14 @@ def main(argv: list[str] | None = None) -> int:
     if bridge.gpu_available() and not args.simulate:
         for d in sorted(fwd.TILES):
             run_gpu([300, 1, 1000, 64, 517], 8, 2, d)
+        for d in (64, 128):                     # the fused backward, dQ's adds per element and by TMA
+            run_gpu([300, 1, 1000, 64, 517], 8, 2, d, fused=True)
+            run_gpu([300, 1, 1000, 64, 517], 8, 2, d, fused=True, lowering={"tma_store": True})
         print("ran on the GPU")
     else:
         for d in (64, 128):
             run_simulator([37, 1, 130, 64, 90], 2, 1, d)
+            run_simulator([37, 1, 130, 64, 90], 2, 1, d, fused=True)
         print("ran on the CPU simulator" + ("" if args.simulate else f" (no GPU: {bridge.gpu_unavailable_reason()})"))
     print("PASS")
     return 0
