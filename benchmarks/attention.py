@@ -12,9 +12,11 @@ The kernel runs as the default build does: its products on the tensor cores (doc
 `--sweep` also times other (query rows, key rows, warps) tiles of the same kernel at S4096, each
 checked like the default (no bar: the bar is the example's own tile).
 `--backward` adds the backward (examples/flash_attention_bwd.py: preprocess + dK/dV + dQ, given the
-forward's O and log-sum-exp) against SDPA's flash and cuDNN backward (autograd of a forward run under
-each backend, timed alone) at B4 H16 S4096 D128, causal and not, TFLOP/s counting 2.5x the forward's
-FLOPs; `--backward-only` skips the forward cases, `--bwd-sweep` also times other tiles of ours.
+forward's O and log-sum-exp, and examples/flash_attention_bwd_fused.py's one-pass backward in each form
+of its ladder) against SDPA's flash and cuDNN backward (autograd of a forward run under each backend,
+timed alone) at B4 H16 S4096 D128, causal and not, TFLOP/s counting 2.5x the forward's FLOPs; its bar
+takes the best of those launches; `--backward-only` skips the forward cases, `--bwd-sweep` also times
+other tiles of ours.
 `--ladder` times the forward under each switch of the TMA-ring ladder (KB_TILE_LOOP_PIPELINE tma/ws,
 stages, KB_TILE_SETMAXNREG, KB_TILE_PRODUCT_OVERLAP; benchmarks/_attention_ladder.py) against SDPA's
 flash and cuDNN backends in the same run and prints a table (`--quick`: S4096 D128 only);
