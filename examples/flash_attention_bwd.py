@@ -81,6 +81,23 @@ def dkdv_step(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, q0, i, col0, scale2, 
     return dk_acc, dv_acc
 
 
+@tile.func
+def key_block(k, v, seq, bn, d, bm, group, causal):
+    """A dK/dV block's BN key rows of one (batch, key/value head): the first key's position in its
+    sequence, the K and V tiles, the first query block of the group's first query head, and the first
+    query block of each head that sees any of these keys."""
+    j = tile.bid(0)
+    head = (j * bn) // seq                      # which (batch, key/value head) these key rows belong to
+    col0 = j * bn - head * seq                  # first key position of the tile in its sequence
+    kt = tile.load(k, (j, 0), (bn, d))
+    vt = tile.load(v, (j, 0), (bn, d))
+    q0 = head * group * (seq // bm)             # the first query block of the group's first query head
+    start = 0
+    if causal:                                  # query blocks that end before col0 see none of these keys
+        start = col0 // bm
+    return col0, kt, vt, q0, start
+
+
 @tile.kernel
 def flash_bwd_dkdv(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
                    lse: tile.Array[f32, 1], delta: tile.Array[f32, 1], dk: tile.Partition[G, 2],
@@ -89,18 +106,10 @@ def flash_bwd_dkdv(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2]
     """Grouped-query attention (group > 1): a key/value head serves `group` query heads, so its block
     walks each of them in turn; the sums stay in registers (no atomics)."""
     bn, d = dk.tile_shape
-    j = tile.bid(0)
-    head = (j * bn) // seq                      # which (batch, key/value head) these key rows belong to
-    col0 = j * bn - head * seq                  # first key position of the tile in its sequence
-    kt = tile.load(k, (j, 0), (bn, d))
-    vt = tile.load(v, (j, 0), (bn, d))
+    col0, kt, vt, q0, start = key_block(k, v, seq, bn, d, bm, group, causal)
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
-    q0 = head * group * (seq // bm)             # the first query block of the group's first query head
     scale2 = scale * LOG2E                      # base 2, as the forward: P = 2^(S scale log2 e - L log2 e)
-    start = 0
-    if causal:                                  # query blocks that end before col0 see none of these keys
-        start = col0 // bm
     if group == 1:
         for i in range(start, seq // bm):
             dk_acc, dv_acc = dkdv_step(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, q0, i, col0, scale2, bm, bn,

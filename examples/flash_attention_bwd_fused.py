@@ -78,18 +78,10 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
                     dk: tile.Partition[G, 2], dv: tile.Partition[G, 2], seq: i32, scale: f32, bm: tile.Constant,
                     causal: tile.Constant, group: tile.Constant):
     bn, d = dk.tile_shape
-    j = tile.bid(0)
-    head = (j * bn) // seq                      # which (batch, key/value head) these key rows belong to
-    col0 = j * bn - head * seq                  # first key position of the tile in its sequence
-    kt = tile.load(k, (j, 0), (bn, d))
-    vt = tile.load(v, (j, 0), (bn, d))
+    col0, kt, vt, q0, start = bwd.key_block(k, v, seq, bn, d, bm, group, causal)
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
-    q0 = head * group * (seq // bm)             # the first query block of the group's first query head
     scale2 = scale * LOG2E
-    start = 0
-    if causal:                                  # query blocks that end before col0 see none of these keys
-        start = col0 // bm
     for g in range(group):                      # query head (batch, head * group + g)
         for i in range(start, seq // bm):
             dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + g * (seq // bm) + i,
