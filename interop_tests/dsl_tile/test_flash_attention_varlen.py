@@ -119,6 +119,19 @@ def test_a_sequence_never_sees_its_neighbours(rng):
         close(a[70:120], b, 1e-5 if name == "o" else 1e-3, name)
 
 
+def lowered_forward(q, k, cu, heads, kv_heads, d, v):
+    """sequence_bounds and the causal forward with its log-sum-exp, lowered for sm_90, in the simulator:
+    (starts, ends, o, lse), and NaN delta, dq, dk, dv for a backward."""
+    total = int(cu[-1])
+    starts, ends = nan(total, dtype=np.int32), nan(total, dtype=np.int32)
+    VL.sequence_bounds.simulate_lowered(*VL.bounds_args(cu, starts, ends), arch="sm_90")
+    o, lse, delta = nan(total, heads * d), nan(total, heads), nan(total, heads)
+    VL.flash_fwd_varlen_lse.simulate_lowered(*VL.launch_args(q, k, v, o, starts, ends, heads, True, kv_heads,
+                                                             lse=lse, tensor_cores=True),
+                                             tensor_cores=True, arch="sm_90")
+    return starts, ends, o, lse, delta, nan(*q.shape), nan(*k.shape), nan(*v.shape)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("d", [64, 128])
 def test_warpgroup_mma_kernels_match_float64_in_the_lowered_simulator(rng, d):
@@ -127,14 +140,7 @@ def test_warpgroup_mma_kernels_match_float64_in_the_lowered_simulator(rng, d):
     lengths, heads, kv_heads = [70, 3, 60], 2, 1
     q, k, v, dout = packed(rng, lengths, heads, kv_heads, d, ml_dtypes.bfloat16)
     cu = offsets(lengths)
-    total = int(cu[-1])
-    starts, ends = nan(total, dtype=np.int32), nan(total, dtype=np.int32)
-    VL.sequence_bounds.simulate_lowered(*VL.bounds_args(cu, starts, ends), arch="sm_90")
-    o, lse, delta = nan(total, heads * d), nan(total, heads), nan(total, heads)
-    dq, dk, dv = nan(*q.shape), nan(*k.shape), nan(*v.shape)
-    VL.flash_fwd_varlen_lse.simulate_lowered(*VL.launch_args(q, k, v, o, starts, ends, heads, True, kv_heads,
-                                                             lse=lse, tensor_cores=True),
-                                             tensor_cores=True, arch="sm_90")
+    starts, ends, o, lse, delta, dq, dk, dv = lowered_forward(q, k, cu, heads, kv_heads, d, v)
     for kern, args in VL.backward_launch_args(q, k, v, o, dout, lse, delta, starts, ends, dq, dk, dv, heads, True,
                                               kv_heads, tensor_cores=True):
         kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")

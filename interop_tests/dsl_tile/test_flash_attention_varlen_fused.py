@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from ptxas_kit import ptxas_verbose, spill_bytes
-from test_flash_attention_varlen import VL, close, nan, offsets, packed, want64
+from test_flash_attention_varlen import VL, close, lowered_forward, nan, offsets, packed, want64
 
 import bridge
 
@@ -37,14 +37,7 @@ def test_the_lowered_sm90_fused_varlen_backward_matches_float64(rng, lowering, d
     lengths, heads, kv_heads = [70, 3, 60], 2, 1
     q, k, v, dout = packed(rng, lengths, heads, kv_heads, d, ml_dtypes.bfloat16)
     cu = offsets(lengths)
-    total = int(cu[-1])
-    starts, ends = nan(total, dtype=np.int32), nan(total, dtype=np.int32)
-    VL.sequence_bounds.simulate_lowered(*VL.bounds_args(cu, starts, ends), arch="sm_90")
-    o, lse, delta = nan(total, heads * d), nan(total, heads), nan(total, heads)
-    dq, dk, dv = nan(*q.shape), nan(*k.shape), nan(*v.shape)
-    VL.flash_fwd_varlen_lse.simulate_lowered(*VL.launch_args(q, k, v, o, starts, ends, heads, True, kv_heads,
-                                                             lse=lse, tensor_cores=True),
-                                             tensor_cores=True, arch="sm_90")
+    starts, ends, o, lse, delta, dq, dk, dv = lowered_forward(q, k, cu, heads, kv_heads, d, v)
     steps = VL.fused_backward_launch_args(q, k, v, o, dout, lse, delta, starts, ends, dq, dk, dv, heads, True,
                                           kv_heads, tensor_cores=True, lowering=lowering)
     assert (REDUCE in steps[1][0].compile(steps[1][1], "sm_90").ptx) == (lowering is not None)
