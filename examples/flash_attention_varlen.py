@@ -204,15 +204,21 @@ def flash_fwd_varlen_lse_edges(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile
 
 
 # ------------------------------------------------------------------------------------------ backward
+@tile.func
+def delta_rows(o, dout, br, d):
+    """(BR, 1) of Delta = sum_d dO O for the block's rows bid(0) of head bid(1)."""
+    i = tile.bid(0)
+    h = tile.bid(1)
+    prod = tile.load(o, (i, h), (br, d)).astype(f32) * tile.load(dout, (i, h), (br, d)).astype(f32)
+    return tile.sum(prod, axis=1)[:, None]
+
+
 @tile.kernel
 def varlen_bwd_preprocess(o: tile.Array[G, 2], dout: tile.Array[E, 2], delta: tile.Partition[f32, 2],
                           d: tile.Constant):
     """Delta = sum_d dO O for each (row, head): the (total, H) row term of dS = P * (dP - Delta)."""
     br, _ = delta.tile_shape
-    i = tile.bid(0)
-    h = tile.bid(1)
-    prod = tile.load(o, (i, h), (br, d)).astype(f32) * tile.load(dout, (i, h), (br, d)).astype(f32)
-    delta.store(tile.sum(prod, axis=1)[:, None])
+    delta.store(delta_rows(o, dout, br, d))
 
 
 @tile.func
@@ -254,15 +260,10 @@ def fused_step_varlen(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, h, i, lo,
     return dk_acc, dv_acc
 
 
-@tile.kernel
-def flash_bwd_dkdv_varlen(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
-                          lse: tile.Array[f32, 2], delta: tile.Array[f32, 2], starts: tile.Array[i32, 1],
-                          ends: tile.Array[i32, 1], dk: tile.Partition[G, 2], dv: tile.Partition[G, 2],
-                          scale: f32, bm: tile.Constant, causal: tile.Constant, group: tile.Constant):
-    """Each block owns BN packed key rows of key/value head bid(1) and walks the query blocks of their
-    sequences (from the keys' smallest start, or the first key when causal, to their largest end), for
-    each of the `group` query heads it serves; the sums stay in registers (no atomics)."""
-    bn, d = dk.tile_shape
+@tile.func
+def key_rows_varlen(k, v, starts, ends, bn, d, causal):
+    """A dK/dV block's BN packed key rows of key/value head bid(1): the head, each key's query range
+    [lo, hi) (from the first query that sees it when causal), the query rows any of them spans, K and V."""
     j = tile.bid(0)
     kvh = tile.bid(1)
     lo = tile.load(starts, (j,), (bn,), padding=FAR)
@@ -273,6 +274,19 @@ def flash_bwd_dkdv_varlen(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Arra
     q_hi = tile.max(hi)
     kt = tile.load(k, (j, kvh), (bn, d))
     vt = tile.load(v, (j, kvh), (bn, d))
+    return kvh, lo, hi, q_lo, q_hi, kt, vt
+
+
+@tile.kernel
+def flash_bwd_dkdv_varlen(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
+                          lse: tile.Array[f32, 2], delta: tile.Array[f32, 2], starts: tile.Array[i32, 1],
+                          ends: tile.Array[i32, 1], dk: tile.Partition[G, 2], dv: tile.Partition[G, 2],
+                          scale: f32, bm: tile.Constant, causal: tile.Constant, group: tile.Constant):
+    """Each block owns BN packed key rows of key/value head bid(1) and walks the query blocks of their
+    sequences (from the keys' smallest start, or the first key when causal, to their largest end), for
+    each of the `group` query heads it serves; the sums stay in registers (no atomics)."""
+    bn, d = dk.tile_shape
+    kvh, lo, hi, q_lo, q_hi, kt, vt = key_rows_varlen(k, v, starts, ends, bn, d, causal)
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
     scale2 = scale * LOG2E
@@ -294,10 +308,7 @@ def varlen_bwd_preprocess_zero(o: tile.Array[G, 2], dout: tile.Array[E, 2], delt
                                dq: tile.Partition[f32, 2], d: tile.Constant):
     """varlen_bwd_preprocess, and the block's rows of dQ (one head) set to zero for the fused backward."""
     br, _ = delta.tile_shape
-    i = tile.bid(0)
-    h = tile.bid(1)
-    prod = tile.load(o, (i, h), (br, d)).astype(f32) * tile.load(dout, (i, h), (br, d)).astype(f32)
-    delta.store(tile.sum(prod, axis=1)[:, None])
+    delta.store(delta_rows(o, dout, br, d))
     dq.store(tile.zeros((br, d), f32))
 
 
@@ -312,16 +323,7 @@ def flash_bwd_varlen_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Arr
     examples/flash_attention_bwd_fused.py does for one length. Query rows of a neighbouring sequence
     in a block get dS = 0 (masked), so they add nothing."""
     bn, d = dk.tile_shape
-    j = tile.bid(0)
-    kvh = tile.bid(1)
-    lo = tile.load(starts, (j,), (bn,), padding=FAR)
-    hi = tile.load(ends, (j,), (bn,), padding=0)
-    if causal:
-        lo = tile.maximum(lo, j * bn + tile.arange(bn))
-    q_lo = tile.min(lo)
-    q_hi = tile.max(hi)
-    kt = tile.load(k, (j, kvh), (bn, d))
-    vt = tile.load(v, (j, kvh), (bn, d))
+    kvh, lo, hi, q_lo, q_hi, kt, vt = key_rows_varlen(k, v, starts, ends, bn, d, causal)
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
     scale2 = scale * LOG2E
