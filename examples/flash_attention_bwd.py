@@ -298,12 +298,14 @@ def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bo
     return o, dq, dk, dv
 
 
-def run_gpu(batch: int, heads: int, seq: int, d: int, dtype: str = "bfloat16", kv_heads: int | None = None) -> None:
+def run_gpu(batch: int, heads: int, seq: int, d: int, dtype: str = "bfloat16", kv_heads: int | None = None,
+            steps: Any = None, label: str = "") -> None:
     """Ours against torch autograd of SDPA in float64 on the same (rounded) inputs, the error relative to
     the largest gradient: P and dS are rounded to the input dtype for the products, which the lowered
     sm_90 simulator measures at up to 3.3e-3 for bf16 (8-bit mantissa) and 3.0e-4 for f16 (B2 H4 S256);
     the bounds, 1e-2 and 2e-3, leave a factor of 3 and more. `kv_heads` (a divisor of `heads`): grouped-
-    query attention, against SDPA's enable_gqa."""
+    query attention, against SDPA's enable_gqa. `steps`: forward_and_backward's (the backward's launches),
+    `label` printed with the result."""
     import torch
     import torch.nn.functional as F
 
@@ -314,28 +316,28 @@ def run_gpu(batch: int, heads: int, seq: int, d: int, dtype: str = "bfloat16", k
                      for h in (heads, hk, hk, heads))
     for causal in (False, True):
         o, *grads = forward_and_backward(*(x.reshape(-1, d) for x in (q, k, v, dout)), seq, causal,
-                                         group=heads // hk)
+                                         group=heads // hk, steps=steps)
         x64 = [x.double().requires_grad_() for x in (q, k, v)]
         ref = F.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=hk != heads)
         ref.backward(dout.double())
         worst = 0.0
         for name, ours, x in zip(("dq", "dk", "dv"), grads, x64):
             worst = max(worst, ((ours.reshape(x.shape) - x.grad).abs().max() / x.grad.abs().max()).item())
-        print(f"GPU B{batch} H{heads} H_kv{hk} S{seq} D{d} {dtype} causal={causal}: "
+        print(f"GPU{label} B{batch} H{heads} H_kv{hk} S{seq} D{d} {dtype} causal={causal}: "
               f"max |ours - autograd(f64)| / max |grad| = {worst:.2e}")
         assert worst < (1e-2 if dtype == "bfloat16" else 2e-3), worst
     bridge.current_stream().synchronize()
 
 
-def run_simulator(seq: int, d: int, group: int = 1) -> None:
+def run_simulator(seq: int, d: int, group: int = 1, steps: Any = None, label: str = "") -> None:
     rng = np.random.default_rng(0)
     q, dout = (rng.standard_normal((2 * seq, d)).astype(np.float32) for _ in range(2))
     k, v = (rng.standard_normal((2 * seq // group, d)).astype(np.float32) for _ in range(2))
     for causal in (False, True):
-        _, *grads = forward_and_backward(q, k, v, dout, seq, causal, simulate=True, group=group)
+        _, *grads = forward_and_backward(q, k, v, dout, seq, causal, simulate=True, group=group, steps=steps)
         ref = reference(q, k, v, dout, seq, causal, group)
         err = max(float(np.abs(g - r).max()) for g, r in zip(grads, ref))
-        print(f"simulator S{seq} D{d} group={group} causal={causal}: max |ours - NumPy| over dQ, dK, dV = {err:.2e}")
+        print(f"simulator{label} S{seq} D{d} group={group} causal={causal}: max |ours - NumPy| over dQ, dK, dV = {err:.2e}")
         assert err < 1e-2, err
 
 

@@ -24,8 +24,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bridge import DTypeError
 from dsl import TypeVar, f32, i32, tile
 
@@ -141,37 +139,14 @@ def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bo
 
 
 def run_gpu(batch: int, heads: int, seq: int, d: int, kv_heads: int | None = None, form: str = "atomic dQ") -> None:
-    """Ours against torch autograd of SDPA in float64 on the same bf16 inputs (the two-kernel example's
-    bound, 1e-2 of the largest gradient)."""
-    import torch
-    import torch.nn.functional as F
-
-    hk = heads if kv_heads is None else kv_heads
-    g = torch.Generator(device="cuda").manual_seed(d)
-    q, k, v, dout = (torch.randn(batch, h, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
-                     for h in (heads, hk, hk, heads))
-    for causal in (False, True):
-        _, *grads = forward_and_backward(*(x.reshape(-1, d) for x in (q, k, v, dout)), seq, causal,
-                                         group=heads // hk, lowering=LADDER[form])
-        x64 = [x.double().requires_grad_() for x in (q, k, v)]
-        F.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=hk != heads).backward(dout.double())
-        worst = max(((ours.reshape(x.shape) - x.grad).abs().max() / x.grad.abs().max()).item()
-                    for ours, x in zip(grads, x64))
-        print(f"GPU fused ({form}) B{batch} H{heads} H_kv{hk} S{seq} D{d} causal={causal}: "
-              f"max |ours - autograd(f64)| / max |grad| = {worst:.2e}")
-        assert worst < 1e-2, worst
+    """Ours against torch autograd of SDPA in float64 on the same bf16 inputs, as the two-kernel
+    example's run_gpu checks (its bound, 1e-2 of the largest gradient), with the fused backward in `form`."""
+    bwd.run_gpu(batch, heads, seq, d, kv_heads=kv_heads, steps=functools.partial(launch_args, lowering=LADDER[form]),
+                label=f" fused ({form})")
 
 
 def run_simulator(seq: int, d: int, group: int = 1) -> None:
-    rng = np.random.default_rng(0)
-    q, dout = (rng.standard_normal((2 * seq, d)).astype(np.float32) for _ in range(2))
-    k, v = (rng.standard_normal((2 * seq // group, d)).astype(np.float32) for _ in range(2))
-    for causal in (False, True):
-        _, *grads = forward_and_backward(q, k, v, dout, seq, causal, simulate=True, group=group)
-        ref = bwd.reference(q, k, v, dout, seq, causal, group)
-        err = max(float(np.abs(got - want).max()) for got, want in zip(grads, ref))
-        print(f"simulator fused S{seq} D{d} group={group} causal={causal}: max |ours - NumPy| = {err:.2e}")
-        assert err < 1e-2, err
+    bwd.run_simulator(seq, d, group, steps=launch_args, label=" fused")
 
 
 def main(argv: list[str] | None = None) -> int:
