@@ -82,6 +82,7 @@ SANITIZE_FILES = ["interop_tests/runtime/test_gpu_launch_paths.py",
                   "interop_tests/dsl_codegen/test_loop_unroll_codegen.py",
                   "interop_tests/dsl_tile/test_tile_vector_runs_gpu.py",
                   "interop_tests/dsl_tile/test_attention_small_sanitized.py",
+                  "interop_tests/dsl_tile/test_tma_copies_small_sanitized.py",
                   "interop_tests/multigpu/test_devices_gpu.py",
                   "interop_tests/multigpu/test_two_gpus.py"]   # multigpu tests: not run with < 2 GPUs
 # Run only with 2 or more GPUs (else reported as not run); "torchrun": started by torch.distributed.run.
