@@ -65,7 +65,6 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.wgmma_slices = wgmma_slices        # warpgroups of more than 64 rows on wgmma (frags.warpgroup_rows)
         self.nc_loads = nc_loads                # read-only arrays' vector loads through ld.global.nc (runs.py)
         self.tma_store = tma_store              # sm_90 accumulator stores through TMA (store_tma.py)
-        self.tma_store_bytes = 0                # shared bytes of its own those stores took (0: none, or reused)
         self.store_maps: dict[str, tuple] = {}   # array name -> (its TMA-copy tensor map parameter, box)
         self.staging_slabs: dict[tuple[int, int], int] = {}   # persistent TMA stores: slabs staged a round
         self.after_tiles: list = []             # emitters run once after the tile program (or a persistent loop)
@@ -712,12 +711,14 @@ def _smem_fallback(lw: Lowerer, cc: int, tc_matmul: bool,
     their loop's budget (matmul/ring.py) but not together go back to cp.async; tensor-core buffers past
     the static limit go to the portable FMA path."""
     from dsl.tile.lower.matmul.mma_sync import SMEM_LIMIT
+    from dsl.tile.lower.store_tma import staging_bytes
     need, room = lw.dyn_bytes + lw.smem_bytes(), opt_in_bytes(cc)
     keys = {key[0] for key in lw.wgmma_stages}
     base = dict(loop_switches, tc_matmul=tc_matmul)
-    if lw.tma_store_bytes and need > room:
+    staged = staging_bytes(lw)
+    if staged and need > room:
         return {**base, "tma_store": False}, (
-            "tma-store-fallback", f"the TMA-store epilogue (tma_store) stages a tile in {lw.tma_store_bytes} "
+            "tma-store-fallback", f"the TMA-store epilogue (tma_store) stages a tile in {staged} "
             f"bytes of shared memory of its own, and with it the kernel needs {need} bytes, more than a block "
             f"may opt into ({room}), so its accumulator tiles are stored directly; use fewer stages or "
             f"smaller tiles, or cast the result to 16 bits before the store")

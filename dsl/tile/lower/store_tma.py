@@ -15,9 +15,9 @@ is 8 bytes (f32) or one packed 4-byte word (16-bit) inside one chunk.
 Shared memory: a kernel that is not persistent reuses its GEMM loop's operand stages (each loop ends
 with its copies landed, its last products waited for and a barrier), growing them if the tile is
 larger. A persistent kernel's next tile refills those stages while the store drains, so its tile gets
-a buffer of its own (L.tma_store_bytes; the loop plans its stages around it, staging_reserve); when
-that does not fit, the kernel lowers again without TMA stores and says so (kind
-"tma-store-fallback", kernel.py _smem_fallback).
+a buffer of its own (scratch slot "tma_store"; the loop plans its stages around it, plan_staging), as
+do TMA reduce-adds (slot "tma_reduce"); when those do not fit (staging_bytes), the kernel lowers again
+without TMA copies and says so (kind "tma-store-fallback", kernel.py _smem_fallback).
 
 Ordering: every thread's writes, fence.proxy.async (generic-proxy writes before the async proxy's
 reads), a barrier, then the leader's copies and commit. Before the staging tile is written, every
@@ -45,9 +45,10 @@ def tma_store_ok(L, p, v: LV) -> bool:
         return False
     bm, bn = p.type.tile_shape
     es = v.dtype.itemsize
-    if not (bm % 8 == 0 and bm <= MAX_BOX and bn * es % ROW_BYTES == 0 and tuple(v.layout.shape) == (bm, bn)):
+    if tuple(v.layout.shape) != (bm, bn) or bn * es % ROW_BYTES:
         return False
-    return L.persistent or bm * bn * es + SWIZZLE_ALIGN + RESERVE_SLACK <= L.opt_in    # one round fits
+    # a persistent kernel may stage fewer slabs at a time (plan_staging): one slab must fit then
+    return _fits(L, bm, ROW_BYTES // es if L.persistent else bn, es)
 
 
 RESERVE_SLACK = 2048     # shared bytes left beside a persistent kernel's stages and staging tile
@@ -79,25 +80,36 @@ def plan_staging(L, bm: int, bn: int, one: int, stages: int) -> int:
 
 def _tensor_map(L, p, box: tuple[int, int]) -> N.Expr:
     """The copies' tensor map of `p` (box [BM, W], 128-byte swizzle), one per array."""
-    from dsl.tile.lower.matmul.tma import _tensor_map_param
+    from dsl.tile.lower.matmul.tma import tensor_map_param
     if p.name not in L.store_maps:
-        L.store_maps[p.name] = (_tensor_map_param(L, p, box, ROW_BYTES), box)
+        L.store_maps[p.name] = (tensor_map_param(L, p, box, ROW_BYTES), box)
     return L.store_maps[p.name][0]
 
 
-def _staging(L, nbytes: int, slot: str = "tma_store", reuse: bool = True) -> tuple[N.Expr, bool]:
-    """(1024-byte aligned shared address of the staging tile, whether it reuses the GEMM's operand
-    stages: `reuse`, not persistent, and a GEMM loop is done with them); else scratch `slot` of its own."""
+SLOTS = ("tma_store", "tma_reduce")     # the scratch slots of staging tiles of their own
+
+
+def staging_bytes(L) -> int:
+    """Shared bytes the kernel's staging tiles of their own take (operand stages reused not counted)."""
+    return sum(4 * L.scratch_size.get(f"u32_{slot}", 0) for slot in SLOTS)
+
+
+def _staging(L, nbytes: int, slot: str = "tma_store", reuse: bool = True) -> N.Expr:
+    """The 1024-byte aligned shared address of the staging tile: the GEMM loop's operand stages where
+    `reuse` and the kernel is not persistent (a loop is done with them), else scratch `slot` of its own."""
     if reuse and not L.persistent:      # every GEMM loop ends with its copies landed and its reads done
         for plan in L.mma_plans.values():
             if plan.operand_buf is not None:
                 L.dyn_bytes = max(L.dyn_bytes, nbytes + SWIZZLE_ALIGN)
-                return aligned_base(L, plan.operand_buf, "epi"), True
-    words = (nbytes + SWIZZLE_ALIGN) // 4
-    before = L.scratch_size.get(f"u32_{slot}", 0)
-    buf = L.scratch(U32, words, slot=slot)
-    L.tma_store_bytes += 4 * (L.scratch_size[f"u32_{slot}"] - before)     # the staging bytes of all slots
-    return aligned_base(L, buf, "epi"), False
+                return aligned_base(L, plan.operand_buf, "epi")
+    return aligned_base(L, L.scratch(U32, (nbytes + SWIZZLE_ALIGN) // 4, slot=slot), "epi")
+
+
+def _fits(L, bm: int, bn: int, es: int) -> bool:
+    """A BM x BN tile of `es`-byte elements is whole 128-byte slabs of at most MAX_BOX rows (a TMA box)
+    whose staging tile fits the shared memory a block may opt into."""
+    return bm % 8 == 0 and bm <= MAX_BOX and bn * es % ROW_BYTES == 0 and \
+        bm * bn * es + SWIZZLE_ALIGN + RESERVE_SLACK <= L.opt_in
 
 
 def _offset(row: N.Expr, col: N.Expr, bm: int, es: int) -> N.Expr:
@@ -130,37 +142,19 @@ def reduce_ok(L, s, v: LV) -> bool:
     bm, bn = v.layout.shape
     if p.name in L.store_maps and L.store_maps[p.name][1] != (bm, ROW_BYTES // 4):
         return False
-    return bm % 8 == 0 and bm <= MAX_BOX and bn * 4 % ROW_BYTES == 0 and \
-        bm * bn * 4 + SWIZZLE_ALIGN + RESERVE_SLACK <= L.opt_in
+    return _fits(L, bm, bn, 4)
 
 
 def reduce_tma(L, s, v: LV) -> None:
-    """The region's atomic add by TMA reduce-adds of the staged tile, one per slab. In a loop, the
-    leader waits for the previous update's reads before the tile is written again."""
-    p = s.param
-    L.arch_specific = True
-    L.relied.add(p.name)
+    """The region's atomic add by TMA reduce-adds of the staged tile, one per slab."""
+    L.relied.add(s.param.name)
     bm, bn = v.layout.shape
     w = ROW_BYTES // 4
-    tmap = _tensor_map(L, p, (bm, w))
-    base, _ = _staging(L, bm * bn * 4, slot="tma_reduce", reuse=False)
-    leader = L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
-    await_reads(L, leader)
-    L.sync()
-    _write_pairs(L, v, base, bm, range(bn // w))
-    L.asm("fence.proxy.async")
-    L.sync()
+    base = _staging(L, bm * bn * 4, slot="tma_reduce", reuse=False)
     row0, col0 = (L.tmp(N.BinOp("mul", N.Cast(L.scalar(e), I32), c32(t), I32), "epo")
                   for e, t in zip(s.region, (bm, bn)))
-
-    def issue() -> None:
-        for k in range(bn // w):
-            L.asm("cp.reduce.async.bulk.tensor.2d.add", [tmap, N.BinOp("add", col0, c32(k * w), I32), row0,
-                                                       N.BinOp("add", base, N.Const(k * bm * ROW_BYTES, U32), U32)])
-        L.asm("cp.async.bulk.commit_group")
-    L.emit(N.If(leader, L.block_of(issue), []))
-    if _drain not in L.after_tiles:
-        L.after_tiles.append(_drain)
+    _stage_and_copy(L, "cp.reduce.async.bulk.tensor.2d.add", _tensor_map(L, s.param, (bm, w)), v, base, bm, w,
+                    row0, col0, bn // w)
 
 
 def _write_pairs(L, v: LV, base: N.Expr, bm: int, slabs: range) -> None:
@@ -186,19 +180,24 @@ def _write_pairs(L, v: LV, base: N.Expr, bm: int, slabs: range) -> None:
 
 def store_tma(L, p, v: LV) -> None:
     L.relied.add(p.name)
-    L.arch_specific = True
     bm, bn = p.type.tile_shape
-    es = v.dtype.itemsize
-    w = ROW_BYTES // es
-    tmap = _tensor_map(L, p, (bm, w))
+    w = ROW_BYTES // v.dtype.itemsize
     slabs = bn // w
     group = L.staging_slabs.get((bm, bn), slabs) if L.persistent and v.layout.wn == 1 else slabs
-    base, _ = _staging(L, bm * group * ROW_BYTES)
-    leader = L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
+    base = _staging(L, bm * group * ROW_BYTES)
     ids = L.tile_ids(p)
     row0 = L.tmp(N.BinOp("mul", N.Cast(ids[0], I32), c32(bm), I32), "epr")
     col0 = L.tmp(N.BinOp("mul", N.Cast(ids[1], I32), c32(bn), I32), "epc")
-    for first in range(0, slabs, group):
+    _stage_and_copy(L, "cp.async.bulk.tensor.2d.store", _tensor_map(L, p, (bm, w)), v, base, bm, w, row0, col0,
+                    group)
+
+
+def _stage_and_copy(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0, group: int) -> None:
+    """Stage `v` at `base` `group` slabs at a time and copy each round out with the bulk tensor copies of
+    `family` (a store or a reduce-add) by the leader, who waits for them before the kernel ends."""
+    L.arch_specific = True
+    leader = L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
+    for first in range(0, v.layout.shape[1] // w, group):
         # the copies of the staging tile's last use (an earlier round, tile, store or loop iteration)
         # have read it, and every thread is past that point (and every warpgroup past its last read
         # of reused operand stages): the leader's wait alone would let the others write early
@@ -207,7 +206,7 @@ def store_tma(L, p, v: LV) -> None:
         _write_pairs(L, v, base, bm, range(first, first + group))
         L.asm("fence.proxy.async")
         L.sync()
-        L.emit(N.If(leader, L.block_of(lambda first=first: _issue(L, tmap, base, bm, w, row0, col0,
+        L.emit(N.If(leader, L.block_of(lambda first=first: _issue(L, family, tmap, base, bm, w, row0, col0,
                                                                   range(first, first + group))), []))
     if _drain not in L.after_tiles:
         L.after_tiles.append(_drain)
@@ -217,17 +216,17 @@ def _wait_reads(L, leader: N.Expr) -> None:
     L.emit(N.If(leader, L.block_of(lambda: L.asm("cp.async.bulk.wait_group.read", keep=0)), []))
 
 
-def _issue(L, tmap, base, bm: int, w: int, row0, col0, slabs: range) -> None:
-    """The leader's copies of slabs `slabs` (staged from `base` on) and their commit."""
+def _issue(L, family: str, tmap, base, bm: int, w: int, row0, col0, slabs: range) -> None:
+    """The leader's copies (`family`) of slabs `slabs` (staged from `base` on) and their commit."""
     for k, s in enumerate(slabs):
-        L.asm("cp.async.bulk.tensor.2d.store", [tmap, N.BinOp("add", col0, c32(s * w), I32), row0,
+        L.asm(family, [tmap, N.BinOp("add", col0, c32(s * w), I32), row0,
                                                 N.BinOp("add", base, N.Const(k * bm * ROW_BYTES, U32), U32)])
     L.asm("cp.async.bulk.commit_group")
 
 
 def await_reads(L, leader: N.Expr) -> None:
-    """Before a persistent kernel's next tile is written: the leader waits until its TMA stores have
-    read the staging tile."""
+    """Before a staging tile is written: the leader waits until its copies have read it (the tile's last
+    use; a separate hook from _drain's wait, so tests can take either away)."""
     _wait_reads(L, leader)
 
 

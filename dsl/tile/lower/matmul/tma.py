@@ -44,7 +44,7 @@ from dsl.tile.lower.layout import c32
 
 
 
-def _tensor_map_param(L, array_param, box: tuple[int, int], swizzle: int) -> N.Expr:
+def tensor_map_param(L, array_param, box: tuple[int, int], swizzle: int) -> N.Expr:
     """A TensorMapType parameter of the kernel, appended after the others (contract order)."""
     name = f"{array_param.name}__tmap"
     p = N.Param(name, TensorMapType(array_param.name, box, swizzle), len(L.params) + len(L.extra_params))
@@ -80,10 +80,10 @@ class _TmaLoop:
         kswz = kmajor_swizzle(plan)
         self.tmaps = []
         if self.tma_a:
-            self.tmap_a = _tensor_map_param(L, plan.a.param, (bm, bk), kswz)
+            self.tmap_a = tensor_map_param(L, plan.a.param, (bm, bk), kswz)
             self.tmaps.append(self.tmap_a)
         if self.tma_b:
-            self.tmap_b = _tensor_map_param(L, plan.b.param, (bn, bk) if self.kmaj else (bk, 64),
+            self.tmap_b = tensor_map_param(L, plan.b.param, (bn, bk) if self.kmaj else (bk, 64),
                                             kswz if self.kmaj else 128)
             self.tmaps.append(self.tmap_b)
         base_a, _, self.sa, self.sb = operand_stages(L, plan)
