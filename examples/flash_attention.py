@@ -181,7 +181,20 @@ SM90_CANDIDATES[64] += ((64, 64, None, {"loop_pipeline": "tma", **_FAST}),)
 _TUNED: dict[tuple, Any] = {}
 
 
-_LSE_VARIANTS: dict[int, Any] = {}   # documented cache: head dim -> flash_fwd_lse with SM90_LSE_LOWERING
+# documented cache: (kernel function, sorted lowering items) -> that kernel under those switches
+_VARIANTS: dict[tuple, Any] = {}
+
+
+def variant(kern: Any, lowering: dict | None) -> Any:
+    """`kern` under the tile lowering's switches `lowering` (`kern` itself for none): one kernel object
+    per kernel and switches, made on first use, so its compiles and launchers are kept. The attention
+    examples' one way to a kernel's lowering variant."""
+    if not lowering:
+        return kern
+    key = (kern.pyfunc, tuple(sorted(lowering.items())))
+    if key not in _VARIANTS:
+        _VARIANTS[key] = tile.kernel(kern.pyfunc, lowering=dict(lowering))
+    return _VARIANTS[key]
 
 
 def lse_kernel(d: int, wgmma: bool) -> Any:
@@ -190,11 +203,7 @@ def lse_kernel(d: int, wgmma: bool) -> Any:
     cp.async loop, bf16 S4096 D128 full / causal, same run; docs/tile.md); else the kernel itself (D64's
     default 64 x 128 tile has not been measured with that rung). Its callers launch it inside CUDA graphs
     too, so it is a fixed choice, not an autotuned one."""
-    if not wgmma or d != 128:
-        return flash_fwd_lse
-    if d not in _LSE_VARIANTS:
-        _LSE_VARIANTS[d] = tile.kernel(flash_fwd_lse.pyfunc, lowering=SM90_CANDIDATES[d][0][3])
-    return _LSE_VARIANTS[d]
+    return variant(flash_fwd_lse, SM90_CANDIDATES[d][0][3] if wgmma and d == 128 else None)
 
 
 def tuned_configs(q: Any, seq: int, causal: bool, group: int = 1, arch: str | None = None) -> list:

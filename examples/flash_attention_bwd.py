@@ -162,22 +162,13 @@ def flash_bwd_dq(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], 
 # the plain kernels, bf16 B4 H16 S4096 full / causal, the same run (H200, 2026-12-04 19:22 UTC,
 # benchmarks/attention.py --bwd-sweep; docs/tile.md). Other head dims keep the plain kernels (not measured).
 SM90_LOWERING = {128: {"wgmma_a": "shared", "fp_fusion": True, "ftz": True}}
-_VARIANTS: dict[tuple, Any] = {}     # documented cache: (kernel name, head dim) -> its SM90_LOWERING variant
 
 
 def kernels_for(d: int, wgmma: bool) -> tuple[Any, Any]:
     """(dK/dV kernel, dQ kernel) for head dim d: SM90_LOWERING's variants on warpgroup MMA, else the plain
     kernels above."""
     lowering = SM90_LOWERING.get(d) if wgmma else None
-    if lowering is None:
-        return flash_bwd_dkdv, flash_bwd_dq
-    out = []
-    for kern in (flash_bwd_dkdv, flash_bwd_dq):
-        key = (kern.name, d)
-        if key not in _VARIANTS:
-            _VARIANTS[key] = tile.kernel(kern.pyfunc, lowering=lowering)
-        out.append(_VARIANTS[key])
-    return out[0], out[1]
+    return fwd.variant(flash_bwd_dkdv, lowering), fwd.variant(flash_bwd_dq, lowering)
 
 
 def pick_tiles(d: int, seq: int, tensor_cores: bool | None = None, wgmma: bool | None = None) -> tuple[int, int]:

@@ -99,17 +99,9 @@ LADDER: dict[str, dict | None] = {
     "TMA ring + TMA reduce dQ + fp_fusion ftz": {**TMA_REDUCE, "loop_pipeline": "tma", "fp_fusion": True, "ftz": True},
 }
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ")   # the forms main() and the GPU tests run
-_KERNELS: dict[tuple, Any] = {}     # documented cache: sorted lowering items -> the fused kernel under them
-
-
 def fused_kernel(lowering: dict | None = None) -> Any:
     """flash_bwd_fused under the lowering switches `lowering` (None: the defaults)."""
-    if not lowering:
-        return flash_bwd_fused
-    key = tuple(sorted(lowering.items()))
-    if key not in _KERNELS:
-        _KERNELS[key] = tile.kernel(flash_bwd_fused.pyfunc, lowering=dict(lowering))
-    return _KERNELS[key]
+    return bwd.fwd.variant(flash_bwd_fused, lowering)
 
 
 def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any, dq: Any, dk: Any, dv: Any,

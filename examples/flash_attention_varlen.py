@@ -496,21 +496,11 @@ def fused_backward_launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: A
         raise DTypeError(f"dq: expected float32 (blocks add into it atomically), got {dq.dtype}", arg_name="dq")
     kv_rows, q_step = tiles(d, tensor_cores)["fused"]
     sc = float(scale if scale is not None else d ** -0.5)
-    fused = flash_bwd_varlen_fused if not lowering else _fused_variant(lowering)
+    fused = fwd.variant(flash_bwd_varlen_fused, lowering)
     return [(varlen_bwd_preprocess_zero, (o, dout, tile.partition(delta, (q_step, 1)), tile.partition(dq, (q_step, d)),
                                           d)),
             (fused, (q, k, v, dout, lse, delta, starts, ends, dq, tile.partition(dk, (kv_rows, d)),
                      tile.partition(dv, (kv_rows, d)), sc, q_step, bool(causal), group))]
-
-
-_FUSED: dict[tuple, Any] = {}    # documented cache: sorted lowering items -> flash_bwd_varlen_fused under them
-
-
-def _fused_variant(lowering: dict) -> Any:
-    key = tuple(sorted(lowering.items()))
-    if key not in _FUSED:
-        _FUSED[key] = tile.kernel(flash_bwd_varlen_fused.pyfunc, lowering=dict(lowering))
-    return _FUSED[key]
 
 
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, cu_seqlens: Any, heads: int, causal: bool,
