@@ -246,6 +246,23 @@ def test_probe_in_the_simulator_matches_the_isa_reference(name, seed):
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.parametrize("probe_name,constant,value", [
+    ("tma-store", "STORE_BOXES", {**P90.STORE_BOXES, "f16": ((16, 64), (40, 104), ((60, 30), (-40, -5)))}),
+    ("tma-store", "REDUCE_AT", ((6, 30), (-20, -6))),
+    ("tma+mbarrier", "LOADS", ((44, 30), (-16, -3))),
+])
+def test_the_simulator_refuses_a_tma_copy_off_a_16_byte_boundary(monkeypatch, probe_name, constant, value):
+    """A TMA store, reduce-add or load whose innermost coordinate is not on a 16-byte boundary is an
+    illegal instruction on the H200 (the f16 store at column 60, 2026-12-05); the simulator refuses it
+    with the rule, rather than computing what the GPU never will."""
+    from dsl.sim.faults import SimulationError
+    monkeypatch.setattr(P90, constant, value)
+    probe = {p.name: p for p in P90.probes()}[probe_name]     # built afresh: a probe keeps its kernel
+    args = probe.arguments(probe.inputs(np.random.default_rng(SEEDS[0])))
+    with pytest.raises(SimulationError, match="not on a 16-byte boundary"):
+        kit.simulate(probe, args)
+
+
 @pytest.mark.parametrize("name", sorted(PROBES))
 def test_the_gpu_launchs_contract_accepts_the_probe_arguments(name):
     """The contract the GPU test launches with (its exact block, dynamic shared memory, tensor maps)
@@ -273,8 +290,9 @@ WRONG = [
     ("cp.async", "cp.async.wait_group", (1,), lambda: sm80.wait_group(2)),
     ("wgmma.ss-n64-bf16-bf16-kmajor", "wgmma.mma_async.ss", (WgmmaOp(64, "bf16", "bf16", False),),
      lambda: sm90.wgmma(WgmmaOp(64, "bf16", "bf16", True))),
-    ("tma+mbarrier", "cp.async.bulk.tensor.2d", (), lambda: sm80.semantics(     # coordinates swapped
-        lambda args, mach, lanes: sm90.tma_load_2d([args[0], args[1], args[3], args[2], args[4]], mach, lanes),
+    ("tma+mbarrier", "cp.async.bulk.tensor.2d", (), lambda: sm80.semantics(     # the row coordinate off by one
+        lambda args, mach, lanes: sm90.tma_load_2d([args[0], args[1], args[2], np.asarray(args[3]) + 1, args[4]],
+                                                   mach, lanes),
         machine=True, per_thread=True)),
     ("vector-run-f16x8-nc", "ld.global.run", (F16, 8), lambda: sm80.semantics(      # the predicate ignored
         lambda args, mach, lanes: sm80.ld_run(F16, 8)([args[0], np.ones_like(args[1]), args[2]], mach, lanes),

@@ -20,6 +20,9 @@ How the hardware behaviour is modelled:
   issue, or at the cp.async.bulk.wait_group.read that completes its bulk group (shared memory rewritten
   before that wait then reaches the array); a thread that exits with a store not waited for is a
   SimulationError (its block's shared memory would be gone under the copy).
+- Every TMA copy's innermost coordinate must fall on a 16-byte boundary of the array's rows, and its
+  shared-memory address on a 128-byte one; either miss is a SimulationError here, as it is an illegal
+  instruction on the GPU (an f16 store at column 60, 120 bytes in, faulted on the H200 on 2026-12-05).
 - A wgmma is recorded when issued, and its product is read from shared memory and added to the
   accumulators only when a `wgmma.wait_group` completes its group (the accumulators pass through the
   wait), so shared memory rewritten before the wait gives a wrong result here as on the device.
@@ -174,11 +177,23 @@ try_wait_parity = semantics(_try_wait_parity, machine=True, per_thread=True)
 
 
 # ----------------------------------------------------------------------------------------- TMA
+def _check_copy(what: str, tmap, c0: int, smem: int) -> None:
+    """The alignment a TMA copy needs, or the SimulationError the GPU's illegal instruction becomes."""
+    itemsize = tmap.mem.data.dtype.itemsize
+    if (c0 * itemsize) % 16:
+        raise SimulationError(f"simulator: {what} at innermost coordinate {c0} starts {c0 * itemsize} bytes into "
+                              f"a row, not on a 16-byte boundary (an illegal instruction on the GPU)")
+    if smem % 128:
+        raise SimulationError(f"simulator: {what} with shared-memory address {smem}, not a multiple of 128 "
+                              f"bytes (an illegal instruction on the GPU)")
+
+
 def _tma_load_2d(args: list, mach, lanes: np.ndarray) -> None:
     """cp.async.bulk.tensor.2d ... [dst], [map, {c0, c1}], [bar]: box rows c1.., columns c0.."""
     for k, lane in enumerate(lanes):
         dst, tmap = int(np.asarray(args[0])[k]), np.asarray(args[1], dtype=object).reshape(-1)[k]
         c0, c1, bar = (int(np.asarray(a).reshape(-1)[k]) for a in args[2:5])
+        _check_copy("a TMA load", tmap, c0, dst)
         rows, cols = tmap.box
         data = tmap.mem.data
         box = np.zeros((rows, cols), data.dtype)
@@ -266,6 +281,7 @@ def _bulk_copy(add: bool) -> Callable:
         for k, lane in enumerate(lanes):
             tmap = np.asarray(args[0], dtype=object).reshape(-1)[k]
             c0, c1, src = (int(np.asarray(a).reshape(-1)[k]) for a in args[1:4])
+            _check_copy("a TMA reduce-add" if add else "a TMA store", tmap, c0, src)
             st = _BulkStore(int(mach.lanes.blk[lane]), tmap, c0, c1, src, add)
             if not _lands_at_wait(mach):
                 _store_box(st, mach)
