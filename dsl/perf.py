@@ -39,7 +39,8 @@ SLOW_PATH_KINDS: dict[str, str] = {
     "ring-fallback": "the tile loops asked for TMA rings (loop_pipeline tma/ws) keep cp.async: their "
                      "rings together need more shared memory than a block may opt into",
     "ws-other-loop": "a loop of a warp-specialised tile kernel other than the one it splits at keeps "
-                     "cp.async (loop_pipeline ws): only the producer warpgroup's loop has a TMA ring",
+                     "cp.async (loop_pipeline ws): only the producer warpgroup's loops (the split one and "
+                     "those sharing its ring) have a TMA ring",
     "tma-store-fallback": "a tile kernel asked for TMA-store epilogues (tma_store) stores its accumulator "
                           "tiles directly: their staging buffer does not fit the shared memory a block may "
                           "opt into beside the kernel's other buffers",

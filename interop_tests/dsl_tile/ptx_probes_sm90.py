@@ -99,12 +99,13 @@ def _tma() -> Probe:
 
 
 # ------------------------------------------------------------------------------ TMA stores
-STORE_BOXES = {"f32": ((16, 32), (40, 72), ((48, 30), (-16, -3))),     # box, array, (column, row) of each
-               "f16": ((16, 64), (40, 104), ((56, 30), (-40, -5)))}     # store: past the bottom-right, before the top-left
-# Innermost coordinates stay on 16-byte boundaries: an f16 store at column 60 (120 bytes) was an illegal
-# instruction on the H200 (2026-12-05), which the simulator now refuses as well.
+STORE_BOXES = {"f32": ((16, 32), (40, 72), ((48, 30), (8, 3))),      # box, array, (column, row) of each
+               "f16": ((16, 64), (40, 104), ((56, 30), (8, 5)))}      # store: past the bottom-right, inside
+# Innermost coordinates stay on 16-byte boundaries and no store coordinate is negative: on the H200
+# (2026-12-05) a store at f16 column 60 (120 bytes) or at a negative coordinate was an illegal
+# instruction (a load may start before the array: the load probe above), which the simulator refuses too.
 STORE_SENTINEL = {"f32": np.float32(-7.5), "f16": np.float16(-7.5)}
-REDUCE_AT = ((8, 30), (-20, -6))        # (column, row) of the f32 stage's two reduce-adds into `dr`
+REDUCE_AT = ((8, 30), (24, 6))        # (column, row) of the f32 stage's two reduce-adds into `dr`
 
 
 def _tma_store() -> Probe:

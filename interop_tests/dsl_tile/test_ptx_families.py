@@ -246,20 +246,24 @@ def test_probe_in_the_simulator_matches_the_isa_reference(name, seed):
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("probe_name,constant,value", [
-    ("tma-store", "STORE_BOXES", {**P90.STORE_BOXES, "f16": ((16, 64), (40, 104), ((60, 30), (-40, -5)))}),
-    ("tma-store", "REDUCE_AT", ((6, 30), (-20, -6))),
-    ("tma+mbarrier", "LOADS", ((44, 30), (-16, -3))),
+@pytest.mark.parametrize("probe_name,constant,value,why", [
+    ("tma-store", "STORE_BOXES", {**P90.STORE_BOXES, "f16": ((16, 64), (40, 104), ((60, 30), (8, 5)))},
+     "not on a 16-byte boundary"),
+    ("tma-store", "REDUCE_AT", ((6, 30), (24, 6)), "not on a 16-byte boundary"),
+    ("tma+mbarrier", "LOADS", ((44, 30), (-16, -3)), "not on a 16-byte boundary"),
+    ("tma-store", "STORE_BOXES", {**P90.STORE_BOXES, "f32": ((16, 32), (40, 72), ((48, 30), (-16, -3)))},
+     "may not start before the array"),
+    ("tma-store", "REDUCE_AT", ((8, 30), (24, -6)), "may not start before the array"),
 ])
-def test_the_simulator_refuses_a_tma_copy_off_a_16_byte_boundary(monkeypatch, probe_name, constant, value):
-    """A TMA store, reduce-add or load whose innermost coordinate is not on a 16-byte boundary is an
-    illegal instruction on the H200 (the f16 store at column 60, 2026-12-05); the simulator refuses it
-    with the rule, rather than computing what the GPU never will."""
+def test_the_simulator_refuses_a_tma_copy_the_gpu_faults_on(monkeypatch, probe_name, constant, value, why):
+    """A TMA copy whose innermost coordinate is not on a 16-byte boundary, or a store or reduce-add at
+    a negative coordinate, is an illegal instruction on the H200 (2026-12-05); the simulator refuses
+    it with the rule, rather than computing what the GPU never will."""
     from dsl.sim.faults import SimulationError
     monkeypatch.setattr(P90, constant, value)
     probe = {p.name: p for p in P90.probes()}[probe_name]     # built afresh: a probe keeps its kernel
     args = probe.arguments(probe.inputs(np.random.default_rng(SEEDS[0])))
-    with pytest.raises(SimulationError, match="not on a 16-byte boundary"):
+    with pytest.raises(SimulationError, match=why):
         kit.simulate(probe, args)
 
 

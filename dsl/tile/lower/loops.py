@@ -44,6 +44,8 @@ def lower_for(L, s: T.For) -> None:
                                     f"{pipe.seen} times, not once each")
             R.drop(L, pipe.ring)
         elif pipe.accepted():
+            if L.pipelined_loops:                       # an earlier loop's warps may still read the
+                L.sync()                                # buffers these copies refill (shared: pipeline.py)
             for k in range(pipe.ahead):                 # the copies of the first `ahead` iterations
                 first = L.new_var(I32, "pf0")
                 L.emit(N.Assign(first, P.value_of(pipe, k)))
@@ -76,4 +78,7 @@ def _emit_ring_loop(L, pipe: P.Pipeline, s: T.For, body: list) -> None:
     L.emit(N.ForRange(pipe.var, pipe.start, pipe.stop, pipe.step, body, s.loc))
     if pipe.rotation is not None:
         overlap.drain(L, pipe)
+    if pipe.done is not None:                   # a chained ring: the next loop's numbers start here
+        L.emit(N.Assign(pipe.done, N.BinOp("add", N.ReadVar(pipe.done),
+                                           P.trips(L, pipe.start, pipe.stop, pipe.step), I32)))
     L.pipelined_loops += 1

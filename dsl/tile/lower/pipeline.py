@@ -71,6 +71,8 @@ class Pipeline:
     ring: R.Ring | None = None  # a TMA ring feeds the stages instead of cp.async (ring.py)
     seen: list = None           # ring positions the body consumed, in order
     rotation: object = None     # the last product issued in the next iteration (matmul/overlap.py)
+    done: N.Var | None = None   # a ring shared by loops run one after another (ring_ws.py chains them):
+                                # the iterations the earlier loops ran, where this loop's numbers start
 
     def accepted(self) -> bool:
         """The body consumed every stage once (in the planned order, for cp.async's group counts)."""
@@ -94,7 +96,15 @@ def iteration(L, pipe: Pipeline, at: N.Expr | None = None) -> N.Expr:
     n = N.BinOp("sub", N.ReadVar(pipe.var) if at is None else at, pipe.start, I32)
     if not (isinstance(pipe.step, N.Const) and pipe.step.value == 1):
         n = N.BinOp("floordiv", n, pipe.step, I32)
+    if pipe.done is not None:
+        n = N.BinOp("add", N.ReadVar(pipe.done), n, I32)
     return L.tmp(n, "rit")
+
+
+def trips(L, start: N.Expr, stop: N.Expr, step: N.Expr) -> N.Expr:
+    """Iterations of range(start, stop, step), step > 0 (none when stop <= start)."""
+    span = N.BinOp("add", N.BinOp("sub", stop, start, I32), N.BinOp("sub", step, N.Const(1, I32), I32), I32)
+    return L.tmp(N.BinOp("max", N.BinOp("floordiv", span, step, I32), N.Const(0, I32), I32), "rtrips")
 
 
 def index_at(L, pipe: Pipeline, load: T.Load, at: N.Expr) -> list[N.Expr]:
@@ -181,15 +191,23 @@ def plan(L, s: T.For, ws: bool = False) -> Pipeline | None:
     slots = _slots(L, loads)
     if slots > 1:
         stages = [Stage(op, wgmma_stage(L, op.type.dtype, slots * _slot_elems(op) + STAGE_SLACK_ELEMS,
-                                        ("pipe", id(s), i)), _stride(op, True), True, slots)
+                                        _stage_key(op, i, slots)), _stride(op, True), True, slots)
                   for i, (op, _) in enumerate(loads)]
         return Pipeline(s, stages)
     if sum(_stage_elems(op, swz) * 2 for op, swz in loads) > BUDGET:
         return None
-    stages = [Stage(op, wgmma_stage(L, op.type.dtype, _stage_elems(op, swz), ("pipe", id(s), i)) if swz else
+    stages = [Stage(op, wgmma_stage(L, op.type.dtype, _stage_elems(op, swz), _stage_key(op, i, 1)) if swz else
                     L.scratch(op.type.dtype, _stage_elems(op, swz), FIRST_SLOT + i), _stride(op, swz), swz)
               for i, (op, swz) in enumerate(loads)]
     return Pipeline(s, stages)
+
+
+def _stage_key(op: T.Load, i: int, slots: int) -> tuple:
+    """The shared buffer of the i-th pipelined load: keyed by position, shape and dtype, not by loop,
+    so loops that run one after another (causal attention's two stages) share their buffers. A loop
+    ends with its copies waited for (loops.py: wait_group 0), and the next one's first copies wait
+    for a block barrier after it (loops.py)."""
+    return ("pipe", i, slots, tuple(op.type.shape), str(op.type.dtype))
 
 
 def _slots(L, loads: list[tuple[T.Load, bool]]) -> int:

@@ -21,8 +21,9 @@ How the hardware behaviour is modelled:
   before that wait then reaches the array); a thread that exits with a store not waited for is a
   SimulationError (its block's shared memory would be gone under the copy).
 - Every TMA copy's innermost coordinate must fall on a 16-byte boundary of the array's rows, and its
-  shared-memory address on a 128-byte one; either miss is a SimulationError here, as it is an illegal
-  instruction on the GPU (an f16 store at column 60, 120 bytes in, faulted on the H200 on 2026-12-05).
+  shared-memory address on a 128-byte one; a store's or reduce-add's coordinates must not be negative
+  (a load's may). Each miss is a SimulationError here, as it is an illegal instruction on the GPU (on
+  the H200, 2026-12-05: stores at negative coordinates, and at f16 column 60, 120 bytes in).
 - A wgmma is recorded when issued, and its product is read from shared memory and added to the
   accumulators only when a `wgmma.wait_group` completes its group (the accumulators pass through the
   wait), so shared memory rewritten before the wait gives a wrong result here as on the device.
@@ -177,12 +178,15 @@ try_wait_parity = semantics(_try_wait_parity, machine=True, per_thread=True)
 
 
 # ----------------------------------------------------------------------------------------- TMA
-def _check_copy(what: str, tmap, c0: int, smem: int) -> None:
+def _check_copy(what: str, tmap, c0: int, c1: int, smem: int, store: bool = False) -> None:
     """The alignment a TMA copy needs, or the SimulationError the GPU's illegal instruction becomes."""
     itemsize = tmap.mem.data.dtype.itemsize
     if (c0 * itemsize) % 16:
         raise SimulationError(f"simulator: {what} at innermost coordinate {c0} starts {c0 * itemsize} bytes into "
                               f"a row, not on a 16-byte boundary (an illegal instruction on the GPU)")
+    if store and min(c0, c1) < 0:
+        raise SimulationError(f"simulator: {what} at coordinates ({c0}, {c1}): a store may not start before the "
+                              f"array (an illegal instruction on the GPU; a load may, reading zeros)")
     if smem % 128:
         raise SimulationError(f"simulator: {what} with shared-memory address {smem}, not a multiple of 128 "
                               f"bytes (an illegal instruction on the GPU)")
@@ -193,7 +197,7 @@ def _tma_load_2d(args: list, mach, lanes: np.ndarray) -> None:
     for k, lane in enumerate(lanes):
         dst, tmap = int(np.asarray(args[0])[k]), np.asarray(args[1], dtype=object).reshape(-1)[k]
         c0, c1, bar = (int(np.asarray(a).reshape(-1)[k]) for a in args[2:5])
-        _check_copy("a TMA load", tmap, c0, dst)
+        _check_copy("a TMA load", tmap, c0, c1, dst)
         rows, cols = tmap.box
         data = tmap.mem.data
         box = np.zeros((rows, cols), data.dtype)
@@ -281,7 +285,7 @@ def _bulk_copy(add: bool) -> Callable:
         for k, lane in enumerate(lanes):
             tmap = np.asarray(args[0], dtype=object).reshape(-1)[k]
             c0, c1, src = (int(np.asarray(a).reshape(-1)[k]) for a in args[1:4])
-            _check_copy("a TMA reduce-add" if add else "a TMA store", tmap, c0, src)
+            _check_copy("a TMA reduce-add" if add else "a TMA store", tmap, c0, c1, src, store=True)
             st = _BulkStore(int(mach.lanes.blk[lane]), tmap, c0, c1, src, add)
             if not _lands_at_wait(mach):
                 _store_box(st, mach)

@@ -20,7 +20,9 @@ variable x no other statement of the body reads or assigns, kept in the product'
 (a hint from an earlier lowering: the lowering runs until its layouts settle). No branch: in the first
 iteration the deferred product multiplies zeros (its A registers start at 0) by the first iteration's
 B stage, which the waits have made valid, so its accumulators keep their values; the stage of
-iteration n - 1 is released after that product's wait.
+iteration n - 1 is released after that product's wait. In a chain of loops sharing a ring
+(ring_ws.py), the first iteration's deferred product reads its own stage, and the last one's stage is
+released after the loop for the next loop's copies.
 """
 from __future__ import annotations
 
@@ -108,7 +110,7 @@ def before_last(L, e: T.Matmul) -> None:
     wait_wgmma(L, 0, _target(L, rot))
     n = iteration(L, pipe)
     i = pipe.position(rot.b_last)
-    L.emit(N.If(N.Compare("gt", n, c32(0)), L.block_of(
+    L.emit(N.If(N.Compare("gt", n, _first(pipe)), L.block_of(
         lambda: ring_done(L, pipe, i, L.tmp(N.BinOp("sub", n, c32(1), I32), "rprev"))), []))
 
 
@@ -131,7 +133,13 @@ def _issue(L, pipe, n: N.Expr) -> None:
 def issue_last(L, pipe, n: N.Expr) -> None:
     """Right after the first product of iteration n: issue iteration n - 1's last product (in
     iteration 0, zeros times iteration 0's stage) as a group of its own."""
-    _issue(L, pipe, L.tmp(N.BinOp("max", N.BinOp("sub", n, c32(1), I32), c32(0), I32), "rlast"))
+    _issue(L, pipe, L.tmp(N.BinOp("max", N.BinOp("sub", n, c32(1), I32), _first(pipe), I32), "rlast"))
+
+
+def _first(pipe) -> N.Expr:
+    """The iteration number of the loop's first iteration: 0, or in a chain of loops sharing a ring
+    (ring_ws.py) the iterations the earlier loops ran."""
+    return N.ReadVar(pipe.done) if pipe.done is not None else c32(0)
 
 
 def start(L, pipe) -> None:
@@ -148,6 +156,9 @@ def drain(L, pipe) -> None:
     trips = L.tmp(N.BinOp("floordiv", span, pipe.step, I32), "rtrips")
 
     def run() -> None:
-        _issue(L, pipe, L.tmp(N.BinOp("sub", trips, c32(1), I32), "rlast"))
+        last = L.tmp(N.BinOp("add", _first(pipe), N.BinOp("sub", trips, c32(1), I32), I32), "rlast")
+        _issue(L, pipe, last)
         wait_wgmma(L, 0, _target(L, rot))
+        if pipe.done is not None:   # a loop after it refills the stage: release it as the loop would
+            ring_done(L, pipe, pipe.position(rot.b_last), last)
     L.emit(N.If(N.Compare("gt", trips, c32(0)), L.block_of(run), []))

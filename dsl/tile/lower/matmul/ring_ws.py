@@ -17,6 +17,12 @@ The producer needs only scalars: the kernel splits when the loop is a top-level 
 ring-load indices follow from scalar assignments before it (no loads, products or reductions among
 them, none inside an `if`). Two consumer warpgroups (8 warps, 128 query rows of flash attention)
 share the ring: each stage's empty barrier counts both. Not for persistent kernels.
+
+Top-level loops after it whose ring loads are the same (array, tile shape and dtype, in the same
+order) and whose bounds and indices the producer can compute as well share its ring (chained_loops):
+causal attention's two stages, the key blocks left of the diagonal and the ones it crosses. The
+producer walks them one after another, and each side counts the iterations the earlier loops ran,
+so stages and phases go on where the last loop left them (pipeline.Pipeline.done).
 """
 from __future__ import annotations
 
@@ -26,7 +32,8 @@ from dsl.tile import ir as T
 from dsl.tile.lower.matmul import ring as R
 from dsl.tile.lower.matmul.mma_sync import match
 from dsl.tile.lower.matmul.warp_specialised import reallocate
-from dsl.tile.lower.pipeline import candidate_loads, index_at, iteration, plan
+from dsl.tile.lower.layout import c32
+from dsl.tile.lower.pipeline import Pipeline, Stage, candidate_loads, index_at, iteration, plan, trips
 
 
 def ring_ws_loop(L) -> int | None:
@@ -38,27 +45,56 @@ def ring_ws_loop(L) -> int | None:
         if not isinstance(s, T.For) or match(L, s, L.max_stages) is not None:
             continue                    # a GEMM main loop has pipelines of its own (matmul/mma_sync.py)
         loads = candidate_loads(L, s)
-        if loads and R.ring_wanted(L, loads) and producer_prefix(body[:k], s, [op for op, _ in loads]) is not None:
+        if loads and R.ring_wanted(L, loads) and producer_prefix(body[:k], [(s, [op for op, _ in loads])]) is not None:
             return k
     return None
+
+
+def chained_loops(L, at: int) -> list[int]:
+    """The top-level loops that share loop `at`'s ring, `at` first: each later loop whose ring loads
+    match its loads position by position and whose bounds and indices the producer can compute."""
+    body = L.fn.body
+    first = [op for op, _ in candidate_loads(L, body[at])]
+    chain = [(body[at], first)]
+    found = [at]
+    for k in range(at + 1, len(body)):
+        s = body[k]
+        if not isinstance(s, T.For) or match(L, s, L.max_stages) is not None:
+            continue
+        loads = candidate_loads(L, s)
+        if not loads or not R.ring_wanted(L, loads) or not _same_ring(first, [op for op, _ in loads]):
+            continue
+        if producer_prefix(body[:k], chain + [(s, [op for op, _ in loads])]) is None:
+            continue
+        chain.append((s, [op for op, _ in loads]))
+        found.append(k)
+    return found
+
+
+def _same_ring(a: list[T.Load], b: list[T.Load]) -> bool:
+    return len(a) == len(b) and all(x.param.name == y.param.name and x.type.shape == y.type.shape
+                                    and x.type.dtype == y.type.dtype for x, y in zip(a, b))
 
 
 def _reads(e: T.TExpr) -> set[int]:
     return {id(x.var) for x in T.walk_exprs(e) if isinstance(x, T.Read)}
 
 
-def producer_prefix(before: list[T.TStmt], loop: T.For, loads: list[T.Load]) -> list[T.TStmt] | None:
-    """The statements before `loop` that its bounds and the loads' indices depend on, in order: all
-    scalar assignments free of loads, products and reductions; None when one is not (or sits in an
-    `if`), since the producer warpgroup cannot run it."""
+def producer_prefix(before: list[T.TStmt], loops: list[tuple[T.For, list[T.Load]]]) -> list[T.TStmt] | None:
+    """The statements of `before` that the bounds of `loops` and the indices of their ring loads
+    depend on, in order: all scalar assignments free of loads, products and reductions; None when
+    one is not (or sits in an `if` or a loop), since the producer warpgroup cannot run it."""
     needed: set[int] = set()
-    for e in [loop.start, loop.stop, loop.step] + [i for op in loads for i in op.index]:
-        needed |= _reads(e)
-    needed.discard(id(loop.var))
+    for loop, loads in loops:
+        for e in [loop.start, loop.stop, loop.step] + [i for op in loads for i in op.index]:
+            needed |= _reads(e)
+    for loop, _ in loops:
+        needed.discard(id(loop.var))
     keep: list[T.TStmt] = []
     for st in reversed(before):
-        if isinstance(st, T.If):
-            assigned = {id(x.var) for x in T.walk_stmts(st.then + st.else_) if isinstance(x, T.Assign)}
+        if isinstance(st, (T.If, T.For)):
+            inner = st.then + st.else_ if isinstance(st, T.If) else st.body
+            assigned = {id(x.var) for x in T.walk_stmts(inner) if isinstance(x, T.Assign)}
             if assigned & needed:
                 return None
             continue
@@ -74,22 +110,31 @@ def producer_prefix(before: list[T.TStmt], loop: T.For, loads: list[T.Load]) -> 
 
 def lower_split(L, at: int) -> None:
     """The tile program of a kernel split at top-level loop `at` (ring_ws_loop): the ring, then the
-    two roles under one concurrent If."""
+    two roles under one concurrent If. Loops chained to it (chained_loops) share its ring."""
     body = L.fn.body
-    loop = body[at]
-    pipe = plan(L, loop, ws=True)
-    assert pipe is not None and pipe.ring is not None and pipe.ring.ws
-    R.set_up(L, pipe.ring)
-    prefix = producer_prefix(body[:at], loop, [st.load for st in pipe.stages])
+    chain = [body[k] for k in chained_loops(L, at)]
+    first = plan(L, chain[0], ws=True)
+    assert first is not None and first.ring is not None and first.ring.ws
+    pipes = [first] + [_sharing(L, first, loop) for loop in chain[1:]]
+    R.set_up(L, first.ring)
+    prefix = producer_prefix(body[:body.index(chain[-1])],
+                             [(loop, [st.load for st in pipe.stages]) for loop, pipe in zip(chain, pipes)])
+    chained = len(chain) > 1
 
     def producer() -> None:
         reallocate(L, consumer=False)
         L.stmts(prefix)
-        _producer_loop(L, pipe, loop)
+        done = _counter(L, "pdone") if chained else None
+        for loop, pipe in zip(chain, pipes):
+            pipe.done = done
+            _producer_loop(L, pipe, loop)
 
     def consumers() -> None:
         reallocate(L, consumer=True)
-        L.rings[id(loop)] = pipe
+        done = _counter(L, "cdone") if chained else None
+        for loop, pipe in zip(chain, pipes):
+            pipe.done = done
+            L.rings[id(loop)] = pipe
         L.consumers_only = True       # block barriers: the consumers' named barrier
         L.stmts(body)
         L.consumers_only = False
@@ -97,8 +142,24 @@ def lower_split(L, at: int) -> None:
     L.emit(N.If(L.ws_consumer, L.block_of(consumers), side, concurrent=True))
 
 
+def _sharing(L, first, loop: T.For):
+    """The pipeline of a chained loop: its own loads in the stages of the first loop's ring."""
+    loads = [op for op, _ in candidate_loads(L, loop)]
+    return Pipeline(loop, [Stage(op, st.buf, st.stride, True) for op, st in zip(loads, first.stages)],
+                    ring=first.ring)
+
+
+def _counter(L, name: str) -> N.Var:
+    """The iterations the chained loops ran so far (0 before the first): where the next one's
+    iteration numbers, and so its stages and phases, start."""
+    v = L.new_var(I32, name)
+    L.emit(N.Assign(v, c32(0)))
+    return v
+
+
 def _producer_loop(L, pipe, loop: T.For) -> None:
-    """Thread 0 of the producer warpgroup: every iteration's ring loads, each once its stage is free."""
+    """Thread 0 of the producer warpgroup: every iteration's ring loads, each once its stage is free;
+    in a chain, then the count of iterations run moves on by this loop's."""
     start, stop, step = (L.scalar(e) for e in (loop.start, loop.stop, loop.step))
     pipe.var, pipe.start, pipe.stop, pipe.step = L.new_var(I32, "pj"), start, stop, step
     saved = L.vars.get(id(loop.var))
@@ -115,3 +176,5 @@ def _producer_loop(L, pipe, loop: T.For) -> None:
         if saved is not None:
             L.vars[id(loop.var)] = saved
     L.emit(N.If(pipe.ring.leader, [loop_stmt], []))
+    if pipe.done is not None:
+        L.emit(N.Assign(pipe.done, N.BinOp("add", N.ReadVar(pipe.done), trips(L, start, stop, step), I32)))
