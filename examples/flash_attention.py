@@ -58,10 +58,34 @@ PORTABLE_TILES = {64: ((64, 32),), 128: ((32, 32),), 256: ((16, 8),)}
 
 
 @tile.func
+def key_blocks(m, l, acc, qt, k, v, kv0, lo, hi, row0, scale2, bm, d, bn, masked):
+    """Key blocks lo..hi of this head folded into the online softmax (m, l, acc); `masked` for the
+    blocks the causal diagonal crosses, where a key right of its query row scores -inf."""
+    for j in range(lo, hi):
+        s = tile.matmul(qt, tile.transpose(tile.load(k, (kv0 + j, 0), (bn, d))))
+        if masked:
+            r = row0 + tile.arange(bm)[:, None]
+            c = j * bn + tile.arange(bn)[None, :]
+            s = tile.where(c <= r, s * scale2, -tile.inf)
+            m_new = tile.maximum(m, tile.max(s, axis=1))
+            p = tile.exp2(s - m_new[:, None])
+        else:                                   # max(s) c = max(s c), c > 0: then s c - m is one fma a
+            m_new = tile.maximum(m, tile.max(s, axis=1) * scale2)   # score under fp_fusion (Triton's order)
+            p = tile.exp2(s * scale2 - m_new[:, None])
+        alpha = tile.exp2(m - m_new)
+        l = l * alpha + tile.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tile.matmul(p.astype(v.dtype), tile.load(v, (kv0 + j, 0), (bn, d)))
+        m = m_new
+    return m, l, acc
+
+
+@tile.func
 def attend_rows(q, k, v, seq, scale, bm, d, bn, causal, group):
     """This block's BM query rows against their head's keys: the running row maximum `m` (base 2), the
     normaliser `l` and the unnormalised output `acc`, shared by flash_fwd and flash_fwd_lse. `group`
-    query heads share one key/value head (grouped-query attention; 1: one each)."""
+    query heads share one key/value head (grouped-query attention; 1: one each). Causal: the key blocks
+    wholly left of the diagonal first, without a mask, then the blocks it crosses, masked (Triton's
+    two stages; at D256 one masked loop, since two spill there on sm_90)."""
     i = tile.bid(0)
     head = (i * bm) // seq                      # which (batch, head) these rows belong to
     row0 = i * bm - head * seq                  # first query position of the tile in its sequence
@@ -74,24 +98,15 @@ def attend_rows(q, k, v, seq, scale, bm, d, bn, causal, group):
     acc = tile.zeros((bm, d), f32)
     kv0 = kv_head * (seq // bn)
     scale2 = scale * LOG2E                      # scores in base 2: exp2 is one ex2.approx, exp is ~10
-    stop = seq // bn
     if causal:                                  # blocks right of the diagonal contribute nothing
         stop = (row0 + bm + bn - 1) // bn
-    for j in range(stop):
-        s = tile.matmul(qt, tile.transpose(tile.load(k, (kv0 + j, 0), (bn, d))))
-        if causal:
-            r = row0 + tile.arange(bm)[:, None]
-            c = j * bn + tile.arange(bn)[None, :]
-            s = tile.where(c <= r, s * scale2, -tile.inf)
-            m_new = tile.maximum(m, tile.max(s, axis=1))
-            p = tile.exp2(s - m_new[:, None])
-        else:                                   # max(s) c = max(s c), c > 0: then s c - m is one fma a
-            m_new = tile.maximum(m, tile.max(s, axis=1) * scale2)   # score under fp_fusion (Triton's order)
-            p = tile.exp2(s * scale2 - m_new[:, None])
-        alpha = tile.exp2(m - m_new)
-        l = l * alpha + tile.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tile.matmul(p.astype(q.dtype), tile.load(v, (kv0 + j, 0), (bn, d)))
-        m = m_new
+        diag = 0                                # D256: one masked loop (two spill on sm_90)
+        if d <= 128:
+            diag = row0 // bn                   # blocks before it end left of the tile's first row
+            m, l, acc = key_blocks(m, l, acc, qt, k, v, kv0, 0, diag, row0, scale2, bm, d, bn, False)
+        m, l, acc = key_blocks(m, l, acc, qt, k, v, kv0, diag, stop, row0, scale2, bm, d, bn, True)
+    else:
+        m, l, acc = key_blocks(m, l, acc, qt, k, v, kv0, 0, seq // bn, row0, scale2, bm, d, bn, False)
     return m, l, acc
 
 
