@@ -40,9 +40,12 @@ LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
     "tma S2 fp_fusion ftz tma-store": ({"KB_TILE_LOOP_PIPELINE": "tma", **FTZ, "KB_TILE_TMA_STORE": "1"}, None, ONE),
     "ws 128x128 setmaxnreg fp_fusion ftz tma-store": ({**REGS, **FTZ, "KB_TILE_TMA_STORE": "1"}, 8,
                                                       {64: (128, 128), 128: (128, 128)}),
+    # causal: the diagonal loop on the producer's ring too (KB_TILE_WS_CHAIN, 2026-12-05), not on cp.async
+    "ws 128x128 setmaxnreg fp_fusion ftz chain": ({**REGS, **FTZ, "KB_TILE_WS_CHAIN": "1"}, 8,
+                                                  {64: (128, 128), 128: (128, 128)}),
 }
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
-            "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE")
+            "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE", "KB_TILE_WS_CHAIN")
 
 
 class switched:

@@ -48,6 +48,11 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # stores (lower/store_tma.py), as CUTLASS's epilogues: no per-element bounds, edges clipped by the
     # copy engine, and a persistent kernel's next tile starts while the store drains; unmeasured, so off
     "tma_store": ("KB_TILE_TMA_STORE", None, False),
+    # under loop_pipeline "ws", top-level loops after the split one over the same ring loads (causal
+    # attention's diagonal loop) share the producer warpgroup's ring (lower/matmul/ring_ws.py) instead
+    # of keeping cp.async; built 2026-12-05 and checked in the lowered simulator, not yet run on a GPU
+    # (a ring a consumer issued there hung on the H200), so off
+    "ws_chain": ("KB_TILE_WS_CHAIN", None, False),
 }
 
 
@@ -114,4 +119,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("ftz",) if s["ftz"] else ()) + \
         (("wgmma_slices",) if s["wgmma_slices"] else ()) + \
         (() if s["nc_loads"] else ("no_nc_loads",)) + \
-        (("tma_store",) if s["tma_store"] else ())
+        (("tma_store",) if s["tma_store"] else ()) + \
+        (("ws_chain",) if s["ws_chain"] else ())

@@ -6,7 +6,8 @@ with 128 x 128 tiles two separate rings could not fit at all, and at 64 x 64 the
 SM holds). Rings that cannot share (other sizes) and do not fit together make the lowering keep
 cp.async for every loop (a kernel no launch could hold used to come out), said as a `ring-fallback`
 slow path; the kernel stays correct. Under `ws` only the loop the kernel splits at takes a ring (the
-producer's); its other loops keep cp.async, since a consumer-issued ring there hung on the H200."""
+producer's); its other loops keep cp.async, since a consumer-issued ring there hung on the H200, unless
+`ws_chain` lets the loops over the same K/V share the producer's ring (ring_ws.chained_loops)."""
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ from interop_tests.dsl_tile.tutorial_kit import attention_on_gpu, tutorial
 
 T = tutorial("06_fused_attention")
 WS = {"loop_pipeline": "ws", "setmaxnreg": "240/24"}
+CHAIN = {**WS, "ws_chain": True}
 TMA = {"loop_pipeline": "tma"}
 E = TypeVar("E")
 
@@ -126,14 +128,25 @@ def _d64_causal(bn, rng=None):
 
 
 @pytest.mark.parametrize("bn", [64, 128])
-def test_the_loops_after_the_split_one_share_its_producer_fed_ring(bn):
-    """At D64 the causal kernel has two loops over the same K and V blocks (left of the diagonal, then
-    on it). A ring for the second loop issued by a consumer thread inside the consumer role hung on the
-    H200 (2026-12-04); now the producer warpgroup feeds both loops from one ring (ring_ws.py
+def test_only_the_split_loop_of_a_warp_specialised_kernel_takes_a_ring(bn):
+    """At D64 both causal rings fit, but the diagonal loop after the split one would be fed by a ring a
+    consumer thread issues inside the consumer role: at 128x128 that hung on the H200 (2026-12-04). Its
+    loads keep cp.async (said as `ws-other-loop`); the split loop keeps its producer-fed ring."""
+    a, _ = _d64_causal(bn)
+    ws = tile.kernel(T.attn_fwd.pyfunc, num_warps=8, lowering=WS).compile(a, "sm_90")
+    assert len(json.loads(ws.contract_json)["tensor_maps"]) == 2     # K and V of the split loop
+    said = [p for p in ws.metadata["slow_paths"] if p["kind"] == "ws-other-loop"]
+    assert len(said) == 1, said
+    assert "cp.async.bulk.tensor" in ws.ptx and "cp.async.cg.shared.global" in ws.ptx
+
+
+@pytest.mark.parametrize("bn", [64, 128])
+def test_under_ws_chain_the_loops_after_the_split_one_share_its_producer_fed_ring(bn):
+    """With `ws_chain` the producer warpgroup feeds both causal loops from one ring (ring_ws.py
     chained_loops): two tensor maps, no cp.async left, no slow path reported. Under `tma` (no roles)
     each loop keeps its own ring and maps."""
     a, _ = _d64_causal(bn)
-    ws = tile.kernel(T.attn_fwd.pyfunc, num_warps=8, lowering=WS).compile(a, "sm_90")
+    ws = tile.kernel(T.attn_fwd.pyfunc, num_warps=8, lowering=CHAIN).compile(a, "sm_90")
     maps = json.loads(ws.contract_json)["tensor_maps"]
     assert len(maps) == 2, maps                     # K and V, once for both loops
     assert not [p for p in ws.metadata["slow_paths"] if p["kind"] == "ws-other-loop"]
@@ -143,10 +156,12 @@ def test_the_loops_after_the_split_one_share_its_producer_fed_ring(bn):
     assert "ws-other-loop" not in [p["kind"] for p in tma.metadata["slow_paths"]]
 
 
+@pytest.mark.parametrize("lowering", [WS, CHAIN], ids=["ws", "ws-chain"])
 @pytest.mark.parametrize("bn", [64, 128])
-def test_the_warp_specialised_causal_kernel_matches_float64_in_the_lowered_simulator(bn):
+def test_the_warp_specialised_causal_kernel_matches_float64_in_the_lowered_simulator(bn, lowering):
     a, out = _d64_causal(bn, np.random.default_rng(11))
-    tile.kernel(T.attn_fwd.pyfunc, num_warps=8, lowering=WS).simulate_lowered(*a, tensor_cores=True, arch="sm_90")
+    tile.kernel(T.attn_fwd.pyfunc, num_warps=8, lowering=lowering).simulate_lowered(*a, tensor_cores=True,
+                                                                                    arch="sm_90")
     want = T.reference(*(np.asarray(x) for x in a[:3]), 256, True)
     assert np.abs(out.astype(np.float64) - want).max() < 2e-2
 
@@ -155,10 +170,12 @@ def test_the_warp_specialised_causal_kernel_matches_float64_in_the_lowered_simul
 @pytest.mark.parametrize("lowering,bm,bn,warps,d,s", [
     (WS, 128, 128, 8, 64, 128), (WS, 128, 128, 8, 64, 1024), (WS, 128, 64, 8, 64, 1024),
     (WS, 128, 128, 8, 128, 1024), (TMA, 64, 64, 4, 128, 1024), (TMA, 128, 128, 8, 128, 1024),
-    (TMA, 128, 64, 8, 64, 1024)], ids=lambda x: "-".join(x.values()) if isinstance(x, dict) else str(x))
+    (TMA, 128, 64, 8, 64, 1024), (CHAIN, 128, 128, 8, 64, 1024), (CHAIN, 128, 128, 8, 128, 1024)],
+    ids=lambda x: "-".join(map(str, x.values())) if isinstance(x, dict) else str(x))
 def test_gpu_the_causal_kernel_finishes_and_matches_sdpa(lowering, bm, bn, warps, d, s):
     """The causal tutorial kernel's two loops on the H200: under ws (the split loop's ring, the diagonal
-    on cp.async; 128x128 at D64 used to hang) and under tma (both loops on one shared ring of stages).
+    on cp.async; 128x128 at D64 used to hang), under ws + ws_chain (both loops on the producer's ring)
+    and under tma (both loops on one shared ring of stages).
     In a child process with a deadline: a hang fails the test instead of stopping the suite."""
     done = attention_on_gpu(lowering, bm, bn, warps, d, s, True, batch=1, heads=2, seed=bn + s + d)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]

@@ -35,7 +35,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  pipelines: bool = True, gemm_pipeline: str = "sync", wgmma_products: bool = True,
                  tf32_transpose: bool = False, loop_pipeline: str = "cp.async", loop_stages: int = 2,
                  setmaxnreg: str = "off", product_overlap: bool = False, wgmma_a: str = "registers",
-                 wgmma_slices: bool = False, nc_loads: bool = True, tma_store: bool = False) -> None:
+                 wgmma_slices: bool = False, nc_loads: bool = True, tma_store: bool = False,
+                 ws_chain: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -65,6 +66,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.wgmma_slices = wgmma_slices        # warpgroups of more than 64 rows on wgmma (frags.warpgroup_rows)
         self.nc_loads = nc_loads                # read-only arrays' vector loads through ld.global.nc (runs.py)
         self.tma_store = tma_store              # sm_90 accumulator stores through TMA (store_tma.py)
+        self.ws_chain = ws_chain                # later loops share a ws kernel's ring (ring_ws.chained_loops)
         self.store_maps: dict[str, tuple] = {}   # array name -> (its TMA-copy tensor map parameter, box)
         self.staging_slabs: dict[tuple[int, int], int] = {}   # persistent TMA stores: slabs staged a round
         self.after_tiles: list = []             # emitters run once after the tile program (or a persistent loop)
@@ -655,7 +657,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py);
     `tf32_transpose`: sm_90 tf32 GEMM loops stage a row-major B through registers (compile.py);
     `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap, wgmma_a, wgmma_slices,
-    nc_loads, tma_store (dsl/tile/switches.py)."""
+    nc_loads, tma_store, ws_chain (dsl/tile/switches.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower.matmul.mma_sync import MAX_STAGES, SMEM_LIMIT

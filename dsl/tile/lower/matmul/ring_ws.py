@@ -18,8 +18,9 @@ ring-load indices follow from scalar assignments before it (no loads, products o
 them, none inside an `if`). Two consumer warpgroups (8 warps, 128 query rows of flash attention)
 share the ring: each stage's empty barrier counts both. Not for persistent kernels.
 
-Top-level loops after it whose ring loads are the same (array, tile shape and dtype, in the same
-order) and whose bounds and indices the producer can compute as well share its ring (chained_loops):
+Under the lowering switch ws_chain (KB_TILE_WS_CHAIN, off until run on a GPU), top-level loops after
+it whose ring loads are the same (array, tile shape and dtype, in the same order) and whose bounds and
+indices the producer can compute as well share its ring (chained_loops):
 causal attention's two stages, the key blocks left of the diagonal and the ones it crosses. The
 producer walks them one after another, and each side counts the iterations the earlier loops ran,
 so stages and phases go on where the last loop left them (pipeline.Pipeline.done).
@@ -51,9 +52,12 @@ def ring_ws_loop(L) -> int | None:
 
 
 def chained_loops(L, at: int) -> list[int]:
-    """The top-level loops that share loop `at`'s ring, `at` first: each later loop whose ring loads
-    match its loads position by position and whose bounds and indices the producer can compute."""
+    """The top-level loops that share loop `at`'s ring, `at` first: under the lowering switch ws_chain,
+    each later loop whose ring loads match its loads position by position and whose bounds and indices
+    the producer can compute (without it, `at` alone: the others keep cp.async)."""
     body = L.fn.body
+    if not L.ws_chain:
+        return [at]
     first = [op for op, _ in candidate_loads(L, body[at])]
     chain = [(body[at], first)]
     found = [at]
