@@ -2,7 +2,8 @@
 the `multigpu` marker when fewer than two are ("needs 2 GPUs, found N").
 
 On the GPU machine, set KB_REQUIRE_GPU=1 (the GPU check does): then a GPU test that would be skipped
-fails instead, so a skipped GPU test can never pass for a run.
+fails instead, so a skipped GPU test can never pass for a run. A test that loses its process's CUDA
+context (a sticky error) fails alone: its xdist worker is replaced (interop_tests/cuda_context_guard.py).
 
 The DSL disk cache of a test run is a fresh temporary directory (KB_CACHE_DIR), never the user's: it is
 set in `pytest_configure`, before any test module compiles a kernel at import, and removed at the end.
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 import bridge
+from interop_tests.cuda_context_guard import ContextGuard
 from interop_tests.required_tools import require_tool
 
 
@@ -47,6 +49,8 @@ GC_THRESHOLDS = (7000, 10, 10)
 
 def pytest_configure(config):
     gc.set_threshold(*GC_THRESHOLDS)
+    # a test that loses the process's CUDA context fails alone (interop_tests/cuda_context_guard.py)
+    config.pluginmanager.register(ContextGuard(), "cuda_context_guard")
     _TEST_CACHE["dir"] = tempfile.mkdtemp(prefix="kb_test_cache_")
     _TEST_CACHE["previous"] = os.environ.get("KB_CACHE_DIR", "")
     os.environ["KB_CACHE_DIR"] = _TEST_CACHE["dir"]
