@@ -134,6 +134,57 @@ def test_warpgroup_mma_kernels_match_float64_numpy_in_the_lowered_simulator(rng,
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
 
 
+# the two-kernel backward with its streamed loads by a TMA ring (benchmarks/_attention_bwd.py BWD_SWEEP's
+# ring rows: ptxas, sm_90a, D128 64x32, dK/dV 203 registers and dQ 128, no spills)
+RING = {"loop_pipeline": "tma", "wgmma_a": "shared", "fp_fusion": True, "ftz": True}
+
+
+def _ring_steps(steps):
+    """The backward's launches with the dK/dV and dQ kernels under RING (the preprocess as it is)."""
+    return [(kern if kern is BWD.attn_bwd_preprocess else FA.variant(kern, RING), args) for kern, args in steps]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_tma_ring_backward_matches_float64_numpy_in_the_lowered_simulator(rng, causal):
+    seq, d = 128, 128
+    q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
+    o, lse, delta = nan(2 * seq, d), nan(2 * seq), nan(2 * seq)
+    FA.flash_fwd_lse.simulate(*FA.launch_args_lse(q, k, v, o, lse, seq, causal))
+    grads = tuple(nan(2 * seq, d) for _ in range(3))
+    steps = _ring_steps(BWD.launch_args(q, k, v, o, dout, lse, delta, *grads, seq, causal, tensor_cores=True,
+                                        wgmma=True))
+    for kern, args in steps:
+        if kern is not BWD.attn_bwd_preprocess:
+            assert "cp.async.bulk.tensor.2d" in kern.compile(args, "sm_90").ptx
+        kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, causal)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_tma_ring_backward_matches_torch_autograd_in_float64(causal):
+    torch = pytest.importorskip("torch", reason="the autograd reference needs torch")
+    import torch.nn.functional as F
+    batch, heads, seq, d = 2, 4, 256, 128
+    g = torch.Generator(device="cuda").manual_seed(7 + causal)
+    q, k, v, dout = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                     for _ in range(4))
+    x = [t.reshape(-1, d) for t in (q, k, v, dout)]
+
+    def new(*shape):
+        return torch.full(shape, float("nan"), device="cuda")
+    o, lse, delta, dq, dk, dv = new(*x[0].shape), new(len(x[0])), new(len(x[0])), *(new(*x[0].shape) for _ in range(3))
+    FA.flash_fwd_lse(*FA.launch_args_lse(x[0], x[1], x[2], o, lse, seq, causal))
+    BWD.run(_ring_steps(BWD.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, seq, causal)))
+    x64 = [t.double().requires_grad_() for t in (q, k, v)]
+    F.scaled_dot_product_attention(*x64, is_causal=causal).backward(dout.double())
+    for name, got, t in zip(("dq", "dk", "dv"), (dq, dk, dv), x64):
+        err = ((got.reshape(t.shape).double() - t.grad).abs().max() / t.grad.abs().max()).item()
+        assert err < 1e-2, (name, err)
+
+
 def _args(d=64, seq=128, rows=256, **over):
     named = dict(q=np.zeros((rows, d), np.float32), k=np.zeros((rows, d), np.float32),
                  v=np.zeros((rows, d), np.float32), o=np.zeros((rows, d), np.float32),
