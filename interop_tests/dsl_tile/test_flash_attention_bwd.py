@@ -134,26 +134,29 @@ def test_warpgroup_mma_kernels_match_float64_numpy_in_the_lowered_simulator(rng,
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
 
 
-# the two-kernel backward with its streamed loads by a TMA ring (benchmarks/_attention_bwd.py BWD_SWEEP's
-# ring rows: ptxas, sm_90a, D128 64x32, dK/dV 203 registers and dQ 128, no spills)
-RING = {"loop_pipeline": "tma", "wgmma_a": "shared", "fp_fusion": True, "ftz": True}
+# the two-kernel backward with its streamed loads by a TMA ring, issued by a thread of the block (tma) or by a
+# producer warpgroup (ws) (benchmarks/_attention_bwd.py BWD_SWEEP's ring rows: ptxas, sm_90a, D128 64x32,
+# dK/dV 203 / 205 registers and dQ 128 / 138, no spills)
+_FAST = {"wgmma_a": "shared", "fp_fusion": True, "ftz": True}
+RINGS = {"tma": {"loop_pipeline": "tma", **_FAST}, "ws": {"loop_pipeline": "ws", **_FAST}}
 
 
-def _ring_steps(steps):
-    """The backward's launches with the dK/dV and dQ kernels under RING (the preprocess as it is)."""
-    return [(kern if kern is BWD.attn_bwd_preprocess else FA.variant(kern, RING), args) for kern, args in steps]
+def _ring_steps(steps, ring: str):
+    """The backward's launches with the dK/dV and dQ kernels under RINGS[ring] (the preprocess as it is)."""
+    return [(kern if kern is BWD.attn_bwd_preprocess else FA.variant(kern, RINGS[ring]), args) for kern, args in steps]
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("ring", sorted(RINGS))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_the_tma_ring_backward_matches_float64_numpy_in_the_lowered_simulator(rng, causal):
+def test_the_tma_ring_backward_matches_float64_numpy_in_the_lowered_simulator(rng, causal, ring):
     seq, d = 128, 128
     q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
     o, lse, delta = nan(2 * seq, d), nan(2 * seq), nan(2 * seq)
     FA.flash_fwd_lse.simulate(*FA.launch_args_lse(q, k, v, o, lse, seq, causal))
     grads = tuple(nan(2 * seq, d) for _ in range(3))
     steps = _ring_steps(BWD.launch_args(q, k, v, o, dout, lse, delta, *grads, seq, causal, tensor_cores=True,
-                                        wgmma=True))
+                                        wgmma=True), ring)
     for kern, args in steps:
         if kern is not BWD.attn_bwd_preprocess:
             assert "cp.async.bulk.tensor.2d" in kern.compile(args, "sm_90").ptx
@@ -163,8 +166,9 @@ def test_the_tma_ring_backward_matches_float64_numpy_in_the_lowered_simulator(rn
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("ring", sorted(RINGS))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_gpu_tma_ring_backward_matches_torch_autograd_in_float64(causal):
+def test_gpu_tma_ring_backward_matches_torch_autograd_in_float64(causal, ring):
     torch = pytest.importorskip("torch", reason="the autograd reference needs torch")
     import torch.nn.functional as F
     batch, heads, seq, d = 2, 4, 256, 128
@@ -177,7 +181,7 @@ def test_gpu_tma_ring_backward_matches_torch_autograd_in_float64(causal):
         return torch.full(shape, float("nan"), device="cuda")
     o, lse, delta, dq, dk, dv = new(*x[0].shape), new(len(x[0])), new(len(x[0])), *(new(*x[0].shape) for _ in range(3))
     FA.flash_fwd_lse(*FA.launch_args_lse(x[0], x[1], x[2], o, lse, seq, causal))
-    BWD.run(_ring_steps(BWD.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, seq, causal)))
+    BWD.run(_ring_steps(BWD.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, seq, causal), ring))
     x64 = [t.double().requires_grad_() for t in (q, k, v)]
     F.scaled_dot_product_attention(*x64, is_causal=causal).backward(dout.double())
     for name, got, t in zip(("dq", "dk", "dv"), (dq, dk, dv), x64):
