@@ -116,12 +116,13 @@ def lower_split(L, at: int) -> None:
     """The tile program of a kernel split at top-level loop `at` (ring_ws_loop): the ring, then the
     two roles under one concurrent If. Loops chained to it (chained_loops) share its ring."""
     body = L.fn.body
-    chain = [body[k] for k in chained_loops(L, at)]
+    found = chained_loops(L, at)
+    chain = [body[k] for k in found]
     first = plan(L, chain[0], ws=True)
     assert first is not None and first.ring is not None and first.ring.ws
     pipes = [first] + [_sharing(L, first, loop) for loop in chain[1:]]
     R.set_up(L, first.ring)
-    prefix = producer_prefix(body[:body.index(chain[-1])],
+    prefix = producer_prefix(body[:found[-1]],
                              [(loop, [st.load for st in pipe.stages]) for loop, pipe in zip(chain, pipes)])
     chained = len(chain) > 1
 
