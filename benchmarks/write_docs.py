@@ -130,6 +130,8 @@ def steps(check: dict) -> list[str]:
                                                       "memcheck_rc"))
         if st.get("failed_tests"):
             detail += "; failed: " + ", ".join(t.rsplit(".", 1)[-1] for t in st["failed_tests"])
+        if st.get("selection"):      # gpu_check.py --tests: a focused re-run, never the whole suite
+            detail += f"; a SELECTION, not the whole suite: {', '.join(st['selection'])}"
         rows.append([name, st.get("rc"), st.get("seconds"), detail])
     return ["## Steps of the GPU check", "", *table(["step", "exit code", "seconds", "detail"], rows)]
 

@@ -22,6 +22,10 @@ The whole check no longer fits one 10-minute call; it runs in three parts, each 
   3. --skip tests,sanitize,examples --bench triton_tutorials   (and the other benchmarks in later calls:
      attention (with --backward, BENCH_ARGS), gemm, llm_kernels, ...)
 
+A focused re-run when device time is short: `--tests a.py,b.py::test_c` runs only those in the tests
+step; the record (steps.tests.selection), the summary and the verdict line ("PARTIAL") say so, and
+benchmarks/write_docs.py prints the selection, so it never stands for the whole check.
+
 Multi-GPU: with 2 or more GPUs the suite runs with KB_REQUIRE_GPUS=2 (a skipped multigpu test fails),
 the sanitizers cover the multi-GPU tests, and the multi-GPU examples (one of them under torchrun) and
 benchmark run too. With fewer, every multi-GPU step is reported as NOT RUN ("needs 2 GPUs, found N"),
@@ -195,6 +199,9 @@ def main() -> int:
                     "passes over the GPU tests), examples, example_memcheck (the examples' memcheck runs), bench")
     ap.add_argument("--bench", default="", help="comma list of benchmark names (file stems, e.g. gemm,attention) "
                     "to run instead of all: the benchmarks no longer fit one 10-minute call, so they run in parts")
+    ap.add_argument("--tests", default="", help="comma list of test files or node ids the tests step runs instead "
+                    "of the whole suite: a focused re-run when device time is short; the record and the summary "
+                    "say it was a selection, so it never stands for the whole check")
     ap.add_argument("--pack", action="store_true",
                     help="leave only gpu_check.json and results.tgz (logs, junit files, benchmark JSONs) in the "
                          "results folder: the device tool brings back only a few files per call")
@@ -237,6 +244,7 @@ class _Run:
         self.res_dir = (ROOT / args.results).resolve()
         self.logs = self.res_dir / "logs"
         self.skip = set(filter(None, args.skip.split(",")))
+        self.selection = [t.strip() for t in args.tests.split(",") if t.strip()]    # --tests: not the whole suite
         self.py = sys.executable
         self.summary: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": args.quick}
         self.summary["steps"] = Steps(self.summary, self.res_dir / "gpu_check.json")
@@ -281,8 +289,8 @@ class _Run:
         if "tests" not in self.skip:
             junit = res_dir / "pytest.xml"
             par = ["-n", "10"] if have_xdist(py) else []   # 16 cores; the 4 sanitizer passes take the rest
-            jobs.append(("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *par, f"--junitxml={junit}"],
-                         logs / "pytest.log", phase1, env))
+            jobs.append(("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *par, f"--junitxml={junit}",
+                                   *self.selection], logs / "pytest.log", phase1, env))
         tools = SANITIZER_TOOLS[:3] if self.args.quick else SANITIZER_TOOLS
         if "sanitize" not in self.skip and self.sanitizer:
             files = [f for f in SANITIZE_FILES if (ROOT / f).exists()]
@@ -299,7 +307,8 @@ class _Run:
         for name, (rc, dt, out) in run_many(jobs).items():
             if name == "tests":
                 self.summary["steps"]["tests"] = {"rc": rc, "seconds": round(dt, 1),
-                                                  **junit_counts(res_dir / "pytest.xml")}
+                                                  **junit_counts(res_dir / "pytest.xml"),
+                                                  **({"selection": self.selection} if self.selection else {})}
             else:
                 self.summary["steps"][name] = {"rc": rc, "seconds": round(dt, 1), "errors": sanitizer_errors(out),
                                                "api_errors": sanitizer_api_errors(out),
@@ -401,6 +410,8 @@ def print_summary(s: dict) -> int:
         if name == "tests":
             bad = bad or st.get("failed", 0) or st.get("errors", 0)
             detail = f"passed {st['passed']}, failed {st['failed']}, errors {st['errors']}, skipped {st['skipped']}"
+            if st.get("selection"):
+                detail += f" (a SELECTION of {len(st['selection'])} paths, not the whole suite)"
             if st.get("not_run_multigpu"):
                 detail += f" (of which NOT RUN, {MULTI_GPU_SKIP}: {st['not_run_multigpu']})"
                 not_run.append(f"{st['not_run_multigpu']} multigpu tests")
@@ -434,7 +445,9 @@ def print_summary(s: dict) -> int:
     lines.append(f"VERDICT: {'PASS' if ok else 'FAIL'}   performance bars met: "
                  f"{len(s['bars']) - len(missed)}/{len(s['bars'])}"
                  + (f" (missed: {'; '.join(missed)})" if missed else "")
-                 + (f"   NOT RUN here ({s.get('gpus', '?')} GPU(s)): {'; '.join(not_run)}" if not_run else ""))
+                 + (f"   NOT RUN here ({s.get('gpus', '?')} GPU(s)): {'; '.join(not_run)}" if not_run else "")
+                 + ("   PARTIAL: the tests step ran a selection (--tests), not the whole suite"
+                    if s["steps"].get("tests", {}).get("selection") else ""))
     print("\n".join(lines))
     return 0 if ok else 1
 

@@ -222,6 +222,22 @@ def test_write_docs_merges_the_parts_of_a_split_run(tmp_path):
     assert "| vecadd [C++ nvcc -O3] | 0.2 | ms |" in md and "Bars: some FAIL (" in md
 
 
+def test_write_docs_says_a_tests_step_that_ran_a_selection(tmp_path):
+    """gpu_check.py --tests: the page says the tests step ran a selection and which, never the suite."""
+    folder = tmp_path / "part"
+    folder.mkdir()
+    _fabricated_results(folder)
+    check = json.loads((folder / "gpu_check.json").read_text())
+    check["steps"]["tests"] = {"rc": 0, "seconds": 9.0, "passed": 7, "failed": 0, "errors": 0, "skipped": 0,
+                               "selection": ["interop_tests/dsl_tile/test_flash_attention.py"]}
+    (folder / "gpu_check.json").write_text(json.dumps(check))
+    out = tmp_path / "benchmarks.md"
+    p = run("benchmarks/write_docs.py", "--results", str(folder), "--out", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    row = next(line for line in out.read_text().splitlines() if line.startswith("| tests |"))
+    assert "a SELECTION, not the whole suite: interop_tests/dsl_tile/test_flash_attention.py" in row
+
+
 def test_write_docs_takes_a_later_run_of_some_cases_row_by_row():
     """A later `--only` run of one case replaces that case's rows and bars (rows from an old kernel
     included) and keeps the other cases', each row naming its run."""

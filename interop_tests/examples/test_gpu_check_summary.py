@@ -42,6 +42,18 @@ def test_a_failed_test_or_a_sanitizer_error_fails_the_check(gpu_check, capsys):
     assert "errors 2 (API 2)" in capsys.readouterr().out
 
 
+def test_a_selection_of_tests_is_said_in_the_step_and_the_verdict(gpu_check, capsys):
+    """--tests runs a focused selection: it passes for what it ran, and says plainly it was not the suite."""
+    picked = {"rc": 0, "seconds": 1, "passed": 7, "failed": 0, "errors": 0, "skipped": 0,
+              "selection": ["interop_tests/dsl_tile/test_flash_attention.py", "interop_tests/x.py::test_y"]}
+    assert gpu_check.print_summary(summary(tests=picked)) == 0
+    out = capsys.readouterr().out
+    assert "a SELECTION of 2 paths, not the whole suite" in out
+    assert out.strip().splitlines()[-1].endswith("PARTIAL: the tests step ran a selection (--tests), not the whole suite")
+    assert gpu_check.print_summary(summary()) == 0
+    assert "PARTIAL" not in capsys.readouterr().out
+
+
 def test_a_step_cut_by_the_time_budget_or_a_missing_gpu_fails(gpu_check, capsys):
     cut = {"rc": None, "note": "not run: the check's time budget ran out"}
     assert gpu_check.print_summary(summary(**{"bench:benchmarks/intake.py": cut})) == 1
@@ -112,7 +124,7 @@ def test_a_part_that_skips_the_sanitizer_passes_still_memchecks_its_examples(gpu
     must still run under memcheck, unless example_memcheck is skipped."""
     monkeypatch.setattr(gpu_check.shutil, "which", lambda name: "/usr/bin/compute-sanitizer")
     for skip, want in (("tests,sanitize,bench", True), ("tests,sanitize,example_memcheck,bench", False)):
-        args = argparse.Namespace(budget=570.0, results=str(tmp_path / skip), skip=skip, quick=False)
+        args = argparse.Namespace(budget=570.0, results=str(tmp_path / skip), skip=skip, quick=False, tests="")
         run = gpu_check._Run(args)
         names = [job[0] for job in run._example_jobs(100.0)]
         assert any(n.endswith("#memcheck") for n in names) == want, (skip, names)
