@@ -121,14 +121,21 @@ def test_gradients_may_be_stored_in_the_input_dtype(rng):
 def test_warpgroup_mma_kernels_match_float64_numpy_in_the_lowered_simulator(rng, d, causal):
     """The sm_90 lowering (every product on wgmma, K and V in shared memory at D128) through the CPU
     semantics of its PTX, bf16 inputs: P and dS rounded to bf16 for the products (8-bit mantissa)."""
+    _lowered_backward_matches_float64(rng, d, causal, "wgmma.mma_async")
+
+
+def _lowered_backward_matches_float64(rng, d, causal, in_ptx: str, steps=lambda steps: steps) -> None:
+    """The backward's launches (through `steps`) on the lowered sm_90 simulator, two bf16 heads of 128,
+    against float64; the dK/dV and dQ kernels' PTX holds `in_ptx`."""
     seq = 128
     q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
     o, lse, delta = nan(2 * seq, d), nan(2 * seq), nan(2 * seq)
     FA.flash_fwd_lse.simulate(*FA.launch_args_lse(q, k, v, o, lse, seq, causal))
     grads = tuple(nan(2 * seq, d) for _ in range(3))
-    for kern, args in BWD.launch_args(q, k, v, o, dout, lse, delta, *grads, seq, causal, tensor_cores=True, wgmma=True):
+    for kern, args in steps(BWD.launch_args(q, k, v, o, dout, lse, delta, *grads, seq, causal, tensor_cores=True,
+                                            wgmma=True)):
         if kern is not BWD.attn_bwd_preprocess:
-            assert "wgmma.mma_async" in kern.compile(args, "sm_90").ptx
+            assert in_ptx in kern.compile(args, "sm_90").ptx
         kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
     for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, causal)):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
@@ -150,19 +157,8 @@ def _ring_steps(steps, ring: str):
 @pytest.mark.parametrize("ring", sorted(RINGS))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_the_tma_ring_backward_matches_float64_numpy_in_the_lowered_simulator(rng, causal, ring):
-    seq, d = 128, 128
-    q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
-    o, lse, delta = nan(2 * seq, d), nan(2 * seq), nan(2 * seq)
-    FA.flash_fwd_lse.simulate(*FA.launch_args_lse(q, k, v, o, lse, seq, causal))
-    grads = tuple(nan(2 * seq, d) for _ in range(3))
-    steps = _ring_steps(BWD.launch_args(q, k, v, o, dout, lse, delta, *grads, seq, causal, tensor_cores=True,
-                                        wgmma=True), ring)
-    for kern, args in steps:
-        if kern is not BWD.attn_bwd_preprocess:
-            assert "cp.async.bulk.tensor.2d" in kern.compile(args, "sm_90").ptx
-        kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
-    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, causal)):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
+    _lowered_backward_matches_float64(rng, 128, causal, "cp.async.bulk.tensor.2d",
+                                      lambda steps: _ring_steps(steps, ring))
 
 
 @pytest.mark.gpu
@@ -175,16 +171,11 @@ def test_gpu_tma_ring_backward_matches_torch_autograd_in_float64(causal, ring):
     g = torch.Generator(device="cuda").manual_seed(7 + causal)
     q, k, v, dout = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
                      for _ in range(4))
-    x = [t.reshape(-1, d) for t in (q, k, v, dout)]
-
-    def new(*shape):
-        return torch.full(shape, float("nan"), device="cuda")
-    o, lse, delta, dq, dk, dv = new(*x[0].shape), new(len(x[0])), new(len(x[0])), *(new(*x[0].shape) for _ in range(3))
-    FA.flash_fwd_lse(*FA.launch_args_lse(x[0], x[1], x[2], o, lse, seq, causal))
-    BWD.run(_ring_steps(BWD.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, seq, causal), ring))
+    _, *grads = BWD.forward_and_backward(*(t.reshape(-1, d) for t in (q, k, v, dout)), seq, causal,
+                                         steps=lambda *a, **kw: _ring_steps(BWD.launch_args(*a, **kw), ring))
     x64 = [t.double().requires_grad_() for t in (q, k, v)]
     F.scaled_dot_product_attention(*x64, is_causal=causal).backward(dout.double())
-    for name, got, t in zip(("dq", "dk", "dv"), (dq, dk, dv), x64):
+    for name, got, t in zip(("dq", "dk", "dv"), grads, x64):
         err = ((got.reshape(t.shape).double() - t.grad).abs().max() / t.grad.abs().max()).item()
         assert err < 1e-2, (name, err)
 

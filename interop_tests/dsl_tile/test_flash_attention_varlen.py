@@ -62,15 +62,17 @@ def test_sequence_bounds_match_searchsorted(lengths):
     np.testing.assert_array_equal(ends, cu[seq + 1])
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["two-kernel", "fused"])
 @pytest.mark.parametrize("heads,kv_heads", [(2, 2), (4, 2), (4, 1)], ids=["mha", "gqa2", "mqa"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
-def test_simulator_forward_and_gradients_match_float64_per_sequence(rng, heads, kv_heads, causal, d):
-    """Lengths that are not tile multiples, an empty and a one-row sequence, blocks straddling sequences."""
+def test_simulator_forward_and_gradients_match_float64_per_sequence(rng, heads, kv_heads, causal, d, fused):
+    """Lengths that are not tile multiples, an empty and a one-row sequence, blocks straddling sequences;
+    the two-kernel backward and the fused one (test_flash_attention_varlen_fused.py)."""
     lengths = [37, 1, 130, 0, 64, 90]
     q, k, v, dout = packed(rng, lengths, heads, kv_heads, d)
     cu = offsets(lengths)
-    got = VL.forward_and_backward(q, k, v, dout, cu, heads, causal, kv_heads, simulate=True)
+    got = VL.forward_and_backward(q, k, v, dout, cu, heads, causal, kv_heads, simulate=True, fused=fused)
     for name, g, w in zip(("o", "dq", "dk", "dv"), got, want64(q, k, v, dout, cu, heads, kv_heads, causal)):
         assert g.shape == w.shape, name
         close(g, w, 5e-3, name)          # f32 inputs: tf32 products in the simulator, as on the GPU

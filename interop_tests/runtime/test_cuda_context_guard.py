@@ -3,6 +3,7 @@ fails alone. Checked without a GPU: a small suite in a temporary folder whose fi
 bridge raises after an illegal instruction, run by a pytest subprocess with and without xdist."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,7 +65,6 @@ def _run(tmp_path: Path, *opts: str) -> tuple[subprocess.CompletedProcess, list[
 
 
 def _env() -> dict:
-    import os
     return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
 
 

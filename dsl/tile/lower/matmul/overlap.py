@@ -36,7 +36,7 @@ from dsl.tile.lower.matmul import ring as R
 from dsl.tile.lower.matmul.operands import tc_warps
 from dsl.tile.lower.matmul.wgmma import wait_wgmma
 from dsl.tile.lower.matmul.wgmma_rs import issue_product
-from dsl.tile.lower.pipeline import _exprs_of, _products, iteration, ring_done
+from dsl.tile.lower.pipeline import _exprs_of, _products, iteration, ring_done, trips as pipeline_trips
 
 
 @dataclass
@@ -152,8 +152,7 @@ def start(L, pipe) -> None:
 def drain(L, pipe) -> None:
     """After the loop: the last iteration's last product, waited for (when the loop ran at all)."""
     rot = pipe.rotation
-    span = N.BinOp("add", N.BinOp("sub", pipe.stop, pipe.start, I32), N.BinOp("sub", pipe.step, c32(1), I32), I32)
-    trips = L.tmp(N.BinOp("floordiv", span, pipe.step, I32), "rtrips")
+    trips = pipeline_trips(L, pipe.start, pipe.stop, pipe.step)
 
     def run() -> None:
         last = L.tmp(N.BinOp("add", _first(pipe), N.BinOp("sub", trips, c32(1), I32), I32), "rlast")

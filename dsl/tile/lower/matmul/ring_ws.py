@@ -51,28 +51,23 @@ def ring_ws_loop(L) -> int | None:
     return None
 
 
-def chained_loops(L, at: int) -> list[int]:
-    """The top-level loops that share loop `at`'s ring, `at` first: under the lowering switch ws_chain,
-    each later loop whose ring loads match its loads position by position and whose bounds and indices
-    the producer can compute (without it, `at` alone: the others keep cp.async)."""
+def chained_loops(L, at: int) -> list[tuple[int, list[T.Load]]]:
+    """(index, ring loads) of the top-level loops that share loop `at`'s ring, `at` first: under the
+    lowering switch ws_chain, each later loop whose ring loads match its loads position by position and
+    whose bounds and indices the producer can compute (without it, `at` alone: the others keep cp.async)."""
     body = L.fn.body
-    if not L.ws_chain:
-        return [at]
-    first = [op for op, _ in candidate_loads(L, body[at])]
-    chain = [(body[at], first)]
-    found = [at]
-    for k in range(at + 1, len(body)):
+    chain = [(at, [op for op, _ in candidate_loads(L, body[at])])]
+    for k in range(at + 1, len(body) if L.ws_chain else 0):
         s = body[k]
         if not isinstance(s, T.For) or match(L, s, L.max_stages) is not None:
             continue
         loads = candidate_loads(L, s)
-        if not loads or not R.ring_wanted(L, loads) or not _same_ring(first, [op for op, _ in loads]):
+        ops = [op for op, _ in loads or ()]
+        if not loads or not R.ring_wanted(L, loads) or not _same_ring(chain[0][1], ops):
             continue
-        if producer_prefix(body[:k], chain + [(s, [op for op, _ in loads])]) is None:
-            continue
-        chain.append((s, [op for op, _ in loads]))
-        found.append(k)
-    return found
+        if producer_prefix(body[:k], [(body[i], lds) for i, lds in chain] + [(s, ops)]) is not None:
+            chain.append((k, ops))
+    return chain
 
 
 def _same_ring(a: list[T.Load], b: list[T.Load]) -> bool:
@@ -117,12 +112,14 @@ def lower_split(L, at: int) -> None:
     two roles under one concurrent If. Loops chained to it (chained_loops) share its ring."""
     body = L.fn.body
     found = chained_loops(L, at)
-    chain = [body[k] for k in found]
+    chain = [body[k] for k, _ in found]
     first = plan(L, chain[0], ws=True)
     assert first is not None and first.ring is not None and first.ring.ws
-    pipes = [first] + [_sharing(L, first, loop) for loop in chain[1:]]
+    # a chained loop's pipeline: its own ring loads in the stages of the first loop's ring
+    pipes = [first] + [Pipeline(body[k], [Stage(op, st.buf, st.stride, True) for op, st in zip(ops, first.stages)],
+                                ring=first.ring) for k, ops in found[1:]]
     R.set_up(L, first.ring)
-    prefix = producer_prefix(body[:found[-1]],
+    prefix = producer_prefix(body[:found[-1][0]],
                              [(loop, [st.load for st in pipe.stages]) for loop, pipe in zip(chain, pipes)])
     chained = len(chain) > 1
 
@@ -145,13 +142,6 @@ def lower_split(L, at: int) -> None:
         L.consumers_only = False
     side = L.block_of(producer)
     L.emit(N.If(L.ws_consumer, L.block_of(consumers), side, concurrent=True))
-
-
-def _sharing(L, first, loop: T.For):
-    """The pipeline of a chained loop: its own loads in the stages of the first loop's ring."""
-    loads = [op for op, _ in candidate_loads(L, loop)]
-    return Pipeline(loop, [Stage(op, st.buf, st.stride, True) for op, st in zip(loads, first.stages)],
-                    ring=first.ring)
 
 
 def _counter(L, name: str) -> N.Var:
