@@ -83,6 +83,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.mma_plans: dict[int, object] = {}
         self.extra_shared: list[N.SharedAlloc] = []
         self.wgmma_stages: dict[tuple, N.Expr] = {}     # B stages of wgmma products (tc_operands.wgmma_stage)
+        self.stage_ends: dict[tuple, int] = {}          # where each of those ends in the dynamic shared memory
         self.extra_params: list[N.Param] = []  # appended after the tile parameters (TMA tensor maps)
         self.relied: set[str] = set()          # params whose alignment/divisibility facts were used
         self._lane_warp: tuple[N.Expr, N.Expr] | None = None
@@ -422,7 +423,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                 idx = [self.global_index(ids[k], ts[k], c) for k, c in enumerate(coords)]
                 self.store_masked(arr, idx, e, own, s.loc)
         if tma_store_ok(self, p, v):
-            store_tma(self, p, v)                 # the GEMM epilogue by TMA (dsl/tile/lower/store_tma.py)
+            store_tma(self, p, v, s)              # the GEMM epilogue by TMA (dsl/tile/lower/store_tma.py)
         elif pairs_ok(self, p, v):
             store_pairs(self, p, v, checked)      # the GEMM epilogue (dsl/tile/lower/store.py)
         else:

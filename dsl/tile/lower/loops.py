@@ -31,17 +31,17 @@ def lower_for(L, s: T.For) -> None:
         pipe.var, pipe.stop, pipe.step, pipe.start = var, stop, step, start
         if pipe.ring is not None:
             pipe.rotation = overlap.plan_rotation(L, s, pipe)
-        for st in pipe.stages:
-            L.pipelined[id(st.load)] = pipe
+        for ld in pipe.loads():
+            L.pipelined[id(ld)] = pipe
         body = L.block_of(lambda: L.stmts(s.body))
-        for st in pipe.stages:
-            del L.pipelined[id(st.load)]
+        for ld in pipe.loads():
+            del L.pipelined[id(ld)]
         if pipe.ring is not None:
             if pipe.accepted():
                 return _emit_ring_loop(L, pipe, s, body)
             if pipe.ring.ws:
-                raise LoweringError(f"{s.loc}: internal: a warp-specialised loop used its ring's loads "
-                                    f"{pipe.seen} times, not once each")
+                raise LoweringError(f"{s.loc}: internal: a warp-specialised loop read its ring's stages "
+                                    f"{pipe.seen}, not {pipe.use_counts()} times each")
             R.drop(L, pipe.ring)
         elif pipe.accepted():
             if L.pipelined_loops:                       # an earlier loop's warps may still read the

@@ -28,7 +28,11 @@ product (one iteration ahead).
 
 On sm_90, KB_TILE_LOOP_PIPELINE=tma or ws replaces the copies of loops whose pipelined loads are all
 warpgroup-MMA B operands by a TMA ring on mbarriers (matmul/ring.py); each load then has its own
-barriers, so only how often the body uses each load is checked (once an iteration).
+barriers, so only how often the body uses each load is checked. Loads of one tile (the same array,
+tile shape, dtype and index: attention's backward reads its Q and dO tiles in two products each) share
+one ring stage: copied once an iteration, waited for at the first product that reads it, released after
+the last (`distinct`). A cp.async pipeline keeps one buffer a load: its group counts assume that the
+copies are issued in the order the body first reads them.
 """
 from __future__ import annotations
 
@@ -56,6 +60,7 @@ class Stage:
     stride: int
     swizzled: bool = False      # the B of a warpgroup MMA: 128-byte swizzle atoms (tc_operands.wgmma_b)
     slots: int = 1              # buffers of this load (cp.async, loop_stages 3: one per iteration in flight)
+    aliases: tuple = ()         # ring: other loads of the body that read the same tile (distinct)
 
 
 @dataclass
@@ -73,12 +78,20 @@ class Pipeline:
     rotation: object = None     # the last product issued in the next iteration (matmul/overlap.py)
     done: N.Var | None = None   # a ring shared by loops run one after another (ring_ws.py chains them):
                                 # the iterations the earlier loops ran, where this loop's numbers start
+    uses: list | None = None    # ring: the loads of the body each stage serves (1 each without aliases)
 
     def accepted(self) -> bool:
         """The body consumed every stage once (in the planned order, for cp.async's group counts)."""
         if self.ring is not None:
-            return sorted(self.seen or []) == list(range(len(self.stages)))
+            return sorted(self.seen or []) == sorted(i for i, n in enumerate(self.use_counts()) for _ in range(n))
         return self.in_order and self.used == len(self.stages)
+
+    def use_counts(self) -> list[int]:
+        return self.uses or [1] * len(self.stages)
+
+    def loads(self) -> list[T.Load]:
+        """Every load the body reads through the stages (a stage's own and the loads aliased to it)."""
+        return [st.load for st in self.stages] + [ld for st in self.stages for ld in st.aliases]
 
     @property
     def ahead(self) -> int:
@@ -87,7 +100,15 @@ class Pipeline:
         return max(1, self.stages[0].slots - 1)
 
     def position(self, load: T.Load) -> int:
-        return next(i for i, st in enumerate(self.stages) if st.load is load)
+        return next(i for i, st in enumerate(self.stages) if st.load is load or any(a is load for a in st.aliases))
+
+    def first_use(self, i: int) -> bool:
+        """Is the body's next read of stage i its first this iteration (ring: counted by ring_wait)?"""
+        return (self.seen or []).count(i) == 0
+
+    def last_use(self, i: int) -> bool:
+        """Has the body now read stage i as often as it reads it an iteration (ring_done releases it)?"""
+        return (self.seen or []).count(i) == self.use_counts()[i]
 
 
 def iteration(L, pipe: Pipeline, at: N.Expr | None = None) -> N.Expr:
@@ -123,15 +144,22 @@ def ring_wait(L, pipe: Pipeline, load: T.Load) -> tuple[int, N.Expr, N.Expr]:
     """Before a product reads ring load `load` of this iteration: (its position, the iteration
     number, the stage's shared address)."""
     i = pipe.position(load)
+    first = pipe.first_use(i)
     pipe.seen = (pipe.seen or []) + [i]
     n = iteration(L, pipe)
+    if not first:           # an earlier product of this iteration waited for the same stage
+        return i, n, R.stage_address(L, pipe.ring, i, R.stage_of(L, pipe.ring, n)[0])
     return i, n, R.wait_full(L, pipe.ring, i, n)
 
 
-def ring_done(L, pipe: Pipeline, i: int, n: N.Expr) -> None:
+def ring_done(L, pipe: Pipeline, i: int, n: N.Expr, last: bool | None = None) -> None:
     """After the wait_group that completes the product that read load i of iteration n: release
-    its stage; tma: the leader copies iteration n + S into it."""
+    its stage when no later product of the iteration reads it (`last`: the caller knows; the rotated
+    product of matmul/overlap.py, whose stage serves it alone); tma: the leader copies iteration
+    n + S into it."""
     ring = pipe.ring
+    if not (pipe.last_use(i) if last is None else last):
+        return
     R.release(L, ring, i, n)
     if ring.ws:
         return
@@ -179,10 +207,11 @@ def plan(L, s: T.For, ws: bool = False) -> Pipeline | None:
     # A warp-specialised kernel's loops other than the one it splits at keep cp.async: their ring would be
     # issued by a consumer thread inside the consumer role, which hung on the H200 (tutorial 06, 128x128
     # tiles, D64, causal: the diagonal loop after the split one; 2026-12-04). The producer owns the TMA.
-    wanted = R.ring_wanted(L, loads)
+    one = distinct([op for op, _ in loads])
+    wanted = R.ring_wanted(L, [(op, swz) for op, swz in loads if any(op is u for u in one)])
     if wanted and (ws or L.ws_tid is None):
-        ring, bufs = R.make_ring(L, [op for op, _ in loads], ws)
-        return Pipeline(s, [Stage(op, buf, op.type.shape[1], True) for (op, _), buf in zip(loads, bufs)], ring=ring)
+        ring, bufs = R.make_ring(L, list(one), ws)
+        return ring_pipeline(s, one, bufs, ring)
     if wanted:
         from dsl.perf import SlowPath
         L.slow_paths.append(SlowPath("ws-other-loop", "this loop keeps cp.async: in a warp-specialised kernel "
@@ -200,6 +229,52 @@ def plan(L, s: T.For, ws: bool = False) -> Pipeline | None:
                     L.scratch(op.type.dtype, _stage_elems(op, swz), FIRST_SLOT + i), _stride(op, swz), swz)
               for i, (op, swz) in enumerate(loads)]
     return Pipeline(s, stages)
+
+
+def distinct(loads: list[T.Load]) -> dict[T.Load, list[T.Load]]:
+    """`loads` grouped by the tile they read, {first load of the tile: the later ones}, in order. Two
+    loads read one tile when they have the same array, tile shape, dtype, padding and index; their
+    indices read only the loop variable and values fixed before the loop (candidate_loads), so equal
+    index expressions are equal values within an iteration."""
+    groups: dict[tuple, T.Load] = {}
+    out: dict[T.Load, list[T.Load]] = {}
+    for op in loads:
+        key = (id(op.param), tuple(op.type.shape), str(op.type.dtype), repr(op.padding),
+               tuple(_index_key(i) for i in op.index))
+        if None in key[-1] or key not in groups:
+            groups.setdefault(key, op)
+            out[op] = []
+        else:
+            out[groups[key]].append(op)
+    return out
+
+
+def _index_key(e: T.TExpr) -> tuple | None:
+    """A structural key of scalar index expression `e` (variables and parameters by identity), or None
+    for a node this does not compare (then the load keeps a stage of its own)."""
+    if isinstance(e, T.Const):
+        return ("c", repr(e.value), str(e.type.dtype))
+    if isinstance(e, T.Read):
+        return ("r", id(e.var))
+    if isinstance(e, T.ScalarArg):
+        return ("a", id(e.param))
+    if isinstance(e, (T.BlockId, T.NumBlocks)):
+        return (type(e).__name__, e.axis, id(e.param))
+    if isinstance(e, T.ArrayDim):
+        return ("d", id(e.param), e.axis)
+    if isinstance(e, (T.BinOp, T.Compare)):
+        lhs, rhs = _index_key(e.lhs), _index_key(e.rhs)
+        return None if lhs is None or rhs is None else (type(e).__name__, e.op, lhs, rhs, str(e.type.dtype))
+    if isinstance(e, (T.UnaryOp, T.Cast)):
+        inner = _index_key(e.operand)
+        return None if inner is None else (type(e).__name__, getattr(e, "op", None), inner, str(e.type.dtype))
+    return None
+
+
+def ring_pipeline(s: T.For, one: dict[T.Load, list[T.Load]], bufs: list[N.Expr], ring: R.Ring) -> Pipeline:
+    """The pipeline of loop `s` on `ring`: a stage per tile of `one` (distinct), in `bufs`."""
+    stages = [Stage(op, buf, op.type.shape[1], True, aliases=tuple(dups)) for (op, dups), buf in zip(one.items(), bufs)]
+    return Pipeline(s, stages, ring=ring, uses=[1 + len(dups) for dups in one.values()])
 
 
 def _stage_key(op: T.Load, i: int, slots: int) -> tuple:

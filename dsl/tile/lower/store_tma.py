@@ -105,6 +105,34 @@ def _staging(L, nbytes: int, slot: str = "tma_store", reuse: bool = True) -> N.E
     return aligned_base(L, L.scratch(U32, (nbytes + SWIZZLE_ALIGN) // 4, slot=slot), "epi")
 
 
+def _closing(L, s) -> bool:
+    """Is `s` one of the kernel's closing statements: top-level, after its last loop and product (so
+    every ring loop has drained: its copies landed, its products completed), in a kernel that is not
+    persistent (whose next tile would refill the stages)?"""
+    from dsl.tile import ir as T
+    body = L.fn.body
+    if L.persistent or not any(st is s for st in body):
+        return False
+    last = max((k for k, st in enumerate(body) if isinstance(st, T.For) or any(
+        isinstance(x, T.Matmul) for x in T.body_exprs([st]))), default=-1)
+    return next(k for k, st in enumerate(body) if st is s) > last
+
+
+def _ring_span(L, nbytes: int) -> N.Expr | None:
+    """The first of the TMA rings' stage buffers (matmul/ring.py) when they lie side by side and hold
+    a staging tile of `nbytes`: a closing store stages there instead of in shared memory of its own,
+    which the rings would leave idle (attention's backward stores dK and dV after its loop)."""
+    rings = sorted((L.wgmma_stages[key].alloc.offset, L.stage_ends[key], L.wgmma_stages[key])
+                   for key in L.wgmma_stages if key[0] == "ring")
+    run = None                                  # (start, end, first buffer) of buffers side by side
+    for start, end, buf in rings:
+        align_end = None if run is None else -(-run[1] // SWIZZLE_ALIGN) * SWIZZLE_ALIGN
+        run = (run[0], end, run[2]) if run is not None and start <= align_end else (start, end, buf)
+        if run[1] - run[0] >= nbytes + SWIZZLE_ALIGN:
+            return run[2]
+    return None
+
+
 def _fits(L, bm: int, bn: int, es: int) -> bool:
     """A BM x BN tile of `es`-byte elements is whole 128-byte slabs of at most MAX_BOX rows (a TMA box)
     whose staging tile fits the shared memory a block may opt into."""
@@ -178,13 +206,17 @@ def _write_pairs(L, v: LV, base: N.Expr, bm: int, slabs: range) -> None:
             L.asm("st.shared.b32", [at, word])
 
 
-def store_tma(L, p, v: LV) -> None:
+def store_tma(L, p, v: LV, s=None) -> None:
+    """The store of `v` into partition `p` by TMA; `s`: the tile statement (a closing store may stage
+    in the rings' stages: _ring_span)."""
     L.relied.add(p.name)
     bm, bn = p.type.tile_shape
     w = ROW_BYTES // v.dtype.itemsize
     slabs = bn // w
     group = L.staging_slabs.get((bm, bn), slabs) if L.persistent and v.layout.wn == 1 else slabs
-    base = _staging(L, bm * group * ROW_BYTES)
+    nbytes = bm * group * ROW_BYTES
+    rings = _ring_span(L, nbytes) if s is not None and _closing(L, s) else None
+    base = aligned_base(L, rings, "epi") if rings is not None else _staging(L, nbytes)
     ids = L.tile_ids(p)
     row0 = L.tmp(N.BinOp("mul", N.Cast(ids[0], I32), c32(bm), I32), "epr")
     col0 = L.tmp(N.BinOp("mul", N.Cast(ids[1], I32), c32(bn), I32), "epc")

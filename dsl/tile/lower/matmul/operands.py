@@ -87,6 +87,7 @@ def wgmma_stage(L, dtype, elems: int, key: tuple) -> N.Expr:
         L.extra_shared.append(alloc)
         L.dyn_bytes = at + elems * dtype.itemsize + SWIZZLE_ALIGN
         got = L.wgmma_stages[key] = N.SharedArray(alloc)
+        L.stage_ends[key] = L.dyn_bytes
     return got
 
 

@@ -59,7 +59,7 @@ def plan_rotation(L, loop: T.For, pipe) -> Rotation | None:
     st = loop.body[at]
     if not (isinstance(st, T.Assign) and st.value is last and last.acc is not None):
         return None
-    ring_loads = {id(s.load): s.load for s in pipe.stages}
+    ring_loads = {id(s.load): s.load for s in pipe.stages if not s.aliases}    # each read by its product alone
     b_first, b_last = (_operand(mm) for mm in (first, last))
     if id(b_first) not in ring_loads or id(b_last) not in ring_loads or b_first is b_last:
         return None
@@ -111,7 +111,7 @@ def before_last(L, e: T.Matmul) -> None:
     n = iteration(L, pipe)
     i = pipe.position(rot.b_last)
     L.emit(N.If(N.Compare("gt", n, _first(pipe)), L.block_of(
-        lambda: ring_done(L, pipe, i, L.tmp(N.BinOp("sub", n, c32(1), I32), "rprev"))), []))
+        lambda: ring_done(L, pipe, i, L.tmp(N.BinOp("sub", n, c32(1), I32), "rprev"), last=True)), []))
 
 
 def stash_last(L, pipe, b: T.Load, a_regs: list[list[N.Expr]]) -> None:
@@ -155,9 +155,9 @@ def drain(L, pipe) -> None:
     trips = pipeline_trips(L, pipe.start, pipe.stop, pipe.step)
 
     def run() -> None:
-        last = L.tmp(N.BinOp("add", _first(pipe), N.BinOp("sub", trips, c32(1), I32), I32), "rlast")
-        _issue(L, pipe, last)
+        final = L.tmp(N.BinOp("add", _first(pipe), N.BinOp("sub", trips, c32(1), I32), I32), "rlast")
+        _issue(L, pipe, final)
         wait_wgmma(L, 0, _target(L, rot))
         if pipe.done is not None:   # a loop after it refills the stage: release it as the loop would
-            ring_done(L, pipe, pipe.position(rot.b_last), last)
+            ring_done(L, pipe, pipe.position(rot.b_last), final, last=True)
     L.emit(N.If(N.Compare("gt", trips, c32(0)), L.block_of(run), []))

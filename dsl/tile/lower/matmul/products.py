@@ -206,9 +206,12 @@ def _stage_operands(L, e, a, a_regs, shared_a) -> _Operands:
             sa, sa_st = st.buf, st.stride
         else:
             sa, sa_st, copied = _stage(L, e.a, a, 1)
+    shared_b = _held_in_shared(L, b_op)
     if b_op in piped:
         st = pipe.stages[pipe.position(b_op)]
         sb, sb_st = st.buf, st.stride
+    elif shared_b is not None:      # a variable kept in shared memory (SharedTile): read where it is
+        sb, sb_st = shared_b.buf, shared_b.stride
     else:
         sb, sb_st, b_copied = _stage(L, b_op, None, 2)
     if copied or b_copied:
@@ -218,8 +221,18 @@ def _stage_operands(L, e, a, a_regs, shared_a) -> _Operands:
     # cp.async-staged operands (padded rows, GPU only: the simulator stages through registers) are
     # read with ldmatrix.x4, four 8x8 matrices per instruction; the mma then takes packed registers
     a_ldm = a_regs is None and (copied or e.a in piped or shared_a is not None and shared_a.ldmatrix)
-    b_ldm = b_copied or b_op in piped
+    b_ldm = b_copied or b_op in piped or shared_b is not None and shared_b.ldmatrix
     return _Operands(sa, sa_st, sb, sb_st, b_t, b_op, piped, pipe, a_ldm, b_ldm)
+
+
+def _held_in_shared(L, op: T.TExpr) -> SharedTile | None:
+    """The SharedTile of `op` when it reads a variable kept in shared memory (matmul A operands too
+    large for registers: the keys of attention's backward, whose dQ = dS K reads them again as B),
+    so the product reads it there instead of staging a second copy."""
+    if not isinstance(op, T.Read):
+        return None
+    got = L.vars.get(id(op.var))
+    return got[0] if got is not None and isinstance(got[0], SharedTile) else None
 
 
 def _ldmatrix_lanes(L, layout: MmaLayout, ops: _Operands, a_ldm: bool, b_ldm: bool) -> tuple:

@@ -34,7 +34,7 @@ from dsl.tile.lower.matmul import ring as R
 from dsl.tile.lower.matmul.mma_sync import match
 from dsl.tile.lower.matmul.warp_specialised import reallocate
 from dsl.tile.lower.layout import c32
-from dsl.tile.lower.pipeline import Pipeline, Stage, candidate_loads, index_at, iteration, plan, trips
+from dsl.tile.lower.pipeline import candidate_loads, distinct, index_at, iteration, plan, ring_pipeline, trips
 
 
 def ring_ws_loop(L) -> int | None:
@@ -45,28 +45,37 @@ def ring_ws_loop(L) -> int | None:
     for k, s in enumerate(body):
         if not isinstance(s, T.For) or match(L, s, L.max_stages) is not None:
             continue                    # a GEMM main loop has pipelines of its own (matmul/mma_sync.py)
-        loads = candidate_loads(L, s)
-        if loads and R.ring_wanted(L, loads) and producer_prefix(body[:k], [(s, [op for op, _ in loads])]) is not None:
+        one = _ring_tiles(L, s)
+        if one is not None and producer_prefix(body[:k], [(s, list(one))]) is not None:
             return k
     return None
 
 
-def chained_loops(L, at: int) -> list[tuple[int, list[T.Load]]]:
-    """(index, ring loads) of the top-level loops that share loop `at`'s ring, `at` first: under the
-    lowering switch ws_chain, each later loop whose ring loads match its loads position by position and
-    whose bounds and indices the producer can compute (without it, `at` alone: the others keep cp.async)."""
+def _ring_tiles(L, s: T.For) -> dict[T.Load, list[T.Load]] | None:
+    """The tiles loop `s`'s ring would hold (pipeline.distinct of its loads), or None without a ring."""
+    loads = candidate_loads(L, s)
+    if not loads:
+        return None
+    one = distinct([op for op, _ in loads])
+    return one if R.ring_wanted(L, [(op, swz) for op, swz in loads if op in one]) else None
+
+
+def chained_loops(L, at: int) -> list[tuple[int, dict[T.Load, list[T.Load]]]]:
+    """(index, ring tiles as pipeline.distinct gives them) of the top-level loops that share loop `at`'s
+    ring, `at` first: under the lowering switch ws_chain, each later loop whose ring tiles match its
+    tiles position by position and whose bounds and indices the producer can compute (without it,
+    `at` alone: the others keep cp.async)."""
     body = L.fn.body
-    chain = [(at, [op for op, _ in candidate_loads(L, body[at])])]
+    chain = [(at, _ring_tiles(L, body[at]))]
     for k in range(at + 1, len(body) if L.ws_chain else 0):
         s = body[k]
         if not isinstance(s, T.For) or match(L, s, L.max_stages) is not None:
             continue
-        loads = candidate_loads(L, s)
-        ops = [op for op, _ in loads or ()]
-        if not loads or not R.ring_wanted(L, loads) or not _same_ring(chain[0][1], ops):
+        one = _ring_tiles(L, s)
+        if one is None or not _same_ring(list(chain[0][1]), list(one)):
             continue
-        if producer_prefix(body[:k], [(body[i], lds) for i, lds in chain] + [(s, ops)]) is not None:
-            chain.append((k, ops))
+        if producer_prefix(body[:k], [(body[i], list(t)) for i, t in chain] + [(s, list(one))]) is not None:
+            chain.append((k, one))
     return chain
 
 
@@ -116,8 +125,8 @@ def lower_split(L, at: int) -> None:
     first = plan(L, chain[0], ws=True)
     assert first is not None and first.ring is not None and first.ring.ws
     # a chained loop's pipeline: its own ring loads in the stages of the first loop's ring
-    pipes = [first] + [Pipeline(body[k], [Stage(op, st.buf, st.stride, True) for op, st in zip(ops, first.stages)],
-                                ring=first.ring) for k, ops in found[1:]]
+    pipes = [first] + [ring_pipeline(body[k], one, [st.buf for st in first.stages], first.ring)
+                       for k, one in found[1:]]
     R.set_up(L, first.ring)
     prefix = producer_prefix(body[:found[-1][0]],
                              [(loop, [st.load for st in pipe.stages]) for loop, pipe in zip(chain, pipes)])
