@@ -51,11 +51,12 @@ def load_backward(name: str = "flash_attention_bwd"):
     return mod
 
 
-def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, lowering: dict | None) -> tuple:
-    """(fn(i) running the fused backward's two launches, (dq, dk, dv)), as `ours` for the two-kernel one."""
+def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, form: str) -> tuple:
+    """(fn(i) running the fused backward's two launches in LADDER form `form`, (dq, dk, dv)), as `ours`
+    for the two-kernel one."""
     d, group, x, (o, lse, delta, dq, dk, dv) = _after_forward(torch, fused.bwd.fwd, q, k, v, dout, s, causal)
     steps = fused.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group,
-                              lowering=lowering)
+                              **fused.form_options(form))
     return (lambda i: fused.bwd.run(steps)), (dq, dk, dv)
 
 
@@ -166,8 +167,8 @@ def backward_cases(rep: Any, torch, reps: int, sweep: bool) -> list[str]:
             # the fused backward (examples/flash_attention_bwd_fused.py: dK, dV and dQ in one kernel, dQ added
             # atomically; 5 products a block pair, not 7) in each form of its LADDER
             runs += [(f"DSL tile flash_bwd fused ({form})",
-                      lambda low=low: ours_fused(torch, fused, q, k, v, dout, s, causal, low))
-                     for form, low in fused.LADDER.items()]
+                      lambda form=form: ours_fused(torch, fused, q, k, v, dout, s, causal, form))
+                     for form in fused.LADDER]
             for label, make in runs:
                 try:
                     fn, got = make()

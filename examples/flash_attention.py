@@ -196,19 +196,19 @@ SM90_CANDIDATES[64] += ((64, 64, None, {"loop_pipeline": "tma", **_FAST}),)
 _TUNED: dict[tuple, Any] = {}
 
 
-# documented cache: (kernel function, sorted lowering items) -> that kernel under those switches
+# documented cache: (kernel function, sorted lowering items, warps) -> that kernel under those switches
 _VARIANTS: dict[tuple, Any] = {}
 
 
-def variant(kern: Any, lowering: dict | None) -> Any:
-    """`kern` under the tile lowering's switches `lowering` (`kern` itself for none): one kernel object
-    per kernel and switches, made on first use, so its compiles and launchers are kept. The attention
-    examples' one way to a kernel's lowering variant."""
-    if not lowering:
+def variant(kern: Any, lowering: dict | None, num_warps: int | None = None) -> Any:
+    """`kern` under the tile lowering's switches `lowering` (`kern` itself for none), on `num_warps`
+    warps where given: one kernel object per kernel, switches and warps, made on first use, so its
+    compiles and launchers are kept. The attention examples' one way to a kernel's lowering variant."""
+    if not lowering and num_warps is None:
         return kern
-    key = (kern.pyfunc, tuple(sorted(lowering.items())))
+    key = (kern.pyfunc, tuple(sorted((lowering or {}).items())), num_warps)
     if key not in _VARIANTS:
-        _VARIANTS[key] = tile.kernel(kern.pyfunc, lowering=dict(lowering))
+        _VARIANTS[key] = tile.kernel(kern.pyfunc, num_warps=num_warps, lowering=dict(lowering or {}) or None)
     return _VARIANTS[key]
 
 

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bridge import DTypeError
+from bridge import DTypeError, ShapeRelationError
 from dsl import TypeVar, f32, i32, tile
 
 HERE = Path(__file__).resolve().parent
@@ -88,52 +88,77 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
     dv.store(dv_acc)
 
 
-# Forms of the fused kernel by the tile lowering's switches (dsl/tile/switches.py), label -> lowering; all
-# assemble for sm_90a at D128 without spills (243-245 registers; the default 255 and 4 bytes of spills)
+# Forms of the fused kernel by the tile lowering's switches (dsl/tile/switches.py), label -> lowering; at
+# D128 on sm_90a the ring forms assemble without spills (235-247 registers), the others with 4 bytes
 TMA_REDUCE = {"tma_store": True}                       # dQ's adds by TMA reduce-adds (sm_90)
+RING = {**TMA_REDUCE, "loop_pipeline": "tma"}
+FTZ = {"fp_fusion": True, "ftz": True}
+WIDE = (128, 64, 8)     # key rows a block owns, query rows it streams, warps: FlashAttention-2's backward tile
 LADDER: dict[str, dict | None] = {
     "atomic dQ": None,
     "TMA reduce dQ": TMA_REDUCE,
-    "TMA ring + TMA reduce dQ": {**TMA_REDUCE, "loop_pipeline": "tma"},
-    "TMA ring S3 + TMA reduce dQ": {**TMA_REDUCE, "loop_pipeline": "tma", "loop_stages": 3},
-    "TMA ring + TMA reduce dQ + fp_fusion ftz": {**TMA_REDUCE, "loop_pipeline": "tma", "fp_fusion": True, "ftz": True},
+    "TMA ring + TMA reduce dQ": RING,
+    "TMA ring S3 + TMA reduce dQ": {**RING, "loop_stages": 3},
+    "TMA ring + TMA reduce dQ + fp_fusion ftz": {**RING, **FTZ},
+    "128x64 w8, TMA ring + TMA reduce dQ": RING,
+    "128x64 w8, TMA ring + TMA reduce dQ + fp_fusion ftz": {**RING, **FTZ},
 }
-CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ")   # the forms main() and the GPU tests run
-def fused_kernel(lowering: dict | None = None) -> Any:
-    """flash_bwd_fused under the lowering switches `lowering` (None: the defaults)."""
-    return bwd.fwd.variant(flash_bwd_fused, lowering)
+# the forms that choose their own tiles (else pick_tiles' on 4 warps): 128 key rows on two warpgroups halve
+# the dQ tiles a head adds (S / 128 key blocks), 204 KiB of shared memory and 254 registers at D128
+TILES: dict[str, tuple[int, int, int]] = {form: WIDE for form in LADDER if form.startswith("128x64 w8")}
+CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ",
+           "128x64 w8, TMA ring + TMA reduce dQ")       # the forms main() and the GPU tests run
+
+
+def form_options(form: str) -> dict:
+    """launch_args' (and forward_and_backward's) `lowering` and `tiles` of LADDER form `form`."""
+    return {"lowering": LADDER[form], "tiles": TILES.get(form)}
+
+
+def fused_kernel(lowering: dict | None = None, warps: int | None = None) -> Any:
+    """flash_bwd_fused under the lowering switches `lowering` (None: the defaults) on `warps` warps."""
+    return bwd.fwd.variant(flash_bwd_fused, lowering, warps)
 
 
 def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any, dq: Any, dk: Any, dv: Any,
                 seq: int, causal: bool, scale: float | None = None, tensor_cores: bool | None = None,
-                wgmma: bool | None = None, group: int = 1, lowering: dict | None = None) -> list[tuple[Any, tuple]]:
+                wgmma: bool | None = None, group: int = 1, lowering: dict | None = None,
+                tiles: tuple[int, int, int] | None = None) -> list[tuple[Any, tuple]]:
     """The fused backward's two launches, [(kernel, arguments)], for the arrays of the two-kernel
     backward's launch_args (checked the same way before anything runs); `dq` must be float32 (the
     atomic adds), and is overwritten (set to zero, then added into). `lowering`: the fused kernel's
-    switches (LADDER's values)."""
+    switches (LADDER's values); `tiles`: (key rows a block owns, query rows it streams, warps), else
+    the two-kernel backward's tiles on 4 warps (form_options gives both for a LADDER form)."""
     bwd._check_arguments(q, seq, group, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
                          {"lse": lse, "delta": delta})
     if not str(dq.dtype).endswith("float32"):
         raise DTypeError(f"dq: expected float32 (blocks add into it atomically), got {dq.dtype}", arg_name="dq")
     d = q.shape[1]
-    own, stream = bwd.pick_tiles(d, seq, tensor_cores, wgmma)
+    if tiles is None:
+        (own, stream), warps = bwd.pick_tiles(d, seq, tensor_cores, wgmma), None
+    else:
+        own, stream, warps = tiles
+        if seq % own or seq % stream:
+            raise ShapeRelationError(f"seq: {seq} is not a multiple of the tiles' {own} and {stream} rows",
+                                     arg_name="seq")
     sc = float(scale if scale is not None else d ** -0.5)
     return [(attn_bwd_preprocess_zero, (o, dout, tile.partition(delta, (stream,)), tile.partition(dq, (stream, d)))),
-            (fused_kernel(lowering), (q, k, v, dout, lse, delta, dq, tile.partition(dk, (own, d)),
-                                 tile.partition(dv, (own, d)), seq, sc, stream, bool(causal), group))]
+            (fused_kernel(lowering, warps), (q, k, v, dout, lse, delta, dq, tile.partition(dk, (own, d)),
+                                        tile.partition(dv, (own, d)), seq, sc, stream, bool(causal), group))]
 
 
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool, simulate: bool = False,
-                         group: int = 1, lowering: dict | None = None) -> tuple[Any, Any, Any, Any]:
+                         group: int = 1, lowering: dict | None = None,
+                         tiles: tuple[int, int, int] | None = None) -> tuple[Any, Any, Any, Any]:
     """(o, dq, dk, dv), f32, as the two-kernel example's forward_and_backward, with the fused backward."""
     return bwd.forward_and_backward(q, k, v, dout, seq, causal, simulate, group,
-                                    steps=functools.partial(launch_args, lowering=lowering))
+                                    steps=functools.partial(launch_args, lowering=lowering, tiles=tiles))
 
 
 def run_gpu(batch: int, heads: int, seq: int, d: int, kv_heads: int | None = None, form: str = "atomic dQ") -> None:
     """Ours against torch autograd of SDPA in float64 on the same bf16 inputs, as the two-kernel
     example's run_gpu checks (its bound, 1e-2 of the largest gradient), with the fused backward in `form`."""
-    bwd.run_gpu(batch, heads, seq, d, kv_heads=kv_heads, steps=functools.partial(launch_args, lowering=LADDER[form]),
+    bwd.run_gpu(batch, heads, seq, d, kv_heads=kv_heads, steps=functools.partial(launch_args, **form_options(form)),
                 label=f" fused ({form})")
 
 

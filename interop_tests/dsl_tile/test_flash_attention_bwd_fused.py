@@ -34,7 +34,7 @@ def lowered_backward(q, k, v, dout, seq, causal, form, group=1):
                                       tensor_cores=True, arch="sm_90")
     dq, dk, dv = nan(rows, d), nan(k.shape[0], d), nan(k.shape[0], d)
     steps = FUSED.launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, tensor_cores=True, wgmma=True,
-                              group=group, lowering=FUSED.LADDER[form])
+                              group=group, **FUSED.form_options(form))
     fused = steps[1]
     assert (REDUCE in fused[0].compile(fused[1], "sm_90").ptx) == (form != "atomic dQ")
     for kern, args in steps:
@@ -77,15 +77,17 @@ def test_the_lowered_sm90_fused_backward_matches_float64(rng, form, d, causal):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
 
 
-def test_the_tma_reduce_adds_are_right_when_the_copies_read_late(monkeypatch, rng):
+@pytest.mark.parametrize("form", ["TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ"])
+def test_the_tma_copies_are_right_when_they_read_late(monkeypatch, rng, form):
     """KB_SIM_TMA_LANDING=wait: each dQ tile is read at the wait before the next query block's tile is
-    staged, the latest the copy engine may."""
+    staged, and the dK and dV tiles (staged in the drained ring's stages) at the block's last wait, the
+    latest the copy engine may."""
     monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
-    seq, d = 128, 64
+    seq, d = 256, 64
     q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
-    dq, _, _ = lowered_backward(q, k, v, dout, seq, False, "TMA ring + TMA reduce dQ")
-    want = grads64(q, k, v, dout, seq, False)[0]
-    np.testing.assert_allclose(dq, want, rtol=0, atol=1e-2 * np.abs(want).max())
+    grads = lowered_backward(q, k, v, dout, seq, False, form)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, False)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
 
 
 def test_a_dq_that_is_not_float32_is_refused_and_nothing_is_written():
@@ -96,6 +98,29 @@ def test_a_dq_that_is_not_float32_is_refused_and_nothing_is_written():
         FUSED.bwd.run(FUSED.launch_args(z, z, z, z, z, np.zeros(rows, np.float32), delta, dq, dk, dv, seq, True),
                       simulate=True)
     assert np.isnan(dq).all() and np.isnan(dk).all() and np.isnan(dv).all() and np.isnan(delta).all()
+
+
+def test_tiles_that_do_not_divide_the_sequence_are_refused_and_nothing_is_written():
+    """The 128 x 64 form at S 192: the 128 key rows a block owns do not divide it."""
+    rows, d, seq = 384, 64, 192
+    z = np.zeros((rows, d), np.float32)
+    dq, dk, dv, delta = nan(rows, d), nan(rows, d), nan(rows, d), nan(rows)
+    with pytest.raises(bridge.ShapeRelationError, match=r"seq: 192 is not a multiple of the tiles' 128 and 64 rows"):
+        FUSED.bwd.run(FUSED.launch_args(z, z, z, z, z, np.zeros(rows, np.float32), delta, dq, dk, dv, seq, True,
+                                        tiles=FUSED.WIDE), simulate=True)
+    assert np.isnan(dq).all() and np.isnan(dk).all() and np.isnan(dv).all() and np.isnan(delta).all()
+
+
+def test_the_wide_form_owns_128_key_rows_on_8_warps():
+    """Its launches: the dK/dV partitions of 128 rows, the streamed query rows 64, the kernel on 256 threads."""
+    rows, d, seq = 512, 128, 256
+    bf = [np.zeros((rows, d), ml_dtypes.bfloat16) for _ in range(4)]
+    steps = FUSED.launch_args(*bf[:3], nan(rows, d), bf[3], nan(rows), nan(rows), nan(rows, d), nan(rows, d),
+                              nan(rows, d), seq, True, tensor_cores=True, wgmma=True,
+                              **FUSED.form_options("128x64 w8, TMA ring + TMA reduce dQ"))
+    kern, args = steps[1]
+    assert args[7].tile_shape == (128, d) and args[11] == 64
+    assert kern.compile(args, "sm_90").threads == 256
 
 
 def test_bad_shapes_are_refused_as_the_two_kernel_backward_refuses_them():
@@ -112,7 +137,8 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           (64, "TMA ring S3 + TMA reduce dQ"): 0, (64, "TMA ring + TMA reduce dQ + fp_fusion ftz"): 40,
           (128, "atomic dQ"): 4, (128, "TMA reduce dQ"): 4, (128, "TMA ring + TMA reduce dQ"): 0,
           (128, "TMA ring S3 + TMA reduce dQ"): 0, (128, "TMA ring + TMA reduce dQ + fp_fusion ftz"): 0,
-          (256, "atomic dQ"): 0, (256, "TMA reduce dQ"): 0}
+          (256, "atomic dQ"): 0, (256, "TMA reduce dQ"): 0,
+          **{(d, form): 0 for d in (64, 128) for form in FUSED.TILES}}
 
 
 @pytest.mark.slow
@@ -125,7 +151,7 @@ def test_ptxas_assembles_the_fused_kernel(tmp_path, d, form):
     seq, rows = 256, 512
     bf = [np.zeros((rows, d), ml_dtypes.bfloat16) for _ in range(4)]
     steps = FUSED.launch_args(*bf[:3], nan(rows, d), bf[3], nan(rows), nan(rows), nan(rows, d), nan(rows, d),
-                              nan(rows, d), seq, True, tensor_cores=True, wgmma=True, lowering=FUSED.LADDER[form])
+                              nan(rows, d), seq, True, tensor_cores=True, wgmma=True, **FUSED.form_options(form))
     kern, args = steps[1]
     ptx = kern.compile(args, "sm_90").ptx
     assert ("wgmma.mma_async" in ptx) == (d < 256)         # D256: mma.sync (no wgmma tile fits, as two-kernel)
@@ -159,7 +185,7 @@ def test_gpu_fused_gradients_match_torch_autograd_in_float64(form, d, causal):
     q, k, v, dout = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
                      for _ in range(4))
     _, *grads = FUSED.forward_and_backward(*(x.reshape(-1, d) for x in (q, k, v, dout)), seq, causal,
-                                           lowering=FUSED.LADDER[form])
+                                           **FUSED.form_options(form))
     x64 = [x.double().requires_grad_() for x in (q, k, v)]
     F.scaled_dot_product_attention(*x64, is_causal=causal).backward(dout.double())
     for name, got, x in zip(("dq", "dk", "dv"), grads, x64):

@@ -2,7 +2,7 @@
 this file in SANITIZE_FILES, so memcheck, racecheck, synccheck and initcheck run every test here): the
 GEMM epilogue through TMA stores (the default loop, persistent warp-specialised), tile.atomic_add of
 accumulators by TMA reduce-adds in a loop, the attention forward's output by TMA stores, and the fused
-attention backward in both dQ forms. racecheck is what sees a staging tile rewritten while a copy still
+attention backward in both dQ forms and on 128 key rows (its dK and dV staged in the drained ring). racecheck is what sees a staging tile rewritten while a copy still
 reads it, which the lock-step simulator cannot. Each test checks its results against float64 NumPy."""
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_small_attention_forward_stores_its_output_by_tma(rng):
     np.testing.assert_allclose(out.to_host(), want, rtol=1e-2, atol=5e-3)
 
 
-@pytest.mark.parametrize("form", ["atomic dQ", "TMA reduce dQ"])
+@pytest.mark.parametrize("form", ["atomic dQ", "TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ"])
 def test_small_fused_attention_backward(form):
     """B1 H2 S128 D64, causal, bf16 inputs: the bound of the two-kernel backward's tests (1e-2 of the
     largest gradient: P and dS are rounded to bf16 for the products)."""
@@ -89,7 +89,7 @@ def test_small_fused_attention_backward(form):
     seq, d = 128, 64
     g = torch.Generator(device="cuda").manual_seed(5)
     q, k, v, dout = (torch.randn(2 * seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
-    _, *grads = fused.forward_and_backward(q, k, v, dout, seq, True, lowering=fused.LADDER[form])
+    _, *grads = fused.forward_and_backward(q, k, v, dout, seq, True, **fused.form_options(form))
     want = fused.bwd.reference(*(x.float().cpu().numpy() for x in (q, k, v, dout)), seq, True)
     for name, got, w in zip(("dq", "dk", "dv"), grads, want):
         err = np.abs(got.cpu().numpy().astype(np.float64) - w).max() / np.abs(w).max()
