@@ -215,24 +215,42 @@ def _check_arguments(q: Any, seq: int, group: int, named: dict, vectors: dict) -
 
 def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any, dq: Any, dk: Any, dv: Any,
                 seq: int, causal: bool, scale: float | None = None, tensor_cores: bool | None = None,
-                wgmma: bool | None = None, group: int = 1) -> list[tuple[Any, tuple]]:
+                wgmma: bool | None = None, group: int = 1, tiles: tuple[int, int, int] | None = None,
+                lowering: dict | None = None) -> list[tuple[Any, tuple]]:
     """The backward's three launches, [(kernel, arguments)] in order, for (B*H*S, D) row stacks: the
     inputs q, k, v, the forward's output `o` and log-sum-exp `lse` (flash_fwd_lse), the output gradient
     `dout`; `delta` (B*H*S,) f32 scratch the first launch fills; the gradients dq, dk, dv written.
     `group`: query heads per key/value head (k, v, dk, dv then have B*H_kv*S rows, H = group * H_kv).
-    Shapes and dtypes are checked before anything runs (ShapeRelationError, DTypeError naming the
-    argument), the tile rows by pick_tiles (ValueError)."""
+    `tiles` (rows a block owns, rows it streams, warps) or `lowering` (the tile lowering's switches):
+    the dK/dV and dQ kernels made with exactly these (benchmarks/attention.py --bwd-sweep), else
+    pick_tiles' on 4 warps under kernels_for's switches. Shapes and dtypes are checked before anything
+    runs (ShapeRelationError, DTypeError naming the argument), the tile rows by pick_tiles (ValueError)."""
     _check_arguments(q, seq, group, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
                      {"lse": lse, "delta": delta})
     d = q.shape[1]
-    own, stream = pick_tiles(d, seq, tensor_cores, wgmma)
-    dkdv, dq_kernel = kernels_for(d, fwd.on_warpgroup_mma(wgmma, tensor_cores))
+    own, stream, warps = block_tiles(d, seq, tiles, tensor_cores, wgmma)
+    if tiles is None and lowering is None:
+        dkdv, dq_kernel = kernels_for(d, fwd.on_warpgroup_mma(wgmma, tensor_cores))
+    else:
+        dkdv, dq_kernel = fwd.variant(flash_bwd_dkdv, lowering, warps), fwd.variant(flash_bwd_dq, lowering, warps)
     sc = float(scale if scale is not None else d ** -0.5)
     return [(attn_bwd_preprocess, (o, dout, tile.partition(delta, (PRE_ROWS,)), d)),
             (dkdv, (q, k, v, dout, lse, delta, tile.partition(dk, (own, d)), tile.partition(dv, (own, d)),
                     seq, sc, stream, bool(causal), group)),
             (dq_kernel, (q, k, v, dout, lse, delta, tile.partition(dq, (own, d)), seq, sc, stream, bool(causal),
                          group))]
+
+
+def block_tiles(d: int, seq: int, tiles: tuple[int, int, int] | None, tensor_cores: bool | None = None,
+                wgmma: bool | None = None) -> tuple[int, int, int | None]:
+    """(rows a block owns, rows it streams, warps or None for the default): `tiles` when given and they
+    divide `seq` (else ShapeRelationError naming seq), else pick_tiles' on the default warps."""
+    if tiles is None:
+        return (*pick_tiles(d, seq, tensor_cores, wgmma), None)
+    own, stream, warps = tiles
+    if seq <= 0 or seq % own or seq % stream:
+        raise ShapeRelationError(f"seq: {seq} is not a multiple of the tiles' {own} and {stream} rows", arg_name="seq")
+    return own, stream, warps
 
 
 def run(steps: list[tuple[Any, tuple]], simulate: bool = False) -> None:

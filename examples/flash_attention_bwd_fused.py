@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bridge import DTypeError, ShapeRelationError
+from bridge import DTypeError
 from dsl import TypeVar, f32, i32, tile
 
 HERE = Path(__file__).resolve().parent
@@ -134,13 +134,7 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     if not str(dq.dtype).endswith("float32"):
         raise DTypeError(f"dq: expected float32 (blocks add into it atomically), got {dq.dtype}", arg_name="dq")
     d = q.shape[1]
-    if tiles is None:
-        (own, stream), warps = bwd.pick_tiles(d, seq, tensor_cores, wgmma), None
-    else:
-        own, stream, warps = tiles
-        if seq % own or seq % stream:
-            raise ShapeRelationError(f"seq: {seq} is not a multiple of the tiles' {own} and {stream} rows",
-                                     arg_name="seq")
+    own, stream, warps = bwd.block_tiles(d, seq, tiles, tensor_cores, wgmma)
     sc = float(scale if scale is not None else d ** -0.5)
     return [(attn_bwd_preprocess_zero, (o, dout, tile.partition(delta, (stream,)), tile.partition(dq, (stream, d)))),
             (fused_kernel(lowering, warps), (q, k, v, dout, lse, delta, dq, tile.partition(dk, (own, d)),

@@ -124,16 +124,16 @@ def test_warpgroup_mma_kernels_match_float64_numpy_in_the_lowered_simulator(rng,
     _lowered_backward_matches_float64(rng, d, causal, "wgmma.mma_async")
 
 
-def _lowered_backward_matches_float64(rng, d, causal, in_ptx: str, steps=lambda steps: steps) -> None:
-    """The backward's launches (through `steps`) on the lowered sm_90 simulator, two bf16 heads of 128,
-    against float64; the dK/dV and dQ kernels' PTX holds `in_ptx`."""
+def _lowered_backward_matches_float64(rng, d, causal, in_ptx: str, steps=lambda steps: steps, **options) -> None:
+    """The backward's launches (launch_args with `options`, through `steps`) on the lowered sm_90 simulator,
+    two bf16 heads of 128, against float64; the dK/dV and dQ kernels' PTX holds `in_ptx`."""
     seq = 128
     q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
     o, lse, delta = nan(2 * seq, d), nan(2 * seq), nan(2 * seq)
     FA.flash_fwd_lse.simulate(*FA.launch_args_lse(q, k, v, o, lse, seq, causal))
     grads = tuple(nan(2 * seq, d) for _ in range(3))
     for kern, args in steps(BWD.launch_args(q, k, v, o, dout, lse, delta, *grads, seq, causal, tensor_cores=True,
-                                            wgmma=True)):
+                                            wgmma=True, **options)):
         if kern is not BWD.attn_bwd_preprocess:
             assert in_ptx in kern.compile(args, "sm_90").ptx
         kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
@@ -142,29 +142,40 @@ def _lowered_backward_matches_float64(rng, d, causal, in_ptx: str, steps=lambda 
 
 
 # the two-kernel backward with its streamed loads by a TMA ring, issued by a thread of the block (tma) or by a
-# producer warpgroup (ws) (benchmarks/_attention_bwd.py BWD_SWEEP's ring rows: ptxas, sm_90a, D128 64x32,
-# dK/dV 203 / 205 registers and dQ 128 / 138, no spills)
+# producer warpgroup (ws) (benchmarks/_attention_bwd.py BWD_SWEEP's ring rows: ptxas, sm_90a, D128 64x32 causal,
+# dK/dV 203 / 204 registers and dQ 132 / 125, no spills; each ring holds Q and dO once, read by two products)
 _FAST = {"wgmma_a": "shared", "fp_fusion": True, "ftz": True}
 RINGS = {"tma": {"loop_pipeline": "tma", **_FAST}, "ws": {"loop_pipeline": "ws", **_FAST}}
-
-
-def _ring_steps(steps, ring: str):
-    """The backward's launches with the dK/dV and dQ kernels under RINGS[ring] (the preprocess as it is)."""
-    return [(kern if kern is BWD.attn_bwd_preprocess else FA.variant(kern, RINGS[ring]), args) for kern, args in steps]
+# and FlashAttention-2's backward tile: 128 rows a block owns on 8 warps (two warpgroups), 64 streamed, the tma
+# ring (BWD_SWEEP; ptxas, sm_90a, D128 causal: dK/dV 255 registers, dQ 189, no spills, 135 KiB of shared memory)
+WIDE = (128, 64, 8)
+FORMS = {"tma": {"lowering": RINGS["tma"]}, "ws": {"lowering": RINGS["ws"]},
+         "tma 128x64 w8": {"tiles": WIDE, "lowering": RINGS["tma"]}}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ring", sorted(RINGS))
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_the_tma_ring_backward_matches_float64_numpy_in_the_lowered_simulator(rng, causal, ring):
-    _lowered_backward_matches_float64(rng, 128, causal, "cp.async.bulk.tensor.2d",
-                                      lambda steps: _ring_steps(steps, ring))
+def test_the_tma_ring_backward_matches_float64_numpy_in_the_lowered_simulator(rng, causal, d, form):
+    _lowered_backward_matches_float64(rng, d, causal, "cp.async.bulk.tensor.2d", **FORMS[form])
+
+
+def test_tiles_that_do_not_divide_the_sequence_are_refused_and_nothing_is_written():
+    rows = 384
+    named = dict(q=np.zeros((rows, 64), np.float32), k=np.zeros((rows, 64), np.float32),
+                 v=np.zeros((rows, 64), np.float32), o=np.zeros((rows, 64), np.float32),
+                 dout=np.zeros((rows, 64), np.float32), lse=np.zeros(rows, np.float32), delta=nan(rows),
+                 dq=nan(rows, 64), dk=nan(rows, 64), dv=nan(rows, 64))
+    with pytest.raises(bridge.ShapeRelationError, match=r"seq: 192 is not a multiple of the tiles' 128 and 64 rows"):
+        BWD.run(BWD.launch_args(**named, seq=192, causal=True, tiles=WIDE), simulate=True)
+    assert all(np.isnan(named[n]).all() for n in ("dq", "dk", "dv", "delta"))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("ring", sorted(RINGS))
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_gpu_tma_ring_backward_matches_torch_autograd_in_float64(causal, ring):
+def test_gpu_tma_ring_backward_matches_torch_autograd_in_float64(causal, form):
     torch = pytest.importorskip("torch", reason="the autograd reference needs torch")
     import torch.nn.functional as F
     batch, heads, seq, d = 2, 4, 256, 128
@@ -172,7 +183,7 @@ def test_gpu_tma_ring_backward_matches_torch_autograd_in_float64(causal, ring):
     q, k, v, dout = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
                      for _ in range(4))
     _, *grads = BWD.forward_and_backward(*(t.reshape(-1, d) for t in (q, k, v, dout)), seq, causal,
-                                         steps=lambda *a, **kw: _ring_steps(BWD.launch_args(*a, **kw), ring))
+                                         steps=lambda *a, **kw: BWD.launch_args(*a, **kw, **FORMS[form]))
     x64 = [t.double().requires_grad_() for t in (q, k, v)]
     F.scaled_dot_product_attention(*x64, is_causal=causal).backward(dout.double())
     for name, got, t in zip(("dq", "dk", "dv"), grads, x64):
