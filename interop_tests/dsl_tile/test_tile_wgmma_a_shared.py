@@ -148,12 +148,14 @@ def test_ptxas_needs_fewer_registers_with_q_in_shared_memory_at_d128(rng, causal
 @pytest.mark.parametrize("bn", [64, 32])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_d256_forward_tiles_of_one_warpgroup_assemble_without_spills(rng, bn, causal, tmp_path):
-    """The 64-row D256 tiles spill with Q in registers (64x64: 192 / 320 bytes, 64x32: 12 / 164,
-    causal / full) and not with Q in shared memory (253 / 255 and 221 / 208 registers)."""
+    """The 64-row D256 tiles do not spill with Q in wgmma's swizzle atoms (253 / 255 and 221 / 208
+    registers, causal / full). By default Q waits in its padded shared tile and each product takes its
+    A fragments by ldmatrix (2026-12-05): 64x64 still spills (172 / 148 bytes), 64x32 no longer (its
+    A fragments read element by element spilled 12 / 164)."""
     args, _ = fwd_args(rng, 256, 64, bn, 256, causal)
     _, spills_before = _ptxas(kern(FA.flash_fwd), args, tmp_path)
     _, spills_after = _ptxas(kern(FA.flash_fwd, **SHARED), args, tmp_path)
-    assert spills_before > 0 and spills_after == 0, (spills_before, spills_after)
+    assert (spills_before > 0) == (bn == 64) and spills_after == 0, (spills_before, spills_after)
 
 
 def bwd_args(rng, d, own, stream, seq, causal, heads=2):

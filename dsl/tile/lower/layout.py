@@ -272,7 +272,7 @@ class SharedTile:
     hold as A fragments (the queries of flash attention at D128), staged once where it is assigned and
     read by every product. Rows are padded by 8 elements (16-byte aligned, conflict-free fragment
     reads); `ldmatrix`: it was filled by cp.async (GPU launch facts), so products read it with
-    ldmatrix (no CPU semantics) rather than ordinary shared loads."""
+    ldmatrix (mma.sync's A and B, warpgroup MMA's A from registers) rather than ordinary shared loads."""
 
     def __init__(self, shape: tuple[int, int], buf: N.Expr, stride: int, ldmatrix: bool) -> None:
         self.shape, self.buf, self.stride, self.ldmatrix = shape, buf, stride, ldmatrix

@@ -158,6 +158,8 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
         from dsl.tile.lower.matmul.wgmma_products import lower_product_wgmma
         if swizzled_a is not None and rotation_of(L, e) is None:
             return lower_product_wgmma(L, e, layout, acc_vars, None, wg_b, a_shared=swizzled_a)
+        if a_regs is None and shared_a is not None and shared_a.ldmatrix:
+            return lower_product_wgmma(L, e, layout, acc_vars, None, wg_b, a_packed=_a_by_ldmatrix(L, layout, shared_a, k))
         if a_regs is None:                          # A into its fragments, from wherever it is
             frag = L.frag_layout(("A", (m, k), layout.wm, layout.wn))
             av = L.to_layout(a if a is not None else L.concrete(L.expr(e.a)), frag)
@@ -223,6 +225,16 @@ def _stage_operands(L, e, a, a_regs, shared_a) -> _Operands:
     a_ldm = a_regs is None and (copied or e.a in piped or shared_a is not None and shared_a.ldmatrix)
     b_ldm = b_copied or b_op in piped or shared_b is not None and shared_b.ldmatrix
     return _Operands(sa, sa_st, sb, sb_st, b_t, b_op, piped, pipe, a_ldm, b_ldm)
+
+
+def _a_by_ldmatrix(L, layout: MmaLayout, shared: SharedTile, k: int) -> dict:
+    """{(mt, ks): the 4 packed A registers} of this warp's rows of an A operand waiting in shared memory
+    (a SharedTile filled by cp.async), one ldmatrix.x4 a 16 x 16 slice: the registers of mma.sync's A
+    fragment, which is warpgroup MMA's A from registers too (4 instructions where element loads take 16)."""
+    ops = _Operands(shared.buf, shared.stride, None, 0, False, None, [], None, True, False)
+    a_lane, _ = _ldmatrix_lanes(L, layout, ops, True, False)
+    return {(mt, ks): _ldmatrix(L, shared.buf, iadd(a_lane, (mt * layout.mt_step) * shared.stride + ks * 16), False)
+            for mt in range(layout.mt) for ks in range(k // 16)}
 
 
 def _held_in_shared(L, op: T.TExpr) -> SharedTile | None:

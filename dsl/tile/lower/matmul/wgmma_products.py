@@ -31,10 +31,11 @@ from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, issue_copies, wgmm
 
 
 def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var], a_frags: dict | None,
-                        b: T.Load, a_shared: SwizzledA | None = None) -> LV:
+                        b: T.Load, a_shared: SwizzledA | None = None, a_packed: dict | None = None) -> LV:
     """e: the product, b: its B load (e.b itself, or the operand of e.b's transpose: K-major B);
-    a_frags: {(0, ks): 8 A elements} in registers, or None with `a_shared`, A's swizzle atoms in shared
-    memory (KB_TILE_WGMMA_A=shared, matmul/shared_a.py; never a rotated last product's); acc_vars: the
+    a_frags: {(0, ks): 8 A elements} in registers, or None with `a_packed` ({(mt, ks): 4 packed
+    registers}, ldmatrix'd from shared memory) or with `a_shared`, A's swizzle atoms in shared memory
+    (KB_TILE_WGMMA_A=shared, matmul/shared_a.py; never a rotated last product's); acc_vars: the
     initialised accumulators."""
     (m, k), (_, n) = e.a.type.shape, e.b.type.shape
     dtype = e.a.type.dtype
@@ -45,7 +46,7 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
     rot = pipe.rotation if pipe is not None and pipe.ring is not None else None
     if rot is not None and e is rot.last:           # issued in the next iteration (matmul/overlap.py)
         assert a_shared is None, "a rotated last product takes its A from registers"
-        a_regs = [pack_pairs(L, a_frags[mt, ks], dtype) for mt in range(layout.mt) for ks in range(k // 16)]
+        a_regs = _packed(L, layout, k, dtype, a_frags, a_packed)
         overlap.stash_last(L, pipe, b, a_regs)
         return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
     if pipe is not None and pipe.ring is not None:  # a TMA ring's stage (matmul/ring.py)
@@ -66,8 +67,7 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
     if a_shared is not None:
         issue_product_ss(L, e, b, base, acc_vars, a_shared)
     else:
-        a_regs = [pack_pairs(L, a_frags[mt, ks], dtype) for mt in range(layout.mt) for ks in range(k // 16)]
-        issue_product(L, e, b, base, acc_vars, a_regs)
+        issue_product(L, e, b, base, acc_vars, _packed(L, layout, k, dtype, a_frags, a_packed))
     L.asm("wgmma.commit_group")
     pending = 0
     if rot is not None and e is rot.first:          # the previous iteration's last product, behind it
@@ -83,3 +83,9 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         if pipe is not None:
             prefetch_next(L, pipe, [b])
     return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
+
+
+def _packed(L, layout: MmaLayout, k: int, dtype, a_frags: dict | None, a_packed: dict | None) -> list:
+    """The A registers of each m-tile and 16-element step of K, packed pairwise."""
+    return [a_packed[mt, ks] if a_packed is not None else pack_pairs(L, a_frags[mt, ks], dtype)
+            for mt in range(layout.mt) for ks in range(k // 16)]
