@@ -191,3 +191,32 @@ def test_gpu_fused_gradients_match_torch_autograd_in_float64(form, d, causal):
     for name, got, x in zip(("dq", "dk", "dv"), grads, x64):
         err = ((got.reshape(x.shape).double() - x.grad).abs().max() / x.grad.abs().max()).item()
         assert err < 1e-2, (name, err)
+
+
+@pytest.mark.slow
+def test_k_and_v_reach_their_products_by_ldmatrix_and_the_simulator_runs_that_path(rng, monkeypatch):
+    """K and V wait in shared memory (SharedTile); S^T = K Q^T and dP^T = V dO^T take their A fragments by
+    ldmatrix.x4, 8 a product at D128 (matmul/products.py _a_by_ldmatrix). Mutation: fragments of the
+    wrong 16 x 16 slice give gradients far off in the lowered simulator, so it runs the path."""
+    from dsl.tile.lower.matmul import products as PR
+    seq, d, form = 128, 128, "TMA ring + TMA reduce dQ"
+    q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
+    rows = 2 * seq
+    steps = FUSED.launch_args(q, k, v, nan(rows, d), dout, nan(rows), nan(rows), nan(rows, d), nan(rows, d),
+                              nan(rows, d), seq, False, tensor_cores=True, wgmma=True, **FUSED.form_options(form))
+    ptx = steps[1][0].compile(steps[1][1], "sm_90").ptx
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared") >= 16
+    want = grads64(q, k, v, dout, seq, False)
+
+    def worst(grads):
+        return max(float(np.abs(g - w).max() / np.abs(w).max()) for g, w in zip(grads, want))
+    assert worst(lowered_backward(q, k, v, dout, seq, False, form)) < 1e-2
+    right = PR._a_by_ldmatrix
+
+    def shifted(L, layout, shared, kk):
+        got = right(L, layout, shared, kk)
+        keys = sorted(got)
+        return {key: got[keys[(i + 1) % len(keys)]] for i, key in enumerate(keys)}
+    monkeypatch.setattr(PR, "_a_by_ldmatrix", shifted)
+    monkeypatch.setenv("KB_CACHE", "0")
+    assert worst(lowered_backward(q, k, v, dout, seq, False, form)) > 0.5
