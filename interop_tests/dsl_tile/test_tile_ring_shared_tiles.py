@@ -111,18 +111,7 @@ def test_a_stage_released_after_its_first_read_is_caught(monkeypatch):
     assert np.abs(got - want).max() > 0.1 * np.abs(want).max()
 
 
-# ---------------------------------------------------------------- a closing TMA store in the ring's stages
-@tile.kernel
-def loop_then_store(a: tile.Array[E, 2], w: tile.Array[E, 2], out: tile.Partition[f32, 2], n: i32):
-    """same_tile_twice's loop; its closing store stages in the drained ring under tma_store."""
-    wt = tile.load(w, (0, 0), (ROWS, ROWS))
-    acc = tile.zeros((ROWS, ROWS), f32)
-    for j in range(n):
-        s = tile.matmul(wt, tile.transpose(tile.load(a, (j, 0), (ROWS, ROWS))))
-        acc = acc + tile.matmul(s.astype(a.dtype), tile.load(a, (j, 0), (ROWS, ROWS)))
-    out.store(acc)
-
-
+# ------------------------------------------- a closing TMA store in the ring's stages (same_tile_twice's own)
 @tile.kernel
 def store_then_loop(a: tile.Array[E, 2], w: tile.Array[E, 2], early: tile.Partition[f32, 2],
                     out: tile.Partition[f32, 2], n: i32):
@@ -153,8 +142,8 @@ def _smem(kern, lowering: dict, tmp_path) -> tuple[int, str]:
 def test_a_closing_tma_store_stages_in_the_drained_rings_stages(form, tmp_path):
     """The 64 x 64 f32 tile (16 KiB) fits the ring's two 8 KiB stages side by side: the kernel needs no
     more shared memory with the TMA store than without; a store before the loop has its own."""
-    plain, _ = _smem(loop_then_store, FORMS[form], tmp_path)
-    closing, ptx = _smem(loop_then_store, {**FORMS[form], **TMA_STORE}, tmp_path)
+    plain, _ = _smem(same_tile_twice, FORMS[form], tmp_path)
+    closing, ptx = _smem(same_tile_twice, {**FORMS[form], **TMA_STORE}, tmp_path)
     assert BULK_STORE in ptx and closing == plain
     early_plain, _ = _smem(store_then_loop, FORMS[form], tmp_path)
     early, ptx = _smem(store_then_loop, {**FORMS[form], **TMA_STORE}, tmp_path)
@@ -169,7 +158,7 @@ def test_the_closing_store_from_the_ring_stages_matches_float64(form, landing, m
     n = 5
     a, w = _inputs(n, 2)
     out = np.full((ROWS, ROWS), np.nan, np.float32)
-    k = tile.kernel(loop_then_store.pyfunc, lowering={**FORMS[form], **TMA_STORE})
+    k = tile.kernel(same_tile_twice.pyfunc, lowering={**FORMS[form], **TMA_STORE})
     k.simulate_lowered(a, w, tile.partition(out, (ROWS, ROWS)), n, tensor_cores=True, arch="sm_90")
     want = _want(a, w, n, 0)
     np.testing.assert_allclose(out, want, rtol=0, atol=2e-2 * np.abs(want).max())
