@@ -22,16 +22,32 @@ class ElementwiseLowering:
         return LV(vals[0].layout, e.type.shape, e.type.dtype, out)
 
     def _lazy_elementwise(self, e: T.TExpr, vals: list[LV], make) -> LV:
-        """Elementwise over pure lazy values and scalars: made again where the consumer needs it (a
-        causal mask's row and column indices land directly in the accumulator layout)."""
-        vals = [v if v.layout == "L" else LV("U", v.shape, v.dtype, [self.snapshot(x) for x in v.elems])
-                for v in vals]
+        """Elementwise over lazy values and scalars: made where the consumer needs it, in its layout (a
+        causal mask's row and column indices, or `lse * c` broadcast over attention's accumulators,
+        land directly in the accumulator layout, with no trip through shared memory). Over loads it is
+        not pure (made once: a variable holds it), and each load is made by its own `by_layout` (a
+        "D" consumer keeps the vector accesses of dsl/tile/lower/runs.py)."""
+        snaps: dict[int, N.Expr] = {}           # one snapshot an expression (a broadcast repeats it)
+
+        def snap(x: N.Expr) -> N.Expr:
+            if id(x) not in snaps:
+                snaps[id(x)] = self.snapshot(x)
+            return snaps[id(x)]
+        vals = [v if v.layout == "L" else LV("U", v.shape, v.dtype, [snap(x) for x in v.elems]) for v in vals]
 
         def make_at(cl):
             cols = [v.make(cl) if v.layout == "L" else self.gather_elems(v, [flat_of(c, v.shape) for c in cl])  # type: ignore[misc]
                     for v in vals]
             return [self.tmp(make(*xs)) for xs in zip(*cols)]
-        return LV("L", e.type.shape, e.type.dtype, [], make=make_at, pure=True)
+        pure = all(v.pure for v in vals if v.layout == "L")
+        if pure:
+            return LV("L", e.type.shape, e.type.dtype, [], make=make_at, pure=True)
+
+        def by_layout(lay):
+            cols = [self.materialize(v, lay).elems if v.layout == "L" else
+                    self.gather_elems(v, [flat_of(c, v.shape) for c in self.coords_of(lay, v.shape)]) for v in vals]
+            return [self.tmp(make(*xs)) for xs in zip(*cols)]
+        return LV("L", e.type.shape, e.type.dtype, [], make=make_at, by_layout=by_layout)
 
     def x_BinOp(self, e: T.BinOp) -> LV:
         dt = e.type.dtype

@@ -515,8 +515,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         src = self.concrete(src)
         if src.layout == "U" and all(isinstance(i, int) for i in idxs):
             return [src.elems[i] for i in idxs]  # type: ignore[index]
-        if src.layout == "U" and len(src.elems) == 1:
-            return [src.elems[0]] * len(idxs)
+        if src.layout == "U" and all(_same(x, src.elems[0]) for x in src.elems):
+            return [src.elems[0]] * len(idxs)   # one value (a scalar broadcast): nothing to index
         if src.layout == "U" and len(src.elems) <= 4:
             out = []
             for i in idxs:
@@ -542,8 +542,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
             if isinstance(v.layout, FragLayout):
                 target = v.layout
                 break
-        if target == "D" and all(v.layout == "U" or v.layout == "L" and v.pure for v in vals):
-            return list(vals)           # index arithmetic and constants stay lazy (_elementwise)
+        if target == "D" and all(v.layout in ("U", "L") for v in vals):
+            return list(vals)           # index arithmetic, constants and loads stay lazy (_elementwise)
         return [self.to_layout(v, target) for v in vals]
 
     # ------------------------------------------------------------------------------ expressions
@@ -615,6 +615,11 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     def x_Matmul(self, e: T.Matmul) -> LV:
         from dsl.tile.lower.matmul.portable import lower_matmul
         return lower_matmul(self, e)
+
+
+def _same(a: N.Expr, b: N.Expr) -> bool:
+    """The same value: one expression, or equal constants."""
+    return a is b or isinstance(a, N.Const) and isinstance(b, N.Const) and a.value == b.value and a.type == b.type
 
 
 def launch_fields(launch) -> dict:

@@ -49,8 +49,13 @@ class ShapeLowering:
             src_make = v.make
 
             def make_lazy(cl):
-                return src_make([[0 if s_ == 1 else c for c, s_ in zip(cs[lead:], v.shape)]  # type: ignore[misc]
-                                 for cs in cl])
+                # the source element of each coordinate, each made once: a row vector broadcast over the
+                # accumulators repeats its columns in every row a thread holds (loads, not only indices)
+                src = [[0 if s_ == 1 else c for c, s_ in zip(cs[lead:], v.shape)] for cs in cl]
+                keys = [repr(c) for c in src]
+                first = dict(zip(reversed(keys), reversed(src)))
+                made = dict(zip(first, src_make(list(first.values()))))   # type: ignore[misc]
+                return [made[k] for k in keys]
             return LV("L", shape, v.dtype, [], make=make_lazy, pure=v.pure)
         by_layout = None
         if isinstance(v.layout, MmaRows) and len(shape) == 2 and v.shape == (shape[0], 1):
