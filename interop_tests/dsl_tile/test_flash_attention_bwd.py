@@ -6,6 +6,7 @@ against torch autograd of scaled_dot_product_attention in float64."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -270,3 +271,18 @@ def test_gpu_gradients_match_torch_autograd_in_float64(d, causal, dtype):
     for name, got, x in zip(("dq", "dk", "dv"), grads, x64):
         err = ((got.reshape(x.shape).double() - x.grad).abs().max() / x.grad.abs().max()).item()
         assert err < (1e-2 if dtype == "bfloat16" else 2e-3), (name, err)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_row_statistics_reach_the_accumulators_without_shared_memory(causal):
+    """`tile.load(lse, ...) * LOG2E` broadcast over the S^T accumulators (and Delta over dP^T): each thread
+    loads the values of its own columns, once each (8 at D128 64 x 32), so the sm_90 dK/dV kernel writes no
+    shared memory at all (before 2026-12-05 the product went through it, with four block barriers a step)."""
+    rows, d, seq = 512, 128, 256
+    z = np.zeros((rows, d), ml_dtypes.bfloat16)
+    steps = BWD.launch_args(z, z, z, nan(rows, d), z, nan(rows), nan(rows), nan(rows, d), nan(rows, d), nan(rows, d),
+                            seq, causal, tensor_cores=True, wgmma=True)
+    kern, args = steps[1]
+    ptx = kern.compile(args, "sm_90").ptx
+    assert "st.shared" not in ptx and ptx.count("bar.sync") <= 12
+    assert len(re.findall(r"ld\.global", ptx)) == 16      # lse and Delta, 8 columns each (32 with every row's own)
