@@ -81,7 +81,8 @@ class Pipeline:
     uses: list | None = None    # ring: the loads of the body each stage serves (1 each without aliases)
 
     def accepted(self) -> bool:
-        """The body consumed every stage once (in the planned order, for cp.async's group counts)."""
+        """The body consumed every stage as often as it reads its tile (once, but for a ring's shared
+        stages), in the planned order for cp.async's group counts."""
         if self.ring is not None:
             return sorted(self.seen or []) == sorted(i for i, n in enumerate(self.use_counts()) for _ in range(n))
         return self.in_order and self.used == len(self.stages)

@@ -230,7 +230,8 @@ def _stage_operands(L, e, a, a_regs, shared_a) -> _Operands:
 def _a_by_ldmatrix(L, layout: MmaLayout, shared: SharedTile, k: int) -> dict:
     """{(mt, ks): the 4 packed A registers} of this warp's rows of an A operand waiting in shared memory
     (a SharedTile filled by cp.async), one ldmatrix.x4 a 16 x 16 slice: the registers of mma.sync's A
-    fragment, which is warpgroup MMA's A from registers too (4 instructions where element loads take 16)."""
+    fragment, which is warpgroup MMA's A from registers too (one instruction a slice where a lane's
+    element loads took eight)."""
     ops = _Operands(shared.buf, shared.stride, None, 0, False, None, [], None, True, False)
     a_lane, _ = _ldmatrix_lanes(L, layout, ops, True, False)
     return {(mt, ks): _ldmatrix(L, shared.buf, iadd(a_lane, (mt * layout.mt_step) * shared.stride + ks * 16), False)
