@@ -27,11 +27,11 @@ _SHARED = {"wgmma_a": "shared"}
 # lowering"), on the example's own 64 x 32 tiles
 _FTZ = {"fp_fusion": True, "ftz": True}
 # the streamed Q/dO (dK/dV) and K/V (dQ) by a TMA ring instead of cp.async (2026-12-05; ptxas, sm_90a, D128
-# causal, with Q/K shared + fp_fusion + ftz: dK/dV 203 registers and dQ 132, against 221 and 159 on cp.async,
+# causal, with Q/K shared + fp_fusion + ftz: dK/dV 195 registers and dQ 122, against 217 and 152 on cp.async,
 # no spills either way; each tile the ring holds once, though two products read it; correct in the lowered
-# sm_90 simulator); 2 and 3 stages, and fed by a producer warpgroup (ws: 256 threads, dK/dV 204 and dQ 125
+# sm_90 simulator); 2 and 3 stages, and fed by a producer warpgroup (ws: 256 threads, dK/dV 188 and dQ 120
 # registers, no spills); and the ring on FlashAttention-2's 128 x 64 tile on two warpgroups (dK/dV 255, dQ
-# 189, no spills, 135 KiB of shared memory: one block an SM, 8 warps)
+# 187, no spills, 135 KiB of shared memory: one block an SM, 8 warps)
 _RING, _RING3, _WS = {"loop_pipeline": "tma"}, {"loop_pipeline": "tma", "loop_stages": 3}, {"loop_pipeline": "ws"}
 BWD_SWEEP = {128: [(128, 32, 8, None), (64, 32, 4, _SHARED), (64, 64, 4, _SHARED), (64, 32, 4, _FTZ),
                    (64, 32, 4, _SHARED | _FTZ), (64, 32, 4, _SHARED | _FTZ | _RING),
