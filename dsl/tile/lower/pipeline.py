@@ -78,7 +78,6 @@ class Pipeline:
     rotation: object = None     # the last product issued in the next iteration (matmul/overlap.py)
     done: N.Var | None = None   # a ring shared by loops run one after another (ring_ws.py chains them):
                                 # the iterations the earlier loops ran, where this loop's numbers start
-    uses: list | None = None    # ring: the loads of the body each stage serves (1 each without aliases)
 
     def accepted(self) -> bool:
         """The body consumed every stage as often as it reads its tile (once, but for a ring's shared
@@ -88,7 +87,8 @@ class Pipeline:
         return self.in_order and self.used == len(self.stages)
 
     def use_counts(self) -> list[int]:
-        return self.uses or [1] * len(self.stages)
+        """The loads of the body each stage serves (a ring's shared stages more than one)."""
+        return [1 + len(st.aliases) for st in self.stages]
 
     def loads(self) -> list[T.Load]:
         """Every load the body reads through the stages (a stage's own and the loads aliased to it)."""
@@ -208,8 +208,8 @@ def plan(L, s: T.For, ws: bool = False) -> Pipeline | None:
     # A warp-specialised kernel's loops other than the one it splits at keep cp.async: their ring would be
     # issued by a consumer thread inside the consumer role, which hung on the H200 (tutorial 06, 128x128
     # tiles, D64, causal: the diagonal loop after the split one; 2026-12-04). The producer owns the TMA.
-    one = distinct([op for op, _ in loads])
-    wanted = R.ring_wanted(L, [(op, swz) for op, swz in loads if any(op is u for u in one)])
+    one = ring_tiles(L, loads)
+    wanted = one is not None
     if wanted and (ws or L.ws_tid is None):
         ring, bufs = R.make_ring(L, list(one), ws)
         return ring_pipeline(s, one, bufs, ring)
@@ -230,6 +230,13 @@ def plan(L, s: T.For, ws: bool = False) -> Pipeline | None:
                     L.scratch(op.type.dtype, _stage_elems(op, swz), FIRST_SLOT + i), _stride(op, swz), swz)
               for i, (op, swz) in enumerate(loads)]
     return Pipeline(s, stages)
+
+
+def ring_tiles(L, loads: list[tuple[T.Load, bool]]) -> dict[T.Load, list[T.Load]] | None:
+    """The tiles a ring would hold for a loop's candidate loads (distinct), or None where no ring is
+    wanted (matmul/ring.py ring_wanted, its budget counting each tile once)."""
+    one = distinct([op for op, _ in loads])
+    return one if R.ring_wanted(L, [(op, swz) for op, swz in loads if op in one]) else None
 
 
 def distinct(loads: list[T.Load]) -> dict[T.Load, list[T.Load]]:
@@ -275,7 +282,7 @@ def _index_key(e: T.TExpr) -> tuple | None:
 def ring_pipeline(s: T.For, one: dict[T.Load, list[T.Load]], bufs: list[N.Expr], ring: R.Ring) -> Pipeline:
     """The pipeline of loop `s` on `ring`: a stage per tile of `one` (distinct), in `bufs`."""
     stages = [Stage(op, buf, op.type.shape[1], True, aliases=tuple(dups)) for (op, dups), buf in zip(one.items(), bufs)]
-    return Pipeline(s, stages, ring=ring, uses=[1 + len(dups) for dups in one.values()])
+    return Pipeline(s, stages, ring=ring)
 
 
 def _stage_key(op: T.Load, i: int, slots: int) -> tuple:

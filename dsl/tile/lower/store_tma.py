@@ -94,14 +94,18 @@ def staging_bytes(L) -> int:
     return sum(4 * L.scratch_size.get(f"u32_{slot}", 0) for slot in SLOTS)
 
 
-def _staging(L, nbytes: int, slot: str = "tma_store", reuse: bool = True) -> N.Expr:
-    """The 1024-byte aligned shared address of the staging tile: the GEMM loop's operand stages where
-    `reuse` and the kernel is not persistent (a loop is done with them), else scratch `slot` of its own."""
+def _staging(L, nbytes: int, slot: str = "tma_store", reuse: bool = True, closing: bool = False) -> N.Expr:
+    """The 1024-byte aligned shared address of the staging tile: where `reuse` and the kernel is not
+    persistent (a loop is done with them), the GEMM loop's operand stages, or for a `closing` store
+    (_closing) the TMA rings' stages (_ring_span); else scratch `slot` of its own."""
     if reuse and not L.persistent:      # every GEMM loop ends with its copies landed and its reads done
         for plan in L.mma_plans.values():
             if plan.operand_buf is not None:
                 L.dyn_bytes = max(L.dyn_bytes, nbytes + SWIZZLE_ALIGN)
                 return aligned_base(L, plan.operand_buf, "epi")
+        rings = _ring_span(L, nbytes) if closing else None
+        if rings is not None:
+            return aligned_base(L, rings, "epi")
     return aligned_base(L, L.scratch(U32, (nbytes + SWIZZLE_ALIGN) // 4, slot=slot), "epi")
 
 
@@ -214,9 +218,7 @@ def store_tma(L, p, v: LV, s=None) -> None:
     w = ROW_BYTES // v.dtype.itemsize
     slabs = bn // w
     group = L.staging_slabs.get((bm, bn), slabs) if L.persistent and v.layout.wn == 1 else slabs
-    nbytes = bm * group * ROW_BYTES
-    rings = _ring_span(L, nbytes) if s is not None and _closing(L, s) else None
-    base = aligned_base(L, rings, "epi") if rings is not None else _staging(L, nbytes)
+    base = _staging(L, bm * group * ROW_BYTES, closing=s is not None and _closing(L, s))
     ids = L.tile_ids(p)
     row0 = L.tmp(N.BinOp("mul", N.Cast(ids[0], I32), c32(bm), I32), "epr")
     col0 = L.tmp(N.BinOp("mul", N.Cast(ids[1], I32), c32(bn), I32), "epc")

@@ -34,7 +34,7 @@ from dsl.tile.lower.matmul import ring as R
 from dsl.tile.lower.matmul.mma_sync import match
 from dsl.tile.lower.matmul.warp_specialised import reallocate
 from dsl.tile.lower.layout import c32
-from dsl.tile.lower.pipeline import candidate_loads, distinct, index_at, iteration, plan, ring_pipeline, trips
+from dsl.tile.lower.pipeline import candidate_loads, index_at, iteration, plan, ring_pipeline, ring_tiles, trips
 
 
 def ring_ws_loop(L) -> int | None:
@@ -52,12 +52,9 @@ def ring_ws_loop(L) -> int | None:
 
 
 def _ring_tiles(L, s: T.For) -> dict[T.Load, list[T.Load]] | None:
-    """The tiles loop `s`'s ring would hold (pipeline.distinct of its loads), or None without a ring."""
+    """The tiles loop `s`'s ring would hold (pipeline.ring_tiles of its loads), or None without a ring."""
     loads = candidate_loads(L, s)
-    if not loads:
-        return None
-    one = distinct([op for op, _ in loads])
-    return one if R.ring_wanted(L, [(op, swz) for op, swz in loads if op in one]) else None
+    return ring_tiles(L, loads) if loads else None
 
 
 def chained_loops(L, at: int) -> list[tuple[int, dict[T.Load, list[T.Load]]]]:
