@@ -94,20 +94,26 @@ TMA_REDUCE = {"tma_store": True}                       # dQ's adds by TMA reduce
 RING = {**TMA_REDUCE, "loop_pipeline": "tma"}
 FTZ = {"fp_fusion": True, "ftz": True}
 WIDE = (128, 64, 8)     # key rows a block owns, query rows it streams, warps: FlashAttention-2's backward tile
+# "K V swizzled" (wgmma_a "shared"): K and V wait in wgmma's swizzle atoms, so S^T = K Q^T and dP^T = V dO^T
+# read them as A there and dQ = dS K as B, and dS^T goes to shared memory once, as dQ's MN-major A: dQ runs on
+# wgmma where its 64 query rows make an m64 tile (D64 on 4 warps; D128 on 8 warps, a warpgroup 64 of dQ's
+# columns); on 4 warps at D128 the 32 query rows keep dQ on mma.sync, and the form spills 160 bytes
 LADDER: dict[str, dict | None] = {
     "atomic dQ": None,
     "TMA reduce dQ": TMA_REDUCE,
     "TMA ring + TMA reduce dQ": RING,
     "TMA ring S3 + TMA reduce dQ": {**RING, "loop_stages": 3},
     "TMA ring + TMA reduce dQ + fp_fusion ftz": {**RING, **FTZ},
+    "TMA ring + TMA reduce dQ, K V swizzled": {**RING, "wgmma_a": "shared"},
     "128x64 w8, TMA ring + TMA reduce dQ": RING,
     "128x64 w8, TMA ring + TMA reduce dQ + fp_fusion ftz": {**RING, **FTZ},
+    "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled": {**RING, "wgmma_a": "shared"},
 }
 # the forms that choose their own tiles (else pick_tiles' on 4 warps): 128 key rows on two warpgroups halve
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128
 TILES: dict[str, tuple[int, int, int]] = {form: WIDE for form in LADDER if form.startswith("128x64 w8")}
-CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ",
-           "128x64 w8, TMA ring + TMA reduce dQ")       # the forms main() and the GPU tests run
+CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",
+           "128x64 w8, TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled")       # the forms main() and the GPU tests run
 
 
 def form_options(form: str) -> dict:

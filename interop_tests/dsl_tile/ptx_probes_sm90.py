@@ -217,7 +217,7 @@ def wgmma_d_layout(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _wgmma(op: WgmmaOp) -> Probe:
-    """One warpgroup: the operand image (A K-major, then B) copied into 1024-byte aligned shared
+    """One warpgroup: the operand image (A K-major, or MN-major under trans_a; then B) copied into 1024-byte aligned shared
     memory by the threads, fence.proxy.async, a barrier; four wgmmas over K (32 bytes each). From
     descriptors: two groups of two (the fence riding in each group's first), wait_group 1 then 0; with
     A from registers: a wgmma.fence passing the accumulators and A registers, one group, wait_group 0."""
@@ -255,7 +255,10 @@ def _wgmma(op: WgmmaOp) -> Probe:
             pending = (0,)
         else:
             for step in range(4):
-                da = descriptor(b, N.BinOp("add", a_base, cu(step * 32), U32), 16, 8 * ROW)
+                if op.trans_a:  # MN-major A: 16 rows of K a step, one 64-row atom panel
+                    da = descriptor(b, N.BinOp("add", a_base, cu(step * 16 * ROW), U32), k * ROW, 8 * ROW)
+                else:
+                    da = descriptor(b, N.BinOp("add", a_base, cu(step * 32), U32), 16, 8 * ROW)
                 accs = b.value("wgmma.mma_async.ss", [da, b_desc(step), cu(1), *accs], op=op,
                                fence=step % 2 == 0)
                 if step % 2:
@@ -271,7 +274,8 @@ def _wgmma(op: WgmmaOp) -> Probe:
         B = P80.random_operand(rng, tb, (k, n))
         C = rng.standard_normal((64, n)).astype(np.float32)
         bimg = mnmajor_image(B) if op.trans_b else kmajor_image(np.ascontiguousarray(B.T))
-        image = np.concatenate([kmajor_image(A), bimg]).reshape(-1).view(np.uint32)
+        aimg = mnmajor_image(np.ascontiguousarray(A.T)) if op.trans_a else kmajor_image(A)
+        image = np.concatenate([aimg, bimg]).reshape(-1).view(np.uint32)
         rows, cols = wgmma_d_layout(n)
         got = {"image": image, "c": C[rows, cols].reshape(-1), "d": np.full(128 * regs, np.nan, np.float32),
                "_": (A, B, C)}
@@ -288,7 +292,7 @@ def _wgmma(op: WgmmaOp) -> Probe:
         return {"d": D[rows, cols].reshape(-1), "d~": P80.mma_bound(A, B, C, ta)[rows, cols].reshape(-1)}
 
     form = "rs" if op.a_regs else "ss"
-    name = f"wgmma.{form}-n{n}-{ta}-{tb}-{'mn' if op.trans_b else 'k'}major"
+    name = f"wgmma.{form}-n{n}-{ta}-{tb}-{'mn' if op.trans_b else 'k'}major" + ("-a-mnmajor" if op.trans_a else "")
     return Probe(name, 128, build, inputs, reference, shared_mem=4 * image_words + 1024, exact=False)
 
 
@@ -323,5 +327,6 @@ def probes() -> list[Probe]:
         _wgmma(WgmmaOp(128, "f16", "f16", True)), _wgmma(WgmmaOp(64, "bf16", "bf16", False)),
         _wgmma(WgmmaOp(64, "tf32", "tf32", False)), _wgmma(WgmmaOp(64, "e4m3", "e5m2", False)),
         _wgmma(WgmmaOp(64, "f16", "f16", True, a_regs=True)), _wgmma(WgmmaOp(64, "bf16", "bf16", False, a_regs=True)),
+        _wgmma(WgmmaOp(128, "bf16", "bf16", True, trans_a=True)),
     ]
 

@@ -123,6 +123,27 @@ def test_the_wide_form_owns_128_key_rows_on_8_warps():
     assert kern.compile(args, "sm_90").threads == 256
 
 
+def fused_ptx(d, form, seq=256, rows=512):
+    bf = [np.zeros((rows, d), ml_dtypes.bfloat16) for _ in range(4)]
+    steps = FUSED.launch_args(*bf[:3], nan(rows, d), bf[3], nan(rows), nan(rows), nan(rows, d), nan(rows, d),
+                              nan(rows, d), seq, True, tensor_cores=True, wgmma=True, **FUSED.form_options(form))
+    kern, args = steps[1]
+    return kern.compile(args, "sm_90").ptx
+
+
+@pytest.mark.parametrize("d,form,n", [(64, "TMA ring + TMA reduce dQ, K V swizzled", 64),
+                                      (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled", 64)])
+def test_dq_runs_on_wgmma_reading_ds_transposed_from_shared_memory(d, form, n):
+    """With K in swizzle atoms, dQ = dS K is an SS wgmma: A = (dS^T)^T MN-major (imm-trans-a 1) from one
+    store of dS^T, B = K MN-major; no mma.sync is left. On 8 warps each warpgroup takes n = 64 of D128's
+    columns. The other forms keep mma.sync for it."""
+    ptx = fused_ptx(d, form)
+    dq = [ln for ln in ptx.splitlines() if f"wgmma.mma_async.sync.aligned.m64n{n}k16" in ln and "p, 1, 1, 1, 1;" in ln]
+    bn = FUSED.TILES.get(form, (64,))[0]
+    assert len(dq) == bn // 16 and "mma.sync" not in ptx
+    assert "mma.sync" in fused_ptx(d, form.split(", K V")[0])
+
+
 def test_bad_shapes_are_refused_as_the_two_kernel_backward_refuses_them():
     rows, d, seq = 256, 64, 128
     z = np.zeros((rows, d), np.float32)
@@ -138,7 +159,10 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           (128, "atomic dQ"): 4, (128, "TMA reduce dQ"): 4, (128, "TMA ring + TMA reduce dQ"): 0,
           (128, "TMA ring S3 + TMA reduce dQ"): 0, (128, "TMA ring + TMA reduce dQ + fp_fusion ftz"): 0,
           (256, "atomic dQ"): 0, (256, "TMA reduce dQ"): 0,
-          **{(d, form): 12 if d == 128 else 0 for d in (64, 128) for form in FUSED.TILES}}
+          (64, "TMA ring + TMA reduce dQ, K V swizzled"): 0, (128, "TMA ring + TMA reduce dQ, K V swizzled"): 160,
+          **{(d, form): 12 if d == 128 else 0 for d in (64, 128) for form in FUSED.TILES if "swizzled" not in form},
+          (64, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled"): 0,
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled"): 212}
 
 
 @pytest.mark.slow

@@ -294,6 +294,8 @@ WRONG = [
     ("cp.async", "cp.async.wait_group", (1,), lambda: sm80.wait_group(2)),
     ("wgmma.ss-n64-bf16-bf16-kmajor", "wgmma.mma_async.ss", (WgmmaOp(64, "bf16", "bf16", False),),
      lambda: sm90.wgmma(WgmmaOp(64, "bf16", "bf16", True))),
+    ("wgmma.ss-n128-bf16-bf16-mnmajor-a-mnmajor", "wgmma.mma_async.ss",            # A read K-major
+     (WgmmaOp(128, "bf16", "bf16", True, trans_a=True),), lambda: sm90.wgmma(WgmmaOp(128, "bf16", "bf16", True))),
     ("tma+mbarrier", "cp.async.bulk.tensor.2d", (), lambda: sm80.semantics(     # the row coordinate off by one
         lambda args, mach, lanes: sm90.tma_load_2d([args[0], args[1], args[2], np.asarray(args[3]) + 1, args[4]],
                                                    mach, lanes),

@@ -13,10 +13,10 @@ from dsl.tile.lower.matmul.operands import async_ok, issue_copies
 
 def frag_layout(L, key: tuple) -> FragLayout:
     """Make, bind in the kernel's prologue and remember the layout of `key`: ("C", shape, wm, wn)
-    accumulators, ("R", C key) their rows, ("A", shape, wm, wn) A operands."""
+    accumulators (("C", shape, 4, wn, "wg"): a warpgroup a column block), ("R", C key) their rows, ("A", shape, wm, wn) A operands."""
     kind = key[0]
     if kind == "C":
-        lay: FragLayout = MmaLayout(key[1], L.T, key[2], key[3])
+        lay: FragLayout = MmaLayout(key[1], L.T, key[2], key[3], by_warpgroup=key[4:] == ("wg",))
         L.in_prologue(lambda: bind_warps(L, lay, warpgroup_rows(L, lay)))
     elif kind == "R":
         parent = L.frag_layout(key[1])

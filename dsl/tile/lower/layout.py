@@ -196,16 +196,19 @@ class MmaLayout(FragLayout):
     (BM/WM, BN/WN) block of MT x NT fragments of 16x8; lane l holds, per fragment, rows l/4 and l/4+8
     at columns 2*(l%4) and 2*(l%4)+1 (c0..c3). Element r = ((mt * NT) + nt) * 4 + c. A warp's m-tile mt
     starts mt * mt_step rows past its origin: 16 (a contiguous block), or 64 where a warpgroup's rows
-    are m64 slices of warpgroup MMA (warpgroup_rows in frags.py)."""
+    are m64 slices of warpgroup MMA (warpgroup_rows in frags.py). With `by_warpgroup` (wm = 4) warp w is
+    (w % 4, w / 4): each warpgroup holds a column block, the accumulators of one m64 wgmma over its
+    columns (matmul/transposed_a.warpgroup_columns)."""
     pairs = True
 
-    def __init__(self, shape: tuple[int, int], threads: int, wm: int, wn: int) -> None:
+    def __init__(self, shape: tuple[int, int], threads: int, wm: int, wn: int, by_warpgroup: bool = False) -> None:
         self.shape = shape
         self.threads = threads
         self.wm, self.wn = wm, wn
+        self.by_warpgroup = by_warpgroup
         self.mt = shape[0] // (wm * 16)
         self.nt = shape[1] // (wn * 8)
-        self.key = ("C", tuple(shape), wm, wn)
+        self.key = ("C", tuple(shape), wm, wn) + (("wg",) if by_warpgroup else ())
         self.coords: list = []       # filled by bind() once the lane/warp expressions exist
         self.lane_row: N.Expr | None = None
         self.lane_col: N.Expr | None = None
@@ -235,7 +238,7 @@ class MmaLayout(FragLayout):
         return self.mt * self.nt * 4
 
     def __repr__(self) -> str:
-        return f"MmaLayout({self.shape}, warps {self.wm}x{self.wn})"
+        return f"MmaLayout({self.shape}, warps {self.wm}x{self.wn}{' by warpgroup' if self.by_warpgroup else ''})"
 
 
 class MmaRows(FragLayout):

@@ -21,7 +21,8 @@ def operand_type(name: str) -> ScalarType:
 @dataclass(frozen=True)
 class WgmmaOp:
     """One warpgroup MMA form: N, the operand type names, B MN-major (imm-trans-b 1, 16-bit types
-    only) and A from registers (4 a thread, mma.sync's A fragment per warp) instead of a descriptor.
+    only) and A from registers (4 a thread, mma.sync's A fragment per warp) instead of a descriptor,
+    or A from a descriptor MN-major (imm-trans-a 1, 16-bit types only: a transposed operand).
     `slice`: which m64 slice of the warpgroup's rows the accumulators are (the simulator's wait adds
     each product to its slice's registers; not part of the PTX text)."""
     n: int
@@ -30,3 +31,4 @@ class WgmmaOp:
     trans_b: bool
     a_regs: bool = False
     slice: int = 0
+    trans_a: bool = False

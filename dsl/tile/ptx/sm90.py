@@ -377,8 +377,13 @@ def _register_a(regs: list, at: np.ndarray, pos: np.ndarray, tp: int, tname: str
 def _product(mach, blk: int, da, db: int, op: WgmmaOp) -> np.ndarray:
     """The 64 x n product of one wgmma (32 bytes of K); `da`: A's descriptor, or A itself (a_regs)."""
     ea = _dtype(op.a_type).itemsize
-    a = da if op.a_regs else _operand_kmajor(mach, blk, da, 64, 32, op.a_type)   # [64, k]
     k = 32 // ea
+    if op.a_regs:
+        a = da
+    elif op.trans_a:                            # MN-major A: [k, 64] in shared memory
+        a = _operand_mnmajor(mach, blk, da, 64, k, op.a_type).T
+    else:
+        a = _operand_kmajor(mach, blk, da, 64, 32, op.a_type)   # [64, k]
     b = _operand_mnmajor(mach, blk, db, op.n, k, op.b_type) if op.trans_b else \
         _operand_kmajor(mach, blk, db, op.n, 32, op.b_type).T             # [k, n]
     return a @ b

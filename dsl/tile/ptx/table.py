@@ -106,10 +106,10 @@ def _mma_elements(tname: str) -> str:
 
 def _wgmma_ss(op, fence: bool) -> str:
     """wgmma with A and B from shared-memory descriptors, K = 32 bytes of the operand type; the
-    scale-d predicate is the last input. 16-bit types take imm-trans-a/b (B MN-major: transposed),
-    tf32 and f8 none."""
+    scale-d predicate is the last input. 16-bit types take imm-trans-a/b (MN-major operands:
+    transposed), tf32 and f8 none."""
     regs, k = op.n // 2, 32 // operand_type(op.a_type).itemsize
-    trans = "" if op.a_type not in ("f16", "bf16") else ", 0, %d" % (1 if op.trans_b else 0)
+    trans = "" if op.a_type not in ("f16", "bf16") else ", %d, %d" % (int(op.trans_a), int(op.trans_b))
     return ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; %s"
             "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, $%d, $%d, p, 1, 1%s; }"
             % (regs + 2, "wgmma.fence.sync.aligned; " if fence else "", op.n, k, op.a_type, op.b_type,

@@ -201,8 +201,12 @@ def bind_warps(L, layout: MmaLayout, slices: bool = False) -> tuple[N.Expr, N.Ex
     four) warpgroup g owns rows [64 mt g, 64 mt (g + 1)) as mt m64 slices, its warp w rows 16 w .. +15
     of each: the rows of warpgroup MMA's accumulators, one m64 wgmma a slice."""
     lane, warp = L.lane_warp()
-    wm_i = L.tmp(N.BinOp("floordiv", warp, c32(layout.wn), I32), "wm")
-    wn_i = L.tmp(N.BinOp("mod", warp, c32(layout.wn), I32), "wn")
+    if layout.by_warpgroup:         # warp w at (w % 4, w / 4): a warpgroup a column block
+        wm_i = L.tmp(N.BinOp("and_", warp, c32(3), I32), "wm")
+        wn_i = L.tmp(N.BinOp("rshift", warp, c32(2), I32), "wn")
+    else:
+        wm_i = L.tmp(N.BinOp("floordiv", warp, c32(layout.wn), I32), "wm")
+        wn_i = L.tmp(N.BinOp("mod", warp, c32(layout.wn), I32), "wn")
     lr, lc = L.tmp(ir32(ishr(lane, 2)), "lr"), L.tmp(ir32(imul(iand(lane, 3), 2)), "lc")
     if slices:
         r0 = L.tmp(ir32(iadd(imul(ishr(wm_i, 2), 64 * layout.mt), imul(iand(wm_i, 3), 16))), "wr0")

@@ -47,12 +47,14 @@ def async_ok(L, op: T.TExpr) -> bool:
     return chunked_rows(L.facts.get(op.param.name, {}), op.type.dtype.itemsize) and op.type.shape[1] % 8 == 0
 
 
-def wgmma_b(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> T.Load | None:
+def wgmma_b(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> T.Load | T.Read | None:
     """The B load of an m x n x k product that runs on sm_90 warpgroup MMA (matmul/wgmma_products.py),
     else None: 16-bit operands, warps that split M in 16-row slices (one m64 wgmma per warpgroup, or
     under wgmma_slices one a slice of the warpgroup's rows; each warp's 16 rows the mma.sync
     fragments' rows, so S, P and the row statistics keep their layout), and a B tile.load that
-    cp.async can stage in 128-byte swizzle atoms (rows of a multiple of 64 elements). The loop pipeline (pipeline.py) asks the same question to lay out B's stage."""
+    cp.async can stage in 128-byte swizzle atoms (rows of a multiple of 64 elements), or a read of a
+    variable already kept in such atoms (matmul/shared_a.SwizzledA: the keys of the fused attention
+    backward, A of S^T = K Q^T and B of dQ = dS K). The loop pipeline (pipeline.py) asks the same question to lay out B's stage."""
     # tc_warps checks the switch, the dtypes and n, k; (warps, 1) with m = 16 x warps, or under
     # wgmma_slices a multiple of it: each warpgroup's rows are m64 slices (frags.warpgroup_rows)
     rows = 16 * (L.T // 32)
@@ -61,7 +63,17 @@ def wgmma_b(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> T.Load | None:
         return None
     if tc_warps(L, m, n, k, a_dtype, b.type.dtype) != (L.T // 32, 1):
         return None
+    return wgmma_b_operand(L, b)
+
+
+def wgmma_b_operand(L, b: T.TExpr) -> T.Load | T.Read | None:
+    """wgmma_b's question about the operand alone: the load (or swizzled variable's read) that B
+    `b` comes from, if the tensor cores can read it from swizzle atoms, else None."""
     op = b.operand if isinstance(b, T.Permute) and tuple(b.axes) == (1, 0) else b
+    if isinstance(op, T.Read):      # a variable kept in swizzle atoms (matmul/shared_a.py): read there
+        from dsl.tile.lower.matmul.shared_a import SwizzledA
+        got = L.vars.get(id(op.var))
+        return op if got is not None and isinstance(got[0], SwizzledA) else None
     if not async_ok(L, op):
         return None
     rows, cols = op.type.shape

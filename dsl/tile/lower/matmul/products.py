@@ -31,10 +31,11 @@ from dsl.tile.lower.copies import cp_async_commit, cp_async_wait
 from dsl.tile.lower.matmul.fragments import emit_mmas, ldmatrix_x4, mma_sync, pack_pairs
 from dsl.tile.ptx.mma_types import mma_type
 from dsl.tile.lower.pipeline import prefetch_next, wait_for
-from dsl.tile.lower.matmul.operands import async_ok, issue_copies, wgmma_b
+from dsl.tile.lower.matmul.operands import async_ok, issue_copies, wgmma_b, wgmma_b_operand
 from dsl.tile.lower.matmul.overlap import before_last, rotation_of
 from dsl.tile.lower.matmul.shared_a import SwizzledA
 from dsl.tile.lower.matmul.shared_a import wanted as shared_a_wanted
+from dsl.tile.lower.matmul.transposed_a import stage_transposed, transposed_operand, warpgroup_columns
 
 
 # Registers a thread sets aside for the f32 accumulators that products carry through loops and the
@@ -134,7 +135,8 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
     Fragment elements are read from the staged tiles with ordinary shared loads; the mma packs them
     into its registers itself, so the CPU simulator runs this lowering too (mma_sim)."""
     (m, k), (_, n) = e.a.type.shape, e.b.type.shape
-    layout = L.frag_layout(("C", (m, n), wm, wn))
+    groups = warpgroup_columns(L, e)        # the warpgroups split N: a column block each
+    layout = L.frag_layout(("C", (m, n), wm, wn) if groups is None else ("C", (m, n), 4, groups, "wg"))
     assert isinstance(layout, MmaLayout)
     acc_vars = [L.new_var(F32, "tcacc") for _ in range(layout.per_thread)]
     before_last(L, e)           # a rotated loop's last product: its previous issue completes first (overlap.py)
@@ -142,9 +144,12 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
     for v, x in zip(acc_vars, init):
         L.emit(N.Assign(v, x if x.type == F32 else N.Cast(x, F32)))
     a = a_regs = shared_a = swizzled_a = None
-    wg_b = wgmma_b(L, m, n, k, e.a.type.dtype, e.b)
+    wg_b = wgmma_b(L, m, n, k, e.a.type.dtype, e.b) if groups is None else wgmma_b_operand(L, e.b)
     if wg_b is not None and shared_a_wanted(L, e):  # KB_TILE_WGMMA_A=shared: A staged once (matmul/shared_a.py)
         L.hint(e.a.var, ("W", e.a.type.shape))
+    if wg_b is not None and rotation_of(L, e) is None and (xt := transposed_operand(L, e)) is not None:
+        from dsl.tile.lower.matmul.wgmma_products import lower_product_wgmma
+        return lower_product_wgmma(L, e, layout, acc_vars, None, wg_b, a_shared=stage_transposed(L, e, xt))
     if not isinstance(e.a, T.Load):                 # a computed operand may already sit in registers
         a = L.expr(e.a)
         if isinstance(a.layout, SwizzledA):         # in wgmma's swizzle atoms, staged where it was assigned

@@ -14,8 +14,9 @@ w reads its rows 64w.. of each atom panel: descriptor start base + (ks / 4) M 12
 Which operands: the lowering hints the variable into this layout (key ("W", shape)) when a product
 that runs on warpgroup MMA reads it as A and it is assigned once, at the kernel's top level (not in a
 loop or branch), from a `tile.load` of an array that cp.async can copy (operands.async_ok) with K a
-multiple of 64, and every read of it is the A operand of a product. Anything else keeps the register
-path silently. A product that reads such a variable but cannot take it from shared memory (a rotated
+multiple of 64, and every read of it is an operand of a product (A, or B: the keys of the fused
+attention backward are B of dQ = dS K, read from the same atoms, operands.wgmma_b). Anything else keeps
+the register path silently. A product that reads such a variable but cannot take it from shared memory (a rotated
 last product of matmul/overlap.py, a product on mma.sync) loads its elements from the atoms.
 """
 from __future__ import annotations
@@ -73,7 +74,7 @@ def wanted(L, e: T.Matmul) -> bool:
     load = invariant_load(L, tv)
     if load is None or load.type.shape != e.a.type.shape or load.type.shape[1] % 64:
         return False
-    return async_ok(L, load) and _only_a_operand(L, tv)
+    return async_ok(L, load) and _only_an_operand(L, tv)
 
 
 def invariant_load(L, tv: T.TVar) -> T.Load | None:
@@ -87,11 +88,14 @@ def invariant_load(L, tv: T.TVar) -> T.Load | None:
     return None
 
 
-def _only_a_operand(L, tv: T.TVar) -> bool:
-    """Is every read of `tv` in the kernel the A operand of a product?"""
+def _only_an_operand(L, tv: T.TVar) -> bool:
+    """Is every read of `tv` in the kernel an operand of a product: A, or B (transposed or not), which
+    warpgroup MMA reads from the same atoms (operands.wgmma_b)?"""
     exprs = list(T.body_exprs(L.fn.body))
-    as_a = {id(e.a) for e in exprs if isinstance(e, T.Matmul)}
-    return all(id(e) in as_a for e in exprs if isinstance(e, T.Read) and e.var is tv)
+    products = [e for e in exprs if isinstance(e, T.Matmul)]
+    operands = {id(e.a) for e in products} | {id(e.b) for e in products} | \
+        {id(e.b.operand) for e in products if isinstance(e.b, T.Permute) and tuple(e.b.axes) == (1, 0)}
+    return all(id(e) in operands for e in exprs if isinstance(e, T.Read) and e.var is tv)
 
 
 def assign_swizzled(L, tv: T.TVar, e: T.Load) -> None:

@@ -27,16 +27,19 @@ from dsl.tile.lower.pipeline import prefetch_next, ring_done, ring_wait, stage_b
 from dsl.tile.lower.matmul.wgmma import wait_wgmma
 from dsl.tile.lower.matmul.wgmma_rs import issue_product, issue_product_ss
 from dsl.tile.lower.matmul.shared_a import SwizzledA
+from dsl.tile.lower.matmul.transposed_a import TransposedA
 from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, issue_copies, wgmma_stage
 
 
 def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var], a_frags: dict | None,
-                        b: T.Load, a_shared: SwizzledA | None = None, a_packed: dict | None = None) -> LV:
-    """e: the product, b: its B load (e.b itself, or the operand of e.b's transpose: K-major B);
+                        b: T.Load | T.Read, a_shared: SwizzledA | TransposedA | None = None,
+                        a_packed: dict | None = None) -> LV:
+    """e: the product, b: its B load (e.b itself, or the operand of e.b's transpose: K-major B), or a
+    read of a variable kept in swizzle atoms (operands.wgmma_b);
     a_frags: {(0, ks): 8 A elements} in registers, or None with `a_packed` ({(mt, ks): 4 packed
     registers}, ldmatrix'd from shared memory) or with `a_shared`, A's swizzle atoms in shared memory
-    (KB_TILE_WGMMA_A=shared, matmul/shared_a.py; never a rotated last product's); acc_vars: the
-    initialised accumulators."""
+    (KB_TILE_WGMMA_A=shared, matmul/shared_a.py; never a rotated last product's), or the transpose of a
+    register tile written into them (matmul/transposed_a.py); acc_vars: the initialised accumulators."""
     (m, k), (_, n) = e.a.type.shape, e.b.type.shape
     dtype = e.a.type.dtype
     L.arch_specific = True              # warpgroup MMA exists only on the arch-specific target sm_90a
@@ -56,6 +59,8 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         assert stage.swizzled, "the pipeline staged a wgmma operand for ldmatrix"
         wait_for(L, pipe, [b], async_proxy=True)
         base = stage_base(L, pipe, stage)
+    elif isinstance(b, T.Read):                     # kept in swizzle atoms where it was assigned
+        base = L.vars[id(b.var)][0].base
     else:
         buf = wgmma_stage(L, dtype, rows * cols + STAGE_SLACK_ELEMS, ("product", id(e)))
         issue_copies(L, b, buf, cols, [L.scalar(i) for i in b.index], swizzled=aligned_base(L, buf, "swz"))
@@ -65,7 +70,7 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         L.sync()
         base = aligned_base(L, buf, "swz")
     if a_shared is not None:
-        issue_product_ss(L, e, b, base, acc_vars, a_shared)
+        issue_product_ss(L, e, b, base, acc_vars, a_shared, layout.wn if layout.by_warpgroup else 1)
     else:
         issue_product(L, e, b, base, acc_vars, _packed(L, layout, k, dtype, a_frags, a_packed))
     L.asm("wgmma.commit_group")
@@ -76,6 +81,8 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
     wait_wgmma(L, pending, acc_vars)
     if pipe is not None and pipe.ring is not None:  # the stage is free once this group completed
         ring_done(L, pipe, at, it)
+    elif pipe is None and isinstance(b, T.Read):    # B's atoms are not rewritten: nothing to release
+        pass
     elif pipe is not None and pipe.ahead > 1:      # the copies go into the buffer of iteration j - 1,
         prefetch_next(L, pipe, [b])                 # which every warp left before this iteration's wait
     else:

@@ -7,7 +7,7 @@ shared memory too (KB_TILE_WGMMA_A=shared, matmul/shared_a.py) the product is wg
 from __future__ import annotations
 
 from dsl.ir import nodes as N
-from dsl.ir.types import F32, U32, TupleType
+from dsl.ir.types import F32, I32, U32, TupleType
 from dsl.tile import ir as T
 from dsl.tile.lower.matmul.wgmma import SWIZZLE_128B, matrix_descriptor
 from dsl.tile.ptx.mma_types import WgmmaOp, mma_type
@@ -41,17 +41,25 @@ def issue_product(L, e: T.Matmul, b: T.Load, base: N.Expr, acc_vars: list[N.Var]
         L.emit(N.Assign(v, x))
 
 
-def issue_product_ss(L, e: T.Matmul, b: T.Load, base: N.Expr, acc_vars: list[N.Var], a) -> None:
-    """issue_product with A from shared memory: `a` (matmul/shared_a.SwizzledA) gives each k-step's
-    K-major descriptor; only the accumulators pass through the fence."""
-    k, n = e.a.type.shape[1], e.b.type.shape[1]
+def issue_product_ss(L, e: T.Matmul, b: T.Load | T.Read, base: N.Expr, acc_vars: list[N.Var], a,
+                     groups: int = 1) -> None:
+    """issue_product with A from shared memory: `a` gives each k-step's descriptor, K-major
+    (matmul/shared_a.SwizzledA) or MN-major (matmul/transposed_a.TransposedA, `mn_major`); only the
+    accumulators pass through the fence. `groups` > 1: the warpgroups split N, each its n / groups
+    columns of B (matmul/transposed_a.warpgroup_columns)."""
+    k, n = e.a.type.shape[1], e.b.type.shape[1] // groups
     tname = mma_type(e.a.type.dtype)
     kmajor = b is not e.b
     rows = b.type.shape[0]
+    if groups > 1:          # warpgroup g's n columns: rows g n of a K-major stage, panels g n / 64 of an MN-major one
+        _, warp = L.lane_warp()
+        wg = N.Cast(N.BinOp("rshift", warp, N.Const(2, I32), I32), U32)
+        step = n * 128 if kmajor else (n // 64) * rows * 128
+        base = L.tmp(N.BinOp("add", base, N.BinOp("mul", wg, N.Const(step, U32), U32), U32), "bwg")
     accs, _ = _fence(L, acc_vars, [])
     regs = n // 2
     assert len(acc_vars) == regs, "A staged in shared memory: one m64 slice a warpgroup (shared_a.wanted)"
-    op = WgmmaOp(n, tname, tname, not kmajor)
+    op = WgmmaOp(n, tname, tname, not kmajor, trans_a=getattr(a, "mn_major", False))
     for ks in range(k // 16):
         da = a.descriptor(L, ks)
         db = _b_descriptor(L, base, ks, kmajor, rows)
