@@ -18,7 +18,8 @@ from dsl.ir import tile_nodes as TN
 from dsl.ir.types import BF16, F16, I32, INDEX, U32
 from dsl.tile import ir as T
 from dsl.tile.lower.copies import fence_proxy_async
-from dsl.tile.lower.layout import FragLayout, c32, iadd, iand, ishr
+from dsl.tile.lower.layout import FragLayout, c32, iadd, iand, imul, ir32, ishr
+from dsl.tile.lower.matmul.fragments import pack_pairs
 from dsl.tile.lower.matmul.mma_sync import atom128_offset
 from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, wgmma_b_operand, wgmma_stage
 from dsl.tile.lower.matmul.stages import aligned_base
@@ -91,8 +92,18 @@ def stage_transposed(L, e: T.Matmul, x: T.TExpr) -> TransposedA:
     else:           # "D": the threads geo.owner names; "U": every thread holds all, thread 0 writes
         owner = N.Compare("eq", L.geo.tid, c32(0)) if lay == "U" else L.geo.owner(v.size)
 
+    coords = L.coords_of(lay, v.shape)
+
     def write() -> None:
-        for el, (r, c) in zip(v.elems, L.coords_of(lay, v.shape)):
+        if getattr(lay, "pairs", False):    # side-by-side pairs at even columns: one 32-bit store each
+            for i in range(0, len(v.elems), 2):
+                r, c = coords[i]
+                at = N.BinOp("add", base, N.Cast(ir32(iadd(atom128_offset(r, ishr(c, 3), k, unit=2),
+                                                           imul(iand(c, 7), 2))), U32), U32)
+                (word,) = pack_pairs(L, v.elems[i:i + 2], x.type.dtype)
+                L.asm("st.shared.b32", [L.tmp(at, "atst"), word])
+            return
+        for el, (r, c) in zip(v.elems, coords):
             L.smem_store(buf, iadd(skew, iadd(atom128_offset(r, ishr(c, 3), k), iand(c, 7))), el)
     L.guarded(owner, write)
     fence_proxy_async(L)
