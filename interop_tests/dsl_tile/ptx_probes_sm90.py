@@ -208,6 +208,14 @@ def descriptor(b: Builder, addr: N.Expr, lbo: int, sbo: int) -> N.Expr:
     return b.let(N.BinOp("or_", start, N.Const(const, U64), U64), "desc")
 
 
+def descriptor_of(b: Builder, base: N.Expr, offset: int, lbo: int, sbo: int) -> N.Expr:
+    """descriptor() of base + offset by the lowering's wgmma.desc: the start field of `base`, the
+    offset and LBO added to it in the low word, SBO and the swizzle mode the high word."""
+    start = b.let(N.BinOp("rshift", N.BinOp("and_", base, cu(0x3FFFF), U32), cu(4), U32), "dstart")
+    (d,) = b.value("wgmma.desc", [start], lo=(offset >> 4) + ((lbo >> 4) << 16), hi=(sbo >> 4) | (SWIZZLE_128B << 30))
+    return d
+
+
 def wgmma_d_layout(n: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows, cols) [128 threads, n / 2 registers] of the m64nN f32 accumulators."""
     thread = np.arange(128)[:, None]
@@ -255,8 +263,8 @@ def _wgmma(op: WgmmaOp) -> Probe:
             pending = (0,)
         else:
             for step in range(4):
-                if op.trans_a:  # MN-major A: 16 rows of K a step, one 64-row atom panel
-                    da = descriptor(b, N.BinOp("add", a_base, cu(step * 16 * ROW), U32), k * ROW, 8 * ROW)
+                if op.trans_a:  # MN-major A: 16 rows of K a step, one 64-row atom panel (by wgmma.desc)
+                    da = descriptor_of(b, a_base, step * 16 * ROW, k * ROW, 8 * ROW)
                 else:
                     da = descriptor(b, N.BinOp("add", a_base, cu(step * 32), U32), 16, 8 * ROW)
                 accs = b.value("wgmma.mma_async.ss", [da, b_desc(step), cu(1), *accs], op=op,

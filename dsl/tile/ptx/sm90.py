@@ -322,6 +322,14 @@ bulk_commit = semantics(_bulk_commit, machine=True, per_thread=True)
 # --------------------------------------------------------------------------------------- wgmma
 
 
+def descriptor(lo: int, hi: int) -> Callable:
+    """wgmma.desc: the 64-bit descriptor {start field + lo, hi}."""
+    def run(args: list) -> np.ndarray:
+        low = (np.asarray(args[0], np.uint64) + np.uint64(lo)) & np.uint64(0xFFFFFFFF)
+        return low | (np.uint64(hi) << np.uint64(32))
+    return semantics(run, per_thread=True)
+
+
 def _decode(desc: int) -> tuple[int, int, int, int]:
     """(start, LBO, SBO, swizzle width) of a wgmma matrix descriptor."""
     return (desc & 0x3FFF) << 4, ((desc >> 16) & 0x3FFF) << 4, ((desc >> 32) & 0x3FFF) << 4, \

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import F32, U32, VOID, TupleType, Type
+from dsl.ir.types import F32, U32, U64, VOID, TupleType, Type
 from dsl.tile.ptx.mma_types import operand_type
 
 Text = str | Callable[..., str]
@@ -283,6 +283,12 @@ _ROWS = (
               lambda op: ",".join(["=f"] * (op.n // 2) + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(op.n // 2)]),
               lambda op: TupleType((F32,) * (op.n // 2)), True, 90, "sm90:wgmma",
               "warpgroup MMA m64nNk16, A from registers (4 a thread), B from a descriptor", ("op",), ("op",)),
+    PtxFamily("wgmma.desc", lambda lo, hi: "{ .reg .b32 l, h; add.u32 l, $1, %d; mov.b32 h, %d; mov.b64 $0, {l, h}; }"
+              % (lo, hi), "=l,r", U64, True, 90, "sm90:descriptor",
+              "a wgmma matrix descriptor from a start field `$1` (a shared address >> 4): low word $1 + `lo` "
+              "(the start's offset and LBO), high word `hi` (SBO and swizzle). Made where it is used (an "
+              "asm with side effects is neither hoisted nor shared), so a loop keeps one register a "
+              "stage base live instead of a 64-bit descriptor a step", ("lo", "hi"), ("lo", "hi")),
     PtxFamily("wgmma.commit_group", "wgmma.commit_group.sync.aligned;", "", VOID, True, 90,
               "sm90:wgmma_commit", "close this warpgroup's issued wgmmas into a group"),
     PtxFamily("wgmma.wait_group", lambda pending, n: f"wgmma.wait_group.sync.aligned {pending};",

@@ -30,7 +30,7 @@ from dsl.tile.lower.layout import c32, iadd, iand, ishr
 from dsl.tile.lower.matmul.mma_sync import atom128_offset
 from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, async_ok, issue_copies, wgmma_stage
 from dsl.tile.lower.matmul.stages import aligned_base
-from dsl.tile.lower.matmul.wgmma import SWIZZLE_128B, matrix_descriptor
+from dsl.tile.lower.matmul.wgmma import SWIZZLE_128B, descriptor_at, start_field
 from dsl.tile.types import PartitionParamType
 
 ATOM_BYTES = 128            # one swizzle row: 64 elements of 16 bits
@@ -50,8 +50,7 @@ class SwizzledA:
     def descriptor(self, L, ks: int) -> N.Expr:
         """The A descriptor of k-step `ks` (16 elements, 32 bytes of a 128-byte atom row)."""
         off = (ks // 4) * self.shape[0] * ATOM_BYTES + (ks % 4) * 32
-        addr = N.BinOp("add", self.wg_base, N.Const(off, U32), U32)
-        return matrix_descriptor(L, addr, 16, 8 * ATOM_BYTES, SWIZZLE_128B)
+        return descriptor_at(L, start_field(L, self.wg_base), off, 16, 8 * ATOM_BYTES, SWIZZLE_128B)
 
     def read(self, L, coords: list[list]) -> list[N.Expr]:
         """The elements at tile coordinates `coords` (row, column), by ordinary shared loads of the

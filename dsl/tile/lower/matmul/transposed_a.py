@@ -23,7 +23,7 @@ from dsl.tile.lower.matmul.fragments import pack_pairs
 from dsl.tile.lower.matmul.mma_sync import atom128_offset
 from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, wgmma_b_operand, wgmma_stage
 from dsl.tile.lower.matmul.stages import aligned_base
-from dsl.tile.lower.matmul.wgmma import SWIZZLE_128B, matrix_descriptor
+from dsl.tile.lower.matmul.wgmma import SWIZZLE_128B, descriptor_at, start_field
 
 ATOM_BYTES = 128            # one swizzle row: 64 elements of 16 bits
 
@@ -42,8 +42,8 @@ class TransposedA:
 
     def descriptor(self, L, ks: int) -> N.Expr:
         """The A descriptor of k-step `ks` (16 rows of x)."""
-        addr = N.BinOp("add", self.wg_base, N.Const(ks * 16 * ATOM_BYTES, U32), U32)
-        return matrix_descriptor(L, addr, self.shape[0] * ATOM_BYTES, 8 * ATOM_BYTES, SWIZZLE_128B)
+        return descriptor_at(L, start_field(L, self.wg_base), ks * 16 * ATOM_BYTES, self.shape[0] * ATOM_BYTES,
+                             8 * ATOM_BYTES, SWIZZLE_128B)
 
 
 def transposed_operand(L, e: T.Matmul) -> T.TExpr | None:

@@ -36,6 +36,20 @@ def matrix_descriptor(L, addr: N.Expr, lbo: int, sbo: int, mode: int) -> N.Expr:
     return L.tmp(N.BinOp("or_", start, N.Const(const, U64), U64), "desc")
 
 
+def start_field(L, base: N.Expr) -> N.Expr:
+    """The start-address field of descriptors at shared address `base` (u32): base >> 4, 14 bits."""
+    return L.tmp(N.BinOp("rshift", N.BinOp("and_", base, N.Const(0x3FFFF, U32), U32), N.Const(4, U32), U32), "dstart")
+
+
+def descriptor_at(L, start: N.Expr, offset: int, lbo: int, sbo: int, mode: int) -> N.Expr:
+    """matrix_descriptor of address base + `offset` bytes (`start`: start_field(base)), made where it is
+    used (wgmma.desc): a loop over products then holds `start`, one register, where hoisted 64-bit
+    descriptors took two a k-step (64 registers in the fused attention backward on 8 warps, which spilled)."""
+    lo = (offset >> 4) + ((lbo >> 4) << 16)
+    hi = (sbo >> 4) | (mode << 30)
+    return L.tmp(instruction("wgmma.desc", [start], lo=lo, hi=hi), "desc")
+
+
 
 def compute_wgmma(L, plan, sa, sb, stage: N.Expr, acc_vars: list[N.Var], after_issue=None) -> None:
     """sa/sb: element index → shared address of the A/B stage buffers. Each step is 32 bytes of K

@@ -6,10 +6,12 @@ shared memory too (KB_TILE_WGMMA_A=shared, matmul/shared_a.py) the product is wg
 """
 from __future__ import annotations
 
+import functools
+
 from dsl.ir import nodes as N
 from dsl.ir.types import F32, I32, U32, TupleType
 from dsl.tile import ir as T
-from dsl.tile.lower.matmul.wgmma import SWIZZLE_128B, matrix_descriptor
+from dsl.tile.lower.matmul.wgmma import SWIZZLE_128B, descriptor_at, matrix_descriptor, start_field
 from dsl.tile.ptx.mma_types import WgmmaOp, mma_type
 from dsl.tile.ptx.table import instruction
 
@@ -26,7 +28,7 @@ def issue_product(L, e: T.Matmul, b: T.Load, base: N.Expr, acc_vars: list[N.Var]
     rows = b.type.shape[0]
     accs, a_regs = _fence(L, acc_vars, a_regs)
     regs, steps = n // 2, k // 16
-    descs = [_b_descriptor(L, base, ks, kmajor, rows) for ks in range(steps)]
+    descs = [_b_descriptor(L, base, ks, kmajor, rows, isinstance(b, T.Read)) for ks in range(steps)]
     done: list[N.Expr] = []
     for s in range(len(acc_vars) // regs):
         op = WgmmaOp(n, tname, tname, not kmajor, a_regs=True, slice=s)
@@ -62,7 +64,7 @@ def issue_product_ss(L, e: T.Matmul, b: T.Load | T.Read, base: N.Expr, acc_vars:
     op = WgmmaOp(n, tname, tname, not kmajor, trans_a=getattr(a, "mn_major", False))
     for ks in range(k // 16):
         da = a.descriptor(L, ks)
-        db = _b_descriptor(L, base, ks, kmajor, rows)
+        db = _b_descriptor(L, base, ks, kmajor, rows, isinstance(b, T.Read))
         out = L.new_var(TupleType((F32,) * regs), "wgmma")
         L.emit(N.Assign(out, instruction("wgmma.mma_async.ss", [da, db, N.Const(1, U32), *accs], op=op, fence=False)))
         accs = [N.TupleGet(N.ReadVar(out), i, F32) for i in range(regs)]
@@ -70,14 +72,17 @@ def issue_product_ss(L, e: T.Matmul, b: T.Load | T.Read, base: N.Expr, acc_vars:
         L.emit(N.Assign(v, x))
 
 
-def _b_descriptor(L, base: N.Expr, ks: int, kmajor: bool, rows: int) -> N.Expr:
-    """B's descriptor for k-step `ks` of a stage at `base` (`rows`: the staged tile's rows)."""
+def _b_descriptor(L, base: N.Expr, ks: int, kmajor: bool, rows: int, held: bool) -> N.Expr:
+    """B's descriptor for k-step `ks` of a stage at `base` (`rows`: the staged tile's rows). `held`: B is a
+    variable kept in swizzle atoms for the whole kernel, whose loop-invariant descriptors are made
+    where they are used (wgmma.desc) rather than hoisted, a 64-bit register each, out of the loop; a
+    stage of a pipeline or ring moves every iteration, and its descriptors stay plain arithmetic."""
+    make = functools.partial(descriptor_at, L, start_field(L, base)) if held else \
+        (lambda off, lbo, sbo, mode: matrix_descriptor(L, N.BinOp("add", base, N.Const(off, U32), U32), lbo, sbo, mode))
     if kmajor:      # B = K^T: n = rows, k = cols; 16 elements of k are 32 bytes of a 128-byte row
-        addr = N.BinOp("add", base, N.Const((ks // 4) * rows * 128 + (ks % 4) * 32, U32), U32)
-        return matrix_descriptor(L, addr, 16, 8 * 128, SWIZZLE_128B)
+        return make((ks // 4) * rows * 128 + (ks % 4) * 32, 16, 8 * 128, SWIZZLE_128B)
     # B = V: k = rows (16 of them a step), n = cols in panels of 64 (LBO apart)
-    addr = N.BinOp("add", base, N.Const(ks * 16 * 128, U32), U32)
-    return matrix_descriptor(L, addr, rows * 128, 8 * 128, SWIZZLE_128B)
+    return make(ks * 16 * 128, rows * 128, 8 * 128, SWIZZLE_128B)
 
 
 def _fence(L, acc_vars: list[N.Var], a_regs: list[list[N.Expr]]) -> tuple[list[N.Expr], list[list[N.Expr]]]:
