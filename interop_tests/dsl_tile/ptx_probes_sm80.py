@@ -68,6 +68,23 @@ def _pair_into_register(family: str, src, dtype):
     return build
 
 
+def _opaque() -> Probe:
+    """mov.b64.opaque of x[t] (64-bit, both halves random), stored with the thread's offset added after it."""
+    n = 64
+
+    def build(b: Builder) -> None:
+        x, out = b.array("x", I64), b.array("out", I64, out=True)
+        (kept,) = b.value("mov.b64.opaque", [b.load(x, b.tid)])
+        b.store(out, b.tid, binop("add", kept, N.Cast(b.tid, I64)))
+
+    def inputs(rng):
+        return {"x": rng.integers(-(1 << 62), 1 << 62, n, dtype=np.int64), "out": np.zeros(n, np.int64)}
+
+    def reference(a):
+        return {"out": a["x"] + np.arange(n, dtype=np.int64)}
+    return Probe("mov.b64.opaque", n, build, inputs, reference)
+
+
 def _pack_store(dtype) -> Probe:
     """mov.b32 {lo, hi} of two 16-bit values, stored with st.global.b32 at a permuted address."""
     n = 64
@@ -438,7 +455,7 @@ def _named_barrier() -> Probe:
 
 def probes() -> list[Probe]:
     return [
-        _store_v2(F32, "st.global.v2.f32"), _store_v2(U32, "st.global.v2.b32"),
+        _store_v2(F32, "st.global.v2.f32"), _store_v2(U32, "st.global.v2.b32"), _opaque(),
         _pack_store(F16), _pack_store(BF16), _cvt_pack(F16), _cvt_pack(BF16), _ld_shared(), _cp_async(),
         _cvt_tf32(False), _cvt_tf32(True), _ldmatrix(False), _ldmatrix(True),
         _mma_packed("m16n8k16", "f16", "f16"), _mma_packed("m16n8k16", "bf16", "bf16"),

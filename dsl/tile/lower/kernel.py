@@ -12,6 +12,7 @@ from dsl.ir import nodes as N
 from dsl.ir.types import BF16, BOOL, F16, F32, I32, INDEX, ArrayType, ScalarType
 from dsl.tile import ir as T
 from dsl.tile.ptx.table import instruction
+from dsl.tile.lower.indexing import ElementIndex
 from dsl.tile.lower.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
                              flat_of, iadd, imul, ir32, strides)
 from dsl.tile.lower.frags import assign_shared, frag_layout
@@ -599,9 +600,9 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
 
         def make(coords_list: list) -> list[N.Expr]:
             out = []
+            at = ElementIndex(self)         # elements of one lane expression share a base index (indexing.py)
             for coords in coords_list:
-                gidx = [self.global_index(base[k], shape[k], c) for k, c in enumerate(coords)]
-                cond = self.in_array(arr, gidx, signed=True)
+                gidx, cond = at.element(arr, base, shape, coords)
                 ld = N.Load(arr, gidx, "none", 0, dt, e.loc)
                 out.append(self.tmp(N.IfExp(cond, ld, N.Const(e.padding, dt), dt), "ld"))
             return out

@@ -88,5 +88,8 @@ class ShapeLowering:
 
 
 def _unravel(flat, shape: tuple[int, ...]) -> list:
-    """Coordinates of a flat (row-major) index in `shape` (powers of two: shifts and masks)."""
-    return [iand(ishr(flat, log2(st)), sh - 1) if sh > 1 else 0 for st, sh in zip(strides(shape), shape)]
+    """Coordinates of a flat (row-major) index in `shape` (powers of two: shifts and masks). The first
+    axis needs no mask (a flat index of the tile is below its size), so a 1-D source's coordinate stays
+    the target's own expression (lane part + constant: dsl/tile/lower/indexing.py splits it)."""
+    return [(ishr(flat, log2(st)) if k == 0 else iand(ishr(flat, log2(st)), sh - 1)) if sh > 1 else 0
+            for k, (st, sh) in enumerate(zip(strides(shape), shape))]

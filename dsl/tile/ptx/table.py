@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dsl.ir import tile_nodes as TN
-from dsl.ir.types import F32, U32, U64, VOID, TupleType, Type
+from dsl.ir.types import F32, INDEX, U32, U64, VOID, TupleType, Type
 from dsl.tile.ptx.mma_types import operand_type
 
 Text = str | Callable[..., str]
@@ -218,6 +218,10 @@ _ROWS = (
     PtxFamily("fence.proxy.async", "fence.proxy.async.shared::cta;", "", VOID, True, 90, "sm80:no_op",
               "order generic-proxy shared writes before async-proxy reads (wgmma, TMA)"),
     # ------------------------------------------------------------------ sm_80: registers and tensor cores
+    PtxFamily("mov.b64.opaque", "mov.b64 $0, $1;", "=l,l", INDEX, False, 70, "sm80:identity",
+              "a 64-bit integer unchanged, hidden from the compiler's algebra: a load's bounds test `c < left`, "
+              "left = len - base, stays one compare with an immediate an element instead of being rewritten "
+              "into base + c, whose per-element loop-invariant parts were hoisted into registers"),
     PtxFamily("mov.b32.pack", "mov.b32 $0, {$1, $2};", "=r,h,h", U32, False, 70, "sm80:pack_halves",
               "two 16-bit values of `dtype` into one register, the first in the low half", ("dtype",),
               ("dtype",)),
