@@ -156,10 +156,10 @@ def test_bad_shapes_are_refused_as_the_two_kernel_backward_refuses_them():
 # spill bytes ptxas 13.0 gives each form on sm_90a, bf16 causal (pinned: a change shows here)
 SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA reduce dQ"): 0,
           (64, "TMA ring S3 + TMA reduce dQ"): 0, (64, "TMA ring + TMA reduce dQ + fp_fusion ftz"): 0,
-          (128, "atomic dQ"): 0, (128, "TMA reduce dQ"): 4, (128, "TMA ring + TMA reduce dQ"): 0,
+          (128, "atomic dQ"): 4, (128, "TMA reduce dQ"): 4, (128, "TMA ring + TMA reduce dQ"): 0,
           (128, "TMA ring S3 + TMA reduce dQ"): 0, (128, "TMA ring + TMA reduce dQ + fp_fusion ftz"): 0,
           (256, "atomic dQ"): 0, (256, "TMA reduce dQ"): 0,
-          (64, "TMA ring + TMA reduce dQ, K V swizzled"): 0, (128, "TMA ring + TMA reduce dQ, K V swizzled"): 80,
+          (64, "TMA ring + TMA reduce dQ, K V swizzled"): 0, (128, "TMA ring + TMA reduce dQ, K V swizzled"): 76,
           **{(d, form): 0 for d in (64, 128) for form in FUSED.TILES}}
 
 

@@ -47,22 +47,32 @@ def _key(e) -> object:
 
 class ElementIndex:
     """Indices and in-array tests of the elements of one tile access, bases made once per access (and
-    only where the access is made: every element is made at one point of the kernel)."""
+    only where the access is made: every element is made at one point of the kernel). Only lane
+    expressions that two or more elements share get a base: an element alone keeps its own index and
+    plain test (two more 64-bit values of it would cost registers, not save them)."""
 
-    def __init__(self, L) -> None:
+    def __init__(self, L, tiles: list[N.Expr], shape: tuple[int, ...], coords_list: list) -> None:
         self.L = L
-        self.bases: dict[tuple, tuple[N.Expr, N.Expr, N.Expr]] = {}
+        self.bases: dict[tuple, tuple[N.Expr, N.Expr]] = {}
+        self.uses: dict[tuple, int] = {}
+        for coords in coords_list:
+            for k, coord in enumerate(coords):
+                key = self._key_of(k, tiles[k], shape[k], split_offset(coord)[0])
+                self.uses[key] = self.uses.get(key, 0) + 1
 
-    def _base(self, arr: N.Expr, k: int, tile: N.Expr, size: int, part) -> tuple[N.Expr, N.Expr, N.Expr]:
-        """(base index, opaque base, opaque length left past it) of axis k."""
-        key = (k, _key(tile), size, _key(part))
+    @staticmethod
+    def _key_of(k: int, tile: N.Expr, size: int, part) -> tuple:
+        return (k, _key(tile), size, _key(part))
+
+    def _base(self, arr: N.Expr, k: int, tile: N.Expr, size: int, part) -> tuple[N.Expr, N.Expr]:
+        """(base index, opaque length left past it) of axis k."""
+        key = self._key_of(k, tile, size, part)
         got = self.bases.get(key)
         if got is None:
             L = self.L
             base = L.global_index(tile, size, 0 if part is None else part)
-            kept = L.tmp(instruction("mov.b64.opaque", [base]), "gbase")
             left = L.tmp(instruction("mov.b64.opaque", [N.BinOp("sub", N.ArrayLen(arr, k), base, INDEX)]), "gleft")
-            got = self.bases[key] = (base, kept, left)
+            got = self.bases[key] = (base, left)
         return got
 
     def element(self, arr: N.Expr, tiles: list[N.Expr], shape: tuple[int, ...], coords: list,
@@ -72,10 +82,18 @@ class ElementIndex:
         idx, cond = [], None
         for k, coord in enumerate(coords):
             part, c = split_offset(coord)
-            base, kept, left = self._base(arr, k, tiles[k], shape[k], part)
+            if self.uses.get(self._key_of(k, tiles[k], shape[k], part), 0) < 2:
+                i = self.L.global_index(tiles[k], shape[k], coord)
+                idx.append(i)
+                ok = N.Compare("lt", i, N.ArrayLen(arr, k))
+                if signed:
+                    ok = N.Logical("and", N.Compare("ge", i, N.Const(0, INDEX)), ok)
+                cond = ok if cond is None else N.Logical("and", cond, ok)
+                continue
+            base, left = self._base(arr, k, tiles[k], shape[k], part)
             idx.append(base if c == 0 else self.L.tmp(N.BinOp("add", base, N.Const(c, INDEX), INDEX), "gi"))
             ok: N.Expr = N.Compare("lt", N.Const(c, INDEX), left)
-            if signed:
-                ok = N.Logical("and", N.Compare("ge", kept, N.Const(-c, INDEX)), ok)
+            if signed:      # on the index itself (an opaque base here cost the grouped varlen dK/dV 44 spill bytes)
+                ok = N.Logical("and", N.Compare("ge", idx[-1], N.Const(0, INDEX)), ok)
             cond = ok if cond is None else N.Logical("and", cond, ok)
         return idx, cond

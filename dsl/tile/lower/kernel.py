@@ -16,7 +16,7 @@ from dsl.tile.lower.indexing import ElementIndex
 from dsl.tile.lower.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
                              flat_of, iadd, imul, ir32, strides)
 from dsl.tile.lower.frags import assign_shared, frag_layout
-from dsl.tile.lower.matmul.shared_a import SwizzledA
+from dsl.tile.lower.matmul.swizzled import SwizzledA
 from dsl.tile.lower.reduce import lower_reduce
 from dsl.tile.lower.atomics import AtomicsLowering
 from dsl.tile.lower.elementwise import ElementwiseLowering
@@ -600,7 +600,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
 
         def make(coords_list: list) -> list[N.Expr]:
             out = []
-            at = ElementIndex(self)         # elements of one lane expression share a base index (indexing.py)
+            at = ElementIndex(self, base, shape, coords_list)   # elements of one lane expression share a base
             for coords in coords_list:
                 gidx, cond = at.element(arr, base, shape, coords)
                 ld = N.Load(arr, gidx, "none", 0, dt, e.loc)

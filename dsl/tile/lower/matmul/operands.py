@@ -11,6 +11,7 @@ from dsl.tile.lower.layout import c32, iadd, iand, imul, ir32, ishr, log2
 from dsl.tile.lower.matmul.stages import SWIZZLE_ALIGN
 from dsl.tile.lower.copies import cp_async16
 from dsl.tile.lower.matmul.mma_sync import atom128_offset
+from dsl.tile.lower.matmul.swizzled import SwizzledA
 from dsl.tile.types import chunked_rows
 
 
@@ -53,7 +54,7 @@ def wgmma_b(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> T.Load | T.Read |
     under wgmma_slices one a slice of the warpgroup's rows; each warp's 16 rows the mma.sync
     fragments' rows, so S, P and the row statistics keep their layout), and a B tile.load that
     cp.async can stage in 128-byte swizzle atoms (rows of a multiple of 64 elements), or a read of a
-    variable already kept in such atoms (matmul/shared_a.SwizzledA: the keys of the fused attention
+    variable already kept in such atoms (matmul/swizzled.SwizzledA: the keys of the fused attention
     backward, A of S^T = K Q^T and B of dQ = dS K). The loop pipeline (pipeline.py) asks the same question to lay out B's stage."""
     # tc_warps checks the switch, the dtypes and n, k; (warps, 1) with m = 16 x warps, or under
     # wgmma_slices a multiple of it: each warpgroup's rows are m64 slices (frags.warpgroup_rows)
@@ -71,7 +72,6 @@ def wgmma_b_operand(L, b: T.TExpr) -> T.Load | T.Read | None:
     `b` comes from, if the tensor cores can read it from swizzle atoms, else None."""
     op = b.operand if isinstance(b, T.Permute) and tuple(b.axes) == (1, 0) else b
     if isinstance(op, T.Read):      # a variable kept in swizzle atoms (matmul/shared_a.py): read there
-        from dsl.tile.lower.matmul.shared_a import SwizzledA
         got = L.vars.get(id(op.var))
         return op if got is not None and isinstance(got[0], SwizzledA) else None
     if not async_ok(L, op):

@@ -33,7 +33,7 @@ from dsl.tile.ptx.mma_types import mma_type
 from dsl.tile.lower.pipeline import prefetch_next, wait_for
 from dsl.tile.lower.matmul.operands import async_ok, issue_copies, wgmma_b, wgmma_b_operand
 from dsl.tile.lower.matmul.overlap import before_last, rotation_of
-from dsl.tile.lower.matmul.shared_a import SwizzledA
+from dsl.tile.lower.matmul.swizzled import SwizzledA
 from dsl.tile.lower.matmul.shared_a import wanted as shared_a_wanted
 from dsl.tile.lower.matmul.transposed_a import stage_transposed, transposed_operand, warpgroup_columns
 

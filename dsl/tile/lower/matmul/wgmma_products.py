@@ -26,7 +26,7 @@ from dsl.tile.lower.matmul.fragments import pack_pairs
 from dsl.tile.lower.pipeline import prefetch_next, ring_done, ring_wait, stage_base, wait_for
 from dsl.tile.lower.matmul.wgmma import wait_wgmma
 from dsl.tile.lower.matmul.wgmma_rs import issue_product, issue_product_ss
-from dsl.tile.lower.matmul.shared_a import SwizzledA
+from dsl.tile.lower.matmul.swizzled import SwizzledA
 from dsl.tile.lower.matmul.transposed_a import TransposedA
 from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, issue_copies, wgmma_stage
 

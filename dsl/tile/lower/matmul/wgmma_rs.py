@@ -46,7 +46,7 @@ def issue_product(L, e: T.Matmul, b: T.Load, base: N.Expr, acc_vars: list[N.Var]
 def issue_product_ss(L, e: T.Matmul, b: T.Load | T.Read, base: N.Expr, acc_vars: list[N.Var], a,
                      groups: int = 1) -> None:
     """issue_product with A from shared memory: `a` gives each k-step's descriptor, K-major
-    (matmul/shared_a.SwizzledA) or MN-major (matmul/transposed_a.TransposedA, `mn_major`); only the
+    (matmul/swizzled.SwizzledA) or MN-major (matmul/transposed_a.TransposedA, `mn_major`); only the
     accumulators pass through the fence. `groups` > 1: the warpgroups split N, each its n / groups
     columns of B (matmul/transposed_a.warpgroup_columns)."""
     k, n = e.a.type.shape[1], e.b.type.shape[1] // groups
