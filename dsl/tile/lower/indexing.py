@@ -30,18 +30,18 @@ def split_offset(e) -> tuple[N.Expr | None, int]:
     return e, 0
 
 
-def _key(e) -> object:
+def expr_key(e) -> object:
     """A structural key of an index expression (equal keys: equal values at one point of the kernel)."""
-    if e is None:
-        return None
+    if e is None or isinstance(e, int):
+        return e
     if isinstance(e, N.Const):
         return ("c", e.value)
     if isinstance(e, N.ReadVar):
         return ("v", id(e.var))
     if isinstance(e, N.BinOp):
-        return (e.op, _key(e.lhs), _key(e.rhs))
+        return (e.op, expr_key(e.lhs), expr_key(e.rhs))
     if isinstance(e, N.Cast):
-        return ("cast", str(e.type), _key(e.operand))
+        return ("cast", str(e.type), expr_key(e.operand))
     return ("id", id(e))
 
 
@@ -62,7 +62,7 @@ class ElementIndex:
 
     @staticmethod
     def _key_of(k: int, tile: N.Expr, size: int, part) -> tuple:
-        return (k, _key(tile), size, _key(part))
+        return (k, expr_key(tile), size, expr_key(part))
 
     def _base(self, arr: N.Expr, k: int, tile: N.Expr, size: int, part) -> tuple[N.Expr, N.Expr]:
         """(base index, opaque length left past it) of axis k."""

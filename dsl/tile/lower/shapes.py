@@ -4,6 +4,7 @@ onto the accumulators whose rows they are without moving."""
 from __future__ import annotations
 
 from dsl.tile import ir as T
+from dsl.tile.lower.indexing import expr_key
 from dsl.tile.lower.layout import LV, U_MAX, FragLayout, MmaLayout, MmaRows, flat_of, iadd, iand, imul, ishr, log2, strides
 
 
@@ -52,7 +53,7 @@ class ShapeLowering:
                 # the source element of each coordinate, each made once: a row vector broadcast over the
                 # accumulators repeats its columns in every row a thread holds (loads, not only indices)
                 src = [[0 if s_ == 1 else c for c, s_ in zip(cs[lead:], v.shape)] for cs in cl]
-                keys = [repr(c) for c in src]
+                keys = [tuple(expr_key(x) for x in c) for c in src]
                 first = dict(zip(reversed(keys), reversed(src)))
                 made = dict(zip(first, src_make(list(first.values()))))   # type: ignore[misc]
                 return [made[k] for k in keys]

@@ -30,13 +30,19 @@ class SwizzledA:
         return descriptor_at(L, start_field(L, self.wg_base), off, 16, 8 * ATOM_BYTES, SWIZZLE_128B)
 
     def read(self, L, coords: list[list]) -> list[N.Expr]:
-        """The elements at tile coordinates `coords` (row, column), by ordinary shared loads of the
-        atoms (element index in `buf`: the aligned start's distance from the buffer's, plus the
-        element's offset in the atoms)."""
-        raw = L.tmp(TN.SharedAddress(self.buf, N.Const(0, INDEX)), "smem")
-        skew = L.tmp(N.Cast(N.BinOp("rshift", N.BinOp("sub", self.base, raw, U32), N.Const(1, U32), U32), I32),
-                     "askew")
+        """The elements at tile coordinates `coords` (row, column), by ordinary shared loads of the atoms."""
+        skew = atom_skew(L, self.buf, self.base)
         dtype = self.buf.type.dtype  # type: ignore[attr-defined]
-        return [L.tmp(L.smem_load(self.buf, iadd(skew, iadd(atom128_offset(r, ishr(c, 3), self.shape[0]),
-                                                             iand(c, 7))), dtype), "aswz")
+        return [L.tmp(L.smem_load(self.buf, atom_element(skew, r, c, self.shape[0]), dtype), "aswz")
                 for r, c in coords]
+
+
+def atom_skew(L, buf: N.Expr, base: N.Expr) -> N.Expr:
+    """Elements from the start of `buf` (16-bit) to its 1024-byte-aligned start `base` (u32 addresses)."""
+    raw = L.tmp(TN.SharedAddress(buf, N.Const(0, INDEX)), "smem")
+    return L.tmp(N.Cast(N.BinOp("rshift", N.BinOp("sub", base, raw, U32), N.Const(1, U32), U32), I32), "askew")
+
+
+def atom_element(skew: N.Expr, r, c, rows: int):
+    """Element index in the buffer of tile element (r, c) of a tile of `rows` rows in the atoms."""
+    return iadd(skew, iadd(atom128_offset(r, ishr(c, 3), rows), iand(c, 7)))

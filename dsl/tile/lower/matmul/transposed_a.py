@@ -14,8 +14,7 @@ the H200 ran for attention's V (MN-major B).
 from __future__ import annotations
 
 from dsl.ir import nodes as N
-from dsl.ir import tile_nodes as TN
-from dsl.ir.types import BF16, F16, I32, INDEX, U32
+from dsl.ir.types import BF16, F16, I32, U32
 from dsl.tile import ir as T
 from dsl.tile.lower.copies import fence_proxy_async
 from dsl.tile.lower.layout import FragLayout, c32, iadd, iand, imul, ir32, ishr
@@ -23,10 +22,8 @@ from dsl.tile.lower.matmul.fragments import pack_pairs
 from dsl.tile.lower.matmul.mma_sync import atom128_offset
 from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, wgmma_b_operand, wgmma_stage
 from dsl.tile.lower.matmul.stages import aligned_base
+from dsl.tile.lower.matmul.swizzled import ATOM_BYTES, atom_element, atom_skew
 from dsl.tile.lower.matmul.wgmma import SWIZZLE_128B, descriptor_at, start_field
-
-ATOM_BYTES = 128            # one swizzle row: 64 elements of 16 bits
-
 
 class TransposedA:
     """x^T waiting in shared memory as wgmma's MN-major A operand (x: `shape` = (K, M)); `wg_base`:
@@ -82,8 +79,6 @@ def stage_transposed(L, e: T.Matmul, x: T.TExpr) -> TransposedA:
     v = L.concrete(L.expr(x))
     buf = wgmma_stage(L, x.type.dtype, k * m + STAGE_SLACK_ELEMS, ("AT", id(e)))
     base = aligned_base(L, buf, "atswz")
-    raw = L.tmp(TN.SharedAddress(buf, N.Const(0, INDEX)), "smem")
-    skew = L.tmp(N.Cast(N.BinOp("rshift", N.BinOp("sub", base, raw, U32), N.Const(1, U32), U32), I32), "atskew")
     if L.T > 128:
         L.sync()
     lay = v.layout
@@ -103,8 +98,9 @@ def stage_transposed(L, e: T.Matmul, x: T.TExpr) -> TransposedA:
                 (word,) = pack_pairs(L, v.elems[i:i + 2], x.type.dtype)
                 L.asm("st.shared.b32", [L.tmp(at, "atst"), word])
             return
+        skew = atom_skew(L, buf, base)
         for el, (r, c) in zip(v.elems, coords):
-            L.smem_store(buf, iadd(skew, iadd(atom128_offset(r, ishr(c, 3), k), iand(c, 7))), el)
+            L.smem_store(buf, atom_element(skew, r, c, k), el)
     L.guarded(owner, write)
     fence_proxy_async(L)
     L.sync()

@@ -6,8 +6,6 @@ shared memory too (KB_TILE_WGMMA_A=shared, matmul/shared_a.py) the product is wg
 """
 from __future__ import annotations
 
-import functools
-
 from dsl.ir import nodes as N
 from dsl.ir.types import F32, I32, U32, TupleType
 from dsl.tile import ir as T
@@ -77,12 +75,13 @@ def _b_descriptor(L, base: N.Expr, ks: int, kmajor: bool, rows: int, held: bool)
     variable kept in swizzle atoms for the whole kernel, whose loop-invariant descriptors are made
     where they are used (wgmma.desc) rather than hoisted, a 64-bit register each, out of the loop; a
     stage of a pipeline or ring moves every iteration, and its descriptors stay plain arithmetic."""
-    make = functools.partial(descriptor_at, L, start_field(L, base)) if held else \
-        (lambda off, lbo, sbo, mode: matrix_descriptor(L, N.BinOp("add", base, N.Const(off, U32), U32), lbo, sbo, mode))
     if kmajor:      # B = K^T: n = rows, k = cols; 16 elements of k are 32 bytes of a 128-byte row
-        return make((ks // 4) * rows * 128 + (ks % 4) * 32, 16, 8 * 128, SWIZZLE_128B)
-    # B = V: k = rows (16 of them a step), n = cols in panels of 64 (LBO apart)
-    return make(ks * 16 * 128, rows * 128, 8 * 128, SWIZZLE_128B)
+        off, lbo = (ks // 4) * rows * 128 + (ks % 4) * 32, 16
+    else:           # B = V: k = rows (16 of them a step), n = cols in panels of 64 (LBO apart)
+        off, lbo = ks * 16 * 128, rows * 128
+    if held:
+        return descriptor_at(L, start_field(L, base), off, lbo, 8 * 128, SWIZZLE_128B)
+    return matrix_descriptor(L, N.BinOp("add", base, N.Const(off, U32), U32), lbo, 8 * 128, SWIZZLE_128B)
 
 
 def _fence(L, acc_vars: list[N.Var], a_regs: list[list[N.Expr]]) -> tuple[list[N.Expr], list[list[N.Expr]]]:
