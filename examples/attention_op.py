@@ -6,7 +6,9 @@ typed error before anything runs), and the same kernels under jax.custom_vjp.
     python examples/attention_op.py            # GPU when present, else the CPU simulator (says which)
 
 The kernels are examples/flash_attention.py's `flash_fwd_lse` (output and each query row's log-sum-exp)
-and examples/flash_attention_bwd.py's three backward kernels. The ops take (B, H, S, D) tensors, work
+and examples/flash_attention_bwd.py's three backward kernels, or, where it is faster (sm_90, D128, S a
+multiple of 128) and determinism is not asked for, the fused backward of
+examples/flash_attention_bwd_fused.py (`backward_form`). The ops take (B, H, S, D) tensors, work
 on their (B*H*S, D) row stacks (a view of a contiguous tensor) and keep O and the gradients in f32,
 as the kernels write them; `scaled_dot_product_attention` casts the result to the inputs' dtype, as
 SDPA returns it. CUDA tensors launch on torch's current stream (capturable in CUDA graphs); CPU tensors
@@ -27,6 +29,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 import flash_attention as fwd  # noqa: E402  (sibling examples, not a package)
 import flash_attention_bwd as bwd  # noqa: E402
+import flash_attention_bwd_fused as fused  # noqa: E402
 
 from bridge import DTypeError, ShapeRelationError  # noqa: E402
 
@@ -102,6 +105,17 @@ def _on_warpgroup_mma(t: Any) -> bool:
     return bool(t.is_cuda) and fwd.on_warpgroup_mma()
 
 
+def backward_form(q: Any, seq: int) -> str | None:
+    """The fused backward's form (examples/flash_attention_bwd_fused.py: dQ added atomically, so its last
+    bits depend on the order blocks run in) where it is the faster backward for q's head dim and length on
+    this GPU, else None: the two-kernel backward, which is also what runs, bit for bit repeatable, under
+    torch.use_deterministic_algorithms(True)."""
+    import torch
+    if torch.are_deterministic_algorithms_enabled():
+        return None
+    return fused.pick_form(q.shape[-1], seq, _on_warpgroup_mma(q))
+
+
 def define_torch_ops() -> Any:
     """Register kb_attention::forward and ::backward (once per process) and return torch.ops.kb_attention."""
     import torch
@@ -134,8 +148,11 @@ def define_torch_ops() -> Any:
         delta = torch.empty((b * h * s,), dtype=torch.float32, device=q.device)
         dq, dk, dv = new
         rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o, dout)]
-        steps = bwd.launch_args(*rows, _view(lse.reshape(-1)), _view(delta),
-                                *(_view(x.reshape(-1, d)) for x in new), s, causal, scale, group=group)
+        form = backward_form(q, s)
+        more = {"group": group} if form is None else {"group": group, **fused.form_options(form)}
+        steps = (bwd if form is None else fused).launch_args(*rows, _view(lse.reshape(-1)), _view(delta),
+                                                             *(_view(x.reshape(-1, d)) for x in new), s, causal,
+                                                             scale, **more)
         _run(steps, [q, k, v, o, dout, lse, delta, *new])
         return dq, dk, dv
 
@@ -276,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             refs = [ref.detach()] + [x.grad for x in x64]
             worst = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(ours, refs))
             print(f"{'GPU' if gpu else 'simulator'} {tuple(shape)} H_kv {kv_heads} {dtype} causal={causal}: max "
-                  f"relative error of O, dQ, dK, dV against autograd of SDPA in float64: {worst:.2e}")
+                  f"relative error of O, dQ, dK, dV against autograd of SDPA in float64: {worst:.2e} (backward: "
+                  f"{backward_form(q, s) or 'two kernels'})")
             assert worst < tol, worst
     print("ran on the GPU" if gpu else "ran on the CPU simulator" + ("" if args.simulate else
                                                                      f" (no GPU: {bridge.gpu_unavailable_reason()})"))

@@ -112,6 +112,11 @@ LADDER: dict[str, dict | None] = {
 # the forms that choose their own tiles (else pick_tiles' on 4 warps): 128 key rows on two warpgroups halve
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128
 TILES: dict[str, tuple[int, int, int]] = {form: WIDE for form in LADDER if form.startswith("128x64 w8")}
+# The form a caller gets by default (pick_form), by head dim, where it is measured faster than the two-kernel
+# backward on warpgroup MMA: at D128 the 8-warp K V swizzled form, 320.6 / 309.5 TFLOP/s full / causal against
+# the two kernels' 224.7 causal (bf16 B4 H16 S4096, H100, 2026-12-05; docs/results/gpu_runs_2026-12-05_1147-1152).
+# Other head dims keep the two kernels (their fused forms not yet measured faster).
+FASTEST: dict[int, str] = {128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled"}
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",
            "128x64 w8, TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled")       # the forms main() and the GPU tests run
 
@@ -119,6 +124,17 @@ CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring +
 def form_options(form: str) -> dict:
     """launch_args' (and forward_and_backward's) `lowering` and `tiles` of LADDER form `form`."""
     return {"lowering": LADDER[form], "tiles": TILES.get(form)}
+
+
+def pick_form(d: int, seq: int, wgmma: bool) -> str | None:
+    """The LADDER form a caller should run the fused backward in for head dim `d` and length `seq`, or None
+    where the two-kernel backward is the faster choice (or the only one: FASTEST's tiles must divide seq).
+    `wgmma`: the kernels run their products on warpgroup MMA (flash_attention.on_warpgroup_mma)."""
+    form = FASTEST.get(d) if wgmma else None
+    if form is None:
+        return None
+    own, stream, _ = TILES[form]
+    return form if seq > 0 and seq % own == 0 and seq % stream == 0 else None
 
 
 def fused_kernel(lowering: dict | None = None, warps: int | None = None) -> Any:

@@ -47,6 +47,38 @@ def test_drop_in_matches_sdpa_forward_and_backward_in_float64(torch, d, causal):
         assert relative(ours.double(), theirs.grad) < TOL
 
 
+def test_the_fused_backward_is_picked_only_where_it_is_measured_faster(torch):
+    fastest = A.fused.FASTEST[128]
+    assert A.fused.pick_form(128, 256, wgmma=True) == fastest
+    assert A.fused.pick_form(128, 320, wgmma=True) is None        # its 128-row key blocks do not divide 320
+    assert A.fused.pick_form(64, 256, wgmma=True) is None         # D64: the two kernels
+    assert A.fused.pick_form(128, 256, wgmma=False) is None       # no warpgroup MMA: the two kernels
+    q = torch.zeros((1, 1, 256, 128))
+    assert A.backward_form(q, 256) is None                         # CPU tensors: the simulator's two kernels
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_ops_fused_backward_matches_sdpa_in_float64(torch, monkeypatch, causal):
+    """The op's backward as it runs on sm_90 at D128 (the fused kernel in its FASTEST form, 128 key rows
+    a block on 8 warps, dQ added atomically), here on the simulator: grouped-query, against float64."""
+    monkeypatch.setattr(A, "_on_warpgroup_mma", lambda t: True)
+    launched, real = [], A.fused.launch_args
+    monkeypatch.setattr(A.fused, "launch_args", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(21 + causal)
+    q, k, v = (torch.randn((1, h, 128, 128), generator=g).requires_grad_() for h in (2, 1, 1))
+    assert A.backward_form(q, 128) == A.fused.FASTEST[128]
+    w = torch.randn(q.shape, generator=g)
+    out = A.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    (out * w).sum().backward()
+    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=True)
+    (ref * w.double()).sum().backward()
+    assert [kw["tiles"] for kw in launched] == [A.fused.WIDE]
+    for ours, theirs in zip((q.grad, k.grad, v.grad), x64):
+        assert ours.shape == theirs.shape and relative(ours.double(), theirs.grad) < TOL
+
+
 @pytest.mark.parametrize("kv_heads", [2, 1], ids=["gqa", "mqa"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_drop_in_grouped_query_attention_matches_sdpa_enable_gqa_in_float64(torch, kv_heads, causal):

@@ -73,6 +73,46 @@ def test_grouped_query_drop_in_matches_float64_autograd_on_gpu(cuda_torch, causa
         assert x.grad.shape == r.grad.shape and relative(x.grad, r.grad) < TOL["bfloat16"]
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_backward_is_the_default_at_d128_and_matches_float64_autograd(cuda_torch, causal):
+    """D128 with S a multiple of 128 on sm_90: the op's backward is the fused one (dQ added atomically),
+    grouped-query (H 4 on H_kv 2), bf16, against autograd of SDPA in float64."""
+    torch = cuda_torch
+    g = torch.Generator(device="cuda").manual_seed(11 + causal)
+    q, k, v = (torch.randn((2, h, 384, 128), device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+               for h in (4, 2, 2))
+    expected = A.fused.FASTEST[128] if A.fwd.on_warpgroup_mma() else None
+    assert A.backward_form(q, 384) == expected
+    w = torch.randn(q.shape, device="cuda", dtype=torch.float64, generator=g)
+    out = A.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    (out.double() * w).sum().backward()
+    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=True)
+    (ref * w).sum().backward()
+    for x, r in zip((q, k, v), x64):
+        assert x.grad.shape == r.grad.shape and relative(x.grad, r.grad) < TOL["bfloat16"]
+
+
+def test_deterministic_algorithms_run_the_two_kernel_backward_bit_for_bit(cuda_torch):
+    """Under torch.use_deterministic_algorithms(True) the op leaves the fused backward (its atomic dQ
+    adds make the last bits depend on block order): two backward passes give identical gradients."""
+    torch = cuda_torch
+    q, k, v = make(torch, (1, 4, 384, 128), "bfloat16", seed=12)
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert A.backward_form(q, 384) is None
+        grads = []
+        for _ in range(2):
+            out = A.scaled_dot_product_attention(q, k, v, is_causal=True)
+            grads.append(torch.autograd.grad(out.float().square().sum(), (q, k, v)))
+    finally:
+        torch.use_deterministic_algorithms(before)
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    assert float(grads[0][0].abs().max()) > 0
+
+
 def test_compiled_with_inductor_fullgraph_equals_eager(cuda_torch):
     torch = cuda_torch
     q, k, v = make(torch, (1, 2, 256, 128), "bfloat16", seed=2)
