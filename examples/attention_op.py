@@ -130,8 +130,8 @@ def define_torch_ops() -> Any:
         o = torch.empty((b, h, s, d), dtype=torch.float32, device=q.device)
         lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
         rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o)]
-        args = fwd.launch_args_lse(*rows, _view(lse.reshape(-1)), s, causal, scale, group=group)
-        _run([(fwd.lse_kernel(d, _on_warpgroup_mma(q)), args)], [q, k, v, o, lse])
+        _run([fwd.lse_launch(*rows, _view(lse.reshape(-1)), s, causal, scale, group=group,
+                             wgmma=_on_warpgroup_mma(q))], [q, k, v, o, lse])
         return o, lse
 
     @forward.register_fake
@@ -221,13 +221,14 @@ def jax_attention(causal: bool, scale: float | None = None) -> Any:
     def calls(q, k):
         b, h, s, d, group = check_inputs(q, k, k)
         rows, kv_rows, sc = b * h * s, b * (h // group) * s, float(scale if scale is not None else d ** -0.5)
-        standin = np.broadcast_to(np.float32(0), (rows, d))          # shape only: the tiles launch_args picks
-        picked = fwd.launch_args(standin, standin, standin, standin, s, causal)
-        bm, bn = picked[3].tile_shape[0], picked[6]
+        standin = np.broadcast_to(np.float32(0), (rows, d))          # shape only: the kernel and tiles it picks
+        wgmma = fwd.on_warpgroup_mma()             # the variants the torch ops launch (lse_launch, kernels_for)
+        lse_kernel, picked = fwd.lse_launch(standin, standin[:kv_rows], standin[:kv_rows], standin, standin[:, 0],
+                                            s, causal, group=group, wgmma=wgmma)
+        bm, bn = picked[3].tile_shape[0], picked[7]
         own, stream = bwd.pick_tiles(d, s)
-        wgmma = fwd.on_warpgroup_mma()             # the variants the torch ops launch (lse_kernel, kernels_for)
         dkdv_kernel, dq_kernel = bwd.kernels_for(d, wgmma)
-        f = dsl.jax.kernel_call(fwd.lse_kernel(d, wgmma), out_shapes={"o": (rows, d), "lse": (rows,)},
+        f = dsl.jax.kernel_call(lse_kernel, out_shapes={"o": (rows, d), "lse": (rows,)},
                                 tiles={"o": (bm, d), "lse": (bm,)},
                                 static={"seq": s, "scale": sc, "bn": bn, "causal": causal, "group": group})
         pre = dsl.jax.kernel_call(bwd.attn_bwd_preprocess, out_shapes={"delta": (rows,)},

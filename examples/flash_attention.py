@@ -153,16 +153,18 @@ def tile_choices(d: int, tensor_cores: bool | None = None, wgmma: bool | None = 
 
 
 def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale: float | None = None,
-                tensor_cores: bool | None = None, wgmma: bool | None = None, group: int = 1) -> tuple:
+                tensor_cores: bool | None = None, wgmma: bool | None = None, group: int = 1,
+                tiles: tuple[int, int] | None = None) -> tuple:
     """flash_fwd's arguments for (B*H*S, D) row stacks q, k, v and the f32 output `out` of q's shape.
     `group`: query heads per key/value head (grouped-query attention: k and v are (B*H_kv*S, D) with
     H = group * H_kv; the caller, who knows H, checks that group divides it).
     `tensor_cores`: pick the tiles of the tensor-core lowering (default: unless KB_TILE_TC_MATMUL=0);
-    `wgmma`: those of its sm_90 warpgroup MMA (default: on an sm_90+ GPU unless KB_TILE_WGMMA_PRODUCTS=0)."""
+    `wgmma`: those of its sm_90 warpgroup MMA (default: on an sm_90+ GPU unless KB_TILE_WGMMA_PRODUCTS=0);
+    `tiles`: (query rows, key rows) instead of those (a variant's own, e.g. lse_launch's 128 x 128)."""
     rows, d = q.shape
     if d not in TILES:
         raise ValueError(f"q: head dim {d} not supported (expected one of {sorted(TILES)})")
-    choices = tile_choices(d, tensor_cores, wgmma)
+    choices = (tuple(tiles),) if tiles is not None else tile_choices(d, tensor_cores, wgmma)
     fits = [(bm, bn) for bm, bn in choices if seq % bm == 0 and seq % bn == 0]
     if seq <= 0 or rows % seq or not fits:
         raise ValueError(f"q: {rows} rows of sequences of {seq}: expected whole sequences whose length is a "
@@ -221,6 +223,26 @@ def lse_kernel(d: int, wgmma: bool) -> Any:
     return variant(flash_fwd_lse, SM90_CANDIDATES[d][0][3] if wgmma and d == 128 else None)
 
 
+# The log-sum-exp forward's form on warpgroup MMA where the ladder's 128 x 128 rung beats lse_kernel's (full
+# attention at D128: 592.3 against 517 TFLOP/s, bf16 B4 H16 S4096, H200, 2026-12-04; causal, 435.0 against 441,
+# keeps lse_kernel's): (query rows, key rows), warps, lowering
+LSE_WIDE = ((128, 128), 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24", **_FAST})
+
+
+def lse_launch(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool, scale: float | None = None,
+               group: int = 1, wgmma: bool | None = None) -> tuple[Any, tuple]:
+    """(kernel, arguments) of the log-sum-exp forward a caller should launch (the SDPA drop-in, the backward
+    examples): LSE_WIDE's 128 x 128 tiles on a producer warpgroup for full attention at D128 on warpgroup
+    MMA when they divide seq, else lse_kernel on launch_args_lse's tiles. Checked as launch_args_lse."""
+    on = on_warpgroup_mma(wgmma)
+    d = q.shape[1]
+    (bm, bn), warps, lowering = LSE_WIDE
+    if on and d == 128 and not causal and seq > 0 and seq % bm == 0 and seq % bn == 0:
+        args = launch_args_lse(q, k, v, out, lse, seq, causal, scale, group=group, tiles=(bm, bn))
+        return variant(flash_fwd_lse, lowering, warps), args
+    return lse_kernel(d, on), launch_args_lse(q, k, v, out, lse, seq, causal, scale, wgmma=on, group=group)
+
+
 def tuned_configs(q: Any, seq: int, causal: bool, group: int = 1, arch: str | None = None) -> list:
     """flash_fwd's tile.Config candidates for these inputs: the default first (what KB_AUTOTUNE=0 and the
     simulator run), then on sm_90 the SM90_CANDIDATES whose tiles divide `seq`."""
@@ -266,10 +288,10 @@ def flash_fwd_tuned(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, sc
 
 def launch_args_lse(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool,
                     scale: float | None = None, tensor_cores: bool | None = None, wgmma: bool | None = None,
-                    group: int = 1) -> tuple:
+                    group: int = 1, tiles: tuple[int, int] | None = None) -> tuple:
     """flash_fwd_lse's arguments: launch_args' with the f32 log-sum-exp `lse` of shape (B*H*S,) beside
     `out`, cut into the query tiles' rows."""
-    args = launch_args(q, k, v, out, seq, causal, scale, tensor_cores, wgmma, group)
+    args = launch_args(q, k, v, out, seq, causal, scale, tensor_cores, wgmma, group, tiles)
     rows = q.shape[0]
     if tuple(lse.shape) != (rows,):
         raise ValueError(f"lse: expected shape {(rows,)} (one value per query row), got {tuple(lse.shape)}")

@@ -300,8 +300,8 @@ def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bo
         def new(*shape):
             return torch.full(shape, float("nan"), device=q.device, dtype=torch.float32)
     o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
-    fwd_args = fwd.launch_args_lse(q, k, v, o, lse, seq, causal, group=group)
-    lse_kernel = fwd.lse_kernel(d, not simulate and fwd.on_warpgroup_mma())
+    lse_kernel, fwd_args = fwd.lse_launch(q, k, v, o, lse, seq, causal, group=group,
+                                          wgmma=not simulate and fwd.on_warpgroup_mma())
     (lse_kernel.simulate if simulate else lse_kernel)(*fwd_args)
     run((steps or launch_args)(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, group=group), simulate)
     return o, dq, dk, dv

@@ -164,3 +164,45 @@ def test_the_lse_variant_matches_float64_in_the_lowered_sm90_simulator_and_assem
     ptx = kern.compile(args, "sm_90").ptx
     assert "cp.async.bulk.tensor" in ptx and "ex2.approx.ftz" in ptx
     assert spill_bytes(ptxas_verbose(ptx, "sm_90", tmp_path)) == 0
+
+
+def test_lse_launch_takes_the_wide_producer_form_only_for_full_attention_at_d128():
+    """lse_launch: LSE_WIDE (128 x 128 tiles, 8 warps, a producer warpgroup) for full attention at D128 on
+    warpgroup MMA when 128 divides seq; causal, other head dims, other lengths and no warpgroup MMA keep
+    lse_kernel on launch_args_lse's tiles."""
+    def pick(d, seq, causal, wgmma):
+        rows = 2 * seq
+        x, o, lse = np.zeros((rows, d), np.float32), np.zeros((rows, d), np.float32), np.zeros(rows, np.float32)
+        kern, args = FA.lse_launch(x, x, x, o, lse, seq, causal, wgmma=wgmma)
+        return kern, args[3].tile_shape[0], args[4].tile_shape, args[7]
+    (bm, bn), warps, lowering = FA.LSE_WIDE
+    kern, rows, lse_tile, keys = pick(128, 256, False, True)
+    assert (rows, lse_tile, keys) == (bm, (bm,), bn) and kern.num_warps == warps
+    assert kern.pyfunc is FA.flash_fwd_lse.pyfunc and dict(kern.lowering) == lowering
+    for d, seq, causal, wgmma in ((128, 256, True, True), (64, 256, False, True), (128, 320, False, True),
+                                  (128, 256, False, False)):
+        kern, rows, _, _ = pick(d, seq, causal, wgmma)
+        assert kern is FA.lse_kernel(d, wgmma), (d, seq, causal, wgmma)
+        assert rows != bm or d == 64, (d, seq, causal, wgmma)
+
+
+@pytest.mark.slow
+def test_the_wide_lse_form_matches_float64_in_the_lowered_sm90_simulator_and_assembles_without_spills(rng, tmp_path):
+    """O and the log-sum-exp of LSE_WIDE (what the SDPA drop-in launches for full attention at D128 on
+    sm_90) through the CPU semantics of its PTX, bf16 inputs, two heads of 256."""
+    import ml_dtypes
+    from ptxas_kit import ptxas_verbose, spill_bytes
+    seq, d = 256, 128
+    q, k, v = (rng.standard_normal((2 * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    o, lse = np.full((2 * seq, d), np.nan, np.float32), np.full(2 * seq, np.nan, np.float32)
+    kern, args = FA.lse_launch(q, k, v, o, lse, seq, False, wgmma=True)
+    assert kern.num_warps == 8
+    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    q64, k64 = (x.astype(np.float64).reshape(2, seq, d) for x in (q, k))
+    s = q64 @ k64.transpose(0, 2, 1) / np.sqrt(d)
+    want_lse = (s.max(-1) + np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1))).reshape(-1)
+    np.testing.assert_allclose(o, attention64(q, k, v, seq, False), rtol=0, atol=1e-2)
+    np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-2)
+    ptx = kern.compile(args, "sm_90").ptx
+    assert "setmaxnreg" in ptx and "cp.async.bulk.tensor" in ptx
+    assert spill_bytes(ptxas_verbose(ptx, "sm_90", tmp_path)) == 0
