@@ -137,12 +137,14 @@ def rel_err(got, want) -> float:
                for g, w in zip(got, want))
 
 
-def backward_cases(rep: Any, torch, reps: int, sweep: bool) -> list[str]:
-    """Time ours and SDPA's backends at BWD_SHAPES, causal and not; rows into `rep`; returns failures."""
+def backward_cases(rep: Any, torch, reps: int, sweep: bool, head_dims: list[int] | None = None) -> list[str]:
+    """Time ours and SDPA's backends at BWD_SHAPES (with `head_dims`: B4 H16 S4096 at those), causal and
+    not; rows into `rep`; returns failures."""
     bwd = load_backward()
     fused = load_backward("flash_attention_bwd_fused")
     failed: list[str] = []
-    for b, h, s, d in BWD_SHAPES:
+    shapes = BWD_SHAPES if head_dims is None else [(4, 16, 4096, d) for d in head_dims]
+    for b, h, s, d in shapes:
         g = torch.Generator(device="cuda").manual_seed(s + d + 1)
         q, k, v, dout = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
         for causal in (False, True):

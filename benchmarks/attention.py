@@ -56,6 +56,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--backward", action="store_true", help="also time the backward (BWD_SHAPES)")
     ap.add_argument("--backward-only", action="store_true", help="time the backward alone")
     ap.add_argument("--bwd-sweep", action="store_true", help="with the backward, also time the BWD_SWEEP tiles")
+    ap.add_argument("--bwd-head-dims", default="128", help="comma list of the backward's head dims (B4 H16 S4096)")
     ap.add_argument("--ladder", action="store_true", help="also time the forward's TMA-ring ladder vs SDPA cuDNN")
     ap.add_argument("--ladder-only", action="store_true", help="time the ladder alone")
     ap.add_argument("--gqa", action="store_true", help="also time grouped-query attention (H_kv = H/8)")
@@ -173,7 +174,8 @@ def main() -> int:
                 rep.checkpoint(args.json)
         if args.backward or args.backward_only or args.bwd_sweep:
             from _attention_bwd import backward_cases
-            failed += backward_cases(rep, torch, reps=3 if args.quick else 5, sweep=args.bwd_sweep)
+            dims = [int(x) for x in args.bwd_head_dims.split(",") if x]
+            failed += backward_cases(rep, torch, reps=3 if args.quick else 5, sweep=args.bwd_sweep, head_dims=dims)
             rep.checkpoint(args.json)
         if args.ladder or args.ladder_only:
             from _attention_ladder import ladder_cases
