@@ -82,9 +82,12 @@ def rung_call(fa, tile, label: str, q, k, v, out, s: int, d: int, causal: bool) 
     return kern, args
 
 
-def ladder_cases(rep: Any, torch, fa, reps: int, quick: bool) -> list[str]:
-    """Time every rung and SDPA's flash and cuDNN backends at SHAPES (S4096 D128 only when `quick`),
-    causal and not; rows into `rep`, the table printed; returns the failures."""
+def ladder_cases(rep: Any, torch, fa, reps: int, quick: bool, rungs: list[str] | None = None) -> list[str]:
+    """Time every rung (or those of `rungs`) and SDPA's flash and cuDNN backends at SHAPES (S4096 D128 only
+    when `quick`), causal and not; rows into `rep`, the table printed; returns the failures."""
+    unknown = [r for r in rungs or () if r not in LADDER]
+    if unknown:
+        raise ValueError(f"--ladder-rungs: unknown {unknown}; expected labels of {list(LADDER)}")
     from _attention_bwd import sdpa_forward_peers
 
     from dsl import tile
@@ -97,7 +100,7 @@ def ladder_cases(rep: Any, torch, fa, reps: int, quick: bool) -> list[str]:
         for causal in (False, True):
             case = f"S{s} D{d} {'causal' if causal else 'full'}"
             fns, ref = sdpa_forward_peers(rep, f"ladder {case}", q, k, v, causal)
-            for label in LADDER:
+            for label in rungs or LADDER:
                 out = torch.full((b * h * s, d), float("nan"), device="cuda")
                 try:
                     kern, args = rung_call(fa, tile, label, *flat, out, s, d, causal)

@@ -59,6 +59,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--bwd-head-dims", default="128", help="comma list of the backward's head dims (B4 H16 S4096)")
     ap.add_argument("--ladder", action="store_true", help="also time the forward's TMA-ring ladder vs SDPA cuDNN")
     ap.add_argument("--ladder-only", action="store_true", help="time the ladder alone")
+    ap.add_argument("--ladder-rungs", default="", help="comma list of ladder labels to time (default: all)")
     ap.add_argument("--gqa", action="store_true", help="also time grouped-query attention (H_kv = H/8)")
     ap.add_argument("--gqa-only", action="store_true", help="time grouped-query attention alone")
     ap.add_argument("--varlen", action="store_true", help="also time variable-length (cu_seqlens) attention")
@@ -179,7 +180,8 @@ def main() -> int:
             rep.checkpoint(args.json)
         if args.ladder or args.ladder_only:
             from _attention_ladder import ladder_cases
-            failed += ladder_cases(rep, torch, fa, reps=3 if args.quick else 5, quick=args.quick)
+            rungs = [x.strip() for x in args.ladder_rungs.split(",") if x.strip()] or None
+            failed += ladder_cases(rep, torch, fa, reps=3 if args.quick else 5, quick=args.quick, rungs=rungs)
             rep.checkpoint(args.json)
         if args.gqa or args.gqa_only:
             from _attention_gqa import gqa_cases
