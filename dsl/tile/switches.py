@@ -53,6 +53,10 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # of keeping cp.async; built 2026-12-05 and checked in the lowered simulator, not yet run on a GPU
     # (a ring a consumer issued there hung on the H200), so off
     "ws_chain": ("KB_TILE_WS_CHAIN", None, False),
+    # element loads of arrays the kernel never writes issued where the program wrote the tile.load, not at
+    # their first use (lower/anchors.py): ahead of a product's wait, so their latency overlaps it; longer
+    # lived registers, so a kernel asks for it
+    "early_loads": ("KB_TILE_EARLY_LOADS", None, False),
 }
 
 
@@ -120,4 +124,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("wgmma_slices",) if s["wgmma_slices"] else ()) + \
         (() if s["nc_loads"] else ("no_nc_loads",)) + \
         (("tma_store",) if s["tma_store"] else ()) + \
-        (("ws_chain",) if s["ws_chain"] else ())
+        (("ws_chain",) if s["ws_chain"] else ()) + \
+        (("early_loads",) if s["early_loads"] else ())

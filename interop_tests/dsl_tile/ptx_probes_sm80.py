@@ -463,4 +463,5 @@ def probes() -> list[Probe]:
         _mma_packed("m16n8k32", "e5m2", "e4m3"), _mma_elements("f16"), _mma_elements("bf16"),
         _named_barrier(), _vector_run(F16, 8, True), _vector_run(BF16, 2, False), _vector_run(F32, 4, False),
         _vector_run(U32, 2, True), _vector_run(F64, 2, True), _vector_run(I64, 2, False),
+        _vector_run(F32, 1, True), _vector_run(F64, 1, False),
     ]

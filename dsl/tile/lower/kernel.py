@@ -12,6 +12,7 @@ from dsl.ir import nodes as N
 from dsl.ir.types import BF16, BOOL, F16, F32, I32, INDEX, ArrayType, ScalarType
 from dsl.tile import ir as T
 from dsl.tile.ptx.table import instruction
+from dsl.tile.lower.anchors import early_element, emit_early
 from dsl.tile.lower.indexing import ElementIndex
 from dsl.tile.lower.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
                              flat_of, iadd, imul, ir32, strides)
@@ -37,7 +38,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  tf32_transpose: bool = False, loop_pipeline: str = "cp.async", loop_stages: int = 2,
                  setmaxnreg: str = "off", product_overlap: bool = False, wgmma_a: str = "registers",
                  wgmma_slices: bool = False, nc_loads: bool = True, tma_store: bool = False,
-                 ws_chain: bool = False) -> None:
+                 ws_chain: bool = False, early_loads: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -68,6 +69,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.nc_loads = nc_loads                # read-only arrays' vector loads through ld.global.nc (runs.py)
         self.tma_store = tma_store              # sm_90 accumulator stores through TMA (store_tma.py)
         self.ws_chain = ws_chain                # later loops share a ws kernel's ring (ring_ws.chained_loops)
+        self.early_loads = early_loads          # element loads of read-only arrays where written (anchors.py)
         self.store_maps: dict[str, tuple] = {}   # array name -> (its TMA-copy tensor map parameter, box)
         self.staging_slabs: dict[tuple[int, int], int] = {}   # persistent TMA stores: slabs staged a round
         self.after_tiles: list = []             # emitters run once after the tile program (or a persistent loop)
@@ -596,18 +598,30 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         shape = e.type.shape
         dt = e.type.dtype
         arr = self.pref(e.param)
-        base = [self.scalar(i) for i in e.index]
+        early = self.early_loads and not arr.type.writable and dt.itemsize in (4, 8)
+        # early: the indices are made with the elements, so that emit_early can move both up together
+        base = None if early else [self.scalar(i) for i in e.index]
 
-        def make(coords_list: list) -> list[N.Expr]:
+        def index() -> list[N.Expr]:
+            return base if base is not None else [self.scalar(i) for i in e.index]
+
+        def elements(coords_list: list) -> list[N.Expr]:
+            base = index()
             out = []
             at = ElementIndex(self, base, shape, coords_list)   # elements of one lane expression share a base
             for coords in coords_list:
                 gidx, cond = at.element(arr, base, shape, coords)
+                if early:                       # an access the compiler keeps where emit_early puts it
+                    out.append(early_element(self, arr, gidx, cond, e.padding, dt))
+                    continue
                 ld = N.Load(arr, gidx, "none", 0, dt, e.loc)
                 out.append(self.tmp(N.IfExp(cond, ld, N.Const(e.padding, dt), dt), "ld"))
             return out
-        return LV("L", shape, dt, [], make=make, by_layout=lambda lay: load_runs(self, e, base) if lay == "D" else
-                  load_pairs(self, e, base, lay))
+
+        def make(coords_list: list) -> list[N.Expr]:
+            return emit_early(self, lambda: elements(coords_list)) if early else elements(coords_list)
+        return LV("L", shape, dt, [], make=make, by_layout=lambda lay: load_runs(self, e, index()) if lay == "D" else
+                  load_pairs(self, e, index(), lay))
 
     # ------------------------------------------------------------------------------ reductions
     def x_Reduce(self, e: T.Reduce) -> LV:

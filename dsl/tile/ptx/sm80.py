@@ -237,7 +237,8 @@ def _check_aligned(mach, addr: np.ndarray, nbytes: int) -> None:
 
 
 def ld_run(dtype, n: int) -> Callable:
-    """ld.global(.nc).vN under a predicate: args (address, predicate, padding) -> n element vectors."""
+    """ld.global(.nc).vN under a predicate: args (address, predicate, padding) -> n element vectors (one,
+    not a tuple, for n 1)."""
     dt = arith.np_dtype(dtype)
     nbytes = n * dt.itemsize
 
@@ -249,7 +250,7 @@ def ld_run(dtype, n: int) -> Callable:
             _check_aligned(mach, addr[on], nbytes)
             raw = mach.addresses.global_read(addr[on], nbytes)
             out[on] = np.ascontiguousarray(raw).view(dt).reshape(-1, n)
-        return tuple(out[:, i] for i in range(n))
+        return out[:, 0] if n == 1 else tuple(out[:, i] for i in range(n))
     return semantics(run, machine=True, per_thread=True)
 
 

@@ -193,10 +193,10 @@ _ROWS = (
               "one 32-bit register (two packed 16-bit values) to a 4-byte aligned global address"),
     PtxFamily("ld.global.run", _ld_run,
               lambda dtype, n, nc: ",".join(["=" + _run_regs(dtype)[0]] * n + ["l", "r", _run_regs(dtype)[0]]),
-              lambda dtype, n, nc: TupleType((dtype,) * n), True, 70, "sm80:ld_run",
-              "n elements of `dtype` (one 4-, 8- or 16-byte access, aligned to its width) from a global "
-              "address when the predicate is non-zero, else n copies of the padding (`nc`: through the "
-              "read-only cache)", ("dtype", "n", "nc"), ("dtype", "n")),
+              lambda dtype, n, nc: dtype if n == 1 else TupleType((dtype,) * n), True, 70, "sm80:ld_run",
+              "n elements of `dtype` (one access of their width, aligned to it; n 1: one 4- or 8-byte "
+              "element, not a tuple) from a global address when the predicate is non-zero, else n copies "
+              "of the padding (`nc`: through the read-only cache)", ("dtype", "n", "nc"), ("dtype", "n")),
     PtxFamily("st.global.run", _st_run, lambda dtype, n: ",".join(["l", "r"] + [_run_regs(dtype)[0]] * n), VOID,
               True, 70, "sm80:st_run", "n elements of `dtype` to a global address (one access aligned to "
               "its width) when the predicate is non-zero", ("dtype", "n"), ("dtype", "n")),
