@@ -6,8 +6,8 @@ typed error before anything runs), and the same kernels under jax.custom_vjp.
     python examples/attention_op.py            # GPU when present, else the CPU simulator (says which)
 
 The kernels are examples/flash_attention.py's `flash_fwd_lse` (output and each query row's log-sum-exp)
-and examples/flash_attention_bwd.py's three backward kernels, or, where it is faster (sm_90, D128, S a
-multiple of 128) and determinism is not asked for, the fused backward of
+and examples/flash_attention_bwd.py's three backward kernels, or, where it is faster (sm_90, D64 and
+D128, flash_attention_bwd_fused.FASTEST) and determinism is not asked for, the fused backward of
 examples/flash_attention_bwd_fused.py (`backward_form`). The ops take (B, H, S, D) tensors, work
 on their (B*H*S, D) row stacks (a view of a contiguous tensor) and keep O and the gradients in f32,
 as the kernels write them; `scaled_dot_product_attention` casts the result to the inputs' dtype, as

@@ -187,9 +187,12 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale:
 # + setmaxnreg + fp_fusion + ftz" 556 and 592 / 434-435): (query rows, key rows, warps, lowering) per
 # head dim, None for launch_args' own. D256 keeps the default: no wgmma tile fits it (above).
 # lse_kernel takes the first (launch_args' tiles).
+# The 128 x 128 rung with `ws_chain` (causal attention's diagonal loop on the producer's ring too, not on
+# cp.async): causal 486.1 against 463.5 TFLOP/s without it, 0.838x / 0.799x SDPA cuDNN, full unchanged (595.8 /
+# 596.3), the same run (bf16 B4 H16 S4096 D128, H100, 2026-12-05 13:45; docs/results/gpu_runs_2026-12-05_1342-1348)
 _FAST = {"fp_fusion": True, "ftz": True}
 SM90_CANDIDATES = {d: ((None, None, None, {"loop_pipeline": "tma", **_FAST}),
-                       (128, 128, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24", **_FAST}))
+                       (128, 128, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, **_FAST}))
                    for d in (64, 128)}
 # D64 also 64 x 64 with the TMA ring: tutorial 06's best D64 row (446.3 / 390.8 TFLOP/s f16, 2026-12-04),
 # the same loop as this kernel's

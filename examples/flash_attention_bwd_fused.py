@@ -116,10 +116,12 @@ LADDER: dict[str, dict | None] = {
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128
 TILES: dict[str, tuple[int, int, int]] = {form: WIDE for form in LADDER if form.startswith("128x64 w8")}
 # The form a caller gets by default (pick_form), by head dim, where it is measured faster than the two-kernel
-# backward on warpgroup MMA: at D128 the 8-warp K V swizzled form, 320.6 / 309.5 TFLOP/s full / causal against
-# the two kernels' 224.7 causal (bf16 B4 H16 S4096, H100, 2026-12-05; docs/results/gpu_runs_2026-12-05_1147-1152).
-# Other head dims keep the two kernels (their fused forms not yet measured faster).
-FASTEST: dict[int, str] = {128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled"}
+# backward on warpgroup MMA (bf16 B4 H16 S4096, H100, 2026-12-05 13:42-13:48, full / causal TFLOP/s, each head
+# dim one run; docs/results/gpu_runs_2026-12-05_1342-1348): D128, the 8-warp K V swizzled form with early loads,
+# 360.0 / 332.4 against the two kernels' 241.4 / 225.2 (and 317.3 / 309.1 without early loads); D64, the 4-warp
+# K V swizzled form, 211.9 / 195.6 against 196.9 / 179.4. D256 keeps the two kernels (no wgmma tile fits it).
+FASTEST: dict[int, str] = {128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads",
+                           64: "TMA ring + TMA reduce dQ, K V swizzled"}
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",
            "128x64 w8, TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled",
            "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads")       # the forms main() and the GPU tests run
@@ -137,8 +139,14 @@ def pick_form(d: int, seq: int, wgmma: bool) -> str | None:
     form = FASTEST.get(d) if wgmma else None
     if form is None:
         return None
-    own, stream, _ = TILES[form]
-    return form if seq > 0 and seq % own == 0 and seq % stream == 0 else None
+    if form in TILES:
+        own, stream, _ = TILES[form]
+        return form if seq > 0 and seq % own == 0 and seq % stream == 0 else None
+    try:
+        bwd.pick_tiles(d, seq, tensor_cores=True, wgmma=True)      # the form's tiles: the two-kernel backward's
+    except ValueError:
+        return None
+    return form
 
 
 def fused_kernel(lowering: dict | None = None, warps: int | None = None) -> Any:
