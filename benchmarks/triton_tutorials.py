@@ -153,7 +153,7 @@ def vector_add(b: Bench, rng: np.random.Generator) -> None:
     from dsl import tile
     # Every implementation writes the same output buffer: at the roofline where the address of the output
     # moves a kernel by up to 0.5% (H100, 2026-12-05: one kernel 268.5-269.8 us by which of three buffers it
-    # wrote; docs/results/gpu_runs_2026-12-05_1342-1348), separate buffers would time the allocations as well.
+    # wrote; docs/results/gpu_runs_2026-12-05_1340-1346), separate buffers would time the allocations as well.
     # Each check sets it back to NaN, so the next implementation's check sees only what that one wrote.
     out = nan_like(torch, (n,), torch.float32)
 

@@ -189,7 +189,7 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale:
 # lse_kernel takes the first (launch_args' tiles).
 # The 128 x 128 rung with `ws_chain` (causal attention's diagonal loop on the producer's ring too, not on
 # cp.async): causal 486.1 against 463.5 TFLOP/s without it, 0.838x / 0.799x SDPA cuDNN, full unchanged (595.8 /
-# 596.3), the same run (bf16 B4 H16 S4096 D128, H100, 2026-12-05 13:45; docs/results/gpu_runs_2026-12-05_1342-1348)
+# 596.3), the same run (bf16 B4 H16 S4096 D128, H100, 2026-12-05 13:43; docs/results/gpu_runs_2026-12-05_1340-1346)
 _FAST = {"fp_fusion": True, "ftz": True}
 SM90_CANDIDATES = {d: ((None, None, None, {"loop_pipeline": "tma", **_FAST}),
                        (128, 128, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, **_FAST}))

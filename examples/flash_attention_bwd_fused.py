@@ -116,8 +116,8 @@ LADDER: dict[str, dict | None] = {
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128
 TILES: dict[str, tuple[int, int, int]] = {form: WIDE for form in LADDER if form.startswith("128x64 w8")}
 # The form a caller gets by default (pick_form), by head dim, where it is measured faster than the two-kernel
-# backward on warpgroup MMA (bf16 B4 H16 S4096, H100, 2026-12-05 13:42-13:48, full / causal TFLOP/s, each head
-# dim one run; docs/results/gpu_runs_2026-12-05_1342-1348): D128, the 8-warp K V swizzled form with early loads,
+# backward on warpgroup MMA (bf16 B4 H16 S4096, H100, 2026-12-05 13:40-13:46, full / causal TFLOP/s, each head
+# dim one run; docs/results/gpu_runs_2026-12-05_1340-1346): D128, the 8-warp K V swizzled form with early loads,
 # 360.0 / 332.4 against the two kernels' 241.4 / 225.2 (and 317.3 / 309.1 without early loads); D64, the 4-warp
 # K V swizzled form, 211.9 / 195.6 against 196.9 / 179.4. D256 keeps the two kernels (no wgmma tile fits it).
 FASTEST: dict[int, str] = {128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads",
