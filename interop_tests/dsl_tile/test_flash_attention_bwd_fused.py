@@ -160,6 +160,8 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           (128, "TMA ring S3 + TMA reduce dQ"): 0, (128, "TMA ring + TMA reduce dQ + fp_fusion ftz"): 0,
           (256, "atomic dQ"): 0, (256, "TMA reduce dQ"): 0,
           (64, "TMA ring + TMA reduce dQ, K V swizzled"): 0, (128, "TMA ring + TMA reduce dQ, K V swizzled"): 76,
+          (64, "TMA ring + TMA reduce dQ, K V swizzled, early loads"): 0,
+          (128, "TMA ring + TMA reduce dQ, K V swizzled, early loads"): 84,
           **{(d, form): 0 for d in (64, 128) for form in FUSED.TILES}}
 
 
