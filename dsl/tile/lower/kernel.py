@@ -13,6 +13,7 @@ from dsl.ir.types import BF16, BOOL, F16, F32, I32, INDEX, ArrayType, ScalarType
 from dsl.tile import ir as T
 from dsl.tile.ptx.table import instruction
 from dsl.tile.lower.anchors import early_element, emit_early
+from dsl.tile.lower.barriers import redundant_barrier
 from dsl.tile.lower.indexing import ElementIndex
 from dsl.tile.lower.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
                              flat_of, iadd, imul, ir32, strides)
@@ -184,9 +185,12 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     ws = property(lambda self: self.ws_tid is not None, doc="Warp-specialised (lower_ws.ws_loop took it).")
 
     def sync(self) -> None:
+        """A block barrier (the consumers' named barrier after a warp-specialised split), unless one
+        already ends the current block with nothing between that a barrier orders (barriers.py)."""
         if self.consumers_only:      # warp-specialised, after the split: the consumer threads only
-            self.asm("bar.sync.named", barrier=1, threads=self.T, first=WS_PRODUCERS)
-        else:
+            if not redundant_barrier(self.stack[-1], _is_named_barrier):
+                self.asm("bar.sync.named", barrier=1, threads=self.T, first=WS_PRODUCERS)
+        elif not redundant_barrier(self.stack[-1], lambda s: isinstance(s, N.SyncThreads)):
             self.emit(N.SyncThreads())
 
     def asm(self, family: str, args: list | None = None, **params) -> None:
@@ -630,6 +634,12 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     def x_Matmul(self, e: T.Matmul) -> LV:
         from dsl.tile.lower.matmul.portable import lower_matmul
         return lower_matmul(self, e)
+
+
+def _is_named_barrier(s: N.Stmt) -> bool:
+    """The consumers' bar.sync.named of Lowerer.sync."""
+    v = getattr(s, "value", None)
+    return isinstance(s, N.ExprStmt) and getattr(getattr(v, "sim", None), "family", None) == "bar.sync.named"
 
 
 def _same(a: N.Expr, b: N.Expr) -> bool:

@@ -1,0 +1,69 @@
+"""Block barriers the tile lowering drops (dsl/tile/lower/barriers.py): a barrier right after another of
+the same block, with only statements between them that a barrier does not order (register arithmetic,
+descriptors, a TMA load and its mbarrier arming). Any shared or global access, fence or other
+instruction between them keeps the second. And the fused attention backward it applies to keeps its
+results (the lowered simulator, test_flash_attention_bwd_fused.py) with one barrier a step fewer."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from dsl.ir import nodes as N
+from dsl.ir.types import BOOL, F32, I32, U32, U64
+from dsl.tile.lower.barriers import redundant_barrier
+from dsl.tile.ptx.table import instruction
+from interop_tests.dsl_tile.test_flash_attention_bwd_fused import FUSED, nan
+
+
+def is_bar(s) -> bool:
+    return isinstance(s, N.SyncThreads)
+
+
+def assign(value, t=I32) -> N.Assign:
+    return N.Assign(N.Var("x", t), value)
+
+
+def tma_refill() -> N.If:
+    """The leader's refill of a ring stage: arm the mbarrier, then the TMA load."""
+    c = N.Const(0, U32)
+    arm = N.ExprStmt(instruction("mbarrier.arrive.expect_tx", [c, c]))
+    load = N.ExprStmt(instruction("cp.async.bulk.tensor.2d", [c, N.Const(0, U64), N.Const(0, I32), N.Const(0, I32), c]))
+    return N.If(N.Const(True, BOOL), [arm, load], [])
+
+
+def test_a_barrier_after_a_barrier_and_register_arithmetic_is_dropped():
+    block = [N.SyncThreads(), assign(N.BinOp("add", N.Const(1, I32), N.Const(2, I32), I32))]
+    assert redundant_barrier(block, is_bar)
+
+
+def test_a_barrier_after_the_leaders_tma_refill_of_a_ring_stage_is_dropped():
+    assert redundant_barrier([N.SyncThreads(), tma_refill(), assign(N.Const(3, I32))], is_bar)
+
+
+def test_a_shared_store_between_keeps_the_barrier():
+    st = N.ExprStmt(instruction("st.shared.b32", [N.Const(0, U32), N.Const(1, U32)]))
+    assert not redundant_barrier([N.SyncThreads(), st], is_bar)
+
+
+def test_a_fence_or_a_load_between_keeps_the_barrier():
+    fence = N.ExprStmt(instruction("fence.proxy.async", []))
+    assert not redundant_barrier([N.SyncThreads(), fence], is_bar)
+    load = assign(N.Load(N.ParamRef(N.Param("a", None, 0)), [N.Const(0, I32)], "none", 0, F32), F32)
+    assert not redundant_barrier([N.SyncThreads(), load], is_bar)
+
+
+def test_no_earlier_barrier_in_the_block_keeps_it():
+    assert not redundant_barrier([], is_bar)
+    assert not redundant_barrier([assign(N.Const(1, I32))], is_bar)
+
+
+def test_the_fused_backward_syncs_once_between_the_q_release_and_the_ds_staging():
+    """The 8-warp form's loop: after dK's wait, the barrier that releases the Q stage (its refill by the
+    leader follows) also orders the rewrite of dS^T's stage; 13 block barriers in the kernel, not 15."""
+    d, seq, rows = 128, 256, 512
+    bf = [np.zeros((rows, d), ml_dtypes.bfloat16) for _ in range(4)]
+    form = "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads"
+    steps = FUSED.launch_args(*bf[:3], nan(rows, d), bf[3], nan(rows), nan(rows), nan(rows, d), nan(rows, d),
+                              nan(rows, d), seq, True, tensor_cores=True, wgmma=True, **FUSED.form_options(form))
+    kern, args = steps[1]
+    assert kern.compile(args, "sm_90").ptx.count("bar.sync") == 13
