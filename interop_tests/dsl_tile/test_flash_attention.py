@@ -142,28 +142,41 @@ def test_the_lse_kernel_on_warpgroup_mma_is_the_tma_ring_variant_and_elsewhere_t
     assert dict(fast.lowering) == {"loop_pipeline": "tma", "fp_fusion": True, "ftz": True}
 
 
+def lowered_lse_matches_float64(rng, seq: int, d: int, causal: bool, launch, tmp_path) -> str:
+    """`launch(q, k, v, o, lse)` -> (kernel, arguments) run in the lowered sm_90 simulator on two bf16 heads
+    of `seq`: O and the log-sum-exp against float64, and no spills (ptxas); returns the PTX."""
+    import ml_dtypes
+    from ptxas_kit import ptxas_verbose, spill_bytes
+    q, k, v = (rng.standard_normal((2 * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    o, lse = np.full((2 * seq, d), np.nan, np.float32), np.full(2 * seq, np.nan, np.float32)
+    kern, args = launch(q, k, v, o, lse)
+    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    np.testing.assert_allclose(o, attention64(q, k, v, seq, causal), rtol=0, atol=1e-2)
+    np.testing.assert_allclose(lse, lse64(q, k, seq, causal), rtol=0, atol=1e-2)
+    ptx = kern.compile(args, "sm_90").ptx
+    assert spill_bytes(ptxas_verbose(ptx, "sm_90", tmp_path)) == 0
+    return ptx
+
+
+def lse64(q, k, seq: int, causal: bool) -> np.ndarray:
+    """Float64 log-sum-exp of each query row's scaled scores, for (2 * seq, d) row stacks of two heads."""
+    d = q.shape[1]
+    q64, k64 = (x.astype(np.float64).reshape(2, seq, d) for x in (q, k))
+    s = q64 @ k64.transpose(0, 2, 1) / np.sqrt(d)
+    if causal:
+        s = np.where(np.tril(np.ones((seq, seq), bool)), s, -np.inf)
+    return (s.max(-1) + np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1))).reshape(-1)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("d", [128])
 def test_the_lse_variant_matches_float64_in_the_lowered_sm90_simulator_and_assembles_without_spills(rng, d, tmp_path):
     """O and the log-sum-exp of the TMA-ring + fp_fusion + ftz variant (what the SDPA drop-in and the
     backward example launch on sm_90) through the CPU semantics of its PTX, causal, bf16 inputs."""
-    import ml_dtypes
-    from ptxas_kit import ptxas_verbose, spill_bytes
-    seq = 128
-    q, k, v = (rng.standard_normal((2 * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
-    o, lse = np.full((2 * seq, d), np.nan, np.float32), np.full(2 * seq, np.nan, np.float32)
-    args = FA.launch_args_lse(q, k, v, o, lse, seq, True, tensor_cores=True, wgmma=True)
-    kern = FA.lse_kernel(d, True)
-    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
-    q64, k64 = (x.astype(np.float64).reshape(2, seq, d) for x in (q, k))
-    s = q64 @ k64.transpose(0, 2, 1) / np.sqrt(d)
-    s = np.where(np.tril(np.ones((seq, seq), bool)), s, -np.inf)
-    want_lse = (s.max(-1) + np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1))).reshape(-1)
-    np.testing.assert_allclose(o, attention64(q, k, v, seq, True), rtol=0, atol=1e-2)
-    np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-2)
-    ptx = kern.compile(args, "sm_90").ptx
+    def launch(q, k, v, o, lse):
+        return FA.lse_kernel(d, True), FA.launch_args_lse(q, k, v, o, lse, 128, True, tensor_cores=True, wgmma=True)
+    ptx = lowered_lse_matches_float64(rng, 128, d, True, launch, tmp_path)
     assert "cp.async.bulk.tensor" in ptx and "ex2.approx.ftz" in ptx
-    assert spill_bytes(ptxas_verbose(ptx, "sm_90", tmp_path)) == 0
 
 
 def test_lse_launch_takes_the_wide_producer_form_only_for_full_attention_at_d128():
@@ -190,19 +203,9 @@ def test_lse_launch_takes_the_wide_producer_form_only_for_full_attention_at_d128
 def test_the_wide_lse_form_matches_float64_in_the_lowered_sm90_simulator_and_assembles_without_spills(rng, tmp_path):
     """O and the log-sum-exp of LSE_WIDE (what the SDPA drop-in launches for full attention at D128 on
     sm_90) through the CPU semantics of its PTX, bf16 inputs, two heads of 256."""
-    import ml_dtypes
-    from ptxas_kit import ptxas_verbose, spill_bytes
-    seq, d = 256, 128
-    q, k, v = (rng.standard_normal((2 * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
-    o, lse = np.full((2 * seq, d), np.nan, np.float32), np.full(2 * seq, np.nan, np.float32)
-    kern, args = FA.lse_launch(q, k, v, o, lse, seq, False, wgmma=True)
-    assert kern.num_warps == 8
-    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
-    q64, k64 = (x.astype(np.float64).reshape(2, seq, d) for x in (q, k))
-    s = q64 @ k64.transpose(0, 2, 1) / np.sqrt(d)
-    want_lse = (s.max(-1) + np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1))).reshape(-1)
-    np.testing.assert_allclose(o, attention64(q, k, v, seq, False), rtol=0, atol=1e-2)
-    np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-2)
-    ptx = kern.compile(args, "sm_90").ptx
+    def launch(q, k, v, o, lse):
+        kern, args = FA.lse_launch(q, k, v, o, lse, 256, False, wgmma=True)
+        assert kern.num_warps == 8
+        return kern, args
+    ptx = lowered_lse_matches_float64(rng, 256, 128, False, launch, tmp_path)
     assert "setmaxnreg" in ptx and "cp.async.bulk.tensor" in ptx
-    assert spill_bytes(ptxas_verbose(ptx, "sm_90", tmp_path)) == 0

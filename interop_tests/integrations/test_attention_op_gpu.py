@@ -55,6 +55,20 @@ def test_drop_in_matches_float64_autograd_on_gpu(cuda_torch, dtype, d, causal):
         assert relative(x.grad, r.grad) < TOL[dtype]
 
 
+def grouped_grads_match_float64(torch, q, k, v, causal: bool, g) -> tuple:
+    """Backward through the drop-in (enable_gqa) with a random float64 upstream gradient, each gradient
+    against autograd of SDPA in float64 within the bf16 bound; returns (our output, SDPA's in float64)."""
+    w = torch.randn(q.shape, device="cuda", dtype=torch.float64, generator=g)
+    out = A.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    (out.double() * w).sum().backward()
+    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=True)
+    (ref * w).sum().backward()
+    for x, r in zip((q, k, v), x64):
+        assert x.grad.shape == r.grad.shape and relative(x.grad, r.grad) < TOL["bfloat16"]
+    return out, ref
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_grouped_query_drop_in_matches_float64_autograd_on_gpu(cuda_torch, causal):
     """H 8 query heads on H_kv 2 key/value heads (enable_gqa=True), bf16, D128, S 320."""
@@ -62,15 +76,8 @@ def test_grouped_query_drop_in_matches_float64_autograd_on_gpu(cuda_torch, causa
     g = torch.Generator(device="cuda").manual_seed(3 + causal)
     q, k, v = (torch.randn((2, h, 320, 128), device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
                for h in (8, 2, 2))
-    w = torch.randn(q.shape, device="cuda", dtype=torch.float64, generator=g)
-    out = A.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-    (out.double() * w).sum().backward()
-    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
-    ref = torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=True)
-    (ref * w).sum().backward()
+    out, ref = grouped_grads_match_float64(torch, q, k, v, causal, g)
     assert relative(out, ref) < TOL["bfloat16"]
-    for x, r in zip((q, k, v), x64):
-        assert x.grad.shape == r.grad.shape and relative(x.grad, r.grad) < TOL["bfloat16"]
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -83,14 +90,7 @@ def test_fused_backward_is_the_default_at_d128_and_matches_float64_autograd(cuda
                for h in (4, 2, 2))
     expected = A.fused.FASTEST[128] if A.fwd.on_warpgroup_mma() else None
     assert A.backward_form(q, 384) == expected
-    w = torch.randn(q.shape, device="cuda", dtype=torch.float64, generator=g)
-    out = A.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-    (out.double() * w).sum().backward()
-    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
-    ref = torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=causal, enable_gqa=True)
-    (ref * w).sum().backward()
-    for x, r in zip((q, k, v), x64):
-        assert x.grad.shape == r.grad.shape and relative(x.grad, r.grad) < TOL["bfloat16"]
+    grouped_grads_match_float64(torch, q, k, v, causal, g)
 
 
 def test_deterministic_algorithms_run_the_two_kernel_backward_bit_for_bit(cuda_torch):
