@@ -16,11 +16,11 @@ forward's O and log-sum-exp, and examples/flash_attention_bwd_fused.py's one-pas
 of its ladder) against SDPA's flash and cuDNN backward (autograd of a forward run under each backend,
 timed alone) at B4 H16 S4096 D128, causal and not, TFLOP/s counting 2.5x the forward's FLOPs; its bar
 takes the best of those launches; `--backward-only` skips the forward cases, `--bwd-sweep` also times
-other tiles of ours.
+other tiles of ours, `--bwd-head-dims 64,128` times those head dims (B4 H16 S4096) instead of D128.
 `--ladder` times the forward under each switch of the TMA-ring ladder (KB_TILE_LOOP_PIPELINE tma/ws,
 stages, KB_TILE_SETMAXNREG, KB_TILE_PRODUCT_OVERLAP; benchmarks/_attention_ladder.py) against SDPA's
 flash and cuDNN backends in the same run and prints a table (`--quick`: S4096 D128 only);
-`--ladder-only` skips the other cases.
+`--ladder-only` skips the other cases; `--ladder-rungs "a,b"` times only those rungs (a short device call).
 `--gqa` adds grouped-query rows (B4 H16 H_kv 2 S4096 D128, forward and backward, against SDPA with
 enable_gqa=True; benchmarks/_attention_gqa.py); `--gqa-only` skips the other cases.
 `--varlen` adds variable-length rows (16 packed sequences of 256..4096 rows, H16 D128, forward and backward,
