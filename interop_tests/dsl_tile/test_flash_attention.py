@@ -87,7 +87,8 @@ def _configs(d, seq, causal, arch):
 
 def test_autotune_candidates_are_the_default_first_then_the_sm90_ladders_best_that_fit():
     """sm_80: the default alone. sm_90: the default (wgmma tiles), the TMA ring with fp_fusion + ftz, and
-    128 x 128 on a producer warpgroup with setmaxnreg, each only where its tiles divide the sequence."""
+    128 x 128 on a producer warpgroup with setmaxnreg (its causal diagonal loop on the producer's ring,
+    ws_chain), each only where its tiles divide the sequence."""
     assert _configs(128, 256, True, "sm_80") == [(64, 64, None, None)]
     assert _configs(128, 256, False, "sm_90a") == [(64, 64, None, None), (64, 64, None, "tma"), (128, 128, 8, "ws")]
     assert _configs(128, 192, False, "sm_90a") == [(64, 64, None, None), (64, 64, None, "tma")]
@@ -95,7 +96,8 @@ def test_autotune_candidates_are_the_default_first_then_the_sm90_ladders_best_th
     assert _configs(64, 256, True, "sm_90a") == [(64, 128, None, None), (64, 128, None, "tma"), (128, 128, 8, "ws"),
                                                  (64, 64, None, "tma")]
     ws = FA.tuned_configs(np.zeros((512, 128), np.float32), 256, True, arch="sm_90a")[-1]
-    assert ws.lowering == {"loop_pipeline": "ws", "setmaxnreg": "240/24", "fp_fusion": True, "ftz": True}
+    assert ws.lowering == {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, "fp_fusion": True,
+                           "ftz": True}
 
 
 def test_the_autotuned_launcher_runs_its_first_candidate_on_the_simulator(rng):
