@@ -212,8 +212,8 @@ if importlib.util.find_spec("torch") is not None:
 # ---------------------------------------------------------------------------------------------- JAX
 def jax_attention(causal: bool, scale: float | None = None) -> Any:
     """attention(q, k, v) for (B, H, S, D) q and (B, H_kv, S, D) k, v (H_kv dividing H: grouped-query
-    attention) JAX arrays through the same four kernels, differentiable (jax.custom_vjp; jax.jit works
-    around it): returns O in f32."""
+    attention) JAX arrays through the forward and the three-kernel backward (deterministic, unlike the
+    torch op's fused default), differentiable (jax.custom_vjp; jax.jit works around it): returns O in f32."""
     import jax
 
     import dsl
