@@ -46,7 +46,7 @@ LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
 }
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
             "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE", "KB_TILE_WS_CHAIN",
-            "KB_TILE_EARLY_LOADS")
+            "KB_TILE_EARLY_LOADS", "KB_TILE_INTERIOR_TILES")
 
 
 class switched:

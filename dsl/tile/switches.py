@@ -57,6 +57,10 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # their first use (lower/anchors.py): ahead of a product's wait, so their latency overlaps it; longer
     # lived registers, so a kernel asks for it
     "early_loads": ("KB_TILE_EARLY_LOADS", None, False),
+    # a straight-line tile program whose tiles are all inside their arrays (a block-uniform test) runs a copy
+    # of itself without per-access bounds tests (lower/interior.py); edge blocks run the tested copy. Twice
+    # the code; not yet timed on a GPU, so off
+    "interior_tiles": ("KB_TILE_INTERIOR_TILES", None, False),
 }
 
 
@@ -125,4 +129,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (() if s["nc_loads"] else ("no_nc_loads",)) + \
         (("tma_store",) if s["tma_store"] else ()) + \
         (("ws_chain",) if s["ws_chain"] else ()) + \
-        (("early_loads",) if s["early_loads"] else ())
+        (("early_loads",) if s["early_loads"] else ()) + \
+        (("interior_tiles",) if s["interior_tiles"] else ())

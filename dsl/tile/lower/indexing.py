@@ -96,4 +96,4 @@ class ElementIndex:
             if signed:      # on the index itself (an opaque base here cost the grouped varlen dK/dV 44 spill bytes)
                 ok = N.Logical("and", N.Compare("ge", idx[-1], N.Const(0, INDEX)), ok)
             cond = ok if cond is None else N.Logical("and", cond, ok)
-        return idx, cond
+        return idx, (None if self.L.interior else cond)

@@ -14,6 +14,7 @@ from dsl.tile import ir as T
 from dsl.tile.ptx.table import instruction
 from dsl.tile.lower.anchors import early_element, emit_early
 from dsl.tile.lower.barriers import redundant_barrier
+from dsl.tile.lower.interior import interior_condition
 from dsl.tile.lower.indexing import ElementIndex
 from dsl.tile.lower.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
                              flat_of, iadd, imul, ir32, strides)
@@ -39,7 +40,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  tf32_transpose: bool = False, loop_pipeline: str = "cp.async", loop_stages: int = 2,
                  setmaxnreg: str = "off", product_overlap: bool = False, wgmma_a: str = "registers",
                  wgmma_slices: bool = False, nc_loads: bool = True, tma_store: bool = False,
-                 ws_chain: bool = False, early_loads: bool = False) -> None:
+                 ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -71,6 +72,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.tma_store = tma_store              # sm_90 accumulator stores through TMA (store_tma.py)
         self.ws_chain = ws_chain                # later loops share a ws kernel's ring (ring_ws.chained_loops)
         self.early_loads = early_loads          # element loads of read-only arrays where written (anchors.py)
+        self.interior_tiles = interior_tiles    # a copy without bounds tests for inside blocks (interior.py)
+        self.interior = False                   # lowering that copy now: in_array and the runs test nothing
         self.store_maps: dict[str, tuple] = {}   # array name -> (its TMA-copy tensor map parameter, box)
         self.staging_slabs: dict[tuple[int, int], int] = {}   # persistent TMA stores: slabs staged a round
         self.after_tiles: list = []             # emitters run once after the tile program (or a persistent loop)
@@ -253,7 +256,17 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         follows it is the consumers' alone."""
         body = self.fn.body
         if ws_at is None:
-            self.stmts(body)
+            inside = interior_condition(self, body) if self.interior_tiles and not self.persistent else None
+            if inside is None:
+                self.stmts(body)
+                return
+            self.interior = True
+            fast = self.block_of(lambda: self.stmts(body))
+            self.interior = False
+            seen = len(self.slow_paths)
+            edge = self.block_of(lambda: self.stmts(body))
+            del self.slow_paths[seen:]          # the same program twice: its slow paths once
+            self.emit(N.If(inside, fast, edge))
             return
         if id(body[ws_at]) not in self.mma_plans:     # a loop of products fed by a TMA ring
             from dsl.tile.lower.matmul.ring_ws import lower_split
@@ -275,8 +288,11 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     def in_array(self, arr: N.Expr, idx: list[N.Expr], start: N.Expr | None = None,
                  signed: bool = False) -> N.Expr | None:
         """`start` and idx[k] < len(arr, k) on every axis (and >= 0 when `signed`: an index that may be
-        negative); None when there is nothing to test."""
+        negative); None when there is nothing to test. In the copy of an inside block (interior.py), only
+        `start`."""
         cond = start
+        if self.interior:
+            return cond
         for k, g in enumerate(idx):
             ok: N.Expr = N.Compare("lt", g, N.ArrayLen(arr, k))
             if signed:

@@ -144,7 +144,7 @@ def load_runs(L, e: T.Load, base: list[N.Expr]) -> list[N.Expr] | None:
     out: list[N.Expr] = []
     for r0 in range(0, L.geo.per_thread(math.prod(shape)), v):
         gidx = [L.global_index(base[k], shape[k], c) for k, c in enumerate(L.geo.coords(shape, r0))]
-        if exact:
+        if exact or L.interior:         # L.interior: a block whose tiles are inside (interior.py)
             out += _load_vector(L, arr, gidx, v, dt, L.in_array(arr, gidx, signed=True), e.padding, nc)
             continue
         held = [L.new_var(dt, "ld") for _ in range(v)]
@@ -206,7 +206,7 @@ def store_runs(L, p: T.TParam, v: LV, origin: Callable[[], list[N.Expr]], loc) -
                 L.tmp(N.BinOp("add", o[k], N.Const(c, INDEX) if isinstance(c, int) else N.Cast(c, INDEX), INDEX), "gi")
                 for k, c in enumerate(L.geo.coords(v.shape, r0))]
         part = elems[r0:r0 + run]
-        if exact:
+        if exact or L.interior:
             _store_vector(L, arr, gidx, part, dt, L.in_array(arr, gidx))
             continue
 
