@@ -87,3 +87,25 @@ def test_a_computed_tile_index_past_the_end_reads_padding_in_the_edge_copy(rng):
 
 def test_the_switch_is_part_of_the_compile_key():
     assert "interior_tiles" in switches_key((("interior_tiles", True),)) and "interior_tiles" not in switches_key()
+
+
+def row_softmax_pyfunc(x: tile.Array[f32, 2], y: tile.Partition[f32, 2]):
+    """Rows reduced in the tile (loads by element, not by vector runs): the copies of both paths."""
+    row = tile.load(x, (tile.bid(0), 0), y.tile_shape, padding=-tile.inf)
+    e = tile.exp(row - tile.max(row, axis=1, keepdims=True))
+    y.store(e / tile.sum(e, axis=1, keepdims=True))
+
+
+@pytest.mark.parametrize("rows,cols,tile_rows", [(37, 100, 4), (40, 128, 8), (44, 128, 8)],
+                         ids=["every-block-at-the-edge", "every-block-inside", "last-block-partial"])
+def test_row_reductions_match_float64_in_the_lowered_simulator(rng, rows, cols, tile_rows):
+    _, inside = kernels(row_softmax_pyfunc)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    want = np.exp(x - x.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    out = np.full((rows, cols), np.nan, np.float32)
+    width = 1 << (cols - 1).bit_length()
+    args = (x, tile.partition(out, (tile_rows, width)))
+    assert "ld.global" in inside.compile(args, "sm_90").ptx         # the IR verifier passes both copies
+    inside.simulate_lowered(*args, arch="sm_90")
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)

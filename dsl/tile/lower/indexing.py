@@ -12,7 +12,7 @@ compiler cannot take apart (mov.b64.opaque), so no per-element offset is made at
 from __future__ import annotations
 
 from dsl.ir import nodes as N
-from dsl.ir.types import I32, INDEX
+from dsl.ir.types import BOOL, I32, INDEX
 from dsl.tile.ptx.table import instruction
 
 
@@ -96,4 +96,4 @@ class ElementIndex:
             if signed:      # on the index itself (an opaque base here cost the grouped varlen dK/dV 44 spill bytes)
                 ok = N.Logical("and", N.Compare("ge", idx[-1], N.Const(0, INDEX)), ok)
             cond = ok if cond is None else N.Logical("and", cond, ok)
-        return idx, (None if self.L.interior else cond)
+        return idx, (N.Const(True, BOOL) if self.L.interior else cond)

@@ -289,10 +289,10 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  signed: bool = False) -> N.Expr | None:
         """`start` and idx[k] < len(arr, k) on every axis (and >= 0 when `signed`: an index that may be
         negative); None when there is nothing to test. In the copy of an inside block (interior.py), only
-        `start`."""
+        `start` (true when that is None: callers build selects on it)."""
         cond = start
         if self.interior:
-            return cond
+            return N.Const(True, BOOL) if cond is None else cond
         for k, g in enumerate(idx):
             ok: N.Expr = N.Compare("lt", g, N.ArrayLen(arr, k))
             if signed:
