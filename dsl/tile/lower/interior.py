@@ -23,6 +23,22 @@ _ELEMENTWISE = (T.BinOp, T.UnaryOp, T.Compare, T.Math, T.Where, T.Cast, T.Broadc
                 T.Load)
 
 
+def lower_inside_and_edge(L, body: list[T.TStmt]) -> bool:
+    """Lower `body` twice behind the inside test: a copy without bounds tests, then the tested one for
+    the edge blocks. False, with nothing emitted, when the program does not qualify."""
+    inside = interior_condition(L, body)
+    if inside is None:
+        return False
+    L.interior = True
+    fast = L.block_of(lambda: L.stmts(body))
+    L.interior = False
+    seen = len(L.slow_paths)
+    edge = L.block_of(lambda: L.stmts(body))
+    del L.slow_paths[seen:]                 # the same program twice: its slow paths once
+    L.emit(N.If(inside, fast, edge))
+    return True
+
+
 def interior_condition(L, body: list[T.TStmt]) -> N.Expr | None:
     """The block-uniform test "every tile this program loads or stores is wholly inside its array", its
     scalars lowered here (before the two copies), or None when the program does not qualify."""

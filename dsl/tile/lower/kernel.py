@@ -14,7 +14,7 @@ from dsl.tile import ir as T
 from dsl.tile.ptx.table import instruction
 from dsl.tile.lower.anchors import early_element, emit_early
 from dsl.tile.lower.barriers import redundant_barrier
-from dsl.tile.lower.interior import interior_condition
+from dsl.tile.lower.interior import lower_inside_and_edge
 from dsl.tile.lower.indexing import ElementIndex
 from dsl.tile.lower.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, MmaRows, SharedTile, c32,
                              flat_of, iadd, imul, ir32, strides)
@@ -256,17 +256,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         follows it is the consumers' alone."""
         body = self.fn.body
         if ws_at is None:
-            inside = interior_condition(self, body) if self.interior_tiles and not self.persistent else None
-            if inside is None:
+            if not (self.interior_tiles and not self.persistent and lower_inside_and_edge(self, body)):
                 self.stmts(body)
-                return
-            self.interior = True
-            fast = self.block_of(lambda: self.stmts(body))
-            self.interior = False
-            seen = len(self.slow_paths)
-            edge = self.block_of(lambda: self.stmts(body))
-            del self.slow_paths[seen:]          # the same program twice: its slow paths once
-            self.emit(N.If(inside, fast, edge))
             return
         if id(body[ws_at]) not in self.mma_plans:     # a loop of products fed by a TMA ring
             from dsl.tile.lower.matmul.ring_ws import lower_split
