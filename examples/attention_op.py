@@ -17,6 +17,7 @@ run the kernels on the simulator (small shapes: it is an interpreter).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -149,10 +150,10 @@ def define_torch_ops() -> Any:
         dq, dk, dv = new
         rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o, dout)]
         form = backward_form(q, s)
-        more = {"group": group} if form is None else {"group": group, **fused.form_options(form)}
-        steps = (bwd if form is None else fused).launch_args(*rows, _view(lse.reshape(-1)), _view(delta),
-                                                             *(_view(x.reshape(-1, d)) for x in new), s, causal,
-                                                             scale, **more)
+        launch_args = bwd.launch_args if form is None else functools.partial(fused.launch_args,
+                                                                             **fused.form_options(form))
+        steps = launch_args(*rows, _view(lse.reshape(-1)), _view(delta), *(_view(x.reshape(-1, d)) for x in new),
+                            s, causal, scale, group=group)
         _run(steps, [q, k, v, o, dout, lse, delta, *new])
         return dq, dk, dv
 

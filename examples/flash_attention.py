@@ -229,7 +229,7 @@ def lse_kernel(d: int, wgmma: bool) -> Any:
 # The log-sum-exp forward's form on warpgroup MMA where the ladder's 128 x 128 rung beats lse_kernel's (full
 # attention at D128: 592.3 against 517 TFLOP/s, bf16 B4 H16 S4096, H200, 2026-12-04; causal, 435.0 against 441,
 # keeps lse_kernel's): (query rows, key rows), warps, lowering
-LSE_WIDE = ((128, 128), 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24", **_FAST})
+LSE_WIDE = (SM90_CANDIDATES[128][1][:2], SM90_CANDIDATES[128][1][2], SM90_CANDIDATES[128][1][3])   # that rung
 
 
 def lse_launch(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool, scale: float | None = None,

@@ -15,10 +15,6 @@ from dsl.tile.ptx.table import instruction
 from interop_tests.dsl_tile.test_flash_attention_bwd_fused import FUSED, nan
 
 
-def is_bar(s) -> bool:
-    return isinstance(s, N.SyncThreads)
-
-
 def assign(value, t=I32) -> N.Assign:
     return N.Assign(N.Var("x", t), value)
 
@@ -33,28 +29,28 @@ def tma_refill() -> N.If:
 
 def test_a_barrier_after_a_barrier_and_register_arithmetic_is_dropped():
     block = [N.SyncThreads(), assign(N.BinOp("add", N.Const(1, I32), N.Const(2, I32), I32))]
-    assert redundant_barrier(block, is_bar)
+    assert redundant_barrier(block, named=False)
 
 
 def test_a_barrier_after_the_leaders_tma_refill_of_a_ring_stage_is_dropped():
-    assert redundant_barrier([N.SyncThreads(), tma_refill(), assign(N.Const(3, I32))], is_bar)
+    assert redundant_barrier([N.SyncThreads(), tma_refill(), assign(N.Const(3, I32))], named=False)
 
 
 def test_a_shared_store_between_keeps_the_barrier():
     st = N.ExprStmt(instruction("st.shared.b32", [N.Const(0, U32), N.Const(1, U32)]))
-    assert not redundant_barrier([N.SyncThreads(), st], is_bar)
+    assert not redundant_barrier([N.SyncThreads(), st], named=False)
 
 
 def test_a_fence_or_a_load_between_keeps_the_barrier():
     fence = N.ExprStmt(instruction("fence.proxy.async", []))
-    assert not redundant_barrier([N.SyncThreads(), fence], is_bar)
+    assert not redundant_barrier([N.SyncThreads(), fence], named=False)
     load = assign(N.Load(N.ParamRef(N.Param("a", None, 0)), [N.Const(0, I32)], "none", 0, F32), F32)
-    assert not redundant_barrier([N.SyncThreads(), load], is_bar)
+    assert not redundant_barrier([N.SyncThreads(), load], named=False)
 
 
 def test_no_earlier_barrier_in_the_block_keeps_it():
-    assert not redundant_barrier([], is_bar)
-    assert not redundant_barrier([assign(N.Const(1, I32))], is_bar)
+    assert not redundant_barrier([], named=False)
+    assert not redundant_barrier([assign(N.Const(1, I32))], named=False)
 
 
 def test_the_fused_backward_syncs_once_between_the_q_release_and_the_ds_staging():

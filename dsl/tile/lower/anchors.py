@@ -15,10 +15,8 @@ from __future__ import annotations
 from typing import Callable
 
 from dsl.ir import nodes as N
-from dsl.ir import tile_nodes as TN
-from dsl.ir.types import I32
 from dsl.ir.verify import walk
-from dsl.tile.ptx.table import instruction
+from dsl.tile.lower.runs import load_vector, read_only_path
 
 
 def emit_early(L, make: Callable[[], list]) -> list:
@@ -59,12 +57,8 @@ def _assigns(s: N.Stmt) -> set[int]:
 
 
 def early_element(L, arr: N.Expr, gidx: list[N.Expr], cond: N.Expr | None, padding, dt) -> N.Expr:
-    """One element of a 4- or 8-byte array at `gidx` when `cond` holds, else `padding`: a predicated
-    access with side effects (ld.global.run of one element), which the compiler neither sinks to its use
+    """One element of a 4- or 8-byte array at `gidx` when `cond` holds, else `padding`: a one-element
+    predicated access with side effects (runs.load_vector), which the compiler neither sinks to its use
     nor moves out of its block, as it would a plain load of a read-only array."""
-    pred = N.Const(1, I32) if cond is None else L.tmp(N.Cast(cond, I32), "ep")
-    addr = L.tmp(TN.GlobalAddress(arr, gidx), "ea")
-    got = L.new_var(dt, "eld")
-    L.emit(N.Assign(got, instruction("ld.global.run", [addr, pred, N.Const(padding, dt)], dtype=dt, n=1,
-                                     nc=L.nc_loads)))
-    return N.ReadVar(got)
+    (got,) = load_vector(L, arr, gidx, 1, dt, cond, padding, read_only_path(L, arr))
+    return got

@@ -22,15 +22,27 @@ QUIET_FAMILIES = frozenset({"mov.b64.opaque", "mov.b32.pack", "cvt.rn.pack", "cv
                             "cp.async.bulk.tensor.2d", "mbarrier.arrive.expect_tx"})
 
 
-def redundant_barrier(block: list[N.Stmt], is_barrier) -> bool:
-    """Does a barrier appended to `block` now follow another (`is_barrier(stmt)`) of the same block with
-    only quiet statements between them?"""
+def redundant_barrier(block: list[N.Stmt], named: bool) -> bool:
+    """Does a barrier appended to `block` (`named`: the consumers' bar.sync.named of a warp-specialised
+    kernel, else a block barrier) now follow another of its kind in the same block with only quiet
+    statements between them?"""
     for s in reversed(block):
-        if is_barrier(s):
+        if _is_barrier(s, named):
             return True
         if not _quiet(s):
             return False
     return False
+
+
+def _family(e) -> str | None:
+    """The PTX family (dsl/tile/ptx/table.py) of an inline PTX expression made by `instruction`."""
+    return getattr(getattr(e, "sim", None), "family", None) if isinstance(e, TN.InlinePtx) else None
+
+
+def _is_barrier(s: N.Stmt, named: bool) -> bool:
+    if named:
+        return isinstance(s, N.ExprStmt) and _family(s.value) == "bar.sync.named"
+    return isinstance(s, N.SyncThreads)
 
 
 def _quiet(s: N.Stmt) -> bool:
@@ -47,8 +59,6 @@ def _quiet_expr(e: N.Expr) -> bool:
     for n in walk(e):
         if isinstance(n, (N.Load, N.Atomic, N.Call, N.Warp)):
             return False
-        if isinstance(n, TN.InlinePtx):
-            family = getattr(n.sim, "family", None)
-            if family not in QUIET_FAMILIES:
-                return False
+        if isinstance(n, TN.InlinePtx) and _family(n) not in QUIET_FAMILIES:
+            return False
     return True

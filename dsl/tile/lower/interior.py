@@ -49,21 +49,18 @@ def interior_condition(L, body: list[T.TStmt]) -> N.Expr | None:
             if L.assignments.get(id(s.var), 0) != 1:
                 return None
             defs[id(s.var)] = s.value
-            values = [s.value]
         elif isinstance(s, T.Store) and s.chunk is None:
             boxes.append((s.param, None, tuple(s.param.type.tile_shape)))
-            values = [s.value]
         else:
             return None
-        for v in values:
-            for n in _walk(v):
-                if not isinstance(n, _ELEMENTWISE):
+        for n in _walk(s.value):
+            if not isinstance(n, _ELEMENTWISE):
+                return None
+            if isinstance(n, T.Load):
+                index = [_uniform(i, defs) for i in n.index]
+                if any(i is None for i in index):
                     return None
-                if isinstance(n, T.Load):
-                    index = [_uniform(i, defs) for i in n.index]
-                    if any(i is None for i in index):
-                        return None
-                    boxes.append((n.param, index, tuple(n.type.shape)))
+                boxes.append((n.param, index, tuple(n.type.shape)))
     if not boxes:
         return None
     cond: N.Expr | None = None

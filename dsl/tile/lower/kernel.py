@@ -190,10 +190,11 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     def sync(self) -> None:
         """A block barrier (the consumers' named barrier after a warp-specialised split), unless one
         already ends the current block with nothing between that a barrier orders (barriers.py)."""
+        if redundant_barrier(self.stack[-1], named=self.consumers_only):
+            return
         if self.consumers_only:      # warp-specialised, after the split: the consumer threads only
-            if not redundant_barrier(self.stack[-1], _is_named_barrier):
-                self.asm("bar.sync.named", barrier=1, threads=self.T, first=WS_PRODUCERS)
-        elif not redundant_barrier(self.stack[-1], lambda s: isinstance(s, N.SyncThreads)):
+            self.asm("bar.sync.named", barrier=1, threads=self.T, first=WS_PRODUCERS)
+        else:
             self.emit(N.SyncThreads())
 
     def asm(self, family: str, args: list | None = None, **params) -> None:
@@ -641,12 +642,6 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     def x_Matmul(self, e: T.Matmul) -> LV:
         from dsl.tile.lower.matmul.portable import lower_matmul
         return lower_matmul(self, e)
-
-
-def _is_named_barrier(s: N.Stmt) -> bool:
-    """The consumers' bar.sync.named of Lowerer.sync."""
-    v = getattr(s, "value", None)
-    return isinstance(s, N.ExprStmt) and getattr(getattr(v, "sim", None), "family", None) == "bar.sync.named"
 
 
 def _same(a: N.Expr, b: N.Expr) -> bool:

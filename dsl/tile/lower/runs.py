@@ -97,13 +97,16 @@ def _pieces(L, arr: N.Expr, gidx: list[N.Expr], v: int, dt: ScalarType):
         yield (addr if i == 0 else L.tmp(N.BinOp("add", addr, N.Const(i * dt.itemsize, U64), U64), "va")), n
 
 
-def _load_vector(L, arr: N.Expr, gidx: list[N.Expr], v: int, dt: ScalarType, cond, pad, nc: bool) -> list[N.Expr]:
+def load_vector(L, arr: N.Expr, gidx: list[N.Expr], v: int, dt: ScalarType, cond, pad, nc: bool) -> list[N.Expr]:
+    """The `v` elements from `gidx` on by predicated accesses (`cond`, None: always), `pad` where it fails;
+    v 1: one element (a 4- or 8-byte access), which the compiler keeps where it is emitted (side effects:
+    dsl/tile/lower/anchors.py's early loads)."""
     pred = _cond_i32(L, cond)
     out: list[N.Expr] = []
     for addr, n in _pieces(L, arr, gidx, v, dt):
-        got = L.new_var(TN.tuple_of(dt, n), "vld")
+        got = L.new_var(dt if n == 1 else TN.tuple_of(dt, n), "vld")
         L.emit(N.Assign(got, instruction("ld.global.run", [addr, pred, N.Const(pad, dt)], dtype=dt, n=n, nc=nc)))
-        out += [N.TupleGet(N.ReadVar(got), j, dt) for j in range(n)]
+        out += [N.ReadVar(got)] if n == 1 else [N.TupleGet(N.ReadVar(got), j, dt) for j in range(n)]
     return out
 
 
@@ -125,7 +128,7 @@ def _whole_run(arr: N.Expr, g: N.Expr, v: int) -> N.Expr:
                      N.Compare("le", N.BinOp("add", g, N.Const(v, INDEX), INDEX), N.ArrayLen(arr, 0)))
 
 
-def _read_only_path(L, arr: N.Expr) -> bool:
+def read_only_path(L, arr: N.Expr) -> bool:
     """Do vector loads of `arr` go through the non-coherent cache (ld.global.nc): read-only for the
     whole kernel, unless the lowering switch nc_loads is off (plain ld.global, as Triton emits)."""
     return not arr.type.writable and L.nc_loads
@@ -140,17 +143,17 @@ def load_runs(L, e: T.Load, base: list[N.Expr]) -> list[N.Expr] | None:
         return None
     v, exact = planned
     arr = L.pref(e.param)
-    nc = _read_only_path(L, arr)
+    nc = read_only_path(L, arr)
     out: list[N.Expr] = []
     for r0 in range(0, L.geo.per_thread(math.prod(shape)), v):
         gidx = [L.global_index(base[k], shape[k], c) for k, c in enumerate(L.geo.coords(shape, r0))]
         if exact or L.interior:         # L.interior: a block whose tiles are inside (interior.py)
-            out += _load_vector(L, arr, gidx, v, dt, L.in_array(arr, gidx, signed=True), e.padding, nc)
+            out += load_vector(L, arr, gidx, v, dt, L.in_array(arr, gidx, signed=True), e.padding, nc)
             continue
         held = [L.new_var(dt, "ld") for _ in range(v)]
 
         def whole(gidx=gidx, held=held) -> None:
-            for x, got in zip(held, _load_vector(L, arr, gidx, v, dt, None, e.padding, nc)):
+            for x, got in zip(held, load_vector(L, arr, gidx, v, dt, None, e.padding, nc)):
                 L.emit(N.Assign(x, got))
 
         def each(gidx=gidx, held=held) -> None:
@@ -181,12 +184,12 @@ def load_pairs(L, e: T.Load, base: list[N.Expr], layout) -> list[N.Expr] | None:
                                      f"{why}: one {dt.itemsize}-byte access per element", e.loc.line, e.loc.file))
         return None
     arr = L.pref(e.param)
-    nc = _read_only_path(L, arr)
+    nc = read_only_path(L, arr)
     coords = layout.coords_for(shape)
     out: list[N.Expr] = []
     for j in range(0, len(coords), 2):
         gidx = [L.global_index(base[k], shape[k], c) for k, c in enumerate(coords[j])]
-        out += _load_vector(L, arr, gidx, 2, dt, L.in_array(arr, gidx, signed=True), e.padding, nc)
+        out += load_vector(L, arr, gidx, 2, dt, L.in_array(arr, gidx, signed=True), e.padding, nc)
     L.relied.add(e.param.name)
     return out
 
