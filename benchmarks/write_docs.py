@@ -133,7 +133,23 @@ def steps(check: dict) -> list[str]:
         if st.get("selection"):      # gpu_check.py --tests: a focused re-run, never the whole suite
             detail += f"; a SELECTION, not the whole suite: {', '.join(st['selection'])}"
         rows.append([name, st.get("rc"), st.get("seconds"), detail])
+    coverage = suite_coverage(check.get("steps", {}))
+    if coverage:
+        rows.append(["tests (the suite)", None, None, coverage])
     return ["## Steps of the GPU check", "", *table(["step", "exit code", "seconds", "detail"], rows)]
+
+
+def suite_coverage(steps: dict[str, dict]) -> str:
+    """Which shards of the suite the parts hold ('tests i/n' steps, gpu_check.py --shard); '' unsharded."""
+    shards = [name.split(" ", 1)[1] for name in steps if name.startswith("tests ")]
+    if not shards:
+        return ""
+    counts = {int(s.split("/")[1]) for s in shards}
+    held = {int(s.split("/")[0]) for s in shards}
+    if len(counts) == 1 and held == set(range(1, max(counts) + 1)):
+        return f"the whole suite, in {max(counts)} shards of whole files"
+    wanted = {f"{i}/{n}" for n in counts for i in range(1, n + 1)}
+    return f"NOT the whole suite: shards {', '.join(sorted(shards))} ran, {', '.join(sorted(wanted - set(shards)))} did not"
 
 
 def bars(check: dict) -> list[str]:

@@ -22,6 +22,7 @@ import pytest
 import bridge
 from interop_tests.cuda_context_guard import ContextGuard
 from interop_tests.required_tools import require_tool
+from interop_tests.shard import ENV as SHARD_ENV, in_shard, parse_shard
 
 
 _TEST_CACHE: dict[str, str] = {}   # this process's temporary cache dir (set once, in pytest_configure)
@@ -48,6 +49,7 @@ GC_THRESHOLDS = (7000, 10, 10)
 
 
 def pytest_configure(config):
+    _shard()             # a malformed KB_TEST_SHARD stops the run before anything is collected
     gc.set_threshold(*GC_THRESHOLDS)
     # a test that loses the process's CUDA context fails alone (interop_tests/cuda_context_guard.py)
     config.pluginmanager.register(ContextGuard(), "cuda_context_guard")
@@ -117,7 +119,32 @@ def _long_first(item) -> int:
     return LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST)
 
 
+def _shard() -> tuple[int, int] | None:
+    """KB_TEST_SHARD=i/n as (i, n); None when unset; a usage error when malformed."""
+    text = os.environ.get(SHARD_ENV)
+    if not text:
+        return None
+    try:
+        return parse_shard(text)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _keep_shard(config, items) -> None:
+    """KB_TEST_SHARD=i/n: only the i-th of n shards of whole files runs (interop_tests/shard.py)."""
+    shard = _shard()
+    if shard is None:
+        return
+    index, count = shard
+    keep = in_shard([item.nodeid for item in items], index, count)
+    dropped = [item for item, k in zip(items, keep) if not k]
+    items[:] = [item for item, k in zip(items, keep) if k]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+
+
 def pytest_collection_modifyitems(config, items):
+    _keep_shard(config, items)
     items.sort(key=_long_first)          # stable: every other test keeps its place
     # multigpu tests: skipped with a visible reason on machines with fewer than two devices (not a
     # failure under KB_REQUIRE_GPU=1: the GPU check reports them as not run; KB_REQUIRE_GPUS=2 fails them)

@@ -15,12 +15,18 @@ Each step's line is printed when it ends, and results/gpu_check.json is rewritte
 (without bars until the end). A check killed from outside (a remote runner's own time limit, which may be shorter than the
 timeout asked for once the machine's start is counted) still leaves its record up to that step.
 
-The whole check no longer fits one 10-minute call; it runs in three parts, each into its own folder
+The whole check no longer fits one 10-minute call; it runs in parts, each into its own folder
 (`--pack` each), whose records benchmarks/write_docs.py renders as one page:
-  1. --skip examples,bench                                  the suite and the four sanitizer passes
+  1a. --skip sanitize,examples,bench --shard 1/2 --budget 520   the suite's first half (14 workers)
+  1b. --skip sanitize,examples,bench --shard 2/2 --budget 520   its second half
+  1c. --skip tests,examples,bench --budget 520                  the four sanitizer passes
   2. --skip tests,sanitize --bench gpt2_step                the examples, each also under memcheck; GPT-2
   3. --skip tests,sanitize,examples --bench triton_tutorials   (and the other benchmarks in later calls:
      attention (with --backward, BENCH_ARGS), gemm, llm_kernels, ...)
+(The suite and the sanitizers side by side, part 1 of before, outgrew one call at 5200 tests: the
+sanitizers took 490 s, and the suite alone on 14 workers reached 99 % in 510 s on an H100.) A shard
+is a part of the suite of whole files (interop_tests/shard.py, KB_TEST_SHARD); its step is named
+"tests i/n", and benchmarks/write_docs.py says which shards of the suite its parts hold.
 
 A focused re-run when device time is short: `--tests a.py,b.py::test_c` runs only those in the tests
 step; the record (steps.tests.selection), the summary and the verdict line ("PARTIAL") say so, and
@@ -46,6 +52,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))      # interop_tests.shard: the suite's split, shared with its conftest
+from interop_tests.shard import parse_shard  # noqa: E402
 EXAMPLES = ["examples/quickstart.py", "examples/mixed_pipeline.py", "examples/torch_custom_op.py",
             "examples/jax_jit.py", "examples/graph_capture.py", "examples/link_cpp_device.py",
             "examples/porting/run_porting.py", "examples/flash_attention.py", "examples/attention_op.py",
@@ -202,10 +210,17 @@ def main() -> int:
     ap.add_argument("--tests", default="", help="comma list of test files or node ids the tests step runs instead "
                     "of the whole suite: a focused re-run when device time is short; the record and the summary "
                     "say it was a selection, so it never stands for the whole check")
+    ap.add_argument("--shard", default="", help="i/n: the tests step runs the i-th of n shards of whole test "
+                    "files (the suite no longer fits one call); its step is named 'tests i/n'")
     ap.add_argument("--pack", action="store_true",
                     help="leave only gpu_check.json and results.tgz (logs, junit files, benchmark JSONs) in the "
                          "results folder: the device tool brings back only a few files per call")
     args = ap.parse_args()
+    if args.shard:
+        try:
+            parse_shard(args.shard)
+        except ValueError as exc:
+            ap.error(f"--shard: {exc}")
     run = _Run(args)
     run.logs.mkdir(parents=True, exist_ok=True)
     if not args.no_install and not run.install():
@@ -245,6 +260,11 @@ class _Run:
         self.logs = self.res_dir / "logs"
         self.skip = set(filter(None, args.skip.split(",")))
         self.selection = [t.strip() for t in args.tests.split(",") if t.strip()]    # --tests: not the whole suite
+        if args.shard:
+            shard = parse_shard(args.shard)        # a bad --shard stops here, before anything runs
+            self.tests_step = f"tests {shard[0]}/{shard[1]}"
+        else:
+            self.tests_step = "tests"
         self.py = sys.executable
         self.summary: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": args.quick}
         self.summary["steps"] = Steps(self.summary, self.res_dir / "gpu_check.json")
@@ -288,9 +308,13 @@ class _Run:
         jobs = []
         if "tests" not in self.skip:
             junit = res_dir / "pytest.xml"
-            par = ["-n", "10"] if have_xdist(py) else []   # 16 cores; the 4 sanitizer passes take the rest
-            jobs.append(("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *par, f"--junitxml={junit}",
-                                   *self.selection], logs / "pytest.log", phase1, env))
+            # 16 cores: the 4 sanitizer passes, when they run beside the suite, take 6 of them
+            workers = "14" if "sanitize" in self.skip else "10"
+            par = ["-n", workers] if have_xdist(py) else []
+            tests_env = {**env, "KB_TEST_SHARD": self.args.shard} if self.args.shard else env
+            jobs.append((self.tests_step, [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *par,
+                                           "--durations=25", f"--junitxml={junit}", *self.selection],
+                         logs / "pytest.log", phase1, tests_env))
         tools = SANITIZER_TOOLS[:3] if self.args.quick else SANITIZER_TOOLS
         if "sanitize" not in self.skip and self.sanitizer:
             files = [f for f in SANITIZE_FILES if (ROOT / f).exists()]
@@ -305,8 +329,8 @@ class _Run:
         elif "sanitize" not in self.skip:
             self.summary["steps"]["sanitize"] = {"rc": 127, "note": "compute-sanitizer not found"}
         for name, (rc, dt, out) in run_many(jobs).items():
-            if name == "tests":
-                self.summary["steps"]["tests"] = {"rc": rc, "seconds": round(dt, 1),
+            if name == self.tests_step:
+                self.summary["steps"][name] = {"rc": rc, "seconds": round(dt, 1),
                                                   **junit_counts(res_dir / "pytest.xml"),
                                                   **({"selection": self.selection} if self.selection else {})}
             else:
@@ -407,7 +431,7 @@ def print_summary(s: dict) -> int:
             lines.append(f"  NOT RUN  {name:<38} {st['not_run']}")
             continue
         bad = rc not in (0,) if rc is not None else True
-        if name == "tests":
+        if name == "tests" or name.startswith("tests "):
             bad = bad or st.get("failed", 0) or st.get("errors", 0)
             detail = f"passed {st['passed']}, failed {st['failed']}, errors {st['errors']}, skipped {st['skipped']}"
             if st.get("selection"):
@@ -447,7 +471,9 @@ def print_summary(s: dict) -> int:
                  + (f" (missed: {'; '.join(missed)})" if missed else "")
                  + (f"   NOT RUN here ({s.get('gpus', '?')} GPU(s)): {'; '.join(not_run)}" if not_run else "")
                  + ("   PARTIAL: the tests step ran a selection (--tests), not the whole suite"
-                    if s["steps"].get("tests", {}).get("selection") else ""))
+                    if s["steps"].get("tests", {}).get("selection") else "")
+                 + "".join(f"   SHARD {name.split(' ', 1)[1]}: one part of the suite"
+                           for name in s["steps"] if name.startswith("tests ")))
     print("\n".join(lines))
     return 0 if ok else 1
 

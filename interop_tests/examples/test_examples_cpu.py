@@ -222,6 +222,29 @@ def test_write_docs_merges_the_parts_of_a_split_run(tmp_path):
     assert "| vecadd [C++ nvcc -O3] | 0.2 | ms |" in md and "Bars: some FAIL (" in md
 
 
+def test_write_docs_says_whether_the_shards_of_a_split_suite_make_the_whole_suite(tmp_path):
+    """gpu_check.py --shard i/n in separate parts: the page says 'the whole suite' only with every shard."""
+    folders = []
+    for i in (1, 2):
+        folder = tmp_path / f"shard{i}"
+        folder.mkdir()
+        _fabricated_results(folder)       # its benchmark files (a page needs a GPU run's numbers)
+        check = {"date": f"2026-12-05 1{i}:00:00 UTC", "quick": False, "doctor": [], "bars": [],
+                 "steps": {f"tests {i}/2": {"rc": 0, "seconds": 300.0, "passed": 2500, "failed": 0, "errors": 0,
+                                            "skipped": 3}}}
+        (folder / "gpu_check.json").write_text(json.dumps(check))
+        folders.append(str(folder))
+    out = tmp_path / "benchmarks.md"
+    p = run("benchmarks/write_docs.py", "--results", *folders, "--out", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    md = out.read_text()
+    assert "| tests 1/2 | 0 |" in md and "| tests 2/2 | 0 |" in md
+    assert "the whole suite, in 2 shards of whole files" in md
+    p = run("benchmarks/write_docs.py", "--results", folders[0], "--out", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "NOT the whole suite: shards 1/2 ran, 2/2 did not" in out.read_text()
+
+
 def test_write_docs_says_a_tests_step_that_ran_a_selection(tmp_path):
     """gpu_check.py --tests: the page says the tests step ran a selection and which, never the suite."""
     folder = tmp_path / "part"

@@ -124,8 +124,36 @@ def test_a_part_that_skips_the_sanitizer_passes_still_memchecks_its_examples(gpu
     must still run under memcheck, unless example_memcheck is skipped."""
     monkeypatch.setattr(gpu_check.shutil, "which", lambda name: "/usr/bin/compute-sanitizer")
     for skip, want in (("tests,sanitize,bench", True), ("tests,sanitize,example_memcheck,bench", False)):
-        args = argparse.Namespace(budget=570.0, results=str(tmp_path / skip), skip=skip, quick=False, tests="")
+        args = argparse.Namespace(budget=570.0, results=str(tmp_path / skip), skip=skip, quick=False, tests="",
+                                  shard="")
         run = gpu_check._Run(args)
         names = [job[0] for job in run._example_jobs(100.0)]
         assert any(n.endswith("#memcheck") for n in names) == want, (skip, names)
         assert "examples/flash_attention_varlen.py" in names
+
+
+def test_a_shard_of_the_suite_is_named_in_its_step_and_the_verdict(gpu_check, capsys):
+    """--shard i/n: the step is 'tests i/n', it passes or fails like the suite, and the verdict says
+    it was one part of the suite."""
+    steps = summary()
+    part = steps["steps"].pop("tests")
+    steps["steps"]["tests 1/2"] = part
+    assert gpu_check.print_summary(steps) == 0
+    out = capsys.readouterr().out
+    assert "tests 1/2" in out and "passed 10, failed 0" in out
+    assert out.strip().splitlines()[-1].endswith("SHARD 1/2: one part of the suite")
+    steps["steps"]["tests 1/2"] = {**part, "rc": 1, "failed": 1}
+    assert gpu_check.print_summary(steps) == 1
+
+
+def test_a_shard_sets_the_step_name_and_a_malformed_one_is_refused_before_anything_runs(gpu_check, tmp_path):
+    args = argparse.Namespace(budget=570.0, results=str(tmp_path / "r"), skip="", quick=False, tests="",
+                              shard="2/2")
+    assert gpu_check._Run(args).tests_step == "tests 2/2"
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--shard", "0/2",
+                           "--results", str(tmp_path / "bad")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--shard: KB_TEST_SHARD='0/2': expected 'i/n'" in proc.stderr
+    assert not (tmp_path / "bad").exists()
