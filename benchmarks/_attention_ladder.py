@@ -43,10 +43,14 @@ LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
     # causal: the diagonal loop on the producer's ring too (KB_TILE_WS_CHAIN, 2026-12-05), not on cp.async
     "ws 128x128 setmaxnreg fp_fusion ftz chain": ({**REGS, **FTZ, "KB_TILE_WS_CHAIN": "1"}, 8,
                                                   {64: (128, 128), 128: (128, 128)}),
+    # the two consumer warpgroups' products in turns (KB_TILE_PINGPONG, FlashAttention-3's ping-pong, 2026-12-05)
+    "ws 128x128 setmaxnreg fp_fusion ftz chain pingpong": ({**REGS, **FTZ, "KB_TILE_WS_CHAIN": "1",
+                                                           "KB_TILE_PINGPONG": "1"}, 8,
+                                                          {64: (128, 128), 128: (128, 128)}),
 }
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
             "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE", "KB_TILE_WS_CHAIN",
-            "KB_TILE_EARLY_LOADS", "KB_TILE_INTERIOR_TILES")
+            "KB_TILE_EARLY_LOADS", "KB_TILE_INTERIOR_TILES", "KB_TILE_PINGPONG")
 
 
 class switched:

@@ -61,6 +61,10 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # of itself without per-access bounds tests (lower/interior.py); edge blocks run the tested copy. Twice
     # the code; not yet timed on a GPU, so off
     "interior_tiles": ("KB_TILE_INTERIOR_TILES", None, False),
+    # under loop_pipeline "ws" with two consumer warpgroups, a ring loop's two products run in turns
+    # (FlashAttention-3's ping-pong, lower/matmul/pingpong.py): one warpgroup's softmax while the other's
+    # products run; named barriers the lock-step simulator cannot order, not yet timed on a GPU, so off
+    "pingpong": ("KB_TILE_PINGPONG", None, False),
 }
 
 
@@ -130,4 +134,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("tma_store",) if s["tma_store"] else ()) + \
         (("ws_chain",) if s["ws_chain"] else ()) + \
         (("early_loads",) if s["early_loads"] else ()) + \
-        (("interior_tiles",) if s["interior_tiles"] else ())
+        (("interior_tiles",) if s["interior_tiles"] else ()) + \
+        (("pingpong",) if s["pingpong"] else ())

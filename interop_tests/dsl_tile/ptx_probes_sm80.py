@@ -453,6 +453,42 @@ def _named_barrier() -> Probe:
     return Probe("bar.sync.named", n, build, inputs, reference)
 
 
+def _turn_barriers() -> Probe:
+    """Two warps take turns on barriers 2 and 3 (of 64 threads), as two consumer warpgroups do
+    (matmul/pingpong.py): warp 1 gives warp 0 the first turn (arrive 2) and waits for its own (sync
+    3); warp 0 takes its turn (sync 2), writes shared memory, and ends it (arrive 3); warp 1 then reads
+    the other warp's words. The lock-step simulator runs the warps in program order (the barriers
+    order nothing there); on the GPU a turn out of order reads stale words or hangs."""
+    n, threads = 64, 64
+
+    def build(b: Builder) -> None:
+        x, out = b.array("x", U32), b.array("out", U32, out=True)
+        sh = b.shared_array("turns", U32, 32)
+
+        def first() -> None:
+            b.asm("bar.sync.turn", barrier=2, threads=threads)
+            b.store(sh, b.tid, b.load(x, b.tid))
+            b.store(out, b.tid, b.load(x, binop("add", b.tid, c32(32))))
+            b.asm("bar.arrive.turn", barrier=3, threads=threads)
+
+        def second() -> None:
+            lane = binop("sub", b.tid, c32(32))
+            b.asm("bar.arrive.turn", barrier=2, threads=threads)
+            b.asm("bar.sync.turn", barrier=3, threads=threads)
+            b.store(out, b.tid, b.load(sh, binop("mod", binop("add", lane, c32(5)), c32(32))))
+        b.when(N.Compare("lt", b.tid, c32(32)), first)
+        b.when(N.Compare("ge", b.tid, c32(32)), second)
+
+    def inputs(rng):
+        return {"x": rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32),
+                "out": np.full(n, SENTINEL, np.uint32)}
+
+    def reference(a):
+        x = a["x"]
+        return {"out": np.concatenate([x[32:64], np.roll(x[:32], -5)])}
+    return Probe("bar.sync.turn + bar.arrive.turn", n, build, inputs, reference)
+
+
 def probes() -> list[Probe]:
     return [
         _store_v2(F32, "st.global.v2.f32"), _store_v2(U32, "st.global.v2.b32"), _opaque(),
@@ -461,7 +497,7 @@ def probes() -> list[Probe]:
         _mma_packed("m16n8k16", "f16", "f16"), _mma_packed("m16n8k16", "bf16", "bf16"),
         _mma_packed("m16n8k8", "tf32", "tf32"), _mma_packed("m16n8k32", "e4m3", "e4m3"),
         _mma_packed("m16n8k32", "e5m2", "e4m3"), _mma_elements("f16"), _mma_elements("bf16"),
-        _named_barrier(), _vector_run(F16, 8, True), _vector_run(BF16, 2, False), _vector_run(F32, 4, False),
+        _named_barrier(), _turn_barriers(), _vector_run(F16, 8, True), _vector_run(BF16, 2, False), _vector_run(F32, 4, False),
         _vector_run(U32, 2, True), _vector_run(F64, 2, True), _vector_run(I64, 2, False),
         _vector_run(F32, 1, True), _vector_run(F64, 1, False),
     ]

@@ -32,7 +32,7 @@ _spec.loader.exec_module(FA)
 
 E = TypeVar("E")
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
-            "KB_TILE_WS_CHAIN")
+            "KB_TILE_WS_CHAIN", "KB_TILE_PINGPONG")
 # name -> (switches, warps, {head dim: (query rows, key rows)})
 ONE_WG = {64: (64, 128), 128: (64, 64)}
 TWO_WG = {64: (128, 128), 128: (128, 64)}
@@ -53,6 +53,13 @@ VARIANTS = {
                             8, {64: (128, 128), 128: (128, 128)}),
     "ws-chain-setmaxnreg-overlap": ({"KB_TILE_LOOP_PIPELINE": "ws", "KB_TILE_SETMAXNREG": "240/24",
                                      "KB_TILE_PRODUCT_OVERLAP": "1", "KB_TILE_WS_CHAIN": "1"}, 8, TWO_WG),
+    # the two consumer warpgroups' products in turns (KB_TILE_PINGPONG, matmul/pingpong.py), one loop
+    # and causal attention's two on one ring
+    "ws-setmaxnreg-bn128-pingpong": ({"KB_TILE_LOOP_PIPELINE": "ws", "KB_TILE_SETMAXNREG": "240/24",
+                                      "KB_TILE_PINGPONG": "1"}, 8, {64: (128, 128), 128: (128, 128)}),
+    "ws-chain-setmaxnreg-pingpong": ({"KB_TILE_LOOP_PIPELINE": "ws", "KB_TILE_SETMAXNREG": "240/24",
+                                      "KB_TILE_WS_CHAIN": "1", "KB_TILE_PINGPONG": "1"}, 8,
+                                     {64: (128, 128), 128: (128, 128)}),
 }
 
 

@@ -40,7 +40,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  tf32_transpose: bool = False, loop_pipeline: str = "cp.async", loop_stages: int = 2,
                  setmaxnreg: str = "off", product_overlap: bool = False, wgmma_a: str = "registers",
                  wgmma_slices: bool = False, nc_loads: bool = True, tma_store: bool = False,
-                 ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False) -> None:
+                 ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False,
+                 pingpong: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -74,6 +75,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.early_loads = early_loads          # element loads of read-only arrays where written (anchors.py)
         self.interior_tiles = interior_tiles    # a copy without bounds tests for inside blocks (interior.py)
         self.interior = False                   # lowering that copy now: in_array and the runs test nothing
+        self.pingpong = pingpong                # two consumer warpgroups' products in turns (pingpong.py)
         self.store_maps: dict[str, tuple] = {}   # array name -> (its TMA-copy tensor map parameter, box)
         self.staging_slabs: dict[tuple[int, int], int] = {}   # persistent TMA stores: slabs staged a round
         self.after_tiles: list = []             # emitters run once after the tile program (or a persistent loop)
@@ -690,7 +692,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py);
     `tf32_transpose`: sm_90 tf32 GEMM loops stage a row-major B through registers (compile.py);
     `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap, wgmma_a, wgmma_slices,
-    nc_loads, tma_store, ws_chain (dsl/tile/switches.py)."""
+    nc_loads, tma_store, ws_chain, early_loads, interior_tiles, pingpong (dsl/tile/switches.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower.matmul.mma_sync import MAX_STAGES, SMEM_LIMIT

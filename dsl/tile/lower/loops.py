@@ -16,7 +16,7 @@ from dsl.tile import ir as T
 from dsl.tile.lower import pipeline as P
 from dsl.tile.lower.copies import cp_async_wait
 from dsl.tile.lower.errors import LoweringError
-from dsl.tile.lower.matmul import overlap
+from dsl.tile.lower.matmul import overlap, pingpong
 from dsl.tile.lower.matmul import ring as R
 
 
@@ -31,6 +31,7 @@ def lower_for(L, s: T.For) -> None:
         pipe.var, pipe.stop, pipe.step, pipe.start = var, stop, step, start
         if pipe.ring is not None:
             pipe.rotation = overlap.plan_rotation(L, s, pipe)
+            pipe.pingpong = pingpong.plan_pingpong(L, s, pipe)
         for ld in pipe.loads():
             L.pipelined[id(ld)] = pipe
         body = L.block_of(lambda: L.stmts(s.body))
@@ -75,9 +76,13 @@ def _emit_ring_loop(L, pipe: P.Pipeline, s: T.For, body: list) -> None:
             L.emit(N.If(N.Logical("and", ring.leader, N.Compare("lt", at, pipe.stop)), L.block_of(first), []))
     if pipe.rotation is not None:
         overlap.start(L, pipe)
+    if pipe.pingpong is not None:
+        pingpong.start(L, pipe)
     L.emit(N.ForRange(pipe.var, pipe.start, pipe.stop, pipe.step, body, s.loc))
     if pipe.rotation is not None:
         overlap.drain(L, pipe)
+    if pipe.pingpong is not None:
+        pingpong.finish(L, pipe, s.loc)
     if pipe.done is not None:                   # a chained ring: the next loop's numbers start here
         L.emit(N.Assign(pipe.done, N.BinOp("add", N.ReadVar(pipe.done),
                                            P.trips(L, pipe.start, pipe.stop, pipe.step), I32)))

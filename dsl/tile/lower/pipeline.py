@@ -76,6 +76,7 @@ class Pipeline:
     ring: R.Ring | None = None  # a TMA ring feeds the stages instead of cp.async (ring.py)
     seen: list = None           # ring positions the body consumed, in order
     rotation: object = None     # the last product issued in the next iteration (matmul/overlap.py)
+    pingpong: object = None     # the two consumer warpgroups' products in turns (matmul/pingpong.py)
     done: N.Var | None = None   # a ring shared by loops run one after another (ring_ws.py chains them):
                                 # the iterations the earlier loops ran, where this loop's numbers start
 

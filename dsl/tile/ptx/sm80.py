@@ -281,6 +281,18 @@ def named_barrier(first: int) -> Callable:
     return semantics(run, machine=True, per_thread=True)
 
 
+def turn_sync(barrier: int) -> Callable:
+    """bar.sync b, n of a consumer warpgroup's turn (matmul/pingpong.py): the lock-step simulator runs
+    both warpgroups as one instruction stream, so there is nothing to order; the protocol is checked
+    against a model of the barriers (interop_tests/dsl_tile/test_tile_pingpong.py)."""
+    return semantics(lambda args, mach, lanes: None, machine=True, per_thread=True)
+
+
+def turn_arrive(barrier: int) -> Callable:
+    """bar.arrive b, n of a consumer warpgroup's turn: as turn_sync, nothing to order here."""
+    return semantics(lambda args, mach, lanes: None, machine=True, per_thread=True)
+
+
 def wait_group(keep: int) -> Callable:
     return semantics(lambda args, mach, lanes: copies(mach).wait(lanes, keep, mach.addresses),
                  machine=True, per_thread=True)

@@ -185,6 +185,13 @@ _ROWS = (
               True, 70, "sm80:named_barrier", "named barrier `barrier` of `threads` threads, those from "
               "tid.x `first` on (a warp-specialised kernel's consumers)", ("barrier", "threads", "first"),
               ("first",)),
+    PtxFamily("bar.sync.turn", lambda barrier, threads: f"bar.sync {barrier}, {threads};", "", VOID, True, 70,
+              "sm80:turn_sync", "wait on named barrier `barrier` until `threads` threads arrived: a consumer "
+              "warpgroup's turn (matmul/pingpong.py); orders nothing in the lock-step simulator",
+              ("barrier", "threads"), ("barrier",)),
+    PtxFamily("bar.arrive.turn", lambda barrier, threads: f"bar.arrive {barrier}, {threads};", "", VOID, True, 70,
+              "sm80:turn_arrive", "arrive, without waiting, on named barrier `barrier` (`threads` in all): the "
+              "other consumer warpgroup's turn (matmul/pingpong.py)", ("barrier", "threads"), ("barrier",)),
     PtxFamily("st.global.v2.f32", "st.global.v2.f32 [$0], {$1, $2};", "l,f,f", VOID, True, 70,
               "sm80:st_global_8", "two f32 to an 8-byte aligned global address"),
     PtxFamily("st.global.v2.b32", "st.global.v2.b32 [$0], {$1, $2};", "l,r,r", VOID, True, 70,

@@ -21,7 +21,7 @@ from dsl.tile import ir as T
 from dsl.tile.lower.layout import LV, MmaLayout
 from dsl.tile.lower.matmul.stages import aligned_base
 from dsl.tile.lower.copies import cp_async_commit, cp_async_wait, fence_proxy_async
-from dsl.tile.lower.matmul import overlap
+from dsl.tile.lower.matmul import overlap, pingpong
 from dsl.tile.lower.matmul.fragments import pack_pairs
 from dsl.tile.lower.pipeline import prefetch_next, ring_done, ring_wait, stage_base, wait_for
 from dsl.tile.lower.matmul.wgmma import wait_wgmma
@@ -69,11 +69,13 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         fence_proxy_async(L)
         L.sync()
         base = aligned_base(L, buf, "swz")
+    pingpong.before_issue(L, pipe, e)              # the last product opens this warpgroup's turn
     if a_shared is not None:
         issue_product_ss(L, e, b, base, acc_vars, a_shared, layout.wn if layout.by_warpgroup else 1)
     else:
         issue_product(L, e, b, base, acc_vars, _packed(L, layout, k, dtype, a_frags, a_packed))
     L.asm("wgmma.commit_group")
+    pingpong.after_commit(L, pipe, e)               # the first product ends it
     pending = 0
     if rot is not None and e is rot.first:          # the previous iteration's last product, behind it
         overlap.issue_last(L, pipe, it)

@@ -1,0 +1,144 @@
+"""Ping-pong of a warp-specialised ring loop's two consumer warpgroups (lowering switch `pingpong`,
+KB_TILE_PINGPONG, sm_90; FlashAttention-3's inter-warpgroup scheduling).
+
+    for j in range(lo, hi):                                  # run by both consumer warpgroups
+        s = tile.matmul(q, tile.transpose(tile.load(k, ...)))   # first product
+        ...                                                   # the softmax of s
+        acc = acc * alpha[:, None] + tile.matmul(p, tile.load(v, ...))   # last product
+
+Under `loop_pipeline="ws"` two consumer warpgroups run this loop on different rows (64 query rows
+each) and each of them waits for every product it issues. Left alone they drift into step: both issue
+their products at once and both run their softmax while the tensor cores idle. Here their products
+take turns. A warpgroup's *section* runs from the issue of iteration j's last product to the issue of
+iteration j + 1's first (in iteration order: its P V, then its next S); a section starts only when
+the other warpgroup's section before it has ended, so while one warpgroup's products run on the
+tensor cores, the other runs its softmax.
+
+Two named barriers of 256 threads, TURN_BARRIERS (0 is __syncthreads, 1 the consumers' block barrier),
+one for each warpgroup's turn: the warpgroup whose turn it is waits on its own (`bar.sync`), the other
+arrives on it (`bar.arrive`) when its section ends. Per loop:
+
+    second warpgroup: arrive(first's)       # the first warpgroup takes the first turn
+    sync(mine)                              # opens the section holding iteration 0's first product
+    for j:
+        first product: issue, commit; arrive(other's); wait
+        ...
+        sync(mine); last product: issue, commit; wait
+    first warpgroup: arrive(other's)        # ends its last section (the second's is awaited by nobody)
+
+Each barrier then sees as many arrivals as waits, for any trip count (0 too), so a later loop (causal
+attention's diagonal loop) starts from clean barriers. Both warpgroups run the same trips (the loop's
+bounds are block-uniform scalars, as the producer warpgroup needs them too). It applies to a ring loop
+of a warp-specialised kernel with two consumer warpgroups whose body holds exactly two products in
+top-level statements, each reading its B from the ring (never inside an `if`: every warpgroup reaches
+every turn), and no rotation (`product_overlap`). The lock-step simulator runs both warpgroups as one
+instruction stream: the turns order nothing there (interop_tests/dsl_tile/test_tile_pingpong.py checks
+the protocol the kernel runs against a model of the barriers, every interleaving).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsl.ir import nodes as N
+from dsl.ir.types import BOOL, I32
+from dsl.tile import ir as T
+from dsl.tile.lower.errors import LoweringError
+from dsl.tile.lower.layout import c32
+from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
+from dsl.tile.lower.pipeline import _exprs_of, _products
+
+TURN_BARRIERS = (2, 3)      # the first consumer warpgroup's turn, the second's
+CONSUMERS = 256             # two warpgroups: the 128 threads that wait and the 128 that arrive
+
+
+@dataclass
+class PingPong:
+    first: T.Matmul
+    last: T.Matmul
+    second: N.Var           # is this the second consumer warpgroup
+    fired: list             # the products whose turn points were emitted (checked after the body)
+
+
+def plan_pingpong(L, loop: T.For, pipe) -> PingPong | None:
+    """The turns of `loop` (pipelined by the ring `pipe`), or None where they do not apply."""
+    if not (L.pingpong and pipe.ring is not None and pipe.ring.ws and L.T == CONSUMERS
+            and pipe.rotation is None):
+        return None
+    found = [(k, mm) for k, st in enumerate(loop.body) if isinstance(st, (T.Assign, T.Store))
+             for e in _exprs_of(st) for mm in _products(e)]
+    nested = [mm for st in loop.body if not isinstance(st, (T.Assign, T.Store))
+              for x in T.walk_stmts([st]) for e in _exprs_of(x) for mm in _products(e)]
+    if len(found) != 2 or nested or found[0][0] >= found[1][0]:
+        return None
+    ring_loads = {id(ld) for ld in pipe.loads()}
+    (_, first), (_, last) = found
+    if any(id(_operand(mm)) not in ring_loads for mm in (first, last)):
+        return None
+    return PingPong(first, last, L.new_var(BOOL, "turn2"), [])
+
+
+def _operand(mm: T.Matmul) -> T.TExpr:
+    return mm.b.operand if isinstance(mm.b, T.Permute) and tuple(mm.b.axes) == (1, 0) else mm.b
+
+
+def of(pipe, e: T.Matmul) -> PingPong | None:
+    """The loop's turns when `e` is one of its two products, else None."""
+    pp = getattr(pipe, "pingpong", None) if pipe is not None else None
+    return pp if pp is not None and (e is pp.first or e is pp.last) else None
+
+
+def _turn(L, pp: PingPong, family: str, own: bool) -> None:
+    """`family` on this warpgroup's turn barrier (`own`) or the other's: a constant barrier number in
+    each side of a warp-uniform branch (a number in a register makes ptxas reserve all 16 barriers)."""
+    first_turn, second_turn = TURN_BARRIERS
+    on_second, on_first = (second_turn, first_turn) if own else (first_turn, second_turn)
+    L.emit(N.If(N.ReadVar(pp.second),
+                L.block_of(lambda: L.asm(family, barrier=on_second, threads=CONSUMERS)),
+                L.block_of(lambda: L.asm(family, barrier=on_first, threads=CONSUMERS))))
+
+
+def _sync(L, pp: PingPong) -> None:
+    _turn(L, pp, "bar.sync.turn", own=True)
+
+
+def _arrive(L, pp: PingPong) -> None:
+    _turn(L, pp, "bar.arrive.turn", own=False)
+
+
+def before_issue(L, pipe, e: T.Matmul) -> None:
+    """Right before product `e` is issued: the last product opens this warpgroup's section."""
+    pp = of(pipe, e)
+    if pp is not None and e is pp.last:
+        _sync(L, pp)
+        pp.fired.append(e)
+
+
+def after_commit(L, pipe, e: T.Matmul) -> None:
+    """Right after product `e`'s group is committed: the first product ends the section."""
+    pp = of(pipe, e)
+    if pp is not None and e is pp.first:
+        _arrive(L, pp)
+        pp.fired.append(e)
+
+
+def start(L, pipe) -> None:
+    """Before the loop: which turn is whose (the warpgroup index through lane 0, so ptxas sees it
+    uniform per warp), the second warpgroup's arrival that gives the first turn away, and the sync
+    that opens the section of iteration 0's first product."""
+    pp = pipe.pingpong
+    group = L.tmp(N.Warp("shfl", [N.BinOp("rshift", L.ws_tid, c32(7), I32), c32(0)], I32), "wg")
+    second = N.Compare("eq", group, c32(WS_PRODUCERS // 128 + 1))
+    L.emit(N.Assign(pp.second, second))
+    L.emit(N.If(N.ReadVar(pp.second), L.block_of(lambda: L.asm("bar.arrive.turn", barrier=TURN_BARRIERS[0],
+                                                                   threads=CONSUMERS)), []))
+    _sync(L, pp)
+
+
+def finish(L, pipe, loc) -> None:
+    """After the loop: the first warpgroup ends its last section; both turn points ran once an iteration."""
+    pp = pipe.pingpong
+    if sorted(id(e) for e in pp.fired) != sorted((id(pp.first), id(pp.last))):
+        raise LoweringError(f"{loc}: internal: the ping-pong turns of this loop were emitted at "
+                            f"{len(pp.fired)} of its 2 products")
+    L.emit(N.If(N.ReadVar(pp.second), [], L.block_of(lambda: L.asm("bar.arrive.turn", barrier=TURN_BARRIERS[1],
+                                                                       threads=CONSUMERS))))

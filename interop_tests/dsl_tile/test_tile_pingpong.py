@@ -1,0 +1,203 @@
+"""The ping-pong of a warp-specialised loop's two consumer warpgroups (lowering switch `pingpong`,
+dsl/tile/lower/matmul/pingpong.py): where the turn barriers go in the PTX, kernels it does not apply to
+left byte for byte as they were, and the protocol the kernel runs, recorded in the lock-step simulator
+(which runs both warpgroups as one instruction stream and cannot order them), checked against a model of
+PTX named barriers in every interleaving of the two warpgroups: no deadlock, no arrival left over, no
+warpgroup arriving twice in one phase, and never both warpgroups inside their product sections at once.
+The kernels' results against float64 and ptxas: test_flash_attention_ws.py's pingpong variants.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections import deque
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from dsl import tile
+from dsl.tile.lower.matmul.pingpong import TURN_BARRIERS
+from dsl.tile.ptx import sm80, table
+from dsl.tile.switches import switches_key
+from attention_refs import attention64
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("flash_attention_pp", ROOT / "examples" / "flash_attention.py")
+FA = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(FA)
+
+WS = {"loop_pipeline": "ws", "setmaxnreg": "240/24"}
+
+
+def flash(lowering: dict, warps: int, d: int, bm: int, bn: int, seq: int, causal: bool, rng=None, heads: int = 2):
+    kern = tile.kernel(FA.flash_fwd.pyfunc, num_warps=warps, lowering=lowering)
+    make = (lambda: rng.standard_normal((heads * seq, d))) if rng is not None else (lambda: np.zeros((heads * seq, d)))
+    q, k, v = (make().astype(ml_dtypes.bfloat16) for _ in range(3))
+    out = np.full((heads * seq, d), np.nan, np.float32)
+    return kern, (q, k, v, tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal, 1), out
+
+
+def ptx(lowering: dict, warps: int = 8, d: int = 128, bm: int = 128, bn: int = 128, causal: bool = False) -> str:
+    kern, args, _ = flash(lowering, warps, d, bm, bn, 512, causal)
+    return kern.compile(args, "sm_90").ptx
+
+
+# ------------------------------------------------------------------------------ the PTX
+def test_the_first_product_ends_a_turn_and_the_last_one_waits_for_it():
+    text = ptx({**WS, "pingpong": True})
+    lines = [ln.strip() for ln in text.splitlines()]
+    first, second = TURN_BARRIERS
+    for op in ("bar.sync", "bar.arrive"):
+        for b in (first, second):
+            assert f"{op} {b}, 256;" in lines, (op, b)
+    commits = [i for i, ln in enumerate(lines) if ln.startswith("wgmma.commit_group")]
+    waits = [i for i, ln in enumerate(lines) if ln.startswith("wgmma.wait_group")]
+    mmas = [i for i, ln in enumerate(lines) if "wgmma.mma_async" in ln]
+    turns = [i for i, ln in enumerate(lines) if re.match(r"bar\.(sync|arrive) [23], 256;", ln)]
+    # S = Q K^T: its group committed, then a turn ends (arrive), then the wait for it
+    assert any(commits[0] < t < waits[0] and "arrive" in lines[t] for t in turns), lines[commits[0]:waits[0] + 1]
+    # O += P V: a turn (sync) between the previous group's wait and its first wgmma
+    second_mma = next(i for i in mmas if i > waits[0])
+    assert any(waits[0] < t < second_mma and "bar.sync" in lines[t] for t in turns)
+
+
+@pytest.mark.parametrize("lowering,warps,bm,bn", [
+    ({"loop_pipeline": "tma"}, 4, 64, 64),                                 # one consumer warpgroup, no producer
+    ({**WS, "product_overlap": True}, 8, 128, 64),                          # the rotated products keep their order
+])
+def test_kernels_it_does_not_apply_to_keep_their_ptx_byte_for_byte(lowering, warps, bm, bn):
+    assert ptx({**lowering, "pingpong": True}, warps, 128, bm, bn) == ptx(lowering, warps, 128, bm, bn)
+
+
+def test_the_switch_is_part_of_the_compile_keys():
+    assert "pingpong" in switches_key((("pingpong", True),))
+    assert "pingpong" not in switches_key((("pingpong", False),))
+
+
+# ------------------------------------------------------------------------------ the protocol
+class Turns:
+    """Records each turn barrier a lane runs in the lock-step simulator: (block, tid) -> [(op, barrier)]."""
+
+    def __init__(self) -> None:
+        self.ops: dict[tuple[int, int], list[tuple[str, int]]] = {}
+
+    def factory(self, op: str):
+        def make(barrier: int):
+            def run(args, mach, lanes):
+                blocks = mach.lanes.first + mach.lanes.blk[lanes]
+                for b, t in zip(blocks.tolist(), mach.lanes.tid_lin[lanes].tolist()):
+                    self.ops.setdefault((b, t), []).append((op, barrier))
+            return sm80.semantics(run, machine=True, per_thread=True)
+        return make
+
+    def warpgroups(self) -> dict[int, tuple[list, list]]:
+        """block -> (first consumer warpgroup's sequence, second's); every lane of a warpgroup the same."""
+        out = {}
+        for block in sorted({b for b, _ in self.ops}):
+            seqs = []
+            for wg in (1, 2):
+                lanes = [self.ops.get((block, t), []) for t in range(128 * wg, 128 * (wg + 1))]
+                assert all(s == lanes[0] for s in lanes), f"block {block}: warpgroup {wg}'s lanes differ"
+                seqs.append(lanes[0])
+            out[block] = tuple(seqs)
+        return out
+
+
+def model_check(seqs: tuple[list, list]) -> None:
+    """Every interleaving of the two warpgroups' barrier operations under PTX named-barrier semantics
+    (a phase of a 256-thread barrier completes when both warpgroups contributed 128: bar.sync waits for
+    it, bar.arrive does not): AssertionError on a deadlock, a leftover arrival, a warpgroup contributing
+    twice to one phase, or both warpgroups inside their sections (from passing a sync on their own turn
+    barrier to their next arrival on the other's) at once."""
+    own = dict(enumerate(TURN_BARRIERS))
+    bars = sorted({b for s in seqs for _, b in s})
+    start = ((0, 0), tuple(None for _ in bars), (None, None), (False, False))
+    seen, todo = {start}, deque([start])
+    while todo:
+        pos, who, waiting, inside = todo.popleft()
+        assert not all(inside), f"both warpgroups in their sections at {pos}"
+        moves = 0
+        for p in (0, 1):
+            if pos[p] == len(seqs[p]):
+                continue
+            if waiting[p] is not None:          # blocked in a sync until its phase completes
+                continue
+            op, b = seqs[p][pos[p]]
+            k = bars.index(b)
+            w, wt, ins = list(who), list(waiting), list(inside)
+            assert w[k] != p, f"warpgroup {p} contributes twice to one phase of barrier {b} at {pos}"
+            if w[k] is None:                    # the first half of a phase
+                w[k] = p
+                if op == "sync":
+                    wt[p] = b
+            else:                               # the phase completes: a waiter on it goes on
+                w[k] = None
+                other = 1 - p
+                if wt[other] == b:
+                    wt[other] = None
+                    if b == own[other]:
+                        ins[other] = True
+                if op == "sync" and b == own[p]:
+                    ins[p] = True
+            if op == "arrive" and b != own[p]:
+                ins[p] = False
+            np_ = list(pos)
+            np_[p] += 1
+            if np_[p] == len(seqs[p]):
+                ins[p] = False                  # a finished warpgroup holds no section
+            state = (tuple(np_), tuple(w), tuple(wt), tuple(ins))
+            moves += 1
+            if state not in seen:
+                seen.add(state)
+                todo.append(state)
+        done = all(pos[p] == len(seqs[p]) for p in (0, 1))
+        assert moves or done, f"deadlock at {pos}: waiting on {waiting}"
+        if done:
+            assert all(x is None for x in who), f"arrivals left over at the end: {who}"
+
+
+@pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, True)], ids=["d128-full", "d128-causal", "d64-causal"])
+@pytest.mark.parametrize("chain", [False, True], ids=["", "chain"])
+def test_the_turns_the_kernel_runs_pass_the_barrier_model_in_every_interleaving(monkeypatch, rng, d, causal, chain):
+    """Two heads of 384 rows, 128-row blocks: causal blocks run 0, 1 and 2 iterations of the unmasked loop
+    and one of the diagonal one (two loops, on one ring with `ws_chain`)."""
+    turns = Turns()
+    monkeypatch.setattr(sm80, "turn_sync", turns.factory("sync"))
+    monkeypatch.setattr(sm80, "turn_arrive", turns.factory("arrive"))
+    monkeypatch.setattr(table, "_RESOLVED", {})
+    kern, args, out = flash({**WS, "pingpong": True, "ws_chain": chain}, 8, d, 128, 128, 384, causal, rng)
+    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    np.testing.assert_allclose(out, attention64(*args[:3], 384, causal), rtol=2e-2, atol=1e-2)
+    per_block = turns.warpgroups()
+    assert len(per_block) == 6
+    for block, seqs in per_block.items():
+        assert seqs[0] and seqs[1], block
+        model_check(seqs)
+
+
+def _protocol(trips: int) -> tuple[list, list]:
+    """The protocol pingpong.py emits for one loop of `trips` iterations, written out by hand."""
+    a, b = TURN_BARRIERS
+    first = [("sync", a)] + [("arrive", b), ("sync", a)] * trips + [("arrive", b)]
+    second = [("arrive", a), ("sync", b)] + [("arrive", a), ("sync", b)] * trips
+    return first, second
+
+
+@pytest.mark.parametrize("trips", [0, 1, 3])
+def test_the_model_passes_the_protocol_for_any_trip_count(trips):
+    model_check(_protocol(trips))
+
+
+def test_the_model_catches_a_deadlock_a_leftover_arrival_and_two_warpgroups_in_their_sections():
+    first, second = _protocol(2)
+    with pytest.raises(AssertionError, match="deadlock"):
+        model_check((first, second[1:]))                 # the first turn never given away
+    with pytest.raises(AssertionError, match="left over"):
+        model_check((first + [("arrive", TURN_BARRIERS[0])], second))
+    with pytest.raises(AssertionError, match="twice"):
+        model_check((first, [("arrive", TURN_BARRIERS[0])] + second))
+    a, b = TURN_BARRIERS
+    with pytest.raises(AssertionError, match="both warpgroups"):   # each gives the other its turn up front
+        model_check(([("arrive", b), ("sync", a), ("sync", 4)], [("arrive", a), ("sync", b), ("arrive", 4)]))
