@@ -76,6 +76,7 @@ def merge(parts: list[tuple[dict, dict[str, dict]]]) -> tuple[dict, dict[str, di
         for bar in d.get("bars", []):
             bars[bar["name"]] = bar
     check = {"date": " + ".join(str(c.get("date", "—")) for c in checks), "parts": len(checks),
+             "code": [c.get("code") for c in checks],
              "quick": any(c.get("quick") for c in checks),
              "partial": all(c.get("partial") for c in checks),
              "doctor": next((c["doctor"] for c in checks if c.get("doctor")), []),
@@ -115,11 +116,24 @@ def machine(check: dict, benches: dict[str, dict]) -> list[str]:
     lines = ["## Machine", "",
              f"- GPU: {gpu.get('gpu', '—')}" + (f" (compute capability {cc[0]}.{cc[1]})" if cc else ""),
              f"- run: {check.get('date', '—')}{' (quick mode)' if check.get('quick') else ''}",
+             f"- code: {code_line(check.get('code'))}",
              f"- Python (benchmarks): {next((i['python'] for i in infos if i.get('python')), '—')}", ""]
     doctor = check.get("doctor") or []
     if doctor:
         lines += ["Environment (`python -m bridge doctor`, same run):", "", "```", *doctor, "```", ""]
     return lines
+
+
+def code_line(code: dict | list | None) -> str:
+    """The code the check ran (gpu_check.py's fingerprint): one, or the parts' when they agree, else each."""
+    parts = code if isinstance(code, list) else [code]
+    if not parts or any(c is None for c in parts):
+        return "not recorded (a part ran before gpu_check.py fingerprinted the code)"
+    marks = [f"{c['sha256']} ({c['files']} files)" for c in parts]
+    if len(set(marks)) == 1:
+        return marks[0] + (f", the same in all {len(parts)} parts" if len(parts) > 1 else "")
+    return "DIFFERENT in the parts, so they are not one check: " + "; ".join(
+        f"part {k + 1}: {m}" for k, m in enumerate(marks))
 
 
 def steps(check: dict) -> list[str]:

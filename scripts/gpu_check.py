@@ -40,6 +40,7 @@ never as passed, and multigpu tests the suite skipped are counted apart as not r
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -104,6 +105,33 @@ MULTI_GPU_BENCHMARKS = ["benchmarks/allreduce_pipeline.py"]
 # fresh machine (320 s on 2026-12-04, past the 300 s this was), the rest of their time is timing
 BENCH_CAP_S = 420
 MULTI_GPU_SKIP = "needs 2 GPUs"          # the reason multigpu tests are skipped with (interop_tests/conftest.py)
+
+
+# What the code fingerprint covers: the files that build, run and test the product, not the docs or the
+# results the checks write (a part's record may be committed between the parts of one check)
+CODE_PATHS = ("dsl/", "bridge/", "cpp/", "examples/", "benchmarks/", "scripts/", "interop_tests/",
+              "pyproject.toml", "CMakeLists.txt", "requirements-test.txt")
+
+
+def code_fingerprint(root: Path) -> dict:
+    """{"sha256", "files"} over the code the check runs: every file under CODE_PATHS that git does not
+    ignore (tracked or not: the device copies exactly those), by path and content. The parts of a check
+    split over several device calls, even over sessions, are one check only where these agree
+    (benchmarks/write_docs.py says so); without git, every file under CODE_PATHS but caches and builds."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root,
+                                capture_output=True, timeout=60, check=True).stdout.decode().split("\0")
+    except (OSError, subprocess.SubprocessError):
+        listed = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
+                  and not {"__pycache__", "build", ".git"} & set(p.relative_to(root).parts)]
+    digest, count = hashlib.sha256(), 0
+    for rel in sorted(set(filter(None, listed))):
+        path = root / rel
+        if not rel.startswith(CODE_PATHS) or not path.is_file() or path.suffix in (".pyc", ".so"):
+            continue
+        digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+        count += 1
+    return {"sha256": digest.hexdigest()[:16], "files": count}
 
 
 def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> tuple[int, float, str]:
@@ -266,7 +294,8 @@ class _Run:
         else:
             self.tests_step = "tests"
         self.py = sys.executable
-        self.summary: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": args.quick}
+        self.summary: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": args.quick,
+                              "code": code_fingerprint(ROOT)}
         self.summary["steps"] = Steps(self.summary, self.res_dir / "gpu_check.json")
         self.env = {"PYTHONUNBUFFERED": "1", "KB_REQUIRE_GPU": "1"}
         self.sanitizer = shutil.which("compute-sanitizer")
@@ -417,7 +446,9 @@ def count_gpus(py: str, logs: Path) -> int:
 
 def print_summary(s: dict) -> int:
     ok = bool(s.get("gpu"))   # the check proves GPU claims: without a GPU it cannot pass
-    lines = ["", "=" * 78, f"kernelbridge GPU check  {s['date']}"]
+    code = s.get("code") or {}
+    lines = ["", "=" * 78, f"kernelbridge GPU check  {s['date']}"
+             + (f"  code {code['sha256']} ({code['files']} files)" if code else "")]
     not_run: list[str] = []
     if not ok:
         lines.append("  NO GPU: nothing was proven on a device (the verdict is FAIL)")

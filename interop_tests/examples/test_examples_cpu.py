@@ -245,6 +245,29 @@ def test_write_docs_says_whether_the_shards_of_a_split_suite_make_the_whole_suit
     assert "NOT the whole suite: shards 1/2 ran, 2/2 did not" in out.read_text()
 
 
+@pytest.mark.parametrize("same", [True, False], ids=["same-code", "other-code"])
+def test_write_docs_says_whether_the_parts_ran_the_same_code(tmp_path, same):
+    """Parts of one check (gpu_check.py's code fingerprint in each record): one check only where they agree."""
+    folders = []
+    for i in (1, 2):
+        folder = tmp_path / f"part{i}"
+        folder.mkdir()
+        _fabricated_results(folder)
+        check = json.loads((folder / "gpu_check.json").read_text())
+        check["code"] = {"sha256": "aaaa1111bbbb2222" if same or i == 1 else "cccc3333dddd4444", "files": 740}
+        (folder / "gpu_check.json").write_text(json.dumps(check))
+        folders.append(str(folder))
+    out = tmp_path / "benchmarks.md"
+    p = run("benchmarks/write_docs.py", "--results", *folders, "--out", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    md = out.read_text()
+    if same:
+        assert "- code: aaaa1111bbbb2222 (740 files), the same in all 2 parts" in md
+    else:
+        assert "- code: DIFFERENT in the parts, so they are not one check: part 1: aaaa1111bbbb2222 (740 files); " \
+               "part 2: cccc3333dddd4444 (740 files)" in md
+
+
 def test_write_docs_says_a_tests_step_that_ran_a_selection(tmp_path):
     """gpu_check.py --tests: the page says the tests step ran a selection and which, never the suite."""
     folder = tmp_path / "part"

@@ -157,3 +157,46 @@ def test_a_shard_sets_the_step_name_and_a_malformed_one_is_refused_before_anythi
     assert proc.returncode == 2
     assert "--shard: KB_TEST_SHARD='0/2': expected 'i/n'" in proc.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def _git(repo: Path, *args: str) -> None:
+    import subprocess
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(repo), "PATH": "/usr/bin:/bin"})
+
+
+def test_the_code_fingerprint_follows_the_code_not_the_docs_or_ignored_files(gpu_check, tmp_path):
+    """Parts of one check, even from two sessions, must have run the same code: the fingerprint changes
+    with any file that builds, runs or tests the product (tracked or not), and with nothing else."""
+    import shutil as _shutil
+    if _shutil.which("git") is None:
+        pytest.skip("git not installed: the fingerprint's file list comes from git ls-files")
+    repo = tmp_path / "repo"
+    (repo / "dsl").mkdir(parents=True)
+    (repo / "docs").mkdir()
+    (repo / "dsl" / "a.py").write_text("x = 1\n")
+    (repo / "docs" / "page.md").write_text("words\n")
+    (repo / ".gitignore").write_text("build/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one")
+    base = gpu_check.code_fingerprint(repo)
+    assert base == gpu_check.code_fingerprint(repo) and base["files"] == 1
+    (repo / "docs" / "page.md").write_text("other words\n")              # docs: not code
+    (repo / "build").mkdir()
+    (repo / "build" / "out.py").write_text("generated\n")                # ignored by git
+    assert gpu_check.code_fingerprint(repo) == base
+    (repo / "dsl" / "new.py").write_text("y = 2\n")                      # untracked, not ignored: code
+    grown = gpu_check.code_fingerprint(repo)
+    assert grown["files"] == 2 and grown["sha256"] != base["sha256"]
+    (repo / "dsl" / "new.py").unlink()
+    (repo / "dsl" / "a.py").write_text("x = 2\n")                        # one byte of code
+    assert gpu_check.code_fingerprint(repo)["sha256"] != base["sha256"]
+
+
+def test_the_summary_names_the_code_it_ran(gpu_check, capsys):
+    s = summary()
+    s["code"] = {"sha256": "0123456789abcdef", "files": 740}
+    gpu_check.print_summary(s)
+    assert "code 0123456789abcdef (740 files)" in capsys.readouterr().out
