@@ -47,6 +47,11 @@ LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
     "ws 128x128 setmaxnreg fp_fusion ftz chain pingpong": ({**REGS, **FTZ, "KB_TILE_WS_CHAIN": "1",
                                                            "KB_TILE_PINGPONG": "1"}, 8,
                                                           {64: (128, 128), 128: (128, 128)}),
+    # and the intra-warpgroup overlap with it: a turn issues S of block j and P V of block j - 1 (FlashAttention-3)
+    "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong": ({**REGS, **FTZ, "KB_TILE_WS_CHAIN": "1",
+                                                                   "KB_TILE_PRODUCT_OVERLAP": "1",
+                                                                   "KB_TILE_PINGPONG": "1"}, 8,
+                                                                  {64: (128, 128), 128: (128, 128)}),
 }
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
             "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE", "KB_TILE_WS_CHAIN",

@@ -60,6 +60,10 @@ VARIANTS = {
     "ws-chain-setmaxnreg-pingpong": ({"KB_TILE_LOOP_PIPELINE": "ws", "KB_TILE_SETMAXNREG": "240/24",
                                       "KB_TILE_WS_CHAIN": "1", "KB_TILE_PINGPONG": "1"}, 8,
                                      {64: (128, 128), 128: (128, 128)}),
+    # both FlashAttention-3 overlaps: a turn issues the first product and the previous last one
+    "ws-chain-setmaxnreg-overlap-pingpong": ({"KB_TILE_LOOP_PIPELINE": "ws", "KB_TILE_SETMAXNREG": "240/24",
+                                              "KB_TILE_WS_CHAIN": "1", "KB_TILE_PRODUCT_OVERLAP": "1",
+                                              "KB_TILE_PINGPONG": "1"}, 8, {64: (128, 128), 128: (128, 128)}),
 }
 
 

@@ -63,9 +63,22 @@ def test_the_first_product_ends_a_turn_and_the_last_one_waits_for_it():
     assert any(waits[0] < t < second_mma and "bar.sync" in lines[t] for t in turns)
 
 
+def test_rotated_a_turn_is_the_first_product_and_the_previous_last_one_behind_it():
+    """product_overlap: sync, S of iteration j and P V of j - 1 issued and committed, arrive, wait_group 1."""
+    lines = [ln.strip() for ln in ptx({**WS, "pingpong": True, "product_overlap": True}).splitlines()]
+    mmas = [i for i, ln in enumerate(lines) if "wgmma.mma_async" in ln]
+    waits = [i for i, ln in enumerate(lines) if ln.startswith("wgmma.wait_group.sync.aligned 1")]
+    assert waits, "the rotated loop waits for its first product with one group left in flight"
+    section = [i for i in mmas if i < waits[0]]
+    commits = [i for i, ln in enumerate(lines) if ln.startswith("wgmma.commit_group") and i < waits[0]]
+    syncs = [i for i, ln in enumerate(lines) if re.match(r"bar\.sync [23], 256;", ln) and i < section[0]]
+    arrives = [i for i, ln in enumerate(lines) if re.match(r"bar\.arrive [23], 256;", ln) and commits[-1] < i < waits[0]]
+    assert len(commits) >= 2 and syncs and arrives, (len(commits), syncs, arrives)
+
+
 @pytest.mark.parametrize("lowering,warps,bm,bn", [
     ({"loop_pipeline": "tma"}, 4, 64, 64),                                 # one consumer warpgroup, no producer
-    ({**WS, "product_overlap": True}, 8, 128, 64),                          # the rotated products keep their order
+    ({"loop_pipeline": "tma", "product_overlap": True}, 4, 64, 64),
 ])
 def test_kernels_it_does_not_apply_to_keep_their_ptx_byte_for_byte(lowering, warps, bm, bn):
     assert ptx({**lowering, "pingpong": True}, warps, 128, bm, bn) == ptx(lowering, warps, 128, bm, bn)
@@ -160,14 +173,17 @@ def model_check(seqs: tuple[list, list]) -> None:
 
 @pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, True)], ids=["d128-full", "d128-causal", "d64-causal"])
 @pytest.mark.parametrize("chain", [False, True], ids=["", "chain"])
-def test_the_turns_the_kernel_runs_pass_the_barrier_model_in_every_interleaving(monkeypatch, rng, d, causal, chain):
+@pytest.mark.parametrize("overlap", [False, True], ids=["", "overlap"])
+def test_the_turns_the_kernel_runs_pass_the_barrier_model_in_every_interleaving(monkeypatch, rng, d, causal, chain,
+                                                                                 overlap):
     """Two heads of 384 rows, 128-row blocks: causal blocks run 0, 1 and 2 iterations of the unmasked loop
-    and one of the diagonal one (two loops, on one ring with `ws_chain`)."""
+    and one of the diagonal one (two loops, on one ring with `ws_chain`); rotated or not."""
     turns = Turns()
     monkeypatch.setattr(sm80, "turn_sync", turns.factory("sync"))
     monkeypatch.setattr(sm80, "turn_arrive", turns.factory("arrive"))
     monkeypatch.setattr(table, "_RESOLVED", {})
-    kern, args, out = flash({**WS, "pingpong": True, "ws_chain": chain}, 8, d, 128, 128, 384, causal, rng)
+    kern, args, out = flash({**WS, "pingpong": True, "ws_chain": chain, "product_overlap": overlap}, 8, d, 128, 128,
+                            384, causal, rng)
     kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
     np.testing.assert_allclose(out, attention64(*args[:3], 384, causal), rtol=2e-2, atol=1e-2)
     per_block = turns.warpgroups()
@@ -177,17 +193,39 @@ def test_the_turns_the_kernel_runs_pass_the_barrier_model_in_every_interleaving(
         model_check(seqs)
 
 
-def _protocol(trips: int) -> tuple[list, list]:
+def _protocol(trips: int, rotated: bool = False) -> tuple[list, list]:
     """The protocol pingpong.py emits for one loop of `trips` iterations, written out by hand."""
     a, b = TURN_BARRIERS
+    if rotated:
+        return ([("sync", a), ("arrive", b)] * (trips + 1),
+                [("arrive", a)] + [("sync", b), ("arrive", a)] * trips + [("sync", b)])
     first = [("sync", a)] + [("arrive", b), ("sync", a)] * trips + [("arrive", b)]
     second = [("arrive", a), ("sync", b)] + [("arrive", a), ("sync", b)] * trips
     return first, second
 
 
 @pytest.mark.parametrize("trips", [0, 1, 3])
-def test_the_model_passes_the_protocol_for_any_trip_count(trips):
-    model_check(_protocol(trips))
+@pytest.mark.parametrize("rotated", [False, True], ids=["", "rotated"])
+def test_the_model_passes_the_protocol_for_any_trip_count(trips, rotated):
+    model_check(_protocol(trips, rotated))
+
+
+@pytest.mark.parametrize("rotated", [False, True], ids=["", "rotated"])
+def test_the_model_passes_loops_run_one_after_another(rotated):
+    """Causal attention's two loops (the first may run no iteration): the barriers must be clean between."""
+    for trips in ((0, 1), (2, 1), (1, 0)):
+        firsts, seconds = zip(*(_protocol(t, rotated) for t in trips))
+        model_check((sum(firsts, []), sum(seconds, [])))
+
+
+def test_the_model_catches_a_second_loop_that_arrives_before_the_first_loops_last_arrival_is_taken():
+    """The rotated protocol without its closing hand-over (as first built): the second warpgroup's next
+    loop arrives on the first's barrier while its last arrival is still there."""
+    a, b = TURN_BARRIERS
+    first = [("sync", a)]                                   # no iteration, then only the closing sync
+    second = [("arrive", a)]
+    with pytest.raises(AssertionError, match="twice"):
+        model_check((first + [("sync", a), ("arrive", b), ("sync", a)], second + [("arrive", a), ("sync", b), ("arrive", a)]))
 
 
 def test_the_model_catches_a_deadlock_a_leftover_arrival_and_two_warpgroups_in_their_sections():

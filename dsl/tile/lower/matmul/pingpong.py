@@ -26,12 +26,24 @@ arrives on it (`bar.arrive`) when its section ends. Per loop:
         sync(mine); last product: issue, commit; wait
     first warpgroup: arrive(other's)        # ends its last section (the second's is awaited by nobody)
 
+Under `product_overlap` (matmul/overlap.py: iteration j issues its first product and then iteration
+j - 1's last, and runs the code between them while both run) a section is those two issues, as in
+FlashAttention-3, where both overlaps were made for each other:
+
+    second warpgroup: arrive(first's)
+    for j:
+        sync(mine); first product j and last product j - 1 issued, committed; arrive(other's); wait_group 1
+        ...
+    (the last iteration's last product, alone)
+    first warpgroup: sync(mine); arrive(other's)     # takes the second's last arrival, then lets it on
+    second warpgroup: sync(mine)            # not into a next loop's first arrival before that one is taken
+
 Each barrier then sees as many arrivals as waits, for any trip count (0 too), so a later loop (causal
 attention's diagonal loop) starts from clean barriers. Both warpgroups run the same trips (the loop's
 bounds are block-uniform scalars, as the producer warpgroup needs them too). It applies to a ring loop
 of a warp-specialised kernel with two consumer warpgroups whose body holds exactly two products in
 top-level statements, each reading its B from the ring (never inside an `if`: every warpgroup reaches
-every turn), and no rotation (`product_overlap`). The lock-step simulator runs both warpgroups as one
+every turn), rotated or not. The lock-step simulator runs both warpgroups as one
 instruction stream: the turns order nothing there (interop_tests/dsl_tile/test_tile_pingpong.py checks
 the protocol the kernel runs against a model of the barriers, every interleaving).
 """
@@ -56,13 +68,13 @@ class PingPong:
     first: T.Matmul
     last: T.Matmul
     second: N.Var           # is this the second consumer warpgroup
-    fired: list             # the products whose turn points were emitted (checked after the body)
+    fired: list             # ("sync" | "arrive", id of the product) emitted (checked after the body)
+    rotated: bool           # product_overlap: a section is the first product and the rotated last one
 
 
 def plan_pingpong(L, loop: T.For, pipe) -> PingPong | None:
     """The turns of `loop` (pipelined by the ring `pipe`), or None where they do not apply."""
-    if not (L.pingpong and pipe.ring is not None and pipe.ring.ws and L.T == CONSUMERS
-            and pipe.rotation is None):
+    if not (L.pingpong and pipe.ring is not None and pipe.ring.ws and L.T == CONSUMERS):
         return None
     found = [(k, mm) for k, st in enumerate(loop.body) if isinstance(st, (T.Assign, T.Store))
              for e in _exprs_of(st) for mm in _products(e)]
@@ -74,7 +86,10 @@ def plan_pingpong(L, loop: T.For, pipe) -> PingPong | None:
     (_, first), (_, last) = found
     if any(id(_operand(mm)) not in ring_loads for mm in (first, last)):
         return None
-    return PingPong(first, last, L.new_var(BOOL, "turn2"), [])
+    rot = pipe.rotation
+    if rot is not None and (rot.first is not first or rot.last is not last):
+        return None
+    return PingPong(first, last, L.new_var(BOOL, "turn2"), [], rot is not None)
 
 
 def _operand(mm: T.Matmul) -> T.TExpr:
@@ -106,19 +121,21 @@ def _arrive(L, pp: PingPong) -> None:
 
 
 def before_issue(L, pipe, e: T.Matmul) -> None:
-    """Right before product `e` is issued: the last product opens this warpgroup's section."""
+    """Right before product `e` is issued: the last product opens this warpgroup's section (rotated:
+    the first, which the previous iteration's last follows)."""
     pp = of(pipe, e)
-    if pp is not None and e is pp.last:
+    if pp is not None and e is (pp.first if pp.rotated else pp.last):
         _sync(L, pp)
-        pp.fired.append(e)
+        pp.fired.append(("sync", id(e)))
 
 
 def after_commit(L, pipe, e: T.Matmul) -> None:
-    """Right after product `e`'s group is committed: the first product ends the section."""
+    """Right after product `e`'s group is committed (rotated: and the last product's behind it): the
+    first product ends the section."""
     pp = of(pipe, e)
     if pp is not None and e is pp.first:
         _arrive(L, pp)
-        pp.fired.append(e)
+        pp.fired.append(("arrive", id(e)))
 
 
 def start(L, pipe) -> None:
@@ -131,14 +148,28 @@ def start(L, pipe) -> None:
     L.emit(N.Assign(pp.second, second))
     L.emit(N.If(N.ReadVar(pp.second), L.block_of(lambda: L.asm("bar.arrive.turn", barrier=TURN_BARRIERS[0],
                                                                    threads=CONSUMERS)), []))
-    _sync(L, pp)
+    if not pp.rotated:          # rotated, the first product's own sync opens the first section
+        _sync(L, pp)
 
 
 def finish(L, pipe, loc) -> None:
-    """After the loop: the first warpgroup ends its last section; both turn points ran once an iteration."""
+    """After the loop: the first warpgroup ends its last section (rotated: takes the second's last
+    arrival and hands over, which the second waits for, so that it never arrives twice on the first's
+    barrier before one arrival is taken, as a next loop's first arrival would); the turn points ran
+    where planned, once an iteration."""
     pp = pipe.pingpong
-    if sorted(id(e) for e in pp.fired) != sorted((id(pp.first), id(pp.last))):
+    want = [("sync", id(pp.first if pp.rotated else pp.last)), ("arrive", id(pp.first))]
+    if sorted(pp.fired) != sorted(want):
         raise LoweringError(f"{loc}: internal: the ping-pong turns of this loop were emitted at "
-                            f"{len(pp.fired)} of its 2 products")
-    L.emit(N.If(N.ReadVar(pp.second), [], L.block_of(lambda: L.asm("bar.arrive.turn", barrier=TURN_BARRIERS[1],
-                                                                       threads=CONSUMERS))))
+                            f"{len(pp.fired)} points, not at its 2")
+    first_turn, second_turn = TURN_BARRIERS
+    if not pp.rotated:
+        L.emit(N.If(N.ReadVar(pp.second), [], L.block_of(
+            lambda: L.asm("bar.arrive.turn", barrier=second_turn, threads=CONSUMERS))))
+        return
+
+    def first() -> None:
+        L.asm("bar.sync.turn", barrier=first_turn, threads=CONSUMERS)
+        L.asm("bar.arrive.turn", barrier=second_turn, threads=CONSUMERS)
+    L.emit(N.If(N.ReadVar(pp.second), L.block_of(
+        lambda: L.asm("bar.sync.turn", barrier=second_turn, threads=CONSUMERS)), L.block_of(first)))

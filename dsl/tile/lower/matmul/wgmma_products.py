@@ -69,17 +69,17 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         fence_proxy_async(L)
         L.sync()
         base = aligned_base(L, buf, "swz")
-    pingpong.before_issue(L, pipe, e)              # the last product opens this warpgroup's turn
+    pingpong.before_issue(L, pipe, e)              # the product that opens this warpgroup's turn
     if a_shared is not None:
         issue_product_ss(L, e, b, base, acc_vars, a_shared, layout.wn if layout.by_warpgroup else 1)
     else:
         issue_product(L, e, b, base, acc_vars, _packed(L, layout, k, dtype, a_frags, a_packed))
     L.asm("wgmma.commit_group")
-    pingpong.after_commit(L, pipe, e)               # the first product ends it
     pending = 0
     if rot is not None and e is rot.first:          # the previous iteration's last product, behind it
         overlap.issue_last(L, pipe, it)
         pending = 1
+    pingpong.after_commit(L, pipe, e)               # the first product's group (and the rotated one) end it
     wait_wgmma(L, pending, acc_vars)
     if pipe is not None and pipe.ring is not None:  # the stage is free once this group completed
         ring_done(L, pipe, at, it)
