@@ -222,18 +222,27 @@ def test_write_docs_merges_the_parts_of_a_split_run(tmp_path):
     assert "| vecadd [C++ nvcc -O3] | 0.2 | ms |" in md and "Bars: some FAIL (" in md
 
 
-def test_write_docs_says_whether_the_shards_of_a_split_suite_make_the_whole_suite(tmp_path):
-    """gpu_check.py --shard i/n in separate parts: the page says 'the whole suite' only with every shard."""
+def _two_parts(tmp_path, edit) -> list[str]:
+    """Two result folders of fabricated runs (a page needs a GPU run's numbers), each record changed by
+    edit(record, part number)."""
     folders = []
     for i in (1, 2):
-        folder = tmp_path / f"shard{i}"
+        folder = tmp_path / f"part{i}"
         folder.mkdir()
-        _fabricated_results(folder)       # its benchmark files (a page needs a GPU run's numbers)
-        check = {"date": f"2026-12-05 1{i}:00:00 UTC", "quick": False, "doctor": [], "bars": [],
-                 "steps": {f"tests {i}/2": {"rc": 0, "seconds": 300.0, "passed": 2500, "failed": 0, "errors": 0,
-                                            "skipped": 3}}}
+        _fabricated_results(folder)
+        check = json.loads((folder / "gpu_check.json").read_text())
+        edit(check, i)
         (folder / "gpu_check.json").write_text(json.dumps(check))
         folders.append(str(folder))
+    return folders
+
+
+def test_write_docs_says_whether_the_shards_of_a_split_suite_make_the_whole_suite(tmp_path):
+    """gpu_check.py --shard i/n in separate parts: the page says 'the whole suite' only with every shard."""
+    def shard(check: dict, i: int) -> None:
+        check["steps"] = {f"tests {i}/2": {"rc": 0, "seconds": 300.0, "passed": 2500, "failed": 0, "errors": 0,
+                                          "skipped": 3}}
+    folders = _two_parts(tmp_path, shard)
     out = tmp_path / "benchmarks.md"
     p = run("benchmarks/write_docs.py", "--results", *folders, "--out", str(out))
     assert p.returncode == 0, p.stdout + p.stderr
@@ -248,15 +257,9 @@ def test_write_docs_says_whether_the_shards_of_a_split_suite_make_the_whole_suit
 @pytest.mark.parametrize("same", [True, False], ids=["same-code", "other-code"])
 def test_write_docs_says_whether_the_parts_ran_the_same_code(tmp_path, same):
     """Parts of one check (gpu_check.py's code fingerprint in each record): one check only where they agree."""
-    folders = []
-    for i in (1, 2):
-        folder = tmp_path / f"part{i}"
-        folder.mkdir()
-        _fabricated_results(folder)
-        check = json.loads((folder / "gpu_check.json").read_text())
+    def code(check: dict, i: int) -> None:
         check["code"] = {"sha256": "aaaa1111bbbb2222" if same or i == 1 else "cccc3333dddd4444", "files": 740}
-        (folder / "gpu_check.json").write_text(json.dumps(check))
-        folders.append(str(folder))
+    folders = _two_parts(tmp_path, code)
     out = tmp_path / "benchmarks.md"
     p = run("benchmarks/write_docs.py", "--results", *folders, "--out", str(out))
     assert p.returncode == 0, p.stdout + p.stderr
