@@ -171,6 +171,7 @@ def model_check(seqs: tuple[list, list]) -> None:
             assert all(x is None for x in who), f"arrivals left over at the end: {who}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, True)], ids=["d128-full", "d128-causal", "d64-causal"])
 @pytest.mark.parametrize("chain", [False, True], ids=["", "chain"])
 @pytest.mark.parametrize("overlap", [False, True], ids=["", "overlap"])
