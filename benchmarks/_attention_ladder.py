@@ -53,6 +53,11 @@ LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
                                                                    "KB_TILE_PINGPONG": "1"}, 8,
                                                                   {64: (128, 128), 128: (128, 128)}),
 }
+# the output in the inputs' dtype, as SDPA returns it (the other rungs write f32: twice the bytes)
+for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain pingpong",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong"):
+    LADDER[_label + " ->bf16"] = LADDER[_label]
+OUT_IN_INPUT_DTYPE = {label for label in LADDER if label.endswith(" ->bf16")}
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
             "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE", "KB_TILE_WS_CHAIN",
             "KB_TILE_EARLY_LOADS", "KB_TILE_INTERIOR_TILES", "KB_TILE_PINGPONG")
@@ -111,7 +116,8 @@ def ladder_cases(rep: Any, torch, fa, reps: int, quick: bool, rungs: list[str] |
             case = f"S{s} D{d} {'causal' if causal else 'full'}"
             fns, ref = sdpa_forward_peers(rep, f"ladder {case}", q, k, v, causal)
             for label in rungs or LADDER:
-                out = torch.full((b * h * s, d), float("nan"), device="cuda")
+                out = torch.full((b * h * s, d), float("nan"), device="cuda",
+                                 dtype=q.dtype if label in OUT_IN_INPUT_DTYPE else torch.float32)
                 try:
                     kern, args = rung_call(fa, tile, label, *flat, out, s, d, causal)
                 except Exception as exc:       # noqa: BLE001 - a rung that does not build is a row, not the end

@@ -6,8 +6,10 @@ SDPA before timing; device events, L2 flushed before each launch, ours and SDPA 
 TFLOP/s count 4*B*H*S^2*D (halved when causal). Two rows of ours: the example's default launch
 (`flash_fwd` with launch_args' tiles, the cp.async loop) and its autotuned launcher (`flash_fwd_tuned`:
 the default and, on sm_90, the forward ladder's best rungs, timed by tile.autotune on first use; the row
-names its pick). Bars: the default >= 1.0x SDPA's flash backend at S4096 D128 (DESIGN §8); the autotuned
->= 1.0x SDPA's cuDNN backend at S4096 D128 and >= 0.95x at D64 and S1024 (issue 29).
+names its pick), with an f32 output, and the autotuned launcher again writing the output in the inputs'
+dtype as SDPA returns it ("->bf16": half the bytes). Bars: the default >= 1.0x SDPA's flash backend at
+S4096 D128 (DESIGN §8); the better autotuned row >= 1.0x SDPA's cuDNN backend at S4096 D128 and >= 0.95x
+at D64 and S1024 (issue 29).
 The kernel runs as the default build does: its products on the tensor cores (docs/tile.md).
 `--sweep` also times other (query rows, key rows, warps) tiles of the same kernel at S4096, each
 checked like the default (no bar: the bar is the example's own tile).
@@ -39,6 +41,7 @@ from _common import Report, try_import
 
 SHAPES = [(4, 16, 4096, 128), (4, 16, 4096, 64), (4, 16, 1024, 128), (4, 16, 4096, 256)]
 TUNED = "DSL tile flash_fwd autotuned"
+TUNED_16 = TUNED + " ->bf16"       # the output in the inputs' dtype
 # issue 29's bars against SDPA's cuDNN backend, on the autotuned launcher: (S, D) -> bar (D256: a report row)
 CUDNN_BARS = {(4096, 128): 1.0, (4096, 64): 0.95, (1024, 128): 0.95}
 # --sweep: (query rows, key rows, warps or None for the kernel's own pick) per head dim
@@ -90,12 +93,14 @@ class _Tuned:
 
 def variants(fa, tile, q, k, v, new_out, s: int, d: int, causal: bool, sweep: bool) -> dict:
     """name -> (launch args, kernel, output): the example's own tile, its autotuned launcher
-    (flash_fwd_tuned: the default and the sm_90 ladder's best rungs, timed on first use), then the
-    sweep's (S4096 only)."""
+    (flash_fwd_tuned: the default and the sm_90 ladder's best rungs, timed on first use) with an f32
+    output and with one in q's dtype, then the sweep's (S4096 only)."""
     out = new_out()
     found = {"DSL tile flash_fwd": (fa.launch_args(q, k, v, out, s, causal), fa.flash_fwd, out)}
     out = new_out()
     found[TUNED] = ((q, k, v, out, s, causal), _Tuned(fa), out)
+    out = new_out(q.dtype)
+    found[TUNED_16] = ((q, k, v, out, s, causal), _Tuned(fa), out)
     if sweep and s == 4096:
         kernels: dict = {}
         for bm, bn, warps in SWEEP[d]:
@@ -142,9 +147,9 @@ def main() -> int:
                     continue
                 fns = {}
 
-                def new_out():
-                    return torch.full((b * h * s, d), float("nan"), device="cuda")
-                tuned_pick = None
+                def new_out(dtype=torch.float32):
+                    return torch.full((b * h * s, d), float("nan"), device="cuda", dtype=dtype)
+                picks: dict = {}
                 for label, (call, kern, out) in variants(fa, tile, *(x.reshape(-1, d) for x in (q, k, v)), new_out,
                                                          s, d, causal, args.sweep).items():
                     kern(*call)
@@ -154,14 +159,14 @@ def main() -> int:
                         continue
                     fns[label] = (lambda i, kk=kern, a=call: kk(*a))
                     if isinstance(kern, _Tuned):
-                        tuned_pick = kern
+                        picks[label] = kern
                 if "DSL tile flash_fwd" not in fns:
                     continue
                 ms = time_interleaved({**fns, **peers}, reps=3 if args.quick else 5)
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
                 tf = {n: flops / (t * 1e-3) / 1e12 for n, t in ms.items()}
                 for label in fns:
-                    extra = {"pick": tuned_pick.pick} if label == TUNED and tuned_pick else {}
+                    extra = {"pick": picks[label].pick} if label in picks else {}
                     rep.row(f"{name}: {label}", tf[label], "TFLOP/s", ms=round(ms[label], 3),
                             **{f"vs_{p.replace(' ', '_').lower()}": round(tf[label] / tf[p], 3) for p in peers}, **extra)
                 for p in peers:
@@ -169,8 +174,9 @@ def main() -> int:
                 if (s, d) == (4096, 128):
                     rep.bar(f"flash attention {name} vs SDPA flash", tf["DSL tile flash_fwd"], tf["sdpa flash"],
                             higher_is_better=True, bar=1.0, peer_name="torch SDPA flash backend")
-                if (s, d) in CUDNN_BARS and TUNED in fns and "sdpa cuDNN" in peers:
-                    rep.bar(f"flash attention {name}: autotuned vs SDPA cuDNN", tf[TUNED], tf["sdpa cuDNN"],
+                best = max((x for x in (TUNED, TUNED_16) if x in fns), key=lambda x: tf[x], default=None)
+                if (s, d) in CUDNN_BARS and best is not None and "sdpa cuDNN" in peers:
+                    rep.bar(f"flash attention {name}: autotuned vs SDPA cuDNN", tf[best], tf["sdpa cuDNN"],
                             higher_is_better=True, bar=CUDNN_BARS[(s, d)], peer_name="torch SDPA cuDNN backend")
                 rep.checkpoint(args.json)
         if args.backward or args.backward_only or args.bwd_sweep:

@@ -8,7 +8,8 @@ Each tile block owns BM query rows of one (batch, head): it streams the head's k
 keeps the running row maximum `m`, normaliser `l` and output `acc` in registers, and rescales them by
 exp(m_old - m_new) per block, so the S x S score matrix never exists. Scores are kept in base 2
 (scaled by log2 e), so each exponential is one exp2. The arrays are (B*H*S, D) row stacks of the
-(B, H, S, D) tensors; S must be a multiple of the tile rows.
+(B, H, S, D) tensors; S must be a multiple of the tile rows. The output is f32, or the inputs' dtype as
+SDPA returns it (half the bytes written, and no conversion after).
 
 On the tensor cores (the default, sm_80+) the two products run as mma.sync, on sm_90 as warpgroup
 MMA (wgmma, Q and P from registers, K and V from swizzled shared memory), with S, P, the row
@@ -37,6 +38,7 @@ import numpy as np
 from dsl import TypeVar, f32, i32, tile
 
 E = TypeVar("E")
+O = TypeVar("O")                                # the output's dtype: f32, or E as SDPA returns it
 LOG2E = 1.4426950408889634                      # softmax(x) = 2^(x log2 e - max) / sum: the same numbers
 LN2 = 0.6931471805599453                        # ln(x) = log2(x) ln 2
 # (query rows BM, key rows BN) per head dim, in order of preference: the first whose BM and BN divide the
@@ -111,22 +113,22 @@ def attend_rows(q, k, v, seq, scale, bm, d, bn, causal, group):
 
 
 @tile.kernel
-def flash_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[f32, 2],
+def flash_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[O, 2],
               seq: i32, scale: f32, bn: tile.Constant, causal: tile.Constant, group: tile.Constant):
     bm, d = o.tile_shape
     m, l, acc = attend_rows(q, k, v, seq, scale, bm, d, bn, causal, group)
-    o.store(acc / l[:, None])
+    o.store((acc / l[:, None]).astype(o.dtype))
 
 
 @tile.kernel
-def flash_fwd_lse(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[f32, 2],
+def flash_fwd_lse(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[O, 2],
                   lse: tile.Partition[f32, 1], seq: i32, scale: f32, bn: tile.Constant, causal: tile.Constant,
                   group: tile.Constant):
     """flash_fwd that also stores each query row's natural log-sum-exp of its scaled scores (the
     backward's softmax statistic: P = exp(S * scale - lse)); lse's tiles are the BM rows of o's."""
     bm, d = o.tile_shape
     m, l, acc = attend_rows(q, k, v, seq, scale, bm, d, bn, causal, group)
-    o.store(acc / l[:, None])
+    o.store((acc / l[:, None]).astype(o.dtype))
     lse.store((m + tile.log2(l)) * LN2)
 
 
@@ -155,7 +157,8 @@ def tile_choices(d: int, tensor_cores: bool | None = None, wgmma: bool | None = 
 def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale: float | None = None,
                 tensor_cores: bool | None = None, wgmma: bool | None = None, group: int = 1,
                 tiles: tuple[int, int] | None = None) -> tuple:
-    """flash_fwd's arguments for (B*H*S, D) row stacks q, k, v and the f32 output `out` of q's shape.
+    """flash_fwd's arguments for (B*H*S, D) row stacks q, k, v and the output `out` of q's shape (f32 or
+    q's dtype).
     `group`: query heads per key/value head (grouped-query attention: k and v are (B*H_kv*S, D) with
     H = group * H_kv; the caller, who knows H, checks that group divides it).
     `tensor_cores`: pick the tiles of the tensor-core lowering (default: unless KB_TILE_TC_MATMUL=0);
@@ -177,6 +180,8 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale:
         if tuple(x.shape) != (want, d):
             like = "like q" if want == rows else f"(q's rows / group {group})"
             raise ValueError(f"{name}: expected shape {(want, d)} {like}, got {tuple(x.shape)}")
+    if _dtype_name(out) not in ("float32", _dtype_name(q)):
+        raise ValueError(f"out: expected float32 or q's dtype {_dtype_name(q)}, got {_dtype_name(out)}")
     return (q, k, v, tile.partition(out, (bm, d)), seq, float(scale if scale is not None else d ** -0.5), bn,
             bool(causal), group)
 
@@ -287,6 +292,11 @@ def flash_fwd_tuned(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, sc
         tuned = _TUNED.setdefault(key, tile.autotune(flash_fwd, tuned_configs(q, seq, causal, group, arch)))
     tuned(q, k, v, out, seq, args[5])
     return tuned
+
+
+def _dtype_name(x: Any) -> str:
+    """A NumPy, ml_dtypes or torch array's dtype as NumPy names it (torch.bfloat16 -> bfloat16)."""
+    return str(x.dtype).removeprefix("torch.")
 
 
 def launch_args_lse(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool,

@@ -30,6 +30,44 @@ def test_simulator_matches_numpy(rng, d, causal):
     np.testing.assert_allclose(out, attention64(q, k, v, seq, causal), rtol=1e-2, atol=5e-3)
 
 
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_output_may_be_in_the_inputs_dtype(rng, d, causal):
+    """f16 in, f16 out (as SDPA returns it): the f32 result rounded once, checked against float64."""
+    seq, heads = 128, 2
+    q, k, v = (rng.standard_normal((heads * seq, d)).astype(np.float16) for _ in range(3))
+    out = np.full_like(q, np.nan)
+    FA.flash_fwd.simulate(*FA.launch_args(q, k, v, out, seq, causal))
+    ref = attention64(q, k, v, seq, causal)
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=1e-2, atol=5e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lowering,warps,tiles", [
+    ({}, None, None),
+    ({"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, "pingpong": True}, 8, (128, 128)),
+], ids=["default", "ws-pingpong"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_a_bf16_output_matches_float64_in_the_lowered_sm90_simulator(rng, lowering, warps, tiles, causal):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    seq, d = 256, 128
+    q, k, v = (rng.standard_normal((2 * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    out = np.full((2 * seq, d), np.nan, ml_dtypes.bfloat16)
+    args = FA.launch_args(q, k, v, out, seq, causal, tensor_cores=True, wgmma=True, tiles=tiles)
+    FA.variant(FA.flash_fwd, lowering or None, warps).simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    np.testing.assert_allclose(out.astype(np.float64), attention64(q, k, v, seq, causal), rtol=2e-2, atol=1e-2)
+
+
+def test_an_output_of_another_dtype_is_refused_before_anything_runs():
+    q = np.zeros((256, 64), np.float16)
+    for dtype in (np.float64, np.int32, np.float16):
+        out = np.full((256, 64), 7, dtype)
+        src = q.astype(np.float32) if dtype == np.float16 else q       # f16 out beside f32 inputs
+        with pytest.raises(ValueError, match=r"out: expected float32 or q's dtype"):
+            FA.launch_args(src, src, src, out, 128, False)
+        assert (out == 7).all()
+
+
 @pytest.mark.parametrize("bad,text", [
     (dict(seq=100), "multiple of 64"),
     (dict(seq=96), "rows of sequences of 96"),
@@ -77,6 +115,29 @@ def test_gpu_matches_torch_sdpa(d, seq, causal, dtype):
     err = (out.reshape(ref.shape).double() - ref).abs().max().item()
     assert err < 2e-2, err
     assert bridge.gpu_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,seq", [(64, 256), (128, 384)])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("tuned", [False, True], ids=["default", "tuned"])
+def test_gpu_output_in_the_inputs_dtype_matches_torch_sdpa(d, seq, causal, dtype, tuned):
+    torch = pytest.importorskip("torch", reason="the SDPA reference needs torch")
+    import torch.nn.functional as F
+    batch, heads = 2, 3
+    g = torch.Generator(device="cuda").manual_seed(d + causal + 11)
+    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=getattr(torch, dtype), generator=g)
+               for _ in range(3))
+    out = torch.full((batch * heads * seq, d), 123.0, device="cuda", dtype=q.dtype)
+    rows = [x.reshape(-1, d) for x in (q, k, v)]
+    if tuned:
+        FA.flash_fwd_tuned(*rows, out, seq, causal)
+    else:
+        FA.flash_fwd(*FA.launch_args(*rows, out, seq, causal))
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    err = (out.reshape(ref.shape).double() - ref).abs().max().item()
+    assert err < 2e-2, err
 
 
 def _configs(d, seq, causal, arch):
