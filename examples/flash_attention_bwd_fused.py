@@ -112,6 +112,12 @@ LADDER: dict[str, dict | None] = {
     "128x64 w8, TMA ring + TMA reduce dQ + fp_fusion ftz": {**RING, **FTZ},
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled": {**RING, "wgmma_a": "shared"},
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads": {**RING, "wgmma_a": "shared", "early_loads": True},
+    # dV += P^T dO and dP^T = V dO^T issued together and waited for together (product_batches, 2026-12-05):
+    # untimed; the 8-warp form at D128 spills 24 bytes with it (255 registers), the 4-warp D64 none (212)
+    "TMA ring + TMA reduce dQ, K V swizzled, batched products": {**RING, "wgmma_a": "shared",
+                                                                 "product_batches": True},
+    "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, batched products": {
+        **RING, "wgmma_a": "shared", "early_loads": True, "product_batches": True},
 }
 # the forms that choose their own tiles (else pick_tiles' on 4 warps): 128 key rows on two warpgroups halve
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128
@@ -126,7 +132,10 @@ FASTEST: dict[int, str] = {128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzl
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",
            "TMA ring + TMA reduce dQ, K V swizzled, early loads",
            "128x64 w8, TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled",
-           "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads")       # the forms main() and the GPU tests run
+           "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads",
+           "TMA ring + TMA reduce dQ, K V swizzled, batched products",
+           "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, batched products")
+# (the forms main() and the GPU tests run)
 
 
 def form_options(form: str) -> dict:

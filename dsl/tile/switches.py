@@ -65,6 +65,9 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # (FlashAttention-3's ping-pong, lower/matmul/pingpong.py): one warpgroup's softmax while the other's
     # products run; named barriers the lock-step simulator cannot order, not yet timed on a GPU, so off
     "pingpong": ("KB_TILE_PINGPONG", None, False),
+    # sm_90 products of consecutive independent statements issued together and waited for together
+    # (lower/matmul/batches.py), not each waited for before the next is issued; untimed, so off
+    "product_batches": ("KB_TILE_PRODUCT_BATCHES", None, False),
 }
 
 
@@ -135,4 +138,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("ws_chain",) if s["ws_chain"] else ()) + \
         (("early_loads",) if s["early_loads"] else ()) + \
         (("interior_tiles",) if s["interior_tiles"] else ()) + \
-        (("pingpong",) if s["pingpong"] else ())
+        (("pingpong",) if s["pingpong"] else ()) + \
+        (("product_batches",) if s["product_batches"] else ())

@@ -77,7 +77,8 @@ def test_the_lowered_sm90_fused_backward_matches_float64(rng, form, d, causal):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
 
 
-@pytest.mark.parametrize("form", ["TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ"])
+@pytest.mark.parametrize("form", ["TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ",
+                                  "TMA ring + TMA reduce dQ, K V swizzled, batched products"])
 def test_the_tma_copies_are_right_when_they_read_late(monkeypatch, rng, form):
     """KB_SIM_TMA_LANDING=wait: each dQ tile is read at the wait before the next query block's tile is
     staged, and the dK and dV tiles (staged in the drained ring's stages) at the block's last wait, the
@@ -162,7 +163,11 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           (64, "TMA ring + TMA reduce dQ, K V swizzled"): 0, (128, "TMA ring + TMA reduce dQ, K V swizzled"): 76,
           (64, "TMA ring + TMA reduce dQ, K V swizzled, early loads"): 0,
           (128, "TMA ring + TMA reduce dQ, K V swizzled, early loads"): 84,
-          **{(d, form): 0 for d in (64, 128) for form in FUSED.TILES}}
+          **{(d, form): 0 for d in (64, 128) for form in FUSED.TILES},
+          # product_batches: dV and dP^T both in flight (their accumulators and P^T's registers at once)
+          (64, "TMA ring + TMA reduce dQ, K V swizzled, batched products"): 0,
+          (128, "TMA ring + TMA reduce dQ, K V swizzled, batched products"): 92,
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, batched products"): 24}
 
 
 @pytest.mark.slow

@@ -41,7 +41,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  setmaxnreg: str = "off", product_overlap: bool = False, wgmma_a: str = "registers",
                  wgmma_slices: bool = False, nc_loads: bool = True, tma_store: bool = False,
                  ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False,
-                 pingpong: bool = False) -> None:
+                 pingpong: bool = False, product_batches: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -76,6 +76,9 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.interior_tiles = interior_tiles    # a copy without bounds tests for inside blocks (interior.py)
         self.interior = False                   # lowering that copy now: in_array and the runs test nothing
         self.pingpong = pingpong                # two consumer warpgroups' products in turns (pingpong.py)
+        self.product_batches = product_batches  # independent products waited for together (batches.py)
+        self.deferred = None                    # a batch being lowered: its products in flight, in issue order
+        self.deferred_assigns = None            # and its statements' (variable, value), assigned after the waits
         self.store_maps: dict[str, tuple] = {}   # array name -> (its TMA-copy tensor map parameter, box)
         self.staging_slabs: dict[tuple[int, int], int] = {}   # persistent TMA stores: slabs staged a round
         self.after_tiles: list = []             # emitters run once after the tile program (or a persistent loop)
@@ -341,9 +344,13 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     # ------------------------------------------------------------------------------ statements
     def stmts(self, body: list[T.TStmt]) -> None:
         outer = self.cur_loc
+        from dsl.tile.lower.matmul import batches
+        batched = batches.plan(self, body)
         for s in body:
             self.cur_loc = s.loc if s.loc is not N.NOLOC else outer
-            if isinstance(s, T.Assign) and self.layout_hints.get(id(s.var), ("",))[0] == "S":
+            if id(s) in batched:
+                batches.lower(self, body, batched, s)
+            elif isinstance(s, T.Assign) and self.layout_hints.get(id(s.var), ("",))[0] == "S":
                 assign_shared(self, s.var, s.value)
             elif isinstance(s, T.Assign) and self.layout_hints.get(id(s.var), ("",))[0] == "W":
                 from dsl.tile.lower.matmul.shared_a import assign_swizzled
@@ -692,7 +699,8 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py);
     `tf32_transpose`: sm_90 tf32 GEMM loops stage a row-major B through registers (compile.py);
     `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap, wgmma_a, wgmma_slices,
-    nc_loads, tma_store, ws_chain, early_loads, interior_tiles, pingpong (dsl/tile/switches.py)."""
+    nc_loads, tma_store, ws_chain, early_loads, interior_tiles, pingpong, product_batches
+    (dsl/tile/switches.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower.matmul.mma_sync import MAX_STAGES, SMEM_LIMIT

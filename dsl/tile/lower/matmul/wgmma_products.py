@@ -21,7 +21,7 @@ from dsl.tile import ir as T
 from dsl.tile.lower.layout import LV, MmaLayout
 from dsl.tile.lower.matmul.stages import aligned_base
 from dsl.tile.lower.copies import cp_async_commit, cp_async_wait, fence_proxy_async
-from dsl.tile.lower.matmul import overlap, pingpong
+from dsl.tile.lower.matmul import batches, overlap, pingpong
 from dsl.tile.lower.matmul.fragments import pack_pairs
 from dsl.tile.lower.pipeline import prefetch_next, ring_done, ring_wait, stage_base, wait_for
 from dsl.tile.lower.matmul.wgmma import wait_wgmma
@@ -52,6 +52,12 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         a_regs = _packed(L, layout, k, dtype, a_frags, a_packed)
         overlap.stash_last(L, pipe, b, a_regs)
         return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
+    # in a batch (matmul/batches.py) a product on a ring stage or on atoms it does not rewrite waits later;
+    # any other completes the batch so far first
+    can_defer = (rot is None and pingpong.of(pipe, e) is None
+                 and ((pipe is not None and pipe.ring is not None) or (pipe is None and isinstance(b, T.Read))))
+    if L.deferred and not can_defer:
+        batches.complete(L)
     if pipe is not None and pipe.ring is not None:  # a TMA ring's stage (matmul/ring.py)
         at, it, base = ring_wait(L, pipe, b)
     elif pipe is not None:
@@ -80,6 +86,12 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
         overlap.issue_last(L, pipe, it)
         pending = 1
     pingpong.after_commit(L, pipe, e)               # the first product's group (and the rotated one) end it
+    # a deferred product frees its stage only if it was the stage's last reader when it was issued (a
+    # later product of the batch may read the same stage: it frees it after its own wait)
+    last = pipe.last_use(at) if pipe is not None and pipe.ring is not None else False
+    if can_defer and batches.defer(L, acc_vars, (lambda: ring_done(L, pipe, at, it, last=last)) if pipe is not None
+                                   else (lambda: None)):
+        return LV(layout, (m, n), F32, [N.ReadVar(v) for v in acc_vars])
     wait_wgmma(L, pending, acc_vars)
     if pipe is not None and pipe.ring is not None:  # the stage is free once this group completed
         ring_done(L, pipe, at, it)
