@@ -140,11 +140,16 @@ def rel_err(got, want) -> float:
                for g, w in zip(got, want))
 
 
-def backward_cases(rep: Any, torch, reps: int, sweep: bool, head_dims: list[int] | None = None) -> list[str]:
+def backward_cases(rep: Any, torch, reps: int, sweep: bool, head_dims: list[int] | None = None,
+                   forms: list[str] | None = None) -> list[str]:
     """Time ours and SDPA's backends at BWD_SHAPES (with `head_dims`: B4 H16 S4096 at those), causal and
-    not; rows into `rep`; returns failures."""
+    not, the fused backward in each form of its LADDER (or those of `forms`); rows into `rep`; returns
+    failures."""
     bwd = load_backward()
     fused = load_backward("flash_attention_bwd_fused")
+    unknown = [f for f in forms or () if f not in fused.LADDER]
+    if unknown:
+        raise ValueError(f"--bwd-forms: unknown {unknown}; expected forms of {list(fused.LADDER)}")
     failed: list[str] = []
     shapes = BWD_SHAPES if head_dims is None else [(4, 16, 4096, d) for d in head_dims]
     for b, h, s, d in shapes:
@@ -167,7 +172,7 @@ def backward_cases(rep: Any, torch, reps: int, sweep: bool, head_dims: list[int]
             # atomically; 5 products a block pair, not 7) in each form of its LADDER
             runs += [(f"DSL tile flash_bwd fused ({form})",
                       lambda form=form: ours_fused(torch, fused, q, k, v, dout, s, causal, form))
-                     for form in fused.LADDER]
+                     for form in forms or fused.LADDER]
             for label, make in runs:
                 try:
                     fn, got = make()

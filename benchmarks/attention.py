@@ -18,7 +18,8 @@ forward's O and log-sum-exp, and examples/flash_attention_bwd_fused.py's one-pas
 of its ladder) against SDPA's flash and cuDNN backward (autograd of a forward run under each backend,
 timed alone) at B4 H16 S4096 D128, causal and not, TFLOP/s counting 2.5x the forward's FLOPs; its bar
 takes the best of those launches; `--backward-only` skips the forward cases, `--bwd-sweep` also times
-other tiles of ours, `--bwd-head-dims 64,128` times those head dims (B4 H16 S4096) instead of D128.
+other tiles of ours, `--bwd-head-dims 64,128` times those head dims (B4 H16 S4096) instead of D128,
+`--bwd-forms "a;b"` only those forms of the fused backward's ladder (a short device call).
 `--ladder` times the forward under each switch of the TMA-ring ladder (KB_TILE_LOOP_PIPELINE tma/ws,
 stages, KB_TILE_SETMAXNREG, KB_TILE_PRODUCT_OVERLAP; benchmarks/_attention_ladder.py) against SDPA's
 flash and cuDNN backends in the same run and prints a table (`--quick`: S4096 D128 only);
@@ -60,6 +61,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--backward-only", action="store_true", help="time the backward alone")
     ap.add_argument("--bwd-sweep", action="store_true", help="with the backward, also time the BWD_SWEEP tiles")
     ap.add_argument("--bwd-head-dims", default="128", help="comma list of the backward's head dims (B4 H16 S4096)")
+    ap.add_argument("--bwd-forms", default="", help="semicolon list of the fused backward's LADDER forms to time "
+                    "(default: all; its labels hold commas)")
     ap.add_argument("--ladder", action="store_true", help="also time the forward's TMA-ring ladder vs SDPA cuDNN")
     ap.add_argument("--ladder-only", action="store_true", help="time the ladder alone")
     ap.add_argument("--ladder-rungs", default="", help="comma list of ladder labels to time (default: all)")
@@ -182,7 +185,9 @@ def main() -> int:
         if args.backward or args.backward_only or args.bwd_sweep:
             from _attention_bwd import backward_cases
             dims = [int(x) for x in args.bwd_head_dims.split(",") if x]
-            failed += backward_cases(rep, torch, reps=3 if args.quick else 5, sweep=args.bwd_sweep, head_dims=dims)
+            forms = [f.strip() for f in args.bwd_forms.split(";") if f.strip()] or None
+            failed += backward_cases(rep, torch, reps=3 if args.quick else 5, sweep=args.bwd_sweep, head_dims=dims,
+                                     forms=forms)
             rep.checkpoint(args.json)
         if args.ladder or args.ladder_only:
             from _attention_ladder import ladder_cases

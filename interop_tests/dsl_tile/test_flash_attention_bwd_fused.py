@@ -253,3 +253,11 @@ def test_k_and_v_reach_their_products_by_ldmatrix_and_the_simulator_runs_that_pa
     monkeypatch.setattr(PR, "_a_by_ldmatrix", shifted)
     monkeypatch.setenv("KB_CACHE", "0")
     assert worst(lowered_backward(q, k, v, dout, seq, False, form)) > 0.5
+
+
+def test_the_benchmark_refuses_an_unknown_fused_form_before_anything_runs(monkeypatch):
+    """benchmarks/attention.py --bwd-forms: a form not in LADDER is named, with the forms there are."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import _attention_bwd
+    with pytest.raises(ValueError, match=r"--bwd-forms: unknown \['nope'\]; expected forms of \['atomic dQ'"):
+        _attention_bwd.backward_cases(None, None, 1, False, forms=["nope"])
