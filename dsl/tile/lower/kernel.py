@@ -349,7 +349,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         for s in body:
             self.cur_loc = s.loc if s.loc is not N.NOLOC else outer
             if id(s) in batched:
-                batches.lower(self, body, batched, s)
+                batches.lower(self, batched, s)
             elif isinstance(s, T.Assign) and self.layout_hints.get(id(s.var), ("",))[0] == "S":
                 assign_shared(self, s.var, s.value)
             elif isinstance(s, T.Assign) and self.layout_hints.get(id(s.var), ("",))[0] == "W":

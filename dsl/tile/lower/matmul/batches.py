@@ -52,7 +52,7 @@ def _batchable(L, s: T.TStmt) -> bool:
             and L.layout_hints.get(id(s.var), ("",))[0] not in ("S", "W"))
 
 
-def lower(L, body: list[T.TStmt], batches: dict[int, bool], s: T.Assign) -> None:
+def lower(L, batches: dict[int, bool], s: T.Assign) -> None:
     """Statement `s` of a batch: its product issued and left in flight; at the batch's last statement
     every product is waited for and the variables assigned."""
     if L.deferred is None:

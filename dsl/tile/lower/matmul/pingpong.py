@@ -78,9 +78,8 @@ def plan_pingpong(L, loop: T.For, pipe) -> PingPong | None:
         return None
     found = [(k, mm) for k, st in enumerate(loop.body) if isinstance(st, (T.Assign, T.Store))
              for e in _exprs_of(st) for mm in _products(e)]
-    nested = [mm for st in loop.body if not isinstance(st, (T.Assign, T.Store))
-              for x in T.walk_stmts([st]) for e in _exprs_of(x) for mm in _products(e)]
-    if len(found) != 2 or nested or found[0][0] >= found[1][0]:
+    every = sum(1 for e in T.body_exprs(loop.body) if isinstance(e, T.Matmul))     # in `if`s and atomics too
+    if len(found) != 2 or every != 2 or found[0][0] >= found[1][0]:
         return None
     ring_loads = {id(ld) for ld in pipe.loads()}
     (_, first), (_, last) = found
