@@ -200,3 +200,20 @@ def test_the_summary_names_the_code_it_ran(gpu_check, capsys):
     s["code"] = {"sha256": "0123456789abcdef", "files": 740}
     gpu_check.print_summary(s)
     assert "code 0123456789abcdef (740 files)" in capsys.readouterr().out
+
+
+def test_a_step_run_side_by_side_is_recorded_when_it_ends_not_when_the_slowest_does(gpu_check, tmp_path):
+    """A check cut from outside keeps the steps that had ended (the sanitizer passes beside a suite
+    that outlived the call)."""
+    import sys
+    import time
+    seen: list[tuple[str, float]] = []
+    slow = [sys.executable, "-c", "import time; time.sleep(3)"]
+    fast = [sys.executable, "-c", "pass"]
+    start = time.time()
+    got = gpu_check.run_many([("slow", slow, tmp_path / "slow.log", 60, None),
+                              ("fast", fast, tmp_path / "fast.log", 60, None)],
+                             on_done=lambda name, res: seen.append((name, time.time() - start)))
+    assert [name for name, _ in seen] == ["fast", "slow"]
+    assert seen[0][1] < 2.5 <= seen[1][1] + 0.5
+    assert got["fast"][0] == 0 and got["slow"][0] == 0
