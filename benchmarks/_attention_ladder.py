@@ -53,6 +53,10 @@ LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
                                                                    "KB_TILE_PINGPONG": "1"}, 8,
                                                                   {64: (128, 128), 128: (128, 128)}),
 }
+# causal: the last query blocks (the heaviest) first (KB_TILE_REVERSE_BLOCKS)
+LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain pingpong reversed"] = (
+    {**LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain pingpong"][0], "KB_TILE_REVERSE_BLOCKS": "1"}, 8,
+    {64: (128, 128), 128: (128, 128)})
 # the output in the inputs' dtype, as SDPA returns it (the other rungs write f32: twice the bytes)
 for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain pingpong",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong"):
@@ -60,7 +64,8 @@ for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain pingpong",
 OUT_IN_INPUT_DTYPE = {label for label in LADDER if label.endswith(" ->bf16")}
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
             "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE", "KB_TILE_WS_CHAIN",
-            "KB_TILE_EARLY_LOADS", "KB_TILE_INTERIOR_TILES", "KB_TILE_PINGPONG")
+            "KB_TILE_EARLY_LOADS", "KB_TILE_INTERIOR_TILES", "KB_TILE_PINGPONG", "KB_TILE_PRODUCT_BATCHES",
+            "KB_TILE_REVERSE_BLOCKS")
 
 
 class switched:

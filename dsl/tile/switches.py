@@ -68,6 +68,10 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # sm_90 products of consecutive independent statements issued together and waited for together
     # (lower/matmul/batches.py), not each waited for before the next is issued; untimed, so off
     "product_batches": ("KB_TILE_PRODUCT_BATCHES", None, False),
+    # blocks take the tiles in reverse order (the last tile first): where the later tiles hold more work
+    # (causal attention's later query blocks), the heaviest start first and the grid ends on light ones
+    # (FlashAttention-3's longest-first order, lower/kernel.py); untimed, so off
+    "reverse_blocks": ("KB_TILE_REVERSE_BLOCKS", None, False),
 }
 
 
@@ -139,4 +143,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("early_loads",) if s["early_loads"] else ()) + \
         (("interior_tiles",) if s["interior_tiles"] else ()) + \
         (("pingpong",) if s["pingpong"] else ()) + \
-        (("product_batches",) if s["product_batches"] else ())
+        (("product_batches",) if s["product_batches"] else ()) + \
+        (("reverse_blocks",) if s["reverse_blocks"] else ())

@@ -25,7 +25,7 @@ from dsl.tile.lower.atomics import AtomicsLowering
 from dsl.tile.lower.elementwise import ElementwiseLowering
 from dsl.tile.lower.shapes import ShapeLowering
 from dsl.tile.lower.runs import kernel_run, load_pairs, load_runs, store_runs
-from dsl.tile.lower.tiles import block_ids, num_blocks
+from dsl.tile.lower.tiles import block_ids, num_blocks, tile_number
 from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
 from dsl.tile.lower.shared import opt_in_bytes, place_scratch, scratch_bytes
 from dsl.tile.lower.errors import LoweringError
@@ -41,7 +41,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  setmaxnreg: str = "off", product_overlap: bool = False, wgmma_a: str = "registers",
                  wgmma_slices: bool = False, nc_loads: bool = True, tma_store: bool = False,
                  ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False,
-                 pingpong: bool = False, product_batches: bool = False) -> None:
+                 pingpong: bool = False, product_batches: bool = False, reverse_blocks: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -77,6 +77,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.interior = False                   # lowering that copy now: in_array and the runs test nothing
         self.pingpong = pingpong                # two consumer warpgroups' products in turns (pingpong.py)
         self.product_batches = product_batches  # independent products waited for together (batches.py)
+        self.reverse_blocks = reverse_blocks    # the tiles in reverse order: the last one first
         self.deferred = None                    # a batch being lowered: its products in flight, in issue order
         self.deferred_assigns = None            # and its statements' (variable, value), assigned after the waits
         self.store_maps: dict[str, tuple] = {}   # array name -> (its TMA-copy tensor map parameter, box)
@@ -241,11 +242,11 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
             tv = self.new_var(I32, "tile")
 
             def body() -> None:
-                block_ids(self, N.ReadVar(tv), nb)
+                block_ids(self, tile_number(self, N.ReadVar(tv), total), nb)
                 self._tile_program(ws_at)
             self.emit(N.ForRange(tv, lin, total, step, self.block_of(body)))
         else:
-            block_ids(self, lin, nb)
+            block_ids(self, tile_number(self, lin, N.Cast(N.Special("nctaid.x"), I32)), nb)
             self._tile_program(ws_at)
         for finish in self.after_tiles:
             finish(self)
@@ -699,8 +700,8 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     `wgmma_products`: sm_90 tile.matmul products on warpgroup MMA where they fit (compile.py);
     `tf32_transpose`: sm_90 tf32 GEMM loops stage a row-major B through registers (compile.py);
     `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap, wgmma_a, wgmma_slices,
-    nc_loads, tma_store, ws_chain, early_loads, interior_tiles, pingpong, product_batches
-    (dsl/tile/switches.py)."""
+    nc_loads, tma_store, ws_chain, early_loads, interior_tiles, pingpong, product_batches,
+    reverse_blocks (dsl/tile/switches.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower.matmul.mma_sync import MAX_STAGES, SMEM_LIMIT

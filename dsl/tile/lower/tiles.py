@@ -50,6 +50,15 @@ def block_ids(L, lin: N.Expr, nb: list[N.Expr]) -> None:
     L.part_ids = {pid: unravel_ids(L, lin, counts) for pid, counts in L.part_counts.items()}
 
 
+def tile_number(L, lin: N.Expr, total: N.Expr) -> N.Expr:
+    """The tile a block's linear number `lin` takes: itself, or under the lowering switch
+    reverse_blocks total - 1 - lin (the grid has a block a tile; a persistent block's tile loop counts
+    up to the tile count): the last tiles first, where they hold the most work (causal attention)."""
+    if not L.reverse_blocks:
+        return lin
+    return L.tmp(N.BinOp("sub", N.BinOp("sub", total, c32(1), I32), lin, I32), "rbid")
+
+
 def block_group(fn: T.TileFunction, ndim: int) -> int:
     """Tile rows per group of a 2-D grid's block order: the kernel's `group_m=`, else GROUP_M for GEMM
     kernels (a tile.matmul in the body) and 1 (row-major) otherwise."""
