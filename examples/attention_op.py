@@ -230,7 +230,7 @@ def jax_attention(causal: bool, scale: float | None = None) -> Any:
         own, stream = bwd.pick_tiles(d, s)
         dkdv_kernel, dq_kernel = bwd.kernels_for(d, wgmma)
         f = dsl.jax.kernel_call(lse_kernel, out_shapes={"o": (rows, d), "lse": (rows,)},
-                                tiles={"o": (bm, d), "lse": (bm,)},
+                                out_dtypes={"o": "f32", "lse": "f32"}, tiles={"o": (bm, d), "lse": (bm,)},
                                 static={"seq": s, "scale": sc, "bn": bn, "causal": causal, "group": group})
         pre = dsl.jax.kernel_call(bwd.attn_bwd_preprocess, out_shapes={"delta": (rows,)},
                                   tiles={"delta": (bwd.PRE_ROWS,)}, static={"d": d})
