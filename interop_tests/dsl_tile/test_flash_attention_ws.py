@@ -32,7 +32,7 @@ _spec.loader.exec_module(FA)
 
 E = TypeVar("E")
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
-            "KB_TILE_WS_CHAIN", "KB_TILE_PINGPONG")
+            "KB_TILE_WS_CHAIN", "KB_TILE_PINGPONG", "KB_TILE_REVERSE_BLOCKS")
 # name -> (switches, warps, {head dim: (query rows, key rows)})
 ONE_WG = {64: (64, 128), 128: (64, 64)}
 TWO_WG = {64: (128, 128), 128: (128, 64)}
@@ -64,6 +64,10 @@ VARIANTS = {
     "ws-chain-setmaxnreg-overlap-pingpong": ({"KB_TILE_LOOP_PIPELINE": "ws", "KB_TILE_SETMAXNREG": "240/24",
                                               "KB_TILE_WS_CHAIN": "1", "KB_TILE_PRODUCT_OVERLAP": "1",
                                               "KB_TILE_PINGPONG": "1"}, 8, {64: (128, 128), 128: (128, 128)}),
+    # and the blocks in reverse order (the heaviest causal query blocks first)
+    "ws-chain-setmaxnreg-pingpong-reversed": ({"KB_TILE_LOOP_PIPELINE": "ws", "KB_TILE_SETMAXNREG": "240/24",
+                                               "KB_TILE_WS_CHAIN": "1", "KB_TILE_PINGPONG": "1",
+                                               "KB_TILE_REVERSE_BLOCKS": "1"}, 8, {64: (128, 128), 128: (128, 128)}),
 }
 
 
