@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from bridge.dtypes import normalize
 from dsl import TypeVar, f32, i32, tile
 
 E = TypeVar("E")
@@ -180,8 +181,8 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale:
         if tuple(x.shape) != (want, d):
             like = "like q" if want == rows else f"(q's rows / group {group})"
             raise ValueError(f"{name}: expected shape {(want, d)} {like}, got {tuple(x.shape)}")
-    if _dtype_name(out) not in ("float32", _dtype_name(q)):
-        raise ValueError(f"out: expected float32 or q's dtype {_dtype_name(q)}, got {_dtype_name(out)}")
+    if normalize(out.dtype, arg="out") not in ("f32", normalize(q.dtype, arg="q")):
+        raise ValueError(f"out: expected float32 or q's dtype {normalize(q.dtype)}, got {normalize(out.dtype)}")
     return (q, k, v, tile.partition(out, (bm, d)), seq, float(scale if scale is not None else d ** -0.5), bn,
             bool(causal), group)
 
@@ -292,11 +293,6 @@ def flash_fwd_tuned(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, sc
         tuned = _TUNED.setdefault(key, tile.autotune(flash_fwd, tuned_configs(q, seq, causal, group, arch)))
     tuned(q, k, v, out, seq, args[5])
     return tuned
-
-
-def _dtype_name(x: Any) -> str:
-    """A NumPy, ml_dtypes or torch array's dtype as NumPy names it (torch.bfloat16 -> bfloat16)."""
-    return str(x.dtype).removeprefix("torch.")
 
 
 def launch_args_lse(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool,

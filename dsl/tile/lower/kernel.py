@@ -89,6 +89,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         # program runs on the T threads after them (geo.tid = tid.x - WS_PRODUCERS); ws_tid is tid.x
         self.ws_tid: N.Expr | None = None       # set by lower_ws.bind_roles: the kernel is warp-specialised
         self.ws_consumer: N.Expr | None = None   # warpgroup index >= 1, through a shuffle: warp-uniform
+        self.ws_group: N.Expr | None = None      # that warpgroup index (tid.x / 128)
         self.consumers_only = False             # barriers from here on: the T consumers' named barrier
         self.dyn_bytes = 0                      # dynamic shared bytes (tensor-core operand stages)
         self.arch_specific = False              # uses sm_90a-only instructions (wgmma)

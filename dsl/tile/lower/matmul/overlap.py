@@ -60,7 +60,7 @@ def plan_rotation(L, loop: T.For, pipe) -> Rotation | None:
     if not (isinstance(st, T.Assign) and st.value is last and last.acc is not None):
         return None
     ring_loads = {id(s.load): s.load for s in pipe.stages if not s.aliases}    # each read by its product alone
-    b_first, b_last = (_operand(mm) for mm in (first, last))
+    b_first, b_last = (b_operand(mm) for mm in (first, last))
     if id(b_first) not in ring_loads or id(b_last) not in ring_loads or b_first is b_last:
         return None
     x = st.var
@@ -76,7 +76,8 @@ def plan_rotation(L, loop: T.For, pipe) -> Rotation | None:
     return Rotation(first, last, x, b_last, carry)
 
 
-def _operand(mm: T.Matmul) -> T.TExpr:
+def b_operand(mm: T.Matmul) -> T.TExpr:
+    """The array load a product reads as B (through the transpose of K^T)."""
     return mm.b.operand if isinstance(mm.b, T.Permute) and tuple(mm.b.axes) == (1, 0) else mm.b
 
 
@@ -89,7 +90,7 @@ def _touches(st: T.TStmt, x: T.TVar) -> bool:
 
 def rotation_of(L, e: T.Matmul):
     """(pipeline, rotation) when `e` is the last product of a rotated loop being lowered, else None."""
-    pipe = L.pipelined.get(id(_operand(e)))
+    pipe = L.pipelined.get(id(b_operand(e)))
     rot = getattr(pipe, "rotation", None)
     return (pipe, rot) if rot is not None and rot.last is e else None
 

@@ -52,10 +52,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsl.ir import nodes as N
-from dsl.ir.types import BOOL, I32
+from dsl.ir.types import BOOL
 from dsl.tile import ir as T
 from dsl.tile.lower.errors import LoweringError
 from dsl.tile.lower.layout import c32
+from dsl.tile.lower.matmul.overlap import b_operand
 from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
 from dsl.tile.lower.pipeline import _exprs_of, _products
 
@@ -83,7 +84,7 @@ def plan_pingpong(L, loop: T.For, pipe) -> PingPong | None:
         return None
     ring_loads = {id(ld) for ld in pipe.loads()}
     (_, first), (_, last) = found
-    if any(id(_operand(mm)) not in ring_loads for mm in (first, last)):
+    if any(id(b_operand(mm)) not in ring_loads for mm in (first, last)):
         return None
     rot = pipe.rotation
     if rot is not None and (rot.first is not first or rot.last is not last):
@@ -91,13 +92,9 @@ def plan_pingpong(L, loop: T.For, pipe) -> PingPong | None:
     return PingPong(first, last, L.new_var(BOOL, "turn2"), [], rot is not None)
 
 
-def _operand(mm: T.Matmul) -> T.TExpr:
-    return mm.b.operand if isinstance(mm.b, T.Permute) and tuple(mm.b.axes) == (1, 0) else mm.b
-
-
 def of(pipe, e: T.Matmul) -> PingPong | None:
     """The loop's turns when `e` is one of its two products, else None."""
-    pp = getattr(pipe, "pingpong", None) if pipe is not None else None
+    pp = pipe.pingpong if pipe is not None else None
     return pp if pp is not None and (e is pp.first or e is pp.last) else None
 
 
@@ -138,12 +135,11 @@ def after_commit(L, pipe, e: T.Matmul) -> None:
 
 
 def start(L, pipe) -> None:
-    """Before the loop: which turn is whose (the warpgroup index through lane 0, so ptxas sees it
-    uniform per warp), the second warpgroup's arrival that gives the first turn away, and the sync
+    """Before the loop: which turn is whose (the warpgroup index bind_roles took through lane 0, so
+    ptxas sees it uniform per warp), the second warpgroup's arrival that gives the first turn away, and the sync
     that opens the section of iteration 0's first product."""
     pp = pipe.pingpong
-    group = L.tmp(N.Warp("shfl", [N.BinOp("rshift", L.ws_tid, c32(7), I32), c32(0)], I32), "wg")
-    second = N.Compare("eq", group, c32(WS_PRODUCERS // 128 + 1))
+    second = N.Compare("eq", L.ws_group, c32(WS_PRODUCERS // 128 + 1))
     L.emit(N.Assign(pp.second, second))
     L.emit(N.If(N.ReadVar(pp.second), L.block_of(lambda: L.asm("bar.arrive.turn", barrier=TURN_BARRIERS[0],
                                                                    threads=CONSUMERS)), []))

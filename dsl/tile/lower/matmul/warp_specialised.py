@@ -15,13 +15,14 @@ WS_PRODUCERS = 128  # the producer warpgroup
 
 
 def bind_roles(L, tid: N.Var) -> None:
-    """tid = tid.x - WS_PRODUCERS; L.ws_tid = tid.x; L.ws_consumer = this warp computes. The role
+    """tid = tid.x - WS_PRODUCERS; L.ws_tid = tid.x; L.ws_group = its warpgroup; L.ws_consumer = this
+    warp computes. The role
     test goes through lane 0's value (a shuffle), so ptxas sees it uniform per warp: a wgmma under a
     branch it cannot prove uniform is serialised."""
     L.ws_tid = L.tmp(N.Cast(N.Special("tid.x"), I32), "rawtid")
     L.emit(N.Assign(tid, N.BinOp("sub", L.ws_tid, c32(WS_PRODUCERS), I32)))
-    group = L.tmp(N.Warp("shfl", [N.BinOp("rshift", L.ws_tid, c32(7), I32), c32(0)], I32), "wgidx")
-    L.ws_consumer = L.tmp(N.Compare("ge", group, c32(WS_PRODUCERS // 128)), "consumer")
+    L.ws_group = L.tmp(N.Warp("shfl", [N.BinOp("rshift", L.ws_tid, c32(7), I32), c32(0)], I32), "wgidx")
+    L.ws_consumer = L.tmp(N.Compare("ge", L.ws_group, c32(WS_PRODUCERS // 128)), "consumer")
 
 
 REGISTER_FILE = 65536        # 32-bit registers of an SM (sm_90), all a block of one per SM may hold
