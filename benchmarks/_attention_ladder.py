@@ -57,10 +57,27 @@ LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
 LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain pingpong reversed"] = (
     {**LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain pingpong"][0], "KB_TILE_REVERSE_BLOCKS": "1"}, 8,
     {64: (128, 128), 128: (128, 128)})
+# three stages in the ring (K and V of three key blocks in flight: 192 KiB at D128)
+LADDER["ws 128x128 S3 setmaxnreg fp_fusion ftz chain overlap pingpong"] = (
+    {**LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong"][0], "KB_TILE_LOOP_STAGES": "3"}, 8,
+    {64: (128, 128), 128: (128, 128)})
+# a persistent kernel (one block an SM walking the tiles; each role its own walk, so the producer fills the
+# next tile's stages while the consumers store this one: ring_ws.lower_split), the heaviest causal blocks first
+PERSISTENT = {"ws 128x128 setmaxnreg fp_fusion ftz chain pingpong persistent",
+              "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent",
+              "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent reversed"}
+for _label in sorted(PERSISTENT):
+    LADDER[_label] = (LADDER[_label.replace(" persistent", "").replace(" reversed", "")][0] |
+                      ({"KB_TILE_REVERSE_BLOCKS": "1"} if _label.endswith(" reversed") else {}), 8,
+                      {64: (128, 128), 128: (128, 128)})
 # the output in the inputs' dtype, as SDPA returns it (the other rungs write f32: twice the bytes)
 for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain pingpong",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong"):
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
+               "ws 128x128 S3 setmaxnreg fp_fusion ftz chain overlap pingpong",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent reversed"):
     LADDER[_label + " ->bf16"] = LADDER[_label]
+PERSISTENT |= {label + " ->bf16" for label in PERSISTENT if label + " ->bf16" in LADDER}
 OUT_IN_INPUT_DTYPE = {label for label in LADDER if label.endswith(" ->bf16")}
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
             "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE", "KB_TILE_WS_CHAIN",
@@ -92,7 +109,7 @@ def rung_call(fa, tile, label: str, q, k, v, out, s: int, d: int, causal: bool) 
     """(kernel, arguments) of rung `label`, compiled now (its first launch) under its switches."""
     env, warps, tiles = LADDER[label]
     with switched(env):
-        kern = tile.kernel(fa.flash_fwd.pyfunc, num_warps=warps) if warps else tile.kernel(fa.flash_fwd.pyfunc)
+        kern = tile.kernel(fa.flash_fwd.pyfunc, num_warps=warps, persistent=label in PERSISTENT)
         if tiles is None:
             args = fa.launch_args(q, k, v, out, s, causal)
         else:

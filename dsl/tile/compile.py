@@ -76,11 +76,14 @@ def tile_requires(fn, facts: dict[str, dict], relied: set[str]) -> list[str]:
 
 def persistent_blocks_per_sm(simt_fn, dynamic_smem: int) -> int:
     """Blocks per SM of a persistent grid: a TMA-fed block (tensor-map parameters) with more than half
-    an SM's shared memory runs alone, and a second block per SM would only wait for the first. Other
-    persistent kernels keep PERSISTENT_BLOCKS_PER_SM."""
+    an SM's shared memory runs alone, and a second block per SM would only wait for the first; so does a
+    block that reallocates registers between its roles (setmaxnreg, .minnctapersm 1: warp_specialised.
+    reallocate sizes it to the SM's whole register file). Other persistent kernels keep
+    PERSISTENT_BLOCKS_PER_SM."""
     from dsl.ir.types import TensorMapType
     tma = any(isinstance(p.type, TensorMapType) for p in simt_fn.params)
-    return 1 if tma and 2 * dynamic_smem > SM_SHARED_BYTES else PERSISTENT_BLOCKS_PER_SM
+    alone = (tma and 2 * dynamic_smem > SM_SHARED_BYTES) or getattr(simt_fn, "min_blocks", None) == 1
+    return 1 if alone else PERSISTENT_BLOCKS_PER_SM
 
 
 def contract_for(simt_fn, fn, facts: dict[str, dict], relied: set[str], persistent: bool = False,

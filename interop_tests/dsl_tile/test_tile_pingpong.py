@@ -31,8 +31,9 @@ _spec.loader.exec_module(FA)
 WS = {"loop_pipeline": "ws", "setmaxnreg": "240/24"}
 
 
-def flash(lowering: dict, warps: int, d: int, bm: int, bn: int, seq: int, causal: bool, rng=None, heads: int = 2):
-    kern = tile.kernel(FA.flash_fwd.pyfunc, num_warps=warps, lowering=lowering)
+def flash(lowering: dict, warps: int, d: int, bm: int, bn: int, seq: int, causal: bool, rng=None, heads: int = 2,
+          persistent: bool = False):
+    kern = tile.kernel(FA.flash_fwd.pyfunc, num_warps=warps, lowering=lowering, persistent=persistent)
     make = (lambda: rng.standard_normal((heads * seq, d))) if rng is not None else (lambda: np.zeros((heads * seq, d)))
     q, k, v = (make().astype(ml_dtypes.bfloat16) for _ in range(3))
     out = np.full((heads * seq, d), np.nan, np.float32)
@@ -191,6 +192,32 @@ def test_the_turns_the_kernel_runs_pass_the_barrier_model_in_every_interleaving(
     assert len(per_block) == 6
     for block, seqs in per_block.items():
         assert seqs[0] and seqs[1], block
+        model_check(seqs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("overlap", [False, True], ids=["", "overlap"])
+def test_a_persistent_blocks_turns_over_all_its_tiles_pass_the_barrier_model(monkeypatch, rng, causal, overlap):
+    """A persistent kernel (each role walks the block's tiles, ring_ws.lower_split): two blocks of three
+    tiles each run the turns of those tiles (block b: tiles b, b + 2, b + 4), one after another, as the
+    kernel of a block a tile runs them; a block's whole sequence passes the model in every interleaving."""
+    lowering = {**WS, "pingpong": True, "ws_chain": True, "product_overlap": overlap}
+    runs = []
+    for persistent in (False, True):
+        turns = Turns()
+        monkeypatch.setattr(sm80, "turn_sync", turns.factory("sync"))
+        monkeypatch.setattr(sm80, "turn_arrive", turns.factory("arrive"))
+        monkeypatch.setattr(table, "_RESOLVED", {})
+        kern, args, out = flash(lowering, 8, 128, 128, 128, 384, causal, rng, persistent=persistent)
+        kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90", **({"blocks": 2} if persistent else {}))
+        np.testing.assert_allclose(out, attention64(*args[:3], 384, causal), rtol=2e-2, atol=1e-2)
+        runs.append(turns.warpgroups())
+    tiles, walks = runs
+    assert sorted(tiles) == list(range(6)) and sorted(walks) == [0, 1]
+    for block, seqs in walks.items():
+        for wg in (0, 1):
+            assert seqs[wg] == sum((tiles[t][wg] for t in (block, block + 2, block + 4)), []), (block, wg)
         model_check(seqs)
 
 

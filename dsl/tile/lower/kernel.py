@@ -240,12 +240,19 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
             for n in nb:
                 total = self.tmp(N.BinOp("mul", total, n, I32), "ntiles")
             step = self.tmp(N.Cast(N.Special("nctaid.x"), I32), "nctas")
-            tv = self.new_var(I32, "tile")
 
-            def body() -> None:
-                block_ids(self, tile_number(self, N.ReadVar(tv), total), nb)
-                self._tile_program(ws_at)
-            self.emit(N.ForRange(tv, lin, total, step, self.block_of(body)))
+            def each_tile(work) -> None:
+                tv = self.new_var(I32, "tile")
+
+                def body() -> None:
+                    block_ids(self, tile_number(self, N.ReadVar(tv), total), nb)
+                    work()
+                self.emit(N.ForRange(tv, lin, total, step, self.block_of(body)))
+            if ws_at is not None and id(fn.body[ws_at]) not in self.mma_plans:
+                from dsl.tile.lower.matmul.ring_ws import lower_split
+                lower_split(self, ws_at, each_tile)     # each role walks the tiles (the producer runs ahead)
+            else:
+                each_tile(lambda: self._tile_program(ws_at))
         else:
             block_ids(self, tile_number(self, lin, N.Cast(N.Special("nctaid.x"), I32)), nb)
             self._tile_program(ws_at)

@@ -16,7 +16,8 @@ the tile program's), whose thread 0 copies the ring loads of every iteration, wh
 The producer needs only scalars: the kernel splits when the loop is a top-level one whose bounds and
 ring-load indices follow from scalar assignments before it (no loads, products or reductions among
 them, none inside an `if`). Two consumer warpgroups (8 warps, 128 query rows of flash attention)
-share the ring: each stage's empty barrier counts both. Not for persistent kernels.
+share the ring: each stage's empty barrier counts both. A persistent kernel splits before its tile loop
+(lower_split's `each_tile`): each role walks the block's tiles.
 
 Under the lowering switch ws_chain (KB_TILE_WS_CHAIN, off until run on a GPU), top-level loops after
 it whose ring loads are the same (array, tile shape and dtype, in the same order) and whose bounds and
@@ -26,6 +27,8 @@ producer walks them one after another, and each side counts the iterations the e
 so stages and phases go on where the last loop left them (pipeline.Pipeline.done).
 """
 from __future__ import annotations
+
+from typing import Callable
 
 from dsl.ir import nodes as N
 from dsl.ir.types import I32
@@ -39,7 +42,7 @@ from dsl.tile.lower.pipeline import candidate_loads, index_at, iteration, plan, 
 
 def ring_ws_loop(L) -> int | None:
     """Index of the top-level loop a KB_TILE_LOOP_PIPELINE=ws kernel splits at, or None."""
-    if L.cc < 90 or L.persistent or L.T % 128:
+    if L.cc < 90 or L.T % 128:
         return None
     body = L.fn.body
     for k, s in enumerate(body):
@@ -113,9 +116,13 @@ def producer_prefix(before: list[T.TStmt], loops: list[tuple[T.For, list[T.Load]
     return keep[::-1]
 
 
-def lower_split(L, at: int) -> None:
+def lower_split(L, at: int, each_tile: Callable[[Callable[[], None]], None] | None = None) -> None:
     """The tile program of a kernel split at top-level loop `at` (ring_ws_loop): the ring, then the
-    two roles under one concurrent If. Loops chained to it (chained_loops) share its ring."""
+    two roles under one concurrent If. Loops chained to it (chained_loops) share its ring. A persistent
+    kernel passes `each_tile` (emit a loop over the block's tiles around a role's work): each role walks
+    the tiles on its own side of the split, so the producer fills the next tile's stages while the
+    consumers finish this one, and one count of iterations run carries stages and phases from tile to
+    tile (as it does from loop to loop in a chain)."""
     body = L.fn.body
     found = chained_loops(L, at)
     chain = [body[k] for k, _ in found]
@@ -127,25 +134,32 @@ def lower_split(L, at: int) -> None:
     R.set_up(L, first.ring)
     prefix = producer_prefix(body[:found[-1][0]],
                              [(loop, [st.load for st in pipe.stages]) for loop, pipe in zip(chain, pipes)])
-    chained = len(chain) > 1
+    counted = len(chain) > 1 or each_tile is not None
+    tiles = each_tile or (lambda work: work())
 
     def producer() -> None:
         reallocate(L, consumer=False)
-        L.stmts(prefix)
-        done = _counter(L, "pdone") if chained else None
-        for loop, pipe in zip(chain, pipes):
-            pipe.done = done
-            _producer_loop(L, pipe, loop)
+        done = _counter(L, "pdone") if counted else None
+
+        def tile_work() -> None:
+            L.stmts(prefix)
+            for loop, pipe in zip(chain, pipes):
+                pipe.done = done
+                _producer_loop(L, pipe, loop)
+        tiles(tile_work)
 
     def consumers() -> None:
         reallocate(L, consumer=True)
-        done = _counter(L, "cdone") if chained else None
-        for loop, pipe in zip(chain, pipes):
-            pipe.done = done
-            L.rings[id(loop)] = pipe
-        L.consumers_only = True       # block barriers: the consumers' named barrier
-        L.stmts(body)
-        L.consumers_only = False
+        done = _counter(L, "cdone") if counted else None
+
+        def tile_work() -> None:
+            for loop, pipe in zip(chain, pipes):
+                pipe.done = done
+                L.rings[id(loop)] = pipe
+            L.consumers_only = True       # block barriers: the consumers' named barrier
+            L.stmts(body)
+            L.consumers_only = False
+        tiles(tile_work)
     side = L.block_of(producer)
     L.emit(N.If(L.ws_consumer, L.block_of(consumers), side, concurrent=True))
 
