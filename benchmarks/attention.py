@@ -89,9 +89,10 @@ class _Tuned:
             return "?"
         c = picks[-1]
         low = c.lowering or {}
-        return (f"{c.tiles['o'][0]}x{c.constants['bn']} {low.get('loop_pipeline', 'cp.async')}"
-                + (f" w{c.num_warps}" if c.num_warps else "") + (" setmaxnreg" if "setmaxnreg" in low else "")
-                + (" fp_fusion ftz" if low.get("ftz") else ""))
+        flags = [name for name in ("setmaxnreg", "fp_fusion", "ftz", "ws_chain", "pingpong", "product_overlap")
+                 if low.get(name)]
+        return " ".join([f"{c.tiles['o'][0]}x{c.constants['bn']}", low.get("loop_pipeline", "cp.async")]
+                        + ([f"w{c.num_warps}"] if c.num_warps else []) + flags + (["persistent"] if c.persistent else []))
 
 
 def variants(fa, tile, q, k, v, new_out, s: int, d: int, causal: bool, sweep: bool) -> dict:

@@ -444,7 +444,10 @@ _SLICED = {"wgmma_slices": True, "loop_pipeline": "tma"}
 # slices, three-buffer cp.async without ftz, and 64x64 tma without fp_fusion's partners
 _LADDER = ((64, 64, None, {"loop_pipeline": "tma"}), (128, 128, 8, _WS),
            (64, 64, None, {"loop_pipeline": "tma"} | _FF), (128, 128, 8, _WS | _FF),
-           (64, 64, None, {"loop_pipeline": "tma"} | _FTZ), (128, 128, 8, _WS | _FTZ))
+           (64, 64, None, {"loop_pipeline": "tma"} | _FTZ), (128, 128, 8, _WS | _FTZ),
+           # the two consumer warpgroups taking turns on the tensor cores (pingpong), causal's diagonal loop
+           # on the producer's ring too (ws_chain): the forward ladder's best rung (docs/tile.md)
+           (128, 128, 8, _WS | _FTZ | {"ws_chain": True, "pingpong": True}))
 ATTN_OURS = {128: ((64, 64, None, None), (128, 64, 8, None)) + _LADDER,
              64: ((64, 64, None, None), (128, 64, 8, None)) + _LADDER +
              # Triton's best D64 tile: one warpgroup owning 128 rows, two m64 wgmma slices (frags.warpgroup_rows)

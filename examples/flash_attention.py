@@ -188,38 +188,48 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale:
 
 
 # tile.autotune's candidates on sm_90 beside the default (launch_args' tiles, the cp.async loop), from the
-# forward ladder measured on the H200 (docs/tile.md, "Attention ladder"; bf16 B4 H16 S4096 D128 on
-# 2026-12-04: the default 374 / 314 TFLOP/s full / causal, "tma + fp_fusion + ftz" 517 / 441, "ws 128x128
-# + setmaxnreg + fp_fusion + ftz" 556 and 592 / 434-435): (query rows, key rows, warps, lowering) per
-# head dim, None for launch_args' own. D256 keeps the default: no wgmma tile fits it (above).
-# lse_kernel takes the first (launch_args' tiles).
-# The 128 x 128 rung with `ws_chain` (causal attention's diagonal loop on the producer's ring too, not on
-# cp.async): causal 486.1 against 463.5 TFLOP/s without it, 0.838x / 0.799x SDPA cuDNN, full unchanged (595.8 /
-# 596.3), the same run (bf16 B4 H16 S4096 D128, H100, 2026-12-05 13:43; docs/results/gpu_runs_2026-12-05_1340-1346)
+# forward ladder (docs/tile.md, "Attention ladder"): (query rows, key rows, warps, lowering, persistent) per head
+# dim, None for launch_args' own. D256 keeps the default: no wgmma tile fits it (above). lse_kernel takes the
+# first (launch_args' tiles). The steps that made them, bf16 B4 H16 S4096 D128 full / causal TFLOP/s, each
+# against the step before in one run: the TMA ring + fp_fusion + ftz 517 / 441 (the default 374 / 314; H200,
+# 2026-12-04); 128 x 128 on a producer warpgroup with setmaxnreg 592 / 435, and causal's diagonal loop on its
+# ring (`ws_chain`) 596 / 486 (H100, 2026-12-05 13:43); the consumer warpgroups in turns (`pingpong`) 629 / 531
+# (H100, 16:14); with the intra-warpgroup overlap (`product_overlap`) 664 / 544 (H100, 17:37); one persistent
+# block an SM walking the tiles: D64 full 447 against 432, S1024 about +1-3 %, D128 -1 % full, -4 % causal
+# (H200, 17:47). Pingpong alone stays for D64 causal (368 against 358). Results:
+# docs/results/gpu_runs_2026-12-05_1733-1800.
 _FAST = {"fp_fusion": True, "ftz": True}
-SM90_CANDIDATES = {d: ((None, None, None, {"loop_pipeline": "tma", **_FAST}),
-                       (128, 128, 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, **_FAST}))
+_TMA = {"loop_pipeline": "tma", **_FAST}
+_CHAIN = {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, **_FAST}
+_PINGPONG = {**_CHAIN, "pingpong": True}
+_OVERLAP_PINGPONG = {**_PINGPONG, "product_overlap": True}
+SM90_CANDIDATES = {d: ((None, None, None, _TMA, False),
+                       (128, 128, 8, _PINGPONG, False),
+                       (128, 128, 8, _OVERLAP_PINGPONG, False),
+                       (128, 128, 8, _OVERLAP_PINGPONG, True))
                    for d in (64, 128)}
 # D64 also 64 x 64 with the TMA ring: tutorial 06's best D64 row (446.3 / 390.8 TFLOP/s f16, 2026-12-04),
 # the same loop as this kernel's
-SM90_CANDIDATES[64] += ((64, 64, None, {"loop_pipeline": "tma", **_FAST}),)
+SM90_CANDIDATES[64] += ((64, 64, None, _TMA, False),)
 # documented cache: what tuned_configs depends on -> the tile.Tuned of its candidates (picks live inside)
 _TUNED: dict[tuple, Any] = {}
 
 
-# documented cache: (kernel function, sorted lowering items, warps) -> that kernel under those switches
+# documented cache: (kernel function, sorted lowering items, warps, persistent) -> that kernel variant
 _VARIANTS: dict[tuple, Any] = {}
 
 
-def variant(kern: Any, lowering: dict | None, num_warps: int | None = None) -> Any:
+def variant(kern: Any, lowering: dict | None, num_warps: int | None = None, persistent: bool = False) -> Any:
     """`kern` under the tile lowering's switches `lowering` (`kern` itself for none), on `num_warps`
-    warps where given: one kernel object per kernel, switches and warps, made on first use, so its
-    compiles and launchers are kept. The attention examples' one way to a kernel's lowering variant."""
-    if not lowering and num_warps is None:
+    warps where given, persistent (a grid of at most what the GPU holds at once, each block walking
+    tiles) where asked: one kernel object per kernel, switches, warps and persistence, made on first
+    use, so its compiles and launchers are kept. The attention examples' one way to a kernel's variant."""
+    if not lowering and num_warps is None and not persistent:
         return kern
-    key = (kern.pyfunc, tuple(sorted((lowering or {}).items())), num_warps)
+    key = (kern.pyfunc, tuple(sorted((lowering or {}).items())), num_warps, bool(persistent))
     if key not in _VARIANTS:
-        _VARIANTS[key] = tile.kernel(kern.pyfunc, num_warps=num_warps, lowering=dict(lowering or {}) or None)
+        _VARIANTS[key] = tile.kernel(kern.pyfunc, num_warps=num_warps, persistent=bool(persistent),
+                                     lowering=dict(lowering or {}) or None)
     return _VARIANTS[key]
 
 
@@ -229,13 +239,14 @@ def lse_kernel(d: int, wgmma: bool) -> Any:
     cp.async loop, bf16 S4096 D128 full / causal, same run; docs/tile.md); else the kernel itself (D64's
     default 64 x 128 tile has not been measured with that rung). Its callers launch it inside CUDA graphs
     too, so it is a fixed choice, not an autotuned one."""
-    return variant(flash_fwd_lse, SM90_CANDIDATES[d][0][3] if wgmma and d == 128 else None)
+    return variant(flash_fwd_lse, _TMA if wgmma and d == 128 else None)
 
 
 # The log-sum-exp forward's form on warpgroup MMA where the ladder's 128 x 128 rung beats lse_kernel's (full
 # attention at D128: 592.3 against 517 TFLOP/s, bf16 B4 H16 S4096, H200, 2026-12-04; causal, 435.0 against 441,
-# keeps lse_kernel's): (query rows, key rows), warps, lowering
-LSE_WIDE = (SM90_CANDIDATES[128][1][:2], SM90_CANDIDATES[128][1][2], SM90_CANDIDATES[128][1][3])   # that rung
+# kept lse_kernel's): (query rows, key rows), warps, lowering. The rung with the causal chain, ping-pong and
+# the overlap (664 / 544 TFLOP/s flash_fwd) has not run as flash_fwd_lse on a GPU: not yet here
+LSE_WIDE = ((128, 128), 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, **_FAST})
 
 
 def lse_launch(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool, scale: float | None = None,
@@ -270,11 +281,11 @@ def tuned_configs(q: Any, seq: int, causal: bool, group: int = 1, arch: str | No
     out = [tile.Config(tiles={"o": (bm, d)}, constants=consts)]
     if not sm90:
         return out
-    for rows, keys, warps, lowering in SM90_CANDIDATES.get(d, ()):
+    for rows, keys, warps, lowering, persistent in SM90_CANDIDATES.get(d, ()):
         rows, keys = rows or bm, keys or bn
         if seq % rows == 0 and seq % keys == 0:
             out.append(tile.Config(tiles={"o": (rows, d)}, constants={**consts, "bn": keys}, num_warps=warps,
-                                   lowering=lowering))
+                                   lowering=lowering, persistent=persistent or None))
     return out
 
 

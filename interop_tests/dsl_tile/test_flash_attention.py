@@ -133,23 +133,27 @@ def test_gpu_output_in_the_inputs_dtype_matches_torch_sdpa(d, seq, causal, dtype
 
 def _configs(d, seq, causal, arch):
     q = np.zeros((2 * seq, d), np.float32)
-    return [(c.tiles["o"][0], c.constants["bn"], c.num_warps, c.lowering.get("loop_pipeline"))
+    return [(c.tiles["o"][0], c.constants["bn"], c.num_warps, c.lowering.get("loop_pipeline"), bool(c.persistent))
             for c in FA.tuned_configs(q, seq, causal, arch=arch)]
 
 
 def test_autotune_candidates_are_the_default_first_then_the_sm90_ladders_best_that_fit():
     """sm_80: the default alone. sm_90: the default (wgmma tiles), the TMA ring with fp_fusion + ftz, and
     128 x 128 on a producer warpgroup with setmaxnreg (its causal diagonal loop on the producer's ring,
-    ws_chain), each only where its tiles divide the sequence."""
-    assert _configs(128, 256, True, "sm_80") == [(64, 64, None, None)]
-    assert _configs(128, 256, False, "sm_90a") == [(64, 64, None, None), (64, 64, None, "tma"), (128, 128, 8, "ws")]
-    assert _configs(128, 192, False, "sm_90a") == [(64, 64, None, None), (64, 64, None, "tma")]
-    assert _configs(256, 256, False, "sm_90a") == [(32, 128, None, None)]
-    assert _configs(64, 256, True, "sm_90a") == [(64, 128, None, None), (64, 128, None, "tma"), (128, 128, 8, "ws"),
-                                                 (64, 64, None, "tma")]
-    ws = FA.tuned_configs(np.zeros((512, 128), np.float32), 256, True, arch="sm_90a")[-1]
-    assert ws.lowering == {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, "fp_fusion": True,
-                           "ftz": True}
+    ws_chain) with ping-pong, also with the product overlap, also persistent, each only where its tiles
+    divide the sequence."""
+    ws = [(128, 128, 8, "ws", False), (128, 128, 8, "ws", False), (128, 128, 8, "ws", True)]
+    assert _configs(128, 256, True, "sm_80") == [(64, 64, None, None, False)]
+    assert _configs(128, 256, False, "sm_90a") == [(64, 64, None, None, False), (64, 64, None, "tma", False)] + ws
+    assert _configs(128, 192, False, "sm_90a") == [(64, 64, None, None, False), (64, 64, None, "tma", False)]
+    assert _configs(256, 256, False, "sm_90a") == [(32, 128, None, None, False)]
+    assert _configs(64, 256, True, "sm_90a") == [(64, 128, None, None, False), (64, 128, None, "tma", False)] + ws + \
+        [(64, 64, None, "tma", False)]
+    pingpong, overlap, walk = FA.tuned_configs(np.zeros((512, 128), np.float32), 256, True, arch="sm_90a")[-3:]
+    assert pingpong.lowering == {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, "pingpong": True,
+                                 "fp_fusion": True, "ftz": True}
+    assert overlap.lowering == walk.lowering == {**pingpong.lowering, "product_overlap": True}
+    assert walk.persistent is True and overlap.persistent is None
 
 
 def test_the_autotuned_launcher_runs_its_first_candidate_on_the_simulator(rng):
