@@ -38,6 +38,10 @@ VARIANTS = {
     "chain-overlap-pingpong": {**WS, "ws_chain": True, "product_overlap": True, "pingpong": True},
     "chain-overlap-pingpong-reversed": {**WS, "ws_chain": True, "product_overlap": True, "pingpong": True,
                                         "reverse_blocks": True},
+    # the output through shared memory and TMA stores (staged in a tile of its own: the producer refills
+    # the ring's stages for the next tile while the copy drains)
+    "chain-overlap-pingpong-tma-store": {**WS, "ws_chain": True, "product_overlap": True, "pingpong": True,
+                                         "tma_store": True},
 }
 
 
@@ -62,6 +66,8 @@ def persistent(name: str):
     ("chain-overlap-pingpong", 128, True, 2),
     ("chain-overlap-pingpong", 64, False, 5),
     ("chain-overlap-pingpong-reversed", 128, True, 4),
+    ("chain-overlap-pingpong-tma-store", 128, True, 2),
+    ("chain-overlap-pingpong-tma-store", 64, False, 1),
 ])
 def test_each_block_walking_several_tiles_matches_float64_in_the_lowered_simulator(rng, name, d, causal, blocks):
     """Three heads of 256 rows: six tiles over 1, 2, 4 or 5 blocks (6, 3, 2 or uneven 2/1 tiles a block);
@@ -74,10 +80,11 @@ def test_each_block_walking_several_tiles_matches_float64_in_the_lowered_simulat
 
 
 @pytest.mark.slow
-def test_the_output_in_the_inputs_dtype_from_a_persistent_block_matches_float64(rng):
+@pytest.mark.parametrize("name", ["chain-overlap-pingpong", "chain-overlap-pingpong-tma-store"])
+def test_the_output_in_the_inputs_dtype_from_a_persistent_block_matches_float64(rng, name):
     seq, d = 256, 128
     args, out = case(rng, d, seq, 3, True, ml_dtypes.bfloat16)
-    persistent("chain-overlap-pingpong").simulate_lowered(*args, tensor_cores=True, arch="sm_90", blocks=2)
+    persistent(name).simulate_lowered(*args, tensor_cores=True, arch="sm_90", blocks=2)
     np.testing.assert_allclose(out.astype(np.float64), attention64(*args[:3], seq, True), rtol=2e-2, atol=2e-2)
 
 
@@ -120,8 +127,10 @@ def test_ptxas_assembles_the_persistent_kernel_without_spills(rng, name, d, caus
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_gpu_persistent_forward_matches_torch_sdpa(name, d, causal):
-    """B4 H8 S1024: 256 tiles, more than the grid's blocks (one an SM), so blocks walk two tiles or more."""
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
+def test_gpu_persistent_forward_matches_torch_sdpa(name, d, causal, out_dtype):
+    """B4 H8 S1024: 256 tiles, more than the grid's blocks (one an SM), so blocks walk two tiles or more;
+    the output in f32 and in the inputs' dtype."""
     torch = pytest.importorskip("torch", reason="the SDPA reference needs torch")
     import torch.nn.functional as F
     if bridge.current_device().cc < (9, 0):
@@ -129,7 +138,7 @@ def test_gpu_persistent_forward_matches_torch_sdpa(name, d, causal):
     batch, heads, seq = 4, 8, 1024
     g = torch.Generator(device="cuda").manual_seed(d + causal + 5)
     q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-    out = torch.full((batch * heads * seq, d), 12345.0, device="cuda")
+    out = torch.full((batch * heads * seq, d), 12345.0, device="cuda", dtype=getattr(torch, out_dtype))
     args = FA.launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal, tiles=(128, 128))
     persistent(name)(*args)
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
