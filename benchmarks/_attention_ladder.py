@@ -70,19 +70,37 @@ for _label in sorted(PERSISTENT):
     LADDER[_label] = (LADDER[_label.replace(" persistent", "").replace(" reversed", "")][0] |
                       ({"KB_TILE_REVERSE_BLOCKS": "1"} if _label.endswith(" reversed") else {}), 8,
                       {64: (128, 128), 128: (128, 128)})
+# the output tile through swizzled shared memory and TMA stores (the consumers go on while the copy drains)
+for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent reversed"):
+    LADDER[_label + " tma-store"] = ({**LADDER[_label][0], "KB_TILE_TMA_STORE": "1"},) + LADDER[_label][1:]
+    if _label in PERSISTENT:
+        PERSISTENT.add(_label + " tma-store")
+# divisions by one value as one reciprocal and products (the epilogue's acc / l: 64 IEEE divisions a thread)
+for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent"):
+    LADDER[_label + " rcp"] = ({**LADDER[_label][0], "KB_TILE_DIV_RECIPROCAL": "1"},) + LADDER[_label][1:]
+    if _label in PERSISTENT:
+        PERSISTENT.add(_label + " rcp")
 # the output in the inputs' dtype, as SDPA returns it (the other rungs write f32: twice the bytes)
 for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain pingpong",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
                "ws 128x128 S3 setmaxnreg fp_fusion ftz chain overlap pingpong",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent reversed"):
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent reversed",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong tma-store",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent tma-store",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent reversed tma-store",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong rcp",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent rcp"):
     LADDER[_label + " ->bf16"] = LADDER[_label]
 PERSISTENT |= {label + " ->bf16" for label in PERSISTENT if label + " ->bf16" in LADDER}
 OUT_IN_INPUT_DTYPE = {label for label in LADDER if label.endswith(" ->bf16")}
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
             "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE", "KB_TILE_WS_CHAIN",
             "KB_TILE_EARLY_LOADS", "KB_TILE_INTERIOR_TILES", "KB_TILE_PINGPONG", "KB_TILE_PRODUCT_BATCHES",
-            "KB_TILE_REVERSE_BLOCKS")
+            "KB_TILE_REVERSE_BLOCKS", "KB_TILE_DIV_RECIPROCAL")
 
 
 class switched:

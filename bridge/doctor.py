@@ -59,6 +59,7 @@ SETTINGS: dict[str, str] = {
     "KB_TILE_PINGPONG": "tile kernels: under KB_TILE_LOOP_PIPELINE=ws, the two consumer warpgroups' products run in turns (default off)",
     "KB_TILE_PRODUCT_BATCHES": "tile kernels: consecutive independent sm_90 products issued together, waited for together (default off)",
     "KB_TILE_REVERSE_BLOCKS": "tile kernels: blocks take the tiles in reverse order, the last first (default off)",
+    "KB_TILE_DIV_RECIPROCAL": "tile kernels: divisions may multiply by the divisor's reciprocal (default off)",
     "KB_TILE_TMA_STORE": "tile kernels: sm_90 accumulator tiles stored by TMA through swizzled shared memory (default off)",
     "KB_TILE_NC_LOADS": "tile kernels: read-only arrays' vector loads through ld.global.nc (default on) or plain ld.global",
     "KB_TILE_WGMMA_SLICES": "sm_90 products of warpgroups owning more than 64 rows on wgmma, one m64 slice a wgmma (default off)",

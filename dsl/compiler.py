@@ -99,14 +99,16 @@ def _verify(fn, ctx: CompileContext):
     return verify_function(fn)
 
 
-def build_options(options: KernelOptions, arch: str, contract: bool = False, ftz: bool = False):
+def build_options(options: KernelOptions, arch: str, contract: bool = False, ftz: bool = False,
+                  arcp: bool = False):
     """The code generator's options; `contract`: float products may fuse into fma (tile fp_fusion);
-    `ftz`: f32 denormals flush to zero (tile ftz; a SIMT kernel's ftz= or fastmath= asks the same)."""
+    `ftz`: f32 denormals flush to zero (tile ftz; a SIMT kernel's ftz= or fastmath= asks the same);
+    `arcp`: a division may be a product with the divisor's reciprocal (tile div_reciprocal)."""
     from dsl.backend.builder import BuildOptions
     from dsl.backend.target import parse_arch
     pairs = frozenset(frozenset(p) for p in options.inplace)
     return BuildOptions(arch_cc=parse_arch(arch), fastmath=options.fastmath, contract=contract,
-                        ftz=ftz or options.ftz or options.fastmath, inplace=pairs,
+                        ftz=ftz or options.ftz or options.fastmath, arcp=arcp, inplace=pairs,
                         lineinfo=options.lineinfo, requires=tuple(options.requires))
 
 
@@ -115,7 +117,8 @@ def _llvm_ir(fn, ctx: CompileContext):
     ctx.kernel_loc = (fn.loc.file, fn.loc.line)
     switches = ctx.tile.switches if ctx.tile is not None else {}
     llvm_ir = to_llvm_ir(fn, build_options(ctx.options, ctx.arch, contract=bool(switches.get("fp_fusion")),
-                                           ftz=bool(switches.get("ftz"))))
+                                           ftz=bool(switches.get("ftz")),
+                                           arcp=bool(switches.get("div_reciprocal"))))
     ctx.slow_paths.extend(llvm_ir.slow_paths)
     return llvm_ir
 

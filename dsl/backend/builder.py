@@ -65,6 +65,7 @@ class BuildOptions:
     fastmath: bool = False
     contract: bool = False            # fmul + fadd/fsub may fuse into fma (the tile switch fp_fusion)
     ftz: bool = False                 # f32 denormals flush to zero (the tile switch ftz, nvcc -ftz=true)
+    arcp: bool = False                # a division may multiply by the divisor's reciprocal (tile div_reciprocal)
     inplace: frozenset[frozenset[str]] = frozenset()   # parameter-name pairs that may overlap
     invariant_loads: bool = True      # mark loads of read-only, non-overlapping arrays !invariant.load
     lineinfo: bool = False            # emit line tables (.file/.loc); off: the PTX has no debug trace

@@ -122,8 +122,8 @@ class ExprMixin:
         if t.name in _HALF:                   # everything else in f32, rounded back once
             r = self.float_binop(op, F32, b.fpext(a, T.scalar(F32)), b.fpext(b_, T.scalar(F32)), loc)
             return b.fptrunc(r, T.scalar(t))
-        if op == "truediv":
-            return b.fdiv(a, b_, flags=fm)
+        if op == "truediv":                   # arcp: divisions by one value share one reciprocal (LLVM)
+            return b.fdiv(a, b_, flags=fm + (("arcp",) if self.opts.arcp and not self.opts.fastmath else ()))
         if op == "floordiv":                  # Python semantics on floats: floor(a / b)
             return self.math_llvm(X.float_op_intrinsic("floor"), t, [b.fdiv(a, b_, flags=fm)])
         if op == "mod":                       # C fmod: the sign of the dividend

@@ -44,6 +44,10 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # f32 math flushes denormal inputs and results to zero (nvcc's -ftz=true; Triton's exp2 is
     # ex2.approx.ftz): exp2 is one MUFU instead of a range test and two multiplies around it
     "ftz": ("KB_TILE_FTZ", None, False),
+    # a float division may be a product with the divisor's reciprocal (LLVM's arcp; nvcc's --prec-div=false
+    # goes further): divisions by one value share one IEEE reciprocal, so attention's acc / l[:, None] is
+    # two reciprocals and 64 multiplies a thread, not 64 IEEE divisions; up to 1 ulp more error
+    "div_reciprocal": ("KB_TILE_DIV_RECIPROCAL", None, False),
     # sm_90 stores of tensor-core accumulator tiles staged in swizzled shared memory and written by TMA
     # stores (lower/store_tma.py), as CUTLASS's epilogues: no per-element bounds, edges clipped by the
     # copy engine, and a persistent kernel's next tile starts while the store drains; unmeasured, so off
@@ -75,7 +79,7 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
 }
 
 
-CODEGEN_SWITCHES = frozenset({"fp_fusion", "ftz"})    # read by the code generator (dsl/compiler.py), not the lowering
+CODEGEN_SWITCHES = frozenset({"fp_fusion", "ftz", "div_reciprocal"})    # read by the code generator (dsl/compiler.py), not the lowering
 
 
 def lowering_only(switches: dict[str, Any]) -> dict[str, Any]:
@@ -144,4 +148,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("interior_tiles",) if s["interior_tiles"] else ()) + \
         (("pingpong",) if s["pingpong"] else ()) + \
         (("product_batches",) if s["product_batches"] else ()) + \
-        (("reverse_blocks",) if s["reverse_blocks"] else ())
+        (("reverse_blocks",) if s["reverse_blocks"] else ()) + \
+        (("div_reciprocal",) if s["div_reciprocal"] else ())
