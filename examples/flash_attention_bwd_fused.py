@@ -82,10 +82,15 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
     scale2 = scale * LOG2E
-    for g in range(group):                      # query head (batch, head * group + g)
+    if group == 1:                              # the loop at the top (a producer warpgroup's ring can feed it)
         for i in range(start, seq // bm):
-            dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + g * (seq // bm) + i,
-                                        col0, i * bm, scale2, scale, bm, bn, d, causal)
+            dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + i, col0, i * bm,
+                                        scale2, scale, bm, bn, d, causal)
+    else:
+        for g in range(group):                  # query head (batch, head * group + g)
+            for i in range(start, seq // bm):
+                dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc,
+                                            q0 + g * (seq // bm) + i, col0, i * bm, scale2, scale, bm, bn, d, causal)
     dk.store(dk_acc * scale)
     dv.store(dv_acc)
 
@@ -95,6 +100,7 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
 TMA_REDUCE = {"tma_store": True}                       # dQ's adds by TMA reduce-adds (sm_90)
 RING = {**TMA_REDUCE, "loop_pipeline": "tma"}
 FTZ = {"fp_fusion": True, "ftz": True}
+WS = {**TMA_REDUCE, "loop_pipeline": "ws", "setmaxnreg": "240/24", "wgmma_a": "shared"}
 WIDE = (128, 64, 8)     # key rows a block owns, query rows it streams, warps: FlashAttention-2's backward tile
 # "K V swizzled" (wgmma_a "shared"): K and V wait in wgmma's swizzle atoms, so S^T = K Q^T and dP^T = V dO^T
 # read them as A there and dQ = dS K as B, and dS^T goes to shared memory once, as dQ's MN-major A: dQ runs on
@@ -118,6 +124,11 @@ LADDER: dict[str, dict | None] = {
                                                                  "product_batches": True},
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, batched products": {
         **RING, "wgmma_a": "shared", "early_loads": True, "product_batches": True},
+    # a producer warpgroup's TMA ring for Q and dO (loop_pipeline "ws", 2026-12-05): the consumers only wait,
+    # multiply and release; on 8 warps with setmaxnreg (240 registers a consumer thread), on 4 without
+    "ws + TMA reduce dQ, K V swizzled": {**TMA_REDUCE, "loop_pipeline": "ws", "wgmma_a": "shared"},
+    "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled": WS,
+    "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads": {**WS, "early_loads": True},
 }
 # the forms that choose their own tiles (else pick_tiles' on 4 warps): 128 key rows on two warpgroups halve
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128
@@ -134,7 +145,9 @@ CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring +
            "128x64 w8, TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled",
            "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads",
            "TMA ring + TMA reduce dQ, K V swizzled, batched products",
-           "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, batched products")
+           "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, batched products",
+           "ws + TMA reduce dQ, K V swizzled", "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled",
+           "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads")
 # (the forms main() and the GPU tests run)
 
 

@@ -154,20 +154,24 @@ def test_bad_shapes_are_refused_as_the_two_kernel_backward_refuses_them():
     assert np.isnan(dq).all() and np.isnan(dk).all()
 
 
-# spill bytes ptxas 13.0 gives each form on sm_90a, bf16 causal (pinned: a change shows here)
+# spill bytes ptxas 13.0 gives each form on sm_90a, bf16 causal (pinned: a change shows here). With the query
+# loop at the top for one query head a key head (2026-12-05, so a producer warpgroup can feed it) the 4-warp
+# D128 forms spill a little more: atomic dQ 12 bytes (was 4), the K V swizzled ring 88 (was 76)
 SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA reduce dQ"): 0,
           (64, "TMA ring S3 + TMA reduce dQ"): 0, (64, "TMA ring + TMA reduce dQ + fp_fusion ftz"): 0,
-          (128, "atomic dQ"): 4, (128, "TMA reduce dQ"): 4, (128, "TMA ring + TMA reduce dQ"): 0,
+          (128, "atomic dQ"): 12, (128, "TMA reduce dQ"): 4, (128, "TMA ring + TMA reduce dQ"): 0,
           (128, "TMA ring S3 + TMA reduce dQ"): 0, (128, "TMA ring + TMA reduce dQ + fp_fusion ftz"): 0,
           (256, "atomic dQ"): 0, (256, "TMA reduce dQ"): 0,
-          (64, "TMA ring + TMA reduce dQ, K V swizzled"): 0, (128, "TMA ring + TMA reduce dQ, K V swizzled"): 76,
+          (64, "TMA ring + TMA reduce dQ, K V swizzled"): 0, (128, "TMA ring + TMA reduce dQ, K V swizzled"): 88,
           (64, "TMA ring + TMA reduce dQ, K V swizzled, early loads"): 0,
           (128, "TMA ring + TMA reduce dQ, K V swizzled, early loads"): 84,
           **{(d, form): 0 for d in (64, 128) for form in FUSED.TILES},
           # product_batches: dV and dP^T both in flight (their accumulators and P^T's registers at once)
           (64, "TMA ring + TMA reduce dQ, K V swizzled, batched products"): 0,
           (128, "TMA ring + TMA reduce dQ, K V swizzled, batched products"): 92,
-          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, batched products"): 24}
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, batched products"): 24,
+          # a producer warpgroup's ring: on 4 warps (no register reallocation for 256 threads) D128 spills
+          (64, "ws + TMA reduce dQ, K V swizzled"): 0, (128, "ws + TMA reduce dQ, K V swizzled"): 100}
 
 
 @pytest.mark.slow
