@@ -54,8 +54,8 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     "tma_store": ("KB_TILE_TMA_STORE", None, False),
     # under loop_pipeline "ws", top-level loops after the split one over the same ring loads (causal
     # attention's diagonal loop) share the producer warpgroup's ring (lower/matmul/ring_ws.py) instead
-    # of keeping cp.async; built 2026-12-05 and checked in the lowered simulator, not yet run on a GPU
-    # (a ring a consumer issued there hung on the H200), so off
+    # of keeping cp.async; off by default (a kernel asks for it: flash_fwd_tuned's ws candidates do;
+    # causal +4 %, H100 2026-12-05)
     "ws_chain": ("KB_TILE_WS_CHAIN", None, False),
     # element loads of arrays the kernel never writes issued where the program wrote the tile.load, not at
     # their first use (lower/anchors.py): ahead of a product's wait, so their latency overlaps it; longer
@@ -67,14 +67,17 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     "interior_tiles": ("KB_TILE_INTERIOR_TILES", None, False),
     # under loop_pipeline "ws" with two consumer warpgroups, a ring loop's two products run in turns
     # (FlashAttention-3's ping-pong, lower/matmul/pingpong.py): one warpgroup's softmax while the other's
-    # products run; named barriers the lock-step simulator cannot order, not yet timed on a GPU, so off
+    # products run; named barriers the lock-step simulator cannot order (their protocol is model-checked);
+    # +5 / +9 % on attention's 128 x 128 rung (H100), off by default: a kernel asks for it (flash_fwd_tuned)
     "pingpong": ("KB_TILE_PINGPONG", None, False),
     # sm_90 products of consecutive independent statements issued together and waited for together
-    # (lower/matmul/batches.py), not each waited for before the next is issued; untimed, so off
+    # (lower/matmul/batches.py), not each waited for before the next is issued; +2.5 / -3 % on the fused
+    # attention backward (full / causal, H100), so off
     "product_batches": ("KB_TILE_PRODUCT_BATCHES", None, False),
     # blocks take the tiles in reverse order (the last tile first): where the later tiles hold more work
     # (causal attention's later query blocks), the heaviest start first and the grid ends on light ones
-    # (FlashAttention-3's longest-first order, lower/kernel.py); untimed, so off
+    # (FlashAttention-3's longest-first order, lower/kernel.py); +1.4 % on causal attention once, mixed when
+    # persistent (H100 / H200 2026-12-05): within run-to-run noise, so off
     "reverse_blocks": ("KB_TILE_REVERSE_BLOCKS", None, False),
 }
 
