@@ -27,6 +27,7 @@ from dsl.ir import nodes as N
 from dsl.ir import tile_nodes as TN
 from dsl.ir.types import I32, INDEX, U64, ScalarType
 from dsl.tile import ir as T
+from dsl.tile.lower.indexing import ElementIndex
 from dsl.tile.lower.layout import LV, Geometry, c32
 from dsl.tile.ptx.table import instruction
 
@@ -186,10 +187,14 @@ def load_pairs(L, e: T.Load, base: list[N.Expr], layout) -> list[N.Expr] | None:
     arr = L.pref(e.param)
     nc = read_only_path(L, arr)
     coords = layout.coords_for(shape)
+    firsts = coords[0::2]
+    # pairs of one lane expression share a base and test an immediate against what is left past it
+    # (indexing.py): no per-pair index or bound for the compiler to hoist out of a loop around the load
+    at = ElementIndex(L, base, shape, firsts)
     out: list[N.Expr] = []
-    for j in range(0, len(coords), 2):
-        gidx = [L.global_index(base[k], shape[k], c) for k, c in enumerate(coords[j])]
-        out += load_vector(L, arr, gidx, 2, dt, L.in_array(arr, gidx, signed=True), e.padding, nc)
+    for first in firsts:
+        gidx, cond = at.element(arr, base, shape, first)
+        out += load_vector(L, arr, gidx, 2, dt, cond, e.padding, nc)
     L.relied.add(e.param.name)
     return out
 

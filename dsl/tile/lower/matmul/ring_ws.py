@@ -19,7 +19,7 @@ them, none inside an `if`). Two consumer warpgroups (8 warps, 128 query rows of 
 share the ring: each stage's empty barrier counts both. A persistent kernel splits before its tile loop
 (lower_split's `each_tile`): each role walks the block's tiles.
 
-Under the lowering switch ws_chain (KB_TILE_WS_CHAIN, off until run on a GPU), top-level loops after
+Under the lowering switch ws_chain (KB_TILE_WS_CHAIN, off by default), top-level loops after
 it whose ring loads are the same (array, tile shape and dtype, in the same order) and whose bounds and
 indices the producer can compute as well share its ring (chained_loops):
 causal attention's two stages, the key blocks left of the diagonal and the ones it crosses. The
