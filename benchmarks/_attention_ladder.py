@@ -83,6 +83,13 @@ for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
     LADDER[_label + " rcp"] = ({**LADDER[_label][0], "KB_TILE_DIV_RECIPROCAL": "1"},) + LADDER[_label][1:]
     if _label in PERSISTENT:
         PERSISTENT.add(_label + " rcp")
+# Q read by the tensor cores from shared memory, copied there by the producer's TMA (matmul/produced_a.py;
+# prefetched for the next tile in a persistent block), not held as A fragments loaded by the consumers
+for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent"):
+    LADDER[_label + " Q-tma"] = ({**LADDER[_label][0], "KB_TILE_WGMMA_A": "shared"},) + LADDER[_label][1:]
+    if _label in PERSISTENT:
+        PERSISTENT.add(_label + " Q-tma")
 # the output in the inputs' dtype, as SDPA returns it (the other rungs write f32: twice the bytes)
 for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain pingpong",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
@@ -93,7 +100,9 @@ for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain pingpong",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent tma-store",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent reversed tma-store",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong rcp",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent rcp"):
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent rcp",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong Q-tma",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma"):
     LADDER[_label + " ->bf16"] = LADDER[_label]
 PERSISTENT |= {label + " ->bf16" for label in PERSISTENT if label + " ->bf16" in LADDER}
 OUT_IN_INPUT_DTYPE = {label for label in LADDER if label.endswith(" ->bf16")}

@@ -85,6 +85,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.after_tiles: list = []             # emitters run once after the tile program (or a persistent loop)
         self.rings: dict[int, object] = {}      # loop id -> its ring Pipeline, planned before a ws split
         self.min_blocks: int | None = None      # .minnctapersm (set with setmaxnreg: warp_specialised.py)
+        self.produced_a: dict[int, object] = {}  # A operands the producer warpgroup copies (matmul/produced_a.py)
+        self.produced_tiles: N.Var | None = None    # the consumers' count of their tiles (its barriers' phases)
         # warp specialisation (gemm_pipeline "ws"): WS_PRODUCERS more threads issue the copies; the tile
         # program runs on the T threads after them (geo.tid = tid.x - WS_PRODUCERS); ws_tid is tid.x
         self.ws_tid: N.Expr | None = None       # set by lower_ws.bind_roles: the kernel is warp-specialised

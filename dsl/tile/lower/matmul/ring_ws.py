@@ -17,7 +17,8 @@ The producer needs only scalars: the kernel splits when the loop is a top-level 
 ring-load indices follow from scalar assignments before it (no loads, products or reductions among
 them, none inside an `if`). Two consumer warpgroups (8 warps, 128 query rows of flash attention)
 share the ring: each stage's empty barrier counts both. A persistent kernel splits before its tile loop
-(lower_split's `each_tile`): each role walks the block's tiles.
+(lower_split's `each_tile`): each role walks the block's tiles. Under wgmma_a "shared" the producer also
+copies the loop-invariant A operands waiting in swizzle atoms (flash attention's Q: matmul/produced_a.py).
 
 Under the lowering switch ws_chain (KB_TILE_WS_CHAIN, off by default), top-level loops after
 it whose ring loads are the same (array, tile shape and dtype, in the same order) and whose bounds and
@@ -33,6 +34,7 @@ from typing import Callable
 from dsl.ir import nodes as N
 from dsl.ir.types import I32
 from dsl.tile import ir as T
+from dsl.tile.lower.matmul import produced_a as PA
 from dsl.tile.lower.matmul import ring as R
 from dsl.tile.lower.matmul.mma_sync import match
 from dsl.tile.lower.matmul.warp_specialised import reallocate
@@ -131,33 +133,52 @@ def lower_split(L, at: int, each_tile: Callable[[Callable[[], None]], None] | No
     # a chained loop's pipeline: its own ring loads in the stages of the first loop's ring
     pipes = [first] + [ring_pipeline(body[k], one, [st.buf for st in first.stages], first.ring)
                        for k, one in found[1:]]
+    produced = PA.bind(L, PA.candidates(L, body[:at], chain))   # A operands the producer copies (Q)
+    if produced:
+        L.emit(N.If(first.ring.leader, L.block_of(lambda: PA.init(L, produced)), []))
     R.set_up(L, first.ring)
     prefix = producer_prefix(body[:found[-1][0]],
-                             [(loop, [st.load for st in pipe.stages]) for loop, pipe in zip(chain, pipes)])
+                             [(loop, [st.load for st in pipe.stages]) for loop, pipe in zip(chain, pipes)] +
+                             [(chain[0], [pa.load for pa in produced])])
+    assert prefix is not None, "ring_ws_loop / chained_loops checked the prefix"
     counted = len(chain) > 1 or each_tile is not None
     tiles = each_tile or (lambda work: work())
+    last = found[-1][0]
 
     def producer() -> None:
         reallocate(L, consumer=False)
         done = _counter(L, "pdone") if counted else None
+        count = _counter(L, "ptiles") if produced else None
 
         def tile_work() -> None:
             L.stmts(prefix)
+            if produced:
+                PA.produce(L, produced, first.ring.leader, N.ReadVar(count))
             for loop, pipe in zip(chain, pipes):
                 pipe.done = done
                 _producer_loop(L, pipe, loop)
+            if produced:
+                _count_up(L, count)
         tiles(tile_work)
 
     def consumers() -> None:
         reallocate(L, consumer=True)
         done = _counter(L, "cdone") if counted else None
+        count = _counter(L, "ctiles") if produced else None
 
         def tile_work() -> None:
             for loop, pipe in zip(chain, pipes):
                 pipe.done = done
                 L.rings[id(loop)] = pipe
+            L.produced_tiles = count
             L.consumers_only = True       # block barriers: the consumers' named barrier
-            L.stmts(body)
+            if produced:                  # their readers are the chain's loops: released after the last
+                L.stmts(body[:last + 1])
+                PA.release(L, produced)
+                L.stmts(body[last + 1:])
+                _count_up(L, count)
+            else:
+                L.stmts(body)
             L.consumers_only = False
         tiles(tile_work)
     side = L.block_of(producer)
@@ -170,6 +191,10 @@ def _counter(L, name: str) -> N.Var:
     v = L.new_var(I32, name)
     L.emit(N.Assign(v, c32(0)))
     return v
+
+
+def _count_up(L, v: N.Var) -> None:
+    L.emit(N.Assign(v, N.BinOp("add", N.ReadVar(v), c32(1), I32)))
 
 
 def _producer_loop(L, pipe, loop: T.For) -> None:

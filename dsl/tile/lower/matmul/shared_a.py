@@ -69,6 +69,11 @@ def _only_an_operand(L, tv: T.TVar) -> bool:
 def assign_swizzled(L, tv: T.TVar, e: T.Load) -> None:
     """Variable `tv` hinted ("W", shape): copy its load `e` by cp.async into its swizzle atoms, wait,
     make the copies visible to the tensor cores' async proxy, and keep the variable there."""
+    produced = L.produced_a.get(id(tv))
+    if produced is not None:            # the producer warpgroup copies it (matmul/produced_a.py)
+        from dsl.tile.lower.matmul.produced_a import wait
+        wait(L, produced, N.ReadVar(L.produced_tiles))
+        return
     rows, cols = e.type.shape
     got = L.vars.get(id(tv))
     if got is None:

@@ -1,0 +1,121 @@
+"""Loop-invariant A operands in shared memory copied by the producer warpgroup (loop_pipeline "ws" with
+wgmma_a "shared", dsl/tile/lower/matmul/produced_a.py): flash attention's Q comes by the producer's TMA
+on a "full" mbarrier instead of every consumer thread's cp.async, and in a persistent block the next
+tile's copy waits only for the consumers' release after their last loop. The PTX (TMA boxes for Q, no
+cp.async), the lowered simulator against float64 (one tile a block and 1-6 tiles a block, ping-pong,
+the product overlap, causal and not), ptxas without spills, the kernels it does not apply to, and on
+the GPU against SDPA. The fused backward's ws forms (K and V copied so): test_flash_attention_bwd_fused.py.
+
+GPU part: python -m pytest -q -n 0 -m gpu interop_tests/dsl_tile/test_tile_produced_a.py
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import bridge
+from dsl.backend.ptxas import assemble, find_ptxas
+from attention_refs import attention64
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("flash_attention_produced_a", ROOT / "examples" / "flash_attention.py")
+FA = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(FA)
+
+WS = {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, "fp_fusion": True, "ftz": True,
+      "pingpong": True}
+PRODUCED = {**WS, "wgmma_a": "shared"}
+
+
+def case(rng, d: int, seq: int, heads: int, causal: bool):
+    q, k, v = (rng.standard_normal((heads * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    out = np.full((heads * seq, d), np.nan, np.float32)
+    return FA.launch_args(q, k, v, out, seq, causal, tensor_cores=True, wgmma=True, tiles=(128, 128)), out
+
+
+def kernel(lowering: dict, persistent: bool = False):
+    return FA.variant(FA.flash_fwd, lowering, 8, persistent=persistent)
+
+
+def test_q_comes_by_the_producers_tma_not_by_the_consumers_copies(rng):
+    """D128: Q's two 64-column boxes beside K's and V's (one tile: 2 + 2 + 2), no cp.async, and the
+    score products read A from shared memory; without wgmma_a "shared" Q stays in registers."""
+    args, _ = case(rng, 128, 256, 2, False)
+    produced, plain = (kernel(low).compile(args, "sm_90") for low in (PRODUCED, WS))
+    ptx = produced.ptx
+    assert "cp.async.cg" not in ptx and "cp.async.ca" not in ptx
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global") == \
+        plain.ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global") + 2
+    maps = {m["arg"]: m for m in json.loads(produced.contract_json)["tensor_maps"]}
+    assert maps["q"] == {"arg": "q", "box": [128, 64], "swizzle": 128}
+    assert "q" not in {m["arg"] for m in json.loads(plain.contract_json)["tensor_maps"]}
+    assert "ld.global.nc.b32" in plain.ptx and "ld.global.nc.b32" not in ptx
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d,causal,persistent,blocks,extra", [
+    (128, False, False, None, {}),
+    (128, True, False, None, {}),
+    (64, True, False, None, {}),
+    (128, False, True, 1, {}),
+    (128, True, True, 2, {}),
+    (128, True, True, 4, {"product_overlap": True}),
+    (128, False, True, 5, {"product_overlap": True}),
+    (64, True, True, 2, {"pingpong": False}),
+])
+def test_attention_with_q_from_the_producer_matches_float64_in_the_lowered_simulator(rng, d, causal, persistent,
+                                                                                    blocks, extra):
+    """Three heads of 256 rows: six tiles, one a block or 1, 2, 4 or 5 blocks walking them."""
+    seq = 256
+    args, out = case(rng, d, seq, 3, causal)
+    kernel({**PRODUCED, **extra}, persistent).simulate_lowered(*args, tensor_cores=True, arch="sm_90",
+                                                               **({"blocks": blocks} if blocks else {}))
+    assert not np.isnan(out).any()
+    np.testing.assert_allclose(out, attention64(*args[:3], seq, causal), rtol=2e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("extra", [{}, {"product_overlap": True}], ids=["pingpong", "overlap-pingpong"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_ptxas_assembles_it_without_spills(rng, extra, persistent, causal):
+    """Q no longer held as 32 registers of A fragments a thread: the persistent overlap form, which
+    spills 12 bytes causal with Q in registers, assembles without."""
+    args, _ = case(rng, 128, 512, 2, causal)
+    usage, log = assemble(kernel({**PRODUCED, **extra}, persistent).compile(args, "sm_90").ptx, "sm_90a")
+    assert usage[0].spill_stores + usage[0].spill_loads + usage[0].stack_frame == 0, log
+
+
+def test_without_a_producer_warpgroup_the_consumers_copy_it_as_before(rng):
+    """Under the TMA ring with no producer warpgroup (loop_pipeline "tma") Q in shared memory keeps
+    shared_a's cp.async copy by every thread; only the ws split hands it to the producer."""
+    q = np.zeros((512, 128), ml_dtypes.bfloat16)
+    args = FA.launch_args(q, q, q, np.zeros((512, 128), np.float32), 256, False, tensor_cores=True, wgmma=True)
+    ptx = FA.variant(FA.flash_fwd, {"loop_pipeline": "tma", "wgmma_a": "shared"}, None).compile(args, "sm_90").ptx
+    assert "cp.async.cg" in ptx and "mbarrier.try_wait.parity" in ptx
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_q_from_the_producer_matches_torch_sdpa(persistent, d, causal):
+    """B4 H8 S1024 (256 tiles: persistent blocks walk two or more), bf16 output."""
+    torch = pytest.importorskip("torch", reason="the SDPA reference needs torch")
+    import torch.nn.functional as F
+    if bridge.current_device().cc < (9, 0):
+        pytest.skip("TMA rings and warpgroup MMA need sm_90")
+    batch, heads, seq = 4, 8, 1024
+    g = torch.Generator(device="cuda").manual_seed(d + causal + 9)
+    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    out = torch.full((batch * heads * seq, d), 12345.0, device="cuda", dtype=torch.bfloat16)
+    args = FA.launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal, tiles=(128, 128))
+    kernel({**PRODUCED, "product_overlap": True}, persistent)(*args)
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    err = (out.reshape(ref.shape).double() - ref).abs().max().item()
+    assert err < 2e-2, err
