@@ -90,6 +90,11 @@ for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
     LADDER[_label + " Q-tma"] = ({**LADDER[_label][0], "KB_TILE_WGMMA_A": "shared"},) + LADDER[_label][1:]
     if _label in PERSISTENT:
         PERSISTENT.add(_label + " Q-tma")
+# all of them: persistent, Q by the producer, one reciprocal a row
+LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma rcp"] = (
+    {**LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma"][0],
+     "KB_TILE_DIV_RECIPROCAL": "1"}, 8, {64: (128, 128), 128: (128, 128)})
+PERSISTENT.add("ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma rcp")
 # the output in the inputs' dtype, as SDPA returns it (the other rungs write f32: twice the bytes)
 for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain pingpong",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
@@ -102,7 +107,8 @@ for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain pingpong",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong rcp",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent rcp",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong Q-tma",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma"):
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma",
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma rcp"):
     LADDER[_label + " ->bf16"] = LADDER[_label]
 PERSISTENT |= {label + " ->bf16" for label in PERSISTENT if label + " ->bf16" in LADDER}
 OUT_IN_INPUT_DTYPE = {label for label in LADDER if label.endswith(" ->bf16")}
