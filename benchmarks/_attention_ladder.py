@@ -12,7 +12,8 @@ from typing import Any
 
 from _bench_kit import time_interleaved
 
-SHAPES = [(4, 16, 4096, 128), (4, 16, 4096, 64), (4, 16, 1024, 128)]
+SHAPES = [(4, 16, 4096, 128), (4, 16, 4096, 64), (4, 16, 1024, 128), (4, 16, 4096, 256)]
+# (a rung whose tiles name no tile for a shape's head dim skips that shape: the D256 rungs, the others at D256)
 # label -> (switches, warps, {head dim: (query rows, key rows)}); warps None and tiles None: the example's own
 ONE = None
 TWO = {64: (128, 128), 128: (128, 64)}
@@ -90,6 +91,14 @@ for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
     LADDER[_label + " Q-tma"] = ({**LADDER[_label][0], "KB_TILE_WGMMA_A": "shared"},) + LADDER[_label][1:]
     if _label in PERSISTENT:
         PERSISTENT.add(_label + " Q-tma")
+# D256 on a producer warpgroup: 128 x 64 tiles, Q from the producer into shared memory (its 64 registers of A
+# fragments a thread are what kept D256 off warpgroup MMA: the example's own D256 launch is the cp.async loop)
+_D256 = {**REGS, **FTZ, "KB_TILE_WS_CHAIN": "1", "KB_TILE_WGMMA_A": "shared"}
+LADDER["D256 ws 128x64 setmaxnreg fp_fusion ftz Q-tma"] = (_D256, 8, {256: (128, 64)})
+LADDER["D256 ws 128x64 setmaxnreg fp_fusion ftz Q-tma pingpong"] = ({**_D256, "KB_TILE_PINGPONG": "1"}, 8,
+                                                                    {256: (128, 64)})
+LADDER["D256 ws 128x64 setmaxnreg fp_fusion ftz Q-tma overlap pingpong"] = (
+    {**_D256, "KB_TILE_PINGPONG": "1", "KB_TILE_PRODUCT_OVERLAP": "1"}, 8, {256: (128, 64)})
 # all of them: persistent, Q by the producer, one reciprocal a row
 LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma rcp"] = (
     {**LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma"][0],
@@ -108,7 +117,9 @@ for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain pingpong",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent rcp",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong Q-tma",
                "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma rcp"):
+               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma rcp",
+               "D256 ws 128x64 setmaxnreg fp_fusion ftz Q-tma pingpong",
+               "D256 ws 128x64 setmaxnreg fp_fusion ftz Q-tma overlap pingpong"):
     LADDER[_label + " ->bf16"] = LADDER[_label]
 PERSISTENT |= {label + " ->bf16" for label in PERSISTENT if label + " ->bf16" in LADDER}
 OUT_IN_INPUT_DTYPE = {label for label in LADDER if label.endswith(" ->bf16")}
@@ -171,6 +182,8 @@ def ladder_cases(rep: Any, torch, fa, reps: int, quick: bool, rungs: list[str] |
             case = f"S{s} D{d} {'causal' if causal else 'full'}"
             fns, ref = sdpa_forward_peers(rep, f"ladder {case}", q, k, v, causal)
             for label in rungs or LADDER:
+                if LADDER[label][2] is not None and d not in LADDER[label][2]:
+                    continue                    # no tile of this rung for this head dim
                 out = torch.full((b * h * s, d), float("nan"), device="cuda",
                                  dtype=q.dtype if label in OUT_IN_INPUT_DTYPE else torch.float32)
                 try:

@@ -3,8 +3,8 @@ wgmma_a "shared", dsl/tile/lower/matmul/produced_a.py): flash attention's Q come
 on a "full" mbarrier instead of every consumer thread's cp.async, and in a persistent block the next
 tile's copy waits only for the consumers' release after their last loop. The PTX (TMA boxes for Q, no
 cp.async), the lowered simulator against float64 (one tile a block and 1-6 tiles a block, ping-pong,
-the product overlap, causal and not), ptxas without spills, the kernels it does not apply to, and on
-the GPU against SDPA. The fused backward's ws forms (K and V copied so): test_flash_attention_bwd_fused.py.
+the product overlap, causal and not; head dim 256, which it brings onto warpgroup MMA), ptxas without
+spills, the kernels it does not apply to, and on the GPU against SDPA. The fused backward's ws forms (K and V copied so): test_flash_attention_bwd_fused.py.
 
 GPU part: python -m pytest -q -n 0 -m gpu interop_tests/dsl_tile/test_tile_produced_a.py
 """
@@ -91,6 +91,38 @@ def test_ptxas_assembles_it_without_spills(rng, extra, persistent, causal):
     assert usage[0].spill_stores + usage[0].spill_loads + usage[0].stack_frame == 0, log
 
 
+# D256: Q's 64 registers of A fragments a thread kept the head dim off warpgroup MMA (the example's D256
+# launch is the cp.async loop); from the producer, 128 x 64 tiles on two consumer warpgroups fit
+D256 = {**PRODUCED, "pingpong": False}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [{}, {"pingpong": True}, {"pingpong": True, "product_overlap": True}],
+                         ids=["ws", "pingpong", "overlap-pingpong"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_head_dim_256_on_a_producer_warpgroup_matches_float64_in_the_lowered_simulator(rng, extra, causal):
+    seq = 256
+    q, k, v = (rng.standard_normal((2 * seq, 256)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    out = np.full((2 * seq, 256), np.nan, np.float32)
+    args = FA.launch_args(q, k, v, out, seq, causal, tensor_cores=True, wgmma=True, tiles=(128, 64))
+    kern = kernel({**D256, **extra})
+    ptx = kern.compile(args, "sm_90").ptx
+    assert "wgmma.mma_async.sync.aligned.m64n256k16" in ptx and "mma.sync" not in ptx
+    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    assert not np.isnan(out).any()
+    np.testing.assert_allclose(out, attention64(q, k, v, seq, causal), rtol=2e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_head_dim_256_assembles_without_spills(causal):
+    q = np.zeros((512, 256), ml_dtypes.bfloat16)
+    args = FA.launch_args(q, q, q, np.zeros((512, 256), np.float32), 256, causal, tensor_cores=True, wgmma=True,
+                          tiles=(128, 64))
+    usage, log = assemble(kernel({**D256, "pingpong": True}).compile(args, "sm_90").ptx, "sm_90a")
+    assert usage[0].spill_stores + usage[0].spill_loads + usage[0].stack_frame == 0, log
+
+
 def test_without_a_producer_warpgroup_the_consumers_copy_it_as_before(rng):
     """Under the TMA ring with no producer warpgroup (loop_pipeline "tma") Q in shared memory keeps
     shared_a's cp.async copy by every thread; only the ws split hands it to the producer."""
@@ -102,10 +134,10 @@ def test_without_a_producer_warpgroup_the_consumers_copy_it_as_before(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_q_from_the_producer_matches_torch_sdpa(persistent, d, causal):
-    """B4 H8 S1024 (256 tiles: persistent blocks walk two or more), bf16 output."""
+    """B4 H8 S1024 (256 tiles: persistent blocks walk two or more; D256 on 128 x 64 tiles), bf16 output."""
     torch = pytest.importorskip("torch", reason="the SDPA reference needs torch")
     import torch.nn.functional as F
     if bridge.current_device().cc < (9, 0):
@@ -114,7 +146,8 @@ def test_gpu_q_from_the_producer_matches_torch_sdpa(persistent, d, causal):
     g = torch.Generator(device="cuda").manual_seed(d + causal + 9)
     q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
     out = torch.full((batch * heads * seq, d), 12345.0, device="cuda", dtype=torch.bfloat16)
-    args = FA.launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal, tiles=(128, 128))
+    args = FA.launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal,
+                          tiles=(128, 64) if d == 256 else (128, 128))
     kernel({**PRODUCED, "product_overlap": True}, persistent)(*args)
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
     err = (out.reshape(ref.shape).double() - ref).abs().max().item()
