@@ -133,14 +133,16 @@ def lower_split(L, at: int, each_tile: Callable[[Callable[[], None]], None] | No
     # a chained loop's pipeline: its own ring loads in the stages of the first loop's ring
     pipes = [first] + [ring_pipeline(body[k], one, [st.buf for st in first.stages], first.ring)
                        for k, one in found[1:]]
-    produced = PA.bind(L, PA.candidates(L, body[:at], chain))   # A operands the producer copies (Q)
+    ring_loads = [(loop, [st.load for st in pipe.stages]) for loop, pipe in zip(chain, pipes)]
+    staged = PA.candidates(L, body[:at], chain)     # A operands the producer can copy (Q)...
+    if staged and producer_prefix(body[:found[-1][0]], ring_loads + [(chain[0], [s.value for s in staged])]) is None:
+        staged = []                                 # ...where it can compute their indices
+    produced = PA.bind(L, staged)
     if produced:
         L.emit(N.If(first.ring.leader, L.block_of(lambda: PA.init(L, produced)), []))
     R.set_up(L, first.ring)
-    prefix = producer_prefix(body[:found[-1][0]],
-                             [(loop, [st.load for st in pipe.stages]) for loop, pipe in zip(chain, pipes)] +
-                             [(chain[0], [pa.load for pa in produced])])
-    assert prefix is not None, "ring_ws_loop / chained_loops checked the prefix"
+    prefix = producer_prefix(body[:found[-1][0]], ring_loads + [(chain[0], [pa.load for pa in produced])])
+    assert prefix is not None, "ring_ws_loop / chained_loops checked the ring's part, the candidates Q's"
     counted = len(chain) > 1 or each_tile is not None
     tiles = each_tile or (lambda work: work())
     last = found[-1][0]
