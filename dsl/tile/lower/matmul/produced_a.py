@@ -27,10 +27,8 @@ from dsl.tile import ir as T
 from dsl.tile.lower.layout import c32
 from dsl.tile.lower.matmul.operands import STAGE_SLACK_ELEMS, wgmma_stage
 from dsl.tile.lower.matmul.ring import ATOM_COLS
-from dsl.tile.lower.matmul.stages import aligned_base
+from dsl.tile.lower.matmul.shared_a import swizzled_layout
 from dsl.tile.lower.matmul.swizzled import ATOM_BYTES, SwizzledA
-
-PANEL_ROWS_WG = 64          # rows of one warpgroup's m64 slice
 
 
 @dataclass
@@ -42,6 +40,10 @@ class ProducedA:
     full: N.Expr
     empty: N.Expr
     consumers: int
+
+    def wait(self, L, tile_count: N.Expr) -> None:
+        """(Consumers) where the operand is assigned: wait for tile `tile_count`'s copy."""
+        L.asm("mbarrier.try_wait.parity", [self.full, N.BinOp("and_", tile_count, c32(1), I32)])
 
     @property
     def load(self) -> T.Load:
@@ -94,20 +96,12 @@ def bind(L, assigns: list[T.Assign]) -> list[ProducedA]:
         L.extra_params.append(p)
         L.relied.add(op.param.name)
 
-        def made(buf=buf, rows=rows, k=k) -> tuple:
-            base = aligned_base(L, buf, "pa")
-            wg_base = base
-            if rows > PANEL_ROWS_WG:            # two or more warpgroups: each reads its own 64 rows
-                _, warp = L.lane_warp()
-                wg = N.Cast(N.BinOp("rshift", warp, c32(2), I32), U32)
-                wg_base = L.tmp(N.BinOp("add", base, N.BinOp("mul", wg, N.Const(PANEL_ROWS_WG * ATOM_BYTES, U32),
-                                                                U32), U32), "pawg")
+        def made(buf=buf, rows=rows, cols=cols, k=k) -> tuple:
             bar0 = L.tmp(TN.SharedAddress(N.SharedArray(bars), N.Const(0, INDEX)), "pabar")
             full = L.tmp(N.BinOp("add", bar0, N.Const(16 * k, U32), U32), "pafull")
             empty = L.tmp(N.BinOp("add", bar0, N.Const(16 * k + 8, U32), U32), "paempty")
-            return base, wg_base, full, empty
-        base, wg_base, full, empty = L.in_prologue(made)
-        layout = SwizzledA((rows, cols), buf, base, wg_base)
+            return swizzled_layout(L, buf, (rows, cols)), full, empty
+        layout, full, empty = L.in_prologue(made)
         L.vars[id(s.var)] = (layout, [])
         out.append(ProducedA(s, N.ParamRef(p), layout, full, empty, L.T // 128))
     L.produced_a = {id(pa.assign.var): pa for pa in out}
@@ -140,11 +134,6 @@ def produce(L, produced: list[ProducedA], leader: N.Expr, tile_count: N.Expr) ->
                 L.asm("cp.async.bulk.tensor.2d", [N.BinOp("add", pa.layout.base, N.Const(t * rows * ATOM_BYTES, U32), U32),
                                                   pa.tmap, N.BinOp("add", col0, c32(t * ATOM_COLS), I32), row0, pa.full])
     L.emit(N.If(leader, L.block_of(copies), []))
-
-
-def wait(L, pa: ProducedA, tile_count: N.Expr) -> None:
-    """(Consumers) where the operand is assigned: wait for tile `tile_count`'s copy."""
-    L.asm("mbarrier.try_wait.parity", [pa.full, N.BinOp("and_", tile_count, c32(1), I32)])
 
 
 def release(L, produced: list[ProducedA]) -> None:

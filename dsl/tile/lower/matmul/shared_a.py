@@ -66,26 +66,31 @@ def _only_an_operand(L, tv: T.TVar) -> bool:
     return all(id(e) in operands for e in exprs if isinstance(e, T.Read) and e.var is tv)
 
 
+def swizzled_layout(L, buf: N.Expr, shape: tuple[int, int]) -> SwizzledA:
+    """The atoms of a variable of `shape` in stage `buf`: its aligned start, and this thread's
+    warpgroup's 64 rows in it where two or more warpgroups each read their own."""
+    base = aligned_base(L, buf, "aswz")
+    wg_base = base
+    if shape[0] > PANEL_ROWS_WG:
+        _, warp = L.lane_warp()
+        wg = N.Cast(N.BinOp("rshift", warp, c32(2), I32), U32)
+        wg_base = L.tmp(N.BinOp("add", base, N.BinOp("mul", wg, N.Const(PANEL_ROWS_WG * ATOM_BYTES, U32), U32), U32),
+                        "awg")
+    return SwizzledA(shape, buf, base, wg_base)
+
+
 def assign_swizzled(L, tv: T.TVar, e: T.Load) -> None:
     """Variable `tv` hinted ("W", shape): copy its load `e` by cp.async into its swizzle atoms, wait,
     make the copies visible to the tensor cores' async proxy, and keep the variable there."""
     produced = L.produced_a.get(id(tv))
     if produced is not None:            # the producer warpgroup copies it (matmul/produced_a.py)
-        from dsl.tile.lower.matmul.produced_a import wait
-        wait(L, produced, N.ReadVar(L.produced_tiles))
+        produced.wait(L, N.ReadVar(L.produced_tiles))
         return
     rows, cols = e.type.shape
     got = L.vars.get(id(tv))
     if got is None:
-        buf = wgmma_stage(L, e.type.dtype, rows * cols + STAGE_SLACK_ELEMS, ("A", id(tv)))
-        base = aligned_base(L, buf, "aswz")
-        wg_base = base
-        if rows > PANEL_ROWS_WG:            # two or more warpgroups: each reads its own 64 rows
-            _, warp = L.lane_warp()
-            wg = N.Cast(N.BinOp("rshift", warp, c32(2), I32), U32)
-            wg_base = L.tmp(N.BinOp("add", base, N.BinOp("mul", wg, N.Const(PANEL_ROWS_WG * ATOM_BYTES, U32), U32),
-                                    U32), "awg")
-        got = (SwizzledA((rows, cols), buf, base, wg_base), [])
+        got = (swizzled_layout(L, wgmma_stage(L, e.type.dtype, rows * cols + STAGE_SLACK_ELEMS, ("A", id(tv))),
+                               (rows, cols)), [])
         L.vars[id(tv)] = got
     lay = got[0]
     L.sync()                            # readers of an earlier value (a persistent kernel's last tile) are done
