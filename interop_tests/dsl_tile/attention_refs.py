@@ -71,3 +71,18 @@ def varlen64(q, k, v, dout, cu, heads, kv_heads, causal):
         for out, x in zip(outs, (o, *grads)):
             out[a:e] = x.reshape(-1, n, d).transpose(1, 0, 2).reshape(n, -1)
     return outs
+
+
+def gpu_error_against_sdpa(fa, kern, d: int, causal: bool, seed: int, out_dtype: str = "float32",
+                           tiles: tuple[int, int] = (128, 128), batch: int = 4, heads: int = 8, seq: int = 1024) -> float:
+    """Run forward kernel `kern` (examples/flash_attention.py's `fa`.launch_args on `tiles`) on random bf16
+    (batch, heads, seq, d) inputs on the GPU, the output poisoned first; max |out - SDPA in float64|.
+    The defaults: 256 tiles of 128 rows, more than a persistent grid's blocks (one an SM)."""
+    import torch
+    import torch.nn.functional as F
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    out = torch.full((batch * heads * seq, d), 12345.0, device="cuda", dtype=getattr(torch, out_dtype))
+    kern(*fa.launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal, tiles=tiles))
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    return (out.reshape(ref.shape).double() - ref).abs().max().item()

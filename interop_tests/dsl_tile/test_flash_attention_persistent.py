@@ -22,7 +22,7 @@ import pytest
 
 import bridge
 from dsl.backend.ptxas import assemble, find_ptxas
-from attention_refs import attention64
+from attention_refs import attention64, gpu_error_against_sdpa
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("flash_attention_persistent", ROOT / "examples" / "flash_attention.py")
@@ -136,16 +136,8 @@ def test_ptxas_assembles_the_persistent_kernel_within_its_pinned_spills(rng, nam
 def test_gpu_persistent_forward_matches_torch_sdpa(name, d, causal, out_dtype):
     """B4 H8 S1024: 256 tiles, more than the grid's blocks (one an SM), so blocks walk two tiles or more;
     the output in f32 and in the inputs' dtype."""
-    torch = pytest.importorskip("torch", reason="the SDPA reference needs torch")
-    import torch.nn.functional as F
+    pytest.importorskip("torch", reason="the SDPA reference needs torch")
     if bridge.current_device().cc < (9, 0):
         pytest.skip("TMA rings and warpgroup MMA need sm_90")
-    batch, heads, seq = 4, 8, 1024
-    g = torch.Generator(device="cuda").manual_seed(d + causal + 5)
-    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-    out = torch.full((batch * heads * seq, d), 12345.0, device="cuda", dtype=getattr(torch, out_dtype))
-    args = FA.launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal, tiles=(128, 128))
-    persistent(name)(*args)
-    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
-    err = (out.reshape(ref.shape).double() - ref).abs().max().item()
+    err = gpu_error_against_sdpa(FA, persistent(name), d, causal, d + causal + 5, out_dtype)
     assert err < 2e-2, err

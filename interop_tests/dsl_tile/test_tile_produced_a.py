@@ -20,7 +20,7 @@ import pytest
 
 import bridge
 from dsl.backend.ptxas import assemble, find_ptxas
-from attention_refs import attention64
+from attention_refs import attention64, gpu_error_against_sdpa
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("flash_attention_produced_a", ROOT / "examples" / "flash_attention.py")
@@ -138,17 +138,9 @@ def test_without_a_producer_warpgroup_the_consumers_copy_it_as_before(rng):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_q_from_the_producer_matches_torch_sdpa(persistent, d, causal):
     """B4 H8 S1024 (256 tiles: persistent blocks walk two or more; D256 on 128 x 64 tiles), bf16 output."""
-    torch = pytest.importorskip("torch", reason="the SDPA reference needs torch")
-    import torch.nn.functional as F
+    pytest.importorskip("torch", reason="the SDPA reference needs torch")
     if bridge.current_device().cc < (9, 0):
         pytest.skip("TMA rings and warpgroup MMA need sm_90")
-    batch, heads, seq = 4, 8, 1024
-    g = torch.Generator(device="cuda").manual_seed(d + causal + 9)
-    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-    out = torch.full((batch * heads * seq, d), 12345.0, device="cuda", dtype=torch.bfloat16)
-    args = FA.launch_args(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal,
-                          tiles=(128, 64) if d == 256 else (128, 128))
-    kernel({**PRODUCED, "product_overlap": True}, persistent)(*args)
-    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
-    err = (out.reshape(ref.shape).double() - ref).abs().max().item()
+    err = gpu_error_against_sdpa(FA, kernel({**PRODUCED, "product_overlap": True}, persistent), d, causal,
+                                 d + causal + 9, "bfloat16", (128, 64) if d == 256 else (128, 128))
     assert err < 2e-2, err
