@@ -132,6 +132,25 @@ def test_without_a_producer_warpgroup_the_consumers_copy_it_as_before(rng):
     assert "cp.async.cg" in ptx and "mbarrier.try_wait.parity" in ptx
 
 
+def test_an_operand_whose_index_the_producer_cannot_compute_keeps_the_consumers_copy(monkeypatch, rng):
+    """The producer runs only the scalar statements its loops and copies need (ring_ws.producer_prefix);
+    where Q's index needed more, Q keeps shared_a's copy by the consumers and the kernel stays right."""
+    from dsl import tile
+    from dsl.tile.lower.matmul import ring_ws
+    real = ring_ws.producer_prefix
+
+    def refuse_q(before, loops):
+        return None if any(ld.param.name == "q" for _, loads in loops for ld in loads) else real(before, loops)
+    monkeypatch.setattr(ring_ws, "producer_prefix", refuse_q)
+    monkeypatch.setenv("KB_CACHE", "0")
+    args, out = case(rng, 128, 256, 3, True)
+    kern = tile.kernel(FA.flash_fwd.pyfunc, num_warps=8, lowering=PRODUCED)     # a fresh object: no kept compile
+    ptx = kern.compile(args, "sm_90").ptx
+    assert "cp.async.cg" in ptx and "setmaxnreg" in ptx
+    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    np.testing.assert_allclose(out, attention64(*args[:3], 256, True), rtol=2e-2, atol=1e-2)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
 @pytest.mark.parametrize("d", [64, 128, 256])
