@@ -76,7 +76,7 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     "product_batches": ("KB_TILE_PRODUCT_BATCHES", None, False),
     # blocks take the tiles in reverse order (the last tile first): where the later tiles hold more work
     # (causal attention's later query blocks), the heaviest start first and the grid ends on light ones
-    # (FlashAttention-3's longest-first order, lower/kernel.py); +1.4 % on causal attention once, mixed when
+    # (FlashAttention-3's longest-first order, lower/tiles.py); +1.4 % on causal attention once, mixed when
     # persistent (H100 / H200 2026-12-05): within run-to-run noise, so off
     "reverse_blocks": ("KB_TILE_REVERSE_BLOCKS", None, False),
 }

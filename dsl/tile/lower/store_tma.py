@@ -17,7 +17,7 @@ with its copies landed, its last products waited for and a barrier), growing the
 larger. A persistent kernel's next tile refills those stages while the store drains, so its tile gets
 a buffer of its own (scratch slot "tma_store"; the loop plans its stages around it, plan_staging), as
 do TMA reduce-adds (slot "tma_reduce"); when those do not fit (staging_bytes), the kernel lowers again
-without TMA copies and says so (kind "tma-store-fallback", kernel.py _smem_fallback).
+without TMA copies and says so (kind "tma-store-fallback", driver.py _smem_fallback).
 
 Ordering: every thread's writes, fence.proxy.async (generic-proxy writes before the async proxy's
 reads), a barrier, then the leader's copies and commit. Before the staging tile is written, every

@@ -9,6 +9,8 @@ its own tile grid for the block whose row-major tile number is b; its counts and
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from dsl.ir import nodes as N
 from dsl.ir.types import I32, INDEX
 from dsl.tile import ir as T
@@ -57,6 +59,29 @@ def tile_number(L, lin: N.Expr, total: N.Expr) -> N.Expr:
     if not L.reverse_blocks:
         return lin
     return L.tmp(N.BinOp("sub", N.BinOp("sub", total, c32(1), I32), lin, I32), "rbid")
+
+
+def tile_walk(L, nb: list[N.Expr], lin: N.Expr) -> Callable[[Callable[[], None]], None]:
+    """How the tile program runs over the block's tiles: `walk(work)` emits `work` for each of them. A
+    block a tile: its ids bound here, `work` once. Persistent: tile t = lin + i * nctaid.x, every tile
+    visited by exactly one block, in order; a warp-specialised ring split hands the walk to each role
+    (matmul/ring_ws.py), so a role may walk on its own side."""
+    if not L.persistent:
+        block_ids(L, tile_number(L, lin, N.Cast(N.Special("nctaid.x"), I32)), nb)
+        return lambda work: work()
+    total = c32(1)
+    for n in nb:
+        total = L.tmp(N.BinOp("mul", total, n, I32), "ntiles")
+    step = L.tmp(N.Cast(N.Special("nctaid.x"), I32), "nctas")
+
+    def walk(work: Callable[[], None]) -> None:
+        tv = L.new_var(I32, "tile")
+
+        def body() -> None:
+            block_ids(L, tile_number(L, N.ReadVar(tv), total), nb)
+            work()
+        L.emit(N.ForRange(tv, lin, total, step, L.block_of(body)))
+    return walk
 
 
 def block_group(fn: T.TileFunction, ndim: int) -> int:

@@ -17,7 +17,7 @@ The producer needs only scalars: the kernel splits when the loop is a top-level 
 ring-load indices follow from scalar assignments before it (no loads, products or reductions among
 them, none inside an `if`). Two consumer warpgroups (8 warps, 128 query rows of flash attention)
 share the ring: each stage's empty barrier counts both. A persistent kernel splits before its tile loop
-(lower_split's `each_tile`): each role walks the block's tiles. Under wgmma_a "shared" the producer also
+(lower_split's `walk`): each role walks the block's tiles. Under wgmma_a "shared" the producer also
 copies the loop-invariant A operands waiting in swizzle atoms (flash attention's Q: matmul/produced_a.py).
 
 Under the lowering switch ws_chain (KB_TILE_WS_CHAIN, off by default), top-level loops after
@@ -118,13 +118,13 @@ def producer_prefix(before: list[T.TStmt], loops: list[tuple[T.For, list[T.Load]
     return keep[::-1]
 
 
-def lower_split(L, at: int, each_tile: Callable[[Callable[[], None]], None] | None = None) -> None:
+def lower_split(L, at: int, walk: Callable[[Callable[[], None]], None]) -> None:
     """The tile program of a kernel split at top-level loop `at` (ring_ws_loop): the ring, then the
-    two roles under one concurrent If. Loops chained to it (chained_loops) share its ring. A persistent
-    kernel passes `each_tile` (emit a loop over the block's tiles around a role's work): each role walks
-    the tiles on its own side of the split, so the producer fills the next tile's stages while the
-    consumers finish this one, and one count of iterations run carries stages and phases from tile to
-    tile (as it does from loop to loop in a chain)."""
+    two roles under one concurrent If. Loops chained to it (chained_loops) share its ring. `walk`
+    (tiles.tile_walk) runs a role's work over the block's tiles: each role walks them on its own side
+    of the split, so a persistent block's producer fills the next tile's stages while the consumers
+    finish this one, and one count of iterations run carries stages and phases from tile to tile (as
+    it does from loop to loop in a chain)."""
     body = L.fn.body
     found = chained_loops(L, at)
     chain = [body[k] for k, _ in found]
@@ -143,8 +143,7 @@ def lower_split(L, at: int, each_tile: Callable[[Callable[[], None]], None] | No
     R.set_up(L, first.ring)
     prefix = producer_prefix(body[:found[-1][0]], ring_loads + [(chain[0], [pa.load for pa in produced])])
     assert prefix is not None, "ring_ws_loop / chained_loops checked the ring's part, the candidates Q's"
-    counted = len(chain) > 1 or each_tile is not None
-    tiles = each_tile or (lambda work: work())
+    counted = len(chain) > 1 or L.persistent
     last = found[-1][0]
 
     def producer() -> None:
@@ -161,7 +160,7 @@ def lower_split(L, at: int, each_tile: Callable[[Callable[[], None]], None] | No
                 _producer_loop(L, pipe, loop)
             if produced:
                 _count_up(L, count)
-        tiles(tile_work)
+        walk(tile_work)
 
     def consumers() -> None:
         reallocate(L, consumer=True)
@@ -182,7 +181,7 @@ def lower_split(L, at: int, each_tile: Callable[[Callable[[], None]], None] | No
             else:
                 L.stmts(body)
             L.consumers_only = False
-        tiles(tile_work)
+        walk(tile_work)
     side = L.block_of(producer)
     L.emit(N.If(L.ws_consumer, L.block_of(consumers), side, concurrent=True))
 
