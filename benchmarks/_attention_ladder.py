@@ -54,74 +54,53 @@ LADDER: dict[str, tuple[dict, int | None, dict | None]] = {
                                                                    "KB_TILE_PINGPONG": "1"}, 8,
                                                                   {64: (128, 128), 128: (128, 128)}),
 }
+PERSISTENT: set[str] = set()     # rungs whose kernel is persistent (tile.kernel(..., persistent=True))
+
+
+def _derive(label: str, suffix: str, env: dict | None = None, persistent: bool = False) -> str:
+    """Rung `label + suffix`: `label`'s switches with `env` added, persistent if asked or if `label` is."""
+    LADDER[label + suffix] = ({**LADDER[label][0], **(env or {})},) + LADDER[label][1:]
+    if persistent or label in PERSISTENT:
+        PERSISTENT.add(label + suffix)
+    return label + suffix
+
+
+_R = "ws 128x128 setmaxnreg fp_fusion ftz chain"
+_OPP = _R + " overlap pingpong"
 # causal: the last query blocks (the heaviest) first (KB_TILE_REVERSE_BLOCKS)
-LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain pingpong reversed"] = (
-    {**LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain pingpong"][0], "KB_TILE_REVERSE_BLOCKS": "1"}, 8,
-    {64: (128, 128), 128: (128, 128)})
+_derive(_R + " pingpong", " reversed", {"KB_TILE_REVERSE_BLOCKS": "1"})
 # three stages in the ring (K and V of three key blocks in flight: 192 KiB at D128)
-LADDER["ws 128x128 S3 setmaxnreg fp_fusion ftz chain overlap pingpong"] = (
-    {**LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong"][0], "KB_TILE_LOOP_STAGES": "3"}, 8,
-    {64: (128, 128), 128: (128, 128)})
+LADDER[_R.replace("128x128", "128x128 S3") + " overlap pingpong"] = (
+    {**LADDER[_OPP][0], "KB_TILE_LOOP_STAGES": "3"},) + LADDER[_OPP][1:]
 # a persistent kernel (one block an SM walking the tiles; each role its own walk, so the producer fills the
 # next tile's stages while the consumers store this one: ring_ws.lower_split), the heaviest causal blocks first
-PERSISTENT = {"ws 128x128 setmaxnreg fp_fusion ftz chain pingpong persistent",
-              "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent",
-              "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent reversed"}
-for _label in sorted(PERSISTENT):
-    LADDER[_label] = (LADDER[_label.replace(" persistent", "").replace(" reversed", "")][0] |
-                      ({"KB_TILE_REVERSE_BLOCKS": "1"} if _label.endswith(" reversed") else {}), 8,
-                      {64: (128, 128), 128: (128, 128)})
+_derive(_derive(_OPP, " persistent", persistent=True), " reversed", {"KB_TILE_REVERSE_BLOCKS": "1"})
+_derive(_R + " pingpong", " persistent", persistent=True)
 # the output tile through swizzled shared memory and TMA stores (the consumers go on while the copy drains)
-for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent reversed"):
-    LADDER[_label + " tma-store"] = ({**LADDER[_label][0], "KB_TILE_TMA_STORE": "1"},) + LADDER[_label][1:]
-    if _label in PERSISTENT:
-        PERSISTENT.add(_label + " tma-store")
+for _label in (_OPP, _OPP + " persistent", _OPP + " persistent reversed"):
+    _derive(_label, " tma-store", {"KB_TILE_TMA_STORE": "1"})
 # divisions by one value as one reciprocal and products (the epilogue's acc / l: 64 IEEE divisions a thread)
-for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent"):
-    LADDER[_label + " rcp"] = ({**LADDER[_label][0], "KB_TILE_DIV_RECIPROCAL": "1"},) + LADDER[_label][1:]
-    if _label in PERSISTENT:
-        PERSISTENT.add(_label + " rcp")
+for _label in (_OPP, _OPP + " persistent"):
+    _derive(_label, " rcp", {"KB_TILE_DIV_RECIPROCAL": "1"})
 # Q read by the tensor cores from shared memory, copied there by the producer's TMA (matmul/produced_a.py;
 # prefetched for the next tile in a persistent block), not held as A fragments loaded by the consumers
-for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent"):
-    LADDER[_label + " Q-tma"] = ({**LADDER[_label][0], "KB_TILE_WGMMA_A": "shared"},) + LADDER[_label][1:]
-    if _label in PERSISTENT:
-        PERSISTENT.add(_label + " Q-tma")
+for _label in (_OPP, _OPP + " persistent"):
+    _derive(_label, " Q-tma", {"KB_TILE_WGMMA_A": "shared"})
 # D256 on a producer warpgroup: 128 x 64 tiles, Q from the producer into shared memory (its 64 registers of A
 # fragments a thread are what kept D256 off warpgroup MMA: the example's own D256 launch is the cp.async loop)
-_D256 = {**REGS, **FTZ, "KB_TILE_WS_CHAIN": "1", "KB_TILE_WGMMA_A": "shared"}
-LADDER["D256 ws 128x64 setmaxnreg fp_fusion ftz Q-tma"] = (_D256, 8, {256: (128, 64)})
-LADDER["D256 ws 128x64 setmaxnreg fp_fusion ftz Q-tma pingpong"] = ({**_D256, "KB_TILE_PINGPONG": "1"}, 8,
-                                                                    {256: (128, 64)})
-LADDER["D256 ws 128x64 setmaxnreg fp_fusion ftz Q-tma overlap pingpong"] = (
-    {**_D256, "KB_TILE_PINGPONG": "1", "KB_TILE_PRODUCT_OVERLAP": "1"}, 8, {256: (128, 64)})
+_D256 = "D256 ws 128x64 setmaxnreg fp_fusion ftz Q-tma"
+LADDER[_D256] = ({**REGS, **FTZ, "KB_TILE_WS_CHAIN": "1", "KB_TILE_WGMMA_A": "shared"}, 8, {256: (128, 64)})
+_derive(_D256, " pingpong", {"KB_TILE_PINGPONG": "1"})
+_derive(_D256, " overlap pingpong", {"KB_TILE_PINGPONG": "1", "KB_TILE_PRODUCT_OVERLAP": "1"})
 # all of them: persistent, Q by the producer, one reciprocal a row
-LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma rcp"] = (
-    {**LADDER["ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma"][0],
-     "KB_TILE_DIV_RECIPROCAL": "1"}, 8, {64: (128, 128), 128: (128, 128)})
-PERSISTENT.add("ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma rcp")
+_derive(_OPP + " persistent Q-tma", " rcp", {"KB_TILE_DIV_RECIPROCAL": "1"})
 # the output in the inputs' dtype, as SDPA returns it (the other rungs write f32: twice the bytes)
-for _label in ("ws 128x128 setmaxnreg fp_fusion ftz chain pingpong",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong",
-               "ws 128x128 S3 setmaxnreg fp_fusion ftz chain overlap pingpong",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent reversed",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong tma-store",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent tma-store",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent reversed tma-store",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong rcp",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent rcp",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong Q-tma",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma",
-               "ws 128x128 setmaxnreg fp_fusion ftz chain overlap pingpong persistent Q-tma rcp",
-               "D256 ws 128x64 setmaxnreg fp_fusion ftz Q-tma pingpong",
-               "D256 ws 128x64 setmaxnreg fp_fusion ftz Q-tma overlap pingpong"):
-    LADDER[_label + " ->bf16"] = LADDER[_label]
-PERSISTENT |= {label + " ->bf16" for label in PERSISTENT if label + " ->bf16" in LADDER}
+for _label in (_R + " pingpong", _OPP, _R.replace("128x128", "128x128 S3") + " overlap pingpong",
+               _OPP + " persistent", _OPP + " persistent reversed", _OPP + " tma-store",
+               _OPP + " persistent tma-store", _OPP + " persistent reversed tma-store", _OPP + " rcp",
+               _OPP + " persistent rcp", _OPP + " Q-tma", _OPP + " persistent Q-tma", _OPP + " persistent Q-tma rcp",
+               _D256 + " pingpong", _D256 + " overlap pingpong"):
+    _derive(_label, " ->bf16")
 OUT_IN_INPUT_DTYPE = {label for label in LADDER if label.endswith(" ->bf16")}
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
             "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE", "KB_TILE_WS_CHAIN",
