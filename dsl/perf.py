@@ -29,6 +29,9 @@ SLOW_PATH_KINDS: dict[str, str] = {
     "overlap": "a chunk loop accesses an array that may overlap another (inplace=): accesses stay in order",
     "local-memory": "the PTX uses local memory (a stack frame): slow off-chip loads and stores",
     "fma-product": "a tile.matmul / tile.mma runs on the portable FMA path, not the tensor cores",
+    "mma-sync-product": "on sm_90 a tile.matmul runs on the warp-level mma.sync, not warpgroup MMA "
+                        "(wgmma): its rows, warps or B operand do not fit one m64 wgmma a warpgroup; "
+                        "mma.sync reads every operand element through registers",
     "sync-staging": "a tensor-core product's operand is staged through registers and a barrier, not "
                     "copied asynchronously (cp.async / TMA) ahead of its use",
     "tile-scalar": "a distributed tile's global load or store (or a load into tensor-core fragments) is "

@@ -124,7 +124,7 @@ def test_every_slow_path_kind_is_listed_in_the_docs():
     assert not missing, f"docs/dsl.md does not list: {missing}"
 
 
-TILE_KINDS = ("fma-product", "sync-staging", "tile-scalar", "local-memory", "spills", "ring-fallback")
+TILE_KINDS = ("fma-product", "mma-sync-product", "sync-staging", "tile-scalar", "local-memory", "spills", "ring-fallback")
 
 
 def test_every_kind_a_tile_kernel_reports_has_a_row_in_the_tile_docs():

@@ -133,11 +133,13 @@ def fused_ptx(d, form, seq=256, rows=512):
 
 
 @pytest.mark.parametrize("d,form,n", [(64, "TMA ring + TMA reduce dQ, K V swizzled", 64),
-                                      (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled", 64)])
+                                      (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled", 64),
+                                      (64, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled", 32)])
 def test_dq_runs_on_wgmma_reading_ds_transposed_from_shared_memory(d, form, n):
     """With K in swizzle atoms, dQ = dS K is an SS wgmma: A = (dS^T)^T MN-major (imm-trans-a 1) from one
     store of dS^T, B = K MN-major; no mma.sync is left. On 8 warps each warpgroup takes n = 64 of D128's
-    columns. The other forms keep mma.sync for it."""
+    columns, or 32 of D64's (half a swizzle panel: it went to mma.sync with 2-byte shared loads before,
+    a third of the 4-warp form's speed). The other forms keep mma.sync for it."""
     ptx = fused_ptx(d, form)
     dq = [ln for ln in ptx.splitlines() if f"wgmma.mma_async.sync.aligned.m64n{n}k16" in ln and "p, 1, 1, 1, 1;" in ln]
     bn = FUSED.TILES.get(form, (64,))[0]

@@ -67,6 +67,28 @@ def wgmma_b(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> T.Load | T.Read |
     return wgmma_b_operand(L, b)
 
 
+def wgmma_refusal(L, m: int, n: int, k: int, b: T.TExpr) -> str:
+    """Why an m x n x k product that wgmma_b refused runs on mma.sync (perf kind "mma-sync-product"):
+    the first of wgmma_b's conditions it misses, in words, with what would meet it."""
+    warps = L.T // 32
+    rows = 16 * warps
+    if L.T % 128:
+        return f"the block's {warps} warps are not whole warpgroups (launch a multiple of 4 warps)"
+    if n > 256:
+        return f"N = {n} is more than the 256 columns of one wgmma (use tiles of at most 256 columns)"
+    if m != rows and not (L.wgmma_slices and m % rows == 0):
+        fix = (f"launch {m // 16} warps, or use tiles of {rows} rows" if m % 64 == 0
+               else f"use tiles of {rows} rows")
+        return (f"its {m} rows are not one m64 slice a warpgroup ({rows} rows on {warps} warps; warpgroups "
+                "split N instead only for A = tile.transpose(x) of a 64-row tile computed in registers, B "
+                f"in swizzle atoms, each warpgroup whole or equal parts of B's 64-column panels); {fix}")
+    if tc_warps(L, m, n, k, b.type.dtype, b.type.dtype) != (warps, 1):
+        return f"its {m}x{n}x{k} shape does not give each warp 16 rows"
+    return ("its B is neither a tile.load that cp.async can stage in 128-byte swizzle atoms (16-bit, "
+            "C-contiguous, 16-byte aligned, a multiple of 64 columns and 8 rows) nor a variable kept in "
+            "such atoms; load B as it is from such an array")
+
+
 def wgmma_b_operand(L, b: T.TExpr) -> T.Load | T.Read | None:
     """wgmma_b's question about the operand alone: the load (or swizzled variable's read) that B
     `b` comes from, if the tensor cores can read it from swizzle atoms, else None."""

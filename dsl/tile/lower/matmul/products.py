@@ -122,6 +122,15 @@ def _record_sync_staging(L, op: T.TExpr) -> None:
                                  op.loc.line, op.loc.file))
 
 
+def _record_mma_sync(L, e: T.Matmul, m: int, n: int, k: int) -> None:
+    """Say why a product on sm_90 runs on mma.sync, not warpgroup MMA (dsl/perf.py, "mma-sync-product")."""
+    from dsl.perf import SlowPath
+    from dsl.tile.lower.matmul.operands import wgmma_refusal
+    why = wgmma_refusal(L, m, n, k, e.b)
+    L.slow_paths.append(SlowPath("mma-sync-product", f"tile.matmul {m}x{n}x{k} on mma.sync, not warpgroup "
+                                 f"MMA: {why}", e.loc.line, e.loc.file))
+
+
 def _wait_async(L) -> None:
     cp_async_commit(L)
     cp_async_wait(L, 0)
@@ -170,6 +179,8 @@ def lower_matmul_tc(L, e, wm: int, wn: int) -> LV:
             av = L.to_layout(a if a is not None else L.concrete(L.expr(e.a)), frag)
             a_regs = {(mt, ks): frag.fragment(av.elems, mt, ks) for mt in range(frag.mt) for ks in range(k // 16)}
         return lower_product_wgmma(L, e, layout, acc_vars, a_regs, wg_b)
+    if L.cc >= 90 and L.wgmma_products:             # a product warpgroup MMA could have taken: say why not
+        _record_mma_sync(L, e, m, n, k)
     if swizzled_a is not None:                      # mma.sync reads elements: staged through registers
         a = L.concrete(a)
     ops = _stage_operands(L, e, a, a_regs, shared_a)

@@ -59,12 +59,17 @@ def warpgroup_columns(L, e: T.Matmul) -> int | None:
     """The warpgroups, when product `e` (A the transpose of a register tile, 64 rows) runs with the
     kernel's two or more warpgroups splitting N: each one m64 wgmma over its n / G columns, reading
     all of A (FlashAttention-3's dQ = dS K on 8 warps, where 128 key rows make dS^T). Each
-    warpgroup's columns are whole 64-column panels of B's atoms; else None."""
+    warpgroup's columns are whole 64-column panels of B's atoms, or an equal part of one panel (head
+    dim 64 on two warpgroups: 32 columns each, issue_product_ss starts the second one 64 bytes into
+    the panel's swizzled rows); else None."""
     groups = L.T // 128
     if not (L.wgmma_products and L.cc >= 90 and L.T % 128 == 0 and groups > 1):
         return None
     (m, _), n = e.a.type.shape, e.b.type.shape[1]
-    if m != 64 or n % (64 * groups) or n // groups > 256 or e.a.type.dtype != e.b.type.dtype:
+    cols = n // groups
+    if m != 64 or n % groups or cols > 256 or e.a.type.dtype != e.b.type.dtype:
+        return None
+    if cols % 64 and (cols % 8 or 64 % cols):
         return None
     if transposed_operand(L, e) is None or wgmma_b_operand(L, e.b) is None:
         return None

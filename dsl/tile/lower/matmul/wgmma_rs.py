@@ -51,11 +51,18 @@ def issue_product_ss(L, e: T.Matmul, b: T.Load | T.Read, base: N.Expr, acc_vars:
     tname = mma_type(e.a.type.dtype)
     kmajor = b is not e.b
     rows = b.type.shape[0]
-    if groups > 1:          # warpgroup g's n columns: rows g n of a K-major stage, panels g n / 64 of an MN-major one
-        _, warp = L.lane_warp()
+    if groups > 1:          # warpgroup g's n columns: rows g n of a K-major stage, panels g n / 64 of an MN-major
+        _, warp = L.lane_warp()  # one, or where n is part of a panel, column g n % 64 of panel g n / 64
         wg = N.Cast(N.BinOp("rshift", warp, N.Const(2, I32), I32), U32)
-        step = n * 128 if kmajor else (n // 64) * rows * 128
-        base = L.tmp(N.BinOp("add", base, N.BinOp("mul", wg, N.Const(step, U32), U32), U32), "bwg")
+        if kmajor or n % 64 == 0:
+            step = n * 128 if kmajor else (n // 64) * rows * 128
+            off: N.Expr = N.BinOp("mul", wg, N.Const(step, U32), U32)
+        else:               # 16-byte chunks of a swizzled row: the swizzle acts on the address bits
+            col = N.BinOp("mul", wg, N.Const(n, U32), U32)
+            off = N.BinOp("add", N.BinOp("mul", N.BinOp("rshift", col, N.Const(6, U32), U32),
+                                         N.Const(rows * 128, U32), U32),
+                          N.BinOp("mul", N.BinOp("and_", col, N.Const(63, U32), U32), N.Const(2, U32), U32), U32)
+        base = L.tmp(N.BinOp("add", base, off, U32), "bwg")
     accs, _ = _fence(L, acc_vars, [])
     regs = n // 2
     assert len(acc_vars) == regs, "A staged in shared memory: one m64 slice a warpgroup (shared_a.wanted)"
