@@ -7,7 +7,8 @@ TFLOP/s count 4*B*H*S^2*D (halved when causal). Two rows of ours: the example's 
 (`flash_fwd` with launch_args' tiles, the cp.async loop) and its autotuned launcher (`flash_fwd_tuned`:
 the default and, on sm_90, the forward ladder's best rungs, timed by tile.autotune on first use; the row
 names its pick), with an f32 output, and the autotuned launcher again writing the output in the inputs'
-dtype as SDPA returns it ("->bf16": half the bytes). Bars: the default >= 1.0x SDPA's flash backend at
+dtype as SDPA returns it ("->bf16": half the bytes); and a report row of the SDPA drop-in as a user calls it
+(examples/attention_op.py on inputs that need no gradient: its fixed inference form, O in bf16). Bars: the default >= 1.0x SDPA's flash backend at
 S4096 D128 (DESIGN §8); the better autotuned row >= 1.0x SDPA's cuDNN backend at S4096 D128 and >= 0.95x
 at D64 and S1024 (issue 29).
 The kernel runs as the default build does: its products on the tensor cores (docs/tile.md).
@@ -43,6 +44,7 @@ from _common import Report, try_import
 SHAPES = [(4, 16, 4096, 128), (4, 16, 4096, 64), (4, 16, 1024, 128), (4, 16, 4096, 256)]
 TUNED = "DSL tile flash_fwd autotuned"
 TUNED_16 = TUNED + " ->bf16"       # the output in the inputs' dtype
+DROP_IN = "DSL drop-in SDPA, no grad"     # examples/attention_op.py as a user calls it (a report row)
 # issue 29's bars against SDPA's cuDNN backend, on the autotuned launcher: (S, D) -> bar (D256: a report row)
 CUDNN_BARS = {(4096, 128): 1.0, (4096, 64): 0.95, (1024, 128): 0.95}
 # --sweep: (query rows, key rows, warps or None for the kernel's own pick) per head dim
@@ -116,6 +118,21 @@ def variants(fa, tile, q, k, v, new_out, s: int, d: int, causal: bool, sweep: bo
     return found
 
 
+def drop_in(q, k, v, causal: bool, want, name: str, failed: list):
+    """The SDPA drop-in as a user calls it (examples/attention_op.py, inputs that need no gradient: its
+    ::infer op, O in the inputs' dtype) as a timed callable, checked against SDPA's output first; None
+    (and a line in `failed`) when it is wrong."""
+    if str(ROOT / "examples") not in sys.path:
+        sys.path.insert(0, str(ROOT / "examples"))
+    import attention_op
+    got = attention_op.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    err = (got.float() - want.float()).abs().max().item()
+    if not err < 3e-2:
+        failed.append(f"{name}: {DROP_IN}: max |ours - SDPA| = {err}")
+        return None
+    return lambda i: attention_op.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
 def load_example():
     spec = importlib.util.spec_from_file_location("flash_attention_example", ROOT / "examples" / "flash_attention.py")
     mod = importlib.util.module_from_spec(spec)
@@ -166,6 +183,9 @@ def main() -> int:
                         picks[label] = kern
                 if "DSL tile flash_fwd" not in fns:
                     continue
+                drop = drop_in(q, k, v, causal, want, name, failed)
+                if drop is not None:
+                    fns[DROP_IN] = drop
                 ms = time_interleaved({**fns, **peers}, reps=3 if args.quick else 5)
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
                 tf = {n: flops / (t * 1e-3) / 1e12 for n, t in ms.items()}

@@ -11,7 +11,9 @@ D128, flash_attention_bwd_fused.FASTEST) and determinism is not asked for, the f
 examples/flash_attention_bwd_fused.py (`backward_form`). The ops take (B, H, S, D) tensors, work
 on their (B*H*S, D) row stacks (a view of a contiguous tensor) and keep O and the gradients in f32,
 as the kernels write them; `scaled_dot_product_attention` casts the result to the inputs' dtype, as
-SDPA returns it. CUDA tensors launch on torch's current stream (capturable in CUDA graphs); CPU tensors
+SDPA returns it. Where no gradient is wanted (torch.no_grad, or inputs that do not require one) it runs
+::infer instead: flash_fwd writing O in the inputs' dtype, without the log-sum-exp, on the fastest
+fixed form measured for the head dim (flash_attention.infer_launch). CUDA tensors launch on torch's current stream (capturable in CUDA graphs); CPU tensors
 run the kernels on the simulator (small shapes: it is an interpreter).
 """
 from __future__ import annotations
@@ -140,6 +142,20 @@ def define_torch_ops() -> Any:
         b, h, s, d, _ = check_inputs(q, k, v)
         return q.new_empty((b, h, s, d), dtype=torch.float32), q.new_empty((b, h, s), dtype=torch.float32)
 
+    @torch.library.custom_op(f"{NAMESPACE}::infer", mutates_args=(),
+                             schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> Tensor")
+    def infer(q, k, v, causal, scale):
+        b, h, s, d, group = check_inputs(q, k, v)
+        o = torch.empty((b, h, s, d), dtype=q.dtype, device=q.device)
+        rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o)]
+        _run([fwd.infer_launch(*rows, s, causal, scale, group=group, wgmma=_on_warpgroup_mma(q))], [q, k, v, o])
+        return o
+
+    @infer.register_fake
+    def _(q, k, v, causal, scale):
+        b, h, s, d, _ = check_inputs(q, k, v)
+        return q.new_empty((b, h, s, d))
+
     @torch.library.custom_op(f"{NAMESPACE}::backward", mutates_args=(),
                              schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, "
                                     "float scale) -> (Tensor, Tensor, Tensor)")
@@ -197,10 +213,14 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
         raise ShapeRelationError(f"key: {key.shape[1]} heads for {query.shape[1]} query heads needs "
                                  "enable_gqa=True (as torch's SDPA)", arg_name="key")
     check_inputs(query, key, value)
+    import torch
     d = query.shape[-1]
     ops = define_torch_ops()
-    o, _ = ops.forward(query.contiguous(), key.contiguous(), value.contiguous(), bool(is_causal),
-                       float(scale if scale is not None else d ** -0.5))
+    qkv = (query.contiguous(), key.contiguous(), value.contiguous())
+    scale = float(scale if scale is not None else d ** -0.5)
+    if not (torch.is_grad_enabled() and any(x.requires_grad for x in qkv)):
+        return ops.infer(*qkv, bool(is_causal), scale)     # no gradient wanted: O in q's dtype, no lse
+    o, _ = ops.forward(*qkv, bool(is_causal), scale)
     return o.to(query.dtype)
 
 

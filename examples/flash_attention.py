@@ -263,6 +263,32 @@ def lse_launch(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: boo
     return lse_kernel(d, on), launch_args_lse(q, k, v, out, lse, seq, causal, scale, wgmma=on, group=group)
 
 
+# The forward a caller without gradients should launch (the SDPA drop-in under no_grad or on tensors that need
+# none), output in its own dtype: a fixed choice, since it runs inside CUDA-graph captures (autotuning times
+# candidates on a first call). On warpgroup MMA, flash_fwd_tuned's picks in the last bar run (H100, 2026-12-05
+# 17:56, docs/results/gpu_runs_2026-12-05_1733-1806, bf16 out): D128 a ws rung with ping-pong (666.2 / 542.4
+# TFLOP/s full / causal, 0.99 / 0.95x cuDNN; the overlap rung alone: 672.0 / 552.3 on the ladder), D64 the TMA
+# ring on the default 64 x 128 tiles (491.9 / 418.0). (query rows, key rows) or None for launch_args' own,
+# warps, lowering
+INFER_SM90: dict[int, tuple[tuple[int, int] | None, int | None, dict]] = {
+    128: ((128, 128), 8, _OVERLAP_PINGPONG), 64: (None, None, _TMA)}
+
+
+def infer_launch(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale: float | None = None,
+                 group: int = 1, wgmma: bool | None = None) -> tuple[Any, tuple]:
+    """(kernel, arguments) of flash_fwd for a caller that needs no log-sum-exp (inference): INFER_SM90's
+    form for the head dim on warpgroup MMA where its tiles divide seq, else flash_fwd on launch_args'
+    tiles. `out` may be f32 or q's dtype (the kernel converts as it stores). Checked as launch_args."""
+    on = on_warpgroup_mma(wgmma)
+    pick = INFER_SM90.get(q.shape[1]) if on else None
+    if pick is not None:
+        tiles, warps, lowering = pick
+        if tiles is None or (seq > 0 and seq % tiles[0] == 0 and seq % tiles[1] == 0):
+            args = launch_args(q, k, v, out, seq, causal, scale, wgmma=on, group=group, tiles=tiles)
+            return variant(flash_fwd, lowering, warps), args
+    return flash_fwd, launch_args(q, k, v, out, seq, causal, scale, wgmma=on, group=group)
+
+
 def tuned_configs(q: Any, seq: int, causal: bool, group: int = 1, arch: str | None = None) -> list:
     """flash_fwd's tile.Config candidates for these inputs: the default first (what KB_AUTOTUNE=0 and the
     simulator run), then on sm_90 the SM90_CANDIDATES whose tiles divide `seq`."""

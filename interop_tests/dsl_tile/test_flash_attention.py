@@ -267,3 +267,69 @@ def test_the_wide_lse_form_matches_float64_in_the_lowered_sm90_simulator_and_ass
         return kern, args
     ptx = lowered_lse_matches_float64(rng, 256, 128, False, launch, tmp_path)
     assert "setmaxnreg" in ptx and "cp.async.bulk.tensor" in ptx
+
+
+# ------------------------------------------------------------------ infer_launch: no log-sum-exp wanted
+def _infer_pick(d, seq, causal, wgmma, out_dtype=np.float32):
+    rows = 2 * seq
+    x = np.zeros((rows, d), np.float16)
+    out = np.zeros((rows, d), out_dtype)
+    kern, args = FA.infer_launch(x, x, x, out, seq, causal, wgmma=wgmma)
+    return kern, args[3].tile_shape[0], args[6]
+
+
+def test_infer_launch_takes_the_measured_fastest_form_per_head_dim_where_its_tiles_fit():
+    """INFER_SM90: D128 the 128 x 128 ws rung with ping-pong and the overlap on 8 warps, D64 the TMA ring
+    on launch_args' tiles; elsewhere (no warpgroup MMA, D256, 128 not dividing seq) flash_fwd itself."""
+    (bm, bn), warps, lowering = FA.INFER_SM90[128]
+    kern, rows, keys = _infer_pick(128, 256, True, True, np.float16)
+    assert (rows, keys, kern.num_warps) == (bm, bn, warps) and dict(kern.lowering) == lowering
+    assert kern.pyfunc is FA.flash_fwd.pyfunc and lowering["pingpong"] and lowering["product_overlap"]
+    kern, rows, _ = _infer_pick(64, 256, False, True)
+    assert dict(kern.lowering) == FA.INFER_SM90[64][2] and rows == FA.launch_args(
+        *[np.zeros((512, 64), np.float16)] * 3, np.zeros((512, 64), np.float32), 256, False, wgmma=True)[3].tile_shape[0]
+    for d, seq, wgmma in ((128, 320, True), (128, 256, False), (256, 256, True), (64, 256, False)):
+        kern, _, _ = _infer_pick(d, seq, False, wgmma)
+        assert kern is FA.flash_fwd, (d, seq, wgmma)
+
+
+def test_infer_launch_refuses_bad_arguments_before_anything_runs():
+    q = np.zeros((512, 128), np.float16)
+    out = np.full((512, 64), 7.0, np.float16)
+    with pytest.raises(ValueError, match="out"):
+        FA.infer_launch(q, q, q, out, 256, False, wgmma=True)
+    assert (out == 7).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_infer_launchs_sm90_pick_with_a_bf16_output_matches_float64_in_the_lowered_simulator(rng, d, causal):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    seq = 256
+    q, k, v = (rng.standard_normal((2 * seq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    out = np.full((2 * seq, d), np.nan, ml_dtypes.bfloat16)
+    kern, args = FA.infer_launch(q, k, v, out, seq, causal, wgmma=True)
+    assert kern is not FA.flash_fwd
+    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    np.testing.assert_allclose(out.astype(np.float64), attention64(q, k, v, seq, causal), rtol=2e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,seq", [(64, 256), (128, 384), (128, 320)])     # 320: flash_fwd's own tiles
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gpu_infer_launch_matches_torch_sdpa_in_the_inputs_dtype(d, seq, causal, dtype):
+    torch = pytest.importorskip("torch", reason="the SDPA reference needs torch")
+    import torch.nn.functional as F
+    batch, heads = 2, 3
+    g = torch.Generator(device="cuda").manual_seed(d + seq + causal)
+    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=getattr(torch, dtype), generator=g)
+               for _ in range(3))
+    out = torch.full((batch * heads * seq, d), 123.0, device="cuda", dtype=q.dtype)
+    kern, args = FA.infer_launch(*(x.reshape(-1, d) for x in (q, k, v)), out, seq, causal)
+    kern(*args)
+    torch.cuda.synchronize()
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    err = (out.reshape(ref.shape).double() - ref).abs().max().item()
+    assert err < 2e-2, err

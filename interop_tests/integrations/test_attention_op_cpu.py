@@ -47,6 +47,28 @@ def test_drop_in_matches_sdpa_forward_and_backward_in_float64(torch, d, causal):
         assert relative(ours.double(), theirs.grad) < TOL
 
 
+@pytest.mark.parametrize("dtype,tol", [("float32", TOL), ("bfloat16", 2e-2)])
+def test_drop_in_without_gradients_runs_the_inference_op_in_the_inputs_dtype(torch, monkeypatch, dtype, tol):
+    """No gradient wanted (inputs that need none, or torch.no_grad): ::infer, O written in the inputs'
+    dtype by flash_fwd, no log-sum-exp forward; with gradients the training forward as before."""
+    ran = []
+    real = A.fwd.infer_launch
+    monkeypatch.setattr(A.fwd, "infer_launch", lambda *a, **kw: ran.append("infer") or real(*a, **kw))
+    real_lse = A.fwd.lse_launch
+    monkeypatch.setattr(A.fwd, "lse_launch", lambda *a, **kw: ran.append("lse") or real_lse(*a, **kw))
+    q, k, v = (x.to(getattr(torch, dtype)) for x in inputs(torch, (1, 2, 128, 64), seed=21, grad=False))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+    out = A.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert ran == ["infer"] and out.dtype == q.dtype and out.shape == q.shape
+    assert relative(out.double(), ref) < tol
+    q.requires_grad_()
+    with torch.no_grad():
+        assert relative(A.scaled_dot_product_attention(q, k, v, is_causal=True).double(), ref) < tol
+    assert ran == ["infer", "infer"]
+    A.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert ran == ["infer", "infer", "lse"]
+
+
 def test_the_fused_backward_is_picked_only_where_it_is_measured_faster(torch):
     fastest = A.fused.FASTEST[128]
     assert A.fused.pick_form(128, 256, wgmma=True) == fastest
@@ -127,6 +149,7 @@ def test_torch_ops_pass_opcheck(torch):
     ops = A.define_torch_ops()
     q, k, v = inputs(torch, (1, 1, 64, 64), seed=4)
     torch.library.opcheck(ops.forward, (q, k, v, True, 0.125))
+    torch.library.opcheck(ops.infer, (q.detach(), k.detach(), v.detach(), True, 0.125))
     o, lse = ops.forward(q.detach(), k.detach(), v.detach(), True, 0.125)
     dout = torch.randn_like(q.detach())
     torch.library.opcheck(ops.backward, (dout, q.detach(), k.detach(), v.detach(), o, lse, True, 0.125))

@@ -132,6 +132,20 @@ def test_compiled_with_inductor_fullgraph_equals_eager(cuda_torch):
         assert relative(a, x.grad) < 1e-2      # the compiled graph may fuse the casts around the ops differently
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("d,seq", [(64, 256), (128, 256), (128, 320)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_drop_in_under_no_grad_matches_float64_in_the_inputs_dtype(cuda_torch, dtype, d, seq, causal):
+    """torch.no_grad: the ::infer op (flash_attention.infer_launch: at D128 and S256 the ws ping-pong rung
+    with the overlap, at S320 flash_fwd's own tiles), O in the inputs' dtype."""
+    torch = cuda_torch
+    q, k, v = make(torch, (2, 4, seq, d), dtype, seed=d + seq)
+    with torch.no_grad():
+        out = A.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    assert out.dtype == q.dtype and relative(out, ref) < TOL[dtype]
+
+
 def test_forward_replays_in_a_cuda_graph(cuda_torch):
     torch = cuda_torch
     q, k, v = (x.detach() for x in make(torch, (1, 2, 128, 64), "bfloat16", seed=3))
@@ -153,6 +167,7 @@ def test_ops_pass_opcheck_on_cuda(cuda_torch):
     ops = A.define_torch_ops()
     q, k, v = make(torch, (1, 1, 128, 64), "bfloat16", seed=4)
     torch.library.opcheck(ops.forward, (q, k, v, False, 0.125))
+    torch.library.opcheck(ops.infer, (q.detach(), k.detach(), v.detach(), False, 0.125))
     o, lse = ops.forward(q.detach(), k.detach(), v.detach(), False, 0.125)
     dout = torch.randn_like(q.detach())
     torch.library.opcheck(ops.backward, (dout, q.detach(), k.detach(), v.detach(), o, lse, False, 0.125))
