@@ -129,6 +129,14 @@ LADDER: dict[str, dict | None] = {
     "ws + TMA reduce dQ, K V swizzled": {**TMA_REDUCE, "loop_pipeline": "ws", "wgmma_a": "shared"},
     "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled": WS,
     "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads": {**WS, "early_loads": True},
+    # every product statement as early as its operands allow and waited for where its result is read
+    # (lazy_waits, 2026-12-05 night): dP^T on the tensor cores during the softmax, dV during dS^T, dK while
+    # dS^T is staged for dQ. Untimed; spills at D128 (12 bytes on 8 warps, 80 with setmaxnreg), none at D64
+    "TMA ring + TMA reduce dQ, K V swizzled, lazy waits": {**RING, "wgmma_a": "shared", "lazy_waits": True},
+    "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits": {
+        **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True},
+    "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits": {
+        **WS, "early_loads": True, "lazy_waits": True},
 }
 # the forms that choose their own tiles (else pick_tiles' on 4 warps): 128 key rows on two warpgroups halve
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128
@@ -147,7 +155,10 @@ CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring +
            "TMA ring + TMA reduce dQ, K V swizzled, batched products",
            "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, batched products",
            "ws + TMA reduce dQ, K V swizzled", "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled",
-           "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads")
+           "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads",
+           "TMA ring + TMA reduce dQ, K V swizzled, lazy waits",
+           "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits",
+           "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits")
 # (the forms main() and the GPU tests run)
 
 

@@ -74,6 +74,11 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # (lower/matmul/batches.py), not each waited for before the next is issued; +2.5 / -3 % on the fused
     # attention backward (full / causal, H100), so off
     "product_batches": ("KB_TILE_PRODUCT_BATCHES", None, False),
+    # sm_90 products of statements `x = tile.matmul(...)` issued as early as their operands allow and waited
+    # for where x is first read, not at once (lower/matmul/hoist.py, batches.py): the attention backward's
+    # dP^T on the tensor cores during the softmax, dV during dS, dK while dS^T is staged (FlashAttention-3's
+    # order within a warpgroup); more registers live, untimed, so off
+    "lazy_waits": ("KB_TILE_LAZY_WAITS", None, False),
     # blocks take the tiles in reverse order (the last tile first): where the later tiles hold more work
     # (causal attention's later query blocks), the heaviest start first and the grid ends on light ones
     # (FlashAttention-3's longest-first order, lower/tiles.py); +1.4 % on causal attention once, mixed when
@@ -152,4 +157,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("pingpong",) if s["pingpong"] else ()) + \
         (("product_batches",) if s["product_batches"] else ()) + \
         (("reverse_blocks",) if s["reverse_blocks"] else ()) + \
-        (("div_reciprocal",) if s["div_reciprocal"] else ())
+        (("div_reciprocal",) if s["div_reciprocal"] else ()) + \
+        (("lazy_waits",) if s["lazy_waits"] else ())

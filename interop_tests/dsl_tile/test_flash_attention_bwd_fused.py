@@ -176,7 +176,11 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           # register reallocation for 256 threads) D128 spills; on 8, 8 bytes (0 with K and V by cp.async)
           (64, "ws + TMA reduce dQ, K V swizzled"): 0, (128, "ws + TMA reduce dQ, K V swizzled"): 108,
           (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled"): 8,
-          (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads"): 8}
+          (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads"): 8,
+          # lazy_waits: dP^T's and dK's accumulators live beside dV's and dK's at D128
+          (64, "TMA ring + TMA reduce dQ, K V swizzled, lazy waits"): 0,
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 12,
+          (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 80}
 
 
 @pytest.mark.slow

@@ -41,7 +41,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  setmaxnreg: str = "off", product_overlap: bool = False, wgmma_a: str = "registers",
                  wgmma_slices: bool = False, nc_loads: bool = True, tma_store: bool = False,
                  ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False,
-                 pingpong: bool = False, product_batches: bool = False, reverse_blocks: bool = False) -> None:
+                 pingpong: bool = False, product_batches: bool = False, reverse_blocks: bool = False,
+                 lazy_waits: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -80,6 +81,9 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.reverse_blocks = reverse_blocks    # the tiles in reverse order: the last one first
         self.deferred = None                    # a batch being lowered: its products in flight, in issue order
         self.deferred_assigns = None            # and its statements' (variable, value), assigned after the waits
+        self.lazy_waits = lazy_waits            # products waited for where their results are read (batches.py)
+        self.lazy_assigns = None                # lazy_waits: (variable, value) of each product in self.deferred
+        self.lazy_issue = False                 # lowering a lazy statement's product: it may stay in flight
         self.store_maps: dict[str, tuple] = {}   # array name -> (its TMA-copy tensor map parameter, box)
         self.staging_slabs: dict[tuple[int, int], int] = {}   # persistent TMA stores: slabs staged a round
         self.after_tiles: list = []             # emitters run once after the tile program (or a persistent loop)
@@ -337,10 +341,15 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     def stmts(self, body: list[T.TStmt]) -> None:
         outer = self.cur_loc
         from dsl.tile.lower.matmul import batches
-        batched = batches.plan(self, body)
+        lazy = batches.lazy_scope(self)
+        batched = {} if lazy is not None else batches.plan(self, body)
         for s in body:
             self.cur_loc = s.loc if s.loc is not N.NOLOC else outer
-            if id(s) in batched:
+            if lazy is not None:
+                batches.before(self, s)     # products in flight whose results `s` reads are waited for
+            if lazy is not None and batches.lazy_statement(self, s):
+                batches.issue(self, s)
+            elif id(s) in batched:
                 batches.lower(self, batched, s)
             elif isinstance(s, T.Assign) and self.layout_hints.get(id(s.var), ("",))[0] == "S":
                 assign_shared(self, s.var, s.value)
@@ -369,6 +378,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                 self.emit(N.ExprStmt(LaunchOp(s.op, s.loc), s.loc))
             else:  # pragma: no cover
                 raise LoweringError(f"unknown tile statement {type(s).__name__}")
+        if lazy is not None:
+            batches.end_scope(self, lazy)
         self.cur_loc = outer
 
     def scalar(self, e: T.TExpr) -> N.Expr:

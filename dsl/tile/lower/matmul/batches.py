@@ -16,6 +16,12 @@ the k-th of n, its accumulators passed through that wait, then its ring stage re
 then are the variables assigned. A product that cannot wait later (its B staged by cp.async, a
 rotated or ping-pong loop's product) first completes the batch so far, so every wait still completes
 exactly the groups whose accumulators pass through it (what the simulator checks: dsl/tile/ptx/sm90.py).
+
+Under the lowering switch `lazy_waits` (which takes the place of batches) every such statement's product
+is left in flight on its own, and waited for just before the first statement that reads its variable
+(a loop or branch, and the end of the block, wait for all): wait_group n - 1 - k completes the k-th of
+the n in flight and every one before it, whose variables are then assigned. matmul/hoist.py first moves
+these statements up, so a product runs on the tensor cores while the statements it moved past run.
 """
 from __future__ import annotations
 
@@ -65,20 +71,84 @@ def lower(L, batches: dict[int, bool], s: T.Assign) -> None:
         L.deferred = L.deferred_assigns = None
 
 
+def takes(L) -> bool:
+    """Would a product issued now be left in flight (a batch is being lowered, or a lazy statement's)."""
+    return L.deferred is not None and (L.lazy_assigns is None or L.lazy_issue)
+
+
 def defer(L, acc_vars: list, release) -> bool:
     """Called by a warpgroup-MMA product after its commit: keep it in flight (True) when a batch is
-    being lowered; `release()` frees its stage once it is waited for."""
-    if L.deferred is None:
+    being lowered or a lazy statement's product is; `release()` frees its stage once it is waited for."""
+    if not takes(L):
         return False
     L.deferred.append((acc_vars, release))
     return True
 
 
-def complete(L) -> None:
-    """Wait for the batch's products so far, in issue order, each through its own accumulators."""
+def complete(L, upto: int | None = None) -> None:
+    """Wait for the products in flight (up to the `upto`-th), in issue order, each through its own
+    accumulators; under lazy_waits their variables are assigned then."""
     pending = L.deferred or []
-    for k, (acc_vars, release) in enumerate(pending):
+    last = len(pending) - 1 if upto is None else upto
+    for k in range(last + 1):
+        acc_vars, release = pending[k]
         wait_wgmma(L, len(pending) - 1 - k, acc_vars)
         release()
+        if L.lazy_assigns is not None:
+            var, value = L.lazy_assigns[k]
+            L.assign(var, value)
     if L.deferred is not None:
-        L.deferred = []
+        del L.deferred[:last + 1]
+        if L.lazy_assigns is not None:
+            del L.lazy_assigns[:last + 1]
+
+
+# ------------------------------------------------------------------------------------ lazy_waits
+def lazy_scope(L) -> tuple | None:
+    """Open a block's scope of products in flight (None when lazy_waits is off): the outer one's state."""
+    if not (L.lazy_waits and L.cc >= 90):
+        return None
+    saved = (L.deferred, L.lazy_assigns)
+    L.deferred, L.lazy_assigns = [], []
+    return saved
+
+
+def end_scope(L, saved: tuple) -> None:
+    """The block ends: every product still in flight is waited for, and the outer scope is back."""
+    complete(L)
+    L.deferred, L.lazy_assigns = saved
+
+
+def lazy_statement(L, s: T.TStmt) -> bool:
+    """`x = tile.matmul(a, b[, acc])` with no other product inside its operands, on sm_90 products."""
+    return (L.cc >= 90 and L.wgmma_products and _batchable(L, s)
+            and sum(isinstance(e, T.Matmul) for e in T.walk_exprs(s.value)) == 1)
+
+
+def before(L, s: T.TStmt) -> None:
+    """Before statement `s`: wait for the products in flight whose variables it reads (all of them
+    before a loop or a branch)."""
+    if not L.deferred:
+        return
+    if isinstance(s, (T.For, T.If)):
+        complete(L)
+        return
+    reads = {id(e.var) for e in T.body_exprs([s]) if isinstance(e, T.Read)}
+    hit = [k for k, (var, _) in enumerate(L.lazy_assigns) if id(var) in reads]
+    if hit:
+        complete(L, max(hit))
+
+
+def issue(L, s: T.Assign) -> None:
+    """Lazy statement `s`: its product issued and, where it may be (a ring stage's or a held B), left
+    in flight with its variable assigned when it is waited for; else assigned now."""
+    last = L.deferred[-1] if L.deferred else None
+    L.lazy_issue = True
+    try:
+        value = L.expr(s.value)
+    finally:
+        L.lazy_issue = False
+    if L.deferred and L.deferred[-1] is not last:     # its product deferred itself (defer)
+        L.lazy_assigns.append((s.var, value))
+    else:
+        L.assign(s.var, value)

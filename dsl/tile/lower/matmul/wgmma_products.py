@@ -56,7 +56,7 @@ def lower_product_wgmma(L, e: T.Matmul, layout: MmaLayout, acc_vars: list[N.Var]
     # any other completes the batch so far first
     can_defer = (rot is None and pingpong.of(pipe, e) is None
                  and ((pipe is not None and pipe.ring is not None) or (pipe is None and isinstance(b, T.Read))))
-    if L.deferred and not can_defer:
+    if L.deferred and not (can_defer and batches.takes(L)):
         batches.complete(L)
     if pipe is not None and pipe.ring is not None:  # a TMA ring's stage (matmul/ring.py)
         at, it, base = ring_wait(L, pipe, b)
