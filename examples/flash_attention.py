@@ -242,22 +242,24 @@ def lse_kernel(d: int, wgmma: bool) -> Any:
     return variant(flash_fwd_lse, _TMA if wgmma and d == 128 else None)
 
 
-# The log-sum-exp forward's form on warpgroup MMA where the ladder's 128 x 128 rung beats lse_kernel's (full
-# attention at D128: 592.3 against 517 TFLOP/s, bf16 B4 H16 S4096, H200, 2026-12-04; causal, 435.0 against 441,
-# kept lse_kernel's): (query rows, key rows), warps, lowering. The rung with the causal chain, ping-pong and
-# the overlap (664 / 544 TFLOP/s flash_fwd) has not run as flash_fwd_lse on a GPU: not yet here
-LSE_WIDE = ((128, 128), 8, {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, **_FAST})
+# The log-sum-exp forward's form on warpgroup MMA at D128, full and causal: the forward ladder's best rung, the
+# 128 x 128 tiles on a producer warpgroup with the causal chain, ping-pong and the product overlap (as
+# flash_fwd: 663.8 / 543.8 TFLOP/s against lse_kernel's 517 / 441, bf16 B4 H16 S4096, H100 2026-12-05; the
+# plain chain rung it replaces, full only: 592.3, H200 2026-12-04). Since 2026-12-05 night, untimed as
+# flash_fwd_lse and its GPU tests not yet run (lowered simulator against float64, ptxas without spills):
+# (query rows, key rows), warps, lowering
+LSE_WIDE = ((128, 128), 8, _OVERLAP_PINGPONG)
 
 
 def lse_launch(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool, scale: float | None = None,
                group: int = 1, wgmma: bool | None = None) -> tuple[Any, tuple]:
     """(kernel, arguments) of the log-sum-exp forward a caller should launch (the SDPA drop-in, the backward
-    examples): LSE_WIDE's 128 x 128 tiles on a producer warpgroup for full attention at D128 on warpgroup
-    MMA when they divide seq, else lse_kernel on launch_args_lse's tiles. Checked as launch_args_lse."""
+    examples): LSE_WIDE's 128 x 128 tiles on a producer warpgroup at D128 on warpgroup MMA when they
+    divide seq, else lse_kernel on launch_args_lse's tiles. Checked as launch_args_lse."""
     on = on_warpgroup_mma(wgmma)
     d = q.shape[1]
     (bm, bn), warps, lowering = LSE_WIDE
-    if on and d == 128 and not causal and seq > 0 and seq % bm == 0 and seq % bn == 0:
+    if on and d == 128 and seq > 0 and seq % bm == 0 and seq % bn == 0:
         args = launch_args_lse(q, k, v, out, lse, seq, causal, scale, group=group, tiles=(bm, bn))
         return variant(flash_fwd_lse, lowering, warps), args
     return lse_kernel(d, on), launch_args_lse(q, k, v, out, lse, seq, causal, scale, wgmma=on, group=group)

@@ -237,36 +237,39 @@ def test_the_lse_variant_matches_float64_in_the_lowered_sm90_simulator_and_assem
     assert "cp.async.bulk.tensor" in ptx and "ex2.approx.ftz" in ptx
 
 
-def test_lse_launch_takes_the_wide_producer_form_only_for_full_attention_at_d128():
-    """lse_launch: LSE_WIDE (128 x 128 tiles, 8 warps, a producer warpgroup) for full attention at D128 on
-    warpgroup MMA when 128 divides seq; causal, other head dims, other lengths and no warpgroup MMA keep
-    lse_kernel on launch_args_lse's tiles."""
+def test_lse_launch_takes_the_wide_producer_form_at_d128():
+    """lse_launch: LSE_WIDE (128 x 128 tiles, 8 warps, a producer warpgroup with ping-pong and the product
+    overlap) at D128 on warpgroup MMA when 128 divides seq, causal or not; other head dims, other lengths
+    and no warpgroup MMA keep lse_kernel on launch_args_lse's tiles."""
     def pick(d, seq, causal, wgmma):
         rows = 2 * seq
         x, o, lse = np.zeros((rows, d), np.float32), np.zeros((rows, d), np.float32), np.zeros(rows, np.float32)
         kern, args = FA.lse_launch(x, x, x, o, lse, seq, causal, wgmma=wgmma)
         return kern, args[3].tile_shape[0], args[4].tile_shape, args[7]
     (bm, bn), warps, lowering = FA.LSE_WIDE
-    kern, rows, lse_tile, keys = pick(128, 256, False, True)
-    assert (rows, lse_tile, keys) == (bm, (bm,), bn) and kern.num_warps == warps
-    assert kern.pyfunc is FA.flash_fwd_lse.pyfunc and dict(kern.lowering) == lowering
-    for d, seq, causal, wgmma in ((128, 256, True, True), (64, 256, False, True), (128, 320, False, True),
-                                  (128, 256, False, False)):
+    assert lowering["pingpong"] and lowering["product_overlap"] and lowering["ws_chain"]
+    for causal in (False, True):
+        kern, rows, lse_tile, keys = pick(128, 256, causal, True)
+        assert (rows, lse_tile, keys) == (bm, (bm,), bn) and kern.num_warps == warps
+        assert kern.pyfunc is FA.flash_fwd_lse.pyfunc and dict(kern.lowering) == lowering
+    for d, seq, causal, wgmma in ((64, 256, False, True), (128, 320, True, True), (128, 256, False, False)):
         kern, rows, _, _ = pick(d, seq, causal, wgmma)
         assert kern is FA.lse_kernel(d, wgmma), (d, seq, causal, wgmma)
         assert rows != bm or d == 64, (d, seq, causal, wgmma)
 
 
 @pytest.mark.slow
-def test_the_wide_lse_form_matches_float64_in_the_lowered_sm90_simulator_and_assembles_without_spills(rng, tmp_path):
-    """O and the log-sum-exp of LSE_WIDE (what the SDPA drop-in launches for full attention at D128 on
-    sm_90) through the CPU semantics of its PTX, bf16 inputs, two heads of 256."""
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_wide_lse_form_matches_float64_in_the_lowered_sm90_simulator_and_assembles_without_spills(
+        rng, tmp_path, causal):
+    """O and the log-sum-exp of LSE_WIDE (what the SDPA drop-in launches at D128 on sm_90) through the
+    CPU semantics of its PTX, bf16 inputs, two heads of 256."""
     def launch(q, k, v, o, lse):
-        kern, args = FA.lse_launch(q, k, v, o, lse, 256, False, wgmma=True)
+        kern, args = FA.lse_launch(q, k, v, o, lse, 256, causal, wgmma=True)
         assert kern.num_warps == 8
         return kern, args
-    ptx = lowered_lse_matches_float64(rng, 256, 128, False, launch, tmp_path)
-    assert "setmaxnreg" in ptx and "cp.async.bulk.tensor" in ptx
+    ptx = lowered_lse_matches_float64(rng, 256, 128, causal, launch, tmp_path)
+    assert "setmaxnreg" in ptx and "cp.async.bulk.tensor" in ptx and "bar.sync" in ptx
 
 
 # ------------------------------------------------------------------ infer_launch: no log-sum-exp wanted
