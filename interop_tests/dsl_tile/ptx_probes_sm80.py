@@ -489,6 +489,31 @@ def _turn_barriers() -> Probe:
     return Probe("bar.sync.turn + bar.arrive.turn", n, build, inputs, reference)
 
 
+def _warpgroup_barriers() -> Probe:
+    """Two warpgroups (256 threads) each write their 128 words of shared memory, meet on a barrier of
+    their own (4 and 5, 128 threads each: a warpgroup's own epilogue, lower/store_tma.py) and read the
+    word of the thread 32 lanes on in their warpgroup, a word another warp wrote."""
+    n = 256
+
+    def build(b: Builder) -> None:
+        x, out = b.array("x", U32), b.array("out", U32, out=True)
+        sh = b.shared_array("groups", U32, n)
+        b.store(sh, b.tid, b.load(x, b.tid))
+        b.when(N.Compare("lt", b.tid, c32(128)), lambda: b.asm("bar.sync.warpgroup", barrier=4, first=0))
+        b.when(N.Compare("ge", b.tid, c32(128)), lambda: b.asm("bar.sync.warpgroup", barrier=5, first=0))
+        group = binop("mul", binop("floordiv", b.tid, c32(128)), c32(128))
+        b.store(out, b.tid, b.load(sh, binop("add", group, binop("mod", binop("add", b.tid, c32(32)), c32(128)))))
+
+    def inputs(rng):
+        return {"x": rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32),
+                "out": np.full(n, SENTINEL, np.uint32)}
+
+    def reference(a):
+        x = a["x"]
+        return {"out": np.concatenate([np.roll(x[:128], -32), np.roll(x[128:], -32)])}
+    return Probe("bar.sync.warpgroup", n, build, inputs, reference)
+
+
 def probes() -> list[Probe]:
     return [
         _store_v2(F32, "st.global.v2.f32"), _store_v2(U32, "st.global.v2.b32"), _opaque(),
@@ -497,7 +522,7 @@ def probes() -> list[Probe]:
         _mma_packed("m16n8k16", "f16", "f16"), _mma_packed("m16n8k16", "bf16", "bf16"),
         _mma_packed("m16n8k8", "tf32", "tf32"), _mma_packed("m16n8k32", "e4m3", "e4m3"),
         _mma_packed("m16n8k32", "e5m2", "e4m3"), _mma_elements("f16"), _mma_elements("bf16"),
-        _named_barrier(), _turn_barriers(), _vector_run(F16, 8, True), _vector_run(BF16, 2, False), _vector_run(F32, 4, False),
+        _named_barrier(), _turn_barriers(), _warpgroup_barriers(), _vector_run(F16, 8, True), _vector_run(BF16, 2, False), _vector_run(F32, 4, False),
         _vector_run(U32, 2, True), _vector_run(F64, 2, True), _vector_run(I64, 2, False),
         _vector_run(F32, 1, True), _vector_run(F64, 1, False),
     ]

@@ -77,14 +77,17 @@ def test_the_lowered_sm90_fused_backward_matches_float64(rng, form, d, causal):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
 
 
-@pytest.mark.parametrize("form", ["TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ",
-                                  "TMA ring + TMA reduce dQ, K V swizzled, batched products"])
-def test_the_tma_copies_are_right_when_they_read_late(monkeypatch, rng, form):
+@pytest.mark.parametrize("form,d", [("TMA ring + TMA reduce dQ", 64), ("128x64 w8, TMA ring + TMA reduce dQ", 64),
+                                    ("TMA ring + TMA reduce dQ, K V swizzled, batched products", 64),
+                                    ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled", 64),
+                                    ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled", 128)])
+def test_the_tma_copies_are_right_when_they_read_late(monkeypatch, rng, form, d):
     """KB_SIM_TMA_LANDING=wait: each dQ tile is read at the wait before the next query block's tile is
     staged, and the dK and dV tiles (staged in the drained ring's stages) at the block's last wait, the
-    latest the copy engine may."""
+    latest the copy engine may. The 8-warp swizzled forms' warpgroups each stage and add their own dQ
+    columns (store_tma.warpgroup_split), each warpgroup's first thread waiting for its own adds."""
     monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
-    seq, d = 256, 64
+    seq = 256
     q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
     grads = lowered_backward(q, k, v, dout, seq, False, form)
     for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, False)):
@@ -179,7 +182,7 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads"): 8,
           # lazy_waits: dP^T's and dK's accumulators live beside dV's and dK's at D128
           (64, "TMA ring + TMA reduce dQ, K V swizzled, lazy waits"): 0,
-          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 12,
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 16,
           (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 80}
 
 
@@ -197,7 +200,11 @@ def test_ptxas_assembles_the_fused_kernel(tmp_path, d, form):
     kern, args = steps[1]
     ptx = kern.compile(args, "sm_90").ptx
     assert ("wgmma.mma_async" in ptx) == (d < 256)         # D256: mma.sync (no wgmma tile fits, as two-kernel)
+    # one reduce-add a 128-byte slab of dQ's row block; where the two warpgroups hold their own columns of
+    # dQ (8 warps, dQ on wgmma), each issues its own half behind its own barrier (store_tma.warpgroup_split)
     assert ptx.count(REDUCE) == d * 4 // 128 if tma else "atom.global.add.f32" in ptx
+    by_warpgroup = form.startswith("128x64 w8") and "K V swizzled" in form and ", ws " not in form
+    assert ("bar.sync 4, 128;" in ptx and "bar.sync 5, 128;" in ptx) == by_warpgroup
     assert spill_bytes(ptxas_verbose(ptx, "sm_90a", tmp_path)) <= spills
 
 

@@ -23,6 +23,18 @@ Ordering: every thread's writes, fence.proxy.async (generic-proxy writes before 
 reads), a barrier, then the leader's copies and commit. Before the staging tile is written, every
 time (another round, tile, store or loop iteration may have used it last), the leader waits with
 wait_group.read 0 and the block meets after it; once more at the kernel's end, before the block exits.
+
+By warpgroup: where the tile program has two or more warpgroups and each holds its own part of the
+tile (warps that split M only: warpgroup g's rows; warpgroups that split N, MmaLayout by_warpgroup:
+its whole slabs), each warpgroup stages and copies its part on its own, its thread 0 the leader and a
+named barrier of its 128 threads (WG_BARRIER0 + g) in place of the block's, so a warpgroup that is
+done need not wait for the other: the fused attention backward's dQ adds, two block barriers of its
+step fewer. Only TMA reduce-adds, into a staging tile of their own for that split (slot
+"tma_reduce_cols", ...), so a warpgroup never rewrites a part that another warpgroup's copies may
+still read (stores stage in reused operand stages, rings or a persistent kernel's own tile, and keep
+the block's barriers); not under a warp-specialised split (its consumers' 240 registers spill with
+the branches). In a kernel of two or more warpgroups every warpgroup's thread 0 waits for its copies
+before any staging tile is rewritten and before it exits.
 """
 from __future__ import annotations
 
@@ -35,6 +47,8 @@ from dsl.tile.lower.store import pairs_ok
 
 ROW_BYTES = 128          # one swizzle row: a slab's row
 MAX_BOX = 256            # TMA box extents
+WG_BARRIER0 = 4          # named barriers 4 + g: warpgroup g's own epilogue (0: the block, 1: the consumers,
+                         # 2 and 3: the ping-pong turns, matmul/pingpong.py)
 
 
 def tma_store_ok(L, p, v: LV) -> bool:
@@ -86,7 +100,8 @@ def _tensor_map(L, p, box: tuple[int, int]) -> N.Expr:
     return L.store_maps[p.name][0]
 
 
-SLOTS = ("tma_store", "tma_reduce")     # the scratch slots of staging tiles of their own
+# the scratch slots of staging tiles of their own: the block's, and those a warpgroup split stages in
+SLOTS = tuple(f"{kind}{split}" for kind in ("tma_store", "tma_reduce") for split in ("", "_rows", "_cols"))
 
 
 def staging_bytes(L) -> int:
@@ -182,11 +197,12 @@ def reduce_tma(L, s, v: LV) -> None:
     L.relied.add(s.param.name)
     bm, bn = v.layout.shape
     w = ROW_BYTES // 4
-    base = _staging(L, bm * bn * 4, slot="tma_reduce", reuse=False)
+    split = warpgroup_split(L, v, bn // w, bn // w)
+    base = _staging(L, bm * bn * 4, slot="tma_reduce" + (f"_{split}" if split else ""), reuse=False)
     row0, col0 = (L.tmp(N.BinOp("mul", N.Cast(L.scalar(e), I32), c32(t), I32), "epo")
                   for e, t in zip(s.region, (bm, bn)))
-    _stage_and_copy(L, "cp.reduce.async.bulk.tensor.2d.add", _tensor_map(L, s.param, (bm, w)), v, base, bm, w,
-                    row0, col0, bn // w)
+    _stage_and_copy(L, "cp.reduce.async.bulk.tensor.2d.add", _tensor_map(L, s.param, _box(L, bm, w, split)), v,
+                    base, bm, w, row0, col0, bn // w, split)
 
 
 def _write_pairs(L, v: LV, base: N.Expr, bm: int, slabs: range) -> None:
@@ -218,23 +234,61 @@ def store_tma(L, p, v: LV, s=None) -> None:
     w = ROW_BYTES // v.dtype.itemsize
     slabs = bn // w
     group = L.staging_slabs.get((bm, bn), slabs) if L.persistent and v.layout.wn == 1 else slabs
+    split = None                # stores keep the block's barriers (the reduce-adds split: warpgroup_split)
     base = _staging(L, bm * group * ROW_BYTES, closing=s is not None and _closing(L, s))
     ids = L.tile_ids(p)
     row0 = L.tmp(N.BinOp("mul", N.Cast(ids[0], I32), c32(bm), I32), "epr")
     col0 = L.tmp(N.BinOp("mul", N.Cast(ids[1], I32), c32(bn), I32), "epc")
-    _stage_and_copy(L, "cp.async.bulk.tensor.2d.store", _tensor_map(L, p, (bm, w)), v, base, bm, w, row0, col0,
-                    group)
+    _stage_and_copy(L, "cp.async.bulk.tensor.2d.store", _tensor_map(L, p, _box(L, bm, w, split)), v, base, bm, w,
+                    row0, col0, group, split)
 
 
-def _stage_and_copy(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0, group: int) -> None:
+def warpgroup_split(L, v: LV, group: int, slabs: int) -> str | None:
+    """How each warpgroup holds its own part of `v`'s tile: "rows" (warps split M only, so warpgroup g
+    has rows g BM / G ..), "cols" (warpgroups split N, each whole slabs), or None (the block stages it
+    together: one warpgroup, persistent rounds of fewer slabs, other layouts)."""
+    groups = L.T // 128
+    lay = v.layout
+    if groups < 2 or L.T % 128 or L.cc < 90 or group != slabs or not isinstance(lay, MmaLayout):
+        return None
+    if L.ws_tid is not None:    # under setmaxnreg's 240 registers the warpgroups' branches spill (ptxas: 8
+        return None             # -> 48-84 bytes in the fused backward's producer-warpgroup forms at D128)
+    bm, bn = lay.shape
+    if lay.by_warpgroup:
+        return "cols" if lay.wn == groups and bn // groups * v.dtype.itemsize % ROW_BYTES == 0 else None
+    return "rows" if lay.wn == 1 and lay.wm == L.T // 32 and bm % (8 * groups) == 0 else None
+
+
+def _box(L, bm: int, w: int, split: str | None) -> tuple[int, int]:
+    """The copies' box: [BM, W], or a warpgroup's rows of it."""
+    return (bm // (L.T // 128), w) if split == "rows" else (bm, w)
+
+
+def _leaders(L) -> N.Expr:
+    """The threads that issue and wait for copies: thread 0, or each warpgroup's first thread once a
+    warpgroup split staged (L.wg_copies: any of them may have copies of its own in flight)."""
+    if L.wg_copies:
+        return L.tmp(N.Compare("eq", N.BinOp("and_", L.geo.tid, c32(127), I32), c32(0)), "epl")
+    return L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
+
+
+def _stage_and_copy(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0, group: int,
+                    split: str | None = None) -> None:
     """Stage `v` at `base` `group` slabs at a time and copy each round out with the bulk tensor copies of
-    `family` (a store or a reduce-add) by the leader, who waits for them before the kernel ends."""
+    `family` (a store or a reduce-add) by the leader, who waits for them before the kernel ends; with
+    `split` (warpgroup_split) each warpgroup its own part."""
     L.arch_specific = True
+    if _drain not in L.after_tiles:
+        L.after_tiles.append(_drain)
+    if split is not None:
+        _by_warpgroup(L, family, tmap, v, base, bm, w, row0, col0, split)
+        return
     leader = L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
     for first in range(0, v.layout.shape[1] // w, group):
         # the copies of the staging tile's last use (an earlier round, tile, store or loop iteration)
         # have read it, and every thread is past that point (and every warpgroup past its last read
-        # of reused operand stages): the leader's wait alone would let the others write early
+        # of reused operand stages): the leader's wait alone would let the others write early. (A
+        # warpgroup split stages in a tile of its own: no other leader's copies read this one.)
         await_reads(L, leader)
         L.sync()
         _write_pairs(L, v, base, bm, range(first, first + group))
@@ -242,8 +296,50 @@ def _stage_and_copy(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, co
         L.sync()
         L.emit(N.If(leader, L.block_of(lambda first=first: _issue(L, family, tmap, base, bm, w, row0, col0,
                                                                   range(first, first + group))), []))
-    if _drain not in L.after_tiles:
-        L.after_tiles.append(_drain)
+
+
+def _by_warpgroup(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0, split: str) -> None:
+    """Each warpgroup stages its part of the tile (its threads' pairs lie there) and its thread 0 copies
+    it out, a named barrier of the warpgroup's 128 threads around the writes. One branch a warpgroup
+    (uniform in each warp), so barrier ids and offsets are immediates: no register live across a loop."""
+    from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
+    groups = L.T // 128
+    wg = L.tmp(N.BinOp("rshift", L.geo.tid, c32(7), I32), "epg")
+    L.wg_copies = True
+    leader = _leaders(L)
+    first = WS_PRODUCERS if L.ws_tid is not None else 0
+    slabs = v.layout.shape[1] // w
+
+    def each(emit) -> None:
+        chain: list = []
+        for g in range(groups):
+            chain.append((N.Compare("eq", wg, c32(g)), L.block_of(lambda g=g: emit(g))))
+        stmt = None
+        for cond, block in reversed(chain[1:]):
+            stmt = N.If(cond, block, [stmt] if stmt is not None else [])
+        L.emit(N.If(N.Compare("eq", wg, c32(0)), chain[0][1], [stmt] if stmt is not None else []))
+
+    def meet(g: int) -> None:
+        L.asm("bar.sync.warpgroup", barrier=WG_BARRIER0 + g, first=first)
+
+    def issue(g: int) -> None:
+        if split == "rows":         # every slab, this warpgroup's rows of it
+            part = bm // groups
+            for s in range(slabs):
+                at = N.BinOp("add", base, N.Const(s * bm * ROW_BYTES + g * part * ROW_BYTES, U32), U32)
+                L.asm(family, [tmap, N.BinOp("add", col0, c32(s * w), I32),
+                               N.BinOp("add", row0, c32(g * part), I32), at])
+        else:                       # this warpgroup's slabs
+            mine = slabs // groups
+            for s in range(g * mine, (g + 1) * mine):
+                at = N.BinOp("add", base, N.Const(s * bm * ROW_BYTES, U32), U32)
+                L.asm(family, [tmap, N.BinOp("add", col0, c32(s * w), I32), row0, at])
+        L.asm("cp.async.bulk.commit_group")
+    await_reads(L, leader)
+    each(meet)
+    _write_pairs(L, v, base, bm, range(0, slabs))
+    L.asm("fence.proxy.async")
+    each(lambda g: (meet(g), L.emit(N.If(leader, L.block_of(lambda: issue(g)), []))))
 
 
 def _wait_reads(L, leader: N.Expr) -> None:
@@ -265,5 +361,5 @@ def await_reads(L, leader: N.Expr) -> None:
 
 
 def _drain(L) -> None:
-    """The leader's wait for the block's last copies, before it exits."""
-    _wait_reads(L, N.Compare("eq", L.geo.tid, c32(0)))
+    """The leaders' wait for the block's last copies, before they exit."""
+    _wait_reads(L, _leaders(L))

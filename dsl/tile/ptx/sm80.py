@@ -281,6 +281,20 @@ def named_barrier(first: int) -> Callable:
     return semantics(run, machine=True, per_thread=True)
 
 
+def warpgroup_barrier(first: int) -> Callable:
+    """bar.sync 4 + g, 128: the 128 threads of warpgroup g of the tile program (tid.x from `first` on)
+    meet; every running thread of each warpgroup that reaches it must, block by block."""
+    def run(args: list, mach, lanes: np.ndarray) -> None:
+        arrived = np.zeros(mach.L, bool)
+        arrived[lanes] = True
+        rel = mach.lanes.tid_lin - first
+        key = np.where(rel >= 0, np.arange(mach.L) // mach.lanes.T * 64 + rel // 128, -1)
+        want = mach.live() & np.isin(key, np.unique(key[arrived]))
+        if mach.partial_barrier(arrived, want) is not None:
+            raise SimulationError("simulator: a warpgroup's named barrier reached by only part of its threads")
+    return semantics(run, machine=True, per_thread=True)
+
+
 def turn_sync(barrier: int) -> Callable:
     """bar.sync b, n of a consumer warpgroup's turn (matmul/pingpong.py): the lock-step simulator runs
     both warpgroups as one instruction stream, so there is nothing to order; the protocol is checked

@@ -185,6 +185,10 @@ _ROWS = (
               True, 70, "sm80:named_barrier", "named barrier `barrier` of `threads` threads, those from "
               "tid.x `first` on (a warp-specialised kernel's consumers)", ("barrier", "threads", "first"),
               ("first",)),
+    PtxFamily("bar.sync.warpgroup", lambda barrier, first: f"bar.sync {barrier}, 128;", "", VOID, True, 70,
+              "sm80:warpgroup_barrier", "named barrier `barrier` (WG_BARRIER0 + g) of the 128 threads of the tile "
+              "program's warpgroup g, those from tid.x `first` on: a warpgroup's own epilogue "
+              "(lower/store_tma.py)", ("barrier", "first"), ("first",)),
     PtxFamily("bar.sync.turn", lambda barrier, threads: f"bar.sync {barrier}, {threads};", "", VOID, True, 70,
               "sm80:turn_sync", "wait on named barrier `barrier` until `threads` threads arrived: a consumer "
               "warpgroup's turn (matmul/pingpong.py); orders nothing in the lock-step simulator",
