@@ -20,6 +20,7 @@ from dsl import TypeVar, f32, tile
 from dsl.tile import ir as T
 from dsl.tile.lower.matmul.hoist import hoist_products
 from dsl.tile.switches import check_lowering, switches_key
+from test_tile_product_batches import args
 
 ROOT = Path(__file__).resolve().parents[2]
 E = TypeVar("E")
@@ -28,27 +29,19 @@ E = TypeVar("E")
 @tile.kernel(num_warps=4)
 def product_math_product(a: tile.Array[E, 2], b: tile.Array[E, 2], c: tile.Array[E, 2], x: tile.Partition[f32, 2],
                          y: tile.Partition[f32, 2], n: tile.Constant):
-    """Per key block: s = A B^T, then math on s, then u = A C^T, which does not need s."""
+    """Per key block: s = A B^T, then math on s, then u = A C^T, which does not need s (the arguments of
+    test_tile_product_batches.two_products)."""
     bm, d = x.tile_shape
-    i = tile.bid(0)
-    ai = tile.load(a, (i, 0), (bm, d))
-    sx = tile.zeros((bm, d), f32)
-    sy = tile.zeros((bm, d), f32)
+    rows = tile.load(a, (tile.bid(0), 0), (bm, d))
+    exps, sums = tile.zeros((bm, d), f32), tile.zeros((bm, d), f32)
     for j in range(n):
-        s = tile.matmul(ai, tile.transpose(tile.load(b, (j, 0), (d, d))))
+        s = tile.matmul(rows, tile.transpose(tile.load(b, (j, 0), (d, d))))
         t = tile.exp2(s * 0.125)
-        u = tile.matmul(ai, tile.transpose(tile.load(c, (j, 0), (d, d))))
-        sx = sx + t
-        sy = sy + u
-    x.store(sx)
-    y.store(sy)
-
-
-def args(rng, rows=128, d=64, n=3):
-    a = rng.standard_normal((rows, d)).astype(ml_dtypes.bfloat16)
-    b, c = (rng.standard_normal((n * d, d)).astype(ml_dtypes.bfloat16) for _ in range(2))
-    x, y = (np.full((rows, d), np.nan, np.float32) for _ in range(2))
-    return (a, b, c, tile.partition(x, (64, d)), tile.partition(y, (64, d)), n), x, y
+        u = tile.matmul(rows, tile.transpose(tile.load(c, (j, 0), (d, d))))
+        exps = exps + t
+        sums = sums + u
+    x.store(exps)
+    y.store(sums)
 
 
 def kernel(**lowering):
@@ -63,10 +56,10 @@ def test_a_product_moves_up_behind_the_last_statement_it_depends_on_and_no_furth
     a = args(np.random.default_rng(0))[0]
     fn = product_math_product.tile_ir(*a)
     loop = next(s for s in fn.body if isinstance(s, T.For))
-    assert _names(loop.body) == ["s", "t", "u", "sx", "sy"]
+    assert _names(loop.body) == ["s", "t", "u", "exps", "sums"]
     moved = next(s for s in hoist_products(fn).body if isinstance(s, T.For))
-    assert _names(moved.body) == ["s", "u", "t", "sx", "sy"]        # u passes t, not the product s
-    assert _names(loop.body) == ["s", "t", "u", "sx", "sy"]         # the cached IR is left as it was
+    assert _names(moved.body) == ["s", "u", "t", "exps", "sums"]        # u passes t, not the product s
+    assert _names(loop.body) == ["s", "t", "u", "exps", "sums"]         # the cached IR is left as it was
 
 
 def test_a_product_stays_behind_a_product_inside_an_expression_and_behind_what_it_reads():
@@ -111,10 +104,11 @@ def test_lazy_products_match_float64_in_the_lowered_simulator(monkeypatch, rng, 
         monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
     a, x, y = args(rng)
     kernel(loop_pipeline="tma", lazy_waits=True).simulate_lowered(*a, tensor_cores=True, arch="sm_90")
-    A, B, C = (np.asarray(v, np.float64) for v in a[:3])
-    n, d = a[5], A.shape[1]
-    want_x = sum(np.exp2((A @ B[j * d:(j + 1) * d].T) * 0.125) for j in range(n))
-    want_y = sum(A @ C[j * d:(j + 1) * d].T for j in range(n))
+    rows, keys, values = (np.asarray(v, np.float64) for v in a[:3])
+    blocks = a[5]
+    per_block = [m.reshape(blocks, -1, rows.shape[1]) for m in (keys, values)]
+    want_x = np.exp2(np.einsum("rd,jcd->jrc", rows, per_block[0]) * 0.125).sum(axis=0)
+    want_y = np.einsum("rd,jcd->rc", rows, per_block[1])
     np.testing.assert_allclose(x, want_x, rtol=2e-3, atol=1e-3)
     np.testing.assert_allclose(y, want_y, rtol=1e-3, atol=1e-3)
 
