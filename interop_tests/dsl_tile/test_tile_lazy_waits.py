@@ -100,8 +100,7 @@ def test_the_first_product_waits_with_the_second_in_flight_and_the_math_between(
 
 @pytest.mark.parametrize("landing", ["issue", "wait"])
 def test_lazy_products_match_float64_in_the_lowered_simulator(monkeypatch, rng, landing):
-    if landing == "wait":
-        monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
+    monkeypatch.setenv("KB_SIM_TMA_LANDING", landing)          # copies land at issue or at their wait
     a, x, y = args(rng)
     kernel(loop_pipeline="tma", lazy_waits=True).simulate_lowered(*a, tensor_cores=True, arch="sm_90")
     rows, keys, values = (np.asarray(v, np.float64) for v in a[:3])
