@@ -30,14 +30,13 @@ def _lv(shape, threads, wm, wn, by_warpgroup=False):
 
 def test_warpgroups_split_a_tile_only_where_each_holds_whole_slabs_of_its_own():
     # dQ of the 8-warp fused backward: two warpgroups, 64 f32 columns each (two 128-byte slabs)
-    assert warpgroup_split(_lowerer(256), _lv((64, 128), 256, 4, 2, True), 4, 4) == "cols"
-    assert warpgroup_split(_lowerer(256), _lv((64, 64), 256, 4, 2, True), 2, 2) == "cols"     # D64: a slab each
-    assert warpgroup_split(_lowerer(256), _lv((128, 128), 256, 8, 1), 4, 4) == "rows"         # warps split M
-    assert warpgroup_split(_lowerer(256), _lv((64, 32), 256, 4, 2, True), 1, 1) is None       # half a slab each
-    assert warpgroup_split(_lowerer(128), _lv((64, 128), 128, 4, 1), 4, 4) is None            # one warpgroup
-    assert warpgroup_split(_lowerer(256, cc=80), _lv((64, 128), 256, 4, 2, True), 4, 4) is None
-    assert warpgroup_split(_lowerer(256, ws=True), _lv((64, 128), 256, 4, 2, True), 4, 4) is None
-    assert warpgroup_split(_lowerer(256), _lv((128, 128), 256, 8, 1), 2, 4) is None           # rounds of slabs
+    assert warpgroup_split(_lowerer(256), _lv((64, 128), 256, 4, 2, True), 4)
+    assert warpgroup_split(_lowerer(256), _lv((64, 64), 256, 4, 2, True), 2)         # D64: a slab each
+    assert not warpgroup_split(_lowerer(256), _lv((64, 32), 256, 4, 2, True), 1)     # half a slab each
+    assert not warpgroup_split(_lowerer(256), _lv((128, 128), 256, 8, 1), 4)         # warps split M
+    assert not warpgroup_split(_lowerer(128), _lv((64, 128), 128, 4, 1), 4)          # one warpgroup
+    assert not warpgroup_split(_lowerer(256, cc=80), _lv((64, 128), 256, 4, 2, True), 4)
+    assert not warpgroup_split(_lowerer(256, ws=True), _lv((64, 128), 256, 4, 2, True), 4)
 
 
 def _machine(blocks: int, threads: int):

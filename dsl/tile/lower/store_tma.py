@@ -24,17 +24,16 @@ reads), a barrier, then the leader's copies and commit. Before the staging tile 
 time (another round, tile, store or loop iteration may have used it last), the leader waits with
 wait_group.read 0 and the block meets after it; once more at the kernel's end, before the block exits.
 
-By warpgroup: where the tile program has two or more warpgroups and each holds its own part of the
-tile (warps that split M only: warpgroup g's rows; warpgroups that split N, MmaLayout by_warpgroup:
-its whole slabs), each warpgroup stages and copies its part on its own, its thread 0 the leader and a
-named barrier of its 128 threads (WG_BARRIER0 + g) in place of the block's, so a warpgroup that is
-done need not wait for the other: the fused attention backward's dQ adds, two block barriers of its
-step fewer. Only TMA reduce-adds, into a staging tile of their own for that split (slot
-"tma_reduce_cols", ...), so a warpgroup never rewrites a part that another warpgroup's copies may
-still read (stores stage in reused operand stages, rings or a persistent kernel's own tile, and keep
-the block's barriers); not under a warp-specialised split (its consumers' 240 registers spill with
-the branches). In a kernel of two or more warpgroups every warpgroup's thread 0 waits for its copies
-before any staging tile is rewritten and before it exits.
+By warpgroup (warpgroup_split): where the tile program has two or more warpgroups that split N of a
+reduce-add's tile (MmaLayout by_warpgroup: each holds whole slabs of its own, as the 8-warp fused
+attention backward's dQ), each warpgroup stages and adds its slabs on its own, its thread 0 the
+leader and a named barrier of its 128 threads (WG_BARRIER0 + g) in place of the block's, so a
+warpgroup that is done need not wait for the other: two block barriers of the backward's step fewer.
+Into a staging tile of its own (slot "tma_reduce_by_warpgroup"), so a warpgroup never rewrites a part
+that another warpgroup's copies may still read (stores stage in reused operand stages, rings or a
+persistent kernel's own tile, and keep the block's barriers); not under a warp-specialised split (its
+consumers' 240 registers spill with the branches). Once a kernel splits, every warpgroup's thread 0
+waits for its copies before it exits.
 """
 from __future__ import annotations
 
@@ -100,8 +99,7 @@ def _tensor_map(L, p, box: tuple[int, int]) -> N.Expr:
     return L.store_maps[p.name][0]
 
 
-# the scratch slots of staging tiles of their own: the block's, and those a warpgroup split stages in
-SLOTS = tuple(f"{kind}{split}" for kind in ("tma_store", "tma_reduce") for split in ("", "_rows", "_cols"))
+SLOTS = ("tma_store", "tma_reduce", "tma_reduce_by_warpgroup")    # the scratch slots of staging tiles of their own
 
 
 def staging_bytes(L) -> int:
@@ -197,12 +195,12 @@ def reduce_tma(L, s, v: LV) -> None:
     L.relied.add(s.param.name)
     bm, bn = v.layout.shape
     w = ROW_BYTES // 4
-    split = warpgroup_split(L, v, bn // w, bn // w)
-    base = _staging(L, bm * bn * 4, slot="tma_reduce" + (f"_{split}" if split else ""), reuse=False)
+    split = warpgroup_split(L, v, bn // w)
+    base = _staging(L, bm * bn * 4, slot="tma_reduce_by_warpgroup" if split else "tma_reduce", reuse=False)
     row0, col0 = (L.tmp(N.BinOp("mul", N.Cast(L.scalar(e), I32), c32(t), I32), "epo")
                   for e, t in zip(s.region, (bm, bn)))
-    _stage_and_copy(L, "cp.reduce.async.bulk.tensor.2d.add", _tensor_map(L, s.param, _box(L, bm, w, split)), v,
-                    base, bm, w, row0, col0, bn // w, split)
+    _stage_and_copy(L, "cp.reduce.async.bulk.tensor.2d.add", _tensor_map(L, s.param, (bm, w)), v, base, bm, w,
+                    row0, col0, bn // w, split)
 
 
 def _write_pairs(L, v: LV, base: N.Expr, bm: int, slabs: range) -> None:
@@ -234,34 +232,24 @@ def store_tma(L, p, v: LV, s=None) -> None:
     w = ROW_BYTES // v.dtype.itemsize
     slabs = bn // w
     group = L.staging_slabs.get((bm, bn), slabs) if L.persistent and v.layout.wn == 1 else slabs
-    split = None                # stores keep the block's barriers (the reduce-adds split: warpgroup_split)
     base = _staging(L, bm * group * ROW_BYTES, closing=s is not None and _closing(L, s))
     ids = L.tile_ids(p)
     row0 = L.tmp(N.BinOp("mul", N.Cast(ids[0], I32), c32(bm), I32), "epr")
     col0 = L.tmp(N.BinOp("mul", N.Cast(ids[1], I32), c32(bn), I32), "epc")
-    _stage_and_copy(L, "cp.async.bulk.tensor.2d.store", _tensor_map(L, p, _box(L, bm, w, split)), v, base, bm, w,
-                    row0, col0, group, split)
+    _stage_and_copy(L, "cp.async.bulk.tensor.2d.store", _tensor_map(L, p, (bm, w)), v, base, bm, w, row0, col0,
+                    group)
 
 
-def warpgroup_split(L, v: LV, group: int, slabs: int) -> str | None:
-    """How each warpgroup holds its own part of `v`'s tile: "rows" (warps split M only, so warpgroup g
-    has rows g BM / G ..), "cols" (warpgroups split N, each whole slabs), or None (the block stages it
-    together: one warpgroup, persistent rounds of fewer slabs, other layouts)."""
+def warpgroup_split(L, v: LV, slabs: int) -> bool:
+    """Does each of the tile program's two or more warpgroups hold whole slabs of its own of `v`'s
+    tile (warpgroups that split N, MmaLayout by_warpgroup), so that it may stage and copy them alone."""
     groups = L.T // 128
     lay = v.layout
-    if groups < 2 or L.T % 128 or L.cc < 90 or group != slabs or not isinstance(lay, MmaLayout):
-        return None
+    if groups < 2 or L.T % 128 or L.cc < 90 or not isinstance(lay, MmaLayout) or not lay.by_warpgroup:
+        return False
     if L.ws_tid is not None:    # under setmaxnreg's 240 registers the warpgroups' branches spill (ptxas: 8
-        return None             # -> 48-84 bytes in the fused backward's producer-warpgroup forms at D128)
-    bm, bn = lay.shape
-    if lay.by_warpgroup:
-        return "cols" if lay.wn == groups and bn // groups * v.dtype.itemsize % ROW_BYTES == 0 else None
-    return "rows" if lay.wn == 1 and lay.wm == L.T // 32 and bm % (8 * groups) == 0 else None
-
-
-def _box(L, bm: int, w: int, split: str | None) -> tuple[int, int]:
-    """The copies' box: [BM, W], or a warpgroup's rows of it."""
-    return (bm // (L.T // 128), w) if split == "rows" else (bm, w)
+        return False            # -> 48-84 bytes in the fused backward's producer-warpgroup forms at D128)
+    return lay.wn == groups and slabs % groups == 0 and lay.shape[1] // groups * v.dtype.itemsize % ROW_BYTES == 0
 
 
 def _leaders(L) -> N.Expr:
@@ -273,15 +261,15 @@ def _leaders(L) -> N.Expr:
 
 
 def _stage_and_copy(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0, group: int,
-                    split: str | None = None) -> None:
+                    by_warpgroup: bool = False) -> None:
     """Stage `v` at `base` `group` slabs at a time and copy each round out with the bulk tensor copies of
     `family` (a store or a reduce-add) by the leader, who waits for them before the kernel ends; with
-    `split` (warpgroup_split) each warpgroup its own part."""
+    `by_warpgroup` (warpgroup_split) each warpgroup its own slabs."""
     L.arch_specific = True
     if _drain not in L.after_tiles:
         L.after_tiles.append(_drain)
-    if split is not None:
-        _by_warpgroup(L, family, tmap, v, base, bm, w, row0, col0, split)
+    if by_warpgroup:
+        _by_warpgroup(L, family, tmap, v, base, bm, w, row0, col0)
         return
     leader = L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
     for first in range(0, v.layout.shape[1] // w, group):
@@ -298,9 +286,9 @@ def _stage_and_copy(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, co
                                                                   range(first, first + group))), []))
 
 
-def _by_warpgroup(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0, split: str) -> None:
-    """Each warpgroup stages its part of the tile (its threads' pairs lie there) and its thread 0 copies
-    it out, a named barrier of the warpgroup's 128 threads around the writes. One branch a warpgroup
+def _by_warpgroup(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0) -> None:
+    """Each warpgroup stages its slabs of the tile (its threads' pairs lie there) and its thread 0 copies
+    them out, a named barrier of the warpgroup's 128 threads around the writes. One branch a warpgroup
     (uniform in each warp), so barrier ids and offsets are immediates: no register live across a loop."""
     from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
     groups = L.T // 128
@@ -309,31 +297,22 @@ def _by_warpgroup(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0
     leader = _leaders(L)
     first = WS_PRODUCERS if L.ws_tid is not None else 0
     slabs = v.layout.shape[1] // w
+    mine = slabs // groups
 
     def each(emit) -> None:
-        chain: list = []
-        for g in range(groups):
-            chain.append((N.Compare("eq", wg, c32(g)), L.block_of(lambda g=g: emit(g))))
-        stmt = None
-        for cond, block in reversed(chain[1:]):
-            stmt = N.If(cond, block, [stmt] if stmt is not None else [])
-        L.emit(N.If(N.Compare("eq", wg, c32(0)), chain[0][1], [stmt] if stmt is not None else []))
+        """emit(g) for warpgroup g, in an if / else-if chain on the warpgroup index."""
+        rest: list = []
+        for g in reversed(range(groups)):
+            rest = [N.If(N.Compare("eq", wg, c32(g)), L.block_of(lambda g=g: emit(g)), rest)]
+        L.emit(rest[0])
 
     def meet(g: int) -> None:
         L.asm("bar.sync.warpgroup", barrier=WG_BARRIER0 + g, first=first)
 
     def issue(g: int) -> None:
-        if split == "rows":         # every slab, this warpgroup's rows of it
-            part = bm // groups
-            for s in range(slabs):
-                at = N.BinOp("add", base, N.Const(s * bm * ROW_BYTES + g * part * ROW_BYTES, U32), U32)
-                L.asm(family, [tmap, N.BinOp("add", col0, c32(s * w), I32),
-                               N.BinOp("add", row0, c32(g * part), I32), at])
-        else:                       # this warpgroup's slabs
-            mine = slabs // groups
-            for s in range(g * mine, (g + 1) * mine):
-                at = N.BinOp("add", base, N.Const(s * bm * ROW_BYTES, U32), U32)
-                L.asm(family, [tmap, N.BinOp("add", col0, c32(s * w), I32), row0, at])
+        for s in range(g * mine, (g + 1) * mine):
+            at = N.BinOp("add", base, N.Const(s * bm * ROW_BYTES, U32), U32)
+            L.asm(family, [tmap, N.BinOp("add", col0, c32(s * w), I32), row0, at])
         L.asm("cp.async.bulk.commit_group")
     await_reads(L, leader)
     each(meet)
