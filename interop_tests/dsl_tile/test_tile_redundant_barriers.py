@@ -1,8 +1,8 @@
 """Block barriers the tile lowering drops (dsl/tile/lower/barriers.py): a barrier right after another of
 the same block, with only statements between them that a barrier does not order (register arithmetic,
 descriptors, a TMA load and its mbarrier arming). Any shared or global access, fence or other
-instruction between them keeps the second. And the fused attention backward it applies to keeps its
-results (the lowered simulator, test_flash_attention_bwd_fused.py) with one barrier a step fewer."""
+instruction between them keeps the second. (The fused attention backward's 8-warp step, where it first
+dropped one, releases its ring stages by mbarrier arrivals since: its barriers are pinned here too.)"""
 from __future__ import annotations
 
 import ml_dtypes
@@ -53,11 +53,12 @@ def test_no_earlier_barrier_in_the_block_keeps_it():
     assert not redundant_barrier([assign(N.Const(1, I32))], named=False)
 
 
-def test_the_fused_backward_syncs_once_between_the_q_release_and_the_ds_staging():
-    """The 8-warp form's loop: after dK's wait, the barrier that releases the Q stage (its refill by the
-    leader follows) also orders the rewrite of dS^T's stage; 11 block barriers in the kernel, not 13 (and
-    since dQ's adds go by warpgroup, store_tma.warpgroup_split, two of the 13 are each warpgroup's own,
-    a pair of branches: 4 `bar.sync 4|5, 128`)."""
+def test_the_fused_backwards_8_warp_step_meets_only_where_both_warpgroups_must():
+    """The 8-warp form's loop: its ring stages are released by arrivals on their empty mbarriers (ring.py:
+    two warpgroups), not block barriers, so what stays is the pair around dS^T's staging for dQ (both
+    warpgroups' halves of dS^T) and each warpgroup's own two around its dQ adds (store_tma.py, a pair of
+    branches: 4 `bar.sync 4|5, 128`). 10 block barriers in the kernel (15 before 2026-12-05 night, 13
+    once this module dropped the one the Q stage's release barrier made redundant)."""
     d, seq, rows = 128, 256, 512
     bf = [np.zeros((rows, d), ml_dtypes.bfloat16) for _ in range(4)]
     form = "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads"
@@ -66,4 +67,5 @@ def test_the_fused_backward_syncs_once_between_the_q_release_and_the_ds_staging(
     kern, args = steps[1]
     ptx = kern.compile(args, "sm_90").ptx
     own = ptx.count("bar.sync 4, 128;") + ptx.count("bar.sync 5, 128;")
-    assert own == 4 and ptx.count("bar.sync") - own == 11
+    assert own == 4 and ptx.count("bar.sync") - own == 10
+    assert ptx.count("mbarrier.arrive.shared::cta.b64 _,") == 2          # Q's and dO's stage releases

@@ -169,7 +169,12 @@ def ring_done(L, pipe: Pipeline, i: int, n: N.Expr, last: bool | None = None) ->
                        N.BinOp("mul", pipe.step, N.Const(ring.S, I32), I32), I32), "rj")
     runs = N.Logical("and", ring.leader, N.Compare("lt", at, pipe.stop))
     nxt = N.BinOp("add", n, N.Const(ring.S, I32), I32)
-    L.emit(N.If(runs, L.block_of(lambda: R.issue(L, ring, i, nxt, index_at(L, pipe, pipe.stages[i].load, at))), []))
+
+    def refill() -> None:
+        if ring.arrivals:           # every warpgroup released iteration n's use of the stage
+            R.producer_wait(L, ring, i, nxt)
+        R.issue(L, ring, i, nxt, index_at(L, pipe, pipe.stages[i].load, at))
+    L.emit(N.If(runs, L.block_of(refill), []))
 
 
 def candidate_loads(L, s: T.For) -> list[tuple[T.Load, bool]] | None:

@@ -17,8 +17,11 @@ tile.load pads. A product waits on its stage's full barrier (phase n / S of iter
 cp.async groups and a block barrier.
 
 Who refills a stage once the product is done with it:
-- "tma": a block barrier (every warpgroup past the product's wait_group), then thread 0 copies
-  iteration n + S into it; iterations 0..S-1 are copied before the loop.
+- "tma": thread 0 copies iteration n + S into it once every warpgroup is past the product's
+  wait_group: with one warpgroup a block barrier; with two or more, each warpgroup's first thread
+  arrives on the stage's "empty" mbarrier and thread 0 waits for that phase (so a warpgroup never
+  waits for another at a release; thread 0's waits for the last one). Iterations 0..S-1 are copied
+  before the loop.
 - "ws" (ring_ws.py): a producer warpgroup of its own, whose thread 0 walks the loop's iterations and
   copies each load of iteration n once every consumer warpgroup released iteration n - S's stage:
   each warpgroup's first thread arrives on the stage's "empty" mbarrier (count: the consumer
@@ -68,11 +71,16 @@ class Ring:
     loads: list[T.Load]
     S: int
     ws: bool
-    consumers: int                      # warpgroups that release a stage (ws)
+    consumers: int                      # warpgroups that release a stage (ws, or tma with two or more)
     bases: list[N.Expr] = field(default_factory=list)   # aligned start of each load's S stages
     tmaps: list[N.Expr] = field(default_factory=list)
     bar0: N.Expr | None = None
     leader: N.Expr | None = None        # the thread that sets up and copies
+
+    @property
+    def arrivals(self) -> bool:
+        """Are stages released by arrivals on their empty mbarriers (not a block barrier)."""
+        return self.ws or self.consumers > 1
 
     def position(self, load: T.Load) -> int:
         return next(i for i, ld in enumerate(self.loads) if ld is load)
@@ -91,7 +99,7 @@ def make_ring(L, loads: list[T.Load], ws: bool) -> tuple[Ring, list[N.Expr]]:
     # issued was waited for, every product that read a stage completed before the loop's last release)
     bufs = [wgmma_stage(L, op.type.dtype, ring.S * _stage_bytes(op) // op.type.dtype.itemsize,
                         ("ring", i, ring.S * _stage_bytes(op), str(op.type.dtype))) for i, op in enumerate(loads)]
-    nbars = len(loads) * ring.S * (2 if ws else 1)
+    nbars = len(loads) * ring.S * (2 if ring.arrivals else 1)
     bars = N.SharedAlloc(f"ring_bars{len(L.extra_shared)}", ArrayType(U64, 1, writable=True, space="shared", shape=(nbars,)), align=8)
     L.extra_shared.append(bars)
     L.arch_specific = True
@@ -123,7 +131,7 @@ def set_up(L, ring: Ring) -> None:
         for i in range(len(ring.loads)):
             for st in range(ring.S):
                 L.asm("mbarrier.init", [ring.bar(i, c32(st))], count=1)
-                if ring.ws:
+                if ring.arrivals:
                     L.asm("mbarrier.init", [ring.bar(i, c32(st), True)], count=ring.consumers)
         L.asm("fence.mbarrier_init")
         for tmap in dict.fromkeys(ring.tmaps):
@@ -170,10 +178,11 @@ def wait_full(L, ring: Ring, i: int, n: N.Expr) -> N.Expr:
 
 
 def release(L, ring: Ring, i: int, n: N.Expr) -> None:
-    """After the wait_group that completes the product reading load i of iteration `n`: ws, each
-    consumer warpgroup's first thread arrives on the stage's empty barrier; tma, a block barrier (the
-    caller's leader then copies iteration n + S into the stage: pipeline.py)."""
-    if not ring.ws:
+    """After the wait_group that completes the product reading load i of iteration `n`: each
+    (consumer) warpgroup's first thread arrives on the stage's empty barrier; tma with one warpgroup,
+    a block barrier (tma: the caller's leader then copies iteration n + S into the stage: pipeline.py,
+    after producer_wait where there are arrivals)."""
+    if not ring.arrivals:
         L.sync()
         return
     stage, _ = stage_of(L, ring, n)
