@@ -131,7 +131,7 @@ LADDER: dict[str, dict | None] = {
     "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads": {**WS, "early_loads": True},
     # every product statement as early as its operands allow and waited for where its result is read
     # (lazy_waits, 2026-12-05 night): dP^T on the tensor cores during the softmax, dV during dS^T, dK while
-    # dS^T is staged for dQ. Untimed; spills at D128 (16 bytes on 8 warps, 80 with setmaxnreg), none at D64
+    # dS^T is staged for dQ. Untimed; spills at D128 (12 bytes on 8 warps, 80 with setmaxnreg), none at D64
     "TMA ring + TMA reduce dQ, K V swizzled, lazy waits": {**RING, "wgmma_a": "shared", "lazy_waits": True},
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits": {
         **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True},

@@ -182,7 +182,7 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads"): 8,
           # lazy_waits: dP^T's and dK's accumulators live beside dV's and dK's at D128
           (64, "TMA ring + TMA reduce dQ, K V swizzled, lazy waits"): 0,
-          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 16,
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 12,
           (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 80}
 
 
