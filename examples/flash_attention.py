@@ -242,29 +242,6 @@ def lse_kernel(d: int, wgmma: bool) -> Any:
     return variant(flash_fwd_lse, _TMA if wgmma and d == 128 else None)
 
 
-# The log-sum-exp forward's form on warpgroup MMA at D128, full and causal: the forward ladder's best rung, the
-# 128 x 128 tiles on a producer warpgroup with the causal chain, ping-pong and the product overlap (as
-# flash_fwd: 663.8 / 543.8 TFLOP/s against lse_kernel's 517 / 441, bf16 B4 H16 S4096, H100 2026-12-05; the
-# plain chain rung it replaces, full only: 592.3, H200 2026-12-04). Since 2026-12-05 night, untimed as
-# flash_fwd_lse and its GPU tests not yet run (lowered simulator against float64, ptxas without spills):
-# (query rows, key rows), warps, lowering
-LSE_WIDE = ((128, 128), 8, _OVERLAP_PINGPONG)
-
-
-def lse_launch(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool, scale: float | None = None,
-               group: int = 1, wgmma: bool | None = None) -> tuple[Any, tuple]:
-    """(kernel, arguments) of the log-sum-exp forward a caller should launch (the SDPA drop-in, the backward
-    examples): LSE_WIDE's 128 x 128 tiles on a producer warpgroup at D128 on warpgroup MMA when they
-    divide seq, else lse_kernel on launch_args_lse's tiles. Checked as launch_args_lse."""
-    on = on_warpgroup_mma(wgmma)
-    d = q.shape[1]
-    (bm, bn), warps, lowering = LSE_WIDE
-    if on and d == 128 and seq > 0 and seq % bm == 0 and seq % bn == 0:
-        args = launch_args_lse(q, k, v, out, lse, seq, causal, scale, group=group, tiles=(bm, bn))
-        return variant(flash_fwd_lse, lowering, warps), args
-    return lse_kernel(d, on), launch_args_lse(q, k, v, out, lse, seq, causal, scale, wgmma=on, group=group)
-
-
 # The forward a caller without gradients should launch (the SDPA drop-in under no_grad or on tensors that need
 # none), output in its own dtype: a fixed choice, since it runs inside CUDA-graph captures (autotuning times
 # candidates on a first call). On warpgroup MMA, flash_fwd_tuned's picks in the last bar run (H100, 2026-12-05
@@ -276,18 +253,50 @@ INFER_SM90: dict[int, tuple[tuple[int, int] | None, int | None, dict]] = {
     128: ((128, 128), 8, _OVERLAP_PINGPONG), 64: (None, None, _TMA)}
 
 
+# The log-sum-exp forward's form on warpgroup MMA at D128, full and causal: the forward ladder's best rung, the
+# 128 x 128 tiles on a producer warpgroup with the causal chain, ping-pong and the product overlap (as
+# flash_fwd: 663.8 / 543.8 TFLOP/s against lse_kernel's 517 / 441, bf16 B4 H16 S4096, H100 2026-12-05; the
+# plain chain rung it replaces, full only: 592.3, H200 2026-12-04). Since 2026-12-05 night, untimed as
+# flash_fwd_lse and its GPU tests not yet run (lowered simulator against float64, ptxas without spills):
+# (query rows, key rows), warps, lowering: the inference form at D128
+LSE_WIDE = INFER_SM90[128]
+
+
+def lse_launch(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool, scale: float | None = None,
+               group: int = 1, wgmma: bool | None = None) -> tuple[Any, tuple]:
+    """(kernel, arguments) of the log-sum-exp forward a caller should launch (the SDPA drop-in, the backward
+    examples): LSE_WIDE's 128 x 128 tiles on a producer warpgroup at D128 on warpgroup MMA when they
+    divide seq, else lse_kernel on launch_args_lse's tiles. Checked as launch_args_lse."""
+    on = on_warpgroup_mma(wgmma)
+    d = q.shape[1]
+    form = fitting(LSE_WIDE if on and d == 128 else None, seq)
+    if form is not None:
+        tiles, warps, lowering = form
+        args = launch_args_lse(q, k, v, out, lse, seq, causal, scale, group=group, tiles=tiles)
+        return variant(flash_fwd_lse, lowering, warps), args
+    return lse_kernel(d, on), launch_args_lse(q, k, v, out, lse, seq, causal, scale, wgmma=on, group=group)
+
+
+def fitting(form: tuple | None, seq: int) -> tuple | None:
+    """A fixed form ((query rows, key rows) or None for launch_args' own, warps, lowering) where its
+    tiles divide `seq`, else None."""
+    if form is None or form[0] is None:
+        return form
+    rows, keys = form[0]
+    return form if seq > 0 and seq % rows == 0 and seq % keys == 0 else None
+
+
 def infer_launch(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale: float | None = None,
                  group: int = 1, wgmma: bool | None = None) -> tuple[Any, tuple]:
     """(kernel, arguments) of flash_fwd for a caller that needs no log-sum-exp (inference): INFER_SM90's
     form for the head dim on warpgroup MMA where its tiles divide seq, else flash_fwd on launch_args'
     tiles. `out` may be f32 or q's dtype (the kernel converts as it stores). Checked as launch_args."""
     on = on_warpgroup_mma(wgmma)
-    pick = INFER_SM90.get(q.shape[1]) if on else None
-    if pick is not None:
-        tiles, warps, lowering = pick
-        if tiles is None or (seq > 0 and seq % tiles[0] == 0 and seq % tiles[1] == 0):
-            args = launch_args(q, k, v, out, seq, causal, scale, wgmma=on, group=group, tiles=tiles)
-            return variant(flash_fwd, lowering, warps), args
+    form = fitting(INFER_SM90.get(q.shape[1]) if on else None, seq)
+    if form is not None:
+        tiles, warps, lowering = form
+        args = launch_args(q, k, v, out, seq, causal, scale, wgmma=on, group=group, tiles=tiles)
+        return variant(flash_fwd, lowering, warps), args
     return flash_fwd, launch_args(q, k, v, out, seq, causal, scale, wgmma=on, group=group)
 
 

@@ -8,9 +8,7 @@ wrong there as on the GPU), and the fused attention backward's step. Its LADDER 
 test_flash_attention_bwd_fused.py."""
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -20,9 +18,9 @@ from dsl import TypeVar, f32, tile
 from dsl.tile import ir as T
 from dsl.tile.lower.matmul.hoist import hoist_products
 from dsl.tile.switches import check_lowering, switches_key
-from test_tile_product_batches import args
+from interop_tests.dsl_tile.test_flash_attention_bwd_fused import FUSED
+from interop_tests.dsl_tile.test_tile_product_batches import args
 
-ROOT = Path(__file__).resolve().parents[2]
 E = TypeVar("E")
 
 
@@ -63,9 +61,8 @@ def test_a_product_moves_up_behind_the_last_statement_it_depends_on_and_no_furth
 
 
 def test_a_product_stays_behind_a_product_inside_an_expression_and_behind_what_it_reads():
-    fused = _fused()
     q = np.zeros((512, 128), ml_dtypes.bfloat16)
-    kern, kargs = _fused_step_kernel(fused, q)
+    kern, kargs = _fused_step_kernel(q)
     loop = next(s for s in kern.tile_ir(*kargs).body if isinstance(s, T.For))
     before = _order(loop.body)
     after = _order(next(s for s in hoist_products(kern.tile_ir(*kargs)).body if isinstance(s, T.For)).body)
@@ -120,18 +117,11 @@ def test_the_switch_is_part_of_the_compile_keys_and_wants_a_bool():
         check_lowering({"lazy_waits": 1})
 
 
-def _fused():
-    spec = importlib.util.spec_from_file_location("bwd_fused_lw", ROOT / "examples" / "flash_attention_bwd_fused.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _fused_step_kernel(fused, q, form="128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits"):
+def _fused_step_kernel(q, form="128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits"):
     rows, d = q.shape
     nan = lambda *shape: np.full(shape, np.nan, np.float32)   # noqa: E731
-    steps = fused.launch_args(q, q, q, nan(rows, d), q, nan(rows), nan(rows), nan(rows, d), nan(rows, d),
-                              nan(rows, d), 256, True, tensor_cores=True, wgmma=True, **fused.form_options(form))
+    steps = FUSED.launch_args(q, q, q, nan(rows, d), q, nan(rows), nan(rows), nan(rows, d), nan(rows, d),
+                              nan(rows, d), 256, True, tensor_cores=True, wgmma=True, **FUSED.form_options(form))
     return steps[1]
 
 
@@ -139,10 +129,9 @@ def _fused_step_kernel(fused, q, form="128x64 w8, TMA ring + TMA reduce dQ, K V 
 def test_the_fused_backwards_step_waits_for_each_product_where_its_result_is_read(d):
     """S^T at once (it is scaled in its statement); dP^T with dV in flight behind it (wait_group 1, after
     the softmax); dV with dK behind it and dK before dQ, which waits at once."""
-    fused = _fused()
     q = np.zeros((512, d), ml_dtypes.bfloat16)
-    lazy = re.findall(r"wgmma.wait_group.sync.aligned (\d)", _fused_step_kernel(fused, q)[0].compile(
-        _fused_step_kernel(fused, q)[1], "sm_90").ptx)
-    kern, kargs = _fused_step_kernel(fused, q, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads")
+    kern, kargs = _fused_step_kernel(q)
+    lazy = re.findall(r"wgmma.wait_group.sync.aligned (\d)", kern.compile(kargs, "sm_90").ptx)
+    kern, kargs = _fused_step_kernel(q, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads")
     plain = re.findall(r"wgmma.wait_group.sync.aligned (\d)", kern.compile(kargs, "sm_90").ptx)
     assert plain == ["0"] * 5 and lazy == ["0", "1", "1", "0", "0"]

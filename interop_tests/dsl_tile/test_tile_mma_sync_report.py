@@ -4,8 +4,6 @@ shared loads (a third of the 4-warp form's speed) until its warpgroups could spl
 from __future__ import annotations
 
 import linecache
-import sys
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -13,9 +11,7 @@ import pytest
 
 from dsl import f16, f32, tile
 from dsl.perf import from_metadata
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_flash_attention_bwd_fused import FUSED, nan  # noqa: E402
+from interop_tests.dsl_tile.test_flash_attention_bwd_fused import FUSED, nan
 
 
 @tile.kernel(num_warps=4)

@@ -85,7 +85,6 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.lazy_assigns = None                # lazy_waits: (variable, value) of each product in self.deferred
         self.lazy_issue = False                 # lowering a lazy statement's product: it may stay in flight
         self.store_maps: dict[str, tuple] = {}   # array name -> (its TMA-copy tensor map parameter, box)
-        self.wg_copies = False                  # a warpgroup stages and copies its own part (store_tma.py)
         self.staging_slabs: dict[tuple[int, int], int] = {}   # persistent TMA stores: slabs staged a round
         self.after_tiles: list = []             # emitters run once after the tile program (or a persistent loop)
         self.rings: dict[int, object] = {}      # loop id -> its ring Pipeline, planned before a ws split

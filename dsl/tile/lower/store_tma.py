@@ -99,7 +99,8 @@ def _tensor_map(L, p, box: tuple[int, int]) -> N.Expr:
     return L.store_maps[p.name][0]
 
 
-SLOTS = ("tma_store", "tma_reduce", "tma_reduce_by_warpgroup")    # the scratch slots of staging tiles of their own
+BY_WARPGROUP = "tma_reduce_by_warpgroup"       # the staging slot of reduce-adds split by warpgroup
+SLOTS = ("tma_store", "tma_reduce", BY_WARPGROUP)    # the scratch slots of staging tiles of their own
 
 
 def staging_bytes(L) -> int:
@@ -196,7 +197,7 @@ def reduce_tma(L, s, v: LV) -> None:
     bm, bn = v.layout.shape
     w = ROW_BYTES // 4
     split = warpgroup_split(L, v, bn // w)
-    base = _staging(L, bm * bn * 4, slot="tma_reduce_by_warpgroup" if split else "tma_reduce", reuse=False)
+    base = _staging(L, bm * bn * 4, slot=BY_WARPGROUP if split else "tma_reduce", reuse=False)
     row0, col0 = (L.tmp(N.BinOp("mul", N.Cast(L.scalar(e), I32), c32(t), I32), "epo")
                   for e, t in zip(s.region, (bm, bn)))
     _stage_and_copy(L, "cp.reduce.async.bulk.tensor.2d.add", _tensor_map(L, s.param, (bm, w)), v, base, bm, w,
@@ -254,8 +255,8 @@ def warpgroup_split(L, v: LV, slabs: int) -> bool:
 
 def _leaders(L) -> N.Expr:
     """The threads that issue and wait for copies: thread 0, or each warpgroup's first thread once a
-    warpgroup split staged (L.wg_copies: any of them may have copies of its own in flight)."""
-    if L.wg_copies:
+    warpgroup split staged (it has its staging slot: any of them may have copies of its own in flight)."""
+    if L.scratch_size.get(f"u32_{BY_WARPGROUP}"):
         return L.tmp(N.Compare("eq", N.BinOp("and_", L.geo.tid, c32(127), I32), c32(0)), "epl")
     return L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
 
@@ -289,15 +290,12 @@ def _stage_and_copy(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, co
 def _by_warpgroup(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0) -> None:
     """Each warpgroup stages its slabs of the tile (its threads' pairs lie there) and its thread 0 copies
     them out, a named barrier of the warpgroup's 128 threads around the writes. One branch a warpgroup
-    (uniform in each warp), so barrier ids and offsets are immediates: no register live across a loop."""
-    from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
+    (uniform in each warp), so barrier ids and offsets are immediates: no register live across a loop.
+    Never under a warp-specialised split (warpgroup_split), so the tile program's threads start at 0."""
     groups = L.T // 128
     wg = L.tmp(N.BinOp("rshift", L.geo.tid, c32(7), I32), "epg")
-    L.wg_copies = True
     leader = _leaders(L)
-    first = WS_PRODUCERS if L.ws_tid is not None else 0
-    slabs = v.layout.shape[1] // w
-    mine = slabs // groups
+    mine = v.layout.shape[1] // w // groups
 
     def each(emit) -> None:
         """emit(g) for warpgroup g, in an if / else-if chain on the warpgroup index."""
@@ -307,16 +305,14 @@ def _by_warpgroup(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0
         L.emit(rest[0])
 
     def meet(g: int) -> None:
-        L.asm("bar.sync.warpgroup", barrier=WG_BARRIER0 + g, first=first)
+        L.asm("bar.sync.warpgroup", barrier=WG_BARRIER0 + g, first=0)
 
     def issue(g: int) -> None:
-        for s in range(g * mine, (g + 1) * mine):
-            at = N.BinOp("add", base, N.Const(s * bm * ROW_BYTES, U32), U32)
-            L.asm(family, [tmap, N.BinOp("add", col0, c32(s * w), I32), row0, at])
-        L.asm("cp.async.bulk.commit_group")
+        first = N.BinOp("add", base, N.Const(g * mine * bm * ROW_BYTES, U32), U32)
+        _issue(L, family, tmap, first, bm, w, row0, col0, range(g * mine, (g + 1) * mine))
     await_reads(L, leader)
     each(meet)
-    _write_pairs(L, v, base, bm, range(0, slabs))
+    _write_pairs(L, v, base, bm, range(0, groups * mine))
     L.asm("fence.proxy.async")
     each(lambda g: (meet(g), L.emit(N.If(leader, L.block_of(lambda: issue(g)), []))))
 

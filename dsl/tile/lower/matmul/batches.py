@@ -120,8 +120,9 @@ def end_scope(L, saved: tuple) -> None:
 
 
 def lazy_statement(L, s: T.TStmt) -> bool:
-    """`x = tile.matmul(a, b[, acc])` with no other product inside its operands, on sm_90 products."""
-    return (L.cc >= 90 and L.wgmma_products and _batchable(L, s)
+    """`x = tile.matmul(a, b[, acc])` with no other product inside its operands, on warpgroup MMA (the
+    scope is open only on sm_90: lazy_scope)."""
+    return (L.wgmma_products and _batchable(L, s)
             and sum(isinstance(e, T.Matmul) for e in T.walk_exprs(s.value)) == 1)
 
 

@@ -56,22 +56,24 @@ def wgmma_b(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> T.Load | T.Read |
     cp.async can stage in 128-byte swizzle atoms (rows of a multiple of 64 elements), or a read of a
     variable already kept in such atoms (matmul/swizzled.SwizzledA: the keys of the fused attention
     backward, A of S^T = K Q^T and B of dQ = dS K). The loop pipeline (pipeline.py) asks the same question to lay out B's stage."""
-    # tc_warps checks the switch, the dtypes and n, k; (warps, 1) with m = 16 x warps, or under
-    # wgmma_slices a multiple of it: each warpgroup's rows are m64 slices (frags.warpgroup_rows)
-    rows = 16 * (L.T // 32)
-    if not (L.wgmma_products and L.cc >= 90 and L.T % 128 == 0 and n <= 256 and
-            (m == rows or L.wgmma_slices and m % rows == 0)):
-        return None
-    if tc_warps(L, m, n, k, a_dtype, b.type.dtype) != (L.T // 32, 1):
-        return None
-    return wgmma_b_operand(L, b)
+    got = _wgmma_b_or_why(L, m, n, k, a_dtype, b)
+    return None if isinstance(got, str) else got
 
 
-def wgmma_refusal(L, m: int, n: int, k: int, b: T.TExpr) -> str:
+def wgmma_refusal(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> str:
     """Why an m x n x k product that wgmma_b refused runs on mma.sync (perf kind "mma-sync-product"):
-    the first of wgmma_b's conditions it misses, in words, with what would meet it."""
+    the first of its conditions it misses, in words, with what would meet it."""
+    got = _wgmma_b_or_why(L, m, n, k, a_dtype, b)
+    return got if isinstance(got, str) else "warpgroup MMA takes it"
+
+
+def _wgmma_b_or_why(L, m: int, n: int, k: int, a_dtype, b: T.TExpr) -> T.Load | T.Read | str | None:
+    """wgmma_b's answer, or in words the first of its conditions the product misses (None: the switch
+    is off or the target has no warpgroup MMA, which is no slow path to report)."""
     warps = L.T // 32
     rows = 16 * warps
+    if not (L.wgmma_products and L.cc >= 90):
+        return None
     if L.T % 128:
         return f"the block's {warps} warps are not whole warpgroups (launch a multiple of 4 warps)"
     if n > 256:
@@ -82,11 +84,14 @@ def wgmma_refusal(L, m: int, n: int, k: int, b: T.TExpr) -> str:
         return (f"its {m} rows are not one m64 slice a warpgroup ({rows} rows on {warps} warps; warpgroups "
                 "split N instead only for A = tile.transpose(x) of a 64-row tile computed in registers, B "
                 f"in swizzle atoms, each warpgroup whole or equal parts of B's 64-column panels); {fix}")
-    if tc_warps(L, m, n, k, b.type.dtype, b.type.dtype) != (warps, 1):
+    # tc_warps checks the switch, the dtypes and n, k; (warps, 1) with m = 16 x warps, or under
+    # wgmma_slices a multiple of it: each warpgroup's rows are m64 slices (frags.warpgroup_rows)
+    if tc_warps(L, m, n, k, a_dtype, b.type.dtype) != (warps, 1):
         return f"its {m}x{n}x{k} shape does not give each warp 16 rows"
-    return ("its B is neither a tile.load that cp.async can stage in 128-byte swizzle atoms (16-bit, "
-            "C-contiguous, 16-byte aligned, a multiple of 64 columns and 8 rows) nor a variable kept in "
-            "such atoms; load B as it is from such an array")
+    return wgmma_b_operand(L, b) or (
+        "its B is neither a tile.load that cp.async can stage in 128-byte swizzle atoms (16-bit, "
+        "C-contiguous, 16-byte aligned, a multiple of 64 columns and 8 rows) nor a variable kept in "
+        "such atoms; load B as it is from such an array")
 
 
 def wgmma_b_operand(L, b: T.TExpr) -> T.Load | T.Read | None:

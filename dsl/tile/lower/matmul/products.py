@@ -126,7 +126,7 @@ def _record_mma_sync(L, e: T.Matmul, m: int, n: int, k: int) -> None:
     """Say why a product on sm_90 runs on mma.sync, not warpgroup MMA (dsl/perf.py, "mma-sync-product")."""
     from dsl.perf import SlowPath
     from dsl.tile.lower.matmul.operands import wgmma_refusal
-    why = wgmma_refusal(L, m, n, k, e.b)
+    why = wgmma_refusal(L, m, n, k, e.a.type.dtype, e.b)
     L.slow_paths.append(SlowPath("mma-sync-product", f"tile.matmul {m}x{n}x{k} on mma.sync, not warpgroup "
                                  f"MMA: {why}", e.loc.line, e.loc.file))
 
