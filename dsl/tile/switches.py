@@ -52,6 +52,10 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # stores (lower/store_tma.py), as CUTLASS's epilogues: no per-element bounds, edges clipped by the
     # copy engine, and a persistent kernel's next tile starts while the store drains; unmeasured, so off
     "tma_store": ("KB_TILE_TMA_STORE", None, False),
+    # a persistent kernel's TMA-store staging tile sized so its GEMM loop keeps every stage it has without
+    # one (the tile then stored in rounds, lower/store_tma.py plan_staging), not the whole tile at a stage's
+    # cost (128 x 256 x 64 bf16: 4 stages and two rounds of 32 KiB, not 3 and one round); untimed, so off
+    "staging_rounds": ("KB_TILE_STAGING_ROUNDS", None, False),
     # under loop_pipeline "ws", top-level loops after the split one over the same ring loads (causal
     # attention's diagonal loop) share the producer warpgroup's ring (lower/matmul/ring_ws.py) instead
     # of keeping cp.async; off by default (a kernel asks for it: flash_fwd_tuned's ws candidates do;
@@ -151,6 +155,7 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("wgmma_slices",) if s["wgmma_slices"] else ()) + \
         (() if s["nc_loads"] else ("no_nc_loads",)) + \
         (("tma_store",) if s["tma_store"] else ()) + \
+        (("staging_rounds",) if s["staging_rounds"] else ()) + \
         (("ws_chain",) if s["ws_chain"] else ()) + \
         (("early_loads",) if s["early_loads"] else ()) + \
         (("interior_tiles",) if s["interior_tiles"] else ()) + \

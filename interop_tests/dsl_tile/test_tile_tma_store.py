@@ -122,12 +122,12 @@ def test_exiting_before_the_last_copies_are_waited_for_is_caught(monkeypatch, rn
         simulate("gemm", "pws", a, b, c, (128, 128), 64)
 
 
-def _compile_big(which: str, mode: str, dtype: str, out, tshape, bk: int):
+def _compile_big(which: str, mode: str, dtype: str, out, tshape, bk: int, **lowering):
     """A compile at a large shape (nothing runs): 8192 x 1024 x 8192."""
     a = np.zeros((8192, 1024), DTYPES.get(dtype, np.float32))
     b = np.zeros((1024, 8192), a.dtype)
     c = np.zeros((8192, 8192), a.dtype if out == "same" else out)
-    k = kernel(which, persistent=mode == "pws", gemm_pipeline="sync" if mode == "sync" else "ws")
+    k = kernel(which, persistent=mode == "pws", gemm_pipeline="sync" if mode == "sync" else "ws", **lowering)
     return k.compile((a, b, tile.partition(c, tshape), bk), "sm_90")
 
 
@@ -159,6 +159,28 @@ def test_the_persistent_f32_tile_is_staged_in_two_rounds_beside_three_stages(tmp
             c = np.full((264, 520), np.nan, np.float32)
             simulate("gemm", "pws", a, b, c, (128, 256), 64)
             np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_staging_rounds_keep_the_rings_four_stages_and_store_the_tile_a_slab_a_round(tmp_path, rng):
+    """Switch staging_rounds: the persistent 128 x 256 x 64 bf16 GEMM keeps the 4 stages of 48 KiB it
+    has without TMA stores, and its 64 KiB tile goes out a 16 KiB slab at a time (what fits beside
+    them), the leader waiting for each round's reads before the next is written; ragged shapes match
+    float64 NumPy with the copies reading at issue and at their wait. Off, the same kernel plans 3."""
+    ck = _compile_big("gemm_cast", "pws", "bf16", "same", (128, 256), 64, staging_rounds=True)
+    assert 4 * 48 * 1024 <= ck.dynamic_smem < 5 * 48 * 1024 and ck.ptx.count("mbarrier.init") == 2 * 4
+    assert ck.ptx.count(BULK_STORE) == 4 and ck.ptx.count("cp.async.bulk.commit_group;") == 4
+    assert ck.ptx.count("cp.async.bulk.wait_group.read 0;") >= 4
+    off = _compile_big("gemm_cast", "pws", "bf16", "same", (128, 256), 64)
+    assert off.ptx.count("mbarrier.init") == 2 * 3 and off.ptx.count("cp.async.bulk.commit_group;") == 1
+    assert spill_bytes(ptxas_verbose(ck.ptx, "sm_90a", tmp_path)) == 0
+    for landing in ("issue", "wait"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("KB_SIM_TMA_LANDING", landing)
+            a, b, ref = operands(rng, "bf16", 264, 72, 520)
+            c = np.full((264, 520), np.nan, ml_dtypes.bfloat16)
+            k = kernel("gemm_cast", persistent=True, gemm_pipeline="ws", staging_rounds=True)
+            k.simulate_lowered(a, b, tile.partition(c, (128, 256)), 64, tensor_cores=True, arch="sm_90", blocks=2)
+            np.testing.assert_allclose(c.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
 
 
 def test_a_staging_tile_that_cannot_fit_falls_back_to_direct_stores_and_says_so(monkeypatch, tmp_path, rng):

@@ -42,7 +42,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  wgmma_slices: bool = False, nc_loads: bool = True, tma_store: bool = False,
                  ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False,
                  pingpong: bool = False, product_batches: bool = False, reverse_blocks: bool = False,
-                 lazy_waits: bool = False) -> None:
+                 lazy_waits: bool = False, staging_rounds: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -72,6 +72,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.wgmma_slices = wgmma_slices        # warpgroups of more than 64 rows on wgmma (frags.warpgroup_rows)
         self.nc_loads = nc_loads                # read-only arrays' vector loads through ld.global.nc (runs.py)
         self.tma_store = tma_store              # sm_90 accumulator stores through TMA (store_tma.py)
+        self.staging_rounds = staging_rounds    # persistent TMA stores in rounds, the loop's ring kept whole
         self.ws_chain = ws_chain                # later loops share a ws kernel's ring (ring_ws.chained_loops)
         self.early_loads = early_loads          # element loads of read-only arrays where written (anchors.py)
         self.interior_tiles = interior_tiles    # a copy without bounds tests for inside blocks (interior.py)

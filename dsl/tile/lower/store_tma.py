@@ -73,8 +73,9 @@ def plan_staging(L, bm: int, bn: int, one: int, stages: int) -> int:
     a stage, `stages` without TMA stores) beside the staging tile its TMA stores need, which it
     records (L.staging_slabs[(BM, BN)]: slabs staged at a time). The whole tile where that leaves
     MIN_STAGES stages, else the most slabs that do (stored in rounds: a 128 x 256 f32 tile, 128 KiB,
-    goes in two rounds of 64 KiB); `stages` as it was where nothing is asked for or nothing fits
-    (the stores then fall back)."""
+    goes in two rounds of 64 KiB); under staging_rounds, first the most slabs that leave all `stages`
+    (the ring's depth before the store's); `stages` as it was where nothing is asked for or nothing
+    fits (the stores then fall back)."""
     if not (L.tma_store and L.cc >= 90 and L.persistent):
         return stages
     from dsl.tile import ir as T
@@ -83,11 +84,12 @@ def plan_staging(L, bm: int, bn: int, one: int, stages: int) -> int:
     if not sizes or bn * max(sizes) % ROW_BYTES:
         return stages
     slabs = bn * max(sizes) // ROW_BYTES
-    for group in (g for g in range(slabs, 0, -1) if slabs % g == 0):
-        beside = min(stages, (L.opt_in - group * bm * ROW_BYTES - SWIZZLE_ALIGN - RESERVE_SLACK) // one)
-        if beside >= MIN_STAGES:
-            L.staging_slabs[bm, bn] = group
-            return beside
+    for least in ((stages,) if L.staging_rounds else ()) + (MIN_STAGES,):
+        for group in (g for g in range(slabs, 0, -1) if slabs % g == 0):
+            beside = min(stages, (L.opt_in - group * bm * ROW_BYTES - SWIZZLE_ALIGN - RESERVE_SLACK) // one)
+            if beside >= least:
+                L.staging_slabs[bm, bn] = group
+                return beside
     return stages
 
 
