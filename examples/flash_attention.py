@@ -203,14 +203,21 @@ _TMA = {"loop_pipeline": "tma", **_FAST}
 _CHAIN = {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, **_FAST}
 _PINGPONG = {**_CHAIN, "pingpong": True}
 _OVERLAP_PINGPONG = {**_PINGPONG, "product_overlap": True}
-SM90_CANDIDATES = {d: ((None, None, None, _TMA, False),
-                       (128, 128, 8, _PINGPONG, False),
-                       (128, 128, 8, _OVERLAP_PINGPONG, False),
-                       (128, 128, 8, _OVERLAP_PINGPONG, True))
+# Since 2026-12-05 night every candidate divides O by one reciprocal a row (`div_reciprocal`: 2 + 64 multiplies
+# a thread, not 64 IEEE divisions), +2-11 % on each rung timed with and without it; the best: one persistent
+# block an SM with Q copied by the producer warpgroup (`wgmma_a` "shared"), 688.5 / 567.3 TFLOP/s at S4096 D128
+# (1.025 / 0.995x cuDNN) and 508.6 / 300.3 at S1024 (0.934 / 0.926x; 426.9 / 251.7 without the three), bf16
+# out (H100, 2026-12-05 23:59, docs/results/gpu_runs_2026-12-05_2358-0006)
+_RCP = {"div_reciprocal": True}
+_PERSISTENT_Q = {**_OVERLAP_PINGPONG, "wgmma_a": "shared", **_RCP}
+SM90_CANDIDATES = {d: ((None, None, None, {**_TMA, **_RCP}, False),
+                       (128, 128, 8, {**_PINGPONG, **_RCP}, False),
+                       (128, 128, 8, {**_OVERLAP_PINGPONG, **_RCP}, False),
+                       (128, 128, 8, _PERSISTENT_Q, True))
                    for d in (64, 128)}
 # D64 also 64 x 64 with the TMA ring: tutorial 06's best D64 row (446.3 / 390.8 TFLOP/s f16, 2026-12-04),
 # the same loop as this kernel's
-SM90_CANDIDATES[64] += ((64, 64, None, _TMA, False),)
+SM90_CANDIDATES[64] += ((64, 64, None, {**_TMA, **_RCP}, False),)
 # documented cache: what tuned_configs depends on -> the tile.Tuned of its candidates (picks live inside)
 _TUNED: dict[tuple, Any] = {}
 
@@ -244,22 +251,22 @@ def lse_kernel(d: int, wgmma: bool) -> Any:
 
 # The forward a caller without gradients should launch (the SDPA drop-in under no_grad or on tensors that need
 # none), output in its own dtype: a fixed choice, since it runs inside CUDA-graph captures (autotuning times
-# candidates on a first call). On warpgroup MMA, flash_fwd_tuned's picks in the last bar run (H100, 2026-12-05
-# 17:56, docs/results/gpu_runs_2026-12-05_1733-1806, bf16 out): D128 a ws rung with ping-pong (666.2 / 542.4
-# TFLOP/s full / causal, 0.99 / 0.95x cuDNN; the overlap rung alone: 672.0 / 552.3 on the ladder), D64 the TMA
-# ring on the default 64 x 128 tiles (491.9 / 418.0). (query rows, key rows) or None for launch_args' own,
-# warps, lowering
-INFER_SM90: dict[int, tuple[tuple[int, int] | None, int | None, dict]] = {
-    128: ((128, 128), 8, _OVERLAP_PINGPONG), 64: (None, None, _TMA)}
+# candidates on a first call). On warpgroup MMA: D128 the ladder's best rung (persistent, Q by the producer, one
+# reciprocal a row: 688.5 / 567.3 TFLOP/s full / causal at S4096, 508.6 / 300.3 at S1024, bf16 out, H100
+# 2026-12-05 23:59), D64 the TMA ring on the default 64 x 128 tiles (491.9 / 418.0 in the bar run of 17:56,
+# docs/results/gpu_runs_2026-12-05_1733-1806) dividing by one reciprocal a row. (query rows, key rows) or None
+# for launch_args' own, warps, lowering, persistent
+Form = tuple[tuple[int, int] | None, int | None, dict, bool]
+INFER_SM90: dict[int, Form] = {128: ((128, 128), 8, _PERSISTENT_Q, True), 64: (None, None, {**_TMA, **_RCP}, False)}
 
 
-# The log-sum-exp forward's form on warpgroup MMA at D128, full and causal: the forward ladder's best rung, the
+# The log-sum-exp forward's form on warpgroup MMA at D128, full and causal: the forward ladder's rung before the
+# reciprocal and persistent steps (INFER_SM90's form, whose GPU tests as flash_fwd_lse have not run yet), the
 # 128 x 128 tiles on a producer warpgroup with the causal chain, ping-pong and the product overlap (as
 # flash_fwd: 663.8 / 543.8 TFLOP/s against lse_kernel's 517 / 441, bf16 B4 H16 S4096, H100 2026-12-05; the
-# plain chain rung it replaces, full only: 592.3, H200 2026-12-04). Since 2026-12-05 night, untimed as
-# flash_fwd_lse and its GPU tests not yet run (lowered simulator against float64, ptxas without spills):
-# (query rows, key rows), warps, lowering: the inference form at D128
-LSE_WIDE = INFER_SM90[128]
+# plain chain rung it replaces, full only: 592.3, H200 2026-12-04); its GPU tests ran on 2026-12-05 (H100).
+# Untimed as flash_fwd_lse. (query rows, key rows), warps, lowering, persistent
+LSE_WIDE: Form = ((128, 128), 8, _OVERLAP_PINGPONG, False)
 
 
 def lse_launch(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: bool, scale: float | None = None,
@@ -271,15 +278,15 @@ def lse_launch(q: Any, k: Any, v: Any, out: Any, lse: Any, seq: int, causal: boo
     d = q.shape[1]
     form = fitting(LSE_WIDE if on and d == 128 else None, seq)
     if form is not None:
-        tiles, warps, lowering = form
+        tiles, warps, lowering, persistent = form
         args = launch_args_lse(q, k, v, out, lse, seq, causal, scale, group=group, tiles=tiles)
-        return variant(flash_fwd_lse, lowering, warps), args
+        return variant(flash_fwd_lse, lowering, warps, persistent), args
     return lse_kernel(d, on), launch_args_lse(q, k, v, out, lse, seq, causal, scale, wgmma=on, group=group)
 
 
-def fitting(form: tuple | None, seq: int) -> tuple | None:
-    """A fixed form ((query rows, key rows) or None for launch_args' own, warps, lowering) where its
-    tiles divide `seq`, else None."""
+def fitting(form: Form | None, seq: int) -> Form | None:
+    """A fixed form ((query rows, key rows) or None for launch_args' own, warps, lowering, persistent)
+    where its tiles divide `seq`, else None."""
     if form is None or form[0] is None:
         return form
     rows, keys = form[0]
@@ -294,9 +301,9 @@ def infer_launch(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale
     on = on_warpgroup_mma(wgmma)
     form = fitting(INFER_SM90.get(q.shape[1]) if on else None, seq)
     if form is not None:
-        tiles, warps, lowering = form
+        tiles, warps, lowering, persistent = form
         args = launch_args(q, k, v, out, seq, causal, scale, wgmma=on, group=group, tiles=tiles)
-        return variant(flash_fwd, lowering, warps), args
+        return variant(flash_fwd, lowering, warps, persistent), args
     return flash_fwd, launch_args(q, k, v, out, seq, causal, scale, wgmma=on, group=group)
 
 

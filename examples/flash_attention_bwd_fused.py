@@ -131,7 +131,8 @@ LADDER: dict[str, dict | None] = {
     "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads": {**WS, "early_loads": True},
     # every product statement as early as its operands allow and waited for where its result is read
     # (lazy_waits, 2026-12-05 night): dP^T on the tensor cores during the softmax, dV during dS^T, dK while
-    # dS^T is staged for dQ. Untimed; spills at D128 (12 bytes on 8 warps, 80 with setmaxnreg), none at D64
+    # dS^T is staged for dQ. +5-25 % on the 8-warp forms (H100, 2026-12-05 23:59); spills at D128 (12 bytes on 8
+    # warps, 80 with setmaxnreg), none at D64
     "TMA ring + TMA reduce dQ, K V swizzled, lazy waits": {**RING, "wgmma_a": "shared", "lazy_waits": True},
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits": {
         **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True},
@@ -142,12 +143,14 @@ LADDER: dict[str, dict | None] = {
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128
 TILES: dict[str, tuple[int, int, int]] = {form: WIDE for form in LADDER if form.startswith("128x64 w8")}
 # The form a caller gets by default (pick_form), by head dim, where it is measured faster than the two-kernel
-# backward on warpgroup MMA (bf16 B4 H16 S4096, H100, 2026-12-05 13:40-13:46, full / causal TFLOP/s, each head
-# dim one run; docs/results/gpu_runs_2026-12-05_1340-1346): D128, the 8-warp K V swizzled form with early loads,
-# 360.0 / 332.4 against the two kernels' 241.4 / 225.2 (and 317.3 / 309.1 without early loads); D64, the 4-warp
-# K V swizzled form, 211.9 / 195.6 against 196.9 / 179.4. D256 keeps the two kernels (no wgmma tile fits it).
-FASTEST: dict[int, str] = {128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads",
-                           64: "TMA ring + TMA reduce dQ, K V swizzled"}
+# backward on warpgroup MMA (bf16 B4 H16 S4096, full / causal TFLOP/s, each head dim one run; H100 2026-12-05
+# 23:59, docs/results/gpu_runs_2026-12-05_2358-0006): D128, the 8-warp K V swizzled form with early loads and
+# lazy waits, 411.0 / 378.6 (0.74 / 0.81x cuDNN) against 392.2 / 353.5 without lazy waits and the two kernels'
+# 235.1 / 221.1; D64, the 8-warp form on a producer warpgroup with lazy waits, 301.9 / 279.3 (0.68 / 0.77x),
+# against the 4-warp form's 165.6 / 225.1 that was the pick (211.9 / 195.6 on 2026-12-05 13:46) and the two
+# kernels' 199.4 / 174.7. D256 keeps the two kernels (no wgmma tile fits it).
+FASTEST: dict[int, str] = {128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits",
+                           64: "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits"}
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",
            "TMA ring + TMA reduce dQ, K V swizzled, early loads",
            "128x64 w8, TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled",

@@ -140,8 +140,8 @@ def _configs(d, seq, causal, arch):
 def test_autotune_candidates_are_the_default_first_then_the_sm90_ladders_best_that_fit():
     """sm_80: the default alone. sm_90: the default (wgmma tiles), the TMA ring with fp_fusion + ftz, and
     128 x 128 on a producer warpgroup with setmaxnreg (its causal diagonal loop on the producer's ring,
-    ws_chain) with ping-pong, also with the product overlap, also persistent, each only where its tiles
-    divide the sequence."""
+    ws_chain) with ping-pong, also with the product overlap, also persistent with Q copied by the producer,
+    each only where its tiles divide the sequence; every sm_90 candidate divides by one reciprocal a row."""
     ws = [(128, 128, 8, "ws", False), (128, 128, 8, "ws", False), (128, 128, 8, "ws", True)]
     assert _configs(128, 256, True, "sm_80") == [(64, 64, None, None, False)]
     assert _configs(128, 256, False, "sm_90a") == [(64, 64, None, None, False), (64, 64, None, "tma", False)] + ws
@@ -149,11 +149,14 @@ def test_autotune_candidates_are_the_default_first_then_the_sm90_ladders_best_th
     assert _configs(256, 256, False, "sm_90a") == [(32, 128, None, None, False)]
     assert _configs(64, 256, True, "sm_90a") == [(64, 128, None, None, False), (64, 128, None, "tma", False)] + ws + \
         [(64, 64, None, "tma", False)]
-    pingpong, overlap, walk = FA.tuned_configs(np.zeros((512, 128), np.float32), 256, True, arch="sm_90a")[-3:]
+    configs = FA.tuned_configs(np.zeros((512, 128), np.float32), 256, True, arch="sm_90a")
+    pingpong, overlap, walk = configs[-3:]
     assert pingpong.lowering == {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, "pingpong": True,
-                                 "fp_fusion": True, "ftz": True}
-    assert overlap.lowering == walk.lowering == {**pingpong.lowering, "product_overlap": True}
+                                 "fp_fusion": True, "ftz": True, "div_reciprocal": True}
+    assert overlap.lowering == {**pingpong.lowering, "product_overlap": True}
+    assert walk.lowering == {**overlap.lowering, "wgmma_a": "shared"}
     assert walk.persistent is True and overlap.persistent is None
+    assert all(c.lowering["div_reciprocal"] for c in configs[1:]) and not configs[0].lowering
 
 
 def test_the_autotuned_launcher_runs_its_first_candidate_on_the_simulator(rng):
@@ -246,8 +249,8 @@ def test_lse_launch_takes_the_wide_producer_form_at_d128():
         x, o, lse = np.zeros((rows, d), np.float32), np.zeros((rows, d), np.float32), np.zeros(rows, np.float32)
         kern, args = FA.lse_launch(x, x, x, o, lse, seq, causal, wgmma=wgmma)
         return kern, args[3].tile_shape[0], args[4].tile_shape, args[7]
-    (bm, bn), warps, lowering = FA.LSE_WIDE
-    assert lowering["pingpong"] and lowering["product_overlap"] and lowering["ws_chain"]
+    (bm, bn), warps, lowering, persistent = FA.LSE_WIDE
+    assert lowering["pingpong"] and lowering["product_overlap"] and lowering["ws_chain"] and not persistent
     for causal in (False, True):
         kern, rows, lse_tile, keys = pick(128, 256, causal, True)
         assert (rows, lse_tile, keys) == (bm, (bm,), bn) and kern.num_warps == warps
@@ -282,13 +285,16 @@ def _infer_pick(d, seq, causal, wgmma, out_dtype=np.float32):
 
 
 def test_infer_launch_takes_the_measured_fastest_form_per_head_dim_where_its_tiles_fit():
-    """INFER_SM90: D128 the 128 x 128 ws rung with ping-pong and the overlap on 8 warps, D64 the TMA ring
-    on launch_args' tiles; elsewhere (no warpgroup MMA, D256, 128 not dividing seq) flash_fwd itself."""
-    (bm, bn), warps, lowering = FA.INFER_SM90[128]
+    """INFER_SM90: D128 the 128 x 128 ws rung with ping-pong and the overlap on 8 warps, persistent, Q by
+    the producer and one reciprocal a row; D64 the TMA ring on launch_args' tiles with the reciprocal;
+    elsewhere (no warpgroup MMA, D256, 128 not dividing seq) flash_fwd itself."""
+    (bm, bn), warps, lowering, persistent = FA.INFER_SM90[128]
     kern, rows, keys = _infer_pick(128, 256, True, True, np.float16)
     assert (rows, keys, kern.num_warps) == (bm, bn, warps) and dict(kern.lowering) == lowering
     assert kern.pyfunc is FA.flash_fwd.pyfunc and lowering["pingpong"] and lowering["product_overlap"]
+    assert persistent and kern.persistent and lowering["wgmma_a"] == "shared" and lowering["div_reciprocal"]
     kern, rows, _ = _infer_pick(64, 256, False, True)
+    assert not kern.persistent and FA.INFER_SM90[64][2]["div_reciprocal"]
     assert dict(kern.lowering) == FA.INFER_SM90[64][2] and rows == FA.launch_args(
         *[np.zeros((512, 64), np.float16)] * 3, np.zeros((512, 64), np.float32), 256, False, wgmma=True)[3].tile_shape[0]
     for d, seq, wgmma in ((128, 320, True), (128, 256, False), (256, 256, True), (64, 256, False)):

@@ -73,8 +73,8 @@ def test_the_fused_backward_is_picked_only_where_it_is_measured_faster(torch):
     fastest = A.fused.FASTEST[128]
     assert A.fused.pick_form(128, 256, wgmma=True) == fastest
     assert A.fused.pick_form(128, 320, wgmma=True) is None        # its 128-row key blocks do not divide 320
-    assert A.fused.pick_form(64, 320, wgmma=True) == A.fused.FASTEST[64]    # D64: 4 warps, 64-row tiles
-    assert A.fused.pick_form(64, 96, wgmma=True) is None          # 64-row tiles do not divide 96
+    assert A.fused.pick_form(64, 256, wgmma=True) == A.fused.FASTEST[64]    # D64: 8 warps, 128 key rows too
+    assert A.fused.pick_form(64, 320, wgmma=True) is None         # 128-row key blocks do not divide 320
     assert A.fused.pick_form(256, 256, wgmma=True) is None        # D256: the two kernels
     assert A.fused.pick_form(128, 256, wgmma=False) is None       # no warpgroup MMA: the two kernels
     q = torch.zeros((1, 1, 256, 128))
