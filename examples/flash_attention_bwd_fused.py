@@ -138,6 +138,11 @@ LADDER: dict[str, dict | None] = {
         **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True},
     "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits": {
         **WS, "early_loads": True, "lazy_waits": True},
+    # the same with fp_fusion + ftz (the forward's: exp2 one MUFU, a multiply feeding an add one fma); untimed
+    "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz": {
+        **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
+    "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz": {
+        **WS, "early_loads": True, "lazy_waits": True, **FTZ},
 }
 # the forms that choose their own tiles (else pick_tiles' on 4 warps): 128 key rows on two warpgroups halve
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128

@@ -183,7 +183,9 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           # lazy_waits: dP^T's and dK's accumulators live beside dV's and dK's at D128
           (64, "TMA ring + TMA reduce dQ, K V swizzled, lazy waits"): 0,
           (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 12,
-          (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 80}
+          (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 80,
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz"): 12,
+          (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz"): 108}
 
 
 @pytest.mark.slow
