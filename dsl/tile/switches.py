@@ -54,7 +54,8 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     "tma_store": ("KB_TILE_TMA_STORE", None, False),
     # a persistent kernel's TMA-store staging tile sized so its GEMM loop keeps every stage it has without
     # one (the tile then stored in rounds, lower/store_tma.py plan_staging), not the whole tile at a stage's
-    # cost (128 x 256 x 64 bf16: 4 stages and two rounds of 32 KiB, not 3 and one round); untimed, so off
+    # cost (128 x 256 x 64 bf16: 4 stages and four rounds of 16 KiB, not 3 and one round); +2 % at 16384 x
+    # 1024 x 1024 (0.956x cuBLAS, H100 2026-12-06), 8192^3 not yet timed, so off
     "staging_rounds": ("KB_TILE_STAGING_ROUNDS", None, False),
     # under loop_pipeline "ws", top-level loops after the split one over the same ring loads (causal
     # attention's diagonal loop) share the producer warpgroup's ring (lower/matmul/ring_ws.py) instead
