@@ -93,17 +93,18 @@ LADDER[_D256] = ({**REGS, **FTZ, "KB_TILE_WS_CHAIN": "1", "KB_TILE_WGMMA_A": "sh
 _derive(_D256, " pingpong", {"KB_TILE_PINGPONG": "1"})
 _derive(_D256, " overlap pingpong", {"KB_TILE_PINGPONG": "1", "KB_TILE_PRODUCT_OVERLAP": "1"})
 # all of them: persistent, Q by the producer, one reciprocal a row; not persistent (causal's best without
-# persistence, 2026-12-06: the hardware's block order balances causal's uneven tiles), and persistent with the
-# heaviest causal blocks first
+# persistence, 2026-12-06: the hardware's block order balances causal's uneven tiles), and with the heaviest
+# causal blocks first, persistent or not
 _derive(_OPP + " persistent Q-tma", " rcp", {"KB_TILE_DIV_RECIPROCAL": "1"})
 _derive(_OPP + " Q-tma", " rcp", {"KB_TILE_DIV_RECIPROCAL": "1"})
 _derive(_OPP + " persistent Q-tma rcp", " reversed", {"KB_TILE_REVERSE_BLOCKS": "1"})
+_derive(_OPP + " rcp", " reversed", {"KB_TILE_REVERSE_BLOCKS": "1"})
 # the output in the inputs' dtype, as SDPA returns it (the other rungs write f32: twice the bytes)
 for _label in (_R + " pingpong", _OPP, _R.replace("128x128", "128x128 S3") + " overlap pingpong",
                _OPP + " persistent", _OPP + " persistent reversed", _OPP + " tma-store",
                _OPP + " persistent tma-store", _OPP + " persistent reversed tma-store", _OPP + " rcp",
                _OPP + " persistent rcp", _OPP + " Q-tma", _OPP + " persistent Q-tma", _OPP + " persistent Q-tma rcp",
-               _OPP + " Q-tma rcp", _OPP + " persistent Q-tma rcp reversed",
+               _OPP + " Q-tma rcp", _OPP + " persistent Q-tma rcp reversed", _OPP + " rcp reversed",
                _D256 + " pingpong", _D256 + " overlap pingpong"):
     _derive(_label, " ->bf16")
 OUT_IN_INPUT_DTYPE = {label for label in LADDER if label.endswith(" ->bf16")}
