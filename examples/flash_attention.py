@@ -189,7 +189,7 @@ def launch_args(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale:
 
 # tile.autotune's candidates on sm_90 beside the default (launch_args' tiles, the cp.async loop), from the
 # forward ladder (docs/tile.md, "Attention ladder"): (query rows, key rows, warps, lowering, persistent) per head
-# dim, None for launch_args' own. D256 keeps the default: no wgmma tile fits it (above). lse_kernel takes the
+# dim, None for launch_args' own. D256: the 128 x 64 rung with Q copied by the producer (below). lse_kernel takes the
 # first (launch_args' tiles). The steps that made them, bf16 B4 H16 S4096 D128 full / causal TFLOP/s, each
 # against the step before in one run: the TMA ring + fp_fusion + ftz 517 / 441 (the default 374 / 314; H200,
 # 2026-12-04); 128 x 128 on a producer warpgroup with setmaxnreg 592 / 435, and causal's diagonal loop on its
@@ -218,6 +218,12 @@ SM90_CANDIDATES = {d: ((None, None, None, {**_TMA, **_RCP}, False),
 # D64 also 64 x 64 with the TMA ring: tutorial 06's best D64 row (446.3 / 390.8 TFLOP/s f16, 2026-12-04),
 # the same loop as this kernel's
 SM90_CANDIDATES[64] += ((64, 64, None, {**_TMA, **_RCP}, False),)
+# D256 on warpgroup MMA: Q's 64 registers of A fragments a thread are what kept it off (the default tiles run
+# mma.sync at 0.16x cuDNN); with Q copied by the producer into shared memory, 128 x 64 tiles on a producer
+# warpgroup with ping-pong and the overlap ran 704.6 / 576.0 TFLOP/s, 0.978 / 0.902x cuDNN (ladder rung "D256
+# ws 128x64 setmaxnreg fp_fusion ftz Q-tma overlap pingpong", bf16 out, H100 2026-12-05 23:59)
+_D256 = {**_OVERLAP_PINGPONG, "wgmma_a": "shared"}
+SM90_CANDIDATES[256] = ((128, 64, 8, _D256, False),)
 # documented cache: what tuned_configs depends on -> the tile.Tuned of its candidates (picks live inside)
 _TUNED: dict[tuple, Any] = {}
 
@@ -254,10 +260,11 @@ def lse_kernel(d: int, wgmma: bool) -> Any:
 # candidates on a first call). On warpgroup MMA: D128 the ladder's best rung (persistent, Q by the producer, one
 # reciprocal a row: 688.5 / 567.3 TFLOP/s full / causal at S4096, 508.6 / 300.3 at S1024, bf16 out, H100
 # 2026-12-05 23:59), D64 the TMA ring on the default 64 x 128 tiles (491.9 / 418.0 in the bar run of 17:56,
-# docs/results/gpu_runs_2026-12-05_1733-1806) dividing by one reciprocal a row. (query rows, key rows) or None
-# for launch_args' own, warps, lowering, persistent
+# docs/results/gpu_runs_2026-12-05_1733-1806) dividing by one reciprocal a row; D256 its autotune candidate.
+# (query rows, key rows) or None for launch_args' own, warps, lowering, persistent
 Form = tuple[tuple[int, int] | None, int | None, dict, bool]
-INFER_SM90: dict[int, Form] = {128: ((128, 128), 8, _PERSISTENT_Q, True), 64: (None, None, {**_TMA, **_RCP}, False)}
+INFER_SM90: dict[int, Form] = {128: ((128, 128), 8, _PERSISTENT_Q, True), 64: (None, None, {**_TMA, **_RCP}, False),
+                               256: ((128, 64), 8, _D256, False)}
 
 
 # The log-sum-exp forward's form on warpgroup MMA at D128, full and causal: the forward ladder's rung before the

@@ -141,12 +141,14 @@ def test_autotune_candidates_are_the_default_first_then_the_sm90_ladders_best_th
     """sm_80: the default alone. sm_90: the default (wgmma tiles), the TMA ring with fp_fusion + ftz, and
     128 x 128 on a producer warpgroup with setmaxnreg (its causal diagonal loop on the producer's ring,
     ws_chain) with ping-pong, also with the product overlap, also persistent with Q copied by the producer,
-    each only where its tiles divide the sequence; every sm_90 candidate divides by one reciprocal a row."""
+    each only where its tiles divide the sequence; every sm_90 candidate divides by one reciprocal a row.
+    D256: 128 x 64 on a producer warpgroup with Q copied by it, ping-pong and the overlap."""
     ws = [(128, 128, 8, "ws", False), (128, 128, 8, "ws", False), (128, 128, 8, "ws", True)]
     assert _configs(128, 256, True, "sm_80") == [(64, 64, None, None, False)]
     assert _configs(128, 256, False, "sm_90a") == [(64, 64, None, None, False), (64, 64, None, "tma", False)] + ws
     assert _configs(128, 192, False, "sm_90a") == [(64, 64, None, None, False), (64, 64, None, "tma", False)]
-    assert _configs(256, 256, False, "sm_90a") == [(32, 128, None, None, False)]
+    assert _configs(256, 256, False, "sm_90a") == [(32, 128, None, None, False), (128, 64, 8, "ws", False)]
+    assert _configs(256, 320, False, "sm_90a") == [(32, 64, None, None, False)]      # 128 rows do not divide 320
     assert _configs(64, 256, True, "sm_90a") == [(64, 128, None, None, False), (64, 128, None, "tma", False)] + ws + \
         [(64, 64, None, "tma", False)]
     configs = FA.tuned_configs(np.zeros((512, 128), np.float32), 256, True, arch="sm_90a")
@@ -157,6 +159,10 @@ def test_autotune_candidates_are_the_default_first_then_the_sm90_ladders_best_th
     assert walk.lowering == {**overlap.lowering, "wgmma_a": "shared"}
     assert walk.persistent is True and overlap.persistent is None
     assert all(c.lowering["div_reciprocal"] for c in configs[1:]) and not configs[0].lowering
+    (d256,) = FA.tuned_configs(np.zeros((512, 256), np.float32), 256, True, arch="sm_90a")[1:]
+    no_rcp = {k: v for k, v in overlap.lowering.items() if k != "div_reciprocal"}
+    assert d256.lowering == {**no_rcp, "wgmma_a": "shared"} and d256.tiles["o"] == (128, 256)
+    assert d256.constants["bn"] == 64 and d256.num_warps == 8 and not d256.persistent
 
 
 def test_the_autotuned_launcher_runs_its_first_candidate_on_the_simulator(rng):
@@ -287,7 +293,8 @@ def _infer_pick(d, seq, causal, wgmma, out_dtype=np.float32):
 def test_infer_launch_takes_the_measured_fastest_form_per_head_dim_where_its_tiles_fit():
     """INFER_SM90: D128 the 128 x 128 ws rung with ping-pong and the overlap on 8 warps, persistent, Q by
     the producer and one reciprocal a row; D64 the TMA ring on launch_args' tiles with the reciprocal;
-    elsewhere (no warpgroup MMA, D256, 128 not dividing seq) flash_fwd itself."""
+    D256 128 x 64 on 8 warps with Q by the producer; elsewhere (no warpgroup MMA, 128 not dividing seq)
+    flash_fwd itself."""
     (bm, bn), warps, lowering, persistent = FA.INFER_SM90[128]
     kern, rows, keys = _infer_pick(128, 256, True, True, np.float16)
     assert (rows, keys, kern.num_warps) == (bm, bn, warps) and dict(kern.lowering) == lowering
@@ -297,7 +304,9 @@ def test_infer_launch_takes_the_measured_fastest_form_per_head_dim_where_its_til
     assert not kern.persistent and FA.INFER_SM90[64][2]["div_reciprocal"]
     assert dict(kern.lowering) == FA.INFER_SM90[64][2] and rows == FA.launch_args(
         *[np.zeros((512, 64), np.float16)] * 3, np.zeros((512, 64), np.float32), 256, False, wgmma=True)[3].tile_shape[0]
-    for d, seq, wgmma in ((128, 320, True), (128, 256, False), (256, 256, True), (64, 256, False)):
+    kern, rows, keys = _infer_pick(256, 256, False, True)
+    assert (rows, keys, kern.num_warps) == (128, 64, 8) and dict(kern.lowering)["wgmma_a"] == "shared"
+    for d, seq, wgmma in ((128, 320, True), (128, 256, False), (256, 320, True), (64, 256, False)):
         kern, _, _ = _infer_pick(d, seq, False, wgmma)
         assert kern is FA.flash_fwd, (d, seq, wgmma)
 
@@ -311,7 +320,7 @@ def test_infer_launch_refuses_bad_arguments_before_anything_runs():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_infer_launchs_sm90_pick_with_a_bf16_output_matches_float64_in_the_lowered_simulator(rng, d, causal):
     ml_dtypes = pytest.importorskip("ml_dtypes")
