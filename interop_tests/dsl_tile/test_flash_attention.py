@@ -350,7 +350,7 @@ def test_infer_launchs_d128_pick_serves_grouped_query_heads_in_the_lowered_simul
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("d,seq", [(64, 256), (128, 384), (128, 320)])     # 320: flash_fwd's own tiles
+@pytest.mark.parametrize("d,seq", [(64, 256), (128, 384), (128, 320), (256, 384)])   # 320: flash_fwd's own tiles
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_gpu_infer_launch_matches_torch_sdpa_in_the_inputs_dtype(d, seq, causal, dtype):
