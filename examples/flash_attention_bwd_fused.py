@@ -76,13 +76,21 @@ def fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, qb, col0, row0, 
 def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
                     lse: tile.Array[f32, 1], delta: tile.Array[f32, 1], dq: tile.Atomic[f32, 2],
                     dk: tile.Partition[G, 2], dv: tile.Partition[G, 2], seq: i32, scale: f32, bm: tile.Constant,
-                    causal: tile.Constant, group: tile.Constant):
+                    causal: tile.Constant, group: tile.Constant, diagonal: tile.Constant):
     bn, d = dk.tile_shape
     col0, kt, vt, q0, start = bwd.key_block(k, v, seq, bn, d, bm, group, causal)
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
     scale2 = scale * LOG2E
-    if group == 1:                              # the loop at the top (a producer warpgroup's ring can feed it)
+    if group == 1 and causal and diagonal:      # masked only where the query block crosses the diagonal
+        cross = (col0 + bn + bm - 2) // bm      # the first query block all of whose rows see every key here
+        for i in range(start, cross):
+            dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + i, col0, i * bm,
+                                        scale2, scale, bm, bn, d, True)
+        for i in range(cross, seq // bm):
+            dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + i, col0, i * bm,
+                                        scale2, scale, bm, bn, d, False)
+    elif group == 1:                            # the loop at the top (a producer warpgroup's ring can feed it)
         for i in range(start, seq // bm):
             dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + i, col0, i * bm,
                                         scale2, scale, bm, bn, d, causal)
@@ -143,7 +151,15 @@ LADDER: dict[str, dict | None] = {
         **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
     "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz": {
         **WS, "early_loads": True, "lazy_waits": True, **FTZ},
+    # causal: the query blocks that cross the diagonal (two of 64 rows against 128 keys) in a loop of their own,
+    # the rest without the mask's compare and select on every element (the forward's split); on a producer
+    # warpgroup the second loop shares its ring (ws_chain). Untimed
+    "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop": {
+        **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
+    "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop": {
+        **WS, "early_loads": True, "lazy_waits": True, **FTZ, "ws_chain": True},
 }
+DIAGONAL = {form for form in LADDER if form.endswith(", diagonal loop")}    # forms launched with diagonal=True
 # the forms that choose their own tiles (else pick_tiles' on 4 warps): 128 key rows on two warpgroups halve
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128
 TILES: dict[str, tuple[int, int, int]] = {form: WIDE for form in LADDER if form.startswith("128x64 w8")}
@@ -172,8 +188,8 @@ CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring +
 
 
 def form_options(form: str) -> dict:
-    """launch_args' (and forward_and_backward's) `lowering` and `tiles` of LADDER form `form`."""
-    return {"lowering": LADDER[form], "tiles": TILES.get(form)}
+    """launch_args' (and forward_and_backward's) `lowering`, `tiles` and `diagonal` of LADDER form `form`."""
+    return {"lowering": LADDER[form], "tiles": TILES.get(form), "diagonal": form in DIAGONAL}
 
 
 def pick_form(d: int, seq: int, wgmma: bool) -> str | None:
@@ -201,12 +217,14 @@ def fused_kernel(lowering: dict | None = None, warps: int | None = None) -> Any:
 def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any, dq: Any, dk: Any, dv: Any,
                 seq: int, causal: bool, scale: float | None = None, tensor_cores: bool | None = None,
                 wgmma: bool | None = None, group: int = 1, lowering: dict | None = None,
-                tiles: tuple[int, int, int] | None = None) -> list[tuple[Any, tuple]]:
+                tiles: tuple[int, int, int] | None = None, diagonal: bool = False) -> list[tuple[Any, tuple]]:
     """The fused backward's two launches, [(kernel, arguments)], for the arrays of the two-kernel
     backward's launch_args (checked the same way before anything runs); `dq` must be float32 (the
     atomic adds), and is overwritten (set to zero, then added into). `lowering`: the fused kernel's
     switches (LADDER's values); `tiles`: (key rows a block owns, query rows it streams, warps), else
-    the two-kernel backward's tiles on 4 warps (form_options gives both for a LADDER form)."""
+    the two-kernel backward's tiles on 4 warps (form_options gives both for a LADDER form); `diagonal`:
+    causal with one query head a key head, the query blocks that cross the diagonal in a loop of their own,
+    the others unmasked (DIAGONAL's forms)."""
     bwd._check_arguments(q, seq, group, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
                          {"lse": lse, "delta": delta})
     if not str(dq.dtype).endswith("float32"):
@@ -216,15 +234,17 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     sc = float(scale if scale is not None else d ** -0.5)
     return [(attn_bwd_preprocess_zero, (o, dout, tile.partition(delta, (stream,)), tile.partition(dq, (stream, d)))),
             (fused_kernel(lowering, warps), (q, k, v, dout, lse, delta, dq, tile.partition(dk, (own, d)),
-                                        tile.partition(dv, (own, d)), seq, sc, stream, bool(causal), group))]
+                                        tile.partition(dv, (own, d)), seq, sc, stream, bool(causal), group,
+                                        bool(diagonal)))]
 
 
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool, simulate: bool = False,
                          group: int = 1, lowering: dict | None = None,
-                         tiles: tuple[int, int, int] | None = None) -> tuple[Any, Any, Any, Any]:
+                         tiles: tuple[int, int, int] | None = None, diagonal: bool = False) -> tuple[Any, Any, Any, Any]:
     """(o, dq, dk, dv), f32, as the two-kernel example's forward_and_backward, with the fused backward."""
     return bwd.forward_and_backward(q, k, v, dout, seq, causal, simulate, group,
-                                    steps=functools.partial(launch_args, lowering=lowering, tiles=tiles))
+                                    steps=functools.partial(launch_args, lowering=lowering, tiles=tiles,
+                                                            diagonal=diagonal))
 
 
 def run_gpu(batch: int, heads: int, seq: int, d: int, kv_heads: int | None = None, form: str = "atomic dQ") -> None:

@@ -94,6 +94,21 @@ def test_the_tma_copies_are_right_when_they_read_late(monkeypatch, rng, form, d)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("form", sorted(FUSED.DIAGONAL))
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_diagonal_loop_forms_mask_exactly_the_blocks_that_cross_it(monkeypatch, rng, form, d):
+    """Causal, 384 rows a head: each 128-key block masks its first two 64-row query blocks and runs the
+    rest unmasked (the last key block has none), copies landing at their wait; against float64. A split
+    one block early leaves a crossing block unmasked, one late masks nothing wrong: the first fails here."""
+    monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
+    seq = 384
+    q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
+    grads = lowered_backward(q, k, v, dout, seq, True, form)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, True)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
+
+
 def test_a_dq_that_is_not_float32_is_refused_and_nothing_is_written():
     rows, d, seq = 256, 64, 128
     z = np.zeros((rows, d), np.float32)
@@ -185,7 +200,12 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 12,
           (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits"): 80,
           (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz"): 12,
-          (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz"): 108}
+          (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz"): 108,
+          # the diagonal loop: two copies of the step (masked, then not)
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop"): 12,
+          (64, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop"): 8,
+          (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop"):
+              180}
 
 
 @pytest.mark.slow
@@ -204,7 +224,8 @@ def test_ptxas_assembles_the_fused_kernel(tmp_path, d, form):
     assert ("wgmma.mma_async" in ptx) == (d < 256)         # D256: mma.sync (no wgmma tile fits, as two-kernel)
     # one reduce-add a 128-byte slab of dQ's row block; where the two warpgroups hold their own columns of
     # dQ (8 warps, dQ on wgmma), each issues its own half behind its own barrier (store_tma.warpgroup_split)
-    assert ptx.count(REDUCE) == d * 4 // 128 if tma else "atom.global.add.f32" in ptx
+    loops = 2 if form in FUSED.DIAGONAL else 1      # causal here: the diagonal forms' step is there twice
+    assert ptx.count(REDUCE) == loops * d * 4 // 128 if tma else "atom.global.add.f32" in ptx
     by_warpgroup = form.startswith("128x64 w8") and "K V swizzled" in form and ", ws " not in form
     assert ("bar.sync 4, 128;" in ptx and "bar.sync 5, 128;" in ptx) == by_warpgroup
     assert spill_bytes(ptxas_verbose(ptx, "sm_90a", tmp_path)) <= spills
