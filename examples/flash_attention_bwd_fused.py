@@ -183,7 +183,8 @@ CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring +
            "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads",
            "TMA ring + TMA reduce dQ, K V swizzled, lazy waits",
            "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits",
-           "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits", *FASTEST.values())
+           "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits", *FASTEST.values(),
+           *sorted(DIAGONAL))
 # (the forms main() and the GPU tests run)
 
 
