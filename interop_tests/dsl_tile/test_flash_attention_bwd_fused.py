@@ -77,6 +77,16 @@ def test_the_lowered_sm90_fused_backward_matches_float64(rng, form, d, causal):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
 
 
+def matches_float64_with_late_copies(monkeypatch, rng, form, d, seq, causal):
+    """The lowered backward in `form` against float64 with every TMA copy read at its wait
+    (KB_SIM_TMA_LANDING=wait), two heads of `seq`."""
+    monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
+    q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
+    grads = lowered_backward(q, k, v, dout, seq, causal, form)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, causal)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
+
+
 @pytest.mark.parametrize("form,d", [("TMA ring + TMA reduce dQ", 64), ("128x64 w8, TMA ring + TMA reduce dQ", 64),
                                     ("TMA ring + TMA reduce dQ, K V swizzled, batched products", 64),
                                     ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled", 64),
@@ -86,12 +96,7 @@ def test_the_tma_copies_are_right_when_they_read_late(monkeypatch, rng, form, d)
     staged, and the dK and dV tiles (staged in the drained ring's stages) at the block's last wait, the
     latest the copy engine may. The 8-warp swizzled forms' warpgroups each stage and add their own dQ
     columns (store_tma.warpgroup_split), each warpgroup's first thread waiting for its own adds."""
-    monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
-    seq = 256
-    q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
-    grads = lowered_backward(q, k, v, dout, seq, False, form)
-    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, False)):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
+    matches_float64_with_late_copies(monkeypatch, rng, form, d, 256, False)
 
 
 @pytest.mark.slow
@@ -101,12 +106,7 @@ def test_the_diagonal_loop_forms_mask_exactly_the_blocks_that_cross_it(monkeypat
     """Causal, 384 rows a head: each 128-key block masks its first two 64-row query blocks and runs the
     rest unmasked (the last key block has none), copies landing at their wait; against float64. A split
     one block early leaves a crossing block unmasked, one late masks nothing wrong: the first fails here."""
-    monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
-    seq = 384
-    q, k, v, dout = inputs(rng, 2, seq, d, ml_dtypes.bfloat16)
-    grads = lowered_backward(q, k, v, dout, seq, True, form)
-    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, True)):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
+    matches_float64_with_late_copies(monkeypatch, rng, form, d, 384, True)
 
 
 def test_a_dq_that_is_not_float32_is_refused_and_nothing_is_written():
