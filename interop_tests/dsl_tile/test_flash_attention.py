@@ -334,16 +334,18 @@ def test_infer_launchs_sm90_pick_with_a_bf16_output_matches_float64_in_the_lower
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("d", [128, 256])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_infer_launchs_d128_pick_serves_grouped_query_heads_in_the_lowered_simulator(rng, causal):
-    """Two query heads a key/value head (the drop-in under enable_gqa) on the ws ping-pong rung."""
+def test_infer_launchs_wide_picks_serve_grouped_query_heads_in_the_lowered_simulator(rng, d, causal):
+    """Two query heads a key/value head (the drop-in under enable_gqa) on the producer-warpgroup rungs:
+    D128's persistent 128 x 128, D256's 128 x 64."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
-    seq, d, group = 256, 128, 2
+    seq, group = 256, 2
     q = rng.standard_normal((group * seq, d)).astype(ml_dtypes.bfloat16)
     k, v = (rng.standard_normal((seq, d)).astype(ml_dtypes.bfloat16) for _ in range(2))
     out = np.full(q.shape, np.nan, ml_dtypes.bfloat16)
     kern, args = FA.infer_launch(q, k, v, out, seq, causal, group=group, wgmma=True)
-    assert dict(kern.lowering) == FA.INFER_SM90[128][2]
+    assert dict(kern.lowering) == FA.INFER_SM90[d][2]
     kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
     want = FA.reference(q, k, v, seq, causal, group=group)
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-2, atol=1e-2)
