@@ -209,15 +209,16 @@ _OVERLAP_PINGPONG = {**_PINGPONG, "product_overlap": True}
 # (1.025 / 0.995x cuDNN) and 508.6 / 300.3 at S1024 (0.934 / 0.926x; 426.9 / 251.7 without the three), bf16
 # out (H100, 2026-12-05 23:59, docs/results/gpu_runs_2026-12-05_2358-0006)
 _RCP = {"div_reciprocal": True}
+_TMA_RCP = {**_TMA, **_RCP}
 _PERSISTENT_Q = {**_OVERLAP_PINGPONG, "wgmma_a": "shared", **_RCP}
-SM90_CANDIDATES = {d: ((None, None, None, {**_TMA, **_RCP}, False),
+SM90_CANDIDATES = {d: ((None, None, None, _TMA_RCP, False),
                        (128, 128, 8, {**_PINGPONG, **_RCP}, False),
                        (128, 128, 8, {**_OVERLAP_PINGPONG, **_RCP}, False),
                        (128, 128, 8, _PERSISTENT_Q, True))
                    for d in (64, 128)}
 # D64 also 64 x 64 with the TMA ring: tutorial 06's best D64 row (446.3 / 390.8 TFLOP/s f16, 2026-12-04),
 # the same loop as this kernel's
-SM90_CANDIDATES[64] += ((64, 64, None, {**_TMA, **_RCP}, False),)
+SM90_CANDIDATES[64] += ((64, 64, None, _TMA_RCP, False),)
 # D256 on warpgroup MMA: Q's 64 registers of A fragments a thread are what kept it off (the default tiles run
 # mma.sync at 0.16x cuDNN); with Q copied by the producer into shared memory, 128 x 64 tiles on a producer
 # warpgroup with ping-pong and the overlap ran 704.6 / 576.0 TFLOP/s, 0.978 / 0.902x cuDNN (ladder rung "D256
@@ -263,7 +264,7 @@ def lse_kernel(d: int, wgmma: bool) -> Any:
 # docs/results/gpu_runs_2026-12-05_1733-1806) dividing by one reciprocal a row; D256 its autotune candidate.
 # (query rows, key rows) or None for launch_args' own, warps, lowering, persistent
 Form = tuple[tuple[int, int] | None, int | None, dict, bool]
-INFER_SM90: dict[int, Form] = {128: ((128, 128), 8, _PERSISTENT_Q, True), 64: (None, None, {**_TMA, **_RCP}, False),
+INFER_SM90: dict[int, Form] = {128: ((128, 128), 8, _PERSISTENT_Q, True), 64: (None, None, _TMA_RCP, False),
                                256: ((128, 64), 8, _D256, False)}
 
 

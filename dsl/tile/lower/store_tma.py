@@ -255,12 +255,16 @@ def warpgroup_split(L, v: LV, slabs: int) -> bool:
     return lay.wn == groups and slabs % groups == 0 and lay.shape[1] // groups * v.dtype.itemsize % ROW_BYTES == 0
 
 
+def _thread0(L) -> N.Expr:
+    return L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
+
+
 def _leaders(L) -> N.Expr:
     """The threads that issue and wait for copies: thread 0, or each warpgroup's first thread once a
     warpgroup split staged (it has its staging slot: any of them may have copies of its own in flight)."""
     if L.scratch_size.get(f"u32_{BY_WARPGROUP}"):
         return L.tmp(N.Compare("eq", N.BinOp("and_", L.geo.tid, c32(127), I32), c32(0)), "epl")
-    return L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
+    return _thread0(L)
 
 
 def _stage_and_copy(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0, group: int,
@@ -274,7 +278,7 @@ def _stage_and_copy(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, co
     if by_warpgroup:
         _by_warpgroup(L, family, tmap, v, base, bm, w, row0, col0)
         return
-    leader = L.tmp(N.Compare("eq", L.geo.tid, c32(0)), "epl")
+    leader = _thread0(L)                # block-wide staging: thread 0 even where a split slot exists
     for first in range(0, v.layout.shape[1] // w, group):
         # the copies of the staging tile's last use (an earlier round, tile, store or loop iteration)
         # have read it, and every thread is past that point (and every warpgroup past its last read

@@ -288,6 +288,7 @@ def warpgroup_barrier(first: int) -> Callable:
         arrived = np.zeros(mach.L, bool)
         arrived[lanes] = True
         rel = mach.lanes.tid_lin - first
+        # (block, warpgroup) as one number: a block has at most 8 warpgroups, so 64 a block never overlaps
         key = np.where(rel >= 0, np.arange(mach.L) // mach.lanes.T * 64 + rel // 128, -1)
         want = mach.live() & np.isin(key, np.unique(key[arrived]))
         if mach.partial_barrier(arrived, want) is not None:
