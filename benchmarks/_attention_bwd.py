@@ -169,10 +169,10 @@ def backward_cases(rep: Any, torch, reps: int, sweep: bool, head_dims: list[int]
             runs = [(label, lambda config=config: ours(torch, bwd, q, k, v, dout, s, causal, config))
                     for label, config in configs.items()]
             # the fused backward (examples/flash_attention_bwd_fused.py: dK, dV and dQ in one kernel, dQ added
-            # atomically; 5 products a block pair, not 7) in each form of its LADDER
+            # atomically; 5 products a block pair, not 7) in each form of its LADDER that runs at this head dim
             runs += [(f"DSL tile flash_bwd fused ({form})",
                       lambda form=form: ours_fused(torch, fused, q, k, v, dout, s, causal, form))
-                     for form in forms or fused.LADDER]
+                     for form in forms or fused.LADDER if fused.applies(form, d)]
             for label, make in runs:
                 try:
                     fn, got = make()

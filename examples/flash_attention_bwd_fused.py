@@ -158,11 +158,21 @@ LADDER: dict[str, dict | None] = {
         **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
     "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop": {
         **WS, "early_loads": True, "lazy_waits": True, **FTZ, "ws_chain": True},
+    # D64 only: 128 query rows a step, FlashAttention-3's D64 backward tile (its S and dP are m64n128, not
+    # smem-bound m64n64 SS products; dK and dV take K = 128). No spills (ptxas, full and causal; 4 / 60 bytes with
+    # early loads); D128's 200 KiB of stages do not fit it. Untimed
+    "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled + fp_fusion ftz": {**RING, "wgmma_a": "shared", **FTZ},
+    "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz": {
+        **RING, "wgmma_a": "shared", "early_loads": True, **FTZ},
 }
 DIAGONAL = {form for form in LADDER if form.endswith(", diagonal loop")}    # forms launched with diagonal=True
+SQUARE = (128, 128, 8)  # 128 key rows a block owns and 128 query rows a step: D64's (HEAD_DIMS)
+# forms for some head dims only (else every one of 64 and 128): applies()
+HEAD_DIMS: dict[str, tuple[int, ...]] = {form: (64,) for form in LADDER if form.startswith("128x128 w8")}
 # the forms that choose their own tiles (else pick_tiles' on 4 warps): 128 key rows on two warpgroups halve
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128
-TILES: dict[str, tuple[int, int, int]] = {form: WIDE for form in LADDER if form.startswith("128x64 w8")}
+TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if form.startswith("128x64 w8")},
+                                           **{form: SQUARE for form in HEAD_DIMS}}
 # The form a caller gets by default (pick_form), by head dim, where it is measured faster than the two-kernel
 # backward on warpgroup MMA (bf16 B4 H16 S4096, full / causal TFLOP/s, each head dim one run; H100 2026-12-06
 # 00:24, docs/results/gpu_runs_2026-12-05_2358-0006): D128, the 8-warp K V swizzled ring form with early loads,
@@ -184,8 +194,13 @@ CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring +
            "TMA ring + TMA reduce dQ, K V swizzled, lazy waits",
            "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits",
            "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits", *FASTEST.values(),
-           *sorted(DIAGONAL))
+           *sorted(DIAGONAL), *HEAD_DIMS)
 # (the forms main() and the GPU tests run)
+
+
+def applies(form: str, d: int) -> bool:
+    """Does LADDER form `form` run at head dim `d` (HEAD_DIMS; the others at 64 and 128)."""
+    return d in HEAD_DIMS.get(form, (64, 128))
 
 
 def form_options(form: str) -> dict:
@@ -267,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     import bridge
     if bridge.gpu_available() and not args.simulate:
         for d in (64, 128):
-            for form in CHECKED:
+            for form in (f for f in CHECKED if applies(f, d)):
                 run_gpu(2, 4, args.seq, d, form=form)
             run_gpu(2, 4, args.seq, d, kv_heads=2)
         print("ran on the GPU")
