@@ -108,15 +108,15 @@ def _on_warpgroup_mma(t: Any) -> bool:
     return bool(t.is_cuda) and fwd.on_warpgroup_mma()
 
 
-def backward_form(q: Any, seq: int) -> str | None:
+def backward_form(q: Any, seq: int, causal: bool = False) -> str | None:
     """The fused backward's form (examples/flash_attention_bwd_fused.py: dQ added atomically, so its last
-    bits depend on the order blocks run in) where it is the faster backward for q's head dim and length on
-    this GPU, else None: the two-kernel backward, which is also what runs, bit for bit repeatable, under
-    torch.use_deterministic_algorithms(True)."""
+    bits depend on the order blocks run in) where it is the faster backward for q's head dim, length and
+    `causal` on this GPU, else None: the two-kernel backward, which is also what runs, bit for bit repeatable,
+    under torch.use_deterministic_algorithms(True)."""
     import torch
     if torch.are_deterministic_algorithms_enabled():
         return None
-    return fused.pick_form(q.shape[-1], seq, _on_warpgroup_mma(q))
+    return fused.pick_form(q.shape[-1], seq, _on_warpgroup_mma(q), causal)
 
 
 def define_torch_ops() -> Any:
@@ -165,7 +165,7 @@ def define_torch_ops() -> Any:
         delta = torch.empty((b * h * s,), dtype=torch.float32, device=q.device)
         dq, dk, dv = new
         rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o, dout)]
-        form = backward_form(q, s)
+        form = backward_form(q, s, causal)
         launch_args = bwd.launch_args if form is None else functools.partial(fused.launch_args,
                                                                              **fused.form_options(form))
         steps = launch_args(*rows, _view(lse.reshape(-1)), _view(delta), *(_view(x.reshape(-1, d)) for x in new),
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             worst = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(ours, refs))
             print(f"{'GPU' if gpu else 'simulator'} {tuple(shape)} H_kv {kv_heads} {dtype} causal={causal}: max "
                   f"relative error of O, dQ, dK, dV against autograd of SDPA in float64: {worst:.2e} (backward: "
-                  f"{backward_form(q, s) or 'two kernels'})")
+                  f"{backward_form(q, s, causal) or 'two kernels'})")
             assert worst < tol, worst
     print("ran on the GPU" if gpu else "ran on the CPU simulator" + ("" if args.simulate else
                                                                      f" (no GPU: {bridge.gpu_unavailable_reason()})"))

@@ -173,15 +173,17 @@ HEAD_DIMS: dict[str, tuple[int, ...]] = {form: (64,) for form in LADDER if form.
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128
 TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if form.startswith("128x64 w8")},
                                            **{form: SQUARE for form in HEAD_DIMS}}
-# The form a caller gets by default (pick_form), by head dim, where it is measured faster than the two-kernel
-# backward on warpgroup MMA (bf16 B4 H16 S4096, full / causal TFLOP/s, each head dim one run; H100 2026-12-06
-# 00:24, docs/results/gpu_runs_2026-12-05_2358-0006): D128, the 8-warp K V swizzled ring form with early loads,
-# lazy waits, fp_fusion and ftz, 465.0 / 413.2 (0.83 / 0.87x cuDNN) against 406.6 / 372.6 without the last two
-# and the two kernels' 241.4 / 219.7; D64, the same on a producer warpgroup, 323.9 / 285.0 (0.72 / 0.78x)
-# against 304.4 / 281.5 without them, the 4-warp form's 165.6 / 225.1 that was the pick before (23:59) and
-# the two kernels' 200.8 / 177.9. D256 keeps the two kernels (no wgmma tile fits it).
+# The form a caller gets by default (pick_form), by head dim (and, where it differs, causal or not), where it is
+# measured faster than the two-kernel backward on warpgroup MMA (bf16 B4 H16 S4096, full / causal TFLOP/s; H100
+# 2026-12-06 02:25-02:30, docs/results/gpu_runs_2026-12-06_0223-0232): D128, the 8-warp K V swizzled ring form with
+# early loads, lazy waits, fp_fusion, ftz and the diagonal loop, 464.9 / 425.7 (0.82 / 0.89x cuDNN) against
+# 464.7 / 416.5 without the loop; D64 full, 128 query rows a step on that ring with early loads, 343.5 (0.77x; 345.8
+# in a second run) against the producer-warpgroup form's 321.7; D64 causal, that producer-warpgroup form, 284.9
+# (0.78x) against 279.5 for the 128-row step. D256 keeps the two kernels (no wgmma tile fits it).
 FASTEST: dict[int, str] = {
-    128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz",
+    128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop",
+    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz"}
+FASTEST_CAUSAL: dict[int, str] = {
     64: "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz"}
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",
            "TMA ring + TMA reduce dQ, K V swizzled, early loads",
@@ -193,8 +195,8 @@ CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring +
            "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads",
            "TMA ring + TMA reduce dQ, K V swizzled, lazy waits",
            "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits",
-           "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits", *FASTEST.values(),
-           *sorted(DIAGONAL), *HEAD_DIMS)
+           "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits",
+           *sorted({*FASTEST.values(), *FASTEST_CAUSAL.values(), *DIAGONAL, *HEAD_DIMS}))
 # (the forms main() and the GPU tests run)
 
 
@@ -208,11 +210,11 @@ def form_options(form: str) -> dict:
     return {"lowering": LADDER[form], "tiles": TILES.get(form), "diagonal": form in DIAGONAL}
 
 
-def pick_form(d: int, seq: int, wgmma: bool) -> str | None:
-    """The LADDER form a caller should run the fused backward in for head dim `d` and length `seq`, or None
-    where the two-kernel backward is the faster choice (or the only one: FASTEST's tiles must divide seq).
-    `wgmma`: the kernels run their products on warpgroup MMA (flash_attention.on_warpgroup_mma)."""
-    form = FASTEST.get(d) if wgmma else None
+def pick_form(d: int, seq: int, wgmma: bool, causal: bool = False) -> str | None:
+    """The LADDER form a caller should run the fused backward in for head dim `d`, length `seq` and `causal`,
+    or None where the two-kernel backward is the faster choice (or the only one: the form's tiles must divide
+    seq). `wgmma`: the kernels run their products on warpgroup MMA (flash_attention.on_warpgroup_mma)."""
+    form = ((causal and FASTEST_CAUSAL.get(d)) or FASTEST.get(d)) if wgmma else None
     if form is None:
         return None
     if form in TILES:
