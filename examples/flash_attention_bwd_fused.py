@@ -54,10 +54,18 @@ def attn_bwd_preprocess_zero(o: tile.Array[F, 2], dout: tile.Array[E, 2], delta:
 def fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, qb, col0, row0, scale2, scale, bm, bn, d, causal):
     """Query block `qb` (its first row row0 in its sequence) against this block's keys: dK and dV
     accumulated, dQ added."""
-    qi = tile.load(q, (qb, 0), (bm, d))
-    doi = tile.load(dout, (qb, 0), (bm, d))
     lse_i = tile.load(lse, (qb,), (bm,))         # written before the products: issued here under early_loads
     delta_i = tile.load(delta, (qb,), (bm,))
+    return fused_products(q, dout, dq, kt, vt, dk_acc, dv_acc, lse_i, delta_i, qb, col0, row0, scale2, scale, bm, bn,
+                          d, causal)
+
+
+@tile.func
+def fused_products(q, dout, dq, kt, vt, dk_acc, dv_acc, lse_i, delta_i, qb, col0, row0, scale2, scale, bm, bn, d,
+                   causal):
+    """fused_step given the query block's log-sum-exp and Delta rows (loaded a step ahead: prefetch)."""
+    qi = tile.load(q, (qb, 0), (bm, d))
+    doi = tile.load(dout, (qb, 0), (bm, d))
     st = tile.matmul(kt, tile.transpose(qi)) * scale2                            # S^T (bn, bm)
     if causal:
         c = col0 + tile.arange(bn)[:, None]
@@ -76,7 +84,7 @@ def fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, qb, col0, row0, 
 def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
                     lse: tile.Array[f32, 1], delta: tile.Array[f32, 1], dq: tile.Atomic[f32, 2],
                     dk: tile.Partition[G, 2], dv: tile.Partition[G, 2], seq: i32, scale: f32, bm: tile.Constant,
-                    causal: tile.Constant, group: tile.Constant, diagonal: tile.Constant):
+                    causal: tile.Constant, group: tile.Constant, diagonal: tile.Constant, prefetch: tile.Constant):
     bn, d = dk.tile_shape
     col0, kt, vt, q0, start = bwd.key_block(k, v, seq, bn, d, bm, group, causal)
     dk_acc = tile.zeros((bn, d), f32)
@@ -90,6 +98,16 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
         for i in range(cross, seq // bm):
             dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + i, col0, i * bm,
                                         scale2, scale, bm, bn, d, False)
+    elif group == 1 and prefetch:               # each step loads the next step's lse and Delta rows
+        lse_n = tile.load(lse, (q0 + start,), (bm,))
+        delta_n = tile.load(delta, (q0 + start,), (bm,))
+        for i in range(start, seq // bm):
+            lse_i = lse_n
+            delta_i = delta_n
+            lse_n = tile.load(lse, (q0 + i + 1,), (bm,))      # past the last: another head's rows, or padding
+            delta_n = tile.load(delta, (q0 + i + 1,), (bm,))
+            dk_acc, dv_acc = fused_products(q, dout, dq, kt, vt, dk_acc, dv_acc, lse_i, delta_i, q0 + i, col0, i * bm,
+                                            scale2, scale, bm, bn, d, causal)
     elif group == 1:                            # the loop at the top (a producer warpgroup's ring can feed it)
         for i in range(start, seq // bm):
             dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + i, col0, i * bm,
@@ -153,19 +171,33 @@ LADDER: dict[str, dict | None] = {
         **WS, "early_loads": True, "lazy_waits": True, **FTZ},
     # causal: the query blocks that cross the diagonal (two of 64 rows against 128 keys) in a loop of their own,
     # the rest without the mask's compare and select on every element (the forward's split); on a producer
-    # warpgroup the second loop shares its ring (ws_chain). Untimed
+    # warpgroup the second loop shares its ring (ws_chain). Causal D128 ring 425.7 against 416.5 TFLOP/s without;
+    # the producer form 376.1 against 407.0, D64 264.1 / 262.9 against 277.5 / 284.9 (H100 2026-12-06 02:30)
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop": {
         **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
     "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop": {
         **WS, "early_loads": True, "lazy_waits": True, **FTZ, "ws_chain": True},
     # D64 only: 128 query rows a step, FlashAttention-3's D64 backward tile (its S and dP are m64n128, not
     # smem-bound m64n64 SS products; dK and dV take K = 128). No spills (ptxas, full and causal; 4 / 60 bytes with
-    # early loads); D128's 200 KiB of stages do not fit it. Untimed
+    # early loads); D128's 200 KiB of stages do not fit it. With early loads 343.5-345.8 / 277.5-279.5 TFLOP/s against
+    # the 64-row producer form's 321.7-322.3 / 283.0-284.9; without them 227.1 / 220.1 (H100 2026-12-06)
     "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled + fp_fusion ftz": {**RING, "wgmma_a": "shared", **FTZ},
     "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz": {
         **RING, "wgmma_a": "shared", "early_loads": True, **FTZ},
+    # each step loads the next step's lse and Delta rows (`prefetch`, one query head a key head), so their latency
+    # is a step's, not the S^T product's; a row loaded once a thread in the 1-D tile's own layout and handed to the
+    # accumulator columns through shared memory (two block barriers a step), not 16-32 loads a thread: no spills
+    # (ptxas, full and causal; 8 / 0 / 8 bytes without). D128 ring: 484.3 / 433.0 TFLOP/s against 454.1 / 427.2 for
+    # the diagonal loop (H100 2026-12-06 02:44); producer warpgroup 464.8 / 414.2; D64 untimed
+    "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch": {
+        **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
+    "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch": {
+        **WS, "early_loads": True, "lazy_waits": True, **FTZ},
+    "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz, prefetch": {
+        **RING, "wgmma_a": "shared", "early_loads": True, **FTZ},
 }
 DIAGONAL = {form for form in LADDER if form.endswith(", diagonal loop")}    # forms launched with diagonal=True
+PREFETCH = {form for form in LADDER if form.endswith(", prefetch")}         # forms launched with prefetch=True
 SQUARE = (128, 128, 8)  # 128 key rows a block owns and 128 query rows a step: D64's (HEAD_DIMS)
 # forms for some head dims only (else every one of 64 and 128): applies()
 HEAD_DIMS: dict[str, tuple[int, ...]] = {form: (64,) for form in LADDER if form.startswith("128x128 w8")}
@@ -175,13 +207,15 @@ TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if fo
                                            **{form: SQUARE for form in HEAD_DIMS}}
 # The form a caller gets by default (pick_form), by head dim (and, where it differs, causal or not), where it is
 # measured faster than the two-kernel backward on warpgroup MMA (bf16 B4 H16 S4096, full / causal TFLOP/s; H100
-# 2026-12-06 02:25-02:30, docs/results/gpu_runs_2026-12-06_0223-0232): D128, the 8-warp K V swizzled ring form with
-# early loads, lazy waits, fp_fusion, ftz and the diagonal loop, 464.9 / 425.7 (0.82 / 0.89x cuDNN) against
-# 464.7 / 416.5 without the loop; D64 full, 128 query rows a step on that ring with early loads, 343.5 (0.77x; 345.8
-# in a second run) against the producer-warpgroup form's 321.7; D64 causal, that producer-warpgroup form, 284.9
-# (0.78x) against 279.5 for the 128-row step. D256 keeps the two kernels (no wgmma tile fits it).
+# 2026-12-06, docs/results/gpu_runs_2026-12-06_0223-0244): D128, the 8-warp K V swizzled ring form with early
+# loads, lazy waits, fp_fusion and ftz whose steps load the next step's lse and Delta rows, 484.3 / 433.0 (0.87 /
+# 0.92x cuDNN) against 454.1 / 427.2 for the same with the diagonal loop in that run (02:44; without either,
+# 464.7 / 416.5 at 02:30); D64 full, 128 query rows a step on that ring with early loads, 343.5 (0.77x; 345.8 in a
+# second run) against the producer-warpgroup form's 321.7; D64 causal, that producer-warpgroup form, 284.9
+# (0.78x) against 279.5 for the 128-row step (prefetch untimed at D64). D256 keeps the two kernels (no wgmma tile
+# fits it).
 FASTEST: dict[int, str] = {
-    128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop",
+    128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch",
     64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz"}
 FASTEST_CAUSAL: dict[int, str] = {
     64: "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz"}
@@ -196,7 +230,7 @@ CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring +
            "TMA ring + TMA reduce dQ, K V swizzled, lazy waits",
            "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits",
            "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits",
-           *sorted({*FASTEST.values(), *FASTEST_CAUSAL.values(), *DIAGONAL, *HEAD_DIMS}))
+           *sorted({*FASTEST.values(), *FASTEST_CAUSAL.values(), *DIAGONAL, *HEAD_DIMS, *PREFETCH}))
 # (the forms main() and the GPU tests run)
 
 
@@ -206,8 +240,9 @@ def applies(form: str, d: int) -> bool:
 
 
 def form_options(form: str) -> dict:
-    """launch_args' (and forward_and_backward's) `lowering`, `tiles` and `diagonal` of LADDER form `form`."""
-    return {"lowering": LADDER[form], "tiles": TILES.get(form), "diagonal": form in DIAGONAL}
+    """launch_args' (and forward_and_backward's) `lowering`, `tiles`, `diagonal` and `prefetch` of LADDER form
+    `form`."""
+    return {"lowering": LADDER[form], "tiles": TILES.get(form), "diagonal": form in DIAGONAL, "prefetch": form in PREFETCH}
 
 
 def pick_form(d: int, seq: int, wgmma: bool, causal: bool = False) -> str | None:
@@ -235,14 +270,16 @@ def fused_kernel(lowering: dict | None = None, warps: int | None = None) -> Any:
 def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any, dq: Any, dk: Any, dv: Any,
                 seq: int, causal: bool, scale: float | None = None, tensor_cores: bool | None = None,
                 wgmma: bool | None = None, group: int = 1, lowering: dict | None = None,
-                tiles: tuple[int, int, int] | None = None, diagonal: bool = False) -> list[tuple[Any, tuple]]:
+                tiles: tuple[int, int, int] | None = None, diagonal: bool = False,
+                prefetch: bool = False) -> list[tuple[Any, tuple]]:
     """The fused backward's two launches, [(kernel, arguments)], for the arrays of the two-kernel
     backward's launch_args (checked the same way before anything runs); `dq` must be float32 (the
     atomic adds), and is overwritten (set to zero, then added into). `lowering`: the fused kernel's
     switches (LADDER's values); `tiles`: (key rows a block owns, query rows it streams, warps), else
     the two-kernel backward's tiles on 4 warps (form_options gives both for a LADDER form); `diagonal`:
     causal with one query head a key head, the query blocks that cross the diagonal in a loop of their own,
-    the others unmasked (DIAGONAL's forms)."""
+    the others unmasked (DIAGONAL's forms); `prefetch`: one query head a key head and no diagonal loop, each
+    step loads the next one's lse and Delta rows (PREFETCH's forms)."""
     bwd._check_arguments(q, seq, group, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
                          {"lse": lse, "delta": delta})
     if not str(dq.dtype).endswith("float32"):
@@ -253,16 +290,16 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     return [(attn_bwd_preprocess_zero, (o, dout, tile.partition(delta, (stream,)), tile.partition(dq, (stream, d)))),
             (fused_kernel(lowering, warps), (q, k, v, dout, lse, delta, dq, tile.partition(dk, (own, d)),
                                         tile.partition(dv, (own, d)), seq, sc, stream, bool(causal), group,
-                                        bool(diagonal)))]
+                                        bool(diagonal), bool(prefetch)))]
 
 
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool, simulate: bool = False,
-                         group: int = 1, lowering: dict | None = None,
-                         tiles: tuple[int, int, int] | None = None, diagonal: bool = False) -> tuple[Any, Any, Any, Any]:
+                         group: int = 1, lowering: dict | None = None, tiles: tuple[int, int, int] | None = None,
+                         diagonal: bool = False, prefetch: bool = False) -> tuple[Any, Any, Any, Any]:
     """(o, dq, dk, dv), f32, as the two-kernel example's forward_and_backward, with the fused backward."""
     return bwd.forward_and_backward(q, k, v, dout, seq, causal, simulate, group,
                                     steps=functools.partial(launch_args, lowering=lowering, tiles=tiles,
-                                                            diagonal=diagonal))
+                                                            diagonal=diagonal, prefetch=prefetch))
 
 
 def run_gpu(batch: int, heads: int, seq: int, d: int, kv_heads: int | None = None, form: str = "atomic dQ") -> None:

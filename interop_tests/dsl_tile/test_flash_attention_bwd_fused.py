@@ -90,7 +90,9 @@ def matches_float64_with_late_copies(monkeypatch, rng, form, d, seq, causal):
                                     ("TMA ring + TMA reduce dQ, K V swizzled, batched products", 64),
                                     ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled", 64),
                                     ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled", 128),
-                                    ("128x128 w8, TMA ring + TMA reduce dQ, K V swizzled + fp_fusion ftz", 64)])
+                                    ("128x128 w8, TMA ring + TMA reduce dQ, K V swizzled + fp_fusion ftz", 64),
+                                    *((form, d) for form in sorted(FUSED.PREFETCH) for d in (64, 128)
+                                      if FUSED.applies(form, d))])
 def test_the_tma_copies_are_right_when_they_read_late(monkeypatch, rng, form, d):
     """KB_SIM_TMA_LANDING=wait: each dQ tile is read at the wait before the next query block's tile is
     staged, and the dK and dV tiles (staged in the drained ring's stages) at the block's last wait, the
@@ -188,6 +190,9 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           **{(d, form): 0 for d in (64, 128) for form in FUSED.TILES if FUSED.applies(form, d)},
           # D64's 128 query rows a step: lse and delta for 32 query columns a thread, held from the early loads on
           (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz"): 60,
+          # prefetch: one lse and Delta value a thread held across the step, not 16-32 (0 bytes but on the producer)
+          (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, "
+                "prefetch"): 8,
           # product_batches: dV and dP^T both in flight (their accumulators and P^T's registers at once)
           (64, "TMA ring + TMA reduce dQ, K V swizzled, batched products"): 0,
           (128, "TMA ring + TMA reduce dQ, K V swizzled, batched products"): 92,
