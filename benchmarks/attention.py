@@ -91,8 +91,9 @@ class _Tuned:
             return "?"
         c = picks[-1]
         low = c.lowering or {}
-        flags = [name for name in ("setmaxnreg", "fp_fusion", "ftz", "ws_chain", "pingpong", "product_overlap")
-                 if low.get(name)]
+        flags = [name for name in ("setmaxnreg", "fp_fusion", "ftz", "ws_chain", "pingpong", "product_overlap",
+                                   "div_reciprocal") if low.get(name)]
+        flags += ["Q-tma"] if low.get("wgmma_a") == "shared" else []    # Q copied by the producer (wgmma_a)
         return " ".join([f"{c.tiles['o'][0]}x{c.constants['bn']}", low.get("loop_pipeline", "cp.async")]
                         + ([f"w{c.num_warps}"] if c.num_warps else []) + flags + (["persistent"] if c.persistent else []))
 

@@ -140,10 +140,10 @@ def _configs(d, seq, causal, arch):
 def test_autotune_candidates_are_the_default_first_then_the_sm90_ladders_best_that_fit():
     """sm_80: the default alone. sm_90: the default (wgmma tiles), the TMA ring with fp_fusion + ftz, and
     128 x 128 on a producer warpgroup with setmaxnreg (its causal diagonal loop on the producer's ring,
-    ws_chain) with ping-pong, also with the product overlap, also persistent with Q copied by the producer,
-    each only where its tiles divide the sequence; every sm_90 candidate divides by one reciprocal a row.
-    D256: 128 x 64 on a producer warpgroup with Q copied by it, ping-pong and the overlap."""
-    ws = [(128, 128, 8, "ws", False), (128, 128, 8, "ws", False), (128, 128, 8, "ws", True)]
+    ws_chain) with ping-pong, also with the product overlap, also with Q copied by the producer, persistent
+    or not, each only where its tiles divide the sequence; every sm_90 candidate divides by one reciprocal a
+    row. D256: 128 x 64 on a producer warpgroup with Q copied by it, ping-pong and the overlap."""
+    ws = [(128, 128, 8, "ws", False)] * 3 + [(128, 128, 8, "ws", True)]
     assert _configs(128, 256, True, "sm_80") == [(64, 64, None, None, False)]
     assert _configs(128, 256, False, "sm_90a") == [(64, 64, None, None, False), (64, 64, None, "tma", False)] + ws
     assert _configs(128, 192, False, "sm_90a") == [(64, 64, None, None, False), (64, 64, None, "tma", False)]
@@ -152,12 +152,12 @@ def test_autotune_candidates_are_the_default_first_then_the_sm90_ladders_best_th
     assert _configs(64, 256, True, "sm_90a") == [(64, 128, None, None, False), (64, 128, None, "tma", False)] + ws + \
         [(64, 64, None, "tma", False)]
     configs = FA.tuned_configs(np.zeros((512, 128), np.float32), 256, True, arch="sm_90a")
-    pingpong, overlap, walk = configs[-3:]
+    pingpong, overlap, q_by_producer, walk = configs[-4:]
     assert pingpong.lowering == {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, "pingpong": True,
                                  "fp_fusion": True, "ftz": True, "div_reciprocal": True}
     assert overlap.lowering == {**pingpong.lowering, "product_overlap": True}
-    assert walk.lowering == {**overlap.lowering, "wgmma_a": "shared"}
-    assert walk.persistent is True and overlap.persistent is None
+    assert walk.lowering == q_by_producer.lowering == {**overlap.lowering, "wgmma_a": "shared"}
+    assert walk.persistent is True and overlap.persistent is None and q_by_producer.persistent is None
     assert all(c.lowering["div_reciprocal"] for c in configs[1:]) and not configs[0].lowering
     (d256,) = FA.tuned_configs(np.zeros((512, 256), np.float32), 256, True, arch="sm_90a")[1:]
     no_rcp = {k: v for k, v in overlap.lowering.items() if k != "div_reciprocal"}
