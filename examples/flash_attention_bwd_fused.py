@@ -80,6 +80,21 @@ def fused_products(q, dout, dq, kt, vt, dk_acc, dv_acc, lse_i, delta_i, qb, col0
     return dk_acc, dv_acc
 
 
+@tile.func
+def prefetched_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, lse_n, delta_n, q0, lo, hi, col0, scale2, scale,
+                     bm, bn, d, causal):
+    """Query blocks lo..hi of the key block, each given the lse and Delta rows the step before loaded
+    (lse_n, delta_n) and loading the next block's: returns the sums and those next rows."""
+    for i in range(lo, hi):
+        lse_i = lse_n
+        delta_i = delta_n
+        lse_n = tile.load(lse, (q0 + i + 1,), (bm,))          # past the last: another head's rows, or padding
+        delta_n = tile.load(delta, (q0 + i + 1,), (bm,))
+        dk_acc, dv_acc = fused_products(q, dout, dq, kt, vt, dk_acc, dv_acc, lse_i, delta_i, q0 + i, col0, i * bm,
+                                        scale2, scale, bm, bn, d, causal)
+    return dk_acc, dv_acc, lse_n, delta_n
+
+
 @tile.kernel
 def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
                     lse: tile.Array[f32, 1], delta: tile.Array[f32, 1], dq: tile.Atomic[f32, 2],
@@ -90,7 +105,19 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
     scale2 = scale * LOG2E
-    if group == 1 and causal and diagonal:      # masked only where the query block crosses the diagonal
+    if group == 1 and prefetch:                 # each step loads the next step's lse and Delta rows
+        lse_n = tile.load(lse, (q0 + start,), (bm,))
+        delta_n = tile.load(delta, (q0 + start,), (bm,))
+        split = start
+        if causal and diagonal:                 # the blocks the diagonal crosses first, masked, as below
+            split = (col0 + bn + bm - 2) // bm
+            dk_acc, dv_acc, lse_n, delta_n = prefetched_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, lse_n,
+                                                              delta_n, q0, start, split, col0, scale2, scale, bm,
+                                                              bn, d, True)
+        dk_acc, dv_acc, lse_n, delta_n = prefetched_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, lse_n,
+                                                          delta_n, q0, split, seq // bm, col0, scale2, scale, bm, bn,
+                                                          d, causal and not diagonal)
+    elif group == 1 and causal and diagonal:    # masked only where the query block crosses the diagonal
         cross = (col0 + bn + bm - 2) // bm      # the first query block all of whose rows see every key here
         for i in range(start, cross):
             dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + i, col0, i * bm,
@@ -98,16 +125,6 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
         for i in range(cross, seq // bm):
             dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + i, col0, i * bm,
                                         scale2, scale, bm, bn, d, False)
-    elif group == 1 and prefetch:               # each step loads the next step's lse and Delta rows
-        lse_n = tile.load(lse, (q0 + start,), (bm,))
-        delta_n = tile.load(delta, (q0 + start,), (bm,))
-        for i in range(start, seq // bm):
-            lse_i = lse_n
-            delta_i = delta_n
-            lse_n = tile.load(lse, (q0 + i + 1,), (bm,))      # past the last: another head's rows, or padding
-            delta_n = tile.load(delta, (q0 + i + 1,), (bm,))
-            dk_acc, dv_acc = fused_products(q, dout, dq, kt, vt, dk_acc, dv_acc, lse_i, delta_i, q0 + i, col0, i * bm,
-                                            scale2, scale, bm, bn, d, causal)
     elif group == 1:                            # the loop at the top (a producer warpgroup's ring can feed it)
         for i in range(start, seq // bm):
             dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + i, col0, i * bm,
@@ -195,8 +212,11 @@ LADDER: dict[str, dict | None] = {
         **WS, "early_loads": True, "lazy_waits": True, **FTZ},
     "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz, prefetch": {
         **RING, "wgmma_a": "shared", "early_loads": True, **FTZ},
+    # both: the diagonal loop's two loops hand the prefetched rows on from one to the other. Untimed
+    "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop, "
+    "prefetch": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
 }
-DIAGONAL = {form for form in LADDER if form.endswith(", diagonal loop")}    # forms launched with diagonal=True
+DIAGONAL = {form for form in LADDER if ", diagonal loop" in form}          # forms launched with diagonal=True
 PREFETCH = {form for form in LADDER if form.endswith(", prefetch")}         # forms launched with prefetch=True
 SQUARE = (128, 128, 8)  # 128 key rows a block owns and 128 query rows a step: D64's (HEAD_DIMS)
 # forms for some head dims only (else every one of 64 and 128): applies()
@@ -278,8 +298,8 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     switches (LADDER's values); `tiles`: (key rows a block owns, query rows it streams, warps), else
     the two-kernel backward's tiles on 4 warps (form_options gives both for a LADDER form); `diagonal`:
     causal with one query head a key head, the query blocks that cross the diagonal in a loop of their own,
-    the others unmasked (DIAGONAL's forms); `prefetch`: one query head a key head and no diagonal loop, each
-    step loads the next one's lse and Delta rows (PREFETCH's forms)."""
+    the others unmasked (DIAGONAL's forms); `prefetch`: one query head a key head, each step loads the next
+    one's lse and Delta rows (PREFETCH's forms)."""
     bwd._check_arguments(q, seq, group, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
                          {"lse": lse, "delta": delta})
     if not str(dq.dtype).endswith("float32"):

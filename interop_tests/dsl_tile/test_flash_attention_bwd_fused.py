@@ -193,6 +193,8 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           # prefetch: one lse and Delta value a thread held across the step, not 16-32 (0 bytes but on the producer)
           (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, "
                 "prefetch"): 8,
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop, "
+                "prefetch"): 24,
           # product_batches: dV and dP^T both in flight (their accumulators and P^T's registers at once)
           (64, "TMA ring + TMA reduce dQ, K V swizzled, batched products"): 0,
           (128, "TMA ring + TMA reduce dQ, K V swizzled, batched products"): 92,
