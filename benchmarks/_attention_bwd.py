@@ -140,6 +140,12 @@ def rel_err(got, want) -> float:
                for g, w in zip(got, want))
 
 
+def fused_forms(fused: Any, forms: list[str] | None, d: int) -> list[str]:
+    """The fused backward's forms to time at head dim `d`: `forms` (else its whole LADDER) less those that do
+    not run at d (fused.applies: D64's 128-row step does not fit D128)."""
+    return [form for form in forms or fused.LADDER if fused.applies(form, d)]
+
+
 def backward_cases(rep: Any, torch, reps: int, sweep: bool, head_dims: list[int] | None = None,
                    forms: list[str] | None = None) -> list[str]:
     """Time ours and SDPA's backends at BWD_SHAPES (with `head_dims`: B4 H16 S4096 at those), causal and
@@ -172,7 +178,7 @@ def backward_cases(rep: Any, torch, reps: int, sweep: bool, head_dims: list[int]
             # atomically; 5 products a block pair, not 7) in each form of its LADDER that runs at this head dim
             runs += [(f"DSL tile flash_bwd fused ({form})",
                       lambda form=form: ours_fused(torch, fused, q, k, v, dout, s, causal, form))
-                     for form in forms or fused.LADDER if fused.applies(form, d)]
+                     for form in fused_forms(fused, forms, d)]
             for label, make in runs:
                 try:
                     fn, got = make()

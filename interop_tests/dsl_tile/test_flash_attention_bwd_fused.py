@@ -327,3 +327,13 @@ def test_warpgroups_that_never_release_a_ring_stage_deadlock_the_simulated_leade
     q, k, v, dout = inputs(rng, 1, seq, d, ml_dtypes.bfloat16)
     with pytest.raises(SimulationError, match="mbarrier phase that never completes"):
         lowered_backward(q, k, v, dout, seq, False, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled")
+
+
+def test_the_benchmark_times_a_form_only_at_the_head_dims_it_runs_at(monkeypatch):
+    """--bwd-head-dims 64,128 with a D64-only form (128 query rows a step) times it at D64 and skips D128."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import _attention_bwd
+    square = "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled + fp_fusion ftz"
+    assert _attention_bwd.fused_forms(FUSED, [square, "atomic dQ"], 64) == [square, "atomic dQ"]
+    assert _attention_bwd.fused_forms(FUSED, [square, "atomic dQ"], 128) == ["atomic dQ"]
+    assert set(_attention_bwd.fused_forms(FUSED, None, 128)) == set(FUSED.LADDER) - set(FUSED.HEAD_DIMS)
