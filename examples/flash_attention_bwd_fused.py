@@ -203,7 +203,7 @@ LADDER: dict[str, dict | None] = {
         **RING, "wgmma_a": "shared", "early_loads": True, **FTZ},
     # each step loads the next step's lse and Delta rows (`prefetch`, one query head a key head), so their latency
     # is a step's, not the S^T product's; a row loaded once a thread in the 1-D tile's own layout and handed to the
-    # accumulator columns through shared memory (two block barriers a step), not 16-32 loads a thread: no spills
+    # accumulator columns through shared memory (two block barriers a row a step), not 16-32 loads a thread: no spills
     # (ptxas, full and causal; 8 / 0 / 8 bytes without). D128 ring: 484.3 / 433.0 TFLOP/s against 454.1 / 427.2 for
     # the diagonal loop (H100 2026-12-06 02:44); producer warpgroup 464.8 / 414.2; D64 untimed
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch": {
