@@ -19,6 +19,7 @@ from dsl.sim.lanes import LaneSpace, count, subsel, to_mask, to_sel, vec
 from dsl.sim.launch_ops import LaunchSemantics
 from dsl.sim.memory import MemRef, SharedSpace
 from dsl.sim.races import RaceLog
+from dsl.sim.shared_races import SharedRaceLog
 from dsl.sim.warp import check_converged, warp_op
 
 MAX_CALL_DEPTH = 64
@@ -109,10 +110,13 @@ class Machine(LaunchSemantics):
     distributed shared memory are dsl/sim/launch_ops.py."""
 
     def __init__(self, fn: N.Function, lanes: LaneSpace, params: dict[int, object],
-                 shared: SharedSpace, fault: FaultRecord, races: RaceLog | None = None) -> None:
+                 shared: SharedSpace, fault: FaultRecord, races: RaceLog | None = None,
+                 shared_races: SharedRaceLog | None = None) -> None:
         self.fn, self.lanes, self.shared, self.fault = fn, lanes, shared, fault
         self.races = races                        # writers of global elements (dsl/sim/races.py)
+        self.shared_races = shared_races          # shared-memory accesses (dsl/sim/shared_races.py), or None
         self.block_epoch = np.zeros(lanes.nblocks, np.int64)   # sync_threads() passed, per block
+        self.shared_epoch = np.zeros(lanes.nblocks, np.int64)  # any barrier passed, per block (shared_races)
         self.gid = (lanes.first + lanes.blk) * lanes.T + lanes.tid_lin   # global linear thread ids
         self.L = lanes.L
         self.exited = np.zeros(self.L, bool)
@@ -206,6 +210,17 @@ class Machine(LaunchSemantics):
     def _record_writes(self, mem: MemRef, idx: list, lanes: np.ndarray, s) -> None:
         if self.races is not None and not mem.shared:
             self.races.record(mem, idx, self.gid[lanes], self.block_epoch[self.lanes.blk[lanes]], s.loc)
+        elif self._watched(mem):
+            self.shared_races.store(mem, mem.element_id(self.lanes.blk[lanes], idx), self.gid[lanes],
+                                    self.shared_epoch[self.lanes.blk[lanes]], s.loc)
+
+    def _watched(self, mem: MemRef) -> bool:
+        """Are `mem`'s accesses checked for shared-memory races: a block's own shared buffer, the log on."""
+        return self.shared_races is not None and mem.shared and getattr(mem, "remote", None) is None
+
+    def pass_barrier(self, arrived: np.ndarray) -> None:
+        """Lanes `arrived` (a mask) passed a barrier: their blocks' shared-race epoch moves on."""
+        self.shared_epoch[arrived.reshape(-1, self.lanes.T).any(axis=1)] += 1
 
     def s_SlotSet(self, s: N.SlotSet, mask):
         sel = to_sel(mask)
@@ -353,6 +368,7 @@ class Machine(LaunchSemantics):
                                "(a barrier inside divergent control flow is undefined behaviour on the "
                                "GPU: move it where every thread of the block reaches it)")
         self.block_epoch[arrived.any(axis=1)] += 1
+        self.shared_epoch[arrived.any(axis=1)] += 1
         return mask
 
     # ---------------------------------------------------------------------------- expressions
@@ -482,6 +498,10 @@ class Machine(LaunchSemantics):
         keep = ~self.exited[lanes]
         idx = [vec(i, n) for i in idx]
         ok = mem.in_range(idx)
+        if self._watched(mem):
+            good = ok & keep
+            self.shared_races.load(mem, mem.element_id(self.lanes.blk[lanes[good]], [i[good] for i in idx]),
+                                   self.gid[lanes[good]], self.shared_epoch[self.lanes.blk[lanes[good]]], e.loc)
         if ok.all() and keep.all():
             return mem.load(self._blk(mem, sel), idx)
         if e.check == "fault":

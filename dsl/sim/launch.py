@@ -22,6 +22,7 @@ from dsl.sim.launch_ops import add_cluster_registers, batch_blocks
 from dsl.sim.addresses import TensorMap
 from dsl.sim.memory import MemRef, SharedSpace
 from dsl.sim.races import RaceLog
+from dsl.sim.shared_races import SharedRaceLog, shared_races_enabled
 
 from dsl.sim.limits import MAX_BLOCK, MAX_SHARED_BYTES, MAX_THREADS  # noqa: F401  (re-exported)
 
@@ -54,7 +55,8 @@ def run(fn: N.Function, args: list, grid, block, shared_mem: int = 0) -> None:
             lanes = LaneSpace(grid3, block3, first, min(per_batch, nblocks - first), int(shared_mem))
             add_cluster_registers(lanes, fn.cluster)
             shared = SharedSpace(lanes.nblocks, int(shared_mem))
-            Machine(fn, lanes, params, shared, fault, races).run()
+            watch = SharedRaceLog(fn.name, grid3, block3) if shared_races_enabled() else None
+            Machine(fn, lanes, params, shared, fault, races, watch).run()
     if fault.hit:
         raise fault.exception()
     if races.first is not None:

@@ -43,6 +43,8 @@ def _machine(blocks: int, threads: int):
     lanes = SimpleNamespace(T=threads, tid_lin=np.tile(np.arange(threads), blocks))
     mach = SimpleNamespace(L=blocks * threads, lanes=lanes, live=lambda: np.ones(blocks * threads, bool))
     mach.partial_barrier = lambda arrived, want: Machine.partial_barrier(mach, arrived, want)
+    mach.shared_epoch = np.zeros(blocks, np.int64)
+    mach.pass_barrier = lambda arrived: Machine.pass_barrier(mach, arrived)
     return mach
 
 
@@ -53,7 +55,9 @@ def test_a_warpgroup_barrier_wants_every_thread_of_the_warpgroups_that_reach_it(
     mach = _machine(2, threads)
     wg1_block0 = np.arange(first + 128, first + 256)
     run([], mach, wg1_block0)                                   # one whole warpgroup of one block: fine
+    assert mach.shared_epoch.tolist() == [1, 0]                 # its block passed a barrier (shared races)
     both = np.concatenate([wg1_block0, threads + np.arange(first, first + 128)])
     run([], mach, both)                                         # whole warpgroups of two blocks: fine
+    assert mach.shared_epoch.tolist() == [2, 1]
     with pytest.raises(SimulationError, match="warpgroup's named barrier reached by only part"):
         run([], mach, wg1_block0[:-32])                         # a warp of warpgroup 1 missing

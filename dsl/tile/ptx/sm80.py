@@ -278,6 +278,7 @@ def named_barrier(first: int) -> Callable:
         arrived[lanes] = True
         if mach.partial_barrier(arrived, mach.live() & (mach.lanes.tid_lin >= first)) is not None:
             raise SimulationError("simulator: a named barrier reached by only part of its threads")
+        mach.pass_barrier(arrived)
     return semantics(run, machine=True, per_thread=True)
 
 
@@ -293,14 +294,20 @@ def warpgroup_barrier(first: int) -> Callable:
         want = mach.live() & np.isin(key, np.unique(key[arrived]))
         if mach.partial_barrier(arrived, want) is not None:
             raise SimulationError("simulator: a warpgroup's named barrier reached by only part of its threads")
+        mach.pass_barrier(arrived)
     return semantics(run, machine=True, per_thread=True)
 
 
 def turn_sync(barrier: int) -> Callable:
     """bar.sync b, n of a consumer warpgroup's turn (matmul/pingpong.py): the lock-step simulator runs
     both warpgroups as one instruction stream, so there is nothing to order; the protocol is checked
-    against a model of the barriers (interop_tests/dsl_tile/test_tile_pingpong.py)."""
-    return semantics(lambda args, mach, lanes: None, machine=True, per_thread=True)
+    against a model of the barriers (interop_tests/dsl_tile/test_tile_pingpong.py); only the shared-race
+    epoch moves on (dsl/sim/shared_races.py)."""
+    def run(args: list, mach, lanes: np.ndarray) -> None:
+        arrived = np.zeros(mach.L, bool)
+        arrived[lanes] = True
+        mach.pass_barrier(arrived)
+    return semantics(run, machine=True, per_thread=True)
 
 
 def turn_arrive(barrier: int) -> Callable:
