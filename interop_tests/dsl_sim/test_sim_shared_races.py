@@ -49,6 +49,7 @@ def everyone_writes_slot_0(out: simt.DisjointSlice[i32]):
 
 
 def test_a_read_of_another_threads_store_without_a_barrier_is_a_race(monkeypatch, rng):
+    monkeypatch.delenv("KB_SIM_SHARED_RACES", raising=False)
     a = rng.standard_normal(64).astype(np.float32)
     out = np.zeros(64, np.float32)
     neighbour.simulate(a, out, 0, grid=1, block=64)        # off by default: lock step gives the right answer
