@@ -210,15 +210,15 @@ _OVERLAP_PINGPONG = {**_PINGPONG, "product_overlap": True}
 # out (H100, 2026-12-05 23:59, docs/results/gpu_runs_2026-12-05_2358-0006)
 _RCP = {"div_reciprocal": True}
 _TMA_RCP = {**_TMA, **_RCP}
-_PERSISTENT_Q = {**_OVERLAP_PINGPONG, "wgmma_a": "shared", **_RCP}     # (launched persistent)
-# Q copied by the producer without persistence: 589.5 TFLOP/s causal at S4096 D128, 1.004x cuDNN, against the
-# persistent block's 581.2 (0.990x) in the same run (ladder rung "... Q-tma rcp", H100 2026-12-06 02:31)
+# Q copied by the producer, persistent or not: without persistence 589.5 TFLOP/s causal at S4096 D128, 1.004x
+# cuDNN, against the persistent block's 581.2 (0.990x) in the same run (ladder rung "... Q-tma rcp", H100
+# 2026-12-06 02:31)
 _Q_BY_PRODUCER = {**_OVERLAP_PINGPONG, "wgmma_a": "shared", **_RCP}
 SM90_CANDIDATES = {d: ((None, None, None, _TMA_RCP, False),
                        (128, 128, 8, {**_PINGPONG, **_RCP}, False),
                        (128, 128, 8, {**_OVERLAP_PINGPONG, **_RCP}, False),
                        (128, 128, 8, _Q_BY_PRODUCER, False),
-                       (128, 128, 8, _PERSISTENT_Q, True))
+                       (128, 128, 8, _Q_BY_PRODUCER, True))
                    for d in (64, 128)}
 # D64 also 64 x 64 with the TMA ring: tutorial 06's best D64 row (446.3 / 390.8 TFLOP/s f16, 2026-12-04),
 # the same loop as this kernel's
@@ -268,7 +268,7 @@ def lse_kernel(d: int, wgmma: bool) -> Any:
 # docs/results/gpu_runs_2026-12-05_1733-1806) dividing by one reciprocal a row; D256 its autotune candidate.
 # (query rows, key rows) or None for launch_args' own, warps, lowering, persistent
 Form = tuple[tuple[int, int] | None, int | None, dict, bool]
-INFER_SM90: dict[int, Form] = {128: ((128, 128), 8, _PERSISTENT_Q, True), 64: (None, None, _TMA_RCP, False),
+INFER_SM90: dict[int, Form] = {128: ((128, 128), 8, _Q_BY_PRODUCER, True), 64: (None, None, _TMA_RCP, False),
                                256: ((128, 64), 8, _D256, False)}
 
 

@@ -69,7 +69,7 @@ class SharedRaceLog:
         if elem.size == 0:
             return
         log = self._of(mem)
-        uniq, first, counts = np.unique(elem, return_index=True, return_counts=True)
+        uniq, counts = np.unique(elem, return_counts=True)
         if (counts > 1).any():
             k = int(np.flatnonzero(counts > 1)[0])
             lanes = np.flatnonzero(elem == uniq[k])
@@ -97,7 +97,7 @@ class SharedRaceLog:
         if raw.any():
             j = int(np.flatnonzero(raw)[0])
             self._raise("read after write", mem, int(elem[j]), int(gid[j]), int(wr[j]), loc)
-        uniq, inverse, counts = np.unique(elem, return_inverse=True, return_counts=True)
+        _, inverse, counts = np.unique(elem, return_inverse=True, return_counts=True)
         many = counts[inverse] > 1                  # several lanes of this load read the element
         fresh = (log.r_epoch[elem] != epoch) | (log.reader[elem] == NONE)
         keep_one = fresh | (log.reader[elem] == gid)
