@@ -205,14 +205,16 @@ LADDER: dict[str, dict | None] = {
     # is a step's, not the S^T product's; a row loaded once a thread in the 1-D tile's own layout and handed to the
     # accumulator columns through shared memory (two block barriers a row a step), not 16-32 loads a thread: no spills
     # (ptxas, full and causal; 8 / 0 / 8 bytes without). D128 ring: 484.3 / 433.0 TFLOP/s against 454.1 / 427.2 for
-    # the diagonal loop (H100 2026-12-06 02:44); producer warpgroup 464.8 / 414.2; D64 untimed
+    # the diagonal loop (H100 2026-12-06 02:44), 496.8 / 432.2 at 04:36; producer warpgroup 464.8 / 414.2 and
+    # 475.7 / 414.2; D64 128-row step 360.3 / 307.0 (+5 / +11 %), ring 290.4 and producer 291.9 causal (04:36)
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch": {
         **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
     "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch": {
         **WS, "early_loads": True, "lazy_waits": True, **FTZ},
     "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz, prefetch": {
         **RING, "wgmma_a": "shared", "early_loads": True, **FTZ},
-    # both: the diagonal loop's two loops hand the prefetched rows on from one to the other. Untimed
+    # both: the diagonal loop's two loops hand the prefetched rows on from one to the other. D128 497.2 / 426.7, D64
+    # causal 287.5 (H100 2026-12-06 04:36: no gain on the prefetch alone)
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop, "
     "prefetch": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
 }
@@ -227,18 +229,16 @@ TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if fo
                                            **{form: SQUARE for form in HEAD_DIMS}}
 # The form a caller gets by default (pick_form), by head dim (and, where it differs, causal or not), where it is
 # measured faster than the two-kernel backward on warpgroup MMA (bf16 B4 H16 S4096, full / causal TFLOP/s; H100
-# 2026-12-06, docs/results/gpu_runs_2026-12-06_0223-0244): D128, the 8-warp K V swizzled ring form with early
-# loads, lazy waits, fp_fusion and ftz whose steps load the next step's lse and Delta rows, 484.3 / 433.0 (0.87 /
-# 0.92x cuDNN) against 454.1 / 427.2 for the same with the diagonal loop in that run (02:44; without either,
-# 464.7 / 416.5 at 02:30); D64 full, 128 query rows a step on that ring with early loads, 343.5 (0.77x; 345.8 in a
-# second run) against the producer-warpgroup form's 321.7; D64 causal, that producer-warpgroup form, 284.9
-# (0.78x) against 279.5 for the 128-row step (prefetch untimed at D64). D256 keeps the two kernels (no wgmma tile
-# fits it).
+# 2026-12-06 04:36, docs/results/gpu_runs_2026-12-06_0435): D128, the 8-warp K V swizzled ring form with early
+# loads, lazy waits, fp_fusion and ftz whose steps load the next step's lse and Delta rows, 496.8 / 432.2 (0.89 /
+# 0.91x cuDNN) against 497.2 / 426.7 for the same with the diagonal loop; D64, 128 query rows a step on that ring
+# with early loads and the prefetch, 360.3 / 307.0 (0.81 / 0.85x) against 343.5 / 277.5 without the prefetch and
+# 291.9 causal for the producer-warpgroup form with it. D256 keeps the two kernels (no wgmma tile fits it).
 FASTEST: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch",
-    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz"}
-FASTEST_CAUSAL: dict[int, str] = {
-    64: "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz"}
+    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz, prefetch"}
+# causal attention's own pick where it differs from FASTEST's (none since the D64 prefetch form was timed)
+FASTEST_CAUSAL: dict[int, str] = {}
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",
            "TMA ring + TMA reduce dQ, K V swizzled, early loads",
            "128x64 w8, TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled",
