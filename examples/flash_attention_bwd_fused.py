@@ -213,13 +213,21 @@ LADDER: dict[str, dict | None] = {
         **WS, "early_loads": True, "lazy_waits": True, **FTZ},
     "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz, prefetch": {
         **RING, "wgmma_a": "shared", "early_loads": True, **FTZ},
+    # the prefetch's relayouts without their closing barriers (lowering switch lazy_barriers): the lse row's
+    # readers are done by the Delta row's barrier, the Delta row's by dS^T's staging barrier; four block barriers
+    # a step, not six. Untimed
+    "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+    "lazy barriers": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ,
+                      "lazy_barriers": True},
+    "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz, prefetch, lazy barriers": {
+        **RING, "wgmma_a": "shared", "early_loads": True, **FTZ, "lazy_barriers": True},
     # both: the diagonal loop's two loops hand the prefetched rows on from one to the other. D128 497.2 / 426.7, D64
     # causal 287.5 (H100 2026-12-06 04:36: no gain on the prefetch alone)
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop, "
     "prefetch": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
 }
 DIAGONAL = {form for form in LADDER if ", diagonal loop" in form}          # forms launched with diagonal=True
-PREFETCH = {form for form in LADDER if form.endswith(", prefetch")}         # forms launched with prefetch=True
+PREFETCH = {form for form in LADDER if ", prefetch" in form}               # forms launched with prefetch=True
 SQUARE = (128, 128, 8)  # 128 key rows a block owns and 128 query rows a step: D64's (HEAD_DIMS)
 # forms for some head dims only (else every one of 64 and 128): applies()
 HEAD_DIMS: dict[str, tuple[int, ...]] = {form: (64,) for form in LADDER if form.startswith("128x128 w8")}

@@ -84,6 +84,11 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # dP^T on the tensor cores during the softmax, dV during dS, dK while dS^T is staged (FlashAttention-3's
     # order within a warpgroup); more registers live, untimed, so off
     "lazy_waits": ("KB_TILE_LAZY_WAITS", None, False),
+    # a relayout through shared memory (a row of one value a thread read in a product's column layout) closes
+    # with no barrier of its own: the next barrier, or the next write of its buffer, or the end of its block
+    # orders its readers before a rewrite, and back-to-back relayouts take turns in two buffers (lower/kernel.py
+    # relayout_scratch; KB_SIM_SHARED_RACES checks the order on the simulator); untimed, so off
+    "lazy_barriers": ("KB_TILE_LAZY_BARRIERS", None, False),
     # blocks take the tiles in reverse order (the last tile first): where the later tiles hold more work
     # (causal attention's later query blocks), the heaviest start first and the grid ends on light ones
     # (FlashAttention-3's longest-first order, lower/tiles.py); +1.4 % on causal attention once, mixed when
@@ -164,4 +169,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("product_batches",) if s["product_batches"] else ()) + \
         (("reverse_blocks",) if s["reverse_blocks"] else ()) + \
         (("div_reciprocal",) if s["div_reciprocal"] else ()) + \
-        (("lazy_waits",) if s["lazy_waits"] else ())
+        (("lazy_waits",) if s["lazy_waits"] else ()) + \
+        (("lazy_barriers",) if s["lazy_barriers"] else ())

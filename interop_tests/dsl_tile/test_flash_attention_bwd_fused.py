@@ -195,6 +195,10 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
                 "prefetch"): 8,
           (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop, "
                 "prefetch"): 24,
+          # lazy_barriers: the Delta row's loads no longer wait behind a barrier after the lse row's (causal)
+          (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz, prefetch, lazy barriers"): 104,
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+                "lazy barriers"): 16,
           # product_batches: dV and dP^T both in flight (their accumulators and P^T's registers at once)
           (64, "TMA ring + TMA reduce dQ, K V swizzled, batched products"): 0,
           (128, "TMA ring + TMA reduce dQ, K V swizzled, batched products"): 92,

@@ -16,6 +16,7 @@ from typing import Callable
 
 from dsl.ir import nodes as N
 from dsl.ir.verify import walk
+from dsl.tile.lower.errors import LoweringError
 from dsl.tile.lower.runs import load_vector, read_only_path
 
 
@@ -24,11 +25,14 @@ def emit_early(L, make: Callable[[], list]) -> list:
     current block after its last statement that assigns a variable the new statements read (at the
     block's start when there is none). Returns make()'s result."""
     made: list[N.Stmt] = []
+    pending = set(L.war_pending)
     L.stack.append(made)
     try:
         result = make()
     finally:
         L.stack.pop()
+    if L.war_pending != pending:    # moved up, its barriers would no longer be where lazy_barriers counted them
+        raise LoweringError("internal: an early element load went through a relayout's scratch")
     block = L.stack[-1]
     reads = _reads(made, result)
     at = 0

@@ -8,6 +8,8 @@ reductions whose groups span whole thread sets use warp butterflies plus one sha
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from dsl.ir import nodes as N
 from dsl.ir.types import BF16, BOOL, F16, F32, I32, INDEX, ArrayType, ScalarType
 from dsl.tile import ir as T
@@ -27,9 +29,16 @@ from dsl.tile.lower.shapes import ShapeLowering
 from dsl.tile.lower.runs import kernel_run, load_pairs, load_runs, store_runs
 from dsl.tile.lower.tiles import num_blocks, tile_walk
 from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
-from dsl.tile.lower.shared import opt_in_bytes, place_scratch, scratch_bytes
+from dsl.tile.lower.shared import RELAYOUT_SLOT, opt_in_bytes, place_scratch, scratch_bytes, scratch_key
 from dsl.tile.lower.errors import LoweringError
 from dsl.tile.types import PartitionParamType, ScalarParamType
+
+
+@dataclass
+class BlockScratch:
+    """A block's scratch keys taken before its first barrier (Lowerer.block_of, lazy_barriers)."""
+    early: set[str] = field(default_factory=set)
+    synced: bool = False
 
 
 class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
@@ -42,7 +51,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  wgmma_slices: bool = False, nc_loads: bool = True, tma_store: bool = False,
                  ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False,
                  pingpong: bool = False, product_batches: bool = False, reverse_blocks: bool = False,
-                 lazy_waits: bool = False, staging_rounds: bool = False) -> None:
+                 lazy_waits: bool = False, staging_rounds: bool = False, lazy_barriers: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -73,6 +82,14 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.nc_loads = nc_loads                # read-only arrays' vector loads through ld.global.nc (runs.py)
         self.tma_store = tma_store              # sm_90 accumulator stores through TMA (store_tma.py)
         self.staging_rounds = staging_rounds    # persistent TMA stores in rounds, the loop's ring kept whole
+        # a relayout's closing barrier left to the next one that comes (or to its buffer's next writer, or the
+        # end of its block); consecutive relayouts alternate two buffers: scratch keys whose readers may still
+        # be reading (no barrier since), in the block being lowered
+        self.lazy_barriers = lazy_barriers
+        self.war_pending: set[str] = set()
+        # per block being lowered (block_of): the scratch keys it takes before its first barrier, and whether
+        # it has had one (a loop's next iteration enters with what the body left pending)
+        self.block_scratch: list[BlockScratch] = [BlockScratch()]
         self.ws_chain = ws_chain                # later loops share a ws kernel's ring (ring_ws.chained_loops)
         self.early_loads = early_loads          # element loads of read-only arrays where written (anchors.py)
         self.interior_tiles = interior_tiles    # a copy without bounds tests for inside blocks (interior.py)
@@ -170,16 +187,30 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         return self.narrowings.get(id(e.var)) if isinstance(e, N.ReadVar) else None
 
     def block_of(self, stmts_fn) -> list[N.Stmt]:
+        """The statements `stmts_fn` emits, as a nested block (a loop body, a branch). Scratch readers it
+        leaves without a barrier get one at its end: what follows the block (the next iteration, or code after
+        a branch not taken) assumes only what was pending before it."""
         out: list[N.Stmt] = []
+        saved = set(self.war_pending)
         self.stack.append(out)
+        self.block_scratch.append(BlockScratch())
         stmts_fn()
+        if self.war_pending & self.block_scratch[-1].early:    # its next iteration would write them unordered
+            self.sync()
+        self.block_scratch.pop()
         self.stack.pop()
+        self.war_pending |= saved               # the block run or not
         return out
 
     def scratch(self, dtype: ScalarType, n: int, slot: int | str = 0) -> N.Expr:
         """Shared scratch buffer of >= n elements of `dtype` (one per (dtype, slot), sized at the
         end). Every use is bracketed by barriers, so uses of one buffer never overlap in time."""
-        key = ("i32" if dtype == BOOL else dtype.name) + (f"_{slot}" if slot else "")
+        key = scratch_key(dtype, slot)
+        if key in self.war_pending:             # an earlier relayout's threads may still read it
+            self.sync()
+        for block in self.block_scratch:
+            if not block.synced:
+                block.early.add(key)
         st = I32 if dtype == BOOL else dtype
         alloc = self.scratch_allocs.get(key)
         if alloc is None:
@@ -204,6 +235,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     def sync(self) -> None:
         """A block barrier (the consumers' named barrier after a warp-specialised split), unless one
         already ends the current block with nothing between that a barrier orders (barriers.py)."""
+        self.war_pending.clear()                # every thread's earlier reads are done past it
+        self.block_scratch[-1].synced = True
         if redundant_barrier(self.stack[-1], named=self.consumers_only):
             return
         if self.consumers_only:      # warp-specialised, after the split: the consumer threads only
@@ -505,10 +538,26 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         """D → U: through shared memory, every thread reads every element."""
         if v.size > U_MAX:
             raise LoweringError(f"internal: replicating a tile of {v.size} elements")
-        buf = self.write_scratch(v)
+        buf, key = self.relayout_scratch(v)
         elems = [self.tmp(self.smem_load(buf, i, v.dtype)) for i in range(v.size)]
-        self.sync()
+        self.readers_done(key)
         return LV("U", v.shape, v.dtype, elems)
+
+    def relayout_scratch(self, v: LV) -> tuple[N.Expr, str]:
+        """v written to a relayout's scratch buffer (and its key): under lazy_barriers the one of two whose
+        last readers are known done, so back-to-back relayouts need no barrier between them."""
+        slot: int | str = 0
+        if self.lazy_barriers and scratch_key(v.dtype, 0) in self.war_pending:
+            slot = RELAYOUT_SLOT
+        return self.write_scratch(v, slot), scratch_key(v.dtype, slot)
+
+    def readers_done(self, key: str) -> None:
+        """The threads that read scratch buffer `key` are done with it before anyone writes it again: a
+        barrier now, or under lazy_barriers the next one that comes (scratch, sync, block_of)."""
+        if self.lazy_barriers:
+            self.war_pending.add(key)
+        else:
+            self.sync()
 
     def write_scratch(self, v: LV, slot: int = 0) -> N.Expr:
         v = self.concrete(v)
@@ -557,9 +606,9 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                     e = N.IfExp(N.Compare("eq", ix, c32(j)), src.elems[j], e, src.dtype)
                 out.append(self.tmp(e))
             return out
-        buf = self.write_scratch(src)
+        buf, key = self.relayout_scratch(src)
         out = [self.tmp(self.smem_load(buf, i, src.dtype)) for i in idxs]
-        self.sync()
+        self.readers_done(key)
         return out
 
     def unify(self, *vals: LV) -> list[LV]:

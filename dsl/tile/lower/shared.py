@@ -4,10 +4,16 @@ kernels whose products run on the tensor cores, side by side in the dynamic shar
 opt into, after the GEMM stages. Flash attention with 128 query rows at D128 stages 68 KiB."""
 from __future__ import annotations
 
-from dsl.ir.types import ArrayType
+from dsl.ir.types import BOOL, ArrayType, ScalarType
 from dsl.tile.lower.matmul.mma_sync import SMEM_LIMIT
 
 PLACE_ALIGN = 128               # byte alignment of each buffer in the dynamic shared memory
+RELAYOUT_SLOT = "relayout"      # a relayout's second buffer (lazy_barriers: Lowerer.relayout_scratch)
+
+
+def scratch_key(dtype: ScalarType, slot: int | str = 0) -> str:
+    """The name of the scratch buffer of `dtype` and `slot` (Lowerer.scratch: one buffer each)."""
+    return ("i32" if dtype == BOOL else dtype.name) + (f"_{slot}" if slot else "")
 
 
 OPT_IN_KIB = {86: 99, 89: 99, 120: 99, 121: 99}     # the archs below their generation's figure
