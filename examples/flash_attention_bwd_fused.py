@@ -215,7 +215,8 @@ LADDER: dict[str, dict | None] = {
         **RING, "wgmma_a": "shared", "early_loads": True, **FTZ},
     # the prefetch's relayouts without their closing barriers (lowering switch lazy_barriers): the lse row's
     # readers are done by the Delta row's barrier, the Delta row's by dS^T's staging barrier; four block barriers
-    # a step, not six. Untimed
+    # a step, not six. D128 493.1 / 412.3 against 492.2 / 431.0, D64 365.4 / 303.9 against 359.8 / 309.6 (H100
+    # 2026-12-06 05:03): no lasting gain, and causal spills (16 / 104 bytes)
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
     "lazy barriers": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ,
                       "lazy_barriers": True},

@@ -87,7 +87,8 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # a relayout through shared memory (a row of one value a thread read in a product's column layout) closes
     # with no barrier of its own: the next barrier, or the next write of its buffer, or the end of its block
     # orders its readers before a rewrite, and back-to-back relayouts take turns in two buffers (lower/kernel.py
-    # relayout_scratch; KB_SIM_SHARED_RACES checks the order on the simulator); untimed, so off
+    # relayout_scratch; KB_SIM_SHARED_RACES checks the order on the simulator); the fused attention backward's
+    # prefetch forms with it: +0-2 % full, -2-4 % causal (its loads scheduled earlier spill; H100 2026-12-06), so off
     "lazy_barriers": ("KB_TILE_LAZY_BARRIERS", None, False),
     # blocks take the tiles in reverse order (the last tile first): where the later tiles hold more work
     # (causal attention's later query blocks), the heaviest start first and the grid ends on light ones
