@@ -88,10 +88,12 @@ def test_both_match_float64_in_the_simulator_and_the_lowered_sm90_simulator(rng,
 
 
 class _Lowerer:
-    """The part of the tile lowering emit_early uses: a stack of open statement lists."""
+    """The part of the tile lowering emit_early uses: a stack of open statement lists, and the scratch
+    buffers a relayout left unordered (lazy_barriers: emit_early refuses to move such a relayout)."""
 
     def __init__(self, block: list) -> None:
         self.stack = [block]
+        self.war_pending: set[str] = set()
 
     def emit(self, s: N.Stmt) -> None:
         self.stack[-1].append(s)
@@ -130,3 +132,11 @@ def test_emit_early_sees_assignments_inside_nested_statements():
     reads_i = _assign("b", N.ReadVar(loop.var))
     emit_early(L, lambda: (L.emit(reads_i), [])[1])
     assert block.index(reads_i) == 2                    # the loop variable counts as assigned by the loop
+
+
+def test_emit_early_refuses_to_move_statements_that_leave_a_relayouts_readers_unordered():
+    """Moved up, a relayout's loads would no longer sit where lazy_barriers counted its barriers."""
+    from dsl.tile.lower.errors import LoweringError
+    L = _Lowerer([])
+    with pytest.raises(LoweringError, match="internal: an early element load went through a relayout's scratch"):
+        emit_early(L, lambda: (L.war_pending.add("f32"), [])[1])
