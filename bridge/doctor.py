@@ -36,6 +36,7 @@ SETTINGS: dict[str, str] = {
     "KB_SIM_CP_ASYNC_LANDING": "simulator: cp.async lands at its wait (default) or at issue",
     "KB_SIM_TMA_LANDING": "simulator: a TMA copy lands at issue (default) or at the first mbarrier wait on it",
     "KB_SIM_SHARED_RACES": "simulator: 1 checks shared-memory loads and stores for races no barrier orders",
+    "KB_SIM_BANK_CONFLICTS": "simulator: 1 counts shared-memory bank conflicts by access site and logs the conflicted ones",
     "KB_REQUIRE_GPUS": "tests: skipped multi-GPU tests fail",
     "KB_TEST_SEED": "tests: random seed", "KB_SANITIZER": "gpu_check: compute-sanitizer tools to run",
     "KB_MAX_SPECIALISATIONS": "specialisations of one DSL kernel before a warning",

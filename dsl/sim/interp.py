@@ -19,6 +19,7 @@ from dsl.sim.lanes import LaneSpace, count, subsel, to_mask, to_sel, vec
 from dsl.sim.launch_ops import LaunchSemantics
 from dsl.sim.memory import MemRef, SharedSpace
 from dsl.sim.races import RaceLog
+from dsl.sim.bank_conflicts import SHARED_PTX, BankConflictLog
 from dsl.sim.shared_races import SharedRaceLog
 from dsl.sim.warp import check_converged, warp_op
 
@@ -111,10 +112,11 @@ class Machine(LaunchSemantics):
 
     def __init__(self, fn: N.Function, lanes: LaneSpace, params: dict[int, object],
                  shared: SharedSpace, fault: FaultRecord, races: RaceLog | None = None,
-                 shared_races: SharedRaceLog | None = None) -> None:
+                 shared_races: SharedRaceLog | None = None, banks: BankConflictLog | None = None) -> None:
         self.fn, self.lanes, self.shared, self.fault = fn, lanes, shared, fault
         self.races = races                        # writers of global elements (dsl/sim/races.py)
         self.shared_races = shared_races          # shared-memory accesses (dsl/sim/shared_races.py), or None
+        self.banks = banks                        # shared wavefronts by site (dsl/sim/bank_conflicts.py), or None
         self.block_epoch = np.zeros(lanes.nblocks, np.int64)   # sync_threads() passed, per block
         self.shared_epoch = np.zeros(lanes.nblocks, np.int64)  # any barrier passed, per block (shared_races)
         self.gid = (lanes.first + lanes.blk) * lanes.T + lanes.tid_lin   # global linear thread ids
@@ -177,11 +179,13 @@ class Machine(LaunchSemantics):
         return mask
 
     def s_Assign(self, s: N.Assign, mask):
+        self.stmt_loc = s.loc
         sel = to_sel(mask)
         self._var(s.var).write(sel, self.ev(s.value, sel))
         return mask
 
     def s_ExprStmt(self, s: N.ExprStmt, mask):
+        self.stmt_loc = s.loc                   # inline PTX takes its statement's line (bank-conflict sites)
         self.ev(s.value, to_sel(mask))
         return mask
 
@@ -208,11 +212,21 @@ class Machine(LaunchSemantics):
         return mask
 
     def _record_writes(self, mem: MemRef, idx: list, lanes: np.ndarray, s) -> None:
+        self._count_banks(mem, idx, lanes, "store", s.loc)
         if self.races is not None and not mem.shared:
             self.races.record(mem, idx, self.gid[lanes], self.block_epoch[self.lanes.blk[lanes]], s.loc)
         elif self._watched(mem):
             self.shared_races.store(mem, mem.element_id(self.lanes.blk[lanes], idx), self.gid[lanes],
                                     self.shared_epoch[self.lanes.blk[lanes]], s.loc)
+
+    def _count_banks(self, mem: MemRef, idx: list, lanes: np.ndarray, kind: str, loc) -> None:
+        """An IR load or store of a block's own shared buffer, for the bank-conflict counts."""
+        if self.banks is None or not mem.shared or getattr(mem, "remote", None) is not None or lanes.size == 0:
+            return
+        flat = np.ravel_multi_index(tuple(np.asarray(i, np.int64) for i in idx), mem.extents) if idx else 0
+        size = mem.data.dtype.itemsize
+        addr = self.addresses.shared_base(mem) + np.asarray(flat, np.int64) * size
+        self.banks.record(kind, size, loc, self.lanes.warp_pos[lanes], np.broadcast_to(addr, lanes.shape))
 
     def _watched(self, mem: MemRef) -> bool:
         """Are `mem`'s accesses checked for shared-memory races: a block's own shared buffer, the log on."""
@@ -498,6 +512,10 @@ class Machine(LaunchSemantics):
         keep = ~self.exited[lanes]
         idx = [vec(i, n) for i in idx]
         ok = mem.in_range(idx)
+        if self.banks is not None:
+            good = ok & keep
+            self._count_banks(mem, [i[good] for i in idx], lanes[good], "load",
+                              e.loc if e.loc is not N.NOLOC else getattr(self, "stmt_loc", e.loc))
         if self._watched(mem):
             good = ok & keep
             self.shared_races.load(mem, mem.element_id(self.lanes.blk[lanes[good]], [i[good] for i in idx]),
@@ -570,10 +588,15 @@ class Machine(LaunchSemantics):
         if sim is None:
             raise self._err(e, "inline PTX without CPU semantics cannot be simulated (the tile "
                                "lowering takes each statement from dsl/tile/ptx/table.py)")
-        if hasattr(sim, "resolve"):        # a table row's semantics, loaded on first use
-            sim = sim.resolve()
         n = count(sel, self.L)
         args = [vec(self.ev(a, sel), n) for a in e.args]
+        shared = SHARED_PTX.get(getattr(sim, "family", "")) if self.banks is not None else None
+        if shared is not None:                # a thread's shared access: the bank-conflict counts
+            lanes = self._lanes_of(sel)
+            loc = e.loc if e.loc is not N.NOLOC else getattr(self, "stmt_loc", e.loc)
+            self.banks.record(*shared, loc, self.lanes.warp_pos[lanes], np.asarray(args[0], np.int64))
+        if hasattr(sim, "resolve"):        # a table row's semantics, loaded on first use
+            sim = sim.resolve()
         extra = (self, self._lanes_of(sel)) if getattr(sim, "machine", False) else ()
         if getattr(sim, "per_thread", False):
             return sim(args, *extra)

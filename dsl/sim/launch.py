@@ -22,6 +22,7 @@ from dsl.sim.launch_ops import add_cluster_registers, batch_blocks
 from dsl.sim.addresses import TensorMap
 from dsl.sim.memory import MemRef, SharedSpace
 from dsl.sim.races import RaceLog
+from dsl.sim.bank_conflicts import BankConflictLog, bank_conflicts_enabled
 from dsl.sim.shared_races import SharedRaceLog, shared_races_enabled
 
 from dsl.sim.limits import MAX_BLOCK, MAX_SHARED_BYTES, MAX_THREADS  # noqa: F401  (re-exported)
@@ -50,13 +51,16 @@ def run(fn: N.Function, args: list, grid, block, shared_mem: int = 0) -> None:
     threads = block3[0] * block3[1] * block3[2]
     nblocks = grid3[0] * grid3[1] * grid3[2]
     per_batch = batch_blocks(grid3, fn.cooperative, fn.cluster, max(1, MAX_LANES // threads))
+    banks = BankConflictLog(fn.name) if bank_conflicts_enabled() else None
     with np.errstate(all="ignore"):
         for first in range(0, nblocks, per_batch):
             lanes = LaneSpace(grid3, block3, first, min(per_batch, nblocks - first), int(shared_mem))
             add_cluster_registers(lanes, fn.cluster)
             shared = SharedSpace(lanes.nblocks, int(shared_mem))
             watch = SharedRaceLog(fn.name, grid3, block3) if shared_races_enabled() else None
-            Machine(fn, lanes, params, shared, fault, races, watch).run()
+            Machine(fn, lanes, params, shared, fault, races, watch, banks).run()
+    if banks is not None:
+        banks.report()
     if fault.hit:
         raise fault.exception()
     if races.first is not None:
