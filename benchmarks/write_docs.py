@@ -154,7 +154,10 @@ def steps(check: dict) -> list[str]:
 
 
 def suite_coverage(steps: dict[str, dict]) -> str:
-    """Which shards of the suite the parts hold ('tests i/n' steps, gpu_check.py --shard); '' unsharded."""
+    """Which shards of the suite the parts hold ('tests i/n' steps, gpu_check.py --shard), or that they hold its
+    GPU tests ('tests gpu', --gpu-tests); '' unsharded."""
+    if "tests gpu" in steps:         # gpu_check.py --gpu-tests
+        return "the suite's GPU tests (-m gpu) in one part; its CPU tests run in CI on every push"
     shards = [name.split(" ", 1)[1] for name in steps if name.startswith("tests ")]
     if not shards:
         return ""

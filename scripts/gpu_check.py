@@ -17,6 +17,9 @@ timeout asked for once the machine's start is counted) still leaves its record u
 
 The whole check no longer fits one 10-minute call; it runs in parts, each into its own folder
 (`--pack` each), whose records benchmarks/write_docs.py renders as one page:
+  1.  --gpu-tests --skip sanitize,examples,bench --budget 520   every GPU test of the suite (`-m gpu`; 1193
+      in 433 s on 14 workers, H100 2026-12-06): the CPU tests are CI's, on every push of a clean clone.
+      Or the whole suite on the GPU machine in two shards:
   1a. --skip sanitize,examples,bench --shard 1/2 --budget 520   the suite's first half (14 workers)
   1b. --skip sanitize,examples,bench --shard 2/2 --budget 520   its second half
   1c. --skip tests,examples,bench --budget 520                  the four sanitizer passes
@@ -67,6 +70,7 @@ BENCHMARKS = ["benchmarks/launch_overhead.py", "benchmarks/launch_breakdown.py",
               "benchmarks/compile_time.py",
               "benchmarks/intake.py", "benchmarks/llm_kernels.py", "benchmarks/triton_tutorials.py",
               "benchmarks/pdl_chain.py", "benchmarks/gpt2_step.py"]
+GPU_TESTS_STEP = "tests gpu"     # --gpu-tests: the suite's GPU tests (-m gpu), its CPU tests being CI's
 # benchmarks whose bars need more than their default cases: attention's backward bars (issue 29)
 BENCH_ARGS = {"benchmarks/attention.py": ["--backward"]}
 SANITIZER_TOOLS = ["memcheck", "racecheck", "synccheck", "initcheck"]
@@ -249,6 +253,8 @@ def main() -> int:
                     "say it was a selection, so it never stands for the whole check")
     ap.add_argument("--shard", default="", help="i/n: the tests step runs the i-th of n shards of whole test "
                     "files (the suite no longer fits one call); its step is named 'tests i/n'")
+    ap.add_argument("--gpu-tests", action="store_true", help="the tests step runs only the suite's GPU tests "
+                    "(-m gpu) in one part: its CPU tests run in CI on every push; the step is named 'tests gpu'")
     ap.add_argument("--pack", action="store_true",
                     help="leave only gpu_check.json and results.tgz (logs, junit files, benchmark JSONs) in the "
                          "results folder: the device tool brings back only a few files per call")
@@ -258,6 +264,8 @@ def main() -> int:
             parse_shard(args.shard)
         except ValueError as exc:
             ap.error(f"--shard: {exc}")
+        if args.gpu_tests:
+            ap.error("--shard and --gpu-tests: one or the other (the GPU tests run in one part)")
     run = _Run(args)
     run.logs.mkdir(parents=True, exist_ok=True)
     if not args.no_install and not run.install():
@@ -300,6 +308,8 @@ class _Run:
         if args.shard:
             shard = parse_shard(args.shard)        # a bad --shard stops here, before anything runs
             self.tests_step = f"tests {shard[0]}/{shard[1]}"
+        elif getattr(args, "gpu_tests", False):
+            self.tests_step = GPU_TESTS_STEP
         else:
             self.tests_step = "tests"
         self.py = sys.executable
@@ -350,7 +360,8 @@ class _Run:
             workers = "14" if "sanitize" in self.skip else "10"
             par = ["-n", workers] if have_xdist(py) else []
             tests_env = {**env, "KB_TEST_SHARD": self.args.shard} if self.args.shard else env
-            jobs.append((self.tests_step, [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *par,
+            marker = ["-m", "gpu"] if self.tests_step == GPU_TESTS_STEP else []
+            jobs.append((self.tests_step, [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *par, *marker,
                                            "--durations=25", f"--junitxml={junit}", *self.selection],
                          logs / "pytest.log", phase1, tests_env))
         tools = SANITIZER_TOOLS[:3] if self.args.quick else SANITIZER_TOOLS
@@ -515,7 +526,9 @@ def print_summary(s: dict) -> int:
                  + ("   PARTIAL: the tests step ran a selection (--tests), not the whole suite"
                     if s["steps"].get("tests", {}).get("selection") else "")
                  + "".join(f"   SHARD {name.split(' ', 1)[1]}: one part of the suite"
-                           for name in s["steps"] if name.startswith("tests ")))
+                           for name in s["steps"] if name.startswith("tests ") and name != GPU_TESTS_STEP)
+                 + ("   GPU TESTS: the suite's GPU tests only (its CPU tests run in CI)"
+                    if GPU_TESTS_STEP in s["steps"] else ""))
     print("\n".join(lines))
     return 0 if ok else 1
 

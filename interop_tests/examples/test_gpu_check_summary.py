@@ -217,3 +217,30 @@ def test_a_step_run_side_by_side_is_recorded_when_it_ends_not_when_the_slowest_d
     assert [name for name, _ in seen] == ["fast", "slow"]        # the fast one first, as it ended
     assert seen[0][1] < seen[1][1]
     assert got["fast"][0] == 0 and got["slow"][0] == 0
+
+
+def test_the_gpu_tests_part_is_named_in_its_step_the_verdict_and_the_docs(gpu_check, capsys, tmp_path):
+    """--gpu-tests: the step is 'tests gpu' (pytest -m gpu), it passes or fails like the suite, the verdict
+    says the CPU tests are CI's, write_docs says what the part held; --shard with it is refused."""
+    args = argparse.Namespace(budget=570.0, results=str(tmp_path / "r"), skip="", quick=False, tests="",
+                              shard="", gpu_tests=True)
+    assert gpu_check._Run(args).tests_step == "tests gpu"
+    steps = summary()
+    steps["steps"]["tests gpu"] = steps["steps"].pop("tests")
+    assert gpu_check.print_summary(steps) == 0
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1].endswith("GPU TESTS: the suite's GPU tests only (its CPU tests run in CI)")
+    assert "SHARD" not in out
+    steps["steps"]["tests gpu"] = {**steps["steps"]["tests gpu"], "rc": 1, "failed": 1}
+    assert gpu_check.print_summary(steps) == 1
+    spec = importlib.util.spec_from_file_location("write_docs", ROOT / "benchmarks" / "write_docs.py")
+    docs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(docs)
+    assert docs.suite_coverage({"tests gpu": {}}) == ("the suite's GPU tests (-m gpu) in one part; its CPU tests "
+                                                      "run in CI on every push")
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--shard", "1/2", "--gpu-tests",
+                           "--results", str(tmp_path / "bad")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--shard and --gpu-tests: one or the other" in proc.stderr
+    assert not (tmp_path / "bad").exists()
