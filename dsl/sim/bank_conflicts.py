@@ -45,7 +45,7 @@ class Site:
     kernel: str
     kind: str           # "load" or "store"
     width: int          # bytes a lane
-    where: str          # file:line of the kernel source
+    at: str             # file:line of the kernel source (and its text)
     requests: int = 0
     wavefronts: int = 0
     ideal: int = 0
@@ -56,7 +56,7 @@ class Site:
         return self.wavefronts / self.ideal if self.ideal else 1.0
 
     def text(self) -> str:
-        return (f"{self.kernel}: shared {self.kind} of {self.width} bytes a lane at {self.where}: "
+        return (f"{self.kernel}: shared {self.kind} of {self.width} bytes a lane at {self.at}: "
                 f"{self.ways:.2f}-way bank conflicts ({self.wavefronts} wavefronts for {self.requests} warp "
                 f"requests where {self.ideal} would do)")
 

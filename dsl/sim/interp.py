@@ -117,6 +117,7 @@ class Machine(LaunchSemantics):
         self.races = races                        # writers of global elements (dsl/sim/races.py)
         self.shared_races = shared_races          # shared-memory accesses (dsl/sim/shared_races.py), or None
         self.banks = banks                        # shared wavefronts by site (dsl/sim/bank_conflicts.py), or None
+        self.stmt_loc = N.NOLOC                   # the statement being run: its inline PTX's and loads' line
         self.block_epoch = np.zeros(lanes.nblocks, np.int64)   # sync_threads() passed, per block
         self.shared_epoch = np.zeros(lanes.nblocks, np.int64)  # any barrier passed, per block (shared_races)
         self.gid = (lanes.first + lanes.blk) * lanes.T + lanes.tid_lin   # global linear thread ids
@@ -515,7 +516,7 @@ class Machine(LaunchSemantics):
         if self.banks is not None:
             good = ok & keep
             self._count_banks(mem, [i[good] for i in idx], lanes[good], "load",
-                              e.loc if e.loc is not N.NOLOC else getattr(self, "stmt_loc", e.loc))
+                              e.loc if e.loc is not N.NOLOC else self.stmt_loc)
         if self._watched(mem):
             good = ok & keep
             self.shared_races.load(mem, mem.element_id(self.lanes.blk[lanes[good]], [i[good] for i in idx]),
@@ -593,7 +594,7 @@ class Machine(LaunchSemantics):
         shared = SHARED_PTX.get(getattr(sim, "family", "")) if self.banks is not None else None
         if shared is not None:                # a thread's shared access: the bank-conflict counts
             lanes = self._lanes_of(sel)
-            loc = e.loc if e.loc is not N.NOLOC else getattr(self, "stmt_loc", e.loc)
+            loc = e.loc if e.loc is not N.NOLOC else self.stmt_loc
             self.banks.record(*shared, loc, self.lanes.warp_pos[lanes], np.asarray(args[0], np.int64))
         if hasattr(sim, "resolve"):        # a table row's semantics, loaded on first use
             sim = sim.resolve()
