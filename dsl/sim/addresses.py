@@ -47,6 +47,10 @@ class AddressSpace:
         self.static: list[MemRef] = []
         self.globals: list[MemRef] = []
 
+    def shared_address(self, mem: MemRef, flat) -> np.ndarray:
+        """Shared-window byte addresses of elements `flat` (flat indices) of shared buffer `mem`."""
+        return self.shared_base(mem) + np.asarray(flat, np.int64) * mem.data.dtype.itemsize
+
     def shared_base(self, mem: MemRef) -> int:
         if self.shared.raw is not None and np.may_share_memory(mem.data, self.shared.raw):
             # a view of the dynamic bytes, from its offset on (SharedAlloc.offset)

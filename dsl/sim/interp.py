@@ -222,16 +222,16 @@ class Machine(LaunchSemantics):
 
     def _count_banks(self, mem: MemRef, idx: list, lanes: np.ndarray, kind: str, loc) -> None:
         """An IR load or store of a block's own shared buffer, for the bank-conflict counts."""
-        if self.banks is None or not mem.shared or getattr(mem, "remote", None) is not None or lanes.size == 0:
+        if self.banks is None or not _own_shared(mem) or lanes.size == 0:
             return
         flat = np.ravel_multi_index(tuple(np.asarray(i, np.int64) for i in idx), mem.extents) if idx else 0
-        size = mem.data.dtype.itemsize
-        addr = self.addresses.shared_base(mem) + np.asarray(flat, np.int64) * size
-        self.banks.record(kind, size, loc, self.lanes.warp_pos[lanes], np.broadcast_to(addr, lanes.shape))
+        addr = self.addresses.shared_address(mem, flat)
+        self.banks.record(kind, mem.data.dtype.itemsize, loc, self.lanes.warp_pos[lanes],
+                          np.broadcast_to(addr, lanes.shape))
 
     def _watched(self, mem: MemRef) -> bool:
         """Are `mem`'s accesses checked for shared-memory races: a block's own shared buffer, the log on."""
-        return self.shared_races is not None and mem.shared and getattr(mem, "remote", None) is None
+        return self.shared_races is not None and _own_shared(mem)
 
     def pass_barrier(self, arrived: np.ndarray) -> None:
         """Lanes `arrived` (a mask) passed a barrier: their blocks' shared-race epoch moves on."""
@@ -513,14 +513,13 @@ class Machine(LaunchSemantics):
         keep = ~self.exited[lanes]
         idx = [vec(i, n) for i in idx]
         ok = mem.in_range(idx)
-        if self.banks is not None:
+        if self.banks is not None or self._watched(mem):
             good = ok & keep
-            self._count_banks(mem, [i[good] for i in idx], lanes[good], "load",
-                              e.loc if e.loc is not N.NOLOC else self.stmt_loc)
-        if self._watched(mem):
-            good = ok & keep
-            self.shared_races.load(mem, mem.element_id(self.lanes.blk[lanes[good]], [i[good] for i in idx]),
-                                   self.gid[lanes[good]], self.shared_epoch[self.lanes.blk[lanes[good]]], e.loc)
+            at, gidx = lanes[good], [i[good] for i in idx]
+            self._count_banks(mem, gidx, at, "load", e.loc if e.loc is not N.NOLOC else self.stmt_loc)
+            if self._watched(mem):
+                self.shared_races.load(mem, mem.element_id(self.lanes.blk[at], gidx), self.gid[at],
+                                       self.shared_epoch[self.lanes.blk[at]], e.loc)
         if ok.all() and keep.all():
             return mem.load(self._blk(mem, sel), idx)
         if e.check == "fault":
@@ -593,9 +592,8 @@ class Machine(LaunchSemantics):
         args = [vec(self.ev(a, sel), n) for a in e.args]
         shared = SHARED_PTX.get(getattr(sim, "family", "")) if self.banks is not None else None
         if shared is not None:                # a thread's shared access: the bank-conflict counts
-            lanes = self._lanes_of(sel)
             loc = e.loc if e.loc is not N.NOLOC else self.stmt_loc
-            self.banks.record(*shared, loc, self.lanes.warp_pos[lanes], np.asarray(args[0], np.int64))
+            self.banks.record(*shared, loc, self.lanes.warp_pos[self._lanes_of(sel)], np.asarray(args[0], np.int64))
         if hasattr(sim, "resolve"):        # a table row's semantics, loaded on first use
             sim = sim.resolve()
         extra = (self, self._lanes_of(sel)) if getattr(sim, "machine", False) else ()
@@ -608,8 +606,7 @@ class Machine(LaunchSemantics):
 
     def e_SharedAddress(self, e, sel):
         mem = self.ev(e.array, sel)
-        idx = np.asarray(self.ev(e.index, sel), np.int64)
-        return (self.addresses.shared_base(mem) + idx * mem.data.dtype.itemsize).astype(np.uint32)
+        return self.addresses.shared_address(mem, self.ev(e.index, sel)).astype(np.uint32)
 
     def e_GlobalAddress(self, e, sel):
         mem = self.ev(e.array, sel)
@@ -682,3 +679,8 @@ def _merge(t: Type, n: int, parts: list):
 
 
 __all__ = ["Machine", "SlotValue", "Storage"]
+
+
+def _own_shared(mem: MemRef) -> bool:
+    """A block's own shared buffer (not a cluster peer's, reached through distributed shared memory)."""
+    return mem.shared and getattr(mem, "remote", None) is None
