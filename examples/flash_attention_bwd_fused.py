@@ -213,6 +213,14 @@ LADDER: dict[str, dict | None] = {
         **WS, "early_loads": True, "lazy_waits": True, **FTZ},
     "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz, prefetch": {
         **RING, "wgmma_a": "shared", "early_loads": True, **FTZ},
+    # D64's 128-row step with lazy waits (dP^T issued beside S^T and waited for after the softmax, dV during dS^T,
+    # dK while dS^T is staged): an ncu source profile (H100 2026-12-06 06:12) puts 28 % of the eager step's stall
+    # samples on its five products' waits. ptxas spills 60 / 136 bytes (full / causal), yet with early loads 407.1 /
+    # 329.2 TFLOP/s, without them 392.1 / 342.1, against 375.7 / 323.4 eager (H100 2026-12-06 06:24)
+    "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch": {
+        **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
+    "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch": {
+        **RING, "wgmma_a": "shared", "lazy_waits": True, **FTZ},
     # the prefetch's relayouts without their closing barriers (lowering switch lazy_barriers): the lse row's
     # readers are done by the Delta row's barrier, the Delta row's by dS^T's staging barrier; four block barriers
     # a step, not six. D128 493.1 / 412.3 against 492.2 / 431.0, D64 365.4 / 303.9 against 359.8 / 309.6 (H100
@@ -242,12 +250,18 @@ TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if fo
 # loads, lazy waits, fp_fusion and ftz whose steps load the next step's lse and Delta rows, 496.8 / 432.2 (0.89 /
 # 0.91x cuDNN) against 497.2 / 426.7 for the same with the diagonal loop; D64, 128 query rows a step on that ring
 # with early loads and the prefetch, 360.3 / 307.0 (0.81 / 0.85x) against 343.5 / 277.5 without the prefetch and
-# 291.9 causal for the producer-warpgroup form with it. D256 keeps the two kernels (no wgmma tile fits it).
+# 291.9 causal for the producer-warpgroup form with it. D256 keeps the two kernels (no wgmma tile fits it). Since
+# dQ's and dK / dV's f32 staging is free of bank conflicts (lowering switch staging_swap, on by default): D128
+# 523.6 / 453.8 (0.956 / 0.978x), D64 378.4 / 323.4 (0.839 / 0.886x) against 490.8 / 430.1 and 362.6 / 309.1
+# without it in the same run (H100 2026-12-06 06:11, docs/results/gpu_runs_2026-12-06_0610).
+# D64 since lazy waits: the 128-row step with them, with early loads for full attention (407.1 TFLOP/s, 0.908x) and
+# without for causal (342.1, 0.939x; H100 2026-12-06 06:24).
 FASTEST: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch",
-    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz, prefetch"}
-# causal attention's own pick where it differs from FASTEST's (none since the D64 prefetch form was timed)
-FASTEST_CAUSAL: dict[int, str] = {}
+    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch"}
+# causal attention's own pick where it differs from FASTEST's
+FASTEST_CAUSAL: dict[int, str] = {
+    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch"}
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",
            "TMA ring + TMA reduce dQ, K V swizzled, early loads",
            "128x64 w8, TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled",

@@ -90,6 +90,12 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # relayout_scratch; KB_SIM_SHARED_RACES checks the order on the simulator); the fused attention backward's
     # prefetch forms with it: +0-2 % full, -2-4 % causal (its loads scheduled earlier spill; H100 2026-12-06), so off
     "lazy_barriers": ("KB_TILE_LAZY_BARRIERS", None, False),
+    # f32 accumulator pairs staged for a TMA store or reduce-add (lower/store_tma.py): lanes of odd rows write
+    # the pair two fragments over (one select a value), so a half-warp's four rows fill eight distinct 16-byte
+    # chunks of the 128-byte-swizzled slab instead of two rows sharing each chunk pair (2-way bank conflicts,
+    # KB_SIM_BANK_CONFLICTS counts them): the fused attention backward +4-7 % (D128 523.6 / 453.8 TFLOP/s against
+    # 490.8 / 430.1, D64 378.4 / 323.4 against 362.6 / 309.1; H100 2026-12-06 06:11), so on
+    "staging_swap": ("KB_TILE_STAGING_SWAP", None, True),
     # blocks take the tiles in reverse order (the last tile first): where the later tiles hold more work
     # (causal attention's later query blocks), the heaviest start first and the grid ends on light ones
     # (FlashAttention-3's longest-first order, lower/tiles.py); +1.4 % on causal attention once, mixed when
@@ -171,4 +177,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("reverse_blocks",) if s["reverse_blocks"] else ()) + \
         (("div_reciprocal",) if s["div_reciprocal"] else ()) + \
         (("lazy_waits",) if s["lazy_waits"] else ()) + \
-        (("lazy_barriers",) if s["lazy_barriers"] else ())
+        (("lazy_barriers",) if s["lazy_barriers"] else ()) + \
+        (() if s["staging_swap"] else ("no_staging_swap",))

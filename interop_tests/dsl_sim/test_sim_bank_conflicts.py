@@ -95,22 +95,34 @@ def test_wider_accesses_are_served_in_phases_of_128_bytes():
     row, col = lanes // 4, 2 * (lanes % 4)
     swizzled = row * 128 + (((col * 4) // 16) ^ (row % 8)) * 16 + (col * 4) % 16
     assert wavefronts(lanes, swizzled, 8) == (1, 4, 2)
+    # the same with odd rows storing the fragment two over (columns + 16: chunks four over, staging_swap): rows
+    # 0-3 of a phase take chunk pairs {0, 1}, {4, 5}, {2, 3}, {6, 7} -> one wavefront a phase, the ideal
+    turned = row * 128 + ((((col * 4) // 16) ^ (row % 8) ^ (4 * (row % 2))) * 16) + (col * 4) % 16
+    assert wavefronts(lanes, turned, 8) == (1, 2, 2)
     # two warps, one word each: a request each, one wavefront each
     assert wavefronts(np.array([0, 32]), np.array([0, 0]), 4) == (2, 2, 2)
 
 
-def test_the_attention_backwards_dq_staging_is_reported_as_two_way(monkeypatch, caplog):
-    """The fused backward at D64 (FASTEST form, lowered for sm_90, simulated): its dQ tiles' 8-byte pair
-    stores into the 128-byte-swizzled staging slabs conflict two ways (rows r and r ^ 1 share a chunk
-    pair); the dS^T staging's 4-byte stores and the lse / Delta relayouts do not."""
+@pytest.mark.parametrize("swap", [False, True], ids=["plain", "swapped"])
+def test_the_attention_backwards_f32_staging_conflicts_two_ways_unless_swapped(monkeypatch, caplog, swap):
+    """The fused backward at D64 (FASTEST form, lowered for sm_90, simulated): without staging_swap its dQ
+    tiles' and dK / dV's 8-byte pair stores into the 128-byte-swizzled staging slabs conflict two ways (rows r
+    and r ^ 1 share a chunk pair); with it (the default) none do, nor do the dS^T staging's 4-byte stores and
+    the lse / Delta relayouts, and the gradients are unchanged."""
     sys.path.insert(0, str(ROOT / "interop_tests" / "dsl_tile"))
-    from test_flash_attention_bwd import inputs
+    from test_flash_attention_bwd import grads64, inputs
     from test_flash_attention_bwd_fused import FUSED, lowered_backward
     monkeypatch.setenv("KB_SIM_BANK_CONFLICTS", "1")
+    monkeypatch.setenv("KB_TILE_STAGING_SWAP", "1" if swap else "0")
     caplog.set_level(logging.WARNING, logger="kernelbridge.perf")
     q, k, v, dout = inputs(np.random.default_rng(3), 1, 256, 64, ml_dtypes.bfloat16)
-    lowered_backward(q, k, v, dout, 256, False, FUSED.FASTEST[64])
+    grads = lowered_backward(q, k, v, dout, 256, False, FUSED.FASTEST[64])
+    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, 256, False)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=5e-3 * np.abs(want).max(), err_msg=name)
     got = [t for t in _records(caplog) if t.startswith("flash_bwd_fused:")]
+    if swap:
+        assert got == []
+        return
     assert len(got) == 3 and all("shared store of 8 bytes a lane" in t and "2.00-way" in t for t in got)
     assert "tile.atomic_add(dq, (qb, 0)" in got[0]
     assert any("dk.store(" in t for t in got) and any("dv.store(" in t for t in got)

@@ -188,8 +188,12 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           (64, "TMA ring + TMA reduce dQ, K V swizzled, early loads"): 0,
           (128, "TMA ring + TMA reduce dQ, K V swizzled, early loads"): 84,
           **{(d, form): 0 for d in (64, 128) for form in FUSED.TILES if FUSED.applies(form, d)},
-          # D64's 128 query rows a step: lse and delta for 32 query columns a thread, held from the early loads on
-          (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz"): 60,
+          # D64's 128 query rows a step: lse and delta for 32 query columns a thread, held from the early loads on;
+          # 68 since the f32 staging's selects (staging_swap; 60 without)
+          (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz"): 68,
+          # D64's 128-row step with lazy waits: S^T's and dP^T's accumulators (64 registers each) live at once
+          (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch"): 136,
+          (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch"): 132,
           # prefetch: one lse and Delta value a thread held across the step, not 16-32 (0 bytes but on the producer)
           (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, "
                 "prefetch"): 8,

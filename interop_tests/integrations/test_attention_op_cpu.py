@@ -75,11 +75,12 @@ def test_the_fused_backward_is_picked_only_where_it_is_measured_faster(torch):
     assert A.fused.pick_form(128, 320, wgmma=True) is None        # its 128-row key blocks do not divide 320
     assert A.fused.pick_form(128, 256, wgmma=True, causal=True) == fastest     # D128: one form, causal or not
     assert A.fused.pick_form(64, 256, wgmma=True) == A.fused.FASTEST[64]    # D64: 8 warps, 128 key rows too
-    assert A.fused.pick_form(64, 256, wgmma=True, causal=True) == A.fused.FASTEST[64]    # D64: one form too
+    causal64 = A.fused.FASTEST_CAUSAL[64]                          # D64 causal: lazy waits without early loads
+    assert causal64 != A.fused.FASTEST[64] and A.fused.pick_form(64, 256, wgmma=True, causal=True) == causal64
     assert A.fused.pick_form(64, 320, wgmma=True) is None         # 128-row key blocks do not divide 320
     assert A.fused.pick_form(64, 192, wgmma=True) is None         # D64: 128 query rows a step too
     assert A.fused.pick_form(64, 192, wgmma=True, causal=True) is None
-    assert A.fused.FASTEST_CAUSAL == {}                            # where causal's pick would differ: nowhere now
+    assert set(A.fused.FASTEST_CAUSAL) == {64}                     # where causal's pick differs: D64 only
     assert A.fused.pick_form(256, 256, wgmma=True) is None        # D256: the two kernels
     assert A.fused.pick_form(128, 256, wgmma=False) is None       # no warpgroup MMA: the two kernels
     q = torch.zeros((1, 1, 256, 128))
@@ -110,8 +111,9 @@ def test_the_ops_fused_backward_matches_sdpa_in_float64(torch, monkeypatch, caus
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_ops_d64_backward_takes_the_form_measured_fastest_for_causal_or_not(torch, monkeypatch, causal):
-    """D64 on sm_90 (here the simulator): causal or not, the 128-query-row step whose steps load the next
-    step's lse and Delta rows (FASTEST[64]); each against float64 autograd."""
+    """D64 on sm_90 (here the simulator): the 128-query-row step whose steps load the next step's lse and
+    Delta rows, with lazy waits, with early loads for full attention (FASTEST[64]) and without for causal
+    (FASTEST_CAUSAL[64]); each against float64 autograd."""
     monkeypatch.setattr(A, "_on_warpgroup_mma", lambda t: True)
     launched, real = [], A.fused.launch_args
     monkeypatch.setattr(A.fused, "launch_args", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
@@ -121,7 +123,7 @@ def test_the_ops_d64_backward_takes_the_form_measured_fastest_for_causal_or_not(
     (A.scaled_dot_product_attention(q, k, v, is_causal=causal) * w).sum().backward()
     x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
     (torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=causal) * w.double()).sum().backward()
-    form = A.fused.FASTEST[64]
+    form = A.fused.FASTEST_CAUSAL[64] if causal else A.fused.FASTEST[64]
     assert launched == [{**A.fused.form_options(form), "group": 1}]
     assert launched[0]["tiles"] == A.fused.SQUARE and launched[0]["prefetch"] is True
     for ours, theirs in zip((q.grad, k.grad, v.grad), x64):

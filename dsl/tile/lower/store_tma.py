@@ -160,12 +160,16 @@ def _fits(L, bm: int, bn: int, es: int) -> bool:
         bm * bn * es + SWIZZLE_ALIGN + RESERVE_SLACK <= L.opt_in
 
 
-def _offset(row: N.Expr, col: N.Expr, bm: int, es: int) -> N.Expr:
-    """Byte offset of element (row, col) in the swizzled slabs."""
+def _offset(row: N.Expr, col: N.Expr, bm: int, es: int, swap: bool = False) -> N.Expr:
+    """Byte offset of element (row, col) in the swizzled slabs; with `swap` (_swapped), of (row, col ^ 16)
+    where the row is odd: its 16-byte chunk moves four over."""
     w = ROW_BYTES // es
     slab = N.BinOp("rshift", col, c32(log2(w)), I32)
     within = N.BinOp("mul", N.BinOp("and_", col, c32(w - 1), I32), c32(es), I32)
-    chunk = N.BinOp("lshift", N.BinOp("and_", row, c32(7), I32), c32(4), I32)
+    turn = N.BinOp("and_", row, c32(7), I32)
+    if swap:
+        turn = N.BinOp("xor", turn, N.BinOp("lshift", N.BinOp("and_", row, c32(1), I32), c32(2), I32), I32)
+    chunk = N.BinOp("lshift", turn, c32(4), I32)
     line = N.BinOp("add", N.BinOp("mul", slab, c32(bm * ROW_BYTES), I32), N.BinOp("mul", row, c32(ROW_BYTES), I32), I32)
     return N.BinOp("add", line, N.BinOp("xor", within, chunk, I32), I32)
 
@@ -206,6 +210,19 @@ def reduce_tma(L, s, v: LV) -> None:
                     row0, col0, bn // w, split)
 
 
+def _swapped(L, v: LV) -> bool:
+    """Do `v`'s f32 pairs stage with odd rows two fragments over (switch staging_swap)? A warp's store
+    of fragment f puts rows l/4 = 0..7 of 8 columns, 32 bytes a row, two 16-byte chunks; in the swizzled
+    slab, rows r and r ^ 1 put theirs on the same eight banks (chunks {2f, 2f+1} ^ r), so each half-warp
+    phase takes two wavefronts. Where lanes of odd rows store fragment f ^ 2 (chunks four over), the four
+    rows of a phase fill all eight chunks: one wavefront. Needs fragments in whole slabs (NT % 4 == 0);
+    16-bit pairs are one word a lane, already conflict-free. Not under a warp-specialised split: the selects'
+    registers spill under setmaxnreg's caps (ptxas: the persistent f32 GEMM 24 -> 32 bytes)."""
+    lay = v.layout
+    return (L.staging_swap and v.dtype.itemsize == 4 and isinstance(lay, MmaLayout) and lay.nt % 4 == 0
+            and L.ws_tid is None)
+
+
 def _write_pairs(L, v: LV, base: N.Expr, bm: int, slabs: range) -> None:
     """This thread's pairs in slabs `slabs` (all of them: any layout; fewer: warps split M only),
     at their offsets from the first of those slabs."""
@@ -214,13 +231,20 @@ def _write_pairs(L, v: LV, base: N.Expr, bm: int, slabs: range) -> None:
     coords = v.layout.coords
     whole = len(slabs) * w * es == v.layout.shape[1] * es
     shift = c32(slabs.start * w)
+    swap = _swapped(L, v)
+    if swap:      # rows differ from l/4 by even offsets (warp origins, m-tiles, + 8): its parity is theirs
+        odd = L.tmp(N.Compare("ne", N.BinOp("and_", v.layout.lane_row, c32(1), I32), c32(0)), "epodd")
     for i in range(0, len(v.elems), 2):
         if not whole and _slab_of(v, i, w) not in slabs:
             continue
         row, col = coords[i]
         col = col if whole else N.BinOp("sub", col, shift, I32)
-        at = L.tmp(N.BinOp("add", base, N.Cast(_offset(row, col, bm, es), U32), U32), "epa")
-        if es == 4:
+        at = L.tmp(N.BinOp("add", base, N.Cast(_offset(row, col, bm, es, swap), U32), U32), "epa")
+        if swap:        # element i + 8 is fragment f ^ 2's (f % 4 < 2), i - 8 the other way: same slab
+            j = i ^ 8
+            lo, hi = (L.tmp(N.IfExp(odd, v.elems[j + k], v.elems[i + k], F32), "eps") for k in (0, 1))
+            L.asm("st.shared.v2.f32", [at, lo, hi])
+        elif es == 4:
             L.asm("st.shared.v2.f32", [at, v.elems[i], v.elems[i + 1]])
         else:
             (word,) = pack_pairs(L, v.elems[i:i + 2], v.dtype)
