@@ -63,6 +63,7 @@ SETTINGS: dict[str, str] = {
     "KB_TILE_LAZY_WAITS": "tile kernels: sm_90 product statements issued as early as their operands allow, waited for where their results are read (default off)",
     "KB_TILE_LAZY_BARRIERS": "tile kernels: a relayout through shared memory ends without a barrier of its own; the next one orders its readers (default off)",
     "KB_TILE_STAGING_SWAP": "tile kernels: f32 accumulator pairs staged for TMA stores / reduce-adds without bank conflicts (odd rows two fragments over; default on)",
+    "KB_TILE_WARP_VECTORS": "tile kernels: a 1-D f32 row broadcast over accumulator columns is held by every warp and shuffled onto them (default off)",
     "KB_TILE_REVERSE_BLOCKS": "tile kernels: blocks take the tiles in reverse order, the last first (default off)",
     "KB_TILE_DIV_RECIPROCAL": "tile kernels: divisions may multiply by the divisor's reciprocal (default off)",
     "KB_TILE_TMA_STORE": "tile kernels: sm_90 accumulator tiles stored by TMA through swizzled shared memory (default off)",

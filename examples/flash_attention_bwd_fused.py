@@ -221,6 +221,13 @@ LADDER: dict[str, dict | None] = {
         **RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
     "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch": {
         **RING, "wgmma_a": "shared", "lazy_waits": True, **FTZ},
+    # the prefetched lse and Delta rows held whole by every warp and shuffled onto S^T's columns (lowering switch
+    # warp_vectors), not relayouted through shared memory between two block barriers each: D128 full 551.6 / 548.6
+    # TFLOP/s against 519.6 / 528.6 without (ABBA rounds), causal 432.8 / 424.9 against 452.6 / 448.8 (ptxas: 4
+    # spill bytes); at D64 this form +6 % but the lazy 128-row step -3 % (spills 60 -> 128; H100 2026-12-06 06:40)
+    "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+    "warp vectors": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ,
+                     "warp_vectors": True},
     # the prefetch's relayouts without their closing barriers (lowering switch lazy_barriers): the lse row's
     # readers are done by the Delta row's barrier, the Delta row's by dS^T's staging barrier; four block barriers
     # a step, not six. D128 493.1 / 412.3 against 492.2 / 431.0, D64 365.4 / 303.9 against 359.8 / 309.6 (H100
@@ -255,13 +262,16 @@ TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if fo
 # 523.6 / 453.8 (0.956 / 0.978x), D64 378.4 / 323.4 (0.839 / 0.886x) against 490.8 / 430.1 and 362.6 / 309.1
 # without it in the same run (H100 2026-12-06 06:11, docs/results/gpu_runs_2026-12-06_0610).
 # D64 since lazy waits: the 128-row step with them, with early loads for full attention (407.1 TFLOP/s, 0.908x) and
-# without for causal (342.1, 0.939x; H100 2026-12-06 06:24).
+# without for causal (342.1, 0.939x; H100 2026-12-06 06:24). D128 full since warp vectors: the same form with the
+# lse and Delta rows shuffled from every warp's copy, 551.6 / 548.6 (0.973 / 0.967x), causal without (0.951x).
 FASTEST: dict[int, str] = {
-    128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch",
+    128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+         "warp vectors",
     64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch"}
 # causal attention's own pick where it differs from FASTEST's
 FASTEST_CAUSAL: dict[int, str] = {
-    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch"}
+    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch",
+    128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch"}
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",
            "TMA ring + TMA reduce dQ, K V swizzled, early loads",
            "128x64 w8, TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled",

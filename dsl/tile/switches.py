@@ -96,6 +96,10 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # KB_SIM_BANK_CONFLICTS counts them): the fused attention backward +4-7 % (D128 523.6 / 453.8 TFLOP/s against
     # 490.8 / 430.1, D64 378.4 / 323.4 against 362.6 / 309.1; H100 2026-12-06 06:11), so on
     "staging_swap": ("KB_TILE_STAGING_SWAP", None, True),
+    # a 1-D f32 variable broadcast over the columns of tensor-core accumulators is held whole by every warp and
+    # reaches the columns by shuffles (lower/warp_vectors.py), not through shared memory between two block
+    # barriers (attention's lse and Delta rows); untimed, so off
+    "warp_vectors": ("KB_TILE_WARP_VECTORS", None, False),
     # blocks take the tiles in reverse order (the last tile first): where the later tiles hold more work
     # (causal attention's later query blocks), the heaviest start first and the grid ends on light ones
     # (FlashAttention-3's longest-first order, lower/tiles.py); +1.4 % on causal attention once, mixed when
@@ -178,4 +182,5 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("div_reciprocal",) if s["div_reciprocal"] else ()) + \
         (("lazy_waits",) if s["lazy_waits"] else ()) + \
         (("lazy_barriers",) if s["lazy_barriers"] else ()) + \
-        (() if s["staging_swap"] else ("no_staging_swap",))
+        (() if s["staging_swap"] else ("no_staging_swap",)) + \
+        (("warp_vectors",) if s["warp_vectors"] else ())

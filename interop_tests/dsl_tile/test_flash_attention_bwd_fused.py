@@ -194,6 +194,9 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           # D64's 128-row step with lazy waits: S^T's and dP^T's accumulators (64 registers each) live at once
           (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch"): 136,
           (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch"): 132,
+          # warp vectors: the lse and Delta rows whole in every warp (2 + 2 registers a thread, 4 at D64's 128 rows)
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+                "warp vectors"): 4,
           # prefetch: one lse and Delta value a thread held across the step, not 16-32 (0 bytes but on the producer)
           (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, "
                 "prefetch"): 8,

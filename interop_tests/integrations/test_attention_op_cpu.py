@@ -73,14 +73,15 @@ def test_the_fused_backward_is_picked_only_where_it_is_measured_faster(torch):
     fastest = A.fused.FASTEST[128]
     assert A.fused.pick_form(128, 256, wgmma=True) == fastest
     assert A.fused.pick_form(128, 320, wgmma=True) is None        # its 128-row key blocks do not divide 320
-    assert A.fused.pick_form(128, 256, wgmma=True, causal=True) == fastest     # D128: one form, causal or not
+    causal128 = A.fused.FASTEST_CAUSAL[128]                        # D128 causal: without warp vectors
+    assert causal128 != fastest and A.fused.pick_form(128, 256, wgmma=True, causal=True) == causal128
     assert A.fused.pick_form(64, 256, wgmma=True) == A.fused.FASTEST[64]    # D64: 8 warps, 128 key rows too
     causal64 = A.fused.FASTEST_CAUSAL[64]                          # D64 causal: lazy waits without early loads
     assert causal64 != A.fused.FASTEST[64] and A.fused.pick_form(64, 256, wgmma=True, causal=True) == causal64
     assert A.fused.pick_form(64, 320, wgmma=True) is None         # 128-row key blocks do not divide 320
     assert A.fused.pick_form(64, 192, wgmma=True) is None         # D64: 128 query rows a step too
     assert A.fused.pick_form(64, 192, wgmma=True, causal=True) is None
-    assert set(A.fused.FASTEST_CAUSAL) == {64}                     # where causal's pick differs: D64 only
+    assert set(A.fused.FASTEST_CAUSAL) == {64, 128}                # causal's pick differs at both head dims
     assert A.fused.pick_form(256, 256, wgmma=True) is None        # D256: the two kernels
     assert A.fused.pick_form(128, 256, wgmma=False) is None       # no warpgroup MMA: the two kernels
     q = torch.zeros((1, 1, 256, 128))
@@ -97,7 +98,7 @@ def test_the_ops_fused_backward_matches_sdpa_in_float64(torch, monkeypatch, caus
     F = torch.nn.functional
     g = torch.Generator().manual_seed(21 + causal)
     q, k, v = (torch.randn((1, h, 128, 128), generator=g).requires_grad_() for h in (2, 1, 1))
-    assert A.backward_form(q, 128) == A.fused.FASTEST[128]
+    assert A.backward_form(q, 128, causal) == (A.fused.FASTEST_CAUSAL[128] if causal else A.fused.FASTEST[128])
     w = torch.randn(q.shape, generator=g)
     out = A.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
     (out * w).sum().backward()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dsl.ir import nodes as N
 from dsl.ir.types import I32
 from dsl.tile import ir as T
-from dsl.tile.lower.layout import FragLayout, MmaLayout, MmaOperandA, MmaRows, SharedTile, c32, iadd, imul
+from dsl.tile.lower.layout import FragLayout, MmaLayout, MmaOperandA, MmaRows, SharedTile, WarpVector, c32, iadd, imul
 from dsl.tile.lower.copies import cp_async_commit, cp_async_wait
 from dsl.tile.lower.matmul.mma_sync import bind_warps
 from dsl.tile.lower.matmul.operands import async_ok, issue_copies
@@ -13,10 +13,16 @@ from dsl.tile.lower.matmul.operands import async_ok, issue_copies
 
 def frag_layout(L, key: tuple) -> FragLayout:
     """Make, bind in the kernel's prologue and remember the layout of `key`: ("C", shape, wm, wn)
-    accumulators (("C", shape, 4, wn, "wg"): a warpgroup a column block), ("R", C key) their rows, ("A", shape, wm, wn) A operands."""
+    accumulators (("C", shape, 4, wn, "wg"): a warpgroup a column block), ("R", C key) their rows, ("A", shape, wm, wn) A operands,
+    ("V", n) vectors every warp holds whole."""
     kind = key[0]
-    if kind == "C":
-        lay: FragLayout = MmaLayout(key[1], L.T, key[2], key[3], by_warpgroup=key[4:] == ("wg",))
+    if kind == "V":
+        lane, warp = L.lane_warp()
+        owner = L.in_prologue(lambda: L.tmp(N.Compare("eq", warp, c32(0)), "vown"))
+        lay: FragLayout = WarpVector(key[1], owner)
+        lay.bind(lane)
+    elif kind == "C":
+        lay = MmaLayout(key[1], L.T, key[2], key[3], by_warpgroup=key[4:] == ("wg",))
         L.in_prologue(lambda: bind_warps(L, lay, warpgroup_rows(L, lay)))
     elif kind == "R":
         parent = L.frag_layout(key[1])

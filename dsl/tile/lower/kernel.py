@@ -52,7 +52,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False,
                  pingpong: bool = False, product_batches: bool = False, reverse_blocks: bool = False,
                  lazy_waits: bool = False, staging_rounds: bool = False, lazy_barriers: bool = False,
-                 staging_swap: bool = True) -> None:
+                 staging_swap: bool = True, warp_vectors: bool = False) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -84,6 +84,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.tma_store = tma_store              # sm_90 accumulator stores through TMA (store_tma.py)
         self.staging_rounds = staging_rounds    # persistent TMA stores in rounds, the loop's ring kept whole
         self.staging_swap = staging_swap        # f32 pairs staged conflict-free: odd rows two fragments over
+        self.warp_vectors = warp_vectors        # row vectors over accumulator columns held by every warp
         # a relayout's closing barrier left to the next one that comes (or to its buffer's next writer, or the
         # end of its block); consecutive relayouts alternate two buffers: scratch keys whose readers may still
         # be reading (no barrier since), in the block being lowered

@@ -270,6 +270,32 @@ class MmaRows(FragLayout):
         return f"MmaRows({self.parent!r})"
 
 
+class WarpVector(FragLayout):
+    """A vector (N,) that every warp holds whole, N a multiple of 64: lane l holds elements 64k + 2l and
+    64k + 2l + 1, as element 2k and 2k + 1. Broadcast over the columns of accumulators whose warps split M
+    only (each warp holds every column), it reaches them by shuffles within the warp (warp_vectors.py),
+    not through shared memory between two block barriers; warp 0's copies count."""
+
+    def __init__(self, n: int, owner: N.Expr | None) -> None:
+        self.n = n
+        self.key = ("V", n)
+        self.owner = owner
+        self.coords: list = []
+
+    def bind(self, lane: N.Expr) -> None:
+        self.coords = [[iadd(imul(lane, 2), 64 * (r // 2) + r % 2)] for r in range(self.per_thread)]
+
+    def coords_for(self, shape: tuple[int, ...]) -> list:
+        return self.coords
+
+    @property
+    def per_thread(self) -> int:
+        return self.n // 32
+
+    def __repr__(self) -> str:
+        return f"WarpVector({self.n})"
+
+
 class SharedTile:
     """A variable kept in shared memory instead of registers: a loop-invariant A operand too large to
     hold as A fragments (the queries of flash attention at D128), staged once where it is assigned and

@@ -3,9 +3,13 @@ coordinates, distributed ones are gathered, row statistics of an MMA accumulator
 onto the accumulators whose rows they are without moving."""
 from __future__ import annotations
 
+import math
+
 from dsl.tile import ir as T
 from dsl.tile.lower.indexing import expr_key
-from dsl.tile.lower.layout import LV, U_MAX, FragLayout, MmaLayout, MmaRows, flat_of, iadd, iand, imul, ishr, log2, strides
+from dsl.tile.lower.layout import (LV, U_MAX, FragLayout, MmaLayout, MmaRows, WarpVector, flat_of, iadd, iand, imul, ishr,
+                                  log2, strides)
+from dsl.tile.lower.warp_vectors import hint_warp_vectors, shuffled_columns
 
 
 class ShapeLowering:
@@ -26,6 +30,8 @@ class ShapeLowering:
             return LV("L", shape, v.dtype, [], make=make, pure=v.pure, by_layout=by_layout)
         if isinstance(v.layout, MmaRows) and shape[0] == v.shape[0] and all(x == 1 for x in shape[1:]):
             return LV(v.layout, shape, v.dtype, v.elems)        # (BM,) <-> (BM, 1): same registers
+        if isinstance(v.layout, WarpVector) and math.prod(shape) == v.layout.n and max(shape) == v.layout.n:
+            return LV(v.layout, shape, v.dtype, v.elems)        # (N,) <-> (1, N): same flat indices
         if isinstance(v.layout, FragLayout):
             v = self.to_layout(v, "D")
         return LV(v.layout, shape, v.dtype, v.elems)
@@ -59,7 +65,10 @@ class ShapeLowering:
                 return [made[k] for k in keys]
             return LV("L", shape, v.dtype, [], make=make_lazy, pure=v.pure)
         by_layout = None
-        if isinstance(v.layout, MmaRows) and len(shape) == 2 and v.shape == (shape[0], 1):
+        hint_warp_vectors(self, e, v)       # a row vector over accumulator columns: next time held by every warp
+        if isinstance(v.layout, WarpVector) and len(shape) == 2 and v.size == shape[1] == v.shape[-1]:
+            by_layout = shuffled_columns(self, v)
+        elif isinstance(v.layout, MmaRows) and len(shape) == 2 and v.shape == (shape[0], 1):
             rows = v.layout
 
             def by_layout(lay):         # rows broadcast over accumulators whose rows they are
