@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
+from test_flash_attention_bwd import grads64, inputs
+from test_flash_attention_bwd_fused import FUSED, lowered_backward
 
 from dsl import bf16, f32, i32, tile
 
@@ -45,7 +48,7 @@ def carried_scale_and_sum(a: tile.Array[bf16, 2], b: tile.Array[bf16, 2],
     sums.store(total)
 
 
-def _inputs(rng, steps: int, bn: int):
+def _operands(rng, steps: int, bn: int):
     bf = ml_dtypes.bfloat16
     a = rng.standard_normal((steps * BM, BK)).astype(bf)
     b = rng.standard_normal((BK, bn)).astype(bf)
@@ -63,7 +66,7 @@ def _reference(a, b, r, steps: int, bn: int) -> np.ndarray:
 
 
 def _run(rng, on: bool, bn: int = 64, steps: int = 3):
-    a, b, r = _inputs(rng, steps, bn)
+    a, b, r = _operands(rng, steps, bn)
     out = np.full((BM, bn), np.nan, np.float32)
     kern = tile.kernel(num_warps=4, lowering={"warp_vectors": on})(carried_scale)
     args = (a, b, r, tile.partition(out, (BM, bn)), steps)
@@ -85,7 +88,7 @@ def test_a_row_vector_over_accumulator_columns_is_shuffled_from_every_warps_copy
 def test_other_uses_of_a_warp_vector_gather_it_as_any_layout(rng):
     """A reduction and an elementwise product with a distributed tile read the same variables correctly."""
     steps, bn = 3, 128
-    a, b, r = _inputs(rng, steps, bn)
+    a, b, r = _operands(rng, steps, bn)
     out = np.full((BM, bn), np.nan, np.float32)
     sums = np.full(bn, np.nan, np.float32)
     kern = tile.kernel(num_warps=4, lowering={"warp_vectors": True})(carried_scale_and_sum)
@@ -113,3 +116,17 @@ def test_the_switch_is_off_by_default_and_part_of_the_cache_key():
     assert SWITCHES["warp_vectors"][2] is False
     assert "warp_vectors" in switches_key((("warp_vectors", True),))
     assert "warp_vectors" not in switches_key()
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_backwards_warp_vector_form_matches_float64_and_runs_race_free(monkeypatch, rng, causal):
+    """The fused attention backward's D128 full pick (the lse and Delta rows held by every warp), lowered for
+    sm_90 and simulated under the shared-memory race check: no relayout left to order, the staging still
+    ordered, gradients against float64."""
+    form = FUSED.FASTEST[128]
+    assert FUSED.LADDER[form]["warp_vectors"] is True
+    monkeypatch.setenv("KB_SIM_SHARED_RACES", "1")
+    q, k, v, dout = inputs(rng, 2, 256, 128, ml_dtypes.bfloat16)
+    grads = lowered_backward(q, k, v, dout, 256, causal, form)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, 256, causal)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=5e-3 * np.abs(want).max(), err_msg=name)
