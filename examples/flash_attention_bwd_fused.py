@@ -95,6 +95,36 @@ def prefetched_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, lse_n, del
     return dk_acc, dv_acc, lse_n, delta_n
 
 
+@tile.func
+def deferred_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, lse_n, delta_n, dq_prev, qb_prev, q0, lo, hi, col0,
+                   scale2, scale, bm, bn, d, causal):
+    """prefetched_steps whose dQ is added one step late: a step issues S^T, then stages and adds the step
+    before's dQ (its TMA reduce-add) while S^T runs on the tensor cores, and leaves its own dQ in registers
+    for the next step; the caller adds the last one. The first step adds zeros (dq_prev starts at 0)."""
+    for i in range(lo, hi):
+        lse_i = lse_n
+        delta_i = delta_n
+        lse_n = tile.load(lse, (q0 + i + 1,), (bm,))
+        delta_n = tile.load(delta, (q0 + i + 1,), (bm,))
+        qi = tile.load(q, (q0 + i, 0), (bm, d))
+        doi = tile.load(dout, (q0 + i, 0), (bm, d))
+        st = tile.matmul(kt, tile.transpose(qi))                                   # S^T (bn, bm), in flight
+        tile.atomic_add(dq, (qb_prev, 0), dq_prev)                                 # the step before's dQ
+        st = st * scale2
+        if causal:
+            c = col0 + tile.arange(bn)[:, None]
+            r = i * bm + tile.arange(bm)[None, :]
+            st = tile.where(c <= r, st, -tile.inf)
+        pt = tile.exp2(st - (lse_i * LOG2E)[None, :])
+        dv_acc = dv_acc + tile.matmul(pt.astype(q.dtype), doi)
+        dpt = tile.matmul(vt, tile.transpose(doi))
+        dst = (pt * (dpt - delta_i[None, :])).astype(q.dtype)
+        dk_acc = dk_acc + tile.matmul(dst, qi)
+        dq_prev = tile.matmul(tile.transpose(dst), kt) * scale
+        qb_prev = q0 + i
+    return dk_acc, dv_acc, dq_prev, qb_prev
+
+
 @tile.kernel
 def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], dout: tile.Array[E, 2],
                     lse: tile.Array[f32, 1], delta: tile.Array[f32, 1], dq: tile.Atomic[f32, 2],
@@ -105,7 +135,15 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
     scale2 = scale * LOG2E
-    if group == 1 and prefetch:                 # each step loads the next step's lse and Delta rows
+    if group == 1 and prefetch == 2 and not (causal and diagonal):      # and adds each step's dQ in the next
+        dq_prev = tile.zeros((bm, d), f32)
+        qb_prev = q0 + start
+        dk_acc, dv_acc, dq_prev, qb_prev = deferred_steps(
+            q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, tile.load(lse, (q0 + start,), (bm,)),
+            tile.load(delta, (q0 + start,), (bm,)), dq_prev, qb_prev, q0, start, seq // bm, col0, scale2, scale, bm,
+            bn, d, causal)
+        tile.atomic_add(dq, (qb_prev, 0), dq_prev)
+    elif group == 1 and prefetch:               # each step loads the next step's lse and Delta rows
         lse_n = tile.load(lse, (q0 + start,), (bm,))
         delta_n = tile.load(delta, (q0 + start,), (bm,))
         split = start
@@ -237,6 +275,17 @@ LADDER: dict[str, dict | None] = {
                       "lazy_barriers": True},
     "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz, prefetch, lazy barriers": {
         **RING, "wgmma_a": "shared", "early_loads": True, **FTZ, "lazy_barriers": True},
+    # each step's dQ added in the next step, staged while that step's S^T runs (`deferred_steps`; the launch's
+    # prefetch=2): the ncu page of the D128 pick put 5.4 % of its samples on dQ's product wait and 4 % on its
+    # staging store. ptxas: D128 no spills (28 bytes causal with warp vectors), D64's 128-row step 84 / 124;
+    # built without a GPU (2026-12-06), untimed, GPU tests not yet run
+    "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+    "deferred dQ": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
+    "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+    "deferred dQ, warp vectors": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ,
+                                  "warp_vectors": True},
+    "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+    "deferred dQ": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
     # both: the diagonal loop's two loops hand the prefetched rows on from one to the other. D128 497.2 / 426.7, D64
     # causal 287.5 (H100 2026-12-06 04:36: no gain on the prefetch alone)
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop, "
@@ -244,6 +293,7 @@ LADDER: dict[str, dict | None] = {
 }
 DIAGONAL = {form for form in LADDER if ", diagonal loop" in form}          # forms launched with diagonal=True
 PREFETCH = {form for form in LADDER if ", prefetch" in form}               # forms launched with prefetch=True
+DEFERRED = {form for form in LADDER if ", deferred dQ" in form}            # prefetch=2: each dQ added a step late
 SQUARE = (128, 128, 8)  # 128 key rows a block owns and 128 query rows a step: D64's (HEAD_DIMS)
 # forms for some head dims only (else every one of 64 and 128): applies()
 HEAD_DIMS: dict[str, tuple[int, ...]] = {form: (64,) for form in LADDER if form.startswith("128x128 w8")}
@@ -295,7 +345,8 @@ def applies(form: str, d: int) -> bool:
 def form_options(form: str) -> dict:
     """launch_args' (and forward_and_backward's) `lowering`, `tiles`, `diagonal` and `prefetch` of LADDER form
     `form`."""
-    return {"lowering": LADDER[form], "tiles": TILES.get(form), "diagonal": form in DIAGONAL, "prefetch": form in PREFETCH}
+    prefetch = 2 if form in DEFERRED else form in PREFETCH
+    return {"lowering": LADDER[form], "tiles": TILES.get(form), "diagonal": form in DIAGONAL, "prefetch": prefetch}
 
 
 def pick_form(d: int, seq: int, wgmma: bool, causal: bool = False) -> str | None:
@@ -324,7 +375,7 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
                 seq: int, causal: bool, scale: float | None = None, tensor_cores: bool | None = None,
                 wgmma: bool | None = None, group: int = 1, lowering: dict | None = None,
                 tiles: tuple[int, int, int] | None = None, diagonal: bool = False,
-                prefetch: bool = False) -> list[tuple[Any, tuple]]:
+                prefetch: bool | int = False) -> list[tuple[Any, tuple]]:
     """The fused backward's two launches, [(kernel, arguments)], for the arrays of the two-kernel
     backward's launch_args (checked the same way before anything runs); `dq` must be float32 (the
     atomic adds), and is overwritten (set to zero, then added into). `lowering`: the fused kernel's
@@ -332,7 +383,8 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     the two-kernel backward's tiles on 4 warps (form_options gives both for a LADDER form); `diagonal`:
     causal with one query head a key head, the query blocks that cross the diagonal in a loop of their own,
     the others unmasked (DIAGONAL's forms); `prefetch`: one query head a key head, each step loads the next
-    one's lse and Delta rows (PREFETCH's forms)."""
+    one's lse and Delta rows (PREFETCH's forms); 2: and adds each step's dQ in the next step, behind that
+    step's S^T (DEFERRED's forms, not with `diagonal`)."""
     bwd._check_arguments(q, seq, group, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
                          {"lse": lse, "delta": delta})
     if not str(dq.dtype).endswith("float32"):
@@ -343,12 +395,12 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     return [(attn_bwd_preprocess_zero, (o, dout, tile.partition(delta, (stream,)), tile.partition(dq, (stream, d)))),
             (fused_kernel(lowering, warps), (q, k, v, dout, lse, delta, dq, tile.partition(dk, (own, d)),
                                         tile.partition(dv, (own, d)), seq, sc, stream, bool(causal), group,
-                                        bool(diagonal), bool(prefetch)))]
+                                        bool(diagonal), int(prefetch)))]
 
 
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool, simulate: bool = False,
                          group: int = 1, lowering: dict | None = None, tiles: tuple[int, int, int] | None = None,
-                         diagonal: bool = False, prefetch: bool = False) -> tuple[Any, Any, Any, Any]:
+                         diagonal: bool = False, prefetch: bool | int = False) -> tuple[Any, Any, Any, Any]:
     """(o, dq, dk, dv), f32, as the two-kernel example's forward_and_backward, with the fused backward."""
     return bwd.forward_and_backward(q, k, v, dout, seq, causal, simulate, group,
                                     steps=functools.partial(launch_args, lowering=lowering, tiles=tiles,

@@ -197,6 +197,11 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           # warp vectors: the lse and Delta rows whole in every warp (2 + 2 registers a thread, 4 at D64's 128 rows)
           (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
                 "warp vectors"): 4,
+          # deferred dQ: a step's dQ (32 registers a thread) carried into the next step; with warp vectors, causal
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+                "deferred dQ, warp vectors"): 28,
+          (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+               "deferred dQ"): 124,
           # prefetch: one lse and Delta value a thread held across the step, not 16-32 (0 bytes but on the producer)
           (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, "
                 "prefetch"): 8,
@@ -244,7 +249,8 @@ def test_ptxas_assembles_the_fused_kernel(tmp_path, d, form):
     assert ("wgmma.mma_async" in ptx) == (d < 256)         # D256: mma.sync (no wgmma tile fits, as two-kernel)
     # one reduce-add a 128-byte slab of dQ's row block; where the two warpgroups hold their own columns of
     # dQ (8 warps, dQ on wgmma), each issues its own half behind its own barrier (store_tma.warpgroup_split)
-    loops = 2 if form in FUSED.DIAGONAL else 1      # causal here: the diagonal forms' step is there twice
+    # causal here: the diagonal forms' step is there twice; the deferred-dQ forms add in the loop and after it
+    loops = 2 if form in FUSED.DIAGONAL or form in FUSED.DEFERRED else 1
     assert ptx.count(REDUCE) == loops * d * 4 // 128 if tma else "atom.global.add.f32" in ptx
     by_warpgroup = form.startswith("128x64 w8") and "K V swizzled" in form and ", ws " not in form
     assert ("bar.sync 4, 128;" in ptx and "bar.sync 5, 128;" in ptx) == by_warpgroup
@@ -348,3 +354,35 @@ def test_the_benchmark_times_a_form_only_at_the_head_dims_it_runs_at(monkeypatch
     assert _attention_bwd.fused_forms(FUSED, [square, "atomic dQ"], 64) == [square, "atomic dQ"]
     assert _attention_bwd.fused_forms(FUSED, [square, "atomic dQ"], 128) == ["atomic dQ"]
     assert set(_attention_bwd.fused_forms(FUSED, None, 128)) == set(FUSED.LADDER) - set(FUSED.HEAD_DIMS)
+
+
+DEFERRED128 = "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, deferred dQ"
+
+
+def _deferred_ptx(kern_of=None) -> str:
+    rows, seq, d = 512, 256, 128
+    bf = [np.zeros((rows, d), ml_dtypes.bfloat16) for _ in range(4)]
+    steps = FUSED.launch_args(*bf[:3], nan(rows, d), bf[3], nan(rows), nan(rows), nan(rows, d), nan(rows, d),
+                              nan(rows, d), seq, False, tensor_cores=True, wgmma=True, **FUSED.form_options(DEFERRED128))
+    kern, args = steps[1]
+    return (kern_of(kern) if kern_of else kern).compile(args, "sm_90").ptx
+
+
+def test_a_carried_dq_follows_its_product_into_the_warpgroup_layout(monkeypatch):
+    """The deferred-dQ form carries each step's dQ into the next step. Its product settles on warpgroup MMA
+    (a warpgroup's columns each) a lowering after the carrying variable was first hinted (mma.sync's 1 x 8
+    warps); the hint follows the product once (Lowerer.hint), so both adds (in the loop, after it) stay TMA
+    reduce-adds that each warpgroup stages and issues on its own. With the first hint kept, the carried dQ stays
+    in the 1 x 8 layout: the whole block stages its adds (no warpgroup barriers)."""
+    from dsl import tile
+    from dsl.tile.lower.kernel import Lowerer
+    ptx = _deferred_ptx()
+    assert ptx.count(REDUCE) == 2 * 128 * 4 // 128 and "bar.sync 4, 128;" in ptx and "red.global.add" not in ptx
+
+    def first_wins(self, tv, layout):
+        if id(tv) not in self.layout_hints and id(tv) not in self.new_hints and id(tv) not in self.var_layouts:
+            self.new_hints[id(tv)] = layout if isinstance(layout, tuple) else layout.key
+    monkeypatch.setattr(Lowerer, "hint", first_wins)
+    monkeypatch.setenv("KB_CACHE", "0")
+    fresh = _deferred_ptx(lambda k: tile.kernel(k.pyfunc, num_warps=k.num_warps, lowering=FUSED.LADDER[DEFERRED128]))
+    assert fresh.count(REDUCE) == 8 and "bar.sync 4, 128;" not in fresh

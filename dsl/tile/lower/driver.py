@@ -35,13 +35,16 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     # Layouts settle by lowering again: a lowering that finds a variable carried through a loop in a
     # fragment layout (mma accumulators, their row vectors, an A operand used every iteration) hints
     # it, and the next lowering creates the variable in that layout, so the loop keeps it in registers
-    # instead of converting it through shared memory each iteration. Hints only grow (first one wins).
+    # instead of converting it through shared memory each iteration. Hints only grow (first one wins, but
+    # for one change of an accumulator layout a variable: Lowerer.hint).
     hints: dict[int, tuple] = {}
+    rehinted: set[int] = set()          # variables whose accumulator hint changed once (Lowerer.hint)
     pipelines = True
     for _ in range(6):
         lw = Lowerer(fn, threads, kernel_name, facts, max_stages=MAX_STAGES, cc=cc, persistent=persistent,
-                     tc_matmul=tc_matmul, layout_hints=hints, pipelines=pipelines, gemm_pipeline=gemm_pipeline,
-                     wgmma_products=wgmma_products, tf32_transpose=tf32_transpose, **loop_switches)
+                     tc_matmul=tc_matmul, layout_hints=hints, rehinted=rehinted, pipelines=pipelines,
+                     gemm_pipeline=gemm_pipeline, wgmma_products=wgmma_products, tf32_transpose=tf32_transpose,
+                     **loop_switches)
         out = lw.lower()
         if lw.new_hints:
             hints = {**hints, **lw.new_hints}

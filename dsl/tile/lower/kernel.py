@@ -52,7 +52,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False,
                  pingpong: bool = False, product_batches: bool = False, reverse_blocks: bool = False,
                  lazy_waits: bool = False, staging_rounds: bool = False, lazy_barriers: bool = False,
-                 staging_swap: bool = True, warp_vectors: bool = False) -> None:
+                 staging_swap: bool = True, warp_vectors: bool = False, rehinted: set[int] | None = None) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -134,6 +134,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.prologue: list[N.Stmt] = []         # kernel-start statements emitted from anywhere
         self.layout_hints = dict(layout_hints or {})    # var id -> fragment layout key (see lower())
         self.new_hints: dict[int, tuple] = {}    # what this lowering learnt for the next one
+        self.rehinted: set[int] = rehinted if rehinted is not None else set()   # vars whose hint changed once (lower())
         self.pipelined: dict[int, object] = {}   # load id -> its loop's Pipeline (pipeline.py)
         self.pipelines = pipelines               # may loops copy their products' operands ahead
         self.pipelined_loops = 0
@@ -453,9 +454,19 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
 
     def hint(self, tv: T.TVar, layout: FragLayout | tuple) -> None:
         """Ask the next lowering (lower() runs until nothing new is learnt) to keep variable `tv` in
-        `layout` (a fragment layout, or the key ("S", shape) of a SharedTile): the first hint wins."""
-        if id(tv) not in self.layout_hints and id(tv) not in self.new_hints and id(tv) not in self.var_layouts:
-            self.new_hints[id(tv)] = layout if isinstance(layout, tuple) else layout.key
+        `layout` (a fragment layout, or the key ("S", shape) of a SharedTile): the first hint wins, but for
+        one change of accumulators (a "C" key of the same shape, once a variable): a product's own layout may
+        settle a lowering later than the variable carrying its result was hinted (dQ moves from mma.sync to
+        warpgroup MMA once dS^T is hinted into shared memory), and the variable follows it."""
+        key = layout if isinstance(layout, tuple) else layout.key
+        if id(tv) in self.new_hints or id(tv) in self.var_layouts:
+            return
+        old = self.layout_hints.get(id(tv))
+        if old is None:
+            self.new_hints[id(tv)] = key
+        elif old != key and old[0] == key[0] == "C" and old[1] == key[1] and id(tv) not in self.rehinted:
+            self.rehinted.add(id(tv))
+            self.new_hints[id(tv)] = key
 
     def count(self, layout, size: int) -> int:
         if layout == "U":
