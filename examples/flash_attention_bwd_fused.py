@@ -106,8 +106,9 @@ def deferred_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, lse_n, delta
         delta_i = delta_n
         lse_n = tile.load(lse, (q0 + i + 1,), (bm,))
         delta_n = tile.load(delta, (q0 + i + 1,), (bm,))
-        qi = tile.load(q, (q0 + i, 0), (bm, d))
-        doi = tile.load(dout, (q0 + i, 0), (bm, d))
+        qb = q0 + i
+        qi = tile.load(q, (qb, 0), (bm, d))
+        doi = tile.load(dout, (qb, 0), (bm, d))
         st = tile.matmul(kt, tile.transpose(qi))                                   # S^T (bn, bm), in flight
         tile.atomic_add(dq, (qb_prev, 0), dq_prev)                                 # the step before's dQ
         st = st * scale2
@@ -121,7 +122,7 @@ def deferred_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, lse_n, delta
         dst = (pt * (dpt - delta_i[None, :])).astype(q.dtype)
         dk_acc = dk_acc + tile.matmul(dst, qi)
         dq_prev = tile.matmul(tile.transpose(dst), kt) * scale
-        qb_prev = q0 + i
+        qb_prev = qb
     return dk_acc, dv_acc, dq_prev, qb_prev
 
 

@@ -28,6 +28,8 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     reverse_blocks, lazy_waits, staging_rounds, lazy_barriers, staging_swap, warp_vectors (dsl/tile/switches.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
+    from dsl.tile.lower.index_aliases import inline_index_aliases
+    fn = inline_index_aliases(fn)       # `qb = q0 + i; tile.load(q, (qb, 0), ...)`: the loop still pipelines
     if loop_switches.get("lazy_waits") and cc >= 90:      # products as early as their operands allow
         from dsl.tile.lower.matmul.hoist import hoist_products
         fn = hoist_products(fn)
