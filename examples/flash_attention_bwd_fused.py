@@ -68,9 +68,7 @@ def fused_products(q, dout, dq, kt, vt, dk_acc, dv_acc, lse_i, delta_i, qb, col0
     doi = tile.load(dout, (qb, 0), (bm, d))
     st = tile.matmul(kt, tile.transpose(qi)) * scale2                            # S^T (bn, bm)
     if causal:
-        c = col0 + tile.arange(bn)[:, None]
-        r = row0 + tile.arange(bm)[None, :]
-        st = tile.where(c <= r, st, -tile.inf)
+        st = causal_mask(st, col0, row0, bm, bn)
     pt = tile.exp2(st - (lse_i * LOG2E)[None, :])
     dv_acc = dv_acc + tile.matmul(pt.astype(q.dtype), doi)
     dpt = tile.matmul(vt, tile.transpose(doi))                                     # dP^T (bn, bm)
@@ -78,6 +76,14 @@ def fused_products(q, dout, dq, kt, vt, dk_acc, dv_acc, lse_i, delta_i, qb, col0
     dk_acc = dk_acc + tile.matmul(dst, qi)
     tile.atomic_add(dq, (qb, 0), tile.matmul(tile.transpose(dst), kt) * scale)   # dQ_i += dS K scale
     return dk_acc, dv_acc
+
+
+@tile.func
+def causal_mask(st, col0, row0, bm, bn):
+    """S^T with the scores of keys after their query (key col0 + c past query row row0 + r) at -inf."""
+    c = col0 + tile.arange(bn)[:, None]
+    r = row0 + tile.arange(bm)[None, :]
+    return tile.where(c <= r, st, -tile.inf)
 
 
 @tile.func
@@ -113,9 +119,7 @@ def deferred_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, lse_n, delta
         tile.atomic_add(dq, (qb_prev, 0), dq_prev)                                 # the step before's dQ
         st = st * scale2
         if causal:
-            c = col0 + tile.arange(bn)[:, None]
-            r = i * bm + tile.arange(bm)[None, :]
-            st = tile.where(c <= r, st, -tile.inf)
+            st = causal_mask(st, col0, i * bm, bm, bn)
         pt = tile.exp2(st - (lse_i * LOG2E)[None, :])
         dv_acc = dv_acc + tile.matmul(pt.astype(q.dtype), doi)
         dpt = tile.matmul(vt, tile.transpose(doi))

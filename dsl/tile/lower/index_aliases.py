@@ -68,13 +68,7 @@ def _index_arithmetic(e: T.TExpr, loop_var: T.TVar, counts: Counter, aliases: di
 
 def _statement(s: T.TStmt, aliases: dict[int, T.TExpr]) -> T.TStmt:
     """`s` with the loads it holds (nested branches included) reading `aliases`' expressions."""
-    if isinstance(s, T.Assign):
-        value = _loads(s.value, aliases)
-        return s if value is s.value else dataclasses.replace(s, value=value)
-    if isinstance(s, T.Store):
-        value = _loads(s.value, aliases)
-        return s if value is s.value else dataclasses.replace(s, value=value)
-    if isinstance(s, T.Scatter):
+    if isinstance(s, (T.Assign, T.Store, T.Scatter)):
         value = _loads(s.value, aliases)
         return s if value is s.value else dataclasses.replace(s, value=value)
     if isinstance(s, T.If):
