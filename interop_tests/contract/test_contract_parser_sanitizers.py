@@ -20,14 +20,14 @@ HARNESS = r'''
 #include <iterator>
 #include <string>
 
-// Inputs separated by NUL bytes. Prints "<ok count> <error count>"; exits 1 on a broken round trip.
+// Each input ends with a NUL byte (so an empty last input still counts). Prints "<ok count> <error count>"; exits 1 on a broken round trip.
 int main(int argc, char** argv) {
   std::ifstream f(argv[1], std::ios::binary);
   std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   size_t start = 0, ok = 0, bad = 0;
   while (start < all.size()) {
     size_t end = all.find('\0', start);
-    if (end == std::string::npos) end = all.size();
+    if (end == std::string::npos) return 3;
     std::string text = all.substr(start, end - start);
     start = end + 1;
     kb::LaunchContract c;
@@ -80,6 +80,7 @@ def mangled(rng: np.random.Generator, count: int) -> list[bytes]:
             else:
                 b = b[:pos]
         out.append(bytes(b).replace(b"\0", b" "))
+    out.append(b"")      # a contract cut to nothing, last: a separator-joined file once dropped it (CI, 2026-12-06)
     return out
 
 
@@ -99,7 +100,7 @@ def test_mangled_contracts_never_crash_and_successes_round_trip(tmp_path, rng):
     assert build.returncode == 0, build.stderr
     inputs = mangled(rng, 4000)
     data = tmp_path / "inputs.bin"
-    data.write_bytes(b"\0".join(inputs))
+    data.write_bytes(b"".join(text + b"\0" for text in inputs))
     res = subprocess.run([str(exe), str(data)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
     ok, bad = map(int, res.stdout.split())
