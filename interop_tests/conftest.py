@@ -22,7 +22,7 @@ import pytest
 import bridge
 from interop_tests.cuda_context_guard import ContextGuard
 from interop_tests.required_tools import require_tool
-from interop_tests.shard import ENV as SHARD_ENV, in_shard, parse_shard
+from interop_tests.shard import BY_ENV as SHARD_BY_ENV, ENV as SHARD_ENV, in_shard, parse_by, parse_shard
 
 
 _TEST_CACHE: dict[str, str] = {}   # this process's temporary cache dir (set once, in pytest_configure)
@@ -119,24 +119,26 @@ def _long_first(item) -> int:
     return LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST)
 
 
-def _shard() -> tuple[int, int] | None:
-    """KB_TEST_SHARD=i/n as (i, n); None when unset; a usage error when malformed."""
+def _shard() -> tuple[int, int, str] | None:
+    """KB_TEST_SHARD=i/n (and KB_TEST_SHARD_BY) as (i, n, by); None when unset; a usage error when
+    either is malformed."""
     text = os.environ.get(SHARD_ENV)
     if not text:
         return None
     try:
-        return parse_shard(text)
+        return (*parse_shard(text), parse_by(os.environ.get(SHARD_BY_ENV)))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 
 
 def _keep_shard(config, items) -> None:
-    """KB_TEST_SHARD=i/n: only the i-th of n shards of whole files runs (interop_tests/shard.py)."""
+    """KB_TEST_SHARD=i/n: only the i-th of n shards of whole files (KB_TEST_SHARD_BY=tests: of single tests)
+    runs (interop_tests/shard.py)."""
     shard = _shard()
     if shard is None:
         return
-    index, count = shard
-    keep = in_shard([item.nodeid for item in items], index, count)
+    index, count, by = shard
+    keep = in_shard([item.nodeid for item in items], index, count, by)
     dropped = [item for item, k in zip(items, keep) if not k]
     items[:] = [item for item, k in zip(items, keep) if k]
     if dropped:

@@ -22,7 +22,8 @@ The whole check no longer fits one 10-minute call; it runs in parts, each into i
       Or the whole suite on the GPU machine in two shards:
   1a. --skip sanitize,examples,bench --shard 1/2 --budget 520   the suite's first half (14 workers)
   1b. --skip sanitize,examples,bench --shard 2/2 --budget 520   its second half
-  1c. --skip tests,examples,bench --budget 520                  the four sanitizer passes
+  1c. --skip tests,examples,bench --budget 520                  the four sanitizer passes, each in
+      --sanitize-shards processes (3: shards of single tests, KB_TEST_SHARD_BY=tests)
   2. --skip tests,sanitize --bench gpt2_step                the examples, each also under memcheck; GPT-2
   3. --skip tests,sanitize,examples --bench triton_tutorials   (and the other benchmarks in later calls:
      attention (with --backward, BENCH_ARGS), gemm, llm_kernels, ...)
@@ -58,7 +59,7 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))      # interop_tests.shard: the suite's split, shared with its conftest
-from interop_tests.shard import parse_shard  # noqa: E402
+from interop_tests.shard import BY_ENV as SHARD_BY_ENV, ENV as SHARD_ENV, parse_shard  # noqa: E402
 EXAMPLES = ["examples/quickstart.py", "examples/mixed_pipeline.py", "examples/torch_custom_op.py",
             "examples/jax_jit.py", "examples/graph_capture.py", "examples/link_cpp_device.py",
             "examples/porting/run_porting.py", "examples/flash_attention.py", "examples/attention_op.py",
@@ -74,6 +75,9 @@ GPU_TESTS_STEP = "tests gpu"     # --gpu-tests: the suite's GPU tests (-m gpu), 
 # benchmarks whose bars need more than their default cases: attention's backward bars (issue 29)
 BENCH_ARGS = {"benchmarks/attention.py": ["--backward"]}
 SANITIZER_TOOLS = ["memcheck", "racecheck", "synccheck", "initcheck"]
+# processes a tool's pass runs in (--sanitize-shards): 4 tools x 3 = 12 of the machine's 16 cores; not yet
+# timed on the GPU machine (the passes were one process a tool, 405-490 s each, H100 2026-12-05)
+SANITIZE_SHARDS = 3
 MEMCHECK_EXAMPLE_ARGS = {"examples/porting/run_porting.py": ["--build", "build/porting-memcheck"]}
 # The GPU tests that launch kernels of every kind (runtime, DSL SIMT zoo, DSL tile, CUDA C++, linked and
 # AOT kernels): the sanitizers re-run these, not the whole suite, to stay inside the 10-minute budget.
@@ -253,6 +257,8 @@ def main() -> int:
                     "say it was a selection, so it never stands for the whole check")
     ap.add_argument("--shard", default="", help="i/n: the tests step runs the i-th of n shards of whole test "
                     "files (the suite no longer fits one call); its step is named 'tests i/n'")
+    ap.add_argument("--sanitize-shards", type=int, default=SANITIZE_SHARDS, help="processes each sanitizer "
+                    f"tool's pass runs in, shards of single tests (default {SANITIZE_SHARDS}; 1: one process a tool)")
     ap.add_argument("--gpu-tests", action="store_true", help="the tests step runs only the suite's GPU tests "
                     "(-m gpu) in one part: its CPU tests run in CI on every push; the step is named 'tests gpu'")
     ap.add_argument("--pack", action="store_true",
@@ -365,16 +371,12 @@ class _Run:
                                            "--durations=25", f"--junitxml={junit}", *self.selection],
                          logs / "pytest.log", phase1, tests_env))
         tools = SANITIZER_TOOLS[:3] if self.args.quick else SANITIZER_TOOLS
+        junits: dict[str, Path] = {}
         if "sanitize" not in self.skip and self.sanitizer:
-            files = [f for f in SANITIZE_FILES if (ROOT / f).exists()]
-            for tool in tools:
-                cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "200"]
-                if tool == "memcheck":
-                    cmd += ["--leak-check", "no"]
-                cmd += [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "gpu and not nosanitize",
-                        f"--junitxml={res_dir / f'sanitize_{tool}.xml'}", *files]
-                jobs.append((f"sanitize_{tool}", cmd, logs / f"sanitize_{tool}.log", phase1,
-                             {**env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "KB_SANITIZER": tool}))
+            for name, cmd, env_k in self.sanitizer_jobs(tools):
+                junits[name] = res_dir / (name.replace(" ", "_").replace("/", "of") + ".xml")
+                jobs.append((name, [*cmd, f"--junitxml={junits[name]}"], logs / junits[name].with_suffix(".log").name,
+                             phase1, {**env, **env_k}))
         elif "sanitize" not in self.skip:
             self.summary["steps"]["sanitize"] = {"rc": 127, "note": "compute-sanitizer not found"}
         def record(name: str, result: tuple[int, float, str]) -> None:
@@ -385,9 +387,32 @@ class _Run:
                                                **({"selection": self.selection} if self.selection else {})}
             else:
                 self.summary["steps"][name] = {"rc": rc, "seconds": round(dt, 1), "errors": sanitizer_errors(out),
-                                               "api_errors": sanitizer_api_errors(out),
-                                               **junit_counts(res_dir / f"{name}.xml")}
+                                               "api_errors": sanitizer_api_errors(out), **junit_counts(junits[name])}
         run_many(jobs, on_done=record)
+
+    def sanitizer_jobs(self, tools: list[str]) -> list[tuple[str, list[str], dict]]:
+        """(step name, command without its junit file, environment) of each sanitizer pass: each tool over
+        the GPU tests of SANITIZE_FILES, in --sanitize-shards processes of single tests (KB_TEST_SHARD_BY=
+        tests), named 'sanitize_<tool> i/n' (one process: 'sanitize_<tool>'). A pass was one process on one
+        CPU core: 405-490 s a tool for 446 tests (H100 2026-12-05), 40 % of it one file's, beside 12 idle
+        cores."""
+        files = [f for f in SANITIZE_FILES if (ROOT / f).exists()]
+        shards = max(1, self.args.sanitize_shards)
+        out = []
+        for tool in tools:
+            cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "200"]
+            if tool == "memcheck":
+                cmd += ["--leak-check", "no"]
+            cmd += [self.py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "gpu and not nosanitize",
+                    *files]
+            env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "KB_SANITIZER": tool}
+            if shards == 1:
+                out.append((f"sanitize_{tool}", cmd, env))
+                continue
+            for k in range(1, shards + 1):
+                out.append((f"sanitize_{tool} {k}/{shards}", cmd,
+                            {**env, SHARD_ENV: f"{k}/{shards}", SHARD_BY_ENV: "tests"}))
+        return out
 
     def _example_jobs(self, left: float) -> list:
         py, logs, env = self.py, self.logs, self.env

@@ -244,3 +244,31 @@ def test_the_gpu_tests_part_is_named_in_its_step_the_verdict_and_the_docs(gpu_ch
                            "--results", str(tmp_path / "bad")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--shard and --gpu-tests: one or the other" in proc.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_each_sanitizer_pass_runs_in_shards_of_single_tests(gpu_check, tmp_path):
+    """--sanitize-shards n: every tool's pass is n processes, 'sanitize_<tool> i/n', each given
+    KB_TEST_SHARD=i/n by single tests; 1 keeps one process a tool, with no shard in its environment."""
+    args = argparse.Namespace(budget=570.0, results=str(tmp_path / "r"), skip="tests", quick=False, tests="",
+                              shard="", sanitize_shards=3)
+    jobs = gpu_check._Run(args).sanitizer_jobs(gpu_check.SANITIZER_TOOLS)
+    assert [name for name, _, _ in jobs][:3] == ["sanitize_memcheck 1/3", "sanitize_memcheck 2/3",
+                                                 "sanitize_memcheck 3/3"]
+    assert len(jobs) == 3 * len(gpu_check.SANITIZER_TOOLS)
+    for name, cmd, env in jobs:
+        tool, shard = name.removeprefix("sanitize_").split(" ")
+        assert cmd[:3] == ["compute-sanitizer", "--tool", tool] and env["KB_SANITIZER"] == tool
+        assert env["KB_TEST_SHARD"] == shard and env["KB_TEST_SHARD_BY"] == "tests"
+        assert "gpu and not nosanitize" in cmd
+    args.sanitize_shards = 1
+    jobs = gpu_check._Run(args).sanitizer_jobs(["memcheck"])
+    assert [name for name, _, _ in jobs] == ["sanitize_memcheck"] and "KB_TEST_SHARD" not in jobs[0][2]
+
+
+def test_a_sanitizer_shard_with_an_error_fails_the_check(gpu_check, capsys):
+    steps = summary()
+    san = steps["steps"].pop("sanitize_memcheck")
+    steps["steps"]["sanitize_memcheck 1/3"] = san
+    steps["steps"]["sanitize_memcheck 2/3"] = {**san, "errors": 1}
+    assert gpu_check.print_summary(steps) == 1
+    assert "FAIL  sanitize_memcheck 2/3" in capsys.readouterr().out

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from interop_tests.shard import in_shard, parse_shard, shard_of_files
+from interop_tests.shard import in_shard, parse_by, parse_shard, shard_of_files, shard_of_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,10 +53,31 @@ def test_a_well_formed_shard_parses():
     assert parse_shard(" 3 / 4 ") == (3, 4)
 
 
-def _collect(shard: str | None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "KB_TEST_SHARD"}
+@pytest.mark.parametrize("count", [1, 2, 3, 5])
+def test_shards_of_single_tests_hold_every_test_once_and_split_a_files_variants(count):
+    member = [in_shard(NODEIDS, i, count, "tests") for i in range(1, count + 1)]
+    for k, nodeid in enumerate(NODEIDS):
+        assert sum(m[k] for m in member) == 1, nodeid
+    sizes = [sum(m) for m in member]
+    assert max(sizes) - min(sizes) <= 1                 # round-robin: even to one test
+    big = {shard_of_tests(NODEIDS, count)[n] for n in NODEIDS if n.startswith("a/test_big.py")}
+    assert len(big) == min(count, 9)                    # one file's 9 tests spread over every shard
+    assert shard_of_tests(NODEIDS[::-1], count) == shard_of_tests(NODEIDS, count)
+
+
+def test_the_shard_unit_is_files_or_tests_and_anything_else_is_refused_naming_the_variable():
+    assert parse_by(None) == parse_by("") == parse_by("files") == "files"
+    assert parse_by(" tests ") == "tests"
+    with pytest.raises(ValueError, match=r"KB_TEST_SHARD_BY='test': expected one of files, tests"):
+        parse_by("test")
+
+
+def _collect(shard: str | None, by: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("KB_TEST_SHARD", "KB_TEST_SHARD_BY")}
     if shard is not None:
         env["KB_TEST_SHARD"] = shard
+    if by is not None:
+        env["KB_TEST_SHARD_BY"] = by
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "--co", "-n", "0", "-p", "no:cacheprovider",
                            "interop_tests/package"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
@@ -80,4 +101,22 @@ def test_the_conftest_refuses_a_malformed_shard_before_running_anything():
     proc = _collect("3/2")
     assert proc.returncode != 0
     assert "KB_TEST_SHARD='3/2': expected 'i/n'" in proc.stdout + proc.stderr
+    assert not _ids(proc)
+
+
+@pytest.mark.slow
+def test_the_conftest_runs_shards_of_single_tests_that_make_the_whole_folder():
+    whole = _collect(None)
+    parts = [_collect(f"{i}/3", "tests") for i in (1, 2, 3)]
+    assert all(p.returncode == 0 for p in parts), parts[0].stderr
+    ids = [_ids(p) for p in parts]
+    assert all(ids) and not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    assert ids[0] | ids[1] | ids[2] == _ids(whole)
+    assert all(len({i.split("::")[0] for i in part} & {i.split("::")[0] for i in ids[0]}) for part in ids[1:])
+
+
+@pytest.mark.slow
+def test_the_conftest_refuses_a_malformed_shard_unit_before_running_anything():
+    proc = _collect("1/2", "rows")
+    assert proc.returncode != 0 and "KB_TEST_SHARD_BY='rows': expected one of files, tests" in proc.stdout + proc.stderr
     assert not _ids(proc)
