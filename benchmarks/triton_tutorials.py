@@ -170,6 +170,12 @@ def vector_add(b: Bench, rng: np.random.Generator) -> None:
     # without them was 0.3% ahead of ours and Triton's on one buffer, H100 2026-12-05 13:40)
     args, inside = T.launch_args(x, y, out, 1024), tile.kernel(T.add_kernel.pyfunc, lowering={"interior_tiles": True})
     ours["DSL tile add_kernel BLOCK 1024 interior_tiles"] = (lambda i, a=args: inside(*a), check("ours"))
+    # cache qualifiers on the loads (lowering switch load_hint): the L2 fetching 128 or 256 bytes around a miss,
+    # and L1::no_allocate for data read once; untimed when added (2026-12-06), the hint a user's switch today
+    for hint in ("L2::128B", "L2::256B", "L1::no_allocate.L2::256B"):
+        for block in (1024, 4096):
+            args, k = T.launch_args(x, y, out, block), tile.kernel(T.add_kernel.pyfunc, lowering={"load_hint": hint})
+            ours[f"DSL tile add_kernel BLOCK {block} load_hint {hint}"] = (lambda i, a=args, k=k: k(*a), check("ours"))
     # (persistent blocks striding over the tiles lost: 3271 / 4090 GB/s at BLOCK 1024 / 4096 against 4266 for
     # the plain grid, H200 2026-12-04; docs/results/gpu_runs_2026-12-04_2033-2038)
     for block, warps in ((2048, 8), (4096, 8), (1024, 2)):    # Triton's num_warps knob, on the same kernel

@@ -14,6 +14,8 @@ GEMM_PIPELINES = ("sync", "ws")
 LOOP_PIPELINES = ("cp.async", "tma", "ws")
 SETMAXNREG = ("off", "240/24", "232/40", "216/40")
 WGMMA_A = ("registers", "shared")
+# the cache qualifiers of vector loads (load_hint): PTX ld's .level::eviction_priority and .level::prefetch_size
+LOAD_HINTS = ("none", "L2::128B", "L2::256B", "L1::no_allocate.L2::256B")
 
 # name -> (environment variable, choices (None: a bool), default)
 SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
@@ -35,6 +37,11 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # vector loads of arrays the kernel never writes through the read-only path (ld.global.nc), or plain
     # ld.global as Triton emits them (lower/runs.py)
     "nc_loads": ("KB_TILE_NC_LOADS", None, True),
+    # vector loads from global memory (sm_75 on) carry cache qualifiers: an L2 prefetch size (the L2 fetches
+    # 128 or 256 bytes around a miss, not the 32-byte sectors asked for), and with L1::no_allocate the lines
+    # bypass L1 (streaming data read once); memory-bound streams at the roofline, all of ours, Triton's and
+    # torch's 89.5 % of the H100's bandwidth (tutorial 01, 2026-12-05); untimed, so "none"
+    "load_hint": ("KB_TILE_LOAD_HINT", LOAD_HINTS, "none"),
     # sm_90 products of warpgroups owning more than 64 rows as one m64 wgmma a slice (lower/frags.py
     # warpgroup_rows), not mma.sync: Triton's 128 x 64 tile on 4 warps; unmeasured on the GPU, so off
     "wgmma_slices": ("KB_TILE_WGMMA_SLICES", None, False),
@@ -171,6 +178,7 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("ftz",) if s["ftz"] else ()) + \
         (("wgmma_slices",) if s["wgmma_slices"] else ()) + \
         (() if s["nc_loads"] else ("no_nc_loads",)) + \
+        (() if s["load_hint"] == "none" else (f"load_hint_{s['load_hint']}",)) + \
         (("tma_store",) if s["tma_store"] else ()) + \
         (("staging_rounds",) if s["staging_rounds"] else ()) + \
         (("ws_chain",) if s["ws_chain"] else ()) + \

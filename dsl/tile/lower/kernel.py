@@ -52,7 +52,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False,
                  pingpong: bool = False, product_batches: bool = False, reverse_blocks: bool = False,
                  lazy_waits: bool = False, staging_rounds: bool = False, lazy_barriers: bool = False,
-                 staging_swap: bool = True, warp_vectors: bool = False, rehinted: set[int] | None = None) -> None:
+                 staging_swap: bool = True, warp_vectors: bool = False, load_hint: str = "none", rehinted: set[int] | None = None) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -81,6 +81,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.wgmma_a = wgmma_a                  # "shared": invariant A loads of wgmma products in smem (shared_a.py)
         self.wgmma_slices = wgmma_slices        # warpgroups of more than 64 rows on wgmma (frags.warpgroup_rows)
         self.nc_loads = nc_loads                # read-only arrays' vector loads through ld.global.nc (runs.py)
+        self.load_hint = load_hint              # vector loads' cache qualifiers (runs.py load_hint)
         self.tma_store = tma_store              # sm_90 accumulator stores through TMA (store_tma.py)
         self.staging_rounds = staging_rounds    # persistent TMA stores in rounds, the loop's ring kept whole
         self.staging_swap = staging_swap        # f32 pairs staged conflict-free: odd rows two fragments over

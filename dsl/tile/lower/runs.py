@@ -106,7 +106,8 @@ def load_vector(L, arr: N.Expr, gidx: list[N.Expr], v: int, dt: ScalarType, cond
     out: list[N.Expr] = []
     for addr, n in _pieces(L, arr, gidx, v, dt):
         got = L.new_var(dt if n == 1 else TN.tuple_of(dt, n), "vld")
-        L.emit(N.Assign(got, instruction("ld.global.run", [addr, pred, N.Const(pad, dt)], dtype=dt, n=n, nc=nc)))
+        L.emit(N.Assign(got, instruction("ld.global.run", [addr, pred, N.Const(pad, dt)], dtype=dt, n=n, nc=nc,
+                                         hint=load_hint(L))))
         out += [N.ReadVar(got)] if n == 1 else [N.TupleGet(N.ReadVar(got), j, dt) for j in range(n)]
     return out
 
@@ -127,6 +128,12 @@ def _whole_run(arr: N.Expr, g: N.Expr, v: int) -> N.Expr:
     """0 <= g and g + v <= len(arr): the run of a 1-D array lies inside it."""
     return N.Logical("and", N.Compare("ge", g, N.Const(0, INDEX)),
                      N.Compare("le", N.BinOp("add", g, N.Const(v, INDEX), INDEX), N.ArrayLen(arr, 0)))
+
+
+def load_hint(L) -> str:
+    """The cache qualifiers of vector loads (switch load_hint), on targets that have them (prefetch sizes:
+    sm_75); "none" elsewhere."""
+    return L.load_hint if L.cc >= 75 else "none"
 
 
 def read_only_path(L, arr: N.Expr) -> bool:

@@ -142,11 +142,11 @@ def _vec(n: int) -> str:
     return f".v{n}" if n > 1 else ""
 
 
-def _ld_run(dtype, n: int, nc: bool) -> str:
+def _ld_run(dtype, n: int, nc: bool, hint: str = "none") -> str:
     """n elements at $n when $n+1 is non-zero, else n copies of the padding $n+2; 16-bit elements
-    travel as packed 32-bit words."""
+    travel as packed 32-bit words. `hint`: cache qualifiers (switches.LOAD_HINTS), or "none"."""
     _, ptype = _run_regs(dtype)
-    space = "global.nc" if nc else "global"
+    space = ("global.nc" if nc else "global") + ("" if hint == "none" else f".{hint}")
     addr, pred, pad = f"${n}", f"${n + 1}", f"${n + 2}"
     outs = [f"${i}" for i in range(n)]
     if dtype.itemsize == 2:
@@ -203,11 +203,13 @@ _ROWS = (
     PtxFamily("st.global.b32", "st.global.b32 [$0], $1;", "l,r", VOID, True, 70, "sm80:st_global_4",
               "one 32-bit register (two packed 16-bit values) to a 4-byte aligned global address"),
     PtxFamily("ld.global.run", _ld_run,
-              lambda dtype, n, nc: ",".join(["=" + _run_regs(dtype)[0]] * n + ["l", "r", _run_regs(dtype)[0]]),
-              lambda dtype, n, nc: dtype if n == 1 else TupleType((dtype,) * n), True, 70, "sm80:ld_run",
-              "n elements of `dtype` (one access of their width, aligned to it; n 1: one 4- or 8-byte "
-              "element, not a tuple) from a global address when the predicate is non-zero, else n copies "
-              "of the padding (`nc`: through the read-only cache)", ("dtype", "n", "nc"), ("dtype", "n")),
+              lambda dtype, n, nc, hint="none": ",".join(["=" + _run_regs(dtype)[0]] * n + ["l", "r",
+                                                                                            _run_regs(dtype)[0]]),
+              lambda dtype, n, nc, hint="none": dtype if n == 1 else TupleType((dtype,) * n), True, 70,
+              "sm80:ld_run", "n elements of `dtype` (one access of their width, aligned to it; n 1: one 4- or "
+              "8-byte element, not a tuple) from a global address when the predicate is non-zero, else n copies "
+              "of the padding (`nc`: through the read-only cache; `hint`: cache qualifiers, which change no value)",
+              ("dtype", "n", "nc", "hint"), ("dtype", "n")),
     PtxFamily("st.global.run", _st_run, lambda dtype, n: ",".join(["l", "r"] + [_run_regs(dtype)[0]] * n), VOID,
               True, 70, "sm80:st_run", "n elements of `dtype` to a global address (one access aligned to "
               "its width) when the predicate is non-zero", ("dtype", "n"), ("dtype", "n")),
