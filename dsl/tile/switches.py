@@ -59,6 +59,10 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # stores (lower/store_tma.py), as CUTLASS's epilogues: no per-element bounds, edges clipped by the
     # copy engine, and a persistent kernel's next tile starts while the store drains; unmeasured, so off
     "tma_store": ("KB_TILE_TMA_STORE", None, False),
+    # under tma_store, where two or more warpgroups each hold a block of whole rows of a stored tile (attention's
+    # consumer warpgroups), each stages and stores its rows on its own, between barriers of its 128 threads
+    # (lower/store_tma.py rows_split): no block barrier to pull ping-pong's warpgroups into step; untimed, so off
+    "store_by_warpgroup": ("KB_TILE_STORE_BY_WARPGROUP", None, False),
     # a persistent kernel's TMA-store staging tile sized so its GEMM loop keeps every stage it has without
     # one (the tile then stored in rounds, lower/store_tma.py plan_staging), not the whole tile at a stage's
     # cost (128 x 256 x 64 bf16: 4 stages and four rounds of 16 KiB, not 3 and one round); +2 % at 16384 x
@@ -180,6 +184,7 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (() if s["nc_loads"] else ("no_nc_loads",)) + \
         (() if s["load_hint"] == "none" else (f"load_hint_{s['load_hint']}",)) + \
         (("tma_store",) if s["tma_store"] else ()) + \
+        (("store_by_warpgroup",) if s["store_by_warpgroup"] else ()) + \
         (("staging_rounds",) if s["staging_rounds"] else ()) + \
         (("ws_chain",) if s["ws_chain"] else ()) + \
         (("early_loads",) if s["early_loads"] else ()) + \

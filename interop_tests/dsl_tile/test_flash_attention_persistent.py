@@ -42,6 +42,11 @@ VARIANTS = {
     # the ring's stages for the next tile while the copy drains)
     "chain-overlap-pingpong-tma-store": {**WS, "ws_chain": True, "product_overlap": True, "pingpong": True,
                                          "tma_store": True},
+    # each consumer warpgroup stages and stores its own 64 rows, between barriers of its own 128 threads
+    # (store_by_warpgroup), with Q copied by the producer and one reciprocal a row (flash_fwd_tuned's best rung)
+    "q-tma-rcp-store-by-warpgroup": {**WS, "ws_chain": True, "product_overlap": True, "pingpong": True,
+                                     "wgmma_a": "shared", "div_reciprocal": True, "tma_store": True,
+                                     "store_by_warpgroup": True},
 }
 
 
@@ -68,6 +73,8 @@ def persistent(name: str):
     ("chain-overlap-pingpong-reversed", 128, True, 4),
     ("chain-overlap-pingpong-tma-store", 128, True, 2),
     ("chain-overlap-pingpong-tma-store", 64, False, 1),
+    ("q-tma-rcp-store-by-warpgroup", 128, True, 2),
+    ("q-tma-rcp-store-by-warpgroup", 64, False, 4),
 ])
 def test_each_block_walking_several_tiles_matches_float64_in_the_lowered_simulator(rng, name, d, causal, blocks):
     """Three heads of 256 rows: six tiles over 1, 2, 4 or 5 blocks (6, 3, 2 or uneven 2/1 tiles a block);
@@ -80,7 +87,8 @@ def test_each_block_walking_several_tiles_matches_float64_in_the_lowered_simulat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["chain-overlap-pingpong", "chain-overlap-pingpong-tma-store"])
+@pytest.mark.parametrize("name", ["chain-overlap-pingpong", "chain-overlap-pingpong-tma-store",
+                                  "q-tma-rcp-store-by-warpgroup"])
 def test_the_output_in_the_inputs_dtype_from_a_persistent_block_matches_float64(rng, name):
     seq, d = 256, 128
     args, out = case(rng, d, seq, 3, True, ml_dtypes.bfloat16)
@@ -107,6 +115,31 @@ def test_a_block_that_reallocates_registers_gets_one_block_an_sm(rng):
     args, _ = case(rng, 128, 512, 2, False)
     ck = persistent("chain-pingpong").compile(args, "sm_90")
     assert json.loads(ck.contract_json)["grid_from"]["max_blocks_per_sm"] == 1
+
+
+@pytest.mark.parametrize("out_dtype,stores", [(np.float32, 4), (ml_dtypes.bfloat16, 2)])
+def test_each_consumer_warpgroup_stores_its_rows_between_barriers_of_its_own(rng, out_dtype, stores):
+    """store_by_warpgroup: the output tile leaves by each consumer warpgroup's own TMA stores (64 rows, one
+    a 128-byte slab: 4 for f32 D128, 2 for bf16), staged between named barriers 4 and 5 of 128 threads;
+    ptxas assembles it without spills. In bf16 the kernel stays warp-specialised, and the consumers' barrier
+    of 256 (1) comes no more often than without TMA stores, where the block-wide staging adds two. (An f32
+    tile's 64 KiB of staging leaves no room for the producer's ring: that kernel lowers again without it.)"""
+    seq, d = 512, 128
+    args, _ = case(rng, d, seq, 2, False, out_dtype)
+    by_wg = persistent("q-tma-rcp-store-by-warpgroup").compile(args, "sm_90").ptx
+    low = {k: v for k, v in VARIANTS["q-tma-rcp-store-by-warpgroup"].items() if k != "store_by_warpgroup"}
+    block = FA.variant(FA.flash_fwd, low, 8, persistent=True).compile(args, "sm_90").ptx
+    plain = FA.variant(FA.flash_fwd, {k: v for k, v in low.items() if k != "tma_store"}, 8,
+                       persistent=True).compile(args, "sm_90").ptx
+    store = "cp.async.bulk.tensor.2d.global.shared::cta"
+    assert by_wg.count(store) == 2 * stores and block.count(store) == stores
+    assert "bar.sync 4, 128;" in by_wg and "bar.sync 5, 128;" in by_wg and "bar.sync 4, 128;" not in block
+    if out_dtype != np.float32:
+        assert "setmaxnreg" in by_wg
+        assert by_wg.count("bar.sync 1, 256;") == plain.count("bar.sync 1, 256;") < block.count("bar.sync 1, 256;")
+    if find_ptxas() is not None:
+        usage, log = assemble(by_wg, "sm_90a")
+        assert usage[0].spill_stores == 0, log
 
 
 # Left out: "ws" without the chain, causal at D128 (its diagonal loop on cp.async beside the tile walk: 104

@@ -52,7 +52,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False,
                  pingpong: bool = False, product_batches: bool = False, reverse_blocks: bool = False,
                  lazy_waits: bool = False, staging_rounds: bool = False, lazy_barriers: bool = False,
-                 staging_swap: bool = True, warp_vectors: bool = False, load_hint: str = "none", rehinted: set[int] | None = None) -> None:
+                 staging_swap: bool = True, warp_vectors: bool = False, load_hint: str = "none",
+                 store_by_warpgroup: bool = False, rehinted: set[int] | None = None) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -83,6 +84,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.nc_loads = nc_loads                # read-only arrays' vector loads through ld.global.nc (runs.py)
         self.load_hint = load_hint              # vector loads' cache qualifiers (runs.py load_hint)
         self.tma_store = tma_store              # sm_90 accumulator stores through TMA (store_tma.py)
+        self.store_by_warpgroup = store_by_warpgroup    # and each warpgroup its own rows (store_tma.rows_split)
         self.staging_rounds = staging_rounds    # persistent TMA stores in rounds, the loop's ring kept whole
         self.staging_swap = staging_swap        # f32 pairs staged conflict-free: odd rows two fragments over
         self.warp_vectors = warp_vectors        # row vectors over accumulator columns held by every warp

@@ -34,6 +34,16 @@ that another warpgroup's copies may still read (stores stage in reused operand s
 persistent kernel's own tile, and keep the block's barriers); not under a warp-specialised split (its
 consumers' 240 registers spill with the branches). Once a kernel splits, every warpgroup's thread 0
 waits for its copies before it exits.
+
+Stores by warpgroup rows (switch store_by_warpgroup, rows_split): where two or more warpgroups each hold
+a block of whole rows of the stored tile (warps splitting M only: an m64 wgmma's rows a warpgroup, as the
+consumer warpgroups of attention's 128-row tiles), each stages its rows as a tile of its own (slabs of its
+rows, 128-byte swizzle, boxes of those rows) and its thread 0 stores them, between named barriers of its
+128 threads: no barrier of the two, so under ping-pong a warpgroup that ends its tile first neither waits
+for the other nor pulls it into step (the block-wide staging met both twice, which lost 0.5 % on attention's
+forward, H100 2026-12-05). Into a staging tile of its own (slot "tma_store_by_warpgroup"): a warpgroup that
+is done may not write operand stages the other still reads. Under warp specialisation too, whose consumer
+warpgroups are the ones that run apart.
 """
 from __future__ import annotations
 
@@ -102,7 +112,8 @@ def _tensor_map(L, p, box: tuple[int, int]) -> N.Expr:
 
 
 BY_WARPGROUP = "tma_reduce_by_warpgroup"       # the staging slot of reduce-adds split by warpgroup
-SLOTS = ("tma_store", "tma_reduce", BY_WARPGROUP)    # the scratch slots of staging tiles of their own
+BY_WARPGROUP_ROWS = "tma_store_by_warpgroup"   # the staging slot of stores split by warpgroup rows
+SLOTS = ("tma_store", "tma_reduce", BY_WARPGROUP, BY_WARPGROUP_ROWS)    # staging tiles of their own
 
 
 def staging_bytes(L) -> int:
@@ -160,9 +171,13 @@ def _fits(L, bm: int, bn: int, es: int) -> bool:
         bm * bn * es + SWIZZLE_ALIGN + RESERVE_SLACK <= L.opt_in
 
 
-def _offset(row: N.Expr, col: N.Expr, bm: int, es: int, swap: bool = False) -> N.Expr:
+def _offset(row: N.Expr, col: N.Expr, bm: int, es: int, swap: bool = False, slabs: int = 0) -> N.Expr:
     """Byte offset of element (row, col) in the swizzled slabs; with `swap` (_swapped), of (row, col ^ 16)
-    where the row is odd: its 16-byte chunk moves four over."""
+    where the row is odd: its 16-byte chunk moves four over. With `slabs` (rows_split), the tile is one
+    staging tile of `slabs` slabs of `bm` rows for each block of `bm` rows (a power of two), one after the other."""
+    if slabs:
+        block = N.BinOp("mul", N.BinOp("rshift", row, c32(log2(bm)), I32), c32(bm * slabs * ROW_BYTES), I32)
+        return N.BinOp("add", block, _offset(N.BinOp("and_", row, c32(bm - 1), I32), col, bm, es, swap), I32)
     w = ROW_BYTES // es
     slab = N.BinOp("rshift", col, c32(log2(w)), I32)
     within = N.BinOp("mul", N.BinOp("and_", col, c32(w - 1), I32), c32(es), I32)
@@ -223,9 +238,10 @@ def _swapped(L, v: LV) -> bool:
             and L.ws_tid is None)
 
 
-def _write_pairs(L, v: LV, base: N.Expr, bm: int, slabs: range) -> None:
+def _write_pairs(L, v: LV, base: N.Expr, bm: int, slabs: range, rows: int = 0) -> None:
     """This thread's pairs in slabs `slabs` (all of them: any layout; fewer: warps split M only),
-    at their offsets from the first of those slabs."""
+    at their offsets from the first of those slabs; with `rows` (rows_split), each block of `rows` rows
+    in a staging tile of its own (_offset's `slabs`)."""
     es = v.dtype.itemsize
     w = ROW_BYTES // es
     coords = v.layout.coords
@@ -239,7 +255,8 @@ def _write_pairs(L, v: LV, base: N.Expr, bm: int, slabs: range) -> None:
             continue
         row, col = coords[i]
         col = col if whole else N.BinOp("sub", col, shift, I32)
-        at = L.tmp(N.BinOp("add", base, N.Cast(_offset(row, col, bm, es, swap), U32), U32), "epa")
+        off = _offset(row, col, rows, es, swap, len(slabs)) if rows else _offset(row, col, bm, es, swap)
+        at = L.tmp(N.BinOp("add", base, N.Cast(off, U32), U32), "epa")
         if swap:        # element i + 8 is fragment f ^ 2's (f % 4 < 2), i - 8 the other way: same slab
             j = i ^ 8
             lo, hi = (L.tmp(N.IfExp(odd, v.elems[j + k], v.elems[i + k], F32), "eps") for k in (0, 1))
@@ -259,12 +276,34 @@ def store_tma(L, p, v: LV, s=None) -> None:
     w = ROW_BYTES // v.dtype.itemsize
     slabs = bn // w
     group = L.staging_slabs.get((bm, bn), slabs) if L.persistent and v.layout.wn == 1 else slabs
-    base = _staging(L, bm * group * ROW_BYTES, closing=s is not None and _closing(L, s))
+    rows = rows_split(L, v, bm, slabs, group)
+    base = _staging(L, bm * group * ROW_BYTES, slot=BY_WARPGROUP_ROWS if rows else "tma_store", reuse=not rows,
+                    closing=s is not None and _closing(L, s))
     ids = L.tile_ids(p)
     row0 = L.tmp(N.BinOp("mul", N.Cast(ids[0], I32), c32(bm), I32), "epr")
     col0 = L.tmp(N.BinOp("mul", N.Cast(ids[1], I32), c32(bn), I32), "epc")
-    _stage_and_copy(L, "cp.async.bulk.tensor.2d.store", _tensor_map(L, p, (bm, w)), v, base, bm, w, row0, col0,
-                    group)
+    tmap = _tensor_map(L, p, (rows or bm, w))
+    if rows:
+        L.arch_specific = True
+        if _drain not in L.after_tiles:
+            L.after_tiles.append(_drain)
+        _by_warpgroup_rows(L, tmap, v, base, rows, w, row0, col0, slabs)
+        return
+    _stage_and_copy(L, "cp.async.bulk.tensor.2d.store", tmap, v, base, bm, w, row0, col0, group)
+
+
+def rows_split(L, v: LV, bm: int, slabs: int, group: int) -> int:
+    """The rows each warpgroup stages and stores on its own (switch store_by_warpgroup), or 0: where the tile
+    program's two or more warpgroups each hold a block of whole rows of `v`'s tile (warps splitting M only,
+    one per warp: warpgroup g rows [g R, (g + 1) R), bind_warps), R a power of two of at least 8 rows, and the
+    tile is staged at once (not in rounds: plan_staging)."""
+    groups = L.T // 128
+    lay = v.layout
+    if not (L.store_by_warpgroup and groups >= 2 and L.T % 128 == 0 and L.cc >= 90 and isinstance(lay, MmaLayout)
+            and not lay.by_warpgroup and lay.wn == 1 and lay.wm == 4 * groups and group == slabs):
+        return 0
+    rows = bm // groups
+    return rows if rows * groups == bm and rows >= 8 and rows & (rows - 1) == 0 else 0
 
 
 def warpgroup_split(L, v: LV, slabs: int) -> bool:
@@ -286,7 +325,7 @@ def _thread0(L) -> N.Expr:
 def _leaders(L) -> N.Expr:
     """The threads that issue and wait for copies: thread 0, or each warpgroup's first thread once a
     warpgroup split staged (it has its staging slot: any of them may have copies of its own in flight)."""
-    if L.scratch_size.get(f"u32_{BY_WARPGROUP}"):
+    if L.scratch_size.get(f"u32_{BY_WARPGROUP}") or L.scratch_size.get(f"u32_{BY_WARPGROUP_ROWS}"):
         return L.tmp(N.Compare("eq", N.BinOp("and_", L.geo.tid, c32(127), I32), c32(0)), "epl")
     return _thread0(L)
 
@@ -319,13 +358,36 @@ def _stage_and_copy(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, co
 
 def _by_warpgroup(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0) -> None:
     """Each warpgroup stages its slabs of the tile (its threads' pairs lie there) and its thread 0 copies
-    them out, a named barrier of the warpgroup's 128 threads around the writes. One branch a warpgroup
+    them out, a named barrier of the warpgroup's 128 threads around the writes (_warpgroups_stage)."""
+    mine = v.layout.shape[1] // w // (L.T // 128)
+
+    def issue(g: int) -> None:
+        first = N.BinOp("add", base, N.Const(g * mine * bm * ROW_BYTES, U32), U32)
+        _issue(L, family, tmap, first, bm, w, row0, col0, range(g * mine, (g + 1) * mine))
+    _warpgroups_stage(L, lambda: _write_pairs(L, v, base, bm, range(0, L.T // 128 * mine)), issue)
+
+
+def _by_warpgroup_rows(L, tmap, v: LV, base, rows: int, w: int, row0, col0, slabs: int) -> None:
+    """Each warpgroup stages its `rows` rows of the tile in a staging tile of its own (`slabs` slabs of
+    its rows, one after the other from `base`) and its thread 0 stores them at its rows' origin."""
+    def issue(g: int) -> None:
+        first = N.BinOp("add", base, N.Const(g * rows * slabs * ROW_BYTES, U32), U32)
+        at = N.BinOp("add", row0, c32(g * rows), I32)
+        _issue(L, "cp.async.bulk.tensor.2d.store", tmap, first, rows, w, at, col0, range(slabs))
+    _warpgroups_stage(L, lambda: _write_pairs(L, v, base, rows, range(slabs), rows), issue)
+
+
+def _warpgroups_stage(L, write, issue) -> None:
+    """The staging protocol of warpgroups that stage and copy apart: each leader waits until its copies
+    have read its staging tile, its warpgroup meets, `write()` puts every thread's pairs, and after the
+    async proxy's fence each warpgroup meets again and its leader calls `issue(g)`. One branch a warpgroup
     (uniform in each warp), so barrier ids and offsets are immediates: no register live across a loop.
-    Never under a warp-specialised split (warpgroup_split), so the tile program's threads start at 0."""
+    Named barriers of the tile program's threads (from tid.x WS_PRODUCERS on when warp-specialised)."""
+    from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
     groups = L.T // 128
     wg = L.tmp(N.BinOp("rshift", L.geo.tid, c32(7), I32), "epg")
     leader = _leaders(L)
-    mine = v.layout.shape[1] // w // groups
+    start = WS_PRODUCERS if L.ws_tid is not None else 0
 
     def each(emit) -> None:
         """emit(g) for warpgroup g, in an if / else-if chain on the warpgroup index."""
@@ -335,14 +397,10 @@ def _by_warpgroup(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0
         L.emit(rest[0])
 
     def meet(g: int) -> None:
-        L.asm("bar.sync.warpgroup", barrier=WG_BARRIER0 + g, first=0)
-
-    def issue(g: int) -> None:
-        first = N.BinOp("add", base, N.Const(g * mine * bm * ROW_BYTES, U32), U32)
-        _issue(L, family, tmap, first, bm, w, row0, col0, range(g * mine, (g + 1) * mine))
+        L.asm("bar.sync.warpgroup", barrier=WG_BARRIER0 + g, first=start)
     await_reads(L, leader)
     each(meet)
-    _write_pairs(L, v, base, bm, range(0, groups * mine))
+    write()
     L.asm("fence.proxy.async")
     each(lambda g: (meet(g), L.emit(N.If(leader, L.block_of(lambda: issue(g)), []))))
 
