@@ -15,6 +15,7 @@ LOOP_PIPELINES = ("cp.async", "tma", "ws")
 SETMAXNREG = ("off", "240/24", "232/40", "216/40")
 WGMMA_A = ("registers", "shared")
 # the cache qualifiers of vector loads (load_hint): PTX ld's .level::eviction_priority and .level::prefetch_size
+PERSISTENT_ORDERS = ("strided", "snake")
 LOAD_HINTS = ("none", "L2::128B", "L2::256B", "L1::no_allocate.L2::256B")
 
 # name -> (environment variable, choices (None: a bool), default)
@@ -116,6 +117,11 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # (FlashAttention-3's longest-first order, lower/tiles.py); +1.4 % on causal attention once, mixed when
     # persistent (H100 / H200 2026-12-05): within run-to-run noise, so off
     "reverse_blocks": ("KB_TILE_REVERSE_BLOCKS", None, False),
+    # the order a persistent kernel's blocks take the tiles: "strided" (block c takes c, c + P, c + 2P, ...) or
+    # "snake" (rounds of P tiles, the block order reversed every other round: lower/tiles.py snake_walk), which
+    # evens out the blocks' sums where work grows along the tiles (causal attention: the worst block 1.27x the
+    # mean at S1024 strided, 1.03x snake, by a count of key blocks); untimed, so "strided"
+    "persistent_order": ("KB_TILE_PERSISTENT_ORDER", PERSISTENT_ORDERS, "strided"),
 }
 
 
@@ -192,6 +198,7 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("pingpong",) if s["pingpong"] else ()) + \
         (("product_batches",) if s["product_batches"] else ()) + \
         (("reverse_blocks",) if s["reverse_blocks"] else ()) + \
+        (() if s["persistent_order"] == "strided" else (f"persistent_order_{s['persistent_order']}",)) + \
         (("div_reciprocal",) if s["div_reciprocal"] else ()) + \
         (("lazy_waits",) if s["lazy_waits"] else ()) + \
         (("lazy_barriers",) if s["lazy_barriers"] else ()) + \

@@ -47,6 +47,9 @@ VARIANTS = {
     "q-tma-rcp-store-by-warpgroup": {**WS, "ws_chain": True, "product_overlap": True, "pingpong": True,
                                      "wgmma_a": "shared", "div_reciprocal": True, "tma_store": True,
                                      "store_by_warpgroup": True},
+    # the tiles in a snake (persistent_order): causal attention's blocks evenly loaded (test_tile_snake_walk.py)
+    "q-tma-rcp-snake": {**WS, "ws_chain": True, "product_overlap": True, "pingpong": True, "wgmma_a": "shared",
+                        "div_reciprocal": True, "persistent_order": "snake"},
 }
 
 
@@ -75,6 +78,8 @@ def persistent(name: str):
     ("chain-overlap-pingpong-tma-store", 64, False, 1),
     ("q-tma-rcp-store-by-warpgroup", 128, True, 2),
     ("q-tma-rcp-store-by-warpgroup", 64, False, 4),
+    ("q-tma-rcp-snake", 128, True, 4),
+    ("q-tma-rcp-snake", 64, True, 5),
 ])
 def test_each_block_walking_several_tiles_matches_float64_in_the_lowered_simulator(rng, name, d, causal, blocks):
     """Three heads of 256 rows: six tiles over 1, 2, 4 or 5 blocks (6, 3, 2 or uneven 2/1 tiles a block);
@@ -88,7 +93,7 @@ def test_each_block_walking_several_tiles_matches_float64_in_the_lowered_simulat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["chain-overlap-pingpong", "chain-overlap-pingpong-tma-store",
-                                  "q-tma-rcp-store-by-warpgroup"])
+                                  "q-tma-rcp-store-by-warpgroup", "q-tma-rcp-snake"])
 def test_the_output_in_the_inputs_dtype_from_a_persistent_block_matches_float64(rng, name):
     seq, d = 256, 128
     args, out = case(rng, d, seq, 3, True, ml_dtypes.bfloat16)
@@ -150,7 +155,7 @@ SPILLS = {("chain-overlap-pingpong", 128, True): 12}
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
-@pytest.mark.parametrize("name", ["chain", "chain-pingpong", "chain-overlap-pingpong"])
+@pytest.mark.parametrize("name", ["chain", "chain-pingpong", "chain-overlap-pingpong", "q-tma-rcp-snake"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_ptxas_assembles_the_persistent_kernel_within_its_pinned_spills(rng, name, d, causal):

@@ -53,7 +53,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  pingpong: bool = False, product_batches: bool = False, reverse_blocks: bool = False,
                  lazy_waits: bool = False, staging_rounds: bool = False, lazy_barriers: bool = False,
                  staging_swap: bool = True, warp_vectors: bool = False, load_hint: str = "none",
-                 store_by_warpgroup: bool = False, rehinted: set[int] | None = None) -> None:
+                 store_by_warpgroup: bool = False, persistent_order: str = "strided", rehinted: set[int] | None = None) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -103,6 +103,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.pingpong = pingpong                # two consumer warpgroups' products in turns (pingpong.py)
         self.product_batches = product_batches  # independent products waited for together (batches.py)
         self.reverse_blocks = reverse_blocks    # the tiles in reverse order: the last one first
+        self.persistent_order = persistent_order    # a persistent block's tiles: "strided" or "snake" (tiles.py)
         self.deferred = None                    # a batch being lowered: its products in flight, in issue order
         self.deferred_assigns = None            # and its statements' (variable, value), assigned after the waits
         self.lazy_waits = lazy_waits            # products waited for where their results are read (batches.py)
