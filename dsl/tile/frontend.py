@@ -56,6 +56,7 @@ class TileFrontend:
         self.requires = tuple(requires)      # the kernel's relations, carried by the tile IR
         self.group_m = group_m               # the kernel's block order (dsl/tile/lower/tiles.py)
         self.launch = launch                 # the kernel's launch features (dsl/tile/launch.py)
+        self.block_order: tuple | None = None     # tile.block_order's (run, group) (handlers.block_order)
         self.inlining: list = []             # the @tile.func helpers being inlined, outermost first
         self.src: Source = get_source(pyfunc)      # the SIMT front end's source, positions and carets
         self.fdef = self.src.tree
@@ -115,7 +116,7 @@ class TileFrontend:
             self.stmt(stmt)
         self.body_stack.pop()
         fn = T.TileFunction(self.name, params, body, grid_param, self.locals, self.loc(self.fdef),
-                            self.requires, self.group_m, self.launch)
+                            self.requires, self.group_m, self.launch, self.block_order)
         forward_loads(fn)          # named single-use loads back into their use (dsl/tile/forward.py)
         return fn
 

@@ -95,6 +95,35 @@ def store(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> object:
     return fe.store(p, a["value"], node, a["chunk"])
 
 
+ORDER_NODES = (T.Const, T.ScalarArg, T.BinOp, T.UnaryOp, T.Cast, T.ArrayDim)   # what a block order may read
+
+
+def block_order(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> object:
+    """tile.block_order(run, group): a declaration of the kernel (TileFunction.block_order), read by the
+    lowering before any tile is chosen, so `run` may use only parameters and constants."""
+    what = "tile.block_order(run, group)"
+    if not any(isinstance(st, ast.Expr) and st.value is node for st in fe.fdef.body) or fe.inlining:
+        raise fe.err(node, f"{what} is a statement at the kernel's top level (not in a loop, a branch, a helper "
+                           f"or an expression): it orders the blocks before any tile is chosen")
+    if fe.block_order is not None:
+        raise fe.err(node, f"{what} is given twice: a kernel has one block order")
+    group = a["group"]
+    if not isinstance(group, int) or isinstance(group, bool) or group < 1:
+        raise fe.err(node, f"{what}: `group` must be a compile-time integer >= 1, got {group!r}")
+    run = a["run"]
+    if isinstance(run, int) and not isinstance(run, bool):
+        run = ops.literal(run, I32, loc)
+    if not (isinstance(run, T.TExpr) and run.type.shape == () and run.type.dtype.is_int):
+        raise fe.err(node, f"{what}: `run` must be an integer scalar, got "
+                           f"{run.type if isinstance(run, T.TExpr) else repr(run)}")
+    bad = next((e for e in T.walk_exprs(run) if not isinstance(e, ORDER_NODES)), None)
+    if bad is not None:
+        raise fe.err(node, f"{what}: `run` may use only the kernel's scalar parameters, array extents and "
+                           f"constants (it is read before any tile is chosen), not {type(bad).__name__}")
+    fe.block_order = (ops.cast(run, I32, loc), group)
+    return None
+
+
 def cdiv(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> object:
     """ceil(a / b) of integers, folded when both are compile-time ints (`tl.cdiv`)."""
     x, y = a["a"], a["b"]

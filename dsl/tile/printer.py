@@ -146,5 +146,7 @@ def format_tile_function(fn: T.TileFunction) -> str:
     p = _Printer()
     params = ", ".join(f"{q.name}: {format_param_type(q.type)}" for q in fn.params)
     p.lines.append(f"tile kernel {fn.name}({params})  [grid={fn.grid_param.name}]:")
+    if fn.block_order is not None:
+        p.lines.append(f"  block_order(run={p.e(fn.block_order[0])}, group={fn.block_order[1]})")
     p.block(fn.body, 1)
     return "\n".join(p.lines) + "\n"

@@ -95,6 +95,7 @@ def elementwise_case(rng):
 
 @tile.kernel
 def grid(x: tile.Array[f32, 2], out: tile.Partition[f32, 2], stats: tile.Partition[f32, 1]):
+    tile.block_order(2, 2)          # the 2 x 2 grid's tiles 0, 2, 1, 3 (runs of 2, two at a time): results unchanged
     v = tile.load(x, (tile.bid(0), tile.bid(1)), out.tile_shape, padding=0)
     mine = out.load() + tile.load(out, padding=1)
     out.store(v + mine + tile.bid(0) * 100 + tile.bid(1) * 1000 + tile.num_blocks(1) * 10000
@@ -176,7 +177,7 @@ EXAMPLES = {"sum": "reductions", "max": "reductions", "min": "reductions", "argm
             "reshape": "shapes", "transpose": "shapes", "permute": "shapes", "broadcast_to": "shapes",
             "expand_dims": "shapes", "zeros": "shapes", "full": "shapes",
             "astype": "elementwise", "maximum": "elementwise", "minimum": "elementwise", "abs": "elementwise",
-            "bid": "grid", "num_blocks": "grid", "num_tiles": "grid", "load": "grid", "store": "grid",
+            "bid": "grid", "block_order": "grid", "num_blocks": "grid", "num_tiles": "grid", "load": "grid", "store": "grid",
             "matmul": "products", "mma": "products", "cdiv": "chunks",
             **{f"{form}_{op}": "atomics" for form in ("atomic", "scatter") for op in ("add", "max", "min")},
             "gather": "atomics"}

@@ -27,7 +27,7 @@ from dsl.tile.lower.atomics import AtomicsLowering
 from dsl.tile.lower.elementwise import ElementwiseLowering
 from dsl.tile.lower.shapes import ShapeLowering
 from dsl.tile.lower.runs import kernel_run, load_pairs, load_runs, store_runs
-from dsl.tile.lower.tiles import num_blocks, tile_walk
+from dsl.tile.lower.tiles import num_blocks, order_run, tile_walk
 from dsl.tile.lower.matmul.warp_specialised import WS_PRODUCERS
 from dsl.tile.lower.shared import RELAYOUT_SLOT, opt_in_bytes, place_scratch, scratch_bytes, scratch_key
 from dsl.tile.lower.errors import LoweringError
@@ -104,6 +104,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.product_batches = product_batches  # independent products waited for together (batches.py)
         self.reverse_blocks = reverse_blocks    # the tiles in reverse order: the last one first
         self.persistent_order = persistent_order    # a persistent block's tiles: "strided" or "snake" (tiles.py)
+        self.order_run: N.Expr | None = None    # tile.block_order's run length, once lowered (tiles.order_run)
         self.deferred = None                    # a batch being lowered: its products in flight, in issue order
         self.deferred_assigns = None            # and its statements' (variable, value), assigned after the waits
         self.lazy_waits = lazy_waits            # products waited for where their results are read (batches.py)
@@ -280,6 +281,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         prologue_at = len(self.body)
         nb = num_blocks(self)
         lin = self.tmp(N.Cast(N.Special("ctaid.x"), I32), "bid")
+        self.order_run = order_run(self)        # tile.block_order's run length, before any tile is chosen
         from dsl.tile.lower.matmul.mma_sync import plan_all
         plan_all(self, fn.body, self.max_stages)
         walk = tile_walk(self, nb, lin)

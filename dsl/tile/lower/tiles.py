@@ -53,12 +53,64 @@ def block_ids(L, lin: N.Expr, nb: list[N.Expr]) -> None:
 
 
 def tile_number(L, lin: N.Expr, total: N.Expr) -> N.Expr:
-    """The tile a block's linear number `lin` takes: itself, or under the lowering switch
-    reverse_blocks total - 1 - lin (the grid has a block a tile; a persistent block's tile loop counts
-    up to the tile count): the last tiles first, where they hold the most work (causal attention)."""
+    """The tile a block's linear number `lin` takes: itself, or in the kernel's tile.block_order
+    (interleaved), and then under the lowering switch reverse_blocks total - 1 - that (the grid has a
+    block a tile; a persistent block's tile loop counts up to the tile count): the last tiles first,
+    where they hold the most work (causal attention's query blocks)."""
+    if L.order_run is not None:
+        lin = interleaved_tile(lin, total, L.order_run, L.fn.block_order[1], _ir_ops(L))
     if not L.reverse_blocks:
         return lin
     return L.tmp(N.BinOp("sub", N.BinOp("sub", total, c32(1), I32), lin, I32), "rbid")
+
+
+def order_run(L) -> N.Expr | None:
+    """The kernel's tile.block_order run length, evaluated once (it reads parameters only), or None where
+    the order is the natural one (no block_order, or a group of one run)."""
+    order = L.fn.block_order
+    if order is None or order[1] == 1:
+        return None
+    return L.tmp(L.scalar(order[0]), "orun")
+
+
+def _ir_ops(L) -> Callable:
+    def op(o: str, a, b):
+        a, b = (c32(x) if isinstance(x, int) else x for x in (a, b))
+        if o in ("lt", "ge", "eq"):
+            return L.tmp(N.Compare(o, a, b), "ord")
+        return L.tmp(N.BinOp(o, a, b, I32), "ord")
+    op.select = lambda c, a, b: L.tmp(N.IfExp(c, a, b, I32), "ord")    # type: ignore[attr-defined]
+    op.both = lambda a, b: L.tmp(N.Logical("and", a, b), "ord")       # type: ignore[attr-defined]
+    return op
+
+
+def _int_ops() -> Callable:
+    table = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+             "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "min": min, "max": max,
+             "lt": lambda a, b: a < b, "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b}
+
+    def op(o: str, a, b):
+        return table[o](a, b)
+    op.select = lambda c, a, b: a if c else b                          # type: ignore[attr-defined]
+    op.both = lambda a, b: a and b                                     # type: ignore[attr-defined]
+    return op
+
+
+def interleaved_tile(lin, total, run, group: int, op: Callable | None = None):
+    """tile.block_order's tile for linear number `lin` of `total`: runs of `run` consecutive tiles, taken
+    `group` runs at a time, every run's first tile, then every run's second (the last group may hold fewer
+    runs); `lin` itself where `run` < 1 or does not divide `total`. The same steps build the lowering's IR
+    (`op` over IR values) and, with Python ints (`op` None), the tests' and the docs' model."""
+    op = op or _int_ops()
+    one = op("max", run, 1)                          # no division by zero where the order does not apply
+    span = op("mul", one, group)                     # tiles of a whole group of runs
+    gi = op("floordiv", lin, span)
+    first = op("mul", gi, group)                     # the group's first run
+    size = op("max", op("min", op("sub", op("floordiv", total, one), first), group), 1)   # its runs (the last: fewer)
+    within = op("sub", lin, op("mul", gi, span))
+    tile = op("add", op("mul", op("add", first, op("mod", within, size)), one), op("floordiv", within, size))
+    applies = op.both(op("ge", run, 1), op("eq", op("mod", total, one), 0))
+    return op.select(applies, tile, lin)
 
 
 def tile_walk(L, nb: list[N.Expr], lin: N.Expr) -> Callable[[Callable[[], None]], None]:
