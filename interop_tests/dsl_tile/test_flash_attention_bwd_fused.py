@@ -76,6 +76,20 @@ def test_the_lowered_sm90_fused_backward_matches_float64(rng, form, d, causal):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_heads_in_turn_reorder_the_blocks_and_every_gradient_still_matches_float64(rng, causal):
+    """Three heads of two key blocks each in the lowered simulator: the blocks take the heads' first key blocks,
+    then their second (tile.block_order), a real permutation of the grid; dQ, dK and dV against float64."""
+    form = FUSED.FASTEST_CAUSAL[128] + ", heads in turn"
+    assert FUSED.form_options(form)["heads_in_turn"] == 8
+    seq, d = 256, 128
+    q, k, v, dout = inputs(rng, 3, seq, d, ml_dtypes.bfloat16)
+    grads = lowered_backward(q, k, v, dout, seq, causal, form)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, causal)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
+
+
 def matches_float64_with_late_copies(monkeypatch, rng, form, d, seq, causal):
     """The lowered backward in `form` against float64 with every TMA copy read at its wait
     (KB_SIM_TMA_LANDING=wait), two heads of `seq`."""
@@ -197,6 +211,11 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           # warp vectors: the lse and Delta rows whole in every warp (2 + 2 registers a thread, 4 at D64's 128 rows)
           (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
                 "warp vectors"): 4,
+          # heads in turn (tile.block_order): the same steps, the block's key block chosen by a few integer ops
+          (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch, heads in turn"):
+              132,
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+                "warp vectors, heads in turn"): 4,
           # deferred dQ: a step's dQ (32 registers a thread) carried into the next step; with warp vectors, causal
           (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
                 "deferred dQ, warp vectors"): 28,
