@@ -38,7 +38,7 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # vector loads of arrays the kernel never writes through the read-only path (ld.global.nc), or plain
     # ld.global as Triton emits them (lower/runs.py)
     "nc_loads": ("KB_TILE_NC_LOADS", None, True),
-    # vector loads from global memory (sm_75 on) carry cache qualifiers: an L2 prefetch size (the L2 fetches
+    # vector loads from global memory (sm_80 on) carry cache qualifiers: an L2 prefetch size (the L2 fetches
     # 128 or 256 bytes around a miss, not the 32-byte sectors asked for), and with L1::no_allocate the lines
     # bypass L1 (streaming data read once); memory-bound streams at the roofline, all of ours, Triton's and
     # torch's 89.5 % of the H100's bandwidth (tutorial 01, 2026-12-05); untimed, so "none"

@@ -104,9 +104,10 @@ def _pack_store(dtype) -> Probe:
     return Probe(f"mov.b32.pack-{dtype.name}", n, build, inputs, reference)
 
 
-def _vector_run(dtype, n: int, nc: bool) -> Probe:
+def _vector_run(dtype, n: int, nc: bool, hint: str = "none") -> Probe:
     """ld.global.run of n elements from a permuted 16-byte-aligned slot where `on`, else the lane's
-    padding; st.global.run of them to the lane's slot where `keep` (elsewhere the sentinel stays)."""
+    padding (`hint`: the load's cache qualifiers, which change no value); st.global.run of them to the
+    lane's slot where `keep` (elsewhere the sentinel stays)."""
     lanes = 64
     npd = kit.np_dtype(dtype)
 
@@ -114,7 +115,7 @@ def _vector_run(dtype, n: int, nc: bool) -> Probe:
         src, at, on, pad = b.array("src", dtype), b.array("at", I32), b.array("on", I32), b.array("pad", dtype)
         keep, out = b.array("keep", I32), b.array("out", dtype, out=True)
         vals = b.value("ld.global.run", [gaddr(src, binop("mul", b.load(at, b.tid), c32(n))), b.load(on, b.tid),
-                                         b.load(pad, b.tid)], dtype=dtype, n=n, nc=nc)
+                                         b.load(pad, b.tid)], dtype=dtype, n=n, nc=nc, hint=hint)
         b.asm("st.global.run", [gaddr(out, binop("mul", b.tid, c32(n))), b.load(keep, b.tid), *vals], dtype=dtype, n=n)
 
     def values(rng, count):
@@ -137,7 +138,8 @@ def _vector_run(dtype, n: int, nc: bool) -> Probe:
         got = np.where(a["on"][:, None] != 0, a["src"].reshape(lanes, n)[a["at"]], a["pad"][:, None])
         out = np.where(a["keep"][:, None] != 0, got, a["out"].reshape(lanes, n))
         return {"out": out.reshape(-1).astype(npd)}
-    return Probe(f"vector-run-{dtype.name}x{n}{'-nc' if nc else ''}", lanes, build, inputs, reference)
+    tag = "" if hint == "none" else "-" + hint.replace("::", "_").replace(".", "-")
+    return Probe(f"vector-run-{dtype.name}x{n}{'-nc' if nc else ''}{tag}", lanes, build, inputs, reference)
 
 
 # ------------------------------------------------------------------------------ shared memory
@@ -525,4 +527,5 @@ def probes() -> list[Probe]:
         _named_barrier(), _turn_barriers(), _warpgroup_barriers(), _vector_run(F16, 8, True), _vector_run(BF16, 2, False), _vector_run(F32, 4, False),
         _vector_run(U32, 2, True), _vector_run(F64, 2, True), _vector_run(I64, 2, False),
         _vector_run(F32, 1, True), _vector_run(F64, 1, False),
+        _vector_run(F32, 4, True, "L1::no_allocate.L2::256B"), _vector_run(F16, 8, False, "L2::128B"),
     ]

@@ -51,11 +51,14 @@ COVERS = {f: sorted(n for n, p in PROBES.items() if f in p.families) for f in FA
 
 def form_arch(family: str, params: dict) -> int:
     """The arch a form needs: its row's min_arch, except mma.sync's f8 forms (m16n8k32 e4m3/e5m2),
-    which PTX has from sm_89 on (the row's 80 is that of its 16-bit and tf32 forms); rows of sm_70 are
-    assembled for the lowest arch the code generator targets."""
+    which PTX has from sm_89 on (the row's 80 is that of its 16-bit and tf32 forms), and loads with an
+    L2 prefetch size (ld.global.run's `hint`, sm_80 on: ptxas refuses `.L2::256B` below); rows of sm_70
+    are assembled for the lowest arch the code generator targets."""
     cc = FAMILIES[family].min_arch
     if family == "mma.sync" and params["a_type"] in F8:
         cc = max(cc, 89)
+    if family == "ld.global.run" and params.get("hint", "none") != "none":
+        cc = max(cc, 80)
     return max(cc, LOWEST_ARCH)
 
 

@@ -34,7 +34,8 @@ def test_nc_loads_off_reads_read_only_arrays_with_plain_vector_loads():
 @pytest.mark.parametrize("hint", HINTED)
 def test_a_load_hint_qualifies_every_vector_load_and_no_store(tmp_path, hint, nc):
     """Tutorial 01 under load_hint: its four 16-byte loads carry the qualifiers, after .nc where the
-    read-only path takes them, its stores none; ptxas assembles the PTX for sm_80 and sm_90."""
+    read-only path takes them, its stores none; ptxas assembles the PTX for sm_80 and sm_90, and for
+    sm_75, where the loads go without them."""
     t01 = tutorial("01_vector_add")
     x = np.zeros(1 << 20, np.float32)
     args = t01.launch_args(x, x, x.copy())
@@ -45,6 +46,9 @@ def test_a_load_hint_qualifies_every_vector_load_and_no_store(tmp_path, hint, nc
         assert ptx.count(want) == 4 and ptx.count("@p ld.global") == 4, (arch, want)
         assert ptx.count("st.global.v4.f32 ") == 2 and "st.global." + hint not in ptx
         ptxas_verbose(ptx, arch, tmp_path)
+    below = kern.compile(args, "sm_75").ptx              # ptxas takes an L2 prefetch size from sm_80 on
+    assert "::" not in "".join(line for line in below.splitlines() if "@p ld.global" in line)
+    ptxas_verbose(below, "sm_75", tmp_path)
 
 
 def test_a_load_hint_reaches_packed_16_bit_loads_and_changes_no_value(rng):

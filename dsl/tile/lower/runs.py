@@ -131,9 +131,9 @@ def _whole_run(arr: N.Expr, g: N.Expr, v: int) -> N.Expr:
 
 
 def load_hint(L) -> str:
-    """The cache qualifiers of vector loads (switch load_hint), on targets that have them (prefetch sizes:
-    sm_75); "none" elsewhere."""
-    return L.load_hint if L.cc >= 75 else "none"
+    """The cache qualifiers of vector loads (switch load_hint), on targets that have them (ptxas takes an L2
+    prefetch size from sm_80 on); "none" elsewhere."""
+    return L.load_hint if L.cc >= 80 else "none"
 
 
 def read_only_path(L, arr: N.Expr) -> bool:

@@ -32,6 +32,7 @@ from dsl.tile.ptx.table import instruction
 from dsl.tile.lower.layout import c32, iadd, iand, imul, ir32, ishr
 from dsl.tile.lower.layout import swizzle_chunk as _swz
 from dsl.tile.lower.copies import fence_proxy_async
+from dsl.tile.lower.runs import load_hint
 
 EPC = 4                 # f32 elements per 16-byte chunk
 
@@ -81,7 +82,8 @@ class StagedOperand:
             ok = L.tmp(N.Cast(N.Logical("and", col_ok, N.Compare("lt", grow, self.kext)), I32), "xp")
             got = L.new_var(TN.tuple_of(F32, EPC), "xld")
             L.emit(N.Assign(got, instruction("ld.global.run", [TN.GlobalAddress(self.arr, [grow, gcol]), ok,
-                                                               N.Const(0.0, F32)], dtype=F32, n=EPC, nc=True)))
+                                                               N.Const(0.0, F32)], dtype=F32, n=EPC, nc=True,
+                                             hint=load_hint(L))))
             for j, v in enumerate(regs):
                 L.emit(N.Assign(v, N.TupleGet(N.ReadVar(got), j, F32)))
 
