@@ -69,6 +69,7 @@ SETTINGS: dict[str, str] = {
     "KB_TILE_TMA_STORE": "tile kernels: sm_90 accumulator tiles stored by TMA through swizzled shared memory (default off)",
     "KB_TILE_STAGING_ROUNDS": "tile kernels: a persistent GEMM keeps its full ring, its TMA-store tile stored in rounds (default off)",
     "KB_TILE_NC_LOADS": "tile kernels: read-only arrays' vector loads through ld.global.nc (default on) or plain ld.global",
+    "KB_TILE_BLOCK_GROUP": "tile kernels: runs of tiles a kernel's tile.block_order(run) takes in turn (1, 2, 4, 8, 16; default 1)",
     "KB_TILE_PERSISTENT_ORDER": "tile kernels: the order a persistent kernel's blocks take the tiles (strided, snake; default strided)",
     "KB_TILE_STORE_BY_WARPGROUP": "tile kernels: under KB_TILE_TMA_STORE each warpgroup stages and stores its own rows of a tile (default off)",
     "KB_TILE_LOAD_HINT": "tile kernels: cache qualifiers on vector loads (none, L2::128B, L2::256B, L1::no_allocate.L2::256B; default none)",

@@ -117,6 +117,7 @@ def attend_rows(q, k, v, seq, scale, bm, d, bn, causal, group):
 def flash_fwd(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2], o: tile.Partition[O, 2],
               seq: i32, scale: f32, bn: tile.Constant, causal: tile.Constant, group: tile.Constant):
     bm, d = o.tile_shape
+    tile.block_order(seq // bm)     # a head's query blocks are a run: the switch block_group takes some in turn
     m, l, acc = attend_rows(q, k, v, seq, scale, bm, d, bn, causal, group)
     o.store((acc / l[:, None]).astype(o.dtype))
 

@@ -108,8 +108,9 @@ def block_order(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> object:
     if fe.block_order is not None:
         raise fe.err(node, f"{what} is given twice: a kernel has one block order")
     group = a["group"]
-    if not isinstance(group, int) or isinstance(group, bool) or group < 1:
-        raise fe.err(node, f"{what}: `group` must be a compile-time integer >= 1, got {group!r}")
+    if group is not None and (not isinstance(group, int) or isinstance(group, bool) or group < 1):
+        raise fe.err(node, f"{what}: `group` must be a compile-time integer >= 1 (or None: the lowering switch "
+                           f"block_group's), got {group!r}")
     run = a["run"]
     if isinstance(run, int) and not isinstance(run, bool):
         run = ops.literal(run, I32, loc)

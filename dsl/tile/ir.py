@@ -309,8 +309,9 @@ class TileFunction:
     requires: tuple[str, ...] = ()   # the kernel's `requires=` relations (the launch contract's)
     group_m: int | None = None       # block order: tile rows per group (None: 8 for GEMM kernels, else 1)
     launch: object = None            # the kernel's launch features (dsl.options.LaunchFeatures; None: none)
-    # tile.block_order(run, group): (run, an i32 scalar of parameters and constants; group, an int > 1), the
-    # blocks' order over the grid's tiles (dsl/tile/lower/tiles.py interleaved); None: the natural order
+    # tile.block_order(run, group): (run, an i32 scalar of parameters and constants; group, an int >= 1 or None
+    # for the lowering switch block_group's), the blocks' order over the grid's tiles (dsl/tile/lower/tiles.py
+    # interleaved_tile); None: the natural order
     block_order: tuple | None = None
 
 

@@ -122,6 +122,10 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # evens out the blocks' sums where work grows along the tiles (causal attention: the worst block 1.27x the
     # mean at S1024 strided, 1.03x snake, by a count of key blocks); untimed, so "strided"
     "persistent_order": ("KB_TILE_PERSISTENT_ORDER", PERSISTENT_ORDERS, "strided"),
+    # runs a kernel's tile.block_order(run) takes in turn where it leaves `group` to the lowering (flash_fwd:
+    # a head's query blocks): 1 is the natural order; causal attention's blocks end evenly loaded with 8 at
+    # S4096, 16 at S1024 (modelled, interop_tests/dsl_tile/test_tile_block_runs.py); untimed, so 1
+    "block_group": ("KB_TILE_BLOCK_GROUP", (1, 2, 4, 8, 16), 1),
 }
 
 
@@ -199,6 +203,7 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("product_batches",) if s["product_batches"] else ()) + \
         (("reverse_blocks",) if s["reverse_blocks"] else ()) + \
         (() if s["persistent_order"] == "strided" else (f"persistent_order_{s['persistent_order']}",)) + \
+        (() if s["block_group"] == 1 else (f"block_group_{s['block_group']}",)) + \
         (("div_reciprocal",) if s["div_reciprocal"] else ()) + \
         (("lazy_waits",) if s["lazy_waits"] else ()) + \
         (("lazy_barriers",) if s["lazy_barriers"] else ()) + \

@@ -154,11 +154,12 @@ TILE_OPS: tuple[TileOp, ...] = (
        "own tile; with `chunk`, `value` is a sub-tile whose shape divides the tile's and `chunk` its "
        "index inside the block's own tile (an index outside it writes nothing)", h.store,
        PARTITION_METHOD),
-    op("block_order", "run, group=8", "the order the blocks take the grid's tiles: in runs of `run` "
+    op("block_order", "run, group=None", "the order the blocks take the grid's tiles: in runs of `run` "
        "consecutive tiles (an integer scalar of parameters and constants: one head's query blocks), `group` "
        "runs at a time, every run's first tile, then every run's second (so where work grows or falls along "
-       "a run, as causal attention's, the grid's blocks end evenly loaded); a statement at the kernel's top "
-       "level, once; the natural order where `run` does not divide the tile count or `group` is 1",
+       "a run, as causal attention's, the grid's blocks end evenly loaded); `group` None: the lowering switch "
+       "block_group's (default 1); a statement at the kernel's top level, once; the natural order where `run` "
+       "does not divide the tile count or the group is 1",
        h.block_order),
     op("cdiv", "a, b", "ceil(`a` / `b`) of integer scalars (`b` > 0): the chunk count of a loop",
        h.cdiv),

@@ -76,6 +76,56 @@ def test_a_group_of_one_run_is_the_natural_order_and_leaves_the_ptx_as_it_was():
     assert "rem.s32" in four or "div.s32" in four
 
 
+@pytest.mark.parametrize("group", [2, 4, 16])
+def test_a_group_left_to_the_lowering_comes_from_the_switch_block_group(group, rng):
+    """tile.block_order(run) without a group: the switch block_group's (1, the default, is the natural order
+    and the PTX of a kernel without the statement); each group takes every tile once."""
+    @tile.kernel
+    def by_switch(x: tile.Partition[f32], counts: tile.Atomic[f32, 1], run: i32):
+        tile.block_order(run)
+        tile.atomic_add(counts, tile.bid(0), tile.sum(x.load()))
+    args = (tile.partition(np.zeros(1024, np.float32), (TILE,)), np.zeros(32, np.float32), 4)
+    natural = _body_hash(by_switch.compile(args, "sm_90").ptx.replace("by_switch", "k"))
+    assert natural == _body_hash(make_visit(1).compile(args, "sm_90").ptx)
+    grouped = tile.kernel(by_switch.pyfunc, lowering={"block_group": group})
+    assert _body_hash(grouped.compile(args, "sm_90").ptx.replace("by_switch", "k")) != natural
+    x = rng.random(24 * TILE).astype(np.float32) + 0.5
+    counts = np.zeros(24, np.float32)
+    grouped.simulate_lowered(tile.partition(x, (TILE,)), counts, 3)
+    np.testing.assert_allclose(counts, x.reshape(24, TILE).astype(np.float64).sum(1), rtol=1e-5)
+
+
+def _flash_attention():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "examples" / "flash_attention.py"
+    spec = importlib.util.spec_from_file_location("flash_attention_block_runs", path)
+    fa = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fa)
+    return fa
+
+
+@pytest.mark.parametrize("lowering,blocks", [({"block_group": 2, "reverse_blocks": True}, None),
+                                             ({"block_group": 16}, None),
+                                             ({"block_group": 2, "reverse_blocks": True, "persistent_order": "snake"}, 4)])
+def test_flash_attentions_query_blocks_in_turn_still_match_float64(rng, lowering, blocks):
+    """examples/flash_attention.py's flash_fwd declares a head's query blocks a run: three heads of four
+    query blocks taken two heads at a time, the last first (heaviest-first for causal attention), one tile a
+    block or persistent on a snake; the output against float64, every row written."""
+    from attention_refs import attention64
+    fa = _flash_attention()
+    seq, d, heads = 256, 64, 3
+    q, k, v = (rng.standard_normal((heads * seq, d)).astype(np.float32) for _ in range(3))
+    out = np.full((heads * seq, d), np.nan, np.float32)
+    args = fa.launch_args(q, k, v, out, seq, True, tensor_cores=False, tiles=(64, 64))
+    kern = tile.kernel(fa.flash_fwd.pyfunc, lowering=lowering, persistent=blocks is not None)
+    plain = tile.kernel(fa.flash_fwd.pyfunc, lowering={k: v for k, v in lowering.items() if k != "block_group"},
+                        persistent=blocks is not None)
+    assert _body_hash(kern.compile(args, "sm_80").ptx) != _body_hash(plain.compile(args, "sm_80").ptx)
+    kern.simulate_lowered(*args, blocks=blocks)
+    np.testing.assert_allclose(out, attention64(q, k, v, seq, True), rtol=1e-4, atol=1e-4)
+
+
 def _greedy_makespan(works: list[int], blocks: int) -> float:
     """The hardware's block order: each block to the first free SM, in grid order; worst over mean."""
     free = [0.0] * blocks
@@ -147,7 +197,8 @@ def _kernel_runtime_group(x: tile.Partition[f32], counts: tile.Atomic[f32, 1], r
     (_kernel_twice, "given twice"),
     (_kernel_float_run, "`run` must be an integer scalar"),
     (_kernel_run_of_the_tile, "`run` may use only the kernel's scalar parameters"),
-    (_kernel_bad_group, "`group` must be a compile-time integer >= 1, got 0"),
+    (_kernel_bad_group, "`group` must be a compile-time integer >= 1 (or None: the lowering switch block_group's), "
+                        "got 0"),
     (_kernel_runtime_group, "`group` must be a compile-time integer >= 1"),
 ])
 def test_a_misplaced_or_malformed_block_order_is_refused_and_nothing_runs(fn, needle):

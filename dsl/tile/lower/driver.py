@@ -26,7 +26,7 @@ def lower(fn: T.TileFunction, threads: int, kernel_name: str, facts: dict[str, d
     `loop_switches`: loop_pipeline, loop_stages, setmaxnreg, product_overlap, wgmma_a, wgmma_slices,
     nc_loads, tma_store, ws_chain, early_loads, interior_tiles, pingpong, product_batches,
     reverse_blocks, lazy_waits, staging_rounds, lazy_barriers, staging_swap, warp_vectors, load_hint,
-    store_by_warpgroup, persistent_order (dsl/tile/switches.py)."""
+    store_by_warpgroup, persistent_order, block_group (dsl/tile/switches.py)."""
     if threads < 32 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two >= 32, got {threads}")
     from dsl.tile.lower.index_aliases import inline_index_aliases

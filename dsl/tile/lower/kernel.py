@@ -53,7 +53,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                  pingpong: bool = False, product_batches: bool = False, reverse_blocks: bool = False,
                  lazy_waits: bool = False, staging_rounds: bool = False, lazy_barriers: bool = False,
                  staging_swap: bool = True, warp_vectors: bool = False, load_hint: str = "none",
-                 store_by_warpgroup: bool = False, persistent_order: str = "strided", rehinted: set[int] | None = None) -> None:
+                 store_by_warpgroup: bool = False, persistent_order: str = "strided",
+                 block_group: int = 1, rehinted: set[int] | None = None) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -105,6 +106,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.reverse_blocks = reverse_blocks    # the tiles in reverse order: the last one first
         self.persistent_order = persistent_order    # a persistent block's tiles: "strided" or "snake" (tiles.py)
         self.order_run: N.Expr | None = None    # tile.block_order's run length, once lowered (tiles.order_run)
+        self.block_group = block_group          # runs in turn where tile.block_order leaves it (tiles.order_group)
         self.deferred = None                    # a batch being lowered: its products in flight, in issue order
         self.deferred_assigns = None            # and its statements' (variable, value), assigned after the waits
         self.lazy_waits = lazy_waits            # products waited for where their results are read (batches.py)

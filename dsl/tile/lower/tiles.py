@@ -58,19 +58,24 @@ def tile_number(L, lin: N.Expr, total: N.Expr) -> N.Expr:
     block a tile; a persistent block's tile loop counts up to the tile count): the last tiles first,
     where they hold the most work (causal attention's query blocks)."""
     if L.order_run is not None:
-        lin = interleaved_tile(lin, total, L.order_run, L.fn.block_order[1], _ir_ops(L))
+        lin = interleaved_tile(lin, total, L.order_run, order_group(L), _ir_ops(L))
     if not L.reverse_blocks:
         return lin
     return L.tmp(N.BinOp("sub", N.BinOp("sub", total, c32(1), I32), lin, I32), "rbid")
 
 
+def order_group(L) -> int:
+    """Runs taken in turn: tile.block_order's `group`, or where it left it None the switch block_group's."""
+    order = L.fn.block_order
+    return 1 if order is None else order[1] if order[1] is not None else L.block_group
+
+
 def order_run(L) -> N.Expr | None:
     """The kernel's tile.block_order run length, evaluated once (it reads parameters only), or None where
     the order is the natural one (no block_order, or a group of one run)."""
-    order = L.fn.block_order
-    if order is None or order[1] == 1:
+    if order_group(L) == 1:
         return None
-    return L.tmp(L.scalar(order[0]), "orun")
+    return L.tmp(L.scalar(L.fn.block_order[0]), "orun")
 
 
 def _ir_ops(L) -> Callable:
