@@ -130,6 +130,8 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
 
 
 CODEGEN_SWITCHES = frozenset({"fp_fusion", "ftz", "div_reciprocal"})    # read by the code generator (dsl/compiler.py), not the lowering
+# the switches the tile Lowerer holds as attributes of its own name (tc_matmul is one of its parameters)
+LOWERER_SWITCHES = tuple(name for name in SWITCHES if name not in CODEGEN_SWITCHES and name != "tc_matmul")
 
 
 def lowering_only(switches: dict[str, Any]) -> dict[str, Any]:

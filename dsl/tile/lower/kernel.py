@@ -8,11 +8,14 @@ reductions whose groups span whole thread sets use warp butterflies plus one sha
 """
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 
 from dsl.ir import nodes as N
 from dsl.ir.types import BF16, BOOL, F16, F32, I32, INDEX, ArrayType, ScalarType
 from dsl.tile import ir as T
+from dsl.tile.switches import LOWERER_SWITCHES, SWITCHES
 from dsl.tile.ptx.table import instruction
 from dsl.tile.lower.anchors import early_element, emit_early
 from dsl.tile.lower.barriers import redundant_barrier
@@ -41,20 +44,21 @@ class BlockScratch:
     synced: bool = False
 
 
+def set_switches(L, given: dict[str, Any]) -> None:
+    """L.<name> for every lowering switch the Lowerer holds (switches.LOWERER_SWITCHES): the value given, else
+    the switch table's default; a name that is no such switch is a TypeError (a caller's typo)."""
+    unknown = sorted(set(given) - set(LOWERER_SWITCHES))
+    if unknown:
+        raise TypeError(f"Lowerer: unknown lowering switches {unknown} (dsl/tile/switches.py)")
+    for name in LOWERER_SWITCHES:
+        setattr(L, name, given.get(name, SWITCHES[name][2]))
+
+
 class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
     def __init__(self, fn: T.TileFunction, threads: int, kernel_name: str,
                  facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
                  persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None,
-                 pipelines: bool = True, gemm_pipeline: str = "sync", wgmma_products: bool = True,
-                 tf32_transpose: bool = False, loop_pipeline: str = "cp.async", loop_stages: int = 2,
-                 setmaxnreg: str = "off", product_overlap: bool = False, wgmma_a: str = "registers",
-                 wgmma_slices: bool = False, nc_loads: bool = True, tma_store: bool = False,
-                 ws_chain: bool = False, early_loads: bool = False, interior_tiles: bool = False,
-                 pingpong: bool = False, product_batches: bool = False, reverse_blocks: bool = False,
-                 lazy_waits: bool = False, staging_rounds: bool = False, lazy_barriers: bool = False,
-                 staging_swap: bool = True, warp_vectors: bool = False, load_hint: str = "none",
-                 store_by_warpgroup: bool = False, persistent_order: str = "strided",
-                 block_group: int = 1, rehinted: set[int] | None = None) -> None:
+                 pipelines: bool = True, rehinted: set[int] | None = None, **switches: Any) -> None:
         self.fn = fn
         self.T = threads
         self.kernel_name = kernel_name
@@ -73,43 +77,18 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.opt_in = opt_in_bytes(cc)          # shared bytes a block may opt into on that target
         self.persistent = persistent            # blocks loop over tiles (grid may be < tile count)
         self.tc_matmul = tc_matmul              # tile.matmul on the tensor cores (matmul/products.py)
-        self.gemm_pipeline = gemm_pipeline      # the sm_90 TMA loop: "sync" or "ws" (matmul/tma.py)
-        self.wgmma_products = wgmma_products    # sm_90 products on warpgroup MMA (matmul/wgmma_products.py)
-        self.tf32_transpose = tf32_transpose    # sm_90 tf32 GEMM, row-major B through registers (matmul/transposing.py)
-        # sm_90 loops' product operands by a TMA ring, fed by a producer warpgroup for "ws" (matmul/ring.py)
-        self.loop_pipeline, self.loop_stages = loop_pipeline, loop_stages
-        self.setmaxnreg = setmaxnreg            # "C/P" registers of consumers / producers, warp-specialised
-        self.product_overlap = product_overlap  # a ring loop's last product issued in the next iteration
-        self.wgmma_a = wgmma_a                  # "shared": invariant A loads of wgmma products in smem (shared_a.py)
-        self.wgmma_slices = wgmma_slices        # warpgroups of more than 64 rows on wgmma (frags.warpgroup_rows)
-        self.nc_loads = nc_loads                # read-only arrays' vector loads through ld.global.nc (runs.py)
-        self.load_hint = load_hint              # vector loads' cache qualifiers (runs.py load_hint)
-        self.tma_store = tma_store              # sm_90 accumulator stores through TMA (store_tma.py)
-        self.store_by_warpgroup = store_by_warpgroup    # and each warpgroup its own rows (store_tma.rows_split)
-        self.staging_rounds = staging_rounds    # persistent TMA stores in rounds, the loop's ring kept whole
-        self.staging_swap = staging_swap        # f32 pairs staged conflict-free: odd rows two fragments over
-        self.warp_vectors = warp_vectors        # row vectors over accumulator columns held by every warp
-        # a relayout's closing barrier left to the next one that comes (or to its buffer's next writer, or the
-        # end of its block); consecutive relayouts alternate two buffers: scratch keys whose readers may still
-        # be reading (no barrier since), in the block being lowered
-        self.lazy_barriers = lazy_barriers
+        set_switches(self, switches)            # self.<switch> for each lowering switch (dsl/tile/switches.py)
+        # lazy_barriers: a relayout's closing barrier left to the next one that comes (or to its buffer's next
+        # writer, or the end of its block); consecutive relayouts alternate two buffers: scratch keys whose
+        # readers may still be reading (no barrier since), in the block being lowered
         self.war_pending: set[str] = set()
         # per block being lowered (block_of): the scratch keys it takes before its first barrier, and whether
         # it has had one (a loop's next iteration enters with what the body left pending)
         self.block_scratch: list[BlockScratch] = [BlockScratch()]
-        self.ws_chain = ws_chain                # later loops share a ws kernel's ring (ring_ws.chained_loops)
-        self.early_loads = early_loads          # element loads of read-only arrays where written (anchors.py)
-        self.interior_tiles = interior_tiles    # a copy without bounds tests for inside blocks (interior.py)
         self.interior = False                   # lowering that copy now: in_array and the runs test nothing
-        self.pingpong = pingpong                # two consumer warpgroups' products in turns (pingpong.py)
-        self.product_batches = product_batches  # independent products waited for together (batches.py)
-        self.reverse_blocks = reverse_blocks    # the tiles in reverse order: the last one first
-        self.persistent_order = persistent_order    # a persistent block's tiles: "strided" or "snake" (tiles.py)
         self.order_run: N.Expr | None = None    # tile.block_order's run length, once lowered (tiles.order_run)
-        self.block_group = block_group          # runs in turn where tile.block_order leaves it (tiles.order_group)
         self.deferred = None                    # a batch being lowered: its products in flight, in issue order
         self.deferred_assigns = None            # and its statements' (variable, value), assigned after the waits
-        self.lazy_waits = lazy_waits            # products waited for where their results are read (batches.py)
         self.lazy_assigns = None                # lazy_waits: (variable, value) of each product in self.deferred
         self.lazy_issue = False                 # lowering a lazy statement's product: it may stay in flight
         self.store_maps: dict[str, tuple] = {}   # array name -> (its TMA-copy tensor map parameter, box)
