@@ -282,14 +282,8 @@ def store_tma(L, p, v: LV, s=None) -> None:
     ids = L.tile_ids(p)
     row0 = L.tmp(N.BinOp("mul", N.Cast(ids[0], I32), c32(bm), I32), "epr")
     col0 = L.tmp(N.BinOp("mul", N.Cast(ids[1], I32), c32(bn), I32), "epc")
-    tmap = _tensor_map(L, p, (rows or bm, w))
-    if rows:
-        L.arch_specific = True
-        if _drain not in L.after_tiles:
-            L.after_tiles.append(_drain)
-        _by_warpgroup_rows(L, tmap, v, base, rows, w, row0, col0, slabs)
-        return
-    _stage_and_copy(L, "cp.async.bulk.tensor.2d.store", tmap, v, base, bm, w, row0, col0, group)
+    _stage_and_copy(L, "cp.async.bulk.tensor.2d.store", _tensor_map(L, p, (rows or bm, w)), v, base, bm, w, row0,
+                    col0, group, rows=rows)
 
 
 def rows_split(L, v: LV, bm: int, slabs: int, group: int) -> int:
@@ -331,13 +325,16 @@ def _leaders(L) -> N.Expr:
 
 
 def _stage_and_copy(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0, group: int,
-                    by_warpgroup: bool = False) -> None:
+                    by_warpgroup: bool = False, rows: int = 0) -> None:
     """Stage `v` at `base` `group` slabs at a time and copy each round out with the bulk tensor copies of
     `family` (a store or a reduce-add) by the leader, who waits for them before the kernel ends; with
-    `by_warpgroup` (warpgroup_split) each warpgroup its own slabs."""
+    `by_warpgroup` (warpgroup_split) each warpgroup its own slabs, with `rows` (rows_split) its own rows."""
     L.arch_specific = True
     if _drain not in L.after_tiles:
         L.after_tiles.append(_drain)
+    if rows:
+        _by_warpgroup_rows(L, family, tmap, v, base, rows, w, row0, col0, group)
+        return
     if by_warpgroup:
         _by_warpgroup(L, family, tmap, v, base, bm, w, row0, col0)
         return
@@ -367,13 +364,13 @@ def _by_warpgroup(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0
     _warpgroups_stage(L, lambda: _write_pairs(L, v, base, bm, range(0, L.T // 128 * mine)), issue)
 
 
-def _by_warpgroup_rows(L, tmap, v: LV, base, rows: int, w: int, row0, col0, slabs: int) -> None:
+def _by_warpgroup_rows(L, family: str, tmap, v: LV, base, rows: int, w: int, row0, col0, slabs: int) -> None:
     """Each warpgroup stages its `rows` rows of the tile in a staging tile of its own (`slabs` slabs of
     its rows, one after the other from `base`) and its thread 0 stores them at its rows' origin."""
     def issue(g: int) -> None:
         first = N.BinOp("add", base, N.Const(g * rows * slabs * ROW_BYTES, U32), U32)
         at = N.BinOp("add", row0, c32(g * rows), I32)
-        _issue(L, "cp.async.bulk.tensor.2d.store", tmap, first, rows, w, at, col0, range(slabs))
+        _issue(L, family, tmap, first, rows, w, at, col0, range(slabs))
     _warpgroups_stage(L, lambda: _write_pairs(L, v, base, rows, range(slabs), rows), issue)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from dsl.ir import nodes as N
-from dsl.ir.types import BOOL, I32, INDEX
+from dsl.ir.types import I32, INDEX
 from dsl.tile import ir as T
 from dsl.tile.lower.layout import c32, log2
 from dsl.tile.types import PartitionParamType, tiles_by_number
@@ -58,7 +58,7 @@ def tile_number(L, lin: N.Expr, total: N.Expr) -> N.Expr:
     block a tile; a persistent block's tile loop counts up to the tile count): the last tiles first,
     where they hold the most work (causal attention's query blocks)."""
     if L.order_run is not None:
-        lin = interleaved_tile(lin, total, L.order_run, order_group(L), _ir_ops(L))
+        lin = interleaved_tile(lin, total, L.order_run, order_group(L), _IrOps(L))
     if not L.reverse_blocks:
         return lin
     return L.tmp(N.BinOp("sub", N.BinOp("sub", total, c32(1), I32), lin, I32), "rbid")
@@ -78,35 +78,48 @@ def order_run(L) -> N.Expr | None:
     return L.tmp(L.scalar(L.fn.block_order[0]), "orun")
 
 
-def _ir_ops(L) -> Callable:
-    def op(o: str, a, b):
+class _IrOps:
+    """Integer steps as SIMT IR (each a temporary): what interleaved_tile and the snake's formulas build in a
+    kernel; _IntOps runs the same steps on Python ints (the tests' and the docs' model)."""
+    CMP = ("lt", "ge", "eq")
+
+    def __init__(self, L) -> None:
+        self.L = L
+
+    def __call__(self, o: str, a, b):
         a, b = (c32(x) if isinstance(x, int) else x for x in (a, b))
-        if o in ("lt", "ge", "eq"):
-            return L.tmp(N.Compare(o, a, b), "ord")
-        return L.tmp(N.BinOp(o, a, b, I32), "ord")
-    op.select = lambda c, a, b: L.tmp(N.IfExp(c, a, b, I32), "ord")    # type: ignore[attr-defined]
-    op.both = lambda a, b: L.tmp(N.Logical("and", a, b), "ord")       # type: ignore[attr-defined]
-    return op
+        node = N.Compare(o, a, b) if o in self.CMP else N.BinOp(o, a, b, I32)
+        return self.L.tmp(node, "ord")
+
+    def select(self, c, a, b):
+        a, b = (c32(x) if isinstance(x, int) else x for x in (a, b))
+        return self.L.tmp(N.IfExp(c, a, b, I32), "ord")
+
+    def both(self, a, b):
+        return self.L.tmp(N.Logical("and", a, b), "ord")
 
 
-def _int_ops() -> Callable:
-    table = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+class _IntOps:
+    STEPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
              "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "min": min, "max": max,
              "lt": lambda a, b: a < b, "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b}
 
-    def op(o: str, a, b):
-        return table[o](a, b)
-    op.select = lambda c, a, b: a if c else b                          # type: ignore[attr-defined]
-    op.both = lambda a, b: a and b                                     # type: ignore[attr-defined]
-    return op
+    def __call__(self, o: str, a, b):
+        return self.STEPS[o](a, b)
+
+    def select(self, c, a, b):
+        return a if c else b
+
+    def both(self, a, b):
+        return a and b
 
 
-def interleaved_tile(lin, total, run, group: int, op: Callable | None = None):
+def interleaved_tile(lin, total, run, group: int, op=None):
     """tile.block_order's tile for linear number `lin` of `total`: runs of `run` consecutive tiles, taken
     `group` runs at a time, every run's first tile, then every run's second (the last group may hold fewer
     runs); `lin` itself where `run` < 1 or does not divide `total`. The same steps build the lowering's IR
     (`op` over IR values) and, with Python ints (`op` None), the tests' and the docs' model."""
-    op = op or _int_ops()
+    op = op or _IntOps()
     one = op("max", run, 1)                          # no division by zero where the order does not apply
     span = op("mul", one, group)                     # tiles of a whole group of runs
     gi = op("floordiv", lin, span)
@@ -144,17 +157,29 @@ def tile_walk(L, nb: list[N.Expr], lin: N.Expr) -> Callable[[Callable[[], None]]
     return walk
 
 
+def snake_count(block, blocks, total, op=None):
+    """How many tiles block `block` of `blocks` takes under persistent_order "snake": R = total // P rounds and
+    one of the r = total % P left, which the last round's first r blocks take when R is even, its last r when
+    odd. With `op` an _IrOps, the kernel's IR; without, Python ints."""
+    op = op or _IntOps()
+    rounds = op("floordiv", total, blocks)
+    rest = op("sub", total, op("mul", rounds, blocks))
+    late = op.select(op("eq", op("mod", rounds, 2), 0), op.select(op("lt", block, rest), 1, 0),
+                     op.select(op("ge", block, op("sub", blocks, rest)), 1, 0))
+    return op("add", rounds, late)
+
+
+def snake_tile(i, block, blocks, op=None):
+    """The tile block `block` of `blocks` takes in its round `i` under the snake: round i holds tiles
+    i P .. i P + P - 1, taken by blocks 0 .. P - 1 in even rounds and P - 1 .. 0 in odd ones."""
+    op = op or _IntOps()
+    mirror = op("sub", op("sub", blocks, 1), block)
+    return op("add", op("mul", i, blocks), op.select(op("eq", op("mod", i, 2), 0), block, mirror))
+
+
 def snake_tiles(block: int, blocks: int, total: int) -> list[int]:
-    """The tiles block `block` of `blocks` takes under persistent_order "snake", in order (snake_walk's
-    formula, for tests and the docs): round i holds tiles i P .. i P + P - 1, taken by blocks 0 .. P - 1 in
-    even rounds and P - 1 .. 0 in odd ones."""
-    out, i = [], 0
-    while i * blocks < total:
-        k = i * blocks + (block if i % 2 == 0 else blocks - 1 - block)
-        if k < total:
-            out.append(k)
-        i += 1
-    return out
+    """The tiles block `block` of `blocks` takes under the snake, in order (the walk's own formulas)."""
+    return [snake_tile(i, block, blocks) for i in range(snake_count(block, blocks, total))]
 
 
 def snake_walk(L, nb: list[N.Expr], lin: N.Expr, total: N.Expr, step: N.Expr) -> Callable[[Callable[[], None]], None]:
@@ -162,26 +187,15 @@ def snake_walk(L, nb: list[N.Expr], lin: N.Expr, total: N.Expr, step: N.Expr) ->
     (boustrophedon): a block late in one round is early in the next, so where work grows along the tile
     order (causal attention: a query block's keys) each block's sum evens out. The static round-robin
     gave a block of 132 at S1024 twice another's causal work (blocks c and c + 4 of 8 query blocks a head);
-    this order's worst block is 3 % past the mean (interop_tests/dsl_tile/test_tile_snake_walk.py). Each
-    block runs count = R + (one of the r left) rounds, R = total // P, r = total % P: the last round's
-    first r blocks when R is even, its last r when odd."""
-    def op(o: str, a: N.Expr, b: N.Expr, t=I32) -> N.Expr:
-        return L.tmp(N.BinOp(o, a, b, t), "snk")
-    rounds = op("floordiv", total, step)
-    rest = op("sub", total, op("mul", rounds, step))
-    even = N.Compare("eq", op("and_", rounds, c32(1)), c32(0))
-    gets = L.tmp(N.IfExp(even, N.Compare("lt", lin, rest), N.Compare("ge", lin, op("sub", step, rest)), BOOL), "snk")
-    count = op("add", rounds, L.tmp(N.Cast(gets, I32), "snk"))
-    mirror = op("sub", op("sub", step, c32(1)), lin)
+    this order's worst block is 3 % past the mean (interop_tests/dsl_tile/test_tile_snake_walk.py)."""
+    ops = _IrOps(L)
+    count = snake_count(lin, step, total, ops)
 
     def walk(work: Callable[[], None]) -> None:
         iv = L.new_var(I32, "round")
 
         def body() -> None:
-            i = N.ReadVar(iv)
-            col = L.tmp(N.IfExp(N.Compare("eq", N.BinOp("and_", i, c32(1), I32), c32(0)), lin, mirror, I32), "snk")
-            block_ids(L, tile_number(L, L.tmp(N.BinOp("add", N.BinOp("mul", i, step, I32), col, I32), "snk"), total),
-                      nb)
+            block_ids(L, tile_number(L, snake_tile(N.ReadVar(iv), lin, step, ops), total), nb)
             work()
         L.emit(N.ForRange(iv, c32(0), count, c32(1), L.block_of(body)))
     return walk
