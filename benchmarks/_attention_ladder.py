@@ -171,18 +171,23 @@ def rung_call(fa, tile, label: str, q, k, v, out, s: int, d: int, causal: bool) 
     return kern, args
 
 
-def ladder_cases(rep: Any, torch, fa, reps: int, quick: bool, rungs: list[str] | None = None) -> list[str]:
+def ladder_cases(rep: Any, torch, fa, reps: int, quick: bool, rungs: list[str] | None = None,
+                 shapes: list[tuple[int, int]] | None = None) -> list[str]:
     """Time every rung (or those of `rungs`) and SDPA's flash and cuDNN backends at SHAPES (S4096 D128 only
-    when `quick`), causal and not; rows into `rep`, the table printed; returns the failures."""
+    when `quick`; only the (S, D) of `shapes` where given), causal and not; rows into `rep`, the table
+    printed; returns the failures."""
     unknown = [r for r in rungs or () if r not in LADDER]
     if unknown:
         raise ValueError(f"--ladder-rungs: unknown {unknown}; expected labels of {list(LADDER)}")
+    known = [(s, d) for _, _, s, d in SHAPES]
+    if shapes is not None and (not shapes or any(x not in known for x in shapes)):
+        raise ValueError(f"--ladder-shapes: {shapes}; expected S x D pairs of {known}")
     from _attention_bwd import sdpa_forward_peers
 
     from dsl import tile
     failed: list[str] = []
     table: dict[str, dict[str, str]] = {}
-    for b, h, s, d in SHAPES[:1] if quick else SHAPES:
+    for b, h, s, d in [x for x in SHAPES if (x[2], x[3]) in shapes] if shapes else SHAPES[:1] if quick else SHAPES:
         g = torch.Generator(device="cuda").manual_seed(s + d)
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
         flat = [x.reshape(-1, d) for x in (q, k, v)]

@@ -24,7 +24,8 @@ other tiles of ours, `--bwd-head-dims 64,128` times those head dims (B4 H16 S409
 `--ladder` times the forward under each switch of the TMA-ring ladder (KB_TILE_LOOP_PIPELINE tma/ws,
 stages, KB_TILE_SETMAXNREG, KB_TILE_PRODUCT_OVERLAP; benchmarks/_attention_ladder.py) against SDPA's
 flash and cuDNN backends in the same run and prints a table (`--quick`: S4096 D128 only);
-`--ladder-only` skips the other cases; `--ladder-rungs "a,b"` times only those rungs (a short device call).
+`--ladder-only` skips the other cases; `--ladder-rungs "a,b"` times only those rungs and
+`--ladder-shapes "1024x128"` only those S x D shapes (short device calls).
 `--gqa` adds grouped-query rows (B4 H16 H_kv 2 S4096 D128, forward and backward, against SDPA with
 enable_gqa=True; benchmarks/_attention_gqa.py); `--gqa-only` skips the other cases.
 `--varlen` adds variable-length rows (16 packed sequences of 256..4096 rows, H16 D128, forward and backward,
@@ -68,6 +69,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--ladder", action="store_true", help="also time the forward's TMA-ring ladder vs SDPA cuDNN")
     ap.add_argument("--ladder-only", action="store_true", help="time the ladder alone")
     ap.add_argument("--ladder-rungs", default="", help="comma list of ladder labels to time (default: all)")
+    ap.add_argument("--ladder-shapes", default="", help="comma list of the ladder's SxD shapes to time, e.g. "
+                    "1024x128 (default: all, or S4096 D128 with --quick)")
     ap.add_argument("--gqa", action="store_true", help="also time grouped-query attention (H_kv = H/8)")
     ap.add_argument("--gqa-only", action="store_true", help="time grouped-query attention alone")
     ap.add_argument("--varlen", action="store_true", help="also time variable-length (cu_seqlens) attention")
@@ -214,7 +217,9 @@ def main() -> int:
         if args.ladder or args.ladder_only:
             from _attention_ladder import ladder_cases
             rungs = [x.strip() for x in args.ladder_rungs.split(",") if x.strip()] or None
-            failed += ladder_cases(rep, torch, fa, reps=3 if args.quick else 5, quick=args.quick, rungs=rungs)
+            shapes = [tuple(int(n) for n in x.strip().split("x")) for x in args.ladder_shapes.split(",") if x.strip()]
+            failed += ladder_cases(rep, torch, fa, reps=3 if args.quick else 5, quick=args.quick, rungs=rungs,
+                                   shapes=shapes or None)
             rep.checkpoint(args.json)
         if args.gqa or args.gqa_only:
             from _attention_gqa import gqa_cases
