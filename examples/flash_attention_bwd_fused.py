@@ -334,10 +334,14 @@ FASTEST: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
          "warp vectors",
     64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch"}
-# causal attention's own pick where it differs from FASTEST's
+# causal attention's own pick where it differs from FASTEST's. Since heads in turn (tile.block_order, eight heads'
+# key blocks in turns, each head's heaviest first): D128 461.3 TFLOP/s (0.977x cuDNN) against 450.7 (0.955x) in
+# the same run, D64 352.2 (0.967x) against 342.3 (0.940x) (H100 2026-12-06 13:55, docs/results/gpu_runs_2026-12-06_1355);
+# full attention, whose blocks carry even work, gains nothing by it (D128 541.0 against 540.1, D64 388.9 against 397.0)
 FASTEST_CAUSAL: dict[int, str] = {
-    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch",
-    128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch"}
+    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch, heads in turn",
+    128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+         "heads in turn"}
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",
            "TMA ring + TMA reduce dQ, K V swizzled, early loads",
            "128x64 w8, TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled",

@@ -77,17 +77,23 @@ def test_the_lowered_sm90_fused_backward_matches_float64(rng, form, d, causal):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("group", [1, 2], ids=["mha", "gqa"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
-def test_heads_in_turn_reorder_the_blocks_and_every_gradient_still_matches_float64(rng, causal):
-    """Three heads of two key blocks each in the lowered simulator: the blocks take the heads' first key blocks,
-    then their second (tile.block_order), a real permutation of the grid; dQ, dK and dV against float64."""
-    form = FUSED.FASTEST_CAUSAL[128] + ", heads in turn"
+def test_heads_in_turn_reorder_the_blocks_and_every_gradient_still_matches_float64(rng, causal, group):
+    """Three (key) heads of two key blocks each in the lowered simulator: the blocks take the heads' first key
+    blocks, then their second (tile.block_order), a real permutation of the grid; dQ, dK and dV against float64.
+    Grouped: two query heads a key head, as the SDPA drop-in's GQA runs the causal picks (FASTEST_CAUSAL)."""
+    form = ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+            "heads in turn")
     assert FUSED.form_options(form)["heads_in_turn"] == 8
     seq, d = 256, 128
-    q, k, v, dout = inputs(rng, 3, seq, d, ml_dtypes.bfloat16)
-    grads = lowered_backward(q, k, v, dout, seq, causal, form)
-    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, causal)):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
+    q, _, _, dout = inputs(rng, 3 * group, seq, d, ml_dtypes.bfloat16)
+    _, k, v, _ = inputs(rng, 3, seq, d, ml_dtypes.bfloat16)
+    grads = lowered_backward(q, k, v, dout, seq, causal, form, group=group)
+    want = (grads64(q, k, v, dout, seq, causal) if group == 1 else
+            FUSED.bwd.reference(*(x.astype(np.float64) for x in (q, k, v, dout)), seq, causal, group))
+    for name, got, w in zip(("dq", "dk", "dv"), grads, want):
+        np.testing.assert_allclose(got, w, rtol=0, atol=1e-2 * np.abs(w).max(), err_msg=name)
 
 
 def matches_float64_with_late_copies(monkeypatch, rng, form, d, seq, causal):
