@@ -221,6 +221,13 @@ SM90_CANDIDATES = {d: ((None, None, None, _TMA_RCP, False),
                        (128, 128, 8, _Q_BY_PRODUCER, False),
                        (128, 128, 8, _Q_BY_PRODUCER, True))
                    for d in (64, 128)}
+# causal attention also persistent with Q by the producer, each block's tiles in a snake (persistent_order: one
+# tile a block a round, every other round in reverse block order, so blocks carry even causal work): at S1024
+# D128 causal 344.8 TFLOP/s, 1.064x cuDNN, against 299.4 (0.924x) strided and 289.0 (0.892x) not persistent in
+# the same run; full attention's tiles are even, where it gains nothing (502.2 against 509.4; H100 2026-12-06
+# 13:57, docs/results/gpu_runs_2026-12-06_1355)
+SM90_CAUSAL_CANDIDATES = {d: ((128, 128, 8, {**_Q_BY_PRODUCER, "persistent_order": "snake"}, True),)
+                          for d in (64, 128)}
 # D64 also 64 x 64 with the TMA ring: tutorial 06's best D64 row (446.3 / 390.8 TFLOP/s f16, 2026-12-04),
 # the same loop as this kernel's
 SM90_CANDIDATES[64] += ((64, 64, None, _TMA_RCP, False),)
@@ -322,7 +329,8 @@ def infer_launch(q: Any, k: Any, v: Any, out: Any, seq: int, causal: bool, scale
 
 def tuned_configs(q: Any, seq: int, causal: bool, group: int = 1, arch: str | None = None) -> list:
     """flash_fwd's tile.Config candidates for these inputs: the default first (what KB_AUTOTUNE=0 and the
-    simulator run), then on sm_90 the SM90_CANDIDATES whose tiles divide `seq`."""
+    simulator run), then on sm_90 the SM90_CANDIDATES (and, causal, SM90_CAUSAL_CANDIDATES) whose tiles
+    divide `seq`."""
     from dsl.tile.compile import wgmma_products_enabled
     if arch is None:
         import bridge
@@ -338,7 +346,8 @@ def tuned_configs(q: Any, seq: int, causal: bool, group: int = 1, arch: str | No
     out = [tile.Config(tiles={"o": (bm, d)}, constants=consts)]
     if not sm90:
         return out
-    for rows, keys, warps, lowering, persistent in SM90_CANDIDATES.get(d, ()):
+    for rows, keys, warps, lowering, persistent in SM90_CANDIDATES.get(d, ()) + \
+            (SM90_CAUSAL_CANDIDATES.get(d, ()) if causal else ()):
         rows, keys = rows or bm, keys or bn
         if seq % rows == 0 and seq % keys == 0:
             out.append(tile.Config(tiles={"o": (rows, d)}, constants={**consts, "bn": keys}, num_warps=warps,
