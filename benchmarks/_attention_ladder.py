@@ -107,14 +107,15 @@ for _label in (_OPP + " persistent Q-tma rcp", _OPP + " Q-tma rcp"):
     _derive(_label, " tma-store-wg", _WG_STORE)
 # a persistent block's tiles in a snake (persistent_order): rounds of one tile a block, every other round in
 # reverse block order, so causal attention's blocks carry even work (strided, the worst block 1.27x the mean at
-# S1024, 1.12x at S4096, by a count of key blocks; the snake's 1.03x); untimed when added (2026-12-06)
+# S1024, 1.12x at S4096, by a count of key blocks; the snake's 1.03x): S1024 causal bf16 out 1.064x cuDNN against
+# 0.924x strided (H100 2026-12-06 13:57)
 _SNAKE = {"KB_TILE_PERSISTENT_ORDER": "snake"}
 _derive(_OPP + " persistent Q-tma rcp", " snake", _SNAKE)
 _derive(_OPP + " persistent Q-tma rcp snake", " tma-store-wg", _WG_STORE)
 # causal: several heads' query blocks in turn, the last (heaviest) first (flash_fwd's tile.block_order under the
 # switch block_group, with reverse_blocks): one tile a block, the hardware's grid order ended on one head's heaviest
 # blocks, 1.07x the mean at S4096 and 1.23x at S1024 in a model, 1.003x with 8 heads, 1.03x with 16 at S1024;
-# persistent on a snake, 1.003x; untimed when added (2026-12-06)
+# persistent on a snake, 1.003x: heads-16 reversed at S1024 causal 0.984x cuDNN against 0.892x (H100 2026-12-06 13:57)
 for _label, _group in ((_OPP + " Q-tma rcp", "8"), (_OPP + " Q-tma rcp", "16"), (_OPP + " persistent Q-tma rcp snake", "8")):
     _derive(_label, f" heads-{_group} reversed", {"KB_TILE_BLOCK_GROUP": _group, "KB_TILE_REVERSE_BLOCKS": "1"})
 # the output in the inputs' dtype, as SDPA returns it (the other rungs write f32: twice the bytes)
