@@ -188,7 +188,8 @@ def ladder_cases(rep: Any, torch, fa, reps: int, quick: bool, rungs: list[str] |
     from dsl import tile
     failed: list[str] = []
     table: dict[str, dict[str, str]] = {}
-    for b, h, s, d in [x for x in SHAPES if (x[2], x[3]) in shapes] if shapes else SHAPES[:1] if quick else SHAPES:
+    chosen = [x for x in SHAPES if (x[2], x[3]) in shapes] if shapes else SHAPES[:1] if quick else SHAPES
+    for b, h, s, d in chosen:
         g = torch.Generator(device="cuda").manual_seed(s + d)
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
         flat = [x.reshape(-1, d) for x in (q, k, v)]

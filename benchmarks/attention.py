@@ -55,6 +55,14 @@ SWEEP = {128: [(128, 64, 8), (128, 32, 8), (128, 128, 8), (128, 64, None), (64, 
          64: [(64, 64, None), (128, 64, 8), (128, 128, 8), (64, 128, None)]}
 
 
+def shape_list(text: str) -> list[tuple[int, int]]:
+    """--ladder-shapes' "1024x128,4096x64" as [(S, D), ...]; argparse names the option in the error."""
+    try:
+        return [(int(s), int(d)) for s, d in (x.strip().split("x") for x in text.split(",") if x.strip())]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected S x D pairs such as 1024x128,4096x64, got {text!r}") from None
+
+
 def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", help="write results here")
@@ -69,8 +77,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--ladder", action="store_true", help="also time the forward's TMA-ring ladder vs SDPA cuDNN")
     ap.add_argument("--ladder-only", action="store_true", help="time the ladder alone")
     ap.add_argument("--ladder-rungs", default="", help="comma list of ladder labels to time (default: all)")
-    ap.add_argument("--ladder-shapes", default="", help="comma list of the ladder's SxD shapes to time, e.g. "
-                    "1024x128 (default: all, or S4096 D128 with --quick)")
+    ap.add_argument("--ladder-shapes", type=shape_list, default=None, help="comma list of the ladder's SxD shapes "
+                    "to time, e.g. 1024x128 (default: all, or S4096 D128 with --quick)")
     ap.add_argument("--gqa", action="store_true", help="also time grouped-query attention (H_kv = H/8)")
     ap.add_argument("--gqa-only", action="store_true", help="time grouped-query attention alone")
     ap.add_argument("--varlen", action="store_true", help="also time variable-length (cu_seqlens) attention")
@@ -217,9 +225,8 @@ def main() -> int:
         if args.ladder or args.ladder_only:
             from _attention_ladder import ladder_cases
             rungs = [x.strip() for x in args.ladder_rungs.split(",") if x.strip()] or None
-            shapes = [tuple(int(n) for n in x.strip().split("x")) for x in args.ladder_shapes.split(",") if x.strip()]
             failed += ladder_cases(rep, torch, fa, reps=3 if args.quick else 5, quick=args.quick, rungs=rungs,
-                                   shapes=shapes or None)
+                                   shapes=args.ladder_shapes)
             rep.checkpoint(args.json)
         if args.gqa or args.gqa_only:
             from _attention_gqa import gqa_cases
