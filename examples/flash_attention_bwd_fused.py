@@ -285,7 +285,9 @@ LADDER: dict[str, dict | None] = {
     # each step's dQ added in the next step, staged while that step's S^T runs (`deferred_steps`; the launch's
     # prefetch=2): the ncu page of the D128 pick put 5.4 % of its samples on dQ's product wait and 4 % on its
     # staging store. ptxas: D128 no spills (28 bytes causal with warp vectors), D64's 128-row step 84 / 124;
-    # built without a GPU (2026-12-06), untimed, GPU tests not yet run
+    # GPU tests passed (H100 2026-12-06 17:05). D64's 128-row step 413.1 / 357.2 TFLOP/s against 406.3 / 329.4 without
+    # (FASTEST[64] since); D128 532.4 / 449.5 (0.955 / 0.955x cuDNN) against FASTEST[128]'s 547.4 (0.982x) full in
+    # the same run and the causal pick's 0.977x at 13:55 (docs/results/gpu_runs_2026-12-06_1707)
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
     "deferred dQ": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
@@ -301,8 +303,11 @@ LADDER: dict[str, dict | None] = {
 for _form in ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch",
               "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch",
               "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-              "warp vectors"):
+              "warp vectors",
+              "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+              "deferred dQ"):
     LADDER[_form + ", heads in turn"] = LADDER[_form]      # the causal picks and D128's full one, heads in turn
+# (the last, D64's deferred-dQ pick in turns: ptxas 124 spill bytes as without; untimed and its GPU test not yet run)
 DIAGONAL = {form for form in LADDER if ", diagonal loop" in form}          # forms launched with diagonal=True
 PREFETCH = {form for form in LADDER if ", prefetch" in form}               # forms launched with prefetch=True
 DEFERRED = {form for form in LADDER if ", deferred dQ" in form}            # prefetch=2: each dQ added a step late
@@ -330,16 +335,22 @@ TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if fo
 # D64 since lazy waits: the 128-row step with them, with early loads for full attention (407.1 TFLOP/s, 0.908x) and
 # without for causal (342.1, 0.939x; H100 2026-12-06 06:24). D128 full since warp vectors: the same form with the
 # lse and Delta rows shuffled from every warp's copy, 551.6 / 548.6 (0.973 / 0.967x), causal without (0.951x).
+# D64 since deferred dQ (each step's dQ staged and added while the next step's S^T runs): 413.1 / 357.2 TFLOP/s
+# (0.922 / 0.979x cuDNN) against 406.3 / 329.4 (0.907 / 0.903x) for the same step adding its own dQ, in one run, and
+# against the causal pick before it (the 128-row step without early loads, heads in turn) 352.2 (0.967x) the run
+# before (H100 2026-12-06 17:07 / 13:55, docs/results/gpu_runs_2026-12-06_1707): one form for both.
 FASTEST: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
          "warp vectors",
-    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch"}
+    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+        "deferred dQ"}
 # causal attention's own pick where it differs from FASTEST's. Since heads in turn (tile.block_order, eight heads'
 # key blocks in turns, each head's heaviest first): D128 461.3 TFLOP/s (0.977x cuDNN) against 450.7 (0.955x) in
 # the same run, D64 352.2 (0.967x) against 342.3 (0.940x) (H100 2026-12-06 13:55, docs/results/gpu_runs_2026-12-06_1355);
-# full attention, whose blocks carry even work, gains nothing by it (D128 541.0 against 540.1, D64 388.9 against 397.0)
+# full attention, whose blocks carry even work, gains nothing by it (D128 541.0 against 540.1, D64 388.9 against 397.0).
+# D64 causal takes FASTEST[64] since deferred dQ (above); D128 causal with deferred dQ 449.5 (0.955x), no gain on
+# the step without it (H100 2026-12-06 17:07)
 FASTEST_CAUSAL: dict[int, str] = {
-    64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch, heads in turn",
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
          "heads in turn"}
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",

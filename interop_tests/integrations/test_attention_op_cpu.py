@@ -76,12 +76,11 @@ def test_the_fused_backward_is_picked_only_where_it_is_measured_faster(torch):
     causal128 = A.fused.FASTEST_CAUSAL[128]                        # D128 causal: heads in turn, no warp vectors
     assert causal128 != fastest and A.fused.pick_form(128, 256, wgmma=True, causal=True) == causal128
     assert A.fused.pick_form(64, 256, wgmma=True) == A.fused.FASTEST[64]    # D64: 8 warps, 128 key rows too
-    causal64 = A.fused.FASTEST_CAUSAL[64]                          # D64 causal: no early loads, heads in turn
-    assert causal64 != A.fused.FASTEST[64] and A.fused.pick_form(64, 256, wgmma=True, causal=True) == causal64
+    assert A.fused.pick_form(64, 256, wgmma=True, causal=True) == A.fused.FASTEST[64]   # D64 causal: the same form
     assert A.fused.pick_form(64, 320, wgmma=True) is None         # 128-row key blocks do not divide 320
     assert A.fused.pick_form(64, 192, wgmma=True) is None         # D64: 128 query rows a step too
     assert A.fused.pick_form(64, 192, wgmma=True, causal=True) is None
-    assert set(A.fused.FASTEST_CAUSAL) == {64, 128}                # causal's pick differs at both head dims
+    assert set(A.fused.FASTEST_CAUSAL) == {128}                    # causal's own pick at D128 only
     assert A.fused.pick_form(256, 256, wgmma=True) is None        # D256: the two kernels
     assert A.fused.pick_form(128, 256, wgmma=False) is None       # no warpgroup MMA: the two kernels
     q = torch.zeros((1, 1, 256, 128))
@@ -113,8 +112,8 @@ def test_the_ops_fused_backward_matches_sdpa_in_float64(torch, monkeypatch, caus
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_ops_d64_backward_takes_the_form_measured_fastest_for_causal_or_not(torch, monkeypatch, causal):
     """D64 on sm_90 (here the simulator): the 128-query-row step whose steps load the next step's lse and
-    Delta rows, with lazy waits, with early loads for full attention (FASTEST[64]) and without for causal
-    (FASTEST_CAUSAL[64], whose blocks take eight heads' key blocks in turns); each against float64 autograd."""
+    Delta rows, with lazy waits and early loads, each step's dQ added in the next (FASTEST[64], causal or not:
+    prefetch=2, blocks in the natural order); each against float64 autograd."""
     monkeypatch.setattr(A, "_on_warpgroup_mma", lambda t: True)
     launched, real = [], A.fused.launch_args
     monkeypatch.setattr(A.fused, "launch_args", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
@@ -124,10 +123,9 @@ def test_the_ops_d64_backward_takes_the_form_measured_fastest_for_causal_or_not(
     (A.scaled_dot_product_attention(q, k, v, is_causal=causal) * w).sum().backward()
     x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
     (torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=causal) * w.double()).sum().backward()
-    form = A.fused.FASTEST_CAUSAL[64] if causal else A.fused.FASTEST[64]
-    assert launched == [{**A.fused.form_options(form), "group": 1}]
-    assert launched[0]["tiles"] == A.fused.SQUARE and launched[0]["prefetch"] is True
-    assert launched[0]["heads_in_turn"] == (8 if causal else 1)
+    assert launched == [{**A.fused.form_options(A.fused.FASTEST[64]), "group": 1}]
+    assert launched[0]["tiles"] == A.fused.SQUARE and launched[0]["prefetch"] == 2
+    assert launched[0]["heads_in_turn"] == 1
     for ours, theirs in zip((q.grad, k.grad, v.grad), x64):
         assert relative(ours.double(), theirs.grad) < TOL
 
