@@ -101,7 +101,8 @@ _derive(_OPP + " persistent Q-tma rcp", " reversed", {"KB_TILE_REVERSE_BLOCKS": 
 _derive(_OPP + " rcp", " reversed", {"KB_TILE_REVERSE_BLOCKS": "1"})
 # the output tile by TMA stores, each consumer warpgroup staging and storing its own 64 rows between barriers
 # of its own (store_by_warpgroup): the block-wide staging met both warpgroups twice and lost 0.5 % (H100
-# 2026-12-05 18:02); what is left at S1024 is the tile boundary (docs/tile.md); untimed when added (2026-12-06)
+# 2026-12-05 18:02); what is left at S1024 is the tile boundary (docs/tile.md). Lost too: S1024 full 469.9 against
+# 500.1 TFLOP/s persistent, causal on the snake 338.1 against 349.5 (H100 2026-12-06 17:07)
 _WG_STORE = {"KB_TILE_TMA_STORE": "1", "KB_TILE_STORE_BY_WARPGROUP": "1"}
 for _label in (_OPP + " persistent Q-tma rcp", _OPP + " Q-tma rcp"):
     _derive(_label, " tma-store-wg", _WG_STORE)

@@ -179,7 +179,9 @@ def vector_add(b: Bench, rng: np.random.Generator) -> None:
     # (persistent blocks striding over the tiles lost: 3271 / 4090 GB/s at BLOCK 1024 / 4096 against 4266 for
     # the plain grid, H200 2026-12-04; docs/results/gpu_runs_2026-12-04_2033-2038)
     # Triton's num_warps knob, on the same kernel; 512 on 4 warps is one 16-byte access an operand a thread, the
-    # tile of torch.add's vectorized kernel, which stayed 0.1-0.2 % ahead of BLOCK 1024 (H200 12-04, H100 12-06)
+    # tile of torch.add's vectorized kernel, which stayed 0.1-0.2 % ahead of BLOCK 1024 (H200 12-04, H100 12-06):
+    # 3011 GB/s, 1.004x Triton's best (3000) and torch (2998), BLOCK 1024 2990 in the same run (H100 2026-12-06
+    # 17:09, docs/results/gpu_runs_2026-12-06_1707)
     for block, warps in ((2048, 8), (4096, 8), (1024, 2), (512, 4)):
         args, k = T.launch_args(x, y, out, block), tile.kernel(T.add_kernel.pyfunc, num_warps=warps)
         ours[f"DSL tile add_kernel BLOCK {block} num_warps {warps}"] = (lambda i, a=args, k=k: k(*a), check("ours"))
