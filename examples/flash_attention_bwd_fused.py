@@ -306,8 +306,9 @@ for _form in ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, l
               "warp vectors",
               "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
               "deferred dQ"):
-    LADDER[_form + ", heads in turn"] = LADDER[_form]      # the causal picks and D128's full one, heads in turn
-# (the last, D64's deferred-dQ pick in turns: ptxas 124 spill bytes as without; untimed and its GPU test not yet run)
+    LADDER[_form + ", heads in turn"] = LADDER[_form]      # the steps of the picks, heads in turn
+# (the first three timed at 13:55, the first D128 causal's pick since; the last, D64's deferred-dQ pick in turns:
+# ptxas 124 spill bytes as without, untimed, its GPU test not yet run)
 DIAGONAL = {form for form in LADDER if ", diagonal loop" in form}          # forms launched with diagonal=True
 PREFETCH = {form for form in LADDER if ", prefetch" in form}               # forms launched with prefetch=True
 DEFERRED = {form for form in LADDER if ", deferred dQ" in form}            # prefetch=2: each dQ added a step late
