@@ -349,8 +349,7 @@ FASTEST: dict[int, str] = {
 # key blocks in turns, each head's heaviest first): D128 461.3 TFLOP/s (0.977x cuDNN) against 450.7 (0.955x) in
 # the same run, D64 352.2 (0.967x) against 342.3 (0.940x) (H100 2026-12-06 13:55, docs/results/gpu_runs_2026-12-06_1355);
 # full attention, whose blocks carry even work, gains nothing by it (D128 541.0 against 540.1, D64 388.9 against 397.0).
-# D64 causal takes FASTEST[64] since deferred dQ (above); D128 causal with deferred dQ 449.5 (0.955x), no gain on
-# the step without it (H100 2026-12-06 17:07)
+# D64 causal takes FASTEST[64] since deferred dQ (above; at D128 deferred dQ loses: LADDER's comment)
 FASTEST_CAUSAL: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
          "heads in turn"}
