@@ -5,6 +5,7 @@ separate dQ kernel computes S and dP again; the price is a dQ in f32 that many b
 last bits depend on the order the blocks run in (the two-kernel backward is deterministic).
 
     python examples/flash_attention_bwd_fused.py        # GPU when present (bf16), else the simulator
+    python examples/flash_attention_bwd_fused.py --all-forms   # on the GPU, every checked LADDER form (minutes)
 
   1. `attn_bwd_preprocess_zero`: Delta_i = rowsum(dO_i * O_i), and dQ set to zero, one pass over the rows;
   2. `flash_bwd_fused`: a block owns BN key rows of one (batch, key/value head) and walks its query
@@ -307,8 +308,8 @@ for _form in ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, l
               "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
               "deferred dQ"):
     LADDER[_form + ", heads in turn"] = LADDER[_form]      # the steps of the picks, heads in turn
-# (the first three timed at 13:55, the first D128 causal's pick since; the last, D64's deferred-dQ pick in turns:
-# ptxas 124 spill bytes as without, untimed, its GPU test not yet run)
+# (the first three timed at 13:55, the first D128 causal's pick since; the last, D64's deferred-dQ step in turns,
+# FASTEST[64] since 2026-12-06 18:40: ptxas 124 spill bytes as without)
 DIAGONAL = {form for form in LADDER if ", diagonal loop" in form}          # forms launched with diagonal=True
 PREFETCH = {form for form in LADDER if ", prefetch" in form}               # forms launched with prefetch=True
 DEFERRED = {form for form in LADDER if ", deferred dQ" in form}            # prefetch=2: each dQ added a step late
@@ -339,12 +340,14 @@ TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if fo
 # D64 since deferred dQ (each step's dQ staged and added while the next step's S^T runs): 413.1 / 357.2 TFLOP/s
 # (0.922 / 0.979x cuDNN) against 406.3 / 329.4 (0.907 / 0.903x) for the same step adding its own dQ, in one run, and
 # against the causal pick before it (the 128-row step without early loads, heads in turn) 352.2 (0.967x) the run
-# before (H100 2026-12-06 17:07 / 13:55, docs/results/gpu_runs_2026-12-06_1707): one form for both.
+# before (H100 2026-12-06 17:07 / 13:55, docs/results/gpu_runs_2026-12-06_1707): one form for both. D64 since heads
+# in turn on that step: 413.2 / 360.9 TFLOP/s (0.921 / 0.998x cuDNN) against 409.9 / 354.8 in the same run (H100
+# 2026-12-06 18:40, docs/results/gpu_runs_2026-12-06_1840).
 FASTEST: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
          "warp vectors",
     64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-        "deferred dQ"}
+        "deferred dQ, heads in turn"}
 # causal attention's own pick where it differs from FASTEST's. Since heads in turn (tile.block_order, eight heads'
 # key blocks in turns, each head's heaviest first): D128 461.3 TFLOP/s (0.977x cuDNN) against 450.7 (0.955x) in
 # the same run, D64 352.2 (0.967x) against 342.3 (0.940x) (H100 2026-12-06 13:55, docs/results/gpu_runs_2026-12-06_1355);
@@ -453,15 +456,22 @@ def run_simulator(seq: int, d: int, group: int = 1) -> None:
     bwd.run_simulator(seq, d, group, steps=launch_args, label=" fused")
 
 
+def example_forms(d: int) -> list[str]:
+    """The forms main() runs at head dim `d` by default: the portable one and those pick_form gives."""
+    return ["atomic dQ", *dict.fromkeys(f for f in (FASTEST.get(d), FASTEST_CAUSAL.get(d)) if f)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--simulate", action="store_true", help="run on the CPU simulator even with a GPU")
+    ap.add_argument("--all-forms", action="store_true", help="on the GPU, every checked LADDER form (as the GPU "
+                    "tests do; minutes), not only the picks and the portable atomic-dQ form")
     args = ap.parse_args(argv)
     import bridge
     if bridge.gpu_available() and not args.simulate:
         for d in (64, 128):
-            for form in (f for f in CHECKED if applies(f, d)):
+            for form in (f for f in CHECKED if applies(f, d)) if args.all_forms else example_forms(d):
                 run_gpu(2, 4, args.seq, d, form=form)
             run_gpu(2, 4, args.seq, d, kv_heads=2)
         print("ran on the GPU")

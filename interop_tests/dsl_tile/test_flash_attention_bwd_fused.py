@@ -164,6 +164,22 @@ def test_the_wide_form_owns_128_key_rows_on_8_warps():
     assert kern.compile(args, "sm_90").threads == 256
 
 
+def test_the_example_runs_the_picks_and_the_portable_form_unless_asked_for_every_form(monkeypatch):
+    """On a GPU the example runs, at each head dim, the portable atomic-dQ form and the forms pick_form gives (full
+    and causal), then grouped-query heads; `--all-forms` walks every checked form, as the GPU tests do."""
+    monkeypatch.setattr(bridge, "gpu_available", lambda: True)
+    for all_forms, want in ((False, lambda d: ["atomic dQ", *dict.fromkeys(
+            FUSED.pick_form(d, 256, wgmma=True, causal=c) for c in (False, True))]),
+                            (True, lambda d: [f for f in FUSED.CHECKED if FUSED.applies(f, d)])):
+        ran = []
+        monkeypatch.setattr(FUSED, "run_gpu", lambda b, h, s, d, kv_heads=None, form=None: ran.append((d, form)))
+        assert FUSED.main(["--all-forms"] if all_forms else []) == 0
+        for d in (64, 128):
+            assert [f for dd, f in ran if dd == d and f is not None] == want(d)
+            assert ran.count((d, None)) == 1                       # the grouped-query run, in the default form
+    assert len(FUSED.example_forms(128)) == 3 and len(FUSED.example_forms(64)) == 2
+
+
 def fused_ptx(d, form, seq=256, rows=512):
     bf = [np.zeros((rows, d), ml_dtypes.bfloat16) for _ in range(4)]
     steps = FUSED.launch_args(*bf[:3], nan(rows, d), bf[3], nan(rows), nan(rows), nan(rows, d), nan(rows, d),

@@ -112,8 +112,8 @@ def test_the_ops_fused_backward_matches_sdpa_in_float64(torch, monkeypatch, caus
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_ops_d64_backward_takes_the_form_measured_fastest_for_causal_or_not(torch, monkeypatch, causal):
     """D64 on sm_90 (here the simulator): the 128-query-row step whose steps load the next step's lse and
-    Delta rows, with lazy waits and early loads, each step's dQ added in the next (FASTEST[64], causal or not:
-    prefetch=2, blocks in the natural order); each against float64 autograd."""
+    Delta rows, with lazy waits and early loads, each step's dQ added in the next, eight heads' key blocks in
+    turns (FASTEST[64], causal or not: prefetch=2, heads_in_turn=8); each against float64 autograd."""
     monkeypatch.setattr(A, "_on_warpgroup_mma", lambda t: True)
     launched, real = [], A.fused.launch_args
     monkeypatch.setattr(A.fused, "launch_args", lambda *a, **kw: launched.append(kw) or real(*a, **kw))
@@ -125,7 +125,7 @@ def test_the_ops_d64_backward_takes_the_form_measured_fastest_for_causal_or_not(
     (torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=causal) * w.double()).sum().backward()
     assert launched == [{**A.fused.form_options(A.fused.FASTEST[64]), "group": 1}]
     assert launched[0]["tiles"] == A.fused.SQUARE and launched[0]["prefetch"] == 2
-    assert launched[0]["heads_in_turn"] == 1
+    assert launched[0]["heads_in_turn"] == 8
     for ours, theirs in zip((q.grad, k.grad, v.grad), x64):
         assert relative(ours.double(), theirs.grad) < TOL
 
