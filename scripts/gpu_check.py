@@ -17,16 +17,17 @@ timeout asked for once the machine's start is counted) still leaves its record u
 
 The whole check no longer fits one 10-minute call; it runs in parts, each into its own folder
 (`--pack` each), whose records benchmarks/write_docs.py renders as one page:
-  1.  --gpu-tests --skip sanitize,examples,bench --budget 520   every GPU test of the suite (`-m gpu`; 1193
-      in 433 s on 14 workers, H100 2026-12-06): the CPU tests are CI's, on every push of a clean clone.
+  1.  --gpu-tests --skip sanitize,examples,bench --budget 520   every GPU test of the suite (`-m gpu`; 1244
+      in 379 s on 14 workers, H100 2026-12-06 18:19): the CPU tests are CI's, on every push of a clean clone.
       Or the whole suite on the GPU machine in two shards:
   1a. --skip sanitize,examples,bench --shard 1/2 --budget 520   the suite's first half (14 workers)
   1b. --skip sanitize,examples,bench --shard 2/2 --budget 520   its second half
   1c. --skip tests,examples,bench --budget 520                  the four sanitizer passes, each in
-      --sanitize-shards processes (3: shards of single tests, KB_TEST_SHARD_BY=tests)
-  2. --skip tests,sanitize --bench gpt2_step                the examples, each also under memcheck; GPT-2
-  3. --skip tests,sanitize,examples --bench triton_tutorials   (and the other benchmarks in later calls:
-     attention (with --backward, BENCH_ARGS), gemm, llm_kernels, ...)
+      --sanitize-shards processes (3: shards of single tests, KB_TEST_SHARD_BY=tests; 163 s, H100)
+  2. --skip tests,sanitize --bench gpt2_step,llm_kernels    the examples, each also under memcheck; GPT-2
+                                                            and the LLM kernels' bars
+  3. --skip tests,sanitize,examples --bench triton_tutorials   (231 s, H100; the other benchmarks in later
+     calls: attention (with --backward, BENCH_ARGS), gemm, ...)
 (The suite and the sanitizers side by side, part 1 of before, outgrew one call at 5200 tests: the
 sanitizers took 490 s, and the suite alone on 14 workers reached 99 % in 510 s on an H100.) A shard
 is a part of the suite of whole files (interop_tests/shard.py, KB_TEST_SHARD); its step is named
@@ -75,8 +76,8 @@ GPU_TESTS_STEP = "tests gpu"     # --gpu-tests: the suite's GPU tests (-m gpu), 
 # benchmarks whose bars need more than their default cases: attention's backward bars (issue 29)
 BENCH_ARGS = {"benchmarks/attention.py": ["--backward"]}
 SANITIZER_TOOLS = ["memcheck", "racecheck", "synccheck", "initcheck"]
-# processes a tool's pass runs in (--sanitize-shards): 4 tools x 3 = 12 of the machine's 16 cores; not yet
-# timed on the GPU machine (the passes were one process a tool, 405-490 s each, H100 2026-12-05)
+# processes a tool's pass runs in (--sanitize-shards): 4 tools x 3 = 12 of the machine's 16 cores; the four
+# passes side by side took 163 s so (433 GPU tests each; one process a tool took 405-490 s; H100 2026-12-06)
 SANITIZE_SHARDS = 3
 MEMCHECK_EXAMPLE_ARGS = {"examples/porting/run_porting.py": ["--build", "build/porting-memcheck"]}
 # The GPU tests that launch kernels of every kind (runtime, DSL SIMT zoo, DSL tile, CUDA C++, linked and
