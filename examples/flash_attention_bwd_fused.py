@@ -296,6 +296,12 @@ LADDER: dict[str, dict | None] = {
                                   "warp_vectors": True},
     "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
     "deferred dQ": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
+    # D64's deferred step with warp vectors: causal, ptxas spills 84 bytes (72 heads in turn) against the pick's
+    # 124 (full 100 against 80), where warp vectors on the step adding its own dQ had doubled them (60 -> 128,
+    # -3 %); untimed
+    "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+    "deferred dQ, warp vectors": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ,
+                                  "warp_vectors": True},
     # both: the diagonal loop's two loops hand the prefetched rows on from one to the other. D128 497.2 / 426.7, D64
     # causal 287.5 (H100 2026-12-06 04:36: no gain on the prefetch alone)
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop, "
@@ -306,10 +312,12 @@ for _form in ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, l
               "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
               "warp vectors",
               "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-              "deferred dQ"):
+              "deferred dQ",
+              "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+              "deferred dQ, warp vectors"):
     LADDER[_form + ", heads in turn"] = LADDER[_form]      # the steps of the picks, heads in turn
 # (the first three timed at 13:55, the first D128 causal's pick since; the last, D64's deferred-dQ step in turns,
-# FASTEST[64] since 2026-12-06 18:40: ptxas 124 spill bytes as without)
+# FASTEST[64] since 2026-12-06 18:40: ptxas 124 spill bytes as without; and that step with warp vectors, untimed)
 DIAGONAL = {form for form in LADDER if ", diagonal loop" in form}          # forms launched with diagonal=True
 PREFETCH = {form for form in LADDER if ", prefetch" in form}               # forms launched with prefetch=True
 DEFERRED = {form for form in LADDER if ", deferred dQ" in form}            # prefetch=2: each dQ added a step late
