@@ -119,6 +119,12 @@ _derive(_OPP + " persistent Q-tma rcp snake", " tma-store-wg", _WG_STORE)
 # persistent on a snake, 1.003x: heads-16 reversed at S1024 causal 0.984x cuDNN against 0.892x (H100 2026-12-06 13:57)
 for _label, _group in ((_OPP + " Q-tma rcp", "8"), (_OPP + " Q-tma rcp", "16"), (_OPP + " persistent Q-tma rcp snake", "8")):
     _derive(_label, f" heads-{_group} reversed", {"KB_TILE_BLOCK_GROUP": _group, "KB_TILE_REVERSE_BLOCKS": "1"})
+# the ping-pong turns opened once for the consumers' whole program (pingpong_span "program"), not around each
+# loop: the warpgroups no longer meet after every loop (causal: two a tile) and tile, so one's epilogue runs
+# beside the other's last products; aimed at S1024's tile boundaries (docs/tile.md); untimed
+_SPAN = {"KB_TILE_PINGPONG_SPAN": "program"}
+for _label in (_OPP + " persistent Q-tma rcp", _OPP + " persistent Q-tma rcp snake", _OPP + " Q-tma rcp"):
+    _derive(_label, " span", _SPAN)
 # the output in the inputs' dtype, as SDPA returns it (the other rungs write f32: twice the bytes)
 for _label in (_R + " pingpong", _OPP, _R.replace("128x128", "128x128 S3") + " overlap pingpong",
                _OPP + " persistent", _OPP + " persistent reversed", _OPP + " tma-store",
@@ -128,7 +134,8 @@ for _label in (_R + " pingpong", _OPP, _R.replace("128x128", "128x128 S3") + " o
                _OPP + " persistent Q-tma rcp tma-store-wg", _OPP + " Q-tma rcp tma-store-wg",
                _OPP + " persistent Q-tma rcp snake", _OPP + " persistent Q-tma rcp snake tma-store-wg",
                _OPP + " Q-tma rcp heads-8 reversed", _OPP + " Q-tma rcp heads-16 reversed",
-               _OPP + " persistent Q-tma rcp snake heads-8 reversed",
+               _OPP + " persistent Q-tma rcp snake heads-8 reversed", _OPP + " persistent Q-tma rcp span",
+               _OPP + " persistent Q-tma rcp snake span", _OPP + " Q-tma rcp span",
                _D256 + " pingpong", _D256 + " overlap pingpong"):
     _derive(_label, " ->bf16")
 OUT_IN_INPUT_DTYPE = {label for label in LADDER if label.endswith(" ->bf16")}
@@ -136,7 +143,7 @@ SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG"
             "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE", "KB_TILE_WS_CHAIN",
             "KB_TILE_EARLY_LOADS", "KB_TILE_INTERIOR_TILES", "KB_TILE_PINGPONG", "KB_TILE_PRODUCT_BATCHES",
             "KB_TILE_REVERSE_BLOCKS", "KB_TILE_DIV_RECIPROCAL", "KB_TILE_LAZY_WAITS", "KB_TILE_STORE_BY_WARPGROUP",
-            "KB_TILE_PERSISTENT_ORDER", "KB_TILE_BLOCK_GROUP")
+            "KB_TILE_PERSISTENT_ORDER", "KB_TILE_BLOCK_GROUP", "KB_TILE_PINGPONG_SPAN")
 
 
 class switched:

@@ -16,6 +16,7 @@ SETMAXNREG = ("off", "240/24", "232/40", "216/40")
 WGMMA_A = ("registers", "shared")
 # the cache qualifiers of vector loads (load_hint): PTX ld's .level::eviction_priority and .level::prefetch_size
 PERSISTENT_ORDERS = ("strided", "snake")
+PINGPONG_SPANS = ("loop", "program")
 LOAD_HINTS = ("none", "L2::128B", "L2::256B", "L1::no_allocate.L2::256B")
 
 # name -> (environment variable, choices (None: a bool), default)
@@ -87,6 +88,12 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # products run; named barriers the lock-step simulator cannot order (their protocol is model-checked);
     # +5 / +9 % on attention's 128 x 128 rung (H100), off by default: a kernel asks for it (flash_fwd_tuned)
     "pingpong": ("KB_TILE_PINGPONG", None, False),
+    # where the ping-pong turns of rotated loops (product_overlap) open and close: around each loop, so the two
+    # warpgroups meet after every loop and run their epilogues side by side while the tensor cores idle, or
+    # once around the consumers' whole program ("program": every loop of every tile of a persistent block, as
+    # one long loop of turns), so one warpgroup's epilogue runs while the other's last products do
+    # (lower/matmul/pingpong.py); untimed, so "loop"
+    "pingpong_span": ("KB_TILE_PINGPONG_SPAN", PINGPONG_SPANS, "loop"),
     # sm_90 products of consecutive independent statements issued together and waited for together
     # (lower/matmul/batches.py), not each waited for before the next is issued; +2.5 / -3 % on the fused
     # attention backward (full / causal, H100), so off
@@ -202,6 +209,7 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("early_loads",) if s["early_loads"] else ()) + \
         (("interior_tiles",) if s["interior_tiles"] else ()) + \
         (("pingpong",) if s["pingpong"] else ()) + \
+        (() if s["pingpong_span"] == "loop" else (f"pingpong_span_{s['pingpong_span']}",)) + \
         (("product_batches",) if s["product_batches"] else ()) + \
         (("reverse_blocks",) if s["reverse_blocks"] else ()) + \
         (() if s["persistent_order"] == "strided" else (f"persistent_order_{s['persistent_order']}",)) + \

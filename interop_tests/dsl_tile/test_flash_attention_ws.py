@@ -32,7 +32,7 @@ _spec.loader.exec_module(FA)
 
 E = TypeVar("E")
 SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG", "KB_TILE_PRODUCT_OVERLAP",
-            "KB_TILE_WS_CHAIN", "KB_TILE_PINGPONG", "KB_TILE_REVERSE_BLOCKS")
+            "KB_TILE_WS_CHAIN", "KB_TILE_PINGPONG", "KB_TILE_REVERSE_BLOCKS", "KB_TILE_PINGPONG_SPAN")
 # name -> (switches, warps, {head dim: (query rows, key rows)})
 ONE_WG = {64: (64, 128), 128: (64, 64)}
 TWO_WG = {64: (128, 128), 128: (128, 64)}
@@ -64,6 +64,11 @@ VARIANTS = {
     "ws-chain-setmaxnreg-overlap-pingpong": ({"KB_TILE_LOOP_PIPELINE": "ws", "KB_TILE_SETMAXNREG": "240/24",
                                               "KB_TILE_WS_CHAIN": "1", "KB_TILE_PRODUCT_OVERLAP": "1",
                                               "KB_TILE_PINGPONG": "1"}, 8, {64: (128, 128), 128: (128, 128)}),
+    # and the turns opened once for the consumers' program, not around each loop (pingpong_span "program")
+    "ws-chain-setmaxnreg-overlap-pingpong-span": ({"KB_TILE_LOOP_PIPELINE": "ws", "KB_TILE_SETMAXNREG": "240/24",
+                                                   "KB_TILE_WS_CHAIN": "1", "KB_TILE_PRODUCT_OVERLAP": "1",
+                                                   "KB_TILE_PINGPONG": "1", "KB_TILE_PINGPONG_SPAN": "program"}, 8,
+                                                  {64: (128, 128), 128: (128, 128)}),
     # and the blocks in reverse order (the heaviest causal query blocks first)
     "ws-chain-setmaxnreg-pingpong-reversed": ({"KB_TILE_LOOP_PIPELINE": "ws", "KB_TILE_SETMAXNREG": "240/24",
                                                "KB_TILE_WS_CHAIN": "1", "KB_TILE_PINGPONG": "1",
@@ -279,3 +284,32 @@ def test_gpu_each_switch_matches_torch_sdpa(monkeypatch, name, d, causal):
     err = (out.reshape(ref.shape) - ref).abs().max().item()
     assert err < 2e-2, err
     assert "cp.async.bulk.tensor.2d" in kern.compile(args, bridge.current_device().arch).ptx
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_a_persistent_block_runs_its_turns_through_many_tiles_and_matches_torch_sdpa(monkeypatch, d, causal):
+    """pingpong_span "program" on a persistent kernel with more tiles than its grid holds blocks: each block's
+    warpgroups take turns through every loop of every tile it walks, opened and closed once (a protocol
+    error would hang or corrupt here, where the lock-step simulator cannot order the warpgroups)."""
+    torch = pytest.importorskip("torch", reason="the SDPA reference needs torch")
+    import torch.nn.functional as F
+    dev = bridge.current_device()
+    if dev.cc < (9, 0):
+        pytest.skip("TMA rings and warpgroup MMA need sm_90")
+    env, warps, tiles = VARIANTS["ws-chain-setmaxnreg-overlap-pingpong-span"]
+    switch(monkeypatch, env)
+    bm, bn = tiles[d]
+    batch, heads, seq = 2, 12, 1536                     # 288 query tiles: more than 2 blocks an SM on 132 SMs
+    assert batch * heads * seq // bm > 2 * dev.sm_count
+    g = torch.Generator(device="cuda").manual_seed(7 * d + causal)
+    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    out = torch.full((batch * heads * seq, d), 12345.0, device="cuda")
+    args = (*(x.reshape(-1, d) for x in (q, k, v)), tile.partition(out, (bm, d)), seq, d ** -0.5, bn, causal, 1)
+    kern = tile.kernel(FA.flash_fwd.pyfunc, num_warps=warps, persistent=True)
+    kern(*args)
+    bridge.current_stream().synchronize()
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    err = (out.reshape(ref.shape) - ref).abs().max().item()
+    assert err < 2e-2, err

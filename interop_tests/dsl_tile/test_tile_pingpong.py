@@ -22,6 +22,7 @@ from dsl.tile.lower.matmul.pingpong import TURN_BARRIERS
 from dsl.tile.ptx import sm80, table
 from dsl.tile.switches import switches_key
 from attention_refs import attention64
+from ptxas_kit import ptxas_verbose
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("flash_attention_pp", ROOT / "examples" / "flash_attention.py")
@@ -267,3 +268,72 @@ def test_the_model_catches_a_deadlock_a_leftover_arrival_and_two_warpgroups_in_t
     a, b = TURN_BARRIERS
     with pytest.raises(AssertionError, match="both warpgroups"):   # each gives the other its turn up front
         model_check(([("arrive", b), ("sync", a), ("sync", 4)], [("arrive", a), ("sync", b), ("arrive", 4)]))
+
+
+# ------------------------------------------------------------------------------ pingpong_span "program"
+SPAN = {**WS, "pingpong": True, "ws_chain": True, "product_overlap": True}
+
+
+def _turns_of(monkeypatch, rng, lowering: dict, causal: bool, persistent: bool) -> dict[int, tuple[list, list]]:
+    """Each block's two warpgroup turn sequences of the forward under `lowering`, its result against float64."""
+    turns = Turns()
+    monkeypatch.setattr(sm80, "turn_sync", turns.factory("sync"))
+    monkeypatch.setattr(sm80, "turn_arrive", turns.factory("arrive"))
+    monkeypatch.setattr(table, "_RESOLVED", {})
+    kern, args, out = flash(lowering, 8, 128, 128, 128, 384, causal, rng, persistent=persistent)
+    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90", **({"blocks": 2} if persistent else {}))
+    np.testing.assert_allclose(out, attention64(*args[:3], 384, causal), rtol=2e-2, atol=1e-2)
+    return turns.warpgroups()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["", "persistent"])
+def test_a_program_span_runs_the_turns_of_all_its_loops_as_one_loop(monkeypatch, rng, causal, persistent):
+    """pingpong_span "program": a block's turns (persistent: over its three tiles; causal: two loops a tile)
+    are one rotated loop's protocol of all their iterations, opened and closed once, where the default span
+    hands over after every loop; both pass the barrier model in every interleaving."""
+    around = _turns_of(monkeypatch, rng, SPAN, causal, persistent)
+    spanned = _turns_of(monkeypatch, rng, {**SPAN, "pingpong_span": "program"}, causal, persistent)
+    assert sorted(spanned) == sorted(around) and len(spanned) == (2 if persistent else 6)
+    for block, seqs in spanned.items():
+        trips = len(seqs[0]) // 2 - 1
+        assert seqs == _protocol(trips, rotated=True), block
+        model_check(seqs)
+        loops = len(around[block][0]) // 2 - trips     # each loop of the default span adds one hand-over
+        assert loops == (3 if persistent else 1) * (2 if causal else 1), block
+        model_check(around[block])
+
+
+@pytest.mark.slow
+def test_a_loop_that_is_not_rotated_closes_a_programs_turns_and_opens_them_again(monkeypatch, rng):
+    """Under the program's span a ping-pong loop without the rotation (here: every loop, the rotation's plan
+    refused) closes the open turns before its own protocol and opens them after it: a sequence of protocols
+    each of which the model accepts, and the result unchanged."""
+    from dsl.tile.lower import loops as tile_loops
+    monkeypatch.setattr(tile_loops.overlap, "plan_rotation", lambda *a: None)
+    a, b = TURN_BARRIERS
+    opening, closing = [[], [("arrive", a)]], [[("sync", a), ("arrive", b)], [("sync", b)]]
+    for block, seqs in _turns_of(monkeypatch, rng, {**SPAN, "pingpong_span": "program"}, True, True).items():
+        for wg in (0, 1):
+            head, tail = len(opening[wg]) + len(closing[wg]), len(closing[wg])
+            assert seqs[wg][:head] == opening[wg] + closing[wg] and seqs[wg][-tail:] == closing[wg], (block, wg)
+        model_check(seqs)
+
+
+def test_the_program_span_changes_only_a_rotated_ping_pong_kernel(tmp_path):
+    """Without product_overlap (or ping-pong) the span has nothing to open: the PTX byte for byte as before;
+    with both, fewer turn barriers in the code (no hand-over after each loop), and ptxas assembles the
+    persistent kernel's (causal: two loops a tile)."""
+    for lowering in ({**WS, "pingpong": True}, {**WS, "product_overlap": True}):
+        assert ptx({**lowering, "pingpong_span": "program"}) == ptx(lowering)
+    per_loop = ptx({**SPAN}, causal=True)
+    spanned = ptx({**SPAN, "pingpong_span": "program"}, causal=True)
+    count = lambda text: len(re.findall(r"bar\.(?:sync|arrive) [23], 256;", text))   # noqa: E731
+    assert count(spanned) < count(per_loop)
+    assert "pingpong_span_program" in switches_key((("pingpong_span", "program"),))
+    assert not any("pingpong_span" in k for k in switches_key((("pingpong_span", "loop"),)))
+    kern, args, _ = flash({**SPAN, "pingpong_span": "program"}, 8, 128, 128, 128, 512, True, persistent=True)
+    text = kern.compile(args, "sm_90").ptx
+    ptxas_verbose(text, "sm_90a", tmp_path)             # fails where ptxas refuses it
+    assert "bar.arrive 2, 256;" in text

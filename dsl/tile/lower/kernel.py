@@ -104,6 +104,7 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
         self.ws_consumer: N.Expr | None = None   # warpgroup index >= 1, through a shuffle: warp-uniform
         self.ws_group: N.Expr | None = None      # that warpgroup index (tid.x / 128)
         self.consumers_only = False             # barriers from here on: the T consumers' named barrier
+        self.turns_spanned = False              # ping-pong turns open across the consumers' loops (pingpong.py)
         self.dyn_bytes = 0                      # dynamic shared bytes (tensor-core operand stages)
         self.arch_specific = False              # uses sm_90a-only instructions (wgmma)
         self.var_layouts: dict[int, object] = {}

@@ -46,6 +46,13 @@ top-level statements, each reading its B from the ring (never inside an `if`: ev
 every turn), rotated or not. The lock-step simulator runs both warpgroups as one
 instruction stream: the turns order nothing there (interop_tests/dsl_tile/test_tile_pingpong.py checks
 the protocol the kernel runs against a model of the barriers, every interleaving).
+
+Under pingpong_span "program" the rotated loops neither open nor close their turns: the second warpgroup's
+opening arrival comes once before the consumers' program (every loop of every tile a persistent block walks,
+ring_ws.lower_split) and the closing hand-over once after it, so the turns run as through one loop of all
+their iterations. Around each loop the two warpgroups no longer meet: the first runs its epilogue and its
+next tile's first products while the second's last products run. A loop that is not rotated closes the
+turns before it and opens them again after it, so every loop's protocol stays one the model accepts.
 """
 from __future__ import annotations
 
@@ -71,6 +78,7 @@ class PingPong:
     second: N.Var           # is this the second consumer warpgroup
     fired: list             # ("sync" | "arrive", id of the product) emitted (checked after the body)
     rotated: bool           # product_overlap: a section is the first product and the rotated last one
+    spanned: bool = False   # pingpong_span "program": the consumers' program opens and closes the turns
 
 
 def plan_pingpong(L, loop: T.For, pipe) -> PingPong | None:
@@ -134,37 +142,76 @@ def after_commit(L, pipe, e: T.Matmul) -> None:
         pp.fired.append(("arrive", id(e)))
 
 
+def _second(L) -> N.Expr:
+    """Is this thread in the second consumer warpgroup (the warpgroup index bind_roles took through lane 0,
+    so ptxas sees it uniform per warp)."""
+    return N.Compare("eq", L.ws_group, c32(WS_PRODUCERS // 128 + 1))
+
+
+def _open(L, second: N.Expr) -> None:
+    """The second warpgroup's arrival that gives the first turn away."""
+    L.emit(N.If(second, L.block_of(lambda: L.asm("bar.arrive.turn", barrier=TURN_BARRIERS[0], threads=CONSUMERS)),
+                []))
+
+
+def _close_rotated(L, second: N.Expr) -> None:
+    """The rotated protocol's closing hand-over: the first warpgroup takes the second's last arrival and
+    hands over, which the second waits for, so that it never arrives twice on the first's barrier before
+    one arrival is taken, as a next opening would."""
+    first_turn, second_turn = TURN_BARRIERS
+
+    def first() -> None:
+        L.asm("bar.sync.turn", barrier=first_turn, threads=CONSUMERS)
+        L.asm("bar.arrive.turn", barrier=second_turn, threads=CONSUMERS)
+    L.emit(N.If(second, L.block_of(lambda: L.asm("bar.sync.turn", barrier=second_turn, threads=CONSUMERS)),
+                L.block_of(first)))
+
+
+def spans_program(L) -> bool:
+    """Do the consumers' program open and close the turns (pingpong_span "program"; ring_ws.lower_split asks
+    before it lowers them, the loops follow L.turns_spanned)."""
+    return L.pingpong and L.product_overlap and L.pingpong_span == "program" and L.T == CONSUMERS
+
+
+def open_program(L) -> None:
+    _open(L, _second(L))
+
+
+def close_program(L) -> None:
+    _close_rotated(L, _second(L))
+
+
 def start(L, pipe) -> None:
-    """Before the loop: which turn is whose (the warpgroup index bind_roles took through lane 0, so
-    ptxas sees it uniform per warp), the second warpgroup's arrival that gives the first turn away, and the sync
-    that opens the section of iteration 0's first product."""
+    """Before the loop: which turn is whose, the second warpgroup's arrival that gives the first turn away,
+    and the sync that opens the section of iteration 0's first product. Under a program's span a rotated
+    loop has none of them (the turns are open), one that is not closes the program's turns first."""
     pp = pipe.pingpong
-    second = N.Compare("eq", L.ws_group, c32(WS_PRODUCERS // 128 + 1))
-    L.emit(N.Assign(pp.second, second))
-    L.emit(N.If(N.ReadVar(pp.second), L.block_of(lambda: L.asm("bar.arrive.turn", barrier=TURN_BARRIERS[0],
-                                                                   threads=CONSUMERS)), []))
+    L.emit(N.Assign(pp.second, _second(L)))
+    if L.turns_spanned:
+        if pp.rotated:
+            pp.spanned = True
+            return
+        _close_rotated(L, N.ReadVar(pp.second))
+    _open(L, N.ReadVar(pp.second))
     if not pp.rotated:          # rotated, the first product's own sync opens the first section
         _sync(L, pp)
 
 
 def finish(L, pipe, loc) -> None:
-    """After the loop: the first warpgroup ends its last section (rotated: takes the second's last
-    arrival and hands over, which the second waits for, so that it never arrives twice on the first's
-    barrier before one arrival is taken, as a next loop's first arrival would); the turn points ran
-    where planned, once an iteration."""
+    """After the loop: the first warpgroup ends its last section (rotated: _close_rotated's hand-over;
+    under a program's span, nothing for a rotated loop and a new opening after one that is not); the turn
+    points ran where planned, once an iteration."""
     pp = pipe.pingpong
     want = [("sync", id(pp.first if pp.rotated else pp.last)), ("arrive", id(pp.first))]
     if sorted(pp.fired) != sorted(want):
         raise LoweringError(f"{loc}: internal: the ping-pong turns of this loop were emitted at "
                             f"{len(pp.fired)} points, not at its 2")
-    first_turn, second_turn = TURN_BARRIERS
+    if pp.spanned:              # the consumers' program closes the turns
+        return
     if not pp.rotated:
         L.emit(N.If(N.ReadVar(pp.second), [], L.block_of(
-            lambda: L.asm("bar.arrive.turn", barrier=second_turn, threads=CONSUMERS))))
+            lambda: L.asm("bar.arrive.turn", barrier=TURN_BARRIERS[1], threads=CONSUMERS))))
+        if L.turns_spanned:     # and the program's turns open again
+            _open(L, N.ReadVar(pp.second))
         return
-
-    def first() -> None:
-        L.asm("bar.sync.turn", barrier=first_turn, threads=CONSUMERS)
-        L.asm("bar.arrive.turn", barrier=second_turn, threads=CONSUMERS)
-    L.emit(N.If(N.ReadVar(pp.second), L.block_of(
-        lambda: L.asm("bar.sync.turn", barrier=second_turn, threads=CONSUMERS)), L.block_of(first)))
+    _close_rotated(L, N.ReadVar(pp.second))

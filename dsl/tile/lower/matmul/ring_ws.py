@@ -34,6 +34,7 @@ from typing import Callable
 from dsl.ir import nodes as N
 from dsl.ir.types import I32
 from dsl.tile import ir as T
+from dsl.tile.lower.matmul import pingpong
 from dsl.tile.lower.matmul import produced_a as PA
 from dsl.tile.lower.matmul import ring as R
 from dsl.tile.lower.matmul.mma_sync import match
@@ -181,7 +182,14 @@ def lower_split(L, at: int, walk: Callable[[Callable[[], None]], None]) -> None:
             else:
                 L.stmts(body)
             L.consumers_only = False
+        spanned = pingpong.spans_program(L)     # pingpong_span "program": the turns open once, close once
+        if spanned:
+            pingpong.open_program(L)
+        L.turns_spanned = spanned
         walk(tile_work)
+        L.turns_spanned = False
+        if spanned:
+            pingpong.close_program(L)
     side = L.block_of(producer)
     L.emit(N.If(L.ws_consumer, L.block_of(consumers), side, concurrent=True))
 
