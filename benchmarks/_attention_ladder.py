@@ -125,6 +125,11 @@ for _label, _group in ((_OPP + " Q-tma rcp", "8"), (_OPP + " Q-tma rcp", "16"), 
 _SPAN = {"KB_TILE_PINGPONG_SPAN": "program"}
 for _label in (_OPP + " persistent Q-tma rcp", _OPP + " persistent Q-tma rcp snake", _OPP + " Q-tma rcp"):
     _derive(_label, " span", _SPAN)
+# two buffers of Q in a persistent block (produced_a_buffers): the producer copies the next tile's Q during this
+# tile's loop, not after both warpgroups release it, so no tile's first product waits for Q's copy; untimed
+_Q2 = {"KB_TILE_PRODUCED_A_BUFFERS": "2"}
+for _label in (_OPP + " persistent Q-tma rcp", _OPP + " persistent Q-tma rcp snake"):
+    _derive(_derive(_label, " Q2", _Q2), " span", _SPAN)
 # the output in the inputs' dtype, as SDPA returns it (the other rungs write f32: twice the bytes)
 for _label in (_R + " pingpong", _OPP, _R.replace("128x128", "128x128 S3") + " overlap pingpong",
                _OPP + " persistent", _OPP + " persistent reversed", _OPP + " tma-store",
@@ -136,6 +141,8 @@ for _label in (_R + " pingpong", _OPP, _R.replace("128x128", "128x128 S3") + " o
                _OPP + " Q-tma rcp heads-8 reversed", _OPP + " Q-tma rcp heads-16 reversed",
                _OPP + " persistent Q-tma rcp snake heads-8 reversed", _OPP + " persistent Q-tma rcp span",
                _OPP + " persistent Q-tma rcp snake span", _OPP + " Q-tma rcp span",
+               _OPP + " persistent Q-tma rcp Q2", _OPP + " persistent Q-tma rcp Q2 span",
+               _OPP + " persistent Q-tma rcp snake Q2", _OPP + " persistent Q-tma rcp snake Q2 span",
                _D256 + " pingpong", _D256 + " overlap pingpong"):
     _derive(_label, " ->bf16")
 OUT_IN_INPUT_DTYPE = {label for label in LADDER if label.endswith(" ->bf16")}
@@ -143,7 +150,8 @@ SWITCHES = ("KB_TILE_LOOP_PIPELINE", "KB_TILE_LOOP_STAGES", "KB_TILE_SETMAXNREG"
             "KB_TILE_WGMMA_A", "KB_TILE_FP_FUSION", "KB_TILE_FTZ", "KB_TILE_TMA_STORE", "KB_TILE_WS_CHAIN",
             "KB_TILE_EARLY_LOADS", "KB_TILE_INTERIOR_TILES", "KB_TILE_PINGPONG", "KB_TILE_PRODUCT_BATCHES",
             "KB_TILE_REVERSE_BLOCKS", "KB_TILE_DIV_RECIPROCAL", "KB_TILE_LAZY_WAITS", "KB_TILE_STORE_BY_WARPGROUP",
-            "KB_TILE_PERSISTENT_ORDER", "KB_TILE_BLOCK_GROUP", "KB_TILE_PINGPONG_SPAN")
+            "KB_TILE_PERSISTENT_ORDER", "KB_TILE_BLOCK_GROUP", "KB_TILE_PINGPONG_SPAN",
+            "KB_TILE_PRODUCED_A_BUFFERS")
 
 
 class switched:

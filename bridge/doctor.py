@@ -60,6 +60,7 @@ SETTINGS: dict[str, str] = {
     "KB_TILE_INTERIOR_TILES": "tile kernels: blocks whose tiles lie inside their arrays run a copy without bounds tests (default off)",
     "KB_TILE_PINGPONG": "tile kernels: under KB_TILE_LOOP_PIPELINE=ws, the two consumer warpgroups' products run in turns (default off)",
     "KB_TILE_PINGPONG_SPAN": "tile kernels: where ping-pong turns open and close (loop, program; default loop)",
+    "KB_TILE_PRODUCED_A_BUFFERS": "tile kernels: buffers of an A operand the producer copies in a persistent block (1, 2; default 1)",
     "KB_TILE_PRODUCT_BATCHES": "tile kernels: consecutive independent sm_90 products issued together, waited for together (default off)",
     "KB_TILE_LAZY_WAITS": "tile kernels: sm_90 product statements issued as early as their operands allow, waited for where their results are read (default off)",
     "KB_TILE_LAZY_BARRIERS": "tile kernels: a relayout through shared memory ends without a barrier of its own; the next one orders its readers (default off)",

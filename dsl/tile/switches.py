@@ -94,6 +94,11 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # one long loop of turns), so one warpgroup's epilogue runs while the other's last products do
     # (lower/matmul/pingpong.py); untimed, so "loop"
     "pingpong_span": ("KB_TILE_PINGPONG_SPAN", PINGPONG_SPANS, "loop"),
+    # buffers of a loop-invariant A operand the producer warpgroup copies (wgmma_a "shared": attention's Q) in a
+    # persistent block: 2 lets it copy the next tile's while the consumers read this one's, so no tile's first
+    # product waits for its copy (lower/matmul/produced_a.py); the operand's size again in shared memory; untimed,
+    # so 1
+    "produced_a_buffers": ("KB_TILE_PRODUCED_A_BUFFERS", (1, 2), 1),
     # sm_90 products of consecutive independent statements issued together and waited for together
     # (lower/matmul/batches.py), not each waited for before the next is issued; +2.5 / -3 % on the fused
     # attention backward (full / causal, H100), so off
@@ -210,6 +215,7 @@ def switches_key(fixed: tuple[tuple[str, Any], ...] = ()) -> tuple:
         (("interior_tiles",) if s["interior_tiles"] else ()) + \
         (("pingpong",) if s["pingpong"] else ()) + \
         (() if s["pingpong_span"] == "loop" else (f"pingpong_span_{s['pingpong_span']}",)) + \
+        (() if s["produced_a_buffers"] == 1 else (f"produced_a_buffers_{s['produced_a_buffers']}",)) + \
         (("product_batches",) if s["product_batches"] else ()) + \
         (("reverse_blocks",) if s["reverse_blocks"] else ()) + \
         (() if s["persistent_order"] == "strided" else (f"persistent_order_{s['persistent_order']}",)) + \

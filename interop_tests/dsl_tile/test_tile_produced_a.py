@@ -67,6 +67,10 @@ def test_q_comes_by_the_producers_tma_not_by_the_consumers_copies(rng):
     (128, True, True, 4, {"product_overlap": True}),
     (128, False, True, 5, {"product_overlap": True}),
     (64, True, True, 2, {"pingpong": False}),
+    # two buffers of Q (produced_a_buffers): one block takes all six tiles (each buffer three times), or 2 or 4
+    (128, False, True, 1, {"produced_a_buffers": 2, "product_overlap": True}),
+    (128, True, True, 2, {"produced_a_buffers": 2}),
+    (64, True, True, 4, {"produced_a_buffers": 2, "product_overlap": True, "pingpong_span": "program"}),
 ])
 def test_attention_with_q_from_the_producer_matches_float64_in_the_lowered_simulator(rng, d, causal, persistent,
                                                                                     blocks, extra):
@@ -79,8 +83,35 @@ def test_attention_with_q_from_the_producer_matches_float64_in_the_lowered_simul
     np.testing.assert_allclose(out, attention64(*args[:3], seq, causal), rtol=2e-2, atol=1e-2)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_two_buffers_of_q_are_right_when_each_copy_lands_only_at_its_wait(monkeypatch, rng, causal):
+    """KB_SIM_TMA_LANDING=wait: each copy lands at the first wait on its barrier, so a tile that read its Q
+    buffer before the copy of that tile's Q (or through the other buffer's barrier) reads another tile's.
+    One block walks all six tiles: each buffer three times, its barriers through both phases."""
+    monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
+    args, out = case(rng, 128, 256, 3, causal)
+    kernel({**PRODUCED, "product_overlap": True, "produced_a_buffers": 2}, True).simulate_lowered(
+        *args, tensor_cores=True, arch="sm_90", blocks=1)
+    np.testing.assert_allclose(out, attention64(*args[:3], 256, causal), rtol=2e-2, atol=1e-2)
+
+
+def test_two_buffers_of_q_only_in_a_persistent_block(rng):
+    """A persistent block initialises a full and an empty barrier for each of Q's two buffers and copies into
+    either by the tile's parity; a block of one tile has no next tile: its PTX is byte for byte the one-buffer
+    kernel's, as is every kernel's at the default."""
+    args, _ = case(rng, 128, 256, 2, False)
+    two = {**PRODUCED, "product_overlap": True, "produced_a_buffers": 2}
+    one, both = (kernel(low, True).compile(args, "sm_90").ptx for low in ({**two, "produced_a_buffers": 1}, two))
+    assert both.count("mbarrier.init") == one.count("mbarrier.init") + 2
+    assert both.count("cp.async.bulk.tensor.2d") == one.count("cp.async.bulk.tensor.2d")    # one copy site
+    assert kernel(two).compile(args, "sm_90").ptx == kernel({**two, "produced_a_buffers": 1}).compile(args, "sm_90").ptx
+
+
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
-@pytest.mark.parametrize("extra", [{}, {"product_overlap": True}], ids=["pingpong", "overlap-pingpong"])
+@pytest.mark.parametrize("extra", [{}, {"product_overlap": True},
+                                   {"product_overlap": True, "produced_a_buffers": 2, "pingpong_span": "program"}],
+                         ids=["pingpong", "overlap-pingpong", "overlap-pingpong-2q-span"])
 @pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_ptxas_assembles_it_without_spills(rng, extra, persistent, causal):
@@ -162,4 +193,19 @@ def test_gpu_q_from_the_producer_matches_torch_sdpa(persistent, d, causal):
         pytest.skip("TMA rings and warpgroup MMA need sm_90")
     err = gpu_error_against_sdpa(FA, kernel({**PRODUCED, "product_overlap": True}, persistent), d, causal,
                                  d + causal + 9, "bfloat16", (128, 64) if d == 256 else (128, 128))
+    assert err < 2e-2, err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("span", ["loop", "program"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_two_buffers_of_q_match_torch_sdpa(span, d, causal):
+    """produced_a_buffers=2 in a persistent block (B4 H8 S1024, 256 tiles: blocks walk two or more, so both
+    buffers are used), with the ping-pong turns around each loop or through the program; bf16 output."""
+    pytest.importorskip("torch", reason="the SDPA reference needs torch")
+    if bridge.current_device().cc < (9, 0):
+        pytest.skip("TMA rings and warpgroup MMA need sm_90")
+    low = {**PRODUCED, "product_overlap": True, "produced_a_buffers": 2, "pingpong_span": span}
+    err = gpu_error_against_sdpa(FA, kernel(low, True), d, causal, d + causal + 19, "bfloat16", (128, 128))
     assert err < 2e-2, err
