@@ -173,6 +173,18 @@ def model_check(seqs: tuple[list, list]) -> None:
             assert all(x is None for x in who), f"arrivals left over at the end: {who}"
 
 
+def _turns_of(monkeypatch, rng, lowering: dict, causal: bool, persistent: bool) -> dict[int, tuple[list, list]]:
+    """Each block's two warpgroup turn sequences of the forward under `lowering`, its result against float64."""
+    turns = Turns()
+    monkeypatch.setattr(sm80, "turn_sync", turns.factory("sync"))
+    monkeypatch.setattr(sm80, "turn_arrive", turns.factory("arrive"))
+    monkeypatch.setattr(table, "_RESOLVED", {})
+    kern, args, out = flash(lowering, 8, 128, 128, 128, 384, causal, rng, persistent=persistent)
+    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90", **({"blocks": 2} if persistent else {}))
+    np.testing.assert_allclose(out, attention64(*args[:3], 384, causal), rtol=2e-2, atol=1e-2)
+    return turns.warpgroups()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, True)], ids=["d128-full", "d128-causal", "d64-causal"])
 @pytest.mark.parametrize("chain", [False, True], ids=["", "chain"])
@@ -204,17 +216,7 @@ def test_a_persistent_blocks_turns_over_all_its_tiles_pass_the_barrier_model(mon
     tiles each run the turns of those tiles (block b: tiles b, b + 2, b + 4), one after another, as the
     kernel of a block a tile runs them; a block's whole sequence passes the model in every interleaving."""
     lowering = {**WS, "pingpong": True, "ws_chain": True, "product_overlap": overlap}
-    runs = []
-    for persistent in (False, True):
-        turns = Turns()
-        monkeypatch.setattr(sm80, "turn_sync", turns.factory("sync"))
-        monkeypatch.setattr(sm80, "turn_arrive", turns.factory("arrive"))
-        monkeypatch.setattr(table, "_RESOLVED", {})
-        kern, args, out = flash(lowering, 8, 128, 128, 128, 384, causal, rng, persistent=persistent)
-        kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90", **({"blocks": 2} if persistent else {}))
-        np.testing.assert_allclose(out, attention64(*args[:3], 384, causal), rtol=2e-2, atol=1e-2)
-        runs.append(turns.warpgroups())
-    tiles, walks = runs
+    tiles, walks = (_turns_of(monkeypatch, rng, lowering, causal, persistent) for persistent in (False, True))
     assert sorted(tiles) == list(range(6)) and sorted(walks) == [0, 1]
     for block, seqs in walks.items():
         for wg in (0, 1):
@@ -272,18 +274,6 @@ def test_the_model_catches_a_deadlock_a_leftover_arrival_and_two_warpgroups_in_t
 
 # ------------------------------------------------------------------------------ pingpong_span "program"
 SPAN = {**WS, "pingpong": True, "ws_chain": True, "product_overlap": True}
-
-
-def _turns_of(monkeypatch, rng, lowering: dict, causal: bool, persistent: bool) -> dict[int, tuple[list, list]]:
-    """Each block's two warpgroup turn sequences of the forward under `lowering`, its result against float64."""
-    turns = Turns()
-    monkeypatch.setattr(sm80, "turn_sync", turns.factory("sync"))
-    monkeypatch.setattr(sm80, "turn_arrive", turns.factory("arrive"))
-    monkeypatch.setattr(table, "_RESOLVED", {})
-    kern, args, out = flash(lowering, 8, 128, 128, 128, 384, causal, rng, persistent=persistent)
-    kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90", **({"blocks": 2} if persistent else {}))
-    np.testing.assert_allclose(out, attention64(*args[:3], 384, causal), rtol=2e-2, atol=1e-2)
-    return turns.warpgroups()
 
 
 @pytest.mark.slow
