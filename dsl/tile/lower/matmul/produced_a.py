@@ -38,7 +38,7 @@ from dsl.tile.lower.matmul.ring import ATOM_COLS
 from dsl.tile.lower.matmul.shared_a import swizzled_layout
 from dsl.tile.lower.matmul.swizzled import ATOM_BYTES, SwizzledA
 
-BAR_BYTES = 16      # a buffer's full and empty mbarriers (8 bytes each): buffer b's are 16 * b bytes on
+BAR_BYTES = 16      # one buffer's full and empty mbarriers (8 bytes each): buffer b's are 16 * b bytes past buffer 0's
 
 
 @dataclass
