@@ -464,9 +464,11 @@ def run_simulator(seq: int, d: int, group: int = 1) -> None:
     bwd.run_simulator(seq, d, group, steps=launch_args, label=" fused")
 
 
-def example_forms(d: int) -> list[str]:
-    """The forms main() runs at head dim `d` by default: the portable one and those pick_form gives."""
-    return ["atomic dQ", *dict.fromkeys(f for f in (FASTEST.get(d), FASTEST_CAUSAL.get(d)) if f)]
+def example_forms(d: int, seq: int = 256) -> list[str]:
+    """The forms main() runs at head dim `d` and length `seq` by default: the portable one and those pick_form
+    gives a caller on warpgroup MMA, full and causal (none where their tiles do not divide `seq`)."""
+    picks = (pick_form(d, seq, wgmma=True, causal=causal) for causal in (False, True))
+    return ["atomic dQ", *dict.fromkeys(f for f in picks if f)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -479,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     import bridge
     if bridge.gpu_available() and not args.simulate:
         for d in (64, 128):
-            for form in (f for f in CHECKED if applies(f, d)) if args.all_forms else example_forms(d):
+            for form in (f for f in CHECKED if applies(f, d)) if args.all_forms else example_forms(d, args.seq):
                 run_gpu(2, 4, args.seq, d, form=form)
             run_gpu(2, 4, args.seq, d, kv_heads=2)
         print("ran on the GPU")
