@@ -17,8 +17,8 @@ with the warp's typed index in place of the `blockIdx.x * kWarps + warp` arithme
 - The backward's second column loop carries `unroll=4`, and reads weight[c] before the shared atomics
   (as the C++ computes `dnorm` first): nvcc unrolls that loop by 4 with every load ahead of the
   atomics' compare-and-swap loops, while without the hint each iteration's loads waited for the
-  previous iteration's atomics; the port ran 0.944-0.950x its C++ so (H100, 2026-12-06 18:35;
-  the unrolled form is not yet timed on a GPU).
+  previous iteration's atomics; the port ran 0.944-0.950x its C++ so (H100, 2026-12-06 18:35).
+  `benchmarks/llm_kernels.py` times the port against its C++; docs/benchmarks.md has the last check's.
 """
 from __future__ import annotations
 
