@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 ORDER = ["launch_overhead", "launch_breakdown", "elementwise", "simt_parity", "tile_ops", "gemm", "attention", "intake", "compile_time"]
+ON_ITS_OWN = "on its own"      # the code entry of a folder of benchmark files run without gpu_check.py
 
 
 def fmt(v: object) -> str:
@@ -45,7 +46,7 @@ def load(folder: Path, partial: bool = False) -> tuple[dict, dict[str, dict]]:
     if check_path.exists():
         check = json.loads(check_path.read_text())
     elif partial:
-        check = {"partial": True, "date": "see each benchmark below"}
+        check = {"partial": True, "date": "see each benchmark below", "code": ON_ITS_OWN}
     else:
         raise FileNotFoundError(f"{check_path} not found: run `python3 scripts/gpu_check.py` on the GPU machine "
                                 "(or pass --partial to render benchmark files run on their own)")
@@ -124,16 +125,27 @@ def machine(check: dict, benches: dict[str, dict]) -> list[str]:
     return lines
 
 
-def code_line(code: dict | list | None) -> str:
-    """The code the check ran (gpu_check.py's fingerprint): one, or the parts' when they agree, else each."""
+def code_line(code: dict | list | str | None) -> str:
+    """The code the check ran (gpu_check.py's fingerprint): one, or the parts' when they agree, else each.
+    A folder of benchmark files run on their own (--partial) has no record, so the page says which parts
+    those are rather than vouching for their code."""
     parts = code if isinstance(code, list) else [code]
-    if not parts or any(c is None for c in parts):
-        return "not recorded (a part ran before gpu_check.py fingerprinted the code)"
-    marks = [f"{c['sha256']} ({c['files']} files)" for c in parts]
-    if len(set(marks)) == 1:
-        return marks[0] + (f", the same in all {len(parts)} parts" if len(parts) > 1 else "")
+    alone = [k + 1 for k, c in enumerate(parts) if c == ON_ITS_OWN]
+    recorded = [(k, c) for k, c in enumerate(parts) if c != ON_ITS_OWN]
+    note = (f"; part{'s' if len(alone) > 1 else ''} {', '.join(map(str, alone))}: benchmark files run on their "
+            "own, with no gpu_check.py record of the code" if alone else "")
+    if not recorded:
+        return "not recorded (benchmark files run on their own)"
+    if any(c is None for _, c in recorded):
+        return "not recorded (a part ran before gpu_check.py fingerprinted the code)" + note
+    marks = [(k, f"{c['sha256']} ({c['files']} files)") for k, c in recorded]
+    if len({m for _, m in marks}) == 1:
+        n = len(marks)
+        same = ("" if n == 1 else f", the same in all {n} parts" if not alone
+                else f", the same in the {n} parts that recorded it")
+        return marks[0][1] + same + note
     return "DIFFERENT in the parts, so they are not one check: " + "; ".join(
-        f"part {k + 1}: {m}" for k, m in enumerate(marks))
+        f"part {k + 1}: {m}" for k, m in marks) + note
 
 
 def steps(check: dict) -> list[str]:

@@ -271,6 +271,26 @@ def test_write_docs_says_whether_the_parts_ran_the_same_code(tmp_path, same):
                "part 2: cccc3333dddd4444 (740 files)" in md
 
 
+def test_write_docs_names_a_part_run_without_a_record_and_vouches_only_for_the_recorded_code(tmp_path):
+    """A check's parts plus benchmark files run on their own (--partial): the fingerprint stands for the
+    recorded parts only, and the page names the part that has none."""
+    def code(check: dict, i: int) -> None:
+        check["code"] = {"sha256": "aaaa1111bbbb2222", "files": 740}
+    folders = _two_parts(tmp_path, code)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    _fabricated_results(alone)
+    (alone / "gpu_check.json").unlink()
+    out = tmp_path / "benchmarks.md"
+    p = run("benchmarks/write_docs.py", "--partial", "--results", *folders, str(alone), "--out", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert ("- code: aaaa1111bbbb2222 (740 files), the same in the 2 parts that recorded it; part 3: benchmark "
+            "files run on their own, with no gpu_check.py record of the code") in out.read_text()
+    p = run("benchmarks/write_docs.py", "--partial", "--results", str(alone), "--out", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "- code: not recorded (benchmark files run on their own)" in out.read_text()
+
+
 def test_write_docs_says_a_tests_step_that_ran_a_selection(tmp_path):
     """gpu_check.py --tests: the page says the tests step ran a selection and which, never the suite."""
     folder = tmp_path / "part"
