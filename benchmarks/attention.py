@@ -21,6 +21,8 @@ timed alone) at B4 H16 S4096 D128, causal and not, TFLOP/s counting 2.5x the for
 takes the best of those launches; `--backward-only` skips the forward cases, `--bwd-sweep` also times
 other tiles of ours, `--bwd-head-dims 64,128` times those head dims (B4 H16 S4096) instead of D128,
 `--bwd-forms "a;b"` only those forms of the fused backward's ladder (a short device call).
+`--fwd-shapes "4096x128,4096x64"` times only those forward shapes (B4 H16; the GPU check runs the forward in
+two parts so, each inside one device call).
 `--ladder` times the forward under each switch of the TMA-ring ladder (KB_TILE_LOOP_PIPELINE tma/ws,
 stages, KB_TILE_SETMAXNREG, KB_TILE_PRODUCT_OVERLAP; benchmarks/_attention_ladder.py) against SDPA's
 flash and cuDNN backends in the same run and prints a table (`--quick`: S4096 D128 only);
@@ -67,6 +69,8 @@ def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", help="write results here")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--fwd-shapes", type=shape_list, default=None, help="comma list of the forward's SxD shapes "
+                    "(B4 H16) to time, e.g. 4096x128,4096x64 (default: SHAPES, or S4096 D128 with --quick)")
     ap.add_argument("--sweep", action="store_true", help="also time the SWEEP tiles at S4096")
     ap.add_argument("--backward", action="store_true", help="also time the backward (BWD_SHAPES)")
     ap.add_argument("--backward-only", action="store_true", help="time the backward alone")
@@ -152,9 +156,31 @@ def load_example():
     return mod
 
 
+def title(args: argparse.Namespace) -> str:
+    """The report's title says what this run times: a run of the backward alone (or of GQA/varlen alone) is
+    another benchmark than the forward's, rendered as its own section (benchmarks/write_docs.py)."""
+    if args.backward_only:
+        return "flash attention backward: dsl.tile vs torch SDPA (flash and cuDNN backends), bf16"
+    if args.gqa_only or args.varlen_only:
+        return "flash attention, grouped-query and variable-length: dsl.tile vs torch SDPA, bf16"
+    if args.ladder_only:
+        return "flash attention forward ladder: dsl.tile rungs vs torch SDPA (flash and cuDNN backends), bf16"
+    shapes = ", ".join(f"S{s} D{d}" for s, d in args.fwd_shapes or [])
+    return f"flash attention forward{' ' + shapes if shapes else ''}: dsl.tile vs torch SDPA (flash backend), bf16"
+
+
+def forward_shapes(args: argparse.Namespace) -> list[tuple[int, int, int, int]]:
+    """The forward's (B, H, S, D) cases: --fwd-shapes' (B4 H16), else SHAPES (S4096 D128 alone with --quick)."""
+    if args.backward_only or args.ladder_only or args.gqa_only or args.varlen_only:
+        return []
+    if args.fwd_shapes:
+        return [(4, 16, s, d) for s, d in args.fwd_shapes]
+    return SHAPES[:1] if args.quick else SHAPES
+
+
 def main() -> int:
     args = parse()
-    rep = Report("flash attention forward: dsl.tile vs torch SDPA (flash backend), bf16")
+    rep = Report(title(args))
     if not gpu_or_note(rep):
         rep.finish(args.json)
         return 0
@@ -168,8 +194,7 @@ def main() -> int:
     fa = load_example()
     failed = []
     with bridge.use_stream(bridge.Stream()):
-        alone = args.backward_only or args.ladder_only or args.gqa_only or args.varlen_only
-        for b, h, s, d in [] if alone else SHAPES[:1] if args.quick else SHAPES:
+        for b, h, s, d in forward_shapes(args):
             g = torch.Generator(device="cuda").manual_seed(s + d)
             q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
             for causal in (False, True):

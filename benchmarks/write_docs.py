@@ -21,7 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-ORDER = ["launch_overhead", "launch_breakdown", "elementwise", "simt_parity", "tile_ops", "gemm", "attention", "intake", "compile_time"]
+ORDER = ["launch_overhead", "launch_breakdown", "elementwise", "simt_parity", "tile_ops", "gemm", "attention", "attention_more",
+         "attention_backward", "attention_gqa_varlen", "intake", "compile_time"]
 ON_ITS_OWN = "on its own"      # the code entry of a folder of benchmark files run without gpu_check.py
 
 

@@ -272,3 +272,39 @@ def test_a_sanitizer_shard_with_an_error_fails_the_check(gpu_check, capsys):
     steps["steps"]["sanitize_memcheck 2/3"] = {**san, "errors": 1}
     assert gpu_check.print_summary(steps) == 1
     assert "FAIL  sanitize_memcheck 2/3" in capsys.readouterr().out
+
+
+def test_a_benchmark_in_parts_runs_each_part_under_its_own_name_json_and_step(gpu_check, monkeypatch, tmp_path):
+    """attention.py outgrew one step: its forward and each named part (BENCH_PARTS) run with their own
+    arguments into their own JSON file, log and step, in the file's place, and --bench picks them by name."""
+    ran = []
+
+    def fake_sh(cmd, log, timeout, env=None):
+        ran.append(cmd)
+        return 0, 1.0, ""
+    monkeypatch.setattr(gpu_check, "sh", fake_sh)
+    args = argparse.Namespace(budget=570.0, results=str(tmp_path / "r"), skip="tests,sanitize,examples", quick=False,
+                              tests="", shard="", bench="attention,attention_backward")
+    run = gpu_check._Run(args)
+    run.benchmarks()
+    assert [(Path(c[1]).name, Path(c[3]).name, c[4:]) for c in ran] == [
+        ("attention.py", "attention.json", ["--fwd-shapes", "4096x128,4096x64"]),
+        ("attention.py", "attention_backward.json", ["--backward-only", "--bwd-head-dims", "128,64"])]
+    steps = run.summary["steps"]
+    assert steps["bench:benchmarks/attention.py"]["rc"] == 0
+    assert steps["bench:benchmarks/attention.py (attention_backward)"]["rc"] == 0
+    names = [n for n, _, _ in gpu_check.bench_runs(gpu_check.BENCHMARKS)]
+    at = names.index("attention")
+    assert names[at:at + 4] == ["attention", "attention_more", "attention_backward", "attention_gqa_varlen"]
+    assert len(names) == len(set(names))
+
+
+def test_an_unknown_benchmark_name_is_refused_before_anything_runs(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--bench", "attention,atention",
+                           "--results", str(tmp_path / "bad")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--bench: no benchmark named atention; expected names among" in proc.stderr
+    assert "attention_backward" in proc.stderr
+    assert not (tmp_path / "bad").exists()
