@@ -215,18 +215,27 @@ _TMA_RCP = {**_TMA, **_RCP}
 # cuDNN, against the persistent block's 581.2 (0.990x) in the same run (ladder rung "... Q-tma rcp", H100
 # 2026-12-06 02:31)
 _Q_BY_PRODUCER = {**_OVERLAP_PINGPONG, "wgmma_a": "shared", **_RCP}
+# Two buffers of Q in the persistent block (produced_a_buffers: the producer copies the next tile's Q during this
+# tile's loop) with the ping-pong turns opened once for the consumers' whole program (pingpong_span): at S1024
+# D128 full 540.1 TFLOP/s, 1.006x cuDNN, against 499.4 (0.930x) without either; causal on the snake 369.0 (1.137x)
+# against 346.6 (1.068x); bf16 out, ladder rungs "... persistent Q-tma rcp [snake ]Q2 span ->bf16" (H100
+# 2026-12-06 23:26, docs/results/gpu_check_2026-12-06_2143 table 4). Untimed at S4096 and D64: the autotuner
+# times them beside the others.
+_Q2_SPAN = {"produced_a_buffers": 2, "pingpong_span": "program"}
 SM90_CANDIDATES = {d: ((None, None, None, _TMA_RCP, False),
                        (128, 128, 8, {**_PINGPONG, **_RCP}, False),
                        (128, 128, 8, {**_OVERLAP_PINGPONG, **_RCP}, False),
                        (128, 128, 8, _Q_BY_PRODUCER, False),
-                       (128, 128, 8, _Q_BY_PRODUCER, True))
+                       (128, 128, 8, _Q_BY_PRODUCER, True),
+                       (128, 128, 8, {**_Q_BY_PRODUCER, **_Q2_SPAN}, True))
                    for d in (64, 128)}
 # causal attention also persistent with Q by the producer, each block's tiles in a snake (persistent_order: one
 # tile a block a round, every other round in reverse block order, so blocks carry even causal work): at S1024
 # D128 causal 344.8 TFLOP/s, 1.064x cuDNN, against 299.4 (0.924x) strided and 289.0 (0.892x) not persistent in
 # the same run; full attention's tiles are even, where it gains nothing (502.2 against 509.4; H100 2026-12-06
 # 13:57, docs/results/gpu_runs_2026-12-06_1355)
-SM90_CAUSAL_CANDIDATES = {d: ((128, 128, 8, {**_Q_BY_PRODUCER, "persistent_order": "snake"}, True),)
+SM90_CAUSAL_CANDIDATES = {d: ((128, 128, 8, {**_Q_BY_PRODUCER, "persistent_order": "snake"}, True),
+                                (128, 128, 8, {**_Q_BY_PRODUCER, "persistent_order": "snake", **_Q2_SPAN}, True))
                           for d in (64, 128)}
 # D64 also 64 x 64 with the TMA ring: tutorial 06's best D64 row (446.3 / 390.8 TFLOP/s f16, 2026-12-04),
 # the same loop as this kernel's

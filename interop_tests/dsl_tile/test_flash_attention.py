@@ -141,21 +141,25 @@ def test_autotune_candidates_are_the_default_first_then_the_sm90_ladders_best_th
     """sm_80: the default alone. sm_90: the default (wgmma tiles), the TMA ring with fp_fusion + ftz, and
     128 x 128 on a producer warpgroup with setmaxnreg (its causal diagonal loop on the producer's ring,
     ws_chain) with ping-pong, also with the product overlap, also with Q copied by the producer, persistent
-    or not, each only where its tiles divide the sequence; causal also persistent with its tiles in a snake;
-    every sm_90 candidate divides by one reciprocal a row. D256: 128 x 64 on a producer warpgroup with Q copied
-    by it, ping-pong and the overlap."""
-    ws = [(128, 128, 8, "ws", False)] * 3 + [(128, 128, 8, "ws", True)]
+    or not, and persistent with two buffers of Q and the turns through the program, each only where its tiles
+    divide the sequence; causal also persistent with its tiles in a snake, with and without those two; every
+    sm_90 candidate divides by one reciprocal a row. D256: 128 x 64 on a producer warpgroup with Q copied by it,
+    ping-pong and the overlap."""
+    ws = [(128, 128, 8, "ws", False)] * 3 + [(128, 128, 8, "ws", True)] * 2
     assert _configs(128, 256, True, "sm_80") == [(64, 64, None, None, False)]
     assert _configs(128, 256, False, "sm_90a") == [(64, 64, None, None, False), (64, 64, None, "tma", False)] + ws
     assert _configs(128, 192, False, "sm_90a") == [(64, 64, None, None, False), (64, 64, None, "tma", False)]
     assert _configs(256, 256, False, "sm_90a") == [(32, 128, None, None, False), (128, 64, 8, "ws", False)]
     assert _configs(256, 320, False, "sm_90a") == [(32, 64, None, None, False)]      # 128 rows do not divide 320
-    assert _configs(128, 256, True, "sm_90a") == _configs(128, 256, False, "sm_90a") + [(128, 128, 8, "ws", True)]
+    assert _configs(128, 256, True, "sm_90a") == _configs(128, 256, False, "sm_90a") + [(128, 128, 8, "ws", True)] * 2
     assert _configs(64, 256, True, "sm_90a") == [(64, 128, None, None, False), (64, 128, None, "tma", False)] + ws + \
-        [(64, 64, None, "tma", False), (128, 128, 8, "ws", True)]
+        [(64, 64, None, "tma", False)] + [(128, 128, 8, "ws", True)] * 2
     configs = FA.tuned_configs(np.zeros((512, 128), np.float32), 256, True, arch="sm_90a")
-    pingpong, overlap, q_by_producer, walk, snake = configs[-5:]
+    pingpong, overlap, q_by_producer, walk, walk_q2, snake, snake_q2 = configs[-7:]
     assert snake.lowering == {**walk.lowering, "persistent_order": "snake"} and snake.persistent is True
+    q2_span = {"produced_a_buffers": 2, "pingpong_span": "program"}
+    assert walk_q2.lowering == {**walk.lowering, **q2_span} and walk_q2.persistent is True
+    assert snake_q2.lowering == {**snake.lowering, **q2_span} and snake_q2.persistent is True
     assert "persistent_order" not in walk.lowering
     assert pingpong.lowering == {"loop_pipeline": "ws", "setmaxnreg": "240/24", "ws_chain": True, "pingpong": True,
                                  "fp_fusion": True, "ftz": True, "div_reciprocal": True}
