@@ -78,7 +78,6 @@ class PingPong:
     second: N.Var           # is this the second consumer warpgroup
     fired: list             # ("sync" | "arrive", id of the product) emitted (checked after the body)
     rotated: bool           # product_overlap: a section is the first product and the rotated last one
-    spanned: bool = False   # pingpong_span "program": the consumers' program opens and closes the turns
 
 
 def plan_pingpong(L, loop: T.For, pipe) -> PingPong | None:
@@ -173,12 +172,10 @@ def spans_program(L) -> bool:
     return L.pingpong and L.product_overlap and L.pingpong_span == "program" and L.T == CONSUMERS
 
 
-def open_program(L) -> None:
-    _open(L, _second(L))
-
-
-def close_program(L) -> None:
-    _close_rotated(L, _second(L))
+def program_turns(L, opening: bool) -> None:
+    """pingpong_span "program": the consumers' program opens the turns before its first loop and closes them
+    after its last (the rotated protocol's hand-over); a rotated loop between leaves them open."""
+    (_open if opening else _close_rotated)(L, _second(L))
 
 
 def start(L, pipe) -> None:
@@ -189,7 +186,6 @@ def start(L, pipe) -> None:
     L.emit(N.Assign(pp.second, _second(L)))
     if L.turns_spanned:
         if pp.rotated:
-            pp.spanned = True
             return
         _close_rotated(L, N.ReadVar(pp.second))
     _open(L, N.ReadVar(pp.second))
@@ -206,7 +202,7 @@ def finish(L, pipe, loc) -> None:
     if sorted(pp.fired) != sorted(want):
         raise LoweringError(f"{loc}: internal: the ping-pong turns of this loop were emitted at "
                             f"{len(pp.fired)} points, not at its 2")
-    if pp.spanned:              # the consumers' program closes the turns
+    if L.turns_spanned and pp.rotated:      # the consumers' program closes the turns
         return
     if not pp.rotated:
         L.emit(N.If(N.ReadVar(pp.second), [], L.block_of(

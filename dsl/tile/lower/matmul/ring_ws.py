@@ -184,12 +184,12 @@ def lower_split(L, at: int, walk: Callable[[Callable[[], None]], None]) -> None:
             L.consumers_only = False
         spanned = pingpong.spans_program(L)     # pingpong_span "program": the turns open once, close once
         if spanned:
-            pingpong.open_program(L)
+            pingpong.program_turns(L, opening=True)
         L.turns_spanned = spanned
         walk(tile_work)
         L.turns_spanned = False
         if spanned:
-            pingpong.close_program(L)
+            pingpong.program_turns(L, opening=False)
     side = L.block_of(producer)
     L.emit(N.If(L.ws_consumer, L.block_of(consumers), side, concurrent=True))
 
