@@ -96,6 +96,19 @@ def test_two_buffers_of_q_are_right_when_each_copy_lands_only_at_its_wait(monkey
     np.testing.assert_allclose(out, attention64(*args[:3], 256, causal), rtol=2e-2, atol=1e-2)
 
 
+@pytest.mark.slow
+def test_two_buffers_of_q_on_the_snake_with_the_turns_through_the_program_are_right(monkeypatch, rng):
+    """The causal autotune candidate: two persistent blocks walk six tiles on the snake (block 0 takes tiles
+    0, 3, 4: not the strided 0, 2, 4), so each block's buffers alternate over tiles whose numbers do not
+    alternate in parity; every copy lands only at its wait."""
+    monkeypatch.setenv("KB_SIM_TMA_LANDING", "wait")
+    args, out = case(rng, 128, 256, 3, True)
+    low = {**PRODUCED, "product_overlap": True, "produced_a_buffers": 2, "pingpong_span": "program",
+           "persistent_order": "snake"}
+    kernel(low, True).simulate_lowered(*args, tensor_cores=True, arch="sm_90", blocks=2)
+    np.testing.assert_allclose(out, attention64(*args[:3], 256, True), rtol=2e-2, atol=1e-2)
+
+
 def test_two_buffers_of_q_only_in_a_persistent_block(rng):
     """A persistent block initialises a full and an empty barrier for each of Q's two buffers and copies into
     either by the tile's parity; a block of one tile has no next tile: its PTX is byte for byte the one-buffer
@@ -208,4 +221,19 @@ def test_gpu_two_buffers_of_q_match_torch_sdpa(span, d, causal):
         pytest.skip("TMA rings and warpgroup MMA need sm_90")
     low = {**PRODUCED, "product_overlap": True, "produced_a_buffers": 2, "pingpong_span": span}
     err = gpu_error_against_sdpa(FA, kernel(low, True), d, causal, d + causal + 19, "bfloat16", (128, 128))
+    assert err < 2e-2, err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_two_buffers_of_q_on_the_snake_match_torch_sdpa(d):
+    """The causal autotune candidate (examples/flash_attention.py SM90_CAUSAL_CANDIDATES): two Q buffers and the
+    turns through the program, each block's tiles in a snake, so a block's consecutive tiles are not the
+    strided order's; B4 H8 S1024 causal, bf16 output."""
+    pytest.importorskip("torch", reason="the SDPA reference needs torch")
+    if bridge.current_device().cc < (9, 0):
+        pytest.skip("TMA rings and warpgroup MMA need sm_90")
+    low = {**PRODUCED, "product_overlap": True, "produced_a_buffers": 2, "pingpong_span": "program",
+           "persistent_order": "snake"}
+    err = gpu_error_against_sdpa(FA, kernel(low, True), d, True, d + 23, "bfloat16", (128, 128))
     assert err < 2e-2, err
