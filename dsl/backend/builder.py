@@ -48,6 +48,10 @@ class FnState:
     alloca_b: ir.IRBuilder
     params: dict[N.Param, Any] = field(default_factory=dict)
     vars: dict[N.Var, tuple[list[ir.Value], Any]] = field(default_factory=dict)
+    # a variable's leaves as last stored or loaded in a block: a read later in the same block takes them, not
+    # a load of each leaf (a 96-leaf fragment tuple read 96 times made 9216 loads; mem2reg removes them all, but
+    # building and printing them was most of a big tile kernel's compile time)
+    in_block: dict[N.Var, tuple[ir.Block, list[ir.Value]]] = field(default_factory=dict)
     loops: list[tuple[ir.Block, ir.Block]] = field(default_factory=list)   # (continue, break)
     ret_block: ir.Block | None = None
     ret_slot: Any = None
@@ -337,15 +341,25 @@ class ModuleBuilder(ExprMixin, MemoryMixin, TileNodesMixin, UnrollMixin, LaunchM
             allocas = [self.st.alloca_b.alloca(v.type, name=var.name) for v in leaves(value)]
             slot = (allocas, value)
             self.st.vars[var] = slot
-        for a, v in zip(slot[0], leaves(value)):
+        values = leaves(value)
+        for a, v in zip(slot[0], values):
             self.st.b.store(v, a)
+        self.st.in_block[var] = (self.st.b.block, values)
 
     def read_var(self, var: N.Var, loc: N.Loc) -> Any:
+        """The variable's value: its allocas loaded, or within one basic block the leaves it last stored or
+        loaded there (instructions of a block run in order, and only assign stores to these allocas)."""
         slot = self.st.vars.get(var)
         if slot is None:
             raise CodegenError(f"variable {var.name!r} read before assignment", loc)
         allocas, template = slot
-        return rebuild(template, iter(self.st.b.load(a, typ=a.allocated_type) for a in allocas))
+        block = self.st.b.block
+        seen = self.st.in_block.get(var)
+        if seen is not None and seen[0] is block:
+            return rebuild(template, iter(seen[1]))
+        values = [self.st.b.load(a, typ=a.allocated_type) for a in allocas]
+        self.st.in_block[var] = (block, values)
+        return rebuild(template, iter(values))
 
     # ------------------------------------------------------------------ statements
     def visit_Assign(self, s: N.Assign) -> None:
