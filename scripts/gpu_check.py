@@ -29,8 +29,8 @@ The whole check no longer fits one 10-minute call; it runs in parts, each into i
       then GPT-2's and the LLM kernels' bars (examples and the GPT-2 step: 353 s, H100 2026-12-06 23:18)
   4. --skip tests,sanitize,examples --bench launch_overhead,launch_breakdown,elementwise,simt_parity,tile_ops,
       gemm,compile_time,intake,pdl_chain --budget 520   (271 s, H100 2026-12-06 23:30)
-  5. --skip tests,sanitize,examples --bench attention,attention_more --budget 540   the forward (BENCH_ARGS,
-      BENCH_PARTS: the 8 shape cases autotuned took under 420 s together)
+  5. --skip tests,sanitize,examples --bench attention,attention_more --budget 540   the forward (BENCH_RUNS:
+      the 8 shape cases autotuned took under 420 s together)
   6. --skip tests,sanitize,examples --bench attention_backward,attention_gqa_varlen --budget 540   the
       backward at D128 and D64 (D128: 77 s), grouped-query and variable-length rows
 Six calls of 5-9 minutes: more than one session's 30 minutes of device time with the machine's starts, so a
@@ -80,15 +80,14 @@ BENCHMARKS = ["benchmarks/launch_overhead.py", "benchmarks/launch_breakdown.py",
               "benchmarks/intake.py", "benchmarks/llm_kernels.py", "benchmarks/triton_tutorials.py",
               "benchmarks/pdl_chain.py", "benchmarks/gpt2_step.py"]
 GPU_TESTS_STEP = "tests gpu"     # --gpu-tests: the suite's GPU tests (-m gpu), its CPU tests being CI's
-# A benchmark file too long for one step runs as named parts, each its own --bench name, JSON file, log and
-# step, run right after the file's place in BENCHMARKS: name -> (file, arguments). attention.py with its backward
-# outgrew the step's cap (stopped at 420 s in the backward, H100 2026-12-06 23:35): the forward's autotuning
-# of 8 shape cases alone takes most of it.
-BENCH_PARTS = {"attention_more": ("benchmarks/attention.py", ["--fwd-shapes", "1024x128,4096x256"]),
-               "attention_backward": ("benchmarks/attention.py", ["--backward-only", "--bwd-head-dims", "128,64"]),
-               "attention_gqa_varlen": ("benchmarks/attention.py", ["--gqa-only", "--varlen"])}
-# a file's own run, when it has parts: only its first cases
-BENCH_ARGS = {"benchmarks/attention.py": ["--fwd-shapes", "4096x128,4096x64"]}
+# A benchmark file too long for one step runs as named parts, in this order and in the file's place in
+# BENCHMARKS, each its own --bench name, JSON file, log and step: file -> [(name, arguments)]; any other file
+# runs once, under its stem. attention.py with its backward outgrew the step's cap (stopped at 420 s in the
+# backward, H100 2026-12-06 23:35): the forward's autotuning of 8 shape cases alone takes most of it.
+BENCH_RUNS = {"benchmarks/attention.py": [("attention", ["--fwd-shapes", "4096x128,4096x64"]),
+                                          ("attention_more", ["--fwd-shapes", "1024x128,4096x256"]),
+                                          ("attention_backward", ["--backward-only", "--bwd-head-dims", "128,64"]),
+                                          ("attention_gqa_varlen", ["--gqa-only", "--varlen"])]}
 SANITIZER_TOOLS = ["memcheck", "racecheck", "synccheck", "initcheck"]
 # processes a tool's pass runs in (--sanitize-shards): 4 tools x 3 = 12 of the machine's 16 cores; the four
 # passes side by side took 163 s so (433 GPU tests each; one process a tool took 405-490 s; H100 2026-12-06)
@@ -266,7 +265,7 @@ def main() -> int:
     ap.add_argument("--skip", default="", help="comma list of steps to skip: tests, sanitize (the sanitizer "
                     "passes over the GPU tests), examples, example_memcheck (the examples' memcheck runs), bench")
     ap.add_argument("--bench", default="", help="comma list of benchmark names (file stems, e.g. gemm,attention, or a part of one in "
-                    "BENCH_PARTS, e.g. attention_backward) "
+                    "BENCH_RUNS, e.g. attention_backward) "
                     "to run instead of all: the benchmarks no longer fit one 10-minute call, so they run in parts")
     ap.add_argument("--tests", default="", help="comma list of test files or node ids the tests step runs instead "
                     "of the whole suite: a focused re-run when device time is short; the record and the summary "
@@ -506,12 +505,8 @@ class _Run:
 
 
 def bench_runs(files: list[str]) -> list[tuple[str, str, list[str]]]:
-    """(name, file, arguments) of each benchmark run in order: a file's own run, then its BENCH_PARTS."""
-    runs = []
-    for b in files:
-        runs.append((Path(b).stem, b, BENCH_ARGS.get(b, [])))
-        runs += [(name, f, args) for name, (f, args) in BENCH_PARTS.items() if f == b]
-    return runs
+    """(name, file, arguments) of each benchmark run in order: a file's BENCH_RUNS, else the file once."""
+    return [(name, b, args) for b in files for name, args in BENCH_RUNS.get(b, [(Path(b).stem, [])])]
 
 
 def count_gpus(py: str, logs: Path) -> int:

@@ -275,7 +275,7 @@ def test_a_sanitizer_shard_with_an_error_fails_the_check(gpu_check, capsys):
 
 
 def test_a_benchmark_in_parts_runs_each_part_under_its_own_name_json_and_step(gpu_check, monkeypatch, tmp_path):
-    """attention.py outgrew one step: its forward and each named part (BENCH_PARTS) run with their own
+    """attention.py outgrew one step: its forward and each named part (BENCH_RUNS) run with their own
     arguments into their own JSON file, log and step, in the file's place, and --bench picks them by name."""
     ran = []
 
