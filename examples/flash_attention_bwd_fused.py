@@ -302,6 +302,15 @@ LADDER: dict[str, dict | None] = {
     "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
     "deferred dQ, warp vectors": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ,
                                   "warp_vectors": True},
+    # D128's two picks on a ring of three stages of Q and dO, not two (the refill of a stage is issued a step and a
+    # half ahead of its wait, not half a step): 188 KiB of stages + 34 KiB static, 218 KiB, one block an SM as
+    # before; ptxas gives them the registers and spill bytes of the two-stage picks (255 / 254 registers, full /
+    # causal); untimed
+    "128x64 w8, TMA ring S3 + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+    "warp vectors": {**RING, "loop_stages": 3, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ,
+                     "warp_vectors": True},
+    "128x64 w8, TMA ring S3 + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+    "heads in turn": {**RING, "loop_stages": 3, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
     # both: the diagonal loop's two loops hand the prefetched rows on from one to the other. D128 497.2 / 426.7, D64
     # causal 287.5 (H100 2026-12-06 04:36: no gain on the prefetch alone)
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop, "
