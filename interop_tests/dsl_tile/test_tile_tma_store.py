@@ -183,6 +183,29 @@ def test_staging_rounds_keep_the_rings_four_stages_and_store_the_tile_a_slab_a_r
             np.testing.assert_allclose(c.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
 
 
+def test_persistent_warpgroups_storing_their_own_rows_never_wait_for_each_other(tmp_path, rng):
+    """store_by_warpgroup on the persistent warp-specialised GEMM: each consumer warpgroup stages and stores its
+    64 rows between barriers of its own 128 threads, and nothing after the main loop joins the two (the
+    barrier of both that ends each tile's loop is gone: the staging tile is the kernel's own, never the
+    operand stages the other warpgroup reads), so they may drift apart by up to the ring's depth. Ragged
+    shapes over two blocks match float64 with the copies landing at issue and at their wait, free of shared
+    races; ptxas: no spills. Without the switch the kernel keeps the barrier of both."""
+    ck = _compile_big("gemm_cast", "pws", "bf16", "same", (128, 256), 64, store_by_warpgroup=True)
+    assert "bar.sync 4, 128;" in ck.ptx and "bar.sync 5, 128;" in ck.ptx and "bar.sync 1, 256;" not in ck.ptx
+    assert ck.ptx.count(BULK_STORE) == 8          # each warpgroup's four 128-byte column slabs of its rows
+    assert "bar.sync 1, 256;" in _compile_big("gemm_cast", "pws", "bf16", "same", (128, 256), 64).ptx
+    assert spill_bytes(ptxas_verbose(ck.ptx, "sm_90a", tmp_path)) == 0
+    a, b, ref = operands(rng, "bf16", 392, 72, 520)          # 8 tiles over 2 blocks, ragged M and N
+    for landing in ("issue", "wait"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("KB_SIM_TMA_LANDING", landing)
+            mp.setenv("KB_SIM_SHARED_RACES", "1")
+            c = np.full((392, 520), np.nan, ml_dtypes.bfloat16)
+            k = kernel("gemm_cast", persistent=True, gemm_pipeline="ws", store_by_warpgroup=True)
+            k.simulate_lowered(a, b, tile.partition(c, (128, 256)), 64, tensor_cores=True, arch="sm_90", blocks=2)
+            np.testing.assert_allclose(c.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
+
+
 def test_a_staging_tile_that_cannot_fit_falls_back_to_direct_stores_and_says_so(monkeypatch, tmp_path, rng):
     """With no room left beside 3 stages for even one slab (the slack set to take it all), the whole
     tile is staged, does not fit, and the kernel is lowered again with pair stores. (A cache of its
@@ -268,11 +291,12 @@ def _device_or_skip():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["sync", "ws", "pws"])
+@pytest.mark.parametrize("mode", ["sync", "ws", "pws", "pws by warpgroup"])
 @pytest.mark.parametrize("which", ["gemm", "gemm_cast"])
 def test_gpu_tma_store_gemm_matches_numpy(monkeypatch, rng, mode, which):
     """Ragged M, N, K (N a multiple of 8: 16-byte rows), more tiles than SMs for the persistent kernel;
-    C is the first rows of a larger poisoned buffer whose other rows must stay poisoned."""
+    C is the first rows of a larger poisoned buffer whose other rows must stay poisoned. "pws by
+    warpgroup": persistent with store_by_warpgroup (the consumer warpgroups never wait for each other)."""
     dev = _device_or_skip()
     m, k, n = 2100, 200, 2104
     a, b, ref = operands(rng, "bf16", m, k, n)
@@ -280,8 +304,9 @@ def test_gpu_tma_store_gemm_matches_numpy(monkeypatch, rng, mode, which):
     host = np.full((m + 100, n), -3.25, odt)
     big = bridge.from_host(host)
     c = big[:m]
-    tshape = (128, 128) if which == "gemm" and mode == "pws" else (128, 256)
-    kern = kernel(which, persistent=mode == "pws", gemm_pipeline="sync" if mode == "sync" else "ws")
+    tshape = (128, 128) if which == "gemm" and mode.startswith("pws") else (128, 256)
+    kern = kernel(which, persistent=mode.startswith("pws"), gemm_pipeline="sync" if mode == "sync" else "ws",
+                  **({"store_by_warpgroup": True} if mode.endswith("warpgroup") else {}))
     args = (bridge.from_host(a), bridge.from_host(b), tile.partition(c, tshape), 64)
     assert kern.compile(args, dev.arch).ptx.count(BULK_STORE) > 0
     kern(*args)
