@@ -100,7 +100,9 @@ MODE_SWITCHES = {"sync": {"KB_TILE_GEMM_PIPELINE": "sync"}, "pws": {"KB_TILE_GEM
                  "pws tma-store rounds": {"KB_TILE_GEMM_PIPELINE": "ws", "KB_TILE_TMA_STORE": "1",
                                           "KB_TILE_STAGING_ROUNDS": "1"},
                  "pws tma-store by-wg": {"KB_TILE_GEMM_PIPELINE": "ws", "KB_TILE_TMA_STORE": "1",
-                                         "KB_TILE_STORE_BY_WARPGROUP": "1"}}
+                                         "KB_TILE_STORE_BY_WARPGROUP": "1"},
+                 "pws tma-store rounds by-wg": {"KB_TILE_GEMM_PIPELINE": "ws", "KB_TILE_TMA_STORE": "1",
+                                                "KB_TILE_STAGING_ROUNDS": "1", "KB_TILE_STORE_BY_WARPGROUP": "1"}}
 
 
 @contextlib.contextmanager
@@ -136,7 +138,7 @@ def candidates(case: Case, tiles: list) -> list[tuple[int, int, int, str, bool]]
     tma-store rounds" with a 16-bit C (KB_TILE_STAGING_ROUNDS=1: 4 stages, the tile stored a slab a
     round; 0.956x cuBLAS at 16384x1024x1024, H100 2026-12-06) and "pws tma-store by-wg" (KB_TILE_STORE_BY_WARPGROUP=1:
     each consumer warpgroup stores its own rows and the two never wait for each other, so one's epilogue runs
-    beside the other's products)."""
+    beside the other's products; "rounds by-wg" the same in rounds beside 4 stages)."""
     shapes = tiles or DSL_TILES["16bit" if case.label in ("bf16", "f16") else case.label]
     out = [(bm, bn, bk, "sync", False) for bm, bn, bk in shapes]
     if case.layout == "NN" and case.label in ("bf16", "f16") and not tiles:
@@ -145,7 +147,8 @@ def candidates(case: Case, tiles: list) -> list[tuple[int, int, int, str, bool]]
         out += [(128, 256, 64, "pws", True)] + ([(128, 256, 64, "sync", True)] if case.shape == "16384x1024x1024" else [])
     if case.layout == "NN" and case.label in ("bf16", "f16") and not tiles and case.shape in TMA_STORE_SHAPES:
         out += [(128, 256, 64, "tma-store", False), (128, 256, 64, "tma-store", True),
-                (128, 256, 64, "pws tma-store rounds", True), (128, 256, 64, "pws tma-store by-wg", True)]
+                (128, 256, 64, "pws tma-store rounds", True), (128, 256, 64, "pws tma-store by-wg", True),
+                (128, 256, 64, "pws tma-store rounds by-wg", True)]
         if case.shape == "16384x1024x1024":
             out += [(128, 256, 64, "pws tma-store", False), (128, 256, 64, "pws tma-store", True),
                     (128, 256, 32, "pws tma-store", True)]

@@ -63,7 +63,9 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     "tma_store": ("KB_TILE_TMA_STORE", None, False),
     # under tma_store, where two or more warpgroups each hold a block of whole rows of a stored tile (attention's
     # consumer warpgroups), each stages and stores its rows on its own, between barriers of its 128 threads
-    # (lower/store_tma.py rows_split): no block barrier to pull ping-pong's warpgroups into step; untimed, so off
+    # (lower/store_tma.py rows_split): no block barrier to pull ping-pong's warpgroups into step; in a persistent
+    # warp-specialised GEMM also no barrier of both after each tile's loop (lower/matmul/tma.py), so one
+    # warpgroup stores its rows while the other runs the next tile's first products; untimed, so off
     "store_by_warpgroup": ("KB_TILE_STORE_BY_WARPGROUP", None, False),
     # a persistent kernel's TMA-store staging tile sized so its GEMM loop keeps every stage it has without
     # one (the tile then stored in rounds, lower/store_tma.py plan_staging), not the whole tile at a stage's

@@ -183,16 +183,22 @@ def test_staging_rounds_keep_the_rings_four_stages_and_store_the_tile_a_slab_a_r
             np.testing.assert_allclose(c.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
 
 
-def test_persistent_warpgroups_storing_their_own_rows_never_wait_for_each_other(tmp_path, rng):
+@pytest.mark.parametrize("rounds", [False, True], ids=["at-once", "rounds"])
+def test_persistent_warpgroups_storing_their_own_rows_never_wait_for_each_other(tmp_path, rng, rounds):
     """store_by_warpgroup on the persistent warp-specialised GEMM: each consumer warpgroup stages and stores its
     64 rows between barriers of its own 128 threads, and nothing after the main loop joins the two (the
     barrier of both that ends each tile's loop is gone: the staging tile is the kernel's own, never the
     operand stages the other warpgroup reads), so they may drift apart by up to the ring's depth. Ragged
     shapes over two blocks match float64 with the copies landing at issue and at their wait, free of shared
-    races; ptxas: no spills. Without the switch the kernel keeps the barrier of both."""
-    ck = _compile_big("gemm_cast", "pws", "bf16", "same", (128, 256), 64, store_by_warpgroup=True)
+    races; ptxas: no spills. Without the switch the kernel keeps the barrier of both. With staging_rounds
+    (4 stages, not 3) each warpgroup stores its rows a 128-byte slab a round, waiting for a round's reads
+    before it writes the next."""
+    ck = _compile_big("gemm_cast", "pws", "bf16", "same", (128, 256), 64, store_by_warpgroup=True,
+                      staging_rounds=rounds)
     assert "bar.sync 4, 128;" in ck.ptx and "bar.sync 5, 128;" in ck.ptx and "bar.sync 1, 256;" not in ck.ptx
     assert ck.ptx.count(BULK_STORE) == 8          # each warpgroup's four 128-byte column slabs of its rows
+    assert ck.ptx.count("mbarrier.init") == 2 * (4 if rounds else 3)
+    assert ck.ptx.count("cp.async.bulk.commit_group;") == (8 if rounds else 2)
     assert "bar.sync 1, 256;" in _compile_big("gemm_cast", "pws", "bf16", "same", (128, 256), 64).ptx
     assert spill_bytes(ptxas_verbose(ck.ptx, "sm_90a", tmp_path)) == 0
     a, b, ref = operands(rng, "bf16", 392, 72, 520)          # 8 tiles over 2 blocks, ragged M and N
@@ -201,9 +207,18 @@ def test_persistent_warpgroups_storing_their_own_rows_never_wait_for_each_other(
             mp.setenv("KB_SIM_TMA_LANDING", landing)
             mp.setenv("KB_SIM_SHARED_RACES", "1")
             c = np.full((392, 520), np.nan, ml_dtypes.bfloat16)
-            k = kernel("gemm_cast", persistent=True, gemm_pipeline="ws", store_by_warpgroup=True)
+            k = kernel("gemm_cast", persistent=True, gemm_pipeline="ws", store_by_warpgroup=True, staging_rounds=rounds)
             k.simulate_lowered(a, b, tile.partition(c, (128, 256)), 64, tensor_cores=True, arch="sm_90", blocks=2)
             np.testing.assert_allclose(c.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
+    if rounds:      # each round waits for the last one's reads: without that wait the copies read the next round
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("KB_SIM_TMA_LANDING", "wait")
+            mp.setenv("KB_CACHE", "0")
+            mp.setattr(store_tma, "await_reads", lambda L, leader: None)
+            c = np.full((392, 520), np.nan, ml_dtypes.bfloat16)
+            k = kernel("gemm_cast", persistent=True, gemm_pipeline="ws", store_by_warpgroup=True, staging_rounds=True)
+            k.simulate_lowered(a, b, tile.partition(c, (128, 256)), 64, tensor_cores=True, arch="sm_90", blocks=2)
+            assert not np.allclose(c.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
 
 
 def test_a_staging_tile_that_cannot_fit_falls_back_to_direct_stores_and_says_so(monkeypatch, tmp_path, rng):
@@ -291,7 +306,7 @@ def _device_or_skip():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["sync", "ws", "pws", "pws by warpgroup"])
+@pytest.mark.parametrize("mode", ["sync", "ws", "pws", "pws by warpgroup", "pws rounds by warpgroup"])
 @pytest.mark.parametrize("which", ["gemm", "gemm_cast"])
 def test_gpu_tma_store_gemm_matches_numpy(monkeypatch, rng, mode, which):
     """Ragged M, N, K (N a multiple of 8: 16-byte rows), more tiles than SMs for the persistent kernel;
@@ -306,7 +321,8 @@ def test_gpu_tma_store_gemm_matches_numpy(monkeypatch, rng, mode, which):
     c = big[:m]
     tshape = (128, 128) if which == "gemm" and mode.startswith("pws") else (128, 256)
     kern = kernel(which, persistent=mode.startswith("pws"), gemm_pipeline="sync" if mode == "sync" else "ws",
-                  **({"store_by_warpgroup": True} if mode.endswith("warpgroup") else {}))
+                  **({"store_by_warpgroup": True} if mode.endswith("warpgroup") else {}),
+                  **({"staging_rounds": True} if "rounds" in mode else {}))
     args = (bridge.from_host(a), bridge.from_host(b), tile.partition(c, tshape), 64)
     assert kern.compile(args, dev.arch).ptx.count(BULK_STORE) > 0
     kern(*args)

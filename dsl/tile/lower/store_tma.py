@@ -289,12 +289,12 @@ def store_tma(L, p, v: LV, s=None) -> None:
 def rows_split(L, v: LV, bm: int, slabs: int, group: int) -> int:
     """The rows each warpgroup stages and stores on its own (switch store_by_warpgroup), or 0: where the tile
     program's two or more warpgroups each hold a block of whole rows of `v`'s tile (warps splitting M only,
-    one per warp: warpgroup g rows [g R, (g + 1) R), bind_warps), R a power of two of at least 8 rows, and the
-    tile is staged at once (not in rounds: plan_staging)."""
+    one per warp: warpgroup g rows [g R, (g + 1) R), bind_warps), R a power of two of at least 8 rows; staged
+    at once or in rounds of `group` slabs (plan_staging), each warpgroup its rows of a round's slabs."""
     groups = L.T // 128
     lay = v.layout
     if not (L.store_by_warpgroup and groups >= 2 and L.T % 128 == 0 and L.cc >= 90 and isinstance(lay, MmaLayout)
-            and not lay.by_warpgroup and lay.wn == 1 and lay.wm == 4 * groups and group == slabs):
+            and not lay.by_warpgroup and lay.wn == 1 and lay.wm == 4 * groups and slabs % group == 0):
         return 0
     rows = bm // groups
     return rows if rows * groups == bm and rows >= 8 and rows & (rows - 1) == 0 else 0
@@ -364,14 +364,17 @@ def _by_warpgroup(L, family: str, tmap, v: LV, base, bm: int, w: int, row0, col0
     _warpgroups_stage(L, lambda: _write_pairs(L, v, base, bm, range(0, L.T // 128 * mine)), issue)
 
 
-def _by_warpgroup_rows(L, family: str, tmap, v: LV, base, rows: int, w: int, row0, col0, slabs: int) -> None:
-    """Each warpgroup stages its `rows` rows of the tile in a staging tile of its own (`slabs` slabs of
-    its rows, one after the other from `base`) and its thread 0 stores them at its rows' origin."""
-    def issue(g: int) -> None:
-        first = N.BinOp("add", base, N.Const(g * rows * slabs * ROW_BYTES, U32), U32)
-        at = N.BinOp("add", row0, c32(g * rows), I32)
-        _issue(L, family, tmap, first, rows, w, at, col0, range(slabs))
-    _warpgroups_stage(L, lambda: _write_pairs(L, v, base, rows, range(slabs), rows), issue)
+def _by_warpgroup_rows(L, family: str, tmap, v: LV, base, rows: int, w: int, row0, col0, group: int) -> None:
+    """Each warpgroup stages its `rows` rows of the tile in a staging tile of its own (`group` slabs of
+    its rows, one after the other from `base`) and its thread 0 stores them at its rows' origin; a tile of
+    more slabs than `group` in rounds, each waiting for the last round's reads (_warpgroups_stage)."""
+    for first in range(0, v.layout.shape[1] // w, group):
+        mine = range(first, first + group)
+
+        def issue(g: int, mine=mine) -> None:
+            at = N.BinOp("add", base, N.Const(g * rows * group * ROW_BYTES, U32), U32)
+            _issue(L, family, tmap, at, rows, w, N.BinOp("add", row0, c32(g * rows), I32), col0, mine)
+        _warpgroups_stage(L, lambda mine=mine: _write_pairs(L, v, base, rows, mine, rows), issue)
 
 
 def _warpgroups_stage(L, write, issue) -> None:
