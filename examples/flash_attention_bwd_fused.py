@@ -302,15 +302,6 @@ LADDER: dict[str, dict | None] = {
     "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
     "deferred dQ, warp vectors": {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ,
                                   "warp_vectors": True},
-    # D128's two picks on a ring of three stages of Q and dO, not two (the refill of a stage is issued a step and a
-    # half ahead of its wait, not half a step): 188 KiB of stages + 34 KiB static, 218 KiB, one block an SM as
-    # before; ptxas gives them the registers and spill bytes of the two-stage picks (255 / 254 registers, full /
-    # causal); untimed
-    "128x64 w8, TMA ring S3 + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-    "warp vectors": {**RING, "loop_stages": 3, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ,
-                     "warp_vectors": True},
-    "128x64 w8, TMA ring S3 + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-    "heads in turn": {**RING, "loop_stages": 3, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ},
     # both: the diagonal loop's two loops hand the prefetched rows on from one to the other. D128 497.2 / 426.7, D64
     # causal 287.5 (H100 2026-12-06 04:36: no gain on the prefetch alone)
     "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop, "
@@ -365,6 +356,9 @@ FASTEST: dict[int, str] = {
          "warp vectors",
     64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
         "deferred dQ, heads in turn"}
+# D128's two picks on a ring of three stages of Q and dO, not two (218 KiB, one block an SM as before, the same
+# registers) lost: full 524.7 against 549.5 TFLOP/s (0.939 / 0.983x cuDNN), causal 456.0 against 462.6 (0.966 /
+# 0.979x), in one run (H100 2026-12-07 03:06); dropped from LADDER.
 # causal attention's own pick where it differs from FASTEST's. Since heads in turn (tile.block_order, eight heads'
 # key blocks in turns, each head's heaviest first): D128 461.3 TFLOP/s (0.977x cuDNN) against 450.7 (0.955x) in
 # the same run, D64 352.2 (0.967x) against 342.3 (0.940x) (H100 2026-12-06 13:55, docs/results/gpu_runs_2026-12-06_1355);

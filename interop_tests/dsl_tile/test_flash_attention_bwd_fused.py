@@ -233,8 +233,6 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           # warp vectors: the lse and Delta rows whole in every warp (2 + 2 registers a thread, 4 at D64's 128 rows)
           (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
                 "warp vectors"): 4,
-          (128, "128x64 w8, TMA ring S3 + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-                "warp vectors"): 4,     # three ring stages: the same registers as two
           # heads in turn (tile.block_order): the same steps, the block's key block chosen by a few integer ops
           (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, lazy waits + fp_fusion ftz, prefetch, heads in turn"):
               132,
