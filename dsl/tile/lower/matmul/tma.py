@@ -244,10 +244,12 @@ class _TmaLoop:
         L.emit(N.If(self.consumer, L.block_of(consumers), L.block_of(producer), concurrent=True))
         self.advance()
         L.consumers_only = True       # from here on only the consumers run (dsl/tile/lower/kernel.py)
-        if not (L.persistent and L.store_by_warpgroup):
+        if not (L.persistent and L.store_by_warpgroup and not L.lazy_barriers):
             L.emit(N.If(self.consumer, L.block_of(L.sync), []))
         # else no barrier of the two consumer warpgroups: a persistent kernel's stores stage in a tile of their
         # own (store_tma._staging), never in the operand stages the other warpgroup may still read, and under
         # store_by_warpgroup each warpgroup stages its own rows between barriers of its own. So the warpgroups
         # drift apart by up to the ring's depth: one runs the next tile's first products while the other
-        # stores this tile, and their epilogues no longer leave the tensor cores idle together
+        # stores this tile, and their epilogues no longer leave the tensor cores idle together. (Other shared
+        # memory of the epilogue, a reduction's, closes with a barrier of both, which neither passes before the
+        # other is done reading; lazy_barriers leaves that to the next barrier, so it keeps this one.)
