@@ -66,8 +66,8 @@ SWITCHES: dict[str, tuple[str, tuple | None, Any]] = {
     # (lower/store_tma.py rows_split): no block barrier to pull ping-pong's warpgroups into step; in a persistent
     # warp-specialised GEMM also no barrier of both after each tile's loop (lower/matmul/tma.py), so one
     # warpgroup stores its rows while the other runs the next tile's first products: 16384 x 1024 x 1024 bf16
-    # 0.969x cuBLAS with staging_rounds against 0.925x without the split (H100 2026-12-07); attention untimed; a
-    # kernel asks for it (benchmarks/gemm.py's "by-wg" candidates), so off
+    # 0.969x cuBLAS with staging_rounds against 0.925x without the split (H100 2026-12-07); attention 3-6 % slower
+    # at S1024 D128 (H100 2026-12-06); a kernel asks for it (benchmarks/gemm.py's "by-wg" candidates), so off
     "store_by_warpgroup": ("KB_TILE_STORE_BY_WARPGROUP", None, False),
     # a persistent kernel's TMA-store staging tile sized so its GEMM loop keeps every stage it has without
     # one (the tile then stored in rounds, lower/store_tma.py plan_staging), not the whole tile at a stage's
