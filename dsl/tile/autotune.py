@@ -69,14 +69,19 @@ def _bucket(n: int) -> int:
 
 def signature_key(args: Sequence[Any]) -> list:
     """Per argument: dtype and extents rounded up to powers of two (arrays), or the type (scalars)."""
+    return [[x[0], list(x[1])] if isinstance(x, tuple) else x for x in _signature(args)]
+
+
+def _signature(args: Sequence[Any]) -> tuple:
+    """signature_key as a hashable tuple: per argument (dtype, bucketed extents) or the type's name."""
     out: list = []
     for a in args:
         shape = getattr(a, "shape", None)
         if shape is not None and not isinstance(a, (int, float, bool, np.generic)):
-            out.append([str(getattr(a, "dtype", "?")), [_bucket(int(n)) for n in shape]])
+            out.append((str(getattr(a, "dtype", "?")), tuple(_bucket(int(n)) for n in shape)))
         else:
             out.append(type(a).__name__)
-    return out
+    return tuple(out)
 
 
 class Tuned:
@@ -117,6 +122,11 @@ class Tuned:
         self.pruned: dict[str, dict[str, str]] = {}   # tuning key -> {config text: why it was dropped}
         self._lock = threading.Lock()
         self._variants: dict[tuple, Any] = {}     # documented cache: (num_warps, persistent, lowering) -> kernel
+        # documented cache: (arch, _signature(args)) -> pick, so a call whose pick is known costs a dict lookup,
+        # not the tuning key (its source fingerprint and candidate texts were ~300 us a call on a 2-core CPU:
+        # more than a 50-us kernel, whose launches then waited for the host)
+        self._by_signature: dict[tuple, Config] = {}
+        self._fixed: tuple[str, str] | None = None   # documented cache: the key's parts fixed for this object
 
     # ------------------------------------------------------------------------------ public
     def __call__(self, *args: Any) -> None:
@@ -146,8 +156,9 @@ class Tuned:
         return self.kernel.contract_call(args, tile_shapes=config.tiles, constants=config.constants)
 
     def key(self, args: tuple, arch: str) -> str:
-        parts = [source_fingerprint(self.kernel.pyfunc), json.dumps([c.text() for c in self.configs]),
-                 json.dumps(signature_key(args)), arch, _driver_text(), toolchain_fingerprint()]
+        if self._fixed is None:           # the kernel's source and the candidates do not change in a process
+            self._fixed = (source_fingerprint(self.kernel.pyfunc), json.dumps([c.text() for c in self.configs]))
+        parts = [*self._fixed, json.dumps(signature_key(args)), arch, _driver_text(), toolchain_fingerprint()]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     def select(self, *args: Any, arch: str | None = None) -> Config:
@@ -155,10 +166,11 @@ class Tuned:
         if arch is None:
             import bridge
             arch = bridge.current_device().arch
-        key = self.key(args, arch)
-        pick = self.picks.get(key)
+        fast = (arch, _signature(args))
+        pick = self._by_signature.get(fast)
         if pick is not None:
             return pick
+        key = self.key(args, arch)
         with self._lock:
             pick = self.picks.get(key)
             if pick is None:
@@ -166,6 +178,7 @@ class Tuned:
                 if pick is None:
                     pick = self._tune(key, args, arch)
                 self.picks[key] = pick
+            self._by_signature[fast] = pick
         return pick
 
     # ------------------------------------------------------------------------------ tuning

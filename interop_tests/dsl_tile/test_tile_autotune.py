@@ -216,3 +216,29 @@ def test_bad_kernel_options_in_a_configuration_are_refused_naming_it(opts, text)
     with pytest.raises(ValueError, match=text) as err:
         tile.autotune(K.gemm, [tile.Config(tiles={"c": (64, 64)}, constants={"bk": 32}, **opts)])
     assert "configuration {" in str(err.value)
+
+
+def test_a_known_pick_costs_a_lookup_not_the_tuning_key(cache, monkeypatch):
+    """Once a shape bucket has its pick, later calls of that bucket find it by the arguments' signature: the
+    tuning key (the kernel's source fingerprint and the candidates' texts, ~300 us a call on a 2-core CPU,
+    longer than a 50-us kernel) is not computed again. Another bucket, another dtype or another arch is a new
+    lookup (and its own pick), and the key's fixed parts are computed once per Tuned."""
+    import importlib
+    autotune = importlib.import_module("dsl.tile.autotune")
+    fingerprints = []
+    real = autotune.source_fingerprint
+    monkeypatch.setattr(autotune, "source_fingerprint", lambda fn: fingerprints.append(fn) or real(fn))
+    tuned = tile.Tuned(K.gemm, CONFIGS, reps=1, timer=FakeTimer({(64, 64): 2.0, (128, 128): 1.0}))
+    keys = []
+    key = tuned.key
+    monkeypatch.setattr(tuned, "key", lambda args, arch: keys.append(arch) or key(args, arch))
+    args = gemm_args()
+    for _ in range(3):
+        assert tuned.select(*args, arch="sm_90") == CONFIGS[1]
+    assert keys == ["sm_90"] and len(fingerprints) == 1
+    tuned.select(*gemm_args(m=700), arch="sm_90")             # 700 rows: bucket 1024, not 512
+    tuned.select(*args, arch="sm_80")
+    a, b, c = args
+    tuned.select(a.astype(np.float16), b.astype(np.float16), c, arch="sm_90")
+    assert keys == ["sm_90", "sm_90", "sm_80", "sm_90"] and len(fingerprints) == 1
+    assert len(tuned.picks) == 4
