@@ -126,7 +126,8 @@ class Tuned:
         # not the tuning key (its source fingerprint and candidate texts were ~300 us a call on a 2-core CPU:
         # more than a 50-us kernel, whose launches then waited for the host)
         self._by_signature: dict[tuple, Config] = {}
-        self._fixed: tuple[str, str] | None = None   # documented cache: the key's parts fixed for this object
+        self._texts = [c.text() for c in cfgs]     # the candidates as the key and the disk entries name them
+        self._source: str | None = None           # documented cache: the kernel's source fingerprint (first key)
 
     # ------------------------------------------------------------------------------ public
     def __call__(self, *args: Any) -> None:
@@ -156,9 +157,10 @@ class Tuned:
         return self.kernel.contract_call(args, tile_shapes=config.tiles, constants=config.constants)
 
     def key(self, args: tuple, arch: str) -> str:
-        if self._fixed is None:           # the kernel's source and the candidates do not change in a process
-            self._fixed = (source_fingerprint(self.kernel.pyfunc), json.dumps([c.text() for c in self.configs]))
-        parts = [*self._fixed, json.dumps(signature_key(args)), arch, _driver_text(), toolchain_fingerprint()]
+        if self._source is None:          # the kernel's source does not change in a process
+            self._source = source_fingerprint(self.kernel.pyfunc)
+        parts = [self._source, json.dumps(self._texts), json.dumps(signature_key(args)), arch, _driver_text(),
+                 toolchain_fingerprint()]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     def select(self, *args: Any, arch: str | None = None) -> Config:
@@ -265,7 +267,7 @@ class Tuned:
     # this cache did not write, or one for another candidate list, is a miss and the kernel is re-tuned.
     def _load(self, key: str) -> Config | None:
         data = DiskCache().load_pick(key) if cache_enabled() else None
-        if data is None or data.get("configs") != [c.text() for c in self.configs]:
+        if data is None or data.get("configs") != self._texts:
             return None
         i = data.get("pick")
         return self.configs[i] if type(i) is int and 0 <= i < len(self.configs) else None
@@ -274,7 +276,7 @@ class Tuned:
         if not cache_enabled():
             return                            # a refused or read-only cache only costs re-tuning later
         DiskCache().store_pick(key, {"kernel": self.kernel.name, "pick": best,
-                                     "configs": [c.text() for c in self.configs],
+                                     "configs": self._texts,
                                      "ms": {str(i): round(t, 6) for i, t in times.items()}})
 
 
