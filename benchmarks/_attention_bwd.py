@@ -68,14 +68,16 @@ def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, form: str) -> 
 
 def _after_forward(torch, fwd, q, k, v, dout, s: int, causal: bool) -> tuple:
     """(head dim, group, row stacks of q k v dout, (o, lse, delta, dq, dk, dv)): the forward with its
-    log-sum-exp run once, the other arrays NaN. k and v may have fewer heads than q (GQA)."""
+    log-sum-exp run once, the other arrays NaN. k and v may have fewer heads than q (GQA). Dtypes as the SDPA
+    drop-in's (examples/attention_op.py) training path: O, dK and dV in q's, lse, Delta and dQ (summed) f32."""
     d, group = q.shape[-1], q.shape[1] // k.shape[1]
     x = [t.reshape(-1, d) for t in (q, k, v, dout)]
     rows, kv_rows = x[0].shape[0], x[1].shape[0]
 
-    def new(*shape):
-        return torch.full(shape, float("nan"), device="cuda")
-    o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
+    def new(*shape, dtype=torch.float32):
+        return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+    o, lse, delta, dq = new(rows, d, dtype=q.dtype), new(rows), new(rows), new(rows, d)
+    dk, dv = new(kv_rows, d, dtype=q.dtype), new(kv_rows, d, dtype=q.dtype)
     fwd.flash_fwd_lse(*fwd.launch_args_lse(x[0], x[1], x[2], o, lse, s, causal, group=group))
     return d, group, x, (o, lse, delta, dq, dk, dv)
 

@@ -9,9 +9,9 @@ The kernels are examples/flash_attention.py's `flash_fwd_lse` (output and each q
 and examples/flash_attention_bwd.py's three backward kernels, or, where it is faster (sm_90, D64 and
 D128, flash_attention_bwd_fused.FASTEST) and determinism is not asked for, the fused backward of
 examples/flash_attention_bwd_fused.py (`backward_form`). The ops take (B, H, S, D) tensors, work
-on their (B*H*S, D) row stacks (a view of a contiguous tensor) and keep O and the gradients in f32,
-as the kernels write them; `scaled_dot_product_attention` casts the result to the inputs' dtype, as
-SDPA returns it. Where no gradient is wanted (torch.no_grad, or inputs that do not require one) it runs
+on their (B*H*S, D) row stacks (a view of a contiguous tensor) and return O and the gradients in the
+inputs' dtype, as SDPA does: the kernels store O, dK and dV in it (the backward reads O so, half the bytes
+of f32), and dQ, summed in f32 (the fused backward adds into it atomically), is converted at the end. Where no gradient is wanted (torch.no_grad, or inputs that do not require one) it runs
 ::infer instead: flash_fwd writing O in the inputs' dtype, without the log-sum-exp, on the fastest
 fixed form measured for the head dim (flash_attention.infer_launch). CUDA tensors launch on torch's current stream (capturable in CUDA graphs); CPU tensors
 run the kernels on the simulator (small shapes: it is an interpreter).
@@ -130,7 +130,7 @@ def define_torch_ops() -> Any:
                              schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)")
     def forward(q, k, v, causal, scale):
         b, h, s, d, group = check_inputs(q, k, v)
-        o = torch.empty((b, h, s, d), dtype=torch.float32, device=q.device)
+        o = torch.empty((b, h, s, d), dtype=q.dtype, device=q.device)     # as SDPA returns it; the backward reads it
         lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
         rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o)]
         _run([fwd.lse_launch(*rows, _view(lse.reshape(-1)), s, causal, scale, group=group,
@@ -140,7 +140,7 @@ def define_torch_ops() -> Any:
     @forward.register_fake
     def _(q, k, v, causal, scale):
         b, h, s, d, _ = check_inputs(q, k, v)
-        return q.new_empty((b, h, s, d), dtype=torch.float32), q.new_empty((b, h, s), dtype=torch.float32)
+        return q.new_empty((b, h, s, d)), q.new_empty((b, h, s), dtype=torch.float32)
 
     @torch.library.custom_op(f"{NAMESPACE}::infer", mutates_args=(),
                              schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> Tensor")
@@ -161,9 +161,11 @@ def define_torch_ops() -> Any:
                                     "float scale) -> (Tensor, Tensor, Tensor)")
     def backward(dout, q, k, v, o, lse, causal, scale):
         b, h, s, d, group = check_inputs(q, k, v)
-        new = [torch.empty(x.shape, dtype=torch.float32, device=q.device) for x in (q, k, v)]
+        # dK and dV stored by the kernels in the inputs' dtype; dQ summed in f32 (the fused kernel adds into it
+        # atomically), then converted
+        new = [torch.empty(q.shape, dtype=torch.float32, device=q.device),
+               *(torch.empty(x.shape, dtype=x.dtype, device=q.device) for x in (k, v))]
         delta = torch.empty((b * h * s,), dtype=torch.float32, device=q.device)
-        dq, dk, dv = new
         rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o, dout)]
         form = backward_form(q, s, causal)
         launch_args = bwd.launch_args if form is None else functools.partial(fused.launch_args,
@@ -171,11 +173,11 @@ def define_torch_ops() -> Any:
         steps = launch_args(*rows, _view(lse.reshape(-1)), _view(delta), *(_view(x.reshape(-1, d)) for x in new),
                             s, causal, scale, group=group)
         _run(steps, [q, k, v, o, dout, lse, delta, *new])
-        return dq, dk, dv
+        return new[0].to(q.dtype), new[1], new[2]
 
     @backward.register_fake
     def _(dout, q, k, v, o, lse, causal, scale):
-        return tuple(x.new_empty(x.shape, dtype=torch.float32) for x in (q, k, v))
+        return tuple(x.new_empty(x.shape) for x in (q, k, v))
 
     def setup_context(ctx, inputs, output):
         q, k, v, causal, scale = inputs
@@ -187,7 +189,7 @@ def define_torch_ops() -> Any:
         # The kernels read dO in the inputs' dtype (as FlashAttention does); lse is a statistic, not an
         # output anyone differentiates (its cotangent is ignored).
         dq, dk, dv = ns.backward(dout.to(q.dtype).contiguous(), q, k, v, o, lse, ctx.causal, ctx.scale)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
+        return dq, dk, dv, None, None
 
     forward.register_autograd(grad, setup_context=setup_context)
     return ns
@@ -221,7 +223,7 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     if not (torch.is_grad_enabled() and any(x.requires_grad for x in qkv)):
         return ops.infer(*qkv, bool(is_causal), scale)     # no gradient wanted: O in q's dtype, no lse
     o, _ = ops.forward(*qkv, bool(is_causal), scale)
-    return o.to(query.dtype)
+    return o
 
 
 # Registered at import (when torch is installed), not at the first call: a first call inside

@@ -69,6 +69,26 @@ def test_drop_in_without_gradients_runs_the_inference_op_in_the_inputs_dtype(tor
     assert ran == ["infer", "infer", "lse"]
 
 
+def test_training_path_keeps_the_inputs_dtype_from_forward_to_gradients(torch, monkeypatch):
+    """bf16 inputs with gradients: the training forward writes O in bf16 (what the backward reads), the
+    backward's kernels store dK and dV in bf16 themselves and sum dQ in f32; all match float64 autograd."""
+    stored = {}
+    real = A.bwd.launch_args
+    monkeypatch.setattr(A.bwd, "launch_args", lambda *a, **kw: stored.update(
+        o=str(a[3].dtype), dq=str(a[7].dtype), dk=str(a[8].dtype), dv=str(a[9].dtype)) or real(*a, **kw))
+    q, k, v = (x.detach().to(torch.bfloat16).requires_grad_() for x in inputs(torch, (1, 2, 64, 64), seed=31))
+    w = torch.randn(1, 2, 64, 64, generator=torch.Generator().manual_seed(8))
+    out = A.scaled_dot_product_attention(q, k, v, is_causal=True)
+    (out.float() * w).sum().backward()
+    assert stored == {"o": "bfloat16", "dq": "float32", "dk": "bfloat16", "dv": "bfloat16"}
+    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=True)
+    (ref * w.double()).sum().backward()
+    assert out.dtype == torch.bfloat16 and relative(out.double(), ref) < 2e-2
+    for ours, theirs in zip((q.grad, k.grad, v.grad), x64):
+        assert ours.dtype == torch.bfloat16 and relative(ours.double(), theirs.grad) < 2e-2
+
+
 def test_the_fused_backward_is_picked_only_where_it_is_measured_faster(torch):
     fastest = A.fused.FASTEST[128]
     assert A.fused.pick_form(128, 256, wgmma=True) == fastest
