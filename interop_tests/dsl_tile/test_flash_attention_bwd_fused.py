@@ -26,13 +26,14 @@ FA = FUSED.bwd.fwd
 REDUCE = "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add"
 
 
-def lowered_backward(q, k, v, dout, seq, causal, form, group=1):
-    """The forward (lowered) and the fused backward's two launches, lowered for sm_90, in the simulator."""
+def lowered_backward(q, k, v, dout, seq, causal, form, group=1, out_dtype=np.float32):
+    """The forward (lowered) and the fused backward's two launches, lowered for sm_90, in the simulator;
+    O, dK and dV in `out_dtype` (the SDPA drop-in's training path: the inputs' dtype)."""
     rows, d = q.shape
-    o, lse, delta = nan(rows, d), nan(rows), nan(rows)
+    o, lse, delta = nan(rows, d).astype(out_dtype), nan(rows), nan(rows)
     FA.flash_fwd_lse.simulate_lowered(*FA.launch_args_lse(q, k, v, o, lse, seq, causal, group=group),
                                       tensor_cores=True, arch="sm_90")
-    dq, dk, dv = nan(rows, d), nan(k.shape[0], d), nan(k.shape[0], d)
+    dq, dk, dv = nan(rows, d), nan(k.shape[0], d).astype(out_dtype), nan(k.shape[0], d).astype(out_dtype)
     steps = FUSED.launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, causal, tensor_cores=True, wgmma=True,
                               group=group, **FUSED.form_options(form))
     fused = steps[1]
@@ -74,6 +75,24 @@ def test_the_lowered_sm90_fused_backward_matches_float64(rng, form, d, causal):
     grads = lowered_backward(q, k, v, dout, seq, causal, form)
     for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, causal)):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
+
+
+PICKS = sorted({(form, d) for d, form in FUSED.FASTEST.items()} | {(form, d) for d, form in FUSED.FASTEST_CAUSAL.items()})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form,d", PICKS)
+def test_the_picks_store_o_dk_dv_in_bf16_as_the_sdpa_drop_in_asks(rng, form, d):
+    """The drop-in's training path: O written and read in bf16, dK and dV stored in bf16 by the kernel's
+    epilogue (half the staging of f32), dQ summed in f32; still float64's gradients within bf16's bounds."""
+    seq = 256
+    q, k, v, dout = inputs(rng, 1, seq, d, ml_dtypes.bfloat16)
+    causal = form == FUSED.FASTEST_CAUSAL.get(d, FUSED.FASTEST[d])
+    grads = lowered_backward(q, k, v, dout, seq, causal, form, out_dtype=ml_dtypes.bfloat16)
+    assert [g.dtype for g in grads] == [np.float32, ml_dtypes.bfloat16, ml_dtypes.bfloat16]
+    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, causal)):
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=1.2e-2 * np.abs(want).max(),
+                                   err_msg=name)
 
 
 @pytest.mark.slow
@@ -340,6 +359,34 @@ def test_gpu_fused_gradients_match_torch_autograd_in_float64(form, d, causal):
     for name, got, x in zip(("dq", "dk", "dv"), grads, x64):
         err = ((got.reshape(x.shape).double() - x.grad).abs().max() / x.grad.abs().max()).item()
         assert err < 1e-2, (name, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form,d", PICKS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_picks_with_o_dk_dv_in_bf16_match_torch_autograd_in_float64(form, d, causal):
+    """As the SDPA drop-in launches them: O, dK and dV in bf16 (the forward's O read back in bf16), dQ f32."""
+    torch = pytest.importorskip("torch", reason="the autograd reference needs torch")
+    import torch.nn.functional as F
+    batch, heads, seq = 2, 4, 384
+    g = torch.Generator(device="cuda").manual_seed(d + 2 * causal)
+    q, k, v, dout = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                     for _ in range(4))
+    rows = [x.reshape(-1, d) for x in (q, k, v, dout)]
+    o = torch.full_like(rows[0], float("nan"))
+    lse, delta = (torch.full((rows[0].shape[0],), float("nan"), device="cuda") for _ in range(2))
+    dq = torch.full(rows[0].shape, float("nan"), device="cuda")
+    dk, dv = torch.full_like(rows[1], float("nan")), torch.full_like(rows[2], float("nan"))
+    kern, args = FA.lse_launch(*rows[:3], o, lse, seq, causal)
+    kern(*args)
+    FUSED.bwd.run(FUSED.launch_args(*rows[:3], o, rows[3], lse, delta, dq, dk, dv, seq, causal,
+                                    **FUSED.form_options(form)))
+    x64 = [x.double().requires_grad_() for x in (q, k, v)]
+    F.scaled_dot_product_attention(*x64, is_causal=causal).backward(dout.double())
+    assert (o.dtype, dk.dtype, dv.dtype) == (torch.bfloat16,) * 3
+    for name, got, x in zip(("dq", "dk", "dv"), (dq, dk, dv), x64):
+        err = ((got.reshape(x.shape).double() - x.grad).abs().max() / x.grad.abs().max()).item()
+        assert err < 1.2e-2, (name, err)
 
 
 @pytest.mark.slow
