@@ -6,8 +6,9 @@ error before anything runs), and the same kernels under jax.custom_vjp (`jax_var
     python examples/attention_varlen_op.py        # GPU when present, else the CPU simulator (says which)
 
 The kernels are examples/flash_attention_varlen.py's: sequence_bounds, flash_fwd_varlen_lse and the three
-backward kernels. The ops take (total, H, D) tensors as varlen_attn does and keep O and the gradients in
-f32, as the kernels write them; `varlen_attn` casts the output to the inputs' dtype, as torch's does.
+backward kernels. The ops take (total, H, D) tensors as varlen_attn does and return O and the gradients in
+the inputs' dtype, as torch's does: the kernels store O, dK and dV so (the backward reads O so), dQ is summed
+in f32 and converted at the end.
 `max_q` and `max_k` are accepted and not needed (each block finds its key range from the row bounds).
 CUDA tensors launch on torch's current stream; CPU tensors run on the simulator (small shapes).
 """
@@ -83,7 +84,7 @@ def define_torch_ops() -> Any:
                                     "-> (Tensor, Tensor)")
     def forward(q, k, v, cu_seqlens, causal, scale):
         total, h, hk, d = check_inputs(q, k, v, cu_seqlens)
-        o = torch.empty((total, h, d), dtype=torch.float32, device=q.device)
+        o = torch.empty((total, h, d), dtype=q.dtype, device=q.device)     # as attention_op: the inputs' dtype
         lse = torch.empty((total, h), dtype=torch.float32, device=q.device)
         steps, starts, ends = _bounds(cu_seqlens, total, q)
         flat = [op._view(x.reshape(total, -1)) for x in (q, k, v, o)]
@@ -95,25 +96,26 @@ def define_torch_ops() -> Any:
     @forward.register_fake
     def _(q, k, v, cu_seqlens, causal, scale):
         total, h, _, d = q.shape[0], q.shape[1], k.shape[1], q.shape[2]
-        return q.new_empty((total, h, d), dtype=torch.float32), q.new_empty((total, h), dtype=torch.float32)
+        return q.new_empty((total, h, d)), q.new_empty((total, h), dtype=torch.float32)
 
     @torch.library.custom_op(f"{op.NAMESPACE}::varlen_backward", mutates_args=(),
                              schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
                                     "Tensor cu_seqlens, bool causal, float scale) -> (Tensor, Tensor, Tensor)")
     def backward(dout, q, k, v, o, lse, cu_seqlens, causal, scale):
         total, h, hk, d = check_inputs(q, k, v, cu_seqlens)
-        dq, dk, dv = (torch.empty(x.shape, dtype=torch.float32, device=q.device) for x in (q, k, v))
+        dq = torch.empty(q.shape, dtype=torch.float32, device=q.device)       # summed in f32, converted at the end
+        dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=q.device) for x in (k, v))
         delta = torch.empty((total, h), dtype=torch.float32, device=q.device)
         steps, starts, ends = _bounds(cu_seqlens, total, q)
         flat = [op._view(x.reshape(total, -1)) for x in (q, k, v, o, dout)]
         steps += vl.backward_launch_args(*flat, op._view(lse), op._view(delta), op._view(starts), op._view(ends),
                                          *(op._view(x.reshape(total, -1)) for x in (dq, dk, dv)), h, causal, hk, scale)
         op._run(steps, [dout, q, k, v, o, lse, cu_seqlens, delta, starts, ends, dq, dk, dv])
-        return dq, dk, dv
+        return dq.to(q.dtype), dk, dv
 
     @backward.register_fake
     def _(dout, q, k, v, o, lse, cu_seqlens, causal, scale):
-        return tuple(x.new_empty(x.shape, dtype=torch.float32) for x in (q, k, v))
+        return tuple(x.new_empty(x.shape) for x in (q, k, v))
 
     def setup_context(ctx, inputs, output):
         q, k, v, cu_seqlens, causal, scale = inputs
@@ -124,7 +126,7 @@ def define_torch_ops() -> Any:
         q, k, v, cu_seqlens, o, lse = ctx.saved_tensors
         dq, dk, dv = ns.varlen_backward(dout.to(q.dtype).contiguous(), q, k, v, o, lse, cu_seqlens, ctx.causal,
                                         ctx.scale)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+        return dq, dk, dv, None, None, None
 
     forward.register_autograd(grad, setup_context=setup_context)
     return ns
@@ -163,7 +165,7 @@ def varlen_attn(query: Any, key: Any, value: Any, cu_seq_q: Any, cu_seq_k: Any, 
     o, _ = define_torch_ops().varlen_forward(query.contiguous(), key.contiguous(), value.contiguous(), cu_seq_q,
                                              tuple(window_size) == (-1, 0), float(scale if scale is not None
                                                                                   else d ** -0.5))
-    return o.to(query.dtype)
+    return o
 
 
 def nested_attention(query: Any, key: Any, value: Any, is_causal: bool = False, scale: float | None = None,
