@@ -3,7 +3,12 @@
 flash and cuDNN backward, bf16, and the fused backward (examples/flash_attention_bwd_fused.py: one kernel,
 dQ added atomically, per element or by TMA reduce-adds). SDPA's backward is timed alone: autograd.grad of a forward recorded
 under each backend (retain_graph), so its time holds the backend's backward kernels and nothing of the
-forward. Each implementation is checked against SDPA's flash gradients before timing. TFLOP/s count the
+forward; under cuDNN that is its main kernel, its dO.O preprocess (which also zeroes its f32 dQ sum) and its
+dQ conversion to 16 bits (torch.profiler, H100 2026-12-07: 2273 + 92 + 73 us at D128 full). Ours is timed
+as the SDPA drop-in runs it, the same work: the arrays in its dtypes (O, dK, dV in q's), and the fused
+backward's f32 dQ sum converted to q's dtype (until 2026-12-07 07:00 the rows left the dQ sum in f32 and
+the dK/dV in f32, which held no conversion: ~3 % in our favour). Each implementation is checked against
+SDPA's flash gradients before timing. TFLOP/s count the
 backward as 2.5x the forward's 4*B*H*S^2*D (halved when causal), as FlashAttention's papers do. Bar
 (issue 29): the best of the examples' backward launches (two kernels, or fused in one of its forms; the
 bar's name says which) >= 1.0x SDPA's cuDNN backward, causal and not.
@@ -58,18 +63,25 @@ def load_backward(name: str = "flash_attention_bwd"):
 
 
 def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, form: str) -> tuple:
-    """(fn(i) running the fused backward's two launches in LADDER form `form`, (dq, dk, dv)), as `ours`
-    for the two-kernel one."""
+    """(fn(i) running the fused backward's two launches in LADDER form `form` and converting its f32 dQ sum to
+    q's dtype, as the SDPA drop-in returns it (cuDNN's backward converts its dQ too: its time holds that kernel),
+    (dq, dk, dv)), as `ours` for the two-kernel one."""
     d, group, x, (o, lse, delta, dq, dk, dv) = _after_forward(torch, fused.bwd.fwd, q, k, v, dout, s, causal)
     steps = fused.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group,
                               **fused.form_options(form))
-    return (lambda i: fused.bwd.run(steps)), (dq, dk, dv)
+    dq16 = torch.empty_like(dq, dtype=q.dtype)
+
+    def run(i):
+        fused.bwd.run(steps)
+        dq16.copy_(dq)
+    return run, (dq16, dk, dv)
 
 
 def _after_forward(torch, fwd, q, k, v, dout, s: int, causal: bool) -> tuple:
     """(head dim, group, row stacks of q k v dout, (o, lse, delta, dq, dk, dv)): the forward with its
     log-sum-exp run once, the other arrays NaN. k and v may have fewer heads than q (GQA). Dtypes as the SDPA
-    drop-in's (examples/attention_op.py) training path: O, dK and dV in q's, lse, Delta and dQ (summed) f32."""
+    drop-in's (examples/attention_op.py) training path: O, dK and dV in q's, lse, Delta and the fused backward's
+    dQ sum f32."""
     d, group = q.shape[-1], q.shape[1] // k.shape[1]
     x = [t.reshape(-1, d) for t in (q, k, v, dout)]
     rows, kv_rows = x[0].shape[0], x[1].shape[0]
@@ -86,7 +98,8 @@ def ours(torch, bwd, q, k, v, dout, s: int, causal: bool, config: tuple | None =
     """(fn(i) running the three backward launches, (dq, dk, dv)): the example's tiles, or `config`'s
     (rows owned, rows streamed, warps, lowering) on kernels made with those options. k and v may have fewer
     heads than q (grouped-query attention)."""
-    d, group, x, (o, lse, delta, dq, dk, dv) = _after_forward(torch, bwd.fwd, q, k, v, dout, s, causal)
+    d, group, x, (o, lse, delta, _, dk, dv) = _after_forward(torch, bwd.fwd, q, k, v, dout, s, causal)
+    dq = torch.full_like(x[0], float("nan"))           # its dQ kernel stores in q's dtype (no atomic sum)
     chosen = {} if config is None else {"tiles": config[:3], "lowering": config[3]}
     steps = bwd.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group, **chosen)
     return (lambda i: bwd.run(steps)), (dq, dk, dv)

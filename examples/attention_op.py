@@ -10,8 +10,8 @@ and examples/flash_attention_bwd.py's three backward kernels, or, where it is fa
 D128, flash_attention_bwd_fused.FASTEST) and determinism is not asked for, the fused backward of
 examples/flash_attention_bwd_fused.py (`backward_form`). The ops take (B, H, S, D) tensors, work
 on their (B*H*S, D) row stacks (a view of a contiguous tensor) and return O and the gradients in the
-inputs' dtype, as SDPA does: the kernels store O, dK and dV in it (the backward reads O so, half the bytes
-of f32), and dQ, summed in f32 (the fused backward adds into it atomically), is converted at the end. Where no gradient is wanted (torch.no_grad, or inputs that do not require one) it runs
+inputs' dtype, as SDPA does: the kernels store them so (the backward reads O so, half the bytes of f32), but
+the fused backward's dQ, summed in f32 (it adds into it atomically), which is converted at the end. Where no gradient is wanted (torch.no_grad, or inputs that do not require one) it runs
 ::infer instead: flash_fwd writing O in the inputs' dtype, without the log-sum-exp, on the fastest
 fixed form measured for the head dim (flash_attention.infer_launch). CUDA tensors launch on torch's current stream (capturable in CUDA graphs); CPU tensors
 run the kernels on the simulator (small shapes: it is an interpreter).
@@ -161,13 +161,13 @@ def define_torch_ops() -> Any:
                                     "float scale) -> (Tensor, Tensor, Tensor)")
     def backward(dout, q, k, v, o, lse, causal, scale):
         b, h, s, d, group = check_inputs(q, k, v)
-        # dK and dV stored by the kernels in the inputs' dtype; dQ summed in f32 (the fused kernel adds into it
-        # atomically), then converted
-        new = [torch.empty(q.shape, dtype=torch.float32, device=q.device),
+        # the gradients stored by the kernels in the inputs' dtype; the fused kernel's dQ summed in f32 (it adds
+        # into it atomically), then converted
+        form = backward_form(q, s, causal)
+        new = [torch.empty(q.shape, dtype=q.dtype if form is None else torch.float32, device=q.device),
                *(torch.empty(x.shape, dtype=x.dtype, device=q.device) for x in (k, v))]
         delta = torch.empty((b * h * s,), dtype=torch.float32, device=q.device)
         rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o, dout)]
-        form = backward_form(q, s, causal)
         launch_args = bwd.launch_args if form is None else functools.partial(fused.launch_args,
                                                                              **fused.form_options(form))
         steps = launch_args(*rows, _view(lse.reshape(-1)), _view(delta), *(_view(x.reshape(-1, d)) for x in new),

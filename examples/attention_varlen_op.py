@@ -7,8 +7,7 @@ error before anything runs), and the same kernels under jax.custom_vjp (`jax_var
 
 The kernels are examples/flash_attention_varlen.py's: sequence_bounds, flash_fwd_varlen_lse and the three
 backward kernels. The ops take (total, H, D) tensors as varlen_attn does and return O and the gradients in
-the inputs' dtype, as torch's does: the kernels store O, dK and dV so (the backward reads O so), dQ is summed
-in f32 and converted at the end.
+the inputs' dtype, as torch's does: the kernels store them so (the backward reads O so).
 `max_q` and `max_k` are accepted and not needed (each block finds its key range from the row bounds).
 CUDA tensors launch on torch's current stream; CPU tensors run on the simulator (small shapes).
 """
@@ -103,15 +102,14 @@ def define_torch_ops() -> Any:
                                     "Tensor cu_seqlens, bool causal, float scale) -> (Tensor, Tensor, Tensor)")
     def backward(dout, q, k, v, o, lse, cu_seqlens, causal, scale):
         total, h, hk, d = check_inputs(q, k, v, cu_seqlens)
-        dq = torch.empty(q.shape, dtype=torch.float32, device=q.device)       # summed in f32, converted at the end
-        dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=q.device) for x in (k, v))
+        dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=q.device) for x in (q, k, v))
         delta = torch.empty((total, h), dtype=torch.float32, device=q.device)
         steps, starts, ends = _bounds(cu_seqlens, total, q)
         flat = [op._view(x.reshape(total, -1)) for x in (q, k, v, o, dout)]
         steps += vl.backward_launch_args(*flat, op._view(lse), op._view(delta), op._view(starts), op._view(ends),
                                          *(op._view(x.reshape(total, -1)) for x in (dq, dk, dv)), h, causal, hk, scale)
         op._run(steps, [dout, q, k, v, o, lse, cu_seqlens, delta, starts, ends, dq, dk, dv])
-        return dq.to(q.dtype), dk, dv
+        return dq, dk, dv
 
     @backward.register_fake
     def _(dout, q, k, v, o, lse, cu_seqlens, causal, scale):

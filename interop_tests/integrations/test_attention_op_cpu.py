@@ -71,7 +71,7 @@ def test_drop_in_without_gradients_runs_the_inference_op_in_the_inputs_dtype(tor
 
 def test_training_path_keeps_the_inputs_dtype_from_forward_to_gradients(torch, monkeypatch):
     """bf16 inputs with gradients: the training forward writes O in bf16 (what the backward reads), the
-    backward's kernels store dK and dV in bf16 themselves and sum dQ in f32; all match float64 autograd."""
+    three-kernel backward (the simulator's) stores dQ, dK and dV in bf16 itself; all match float64 autograd."""
     stored = {}
     real = A.bwd.launch_args
     monkeypatch.setattr(A.bwd, "launch_args", lambda *a, **kw: stored.update(
@@ -80,7 +80,7 @@ def test_training_path_keeps_the_inputs_dtype_from_forward_to_gradients(torch, m
     w = torch.randn(1, 2, 64, 64, generator=torch.Generator().manual_seed(8))
     out = A.scaled_dot_product_attention(q, k, v, is_causal=True)
     (out.float() * w).sum().backward()
-    assert stored == {"o": "bfloat16", "dq": "float32", "dk": "bfloat16", "dv": "bfloat16"}
+    assert stored == {"o": "bfloat16", "dq": "bfloat16", "dk": "bfloat16", "dv": "bfloat16"}
     x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
     ref = torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=True)
     (ref * w.double()).sum().backward()
