@@ -33,6 +33,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 import flash_attention_bwd as bwd  # noqa: E402  (a sibling example, not a package)
 
+PRE_ROWS = 32            # the preprocess's rows a block (any divisor of S): 94 us against 98 on 64 or 128 (H100, D128)
 E = TypeVar("E")
 F = TypeVar("F")
 G = TypeVar("G")
@@ -42,13 +43,15 @@ LOG2E = bwd.LOG2E
 @tile.kernel
 def attn_bwd_preprocess_zero(o: tile.Array[F, 2], dout: tile.Array[E, 2], delta: tile.Partition[f32, 1],
                              dq: tile.Partition[f32, 2]):
-    """Delta_i = sum_d dO_id O_id, and the block's rows of dQ set to zero for the atomic adds."""
+    """Delta_i = sum_d dO_id O_id, and the block's rows of dQ set to zero for the atomic adds: the zeros stored
+    first, so they are in flight while the loads wait (98 against 106 us at B4 H16 S4096 D128 on an H100; on
+    32-row tiles, PRE_ROWS, 94)."""
     (br,) = delta.tile_shape
     _, d = dq.tile_shape
     i = tile.bid(0)
+    dq.store(tile.zeros((br, d), f32))
     prod = tile.load(o, (i, 0), (br, d)).astype(f32) * tile.load(dout, (i, 0), (br, d)).astype(f32)
     delta.store(tile.sum(prod, axis=1))
-    dq.store(tile.zeros((br, d), f32))
 
 
 @tile.func
@@ -439,7 +442,7 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     d = q.shape[1]
     own, stream, warps = bwd.block_tiles(d, seq, tiles, tensor_cores, wgmma)
     sc = float(scale if scale is not None else d ** -0.5)
-    return [(attn_bwd_preprocess_zero, (o, dout, tile.partition(delta, (stream,)), tile.partition(dq, (stream, d)))),
+    return [(attn_bwd_preprocess_zero, (o, dout, tile.partition(delta, (PRE_ROWS,)), tile.partition(dq, (PRE_ROWS, d)))),
             (fused_kernel(lowering, warps), (q, k, v, dout, lse, delta, dq, tile.partition(dk, (own, d)),
                                         tile.partition(dv, (own, d)), seq, sc, stream, bool(causal), group,
                                         bool(diagonal), int(prefetch), int(heads_in_turn)))]
