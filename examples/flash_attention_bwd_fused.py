@@ -353,7 +353,9 @@ TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if fo
 # against the causal pick before it (the 128-row step without early loads, heads in turn) 352.2 (0.967x) the run
 # before (H100 2026-12-06 17:07 / 13:55, docs/results/gpu_runs_2026-12-06_1707): one form for both. D64 since heads
 # in turn on that step: 413.2 / 360.9 TFLOP/s (0.921 / 0.998x cuDNN) against 409.9 / 354.8 in the same run (H100
-# 2026-12-06 18:40, docs/results/gpu_check_2026-12-06_1819/bwd64).
+# 2026-12-06 18:40, docs/results/gpu_check_2026-12-06_1819/bwd64). The ratios above leave out the conversion of the
+# f32 dQ sum to the inputs' dtype that the SDPA drop-in runs and cuDNN's timed backward holds (~3 %); with it and the
+# drop-in's bf16 O, dK, dV: D128 0.975 / 0.966x, D64 0.922 / 0.988x (H100 2026-12-07, docs/results/gpu_runs_2026-12-07_0637).
 FASTEST: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
          "warp vectors",
