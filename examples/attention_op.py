@@ -10,11 +10,12 @@ and examples/flash_attention_bwd.py's three backward kernels, or, where it is fa
 D128, flash_attention_bwd_fused.FASTEST) and determinism is not asked for, the fused backward of
 examples/flash_attention_bwd_fused.py (`backward_form`). The ops take (B, H, S, D) tensors, work
 on their (B*H*S, D) row stacks (a view of a contiguous tensor) and return O and the gradients in the
-inputs' dtype, as SDPA does: the kernels store them so (the backward reads O so, half the bytes of f32), but
-the fused backward's dQ, summed in f32 (it adds into it atomically), which is converted at the end. Where no gradient is wanted (torch.no_grad, or inputs that do not require one) it runs
-::infer instead: flash_fwd writing O in the inputs' dtype, without the log-sum-exp, on the fastest
-fixed form measured for the head dim (flash_attention.infer_launch). CUDA tensors launch on torch's current stream (capturable in CUDA graphs); CPU tensors
-run the kernels on the simulator (small shapes: it is an interpreter).
+inputs' dtype, as SDPA does: the kernels store them so (the backward reads O so, half the bytes of f32);
+only the fused backward's dQ is summed in f32 (it adds into it atomically) and converted at the end. Where
+no gradient is wanted (torch.no_grad, or inputs that do not require one) it runs ::infer instead:
+flash_fwd writing O in the inputs' dtype, without the log-sum-exp, on the fastest fixed form measured for
+the head dim (flash_attention.infer_launch). CUDA tensors launch on torch's current stream (capturable in
+CUDA graphs); CPU tensors run the kernels on the simulator (small shapes: it is an interpreter).
 """
 from __future__ import annotations
 
