@@ -110,15 +110,16 @@ def test_the_edge_masked_forward_matches_float64_and_the_default(rng, causal, d)
 
 def test_a_sequence_never_sees_its_neighbours(rng):
     """The same sequence packed alone and between two others gives the same rows: no key leaks across.
-    The tiles split its keys at other places in the two layouts, so the gradients' f32 sums run in
-    another order: up to 8.8e-5 of the largest gradient over 25 seeds (1e-5 failed one run); one key
-    leaking in from a neighbour moves them by about 1/50 of it."""
+    The tiles split its keys at other places in the two layouts, so the f32 sums run in another order and
+    P is rounded to tf32 against another running maximum: up to 8.8e-5 of the largest gradient over 25
+    seeds, and of the largest output 8.6e-5 over 12 (NumPy 2.4; under 1e-5 before); one key leaking in
+    from a neighbour moves them by about 1/50 of it."""
     d, heads = 64, 2
     q, k, v, dout = packed(rng, [70, 50, 90], heads, heads, d)
     both = VL.forward_and_backward(q, k, v, dout, offsets([70, 50, 90]), heads, False, simulate=True)
     alone = VL.forward_and_backward(*(x[70:120] for x in (q, k, v, dout)), offsets([50]), heads, False, simulate=True)
     for name, a, b in zip(("o", "dq", "dk", "dv"), both, alone):
-        close(a[70:120], b, 1e-5 if name == "o" else 1e-3, name)
+        close(a[70:120], b, 3e-4 if name == "o" else 1e-3, name)
 
 
 def lowered_forward(q, k, cu, heads, kv_heads, d, v):
