@@ -77,18 +77,18 @@ def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, form: str) -> 
     return run, (dq16, dk, dv)
 
 
-def _after_forward(torch, fwd, q, k, v, dout, s: int, causal: bool) -> tuple:
+def _after_forward(torch, fwd, q, k, v, dout, s: int, causal: bool, dq_dtype: Any = None) -> tuple:
     """(head dim, group, row stacks of q k v dout, (o, lse, delta, dq, dk, dv)): the forward with its
     log-sum-exp run once, the other arrays NaN. k and v may have fewer heads than q (GQA). Dtypes as the SDPA
-    drop-in's (examples/attention_op.py) training path: O, dK and dV in q's, lse, Delta and the fused backward's
-    dQ sum f32."""
+    drop-in's (examples/attention_op.py) training path: O, dK and dV in q's, lse and Delta f32, dQ in `dq_dtype`
+    (f32 by default: the fused backward's sum)."""
     d, group = q.shape[-1], q.shape[1] // k.shape[1]
     x = [t.reshape(-1, d) for t in (q, k, v, dout)]
     rows, kv_rows = x[0].shape[0], x[1].shape[0]
 
     def new(*shape, dtype=torch.float32):
         return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
-    o, lse, delta, dq = new(rows, d, dtype=q.dtype), new(rows), new(rows), new(rows, d)
+    o, lse, delta, dq = new(rows, d, dtype=q.dtype), new(rows), new(rows), new(rows, d, dtype=dq_dtype or torch.float32)
     dk, dv = new(kv_rows, d, dtype=q.dtype), new(kv_rows, d, dtype=q.dtype)
     fwd.flash_fwd_lse(*fwd.launch_args_lse(x[0], x[1], x[2], o, lse, s, causal, group=group))
     return d, group, x, (o, lse, delta, dq, dk, dv)
@@ -98,8 +98,8 @@ def ours(torch, bwd, q, k, v, dout, s: int, causal: bool, config: tuple | None =
     """(fn(i) running the three backward launches, (dq, dk, dv)): the example's tiles, or `config`'s
     (rows owned, rows streamed, warps, lowering) on kernels made with those options. k and v may have fewer
     heads than q (grouped-query attention)."""
-    d, group, x, (o, lse, delta, _, dk, dv) = _after_forward(torch, bwd.fwd, q, k, v, dout, s, causal)
-    dq = torch.full_like(x[0], float("nan"))           # its dQ kernel stores in q's dtype (no atomic sum)
+    d, group, x, (o, lse, delta, dq, dk, dv) = _after_forward(torch, bwd.fwd, q, k, v, dout, s, causal,
+                                                              dq_dtype=q.dtype)   # no atomic sum: stored as is
     chosen = {} if config is None else {"tiles": config[:3], "lowering": config[3]}
     steps = bwd.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group, **chosen)
     return (lambda i: bwd.run(steps)), (dq, dk, dv)
