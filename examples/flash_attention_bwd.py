@@ -82,11 +82,10 @@ def dkdv_step(q, dout, lse, delta, kt, vt, dk_acc, dv_acc, q0, i, col0, scale2, 
 
 
 @tile.func
-def key_block(k, v, seq, bn, d, bm, group, causal):
-    """A dK/dV block's BN key rows of one (batch, key/value head): the first key's position in its
+def key_block(k, v, seq, bn, d, bm, group, causal, j):
+    """Key block `j`'s BN key rows of one (batch, key/value head): the first key's position in its
     sequence, the K and V tiles, the first query block of the group's first query head, and the first
     query block of each head that sees any of these keys."""
-    j = tile.bid(0)
     head = (j * bn) // seq                      # which (batch, key/value head) these key rows belong to
     col0 = j * bn - head * seq                  # first key position of the tile in its sequence
     kt = tile.load(k, (j, 0), (bn, d))
@@ -106,7 +105,7 @@ def flash_bwd_dkdv(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2]
     """Grouped-query attention (group > 1): a key/value head serves `group` query heads, so its block
     walks each of them in turn; the sums stay in registers (no atomics)."""
     bn, d = dk.tile_shape
-    col0, kt, vt, q0, start = key_block(k, v, seq, bn, d, bm, group, causal)
+    col0, kt, vt, q0, start = key_block(k, v, seq, bn, d, bm, group, causal, tile.bid(0))
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
     scale2 = scale * LOG2E                      # base 2, as the forward: P = 2^(S scale log2 e - L log2 e)
@@ -284,22 +283,26 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, seq
 
 
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool,
-                         simulate: bool = False, group: int = 1, steps: Any = None) -> tuple[Any, Any, Any, Any]:
-    """(o, dq, dk, dv), f32, of attention over (B*H*S, D) row stacks (NumPy arrays with `simulate`, else
+                         simulate: bool = False, group: int = 1, steps: Any = None,
+                         dtype: Any = None) -> tuple[Any, Any, Any, Any]:
+    """(o, dq, dk, dv) of attention over (B*H*S, D) row stacks (NumPy arrays with `simulate`, else
     CUDA torch tensors): flash_fwd_lse, then the backward's launches (`steps`: a function taking
     launch_args' arguments, launch_args by default). `group` query heads share a key/value head (k, v,
-    dk, dv have q's rows / group)."""
+    dk, dv have q's rows / group). O, dK and dV in `dtype` (a NumPy or torch dtype as the arrays are; the
+    SDPA drop-in's training path stores them in the inputs' dtype), f32 when None; dQ f32 (the fused
+    backward adds into it), lse and Delta f32."""
     rows, d = q.shape
     kv_rows = k.shape[0]
     if simulate:
-        def new(*shape):
-            return np.full(shape, np.nan, np.float32)
+        def new(*shape, dt=np.float32):
+            return np.full(shape, np.nan, dt if dt is not None else np.float32)
     else:
         import torch
 
-        def new(*shape):
-            return torch.full(shape, float("nan"), device=q.device, dtype=torch.float32)
-    o, lse, delta, dq, dk, dv = new(rows, d), new(rows), new(rows), new(rows, d), new(kv_rows, d), new(kv_rows, d)
+        def new(*shape, dt=torch.float32):
+            return torch.full(shape, float("nan"), device=q.device, dtype=dt if dt is not None else torch.float32)
+    o, lse, delta, dq = new(rows, d, dt=dtype), new(rows), new(rows), new(rows, d)
+    dk, dv = new(kv_rows, d, dt=dtype), new(kv_rows, d, dt=dtype)
     lse_kernel, fwd_args = fwd.lse_launch(q, k, v, o, lse, seq, causal, group=group,
                                           wgmma=not simulate and fwd.on_warpgroup_mma())
     (lse_kernel.simulate if simulate else lse_kernel)(*fwd_args)

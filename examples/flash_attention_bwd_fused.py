@@ -139,52 +139,109 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
                     lse: tile.Array[f32, 1], delta: tile.Array[f32, 1], dq: tile.Atomic[f32, 2],
                     dk: tile.Partition[G, 2], dv: tile.Partition[G, 2], seq: i32, scale: f32, bm: tile.Constant,
                     causal: tile.Constant, group: tile.Constant, diagonal: tile.Constant, prefetch: tile.Constant,
-                    heads_in_turn: tile.Constant):
+                    heads_in_turn: tile.Constant, parts: tile.Constant, first: i32):
+    """Block b: key block first + b // parts, over its query blocks lo..hi, part b % parts of them (parts 1: all;
+    more: the last wave's key blocks split, each part's dK and dV rows partial sums that sum_parts adds)."""
     bn, d = dk.tile_shape
     tile.block_order(seq // bn, heads_in_turn)     # a head's key blocks are a run: `heads_in_turn` heads at a time
-    col0, kt, vt, q0, start = bwd.key_block(k, v, seq, bn, d, bm, group, causal)
+    b = tile.bid(0)
+    col0, kt, vt, q0, start = bwd.key_block(k, v, seq, bn, d, bm, group, causal,
+                                            first + b // parts if parts > 1 else b)
+    lo = start + ((b % parts) * (seq // bm)) // parts if parts > 1 else start
+    hi = ((b % parts + 1) * (seq // bm)) // parts if parts > 1 else seq // bm
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
     scale2 = scale * LOG2E
     if group == 1 and prefetch == 2 and not (causal and diagonal):      # and adds each step's dQ in the next
         dq_prev = tile.zeros((bm, d), f32)
-        qb_prev = q0 + start
+        qb_prev = q0 + lo
         dk_acc, dv_acc, dq_prev, qb_prev = deferred_steps(
-            q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, tile.load(lse, (q0 + start,), (bm,)),
-            tile.load(delta, (q0 + start,), (bm,)), dq_prev, qb_prev, q0, start, seq // bm, col0, scale2, scale, bm,
+            q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, tile.load(lse, (q0 + lo,), (bm,)),
+            tile.load(delta, (q0 + lo,), (bm,)), dq_prev, qb_prev, q0, lo, hi, col0, scale2, scale, bm,
             bn, d, causal)
         tile.atomic_add(dq, (qb_prev, 0), dq_prev)
     elif group == 1 and prefetch:               # each step loads the next step's lse and Delta rows
-        lse_n = tile.load(lse, (q0 + start,), (bm,))
-        delta_n = tile.load(delta, (q0 + start,), (bm,))
-        split = start
+        lse_n = tile.load(lse, (q0 + lo,), (bm,))
+        delta_n = tile.load(delta, (q0 + lo,), (bm,))
+        split = lo
         if causal and diagonal:                 # the blocks the diagonal crosses first, masked, as below
             split = (col0 + bn + bm - 2) // bm
             dk_acc, dv_acc, lse_n, delta_n = prefetched_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, lse_n,
-                                                              delta_n, q0, start, split, col0, scale2, scale, bm,
+                                                              delta_n, q0, lo, split, col0, scale2, scale, bm,
                                                               bn, d, True)
         dk_acc, dv_acc, lse_n, delta_n = prefetched_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, lse_n,
-                                                          delta_n, q0, split, seq // bm, col0, scale2, scale, bm, bn,
+                                                          delta_n, q0, split, hi, col0, scale2, scale, bm, bn,
                                                           d, causal and not diagonal)
     elif group == 1 and causal and diagonal:    # masked only where the query block crosses the diagonal
         cross = (col0 + bn + bm - 2) // bm      # the first query block all of whose rows see every key here
-        for i in range(start, cross):
+        for i in range(lo, cross):
             dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + i, col0, i * bm,
                                         scale2, scale, bm, bn, d, True)
-        for i in range(cross, seq // bm):
+        for i in range(cross, hi):
             dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + i, col0, i * bm,
                                         scale2, scale, bm, bn, d, False)
     elif group == 1:                            # the loop at the top (a producer warpgroup's ring can feed it)
-        for i in range(start, seq // bm):
+        for i in range(lo, hi):
             dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, q0 + i, col0, i * bm,
                                         scale2, scale, bm, bn, d, causal)
     else:
         for g in range(group):                  # query head (batch, head * group + g)
-            for i in range(start, seq // bm):
+            for i in range(lo, hi):
                 dk_acc, dv_acc = fused_step(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc,
                                             q0 + g * (seq // bm) + i, col0, i * bm, scale2, scale, bm, bn, d, causal)
     dk.store(dk_acc * scale)
     dv.store(dv_acc)
+
+
+@tile.kernel
+def sum_parts(dk_parts: tile.Array[f32, 2], dv_parts: tile.Array[f32, 2], dk: tile.Partition[G, 2],
+              dv: tile.Partition[G, 2], parts: tile.Constant, own: tile.Constant):
+    """The split key blocks' dK and dV rows: the sums of their `parts` partial (own, d) tiles, which lie one
+    after another in dk_parts / dv_parts, in dk's and dv's dtype; a block takes SUM_ROWS rows of one."""
+    rows, d = dk.tile_shape
+    b = tile.bid(0)
+    unit = b // (own // rows)                   # which split key block
+    first = unit * parts * (own // rows) + (b - unit * (own // rows))   # its first part's rows, in tiles of rows
+    dk_acc = tile.load(dk_parts, (first, 0), (rows, d))
+    dv_acc = tile.load(dv_parts, (first, 0), (rows, d))
+    for r in range(1, parts):
+        dk_acc = dk_acc + tile.load(dk_parts, (first + r * (own // rows), 0), (rows, d))
+        dv_acc = dv_acc + tile.load(dv_parts, (first + r * (own // rows), 0), (rows, d))
+    dk.store(dk_acc)
+    dv.store(dv_acc)
+
+
+SUM_ROWS = 32            # sum_parts' rows a block
+MAX_PARTS = 4            # the most parts a split key block is cut into (each adds a dK / dV tile pass)
+
+
+def last_wave(units: int, slots: int, max_parts: int = MAX_PARTS) -> tuple[int, int]:
+    """(whole, parts): the fused backward's `units` key blocks (all of equal work: full attention) on `slots`
+    blocks at a time (one an SM) run in waves, and a last wave of units % slots blocks leaves the other SMs
+    idle for a whole block's time (2048 key blocks on 132 SMs: 15.5 waves, the time of 16). So the first
+    `whole` run whole, and the rest each as `parts` blocks over a part of the query blocks: the parts that
+    finish soonest, in waves of slots (68 key blocks in 3 parts: 204 blocks, 2 waves of a third); parts 1
+    where no cut helps."""
+    rem = units % slots if slots > 0 else 0
+    if rem == 0:
+        return units, 1
+    best = min(range(1, max_parts + 1), key=lambda p: (-(-rem * p // slots) / p, p))
+    return (units - rem, best) if best > 1 else (units, 1)
+
+
+def _scratch(like: Any, rows: int, d: int) -> Any:
+    """An f32 (rows, d) array of `like`'s library (torch or NumPy), or None for another."""
+    if hasattr(like, "new_empty"):
+        import torch
+        return like.new_empty((rows, d), dtype=torch.float32)
+    import numpy as np
+    return np.empty((rows, d), np.float32) if isinstance(like, np.ndarray) else None
+
+
+def _slots() -> int:
+    """The fused backward's blocks at a time on this GPU (one an SM: its shared memory), 0 without one."""
+    import bridge
+    return bridge.current_device().sm_count if bridge.gpu_available() else 0
 
 
 # Forms of the fused kernel by the tile lowering's switches (dsl/tile/switches.py), label -> lowering; at
@@ -321,6 +378,13 @@ for _form in ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, l
     LADDER[_form + ", heads in turn"] = LADDER[_form]      # the steps of the picks, heads in turn
 # (the first three timed at 13:55, the first D128 causal's pick since; the last, D64's deferred-dQ step in turns,
 # FASTEST[64] since 2026-12-06 18:40: ptxas 124 spill bytes as without; and that step with warp vectors, untimed)
+# full attention's last wave split (last_wave): the two full picks before it
+for _form in ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+              "warp vectors",
+              "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+              "deferred dQ, heads in turn"):
+    LADDER[_form + ", last wave split"] = LADDER[_form]
+SPLIT = {form for form in LADDER if ", last wave split" in form}             # launched with split=True
 DIAGONAL = {form for form in LADDER if ", diagonal loop" in form}          # forms launched with diagonal=True
 PREFETCH = {form for form in LADDER if ", prefetch" in form}               # forms launched with prefetch=True
 DEFERRED = {form for form in LADDER if ", deferred dQ" in form}            # prefetch=2: each dQ added a step late
@@ -356,11 +420,19 @@ TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if fo
 # 2026-12-06 18:40, docs/results/gpu_check_2026-12-06_1819/bwd64). The ratios above leave out the conversion of the
 # f32 dQ sum to the inputs' dtype that the SDPA drop-in runs and cuDNN's timed backward holds (~3 %); with it and the
 # drop-in's bf16 O, dK, dV: D128 0.975 / 0.966x, D64 0.922 / 0.988x (H100 2026-12-07, docs/results/gpu_runs_2026-12-07_0637).
+# Both since the last wave split (last_wave: 1980 key blocks whole, 68 in thirds): D128 546.6 against 541.8 TFLOP/s
+# (0.988 / 0.979x cuDNN), D64 416.3 against 413.0 (0.935 / 0.928x), full attention, in one run (H100 2026-12-07
+# 09:11, docs/results/gpu_runs_2026-12-07_0845); causal launches are never split (the same kernel as without).
 FASTEST: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-         "warp vectors",
+         "warp vectors, last wave split",
     64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-        "deferred dQ, heads in turn"}
+        "deferred dQ, heads in turn, last wave split"}
+# Full attention's key blocks of a head walk the query blocks in step, all adding into one dQ tile at a time and
+# reading one Q and dO tile; each starting at its own query block and wrapping around instead lost 8 %: D128 505.7
+# against 548.6 TFLOP/s (0.894 / 0.970x cuDNN), D64 380.6 against 413.6 (H100 2026-12-07 09:12; not kept). And the
+# last wave: 2048 key blocks on 132 SMs are 15.5 waves, and B1 S4096 D128 ran 2236 us at 61 heads (14.8 waves) but
+# 2393 at 62 (15.03), cuDNN's backward 2316 / 2439 the same way: both pay it.
 # D128's two picks on a ring of three stages of Q and dO, not two (218 KiB, one block an SM as before, the same
 # registers) lost: full 524.7 against 549.5 TFLOP/s (0.939 / 0.983x cuDNN), causal 456.0 against 462.6 (0.966 /
 # 0.979x), in one run (H100 2026-12-07 03:06); dropped from LADDER.
@@ -397,7 +469,7 @@ def form_options(form: str) -> dict:
     LADDER form `form`."""
     prefetch = 2 if form in DEFERRED else form in PREFETCH
     return {"lowering": LADDER[form], "tiles": TILES.get(form), "diagonal": form in DIAGONAL, "prefetch": prefetch,
-            "heads_in_turn": HEADS_IN_TURN.get(form, 1)}
+            "heads_in_turn": HEADS_IN_TURN.get(form, 1), "split": form in SPLIT}
 
 
 def pick_form(d: int, seq: int, wgmma: bool, causal: bool = False) -> str | None:
@@ -426,7 +498,8 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
                 seq: int, causal: bool, scale: float | None = None, tensor_cores: bool | None = None,
                 wgmma: bool | None = None, group: int = 1, lowering: dict | None = None,
                 tiles: tuple[int, int, int] | None = None, diagonal: bool = False,
-                prefetch: bool | int = False, heads_in_turn: int = 1) -> list[tuple[Any, tuple]]:
+                prefetch: bool | int = False, heads_in_turn: int = 1, split: bool = False,
+                slots: int | None = None) -> list[tuple[Any, tuple]]:
     """The fused backward's two launches, [(kernel, arguments)], for the arrays of the two-kernel
     backward's launch_args (checked the same way before anything runs); `dq` must be float32 (the
     atomic adds), and is overwritten (set to zero, then added into). `lowering`: the fused kernel's
@@ -436,7 +509,10 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     the others unmasked (DIAGONAL's forms); `prefetch`: one query head a key head, each step loads the next
     one's lse and Delta rows (PREFETCH's forms); 2: and adds each step's dQ in the next step, behind that
     step's S^T (DEFERRED's forms, not with `diagonal`); `heads_in_turn`: blocks take that many heads' key
-    blocks in turns (tile.block_order; 1: one head's after another, HEADS_IN_TURN's forms 8)."""
+    blocks in turns (tile.block_order; 1: one head's after another, HEADS_IN_TURN's forms 8); `split`: full
+    attention with one query head a key head, the key blocks of the last wave split (last_wave; SPLIT's forms)
+    on `slots` blocks at a time (None: this GPU's SMs), their parts' dK and dV rows in f32 scratch of the
+    arrays' library (torch, NumPy; others run unsplit) that a last launch, sum_parts, adds up."""
     bwd._check_arguments(q, seq, group, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
                          {"lse": lse, "delta": delta})
     if not str(dq.dtype).endswith("float32"):
@@ -444,21 +520,37 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     d = q.shape[1]
     own, stream, warps = bwd.block_tiles(d, seq, tiles, tensor_cores, wgmma)
     sc = float(scale if scale is not None else d ** -0.5)
-    return [(attn_bwd_preprocess_zero, (o, dout, tile.partition(delta, (PRE_ROWS,)), tile.partition(dq, (PRE_ROWS, d)))),
-            (fused_kernel(lowering, warps), (q, k, v, dout, lse, delta, dq, tile.partition(dk, (own, d)),
-                                        tile.partition(dv, (own, d)), seq, sc, stream, bool(causal), group,
-                                        bool(diagonal), int(prefetch), int(heads_in_turn)))]
+    pre = (attn_bwd_preprocess_zero, (o, dout, tile.partition(delta, (PRE_ROWS,)), tile.partition(dq, (PRE_ROWS, d))))
+    kern = fused_kernel(lowering, warps)
+
+    def launch(dk_rows: Any, dv_rows: Any, turns: int, parts: int, first: int) -> tuple[Any, tuple]:
+        return (kern, (q, k, v, dout, lse, delta, dq, tile.partition(dk_rows, (own, d)), tile.partition(dv_rows, (own, d)),
+                       seq, sc, stream, bool(causal), group, bool(diagonal), int(prefetch), turns, parts, first))
+    units = dk.shape[0] // own
+    whole, parts = (last_wave(units, _slots() if slots is None else slots, min(MAX_PARTS, seq // stream))
+                    if split and not causal and group == 1 else (units, 1))
+    dk_parts = _scratch(dk, (units - whole) * parts * own, d) if parts > 1 else None
+    dv_parts = _scratch(dv, (units - whole) * parts * own, d) if parts > 1 else None
+    if dk_parts is None or dv_parts is None:
+        return [pre, launch(dk, dv, int(heads_in_turn), 1, 0)]
+    steps = [pre] + ([launch(dk[:whole * own], dv[:whole * own], int(heads_in_turn), 1, 0)] if whole else [])
+    tail = (dk[whole * own:], dv[whole * own:])
+    return steps + [launch(dk_parts, dv_parts, 1, parts, whole),
+                    (sum_parts, (dk_parts, dv_parts, *(tile.partition(x, (SUM_ROWS, d)) for x in tail), parts, own))]
 
 
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool, simulate: bool = False,
                          group: int = 1, lowering: dict | None = None, tiles: tuple[int, int, int] | None = None,
                          diagonal: bool = False, prefetch: bool | int = False,
-                         heads_in_turn: int = 1) -> tuple[Any, Any, Any, Any]:
-    """(o, dq, dk, dv), f32, as the two-kernel example's forward_and_backward, with the fused backward."""
+                         heads_in_turn: int = 1, split: bool = False, slots: int | None = None,
+                         dtype: Any = None) -> tuple[Any, Any, Any, Any]:
+    """(o, dq, dk, dv) as the two-kernel example's forward_and_backward (O, dK and dV in `dtype`, f32 when None;
+    dQ f32), with the fused backward."""
     return bwd.forward_and_backward(q, k, v, dout, seq, causal, simulate, group,
                                     steps=functools.partial(launch_args, lowering=lowering, tiles=tiles,
                                                             diagonal=diagonal, prefetch=prefetch,
-                                                            heads_in_turn=heads_in_turn))
+                                                            heads_in_turn=heads_in_turn, split=split,
+                                                            slots=slots), dtype=dtype)
 
 
 def run_gpu(batch: int, heads: int, seq: int, d: int, kv_heads: int | None = None, form: str = "atomic dQ") -> None:

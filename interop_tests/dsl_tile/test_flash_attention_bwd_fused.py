@@ -53,6 +53,17 @@ def test_the_fused_backward_matches_float64_in_the_simulator(rng, d, causal):
         np.testing.assert_allclose(got, want, rtol=0, atol=5e-3 * np.abs(want).max(), err_msg=name)
 
 
+def test_forward_and_backward_stores_o_dk_dv_in_the_dtype_asked_and_dq_in_f32(rng):
+    """The drop-in's training dtypes through the example's own helper (the bf16 GPU test runs it so)."""
+    seq, d = 128, 64
+    q, k, v, dout = inputs(rng, 1, seq, d, ml_dtypes.bfloat16)
+    o, *grads = FUSED.forward_and_backward(q, k, v, dout, seq, False, simulate=True, dtype=ml_dtypes.bfloat16)
+    assert [x.dtype for x in (o, *grads)] == [ml_dtypes.bfloat16, np.float32, ml_dtypes.bfloat16, ml_dtypes.bfloat16]
+    for name, got, want in zip(("dq", "dk", "dv"), grads, grads64(q, k, v, dout, seq, False)):
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=1.2e-2 * np.abs(want).max(),
+                                   err_msg=name)
+
+
 def test_grouped_query_heads_add_into_their_own_query_rows(rng):
     """group 2: a key/value block walks both query heads of its group, each adding into its own rows of dQ."""
     seq, d, group = 64, 64, 2
@@ -113,6 +124,61 @@ def test_heads_in_turn_reorder_the_blocks_and_every_gradient_still_matches_float
             FUSED.bwd.reference(*(x.astype(np.float64) for x in (q, k, v, dout)), seq, causal, group))
     for name, got, w in zip(("dq", "dk", "dv"), grads, want):
         np.testing.assert_allclose(got, w, rtol=0, atol=1e-2 * np.abs(w).max(), err_msg=name)
+
+
+def test_the_last_wave_is_cut_where_parts_finish_sooner():
+    """2048 key blocks on 132 SMs: 1980 whole (15 waves), 68 in thirds (204 blocks: two waves of a third, not one
+    of a whole); a grid of whole waves stays whole; one smaller than the GPU is cut as far as MAX_PARTS."""
+    assert FUSED.last_wave(2048, 132) == (1980, 3)
+    assert FUSED.last_wave(1980, 132) == (1980, 1)
+    assert FUSED.last_wave(16, 132) == (0, 4)
+    assert FUSED.last_wave(6, 4) == (4, 2)
+    assert FUSED.last_wave(7, 0) == (7, 1)                  # no GPU: no slots to fill
+
+
+SPLIT_FORMS = sorted(FUSED.SPLIT)
+
+
+@pytest.mark.parametrize("form", SPLIT_FORMS)
+@pytest.mark.parametrize("heads,slots,launched", [(3, 4, {128: [(1, 0), (2, 4)], 64: [(1, 0), (2, 4)]}),
+                                                  (1, 8, {128: [(4, 0)], 64: [(2, 0)]})],
+                         ids=["whole and parts", "all parts"])
+def test_split_key_blocks_sum_their_parts_to_float64_gradients(rng, form, heads, slots, launched):
+    """Full attention's last wave split (lowered sm_90, simulated): the whole key blocks, then the split ones in
+    parts over their query blocks (no more parts than query blocks: 4 at D128, 2 of 128 rows at D64), each
+    part's dK and dV rows in f32 scratch, summed by sum_parts into dK and dV."""
+    seq = 256
+    d = 64 if form.startswith("128x128") else 128
+    launched = launched[d]
+    q, k, v, dout = inputs(rng, heads, seq, d, ml_dtypes.bfloat16)
+    rows = q.shape[0]
+    o, lse, delta = nan(rows, d), nan(rows), nan(rows)
+    FA.flash_fwd_lse.simulate_lowered(*FA.launch_args_lse(q, k, v, o, lse, seq, False), tensor_cores=True,
+                                      arch="sm_90")
+    dq, dk, dv = nan(rows, d), nan(rows, d), nan(rows, d)
+    steps = FUSED.launch_args(q, k, v, o, dout, lse, delta, dq, dk, dv, seq, False, tensor_cores=True, wgmma=True,
+                              slots=slots, **FUSED.form_options(form))
+    assert [kern.name for kern, _ in steps] == ["attn_bwd_preprocess_zero", *["flash_bwd_fused"] * len(launched),
+                                                "sum_parts"]
+    assert [args[-2:] for _, args in steps[1:-1]] == launched           # (parts, first key block)
+    for kern, args in steps:
+        kern.simulate_lowered(*args, tensor_cores=True, arch="sm_90")
+    for name, got, want in zip(("dq", "dk", "dv"), (dq, dk, dv), grads64(q, k, v, dout, seq, False)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max(), err_msg=name)
+
+
+@pytest.mark.parametrize("causal,group", [(True, 1), (False, 2)], ids=["causal", "gqa"])
+def test_causal_and_grouped_backwards_are_never_split(causal, group):
+    """Causal key blocks differ in work (block_order evens them out) and a grouped block walks several heads:
+    the split is for full attention with one query head a key head, so these run whole, in two launches."""
+    seq, d = 256, 128
+    rows = 4 * seq
+    bf = [np.zeros((n, d), ml_dtypes.bfloat16) for n in (rows, rows // group, rows // group, rows)]
+    steps = FUSED.launch_args(bf[0], bf[1], bf[2], nan(rows, d), bf[3], nan(rows), nan(rows), nan(rows, d),
+                              nan(rows // group, d), nan(rows // group, d), seq, causal, tensor_cores=True,
+                              wgmma=True, group=group, slots=3, **FUSED.form_options(SPLIT_FORMS[1]))
+    assert [kern.name for kern, _ in steps] == ["attn_bwd_preprocess_zero", "flash_bwd_fused"]
+    assert steps[1][1][-2:] == (1, 0)
 
 
 def matches_float64_with_late_copies(monkeypatch, rng, form, d, seq, causal):
@@ -231,6 +297,11 @@ def test_bad_shapes_are_refused_as_the_two_kernel_backward_refuses_them():
     assert np.isnan(dq).all() and np.isnan(dk).all()
 
 
+# the split forms' bases' bounds (as below)
+SPILLS_BEFORE_SPLIT = {"128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, "
+                       "prefetch, warp vectors": 4,
+                       "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, "
+                       "prefetch, deferred dQ, heads in turn": 124}
 # spill bytes ptxas 13.0 gives each form on sm_90a, bf16 causal (pinned: a change shows here). With the query
 # loop at the top for one query head a key head (2026-12-05, so a producer warpgroup can feed it) the 4-warp
 # D128 forms spill a little more: atomic dQ 12 bytes (was 4), the K V swizzled ring 88 (was 76)
@@ -269,6 +340,9 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
                "deferred dQ, warp vectors"): 84,
           (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
                "deferred dQ, warp vectors, heads in turn"): 72,
+          # the last wave split: the same kernel as without, whole (the test's causal launch is never split)
+          **{(64 if form.startswith("128x128") else 128, form): SPILLS_BEFORE_SPLIT[form.removesuffix(", last wave split")]
+             for form in FUSED.SPLIT},
           # prefetch: one lse and Delta value a thread held across the step, not 16-32 (0 bytes but on the producer)
           (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, "
                 "prefetch"): 8,
@@ -362,6 +436,29 @@ def test_gpu_fused_gradients_match_torch_autograd_in_float64(form, d, causal):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("form", SPLIT_FORMS)
+@pytest.mark.parametrize("slots", [7, None], ids=["whole and parts", "this GPU"])
+def test_gpu_split_last_wave_matches_torch_autograd_in_float64(form, slots):
+    """The split picks at B2 H4 (S384 at D128, S256 at D64): on 7 slots 21 key blocks whole and 3 in halves (14
+    and 2 in halves at D64: as many parts as its two query blocks); on this GPU's SMs (fewer key blocks than one
+    wave) every key block in parts."""
+    torch = pytest.importorskip("torch", reason="the autograd reference needs torch")
+    import torch.nn.functional as F
+    d = 64 if form.startswith("128x128") else 128
+    batch, heads, seq = 2, 4, 384 if d == 128 else 256
+    g = torch.Generator(device="cuda").manual_seed(d + 5)
+    q, k, v, dout = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                     for _ in range(4))
+    _, *grads = FUSED.forward_and_backward(*(x.reshape(-1, d) for x in (q, k, v, dout)), seq, False, slots=slots,
+                                           **FUSED.form_options(form))
+    x64 = [x.double().requires_grad_() for x in (q, k, v)]
+    F.scaled_dot_product_attention(*x64).backward(dout.double())
+    for name, got, x in zip(("dq", "dk", "dv"), grads, x64):
+        err = ((got.reshape(x.shape).double() - x.grad).abs().max() / x.grad.abs().max()).item()
+        assert err < 1e-2, (name, err)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("form,d", PICKS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_picks_with_o_dk_dv_in_bf16_match_torch_autograd_in_float64(form, d, causal):
@@ -373,14 +470,7 @@ def test_gpu_picks_with_o_dk_dv_in_bf16_match_torch_autograd_in_float64(form, d,
     q, k, v, dout = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
                      for _ in range(4))
     rows = [x.reshape(-1, d) for x in (q, k, v, dout)]
-    o = torch.full_like(rows[0], float("nan"))
-    lse, delta = (torch.full((rows[0].shape[0],), float("nan"), device="cuda") for _ in range(2))
-    dq = torch.full(rows[0].shape, float("nan"), device="cuda")
-    dk, dv = torch.full_like(rows[1], float("nan")), torch.full_like(rows[2], float("nan"))
-    kern, args = FA.lse_launch(*rows[:3], o, lse, seq, causal)
-    kern(*args)
-    FUSED.bwd.run(FUSED.launch_args(*rows[:3], o, rows[3], lse, delta, dq, dk, dv, seq, causal,
-                                    **FUSED.form_options(form)))
+    o, dq, dk, dv = FUSED.forward_and_backward(*rows, seq, causal, dtype=torch.bfloat16, **FUSED.form_options(form))
     x64 = [x.double().requires_grad_() for x in (q, k, v)]
     F.scaled_dot_product_attention(*x64, is_causal=causal).backward(dout.double())
     assert (o.dtype, dk.dtype, dv.dtype) == (torch.bfloat16,) * 3
