@@ -120,61 +120,81 @@ def backward_form(q: Any, seq: int, causal: bool = False) -> str | None:
     return fused.pick_form(q.shape[-1], seq, _on_warpgroup_mma(q), causal)
 
 
+def _forward(q: Any, k: Any, v: Any, causal: bool, scale: float) -> tuple[Any, Any]:
+    """(O, lse): kb_attention::forward's implementation (and the eager path's)."""
+    import torch
+    b, h, s, d, group = check_inputs(q, k, v)
+    o = torch.empty((b, h, s, d), dtype=q.dtype, device=q.device)     # as SDPA returns it; the backward reads it
+    lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
+    rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o)]
+    _run([fwd.lse_launch(*rows, _view(lse.reshape(-1)), s, causal, scale, group=group,
+                         wgmma=_on_warpgroup_mma(q))], [q, k, v, o, lse])
+    return o, lse
+
+
+def _infer(q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
+    """O without the log-sum-exp: kb_attention::infer's implementation (and the eager path's)."""
+    import torch
+    b, h, s, d, group = check_inputs(q, k, v)
+    o = torch.empty((b, h, s, d), dtype=q.dtype, device=q.device)
+    rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o)]
+    _run([fwd.infer_launch(*rows, s, causal, scale, group=group, wgmma=_on_warpgroup_mma(q))], [q, k, v, o])
+    return o
+
+
+def _backward(dout: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, causal: bool, scale: float) -> tuple[Any, Any, Any]:
+    """(dQ, dK, dV): kb_attention::backward's implementation (and the eager path's)."""
+    import torch
+    b, h, s, d, group = check_inputs(q, k, v)
+    # the gradients stored by the kernels in the inputs' dtype; the fused kernel's dQ summed in f32 (it adds
+    # into it atomically), then converted
+    form = backward_form(q, s, causal)
+    new = [torch.empty(q.shape, dtype=q.dtype if form is None else torch.float32, device=q.device),
+           *(torch.empty(x.shape, dtype=x.dtype, device=q.device) for x in (k, v))]
+    delta = torch.empty((b * h * s,), dtype=torch.float32, device=q.device)
+    rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o, dout)]
+    launch_args = bwd.launch_args if form is None else functools.partial(fused.launch_args,
+                                                                         **fused.form_options(form))
+    steps = launch_args(*rows, _view(lse.reshape(-1)), _view(delta), *(_view(x.reshape(-1, d)) for x in new),
+                        s, causal, scale, group=group)
+    _run(steps, [q, k, v, o, dout, lse, delta, *new])
+    return new[0].to(q.dtype), new[1], new[2]
+
+
+def _gradients(backward: Any, saved: tuple, dout: Any, causal: bool, scale: float) -> tuple[Any, Any, Any]:
+    """(dQ, dK, dV) of the saved (q, k, v, O, lse) for O's cotangent `dout`, through `backward` (the op or
+    its implementation). The kernels read dO in the inputs' dtype (as FlashAttention does); lse is a
+    statistic, not an output anyone differentiates (its cotangent is ignored)."""
+    q, k, v, o, lse = saved
+    return backward(dout.to(q.dtype).contiguous(), q, k, v, o, lse, causal, scale)
+
+
 def define_torch_ops() -> Any:
-    """Register kb_attention::forward and ::backward (once per process) and return torch.ops.kb_attention."""
+    """Register kb_attention::forward, ::infer and ::backward (once per process) and return
+    torch.ops.kb_attention."""
     import torch
     ns = getattr(torch.ops, NAMESPACE)
     if hasattr(ns, "forward"):
         return ns
-
-    @torch.library.custom_op(f"{NAMESPACE}::forward", mutates_args=(),
-                             schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)")
-    def forward(q, k, v, causal, scale):
-        b, h, s, d, group = check_inputs(q, k, v)
-        o = torch.empty((b, h, s, d), dtype=q.dtype, device=q.device)     # as SDPA returns it; the backward reads it
-        lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
-        rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o)]
-        _run([fwd.lse_launch(*rows, _view(lse.reshape(-1)), s, causal, scale, group=group,
-                             wgmma=_on_warpgroup_mma(q))], [q, k, v, o, lse])
-        return o, lse
+    forward = torch.library.custom_op(f"{NAMESPACE}::forward", _forward, mutates_args=(), schema=(
+        "(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)"))
 
     @forward.register_fake
     def _(q, k, v, causal, scale):
         b, h, s, d, _ = check_inputs(q, k, v)
         return q.new_empty((b, h, s, d)), q.new_empty((b, h, s), dtype=torch.float32)
 
-    @torch.library.custom_op(f"{NAMESPACE}::infer", mutates_args=(),
-                             schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> Tensor")
-    def infer(q, k, v, causal, scale):
-        b, h, s, d, group = check_inputs(q, k, v)
-        o = torch.empty((b, h, s, d), dtype=q.dtype, device=q.device)
-        rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o)]
-        _run([fwd.infer_launch(*rows, s, causal, scale, group=group, wgmma=_on_warpgroup_mma(q))], [q, k, v, o])
-        return o
+    infer = torch.library.custom_op(f"{NAMESPACE}::infer", _infer, mutates_args=(), schema=(
+        "(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> Tensor"))
 
     @infer.register_fake
     def _(q, k, v, causal, scale):
         b, h, s, d, _ = check_inputs(q, k, v)
         return q.new_empty((b, h, s, d))
 
-    @torch.library.custom_op(f"{NAMESPACE}::backward", mutates_args=(),
-                             schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, "
-                                    "float scale) -> (Tensor, Tensor, Tensor)")
-    def backward(dout, q, k, v, o, lse, causal, scale):
-        b, h, s, d, group = check_inputs(q, k, v)
-        # the gradients stored by the kernels in the inputs' dtype; the fused kernel's dQ summed in f32 (it adds
-        # into it atomically), then converted
-        form = backward_form(q, s, causal)
-        new = [torch.empty(q.shape, dtype=q.dtype if form is None else torch.float32, device=q.device),
-               *(torch.empty(x.shape, dtype=x.dtype, device=q.device) for x in (k, v))]
-        delta = torch.empty((b * h * s,), dtype=torch.float32, device=q.device)
-        rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o, dout)]
-        launch_args = bwd.launch_args if form is None else functools.partial(fused.launch_args,
-                                                                             **fused.form_options(form))
-        steps = launch_args(*rows, _view(lse.reshape(-1)), _view(delta), *(_view(x.reshape(-1, d)) for x in new),
-                            s, causal, scale, group=group)
-        _run(steps, [q, k, v, o, dout, lse, delta, *new])
-        return new[0].to(q.dtype), new[1], new[2]
+    backward = torch.library.custom_op(f"{NAMESPACE}::backward", _backward, mutates_args=(), schema=(
+        "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, float scale) -> "
+        "(Tensor, Tensor, Tensor)"))
 
     @backward.register_fake
     def _(dout, q, k, v, o, lse, causal, scale):
@@ -186,14 +206,57 @@ def define_torch_ops() -> Any:
         ctx.causal, ctx.scale = causal, scale
 
     def grad(ctx, dout, dlse):
-        q, k, v, o, lse = ctx.saved_tensors
-        # The kernels read dO in the inputs' dtype (as FlashAttention does); lse is a statistic, not an
-        # output anyone differentiates (its cotangent is ignored).
-        dq, dk, dv = ns.backward(dout.to(q.dtype).contiguous(), q, k, v, o, lse, ctx.causal, ctx.scale)
-        return dq, dk, dv, None, None
+        return (*_gradients(ns.backward, ctx.saved_tensors, dout, ctx.causal, ctx.scale), None, None)
 
     forward.register_autograd(grad, setup_context=setup_context)
     return ns
+
+
+@functools.cache
+def _eager_function() -> Any:
+    """The eager path's autograd.Function over the implementations (made once: torch is optional here)."""
+    import torch
+    from torch.autograd.function import once_differentiable
+
+    class EagerAttention(torch.autograd.Function):
+        """kb_attention::forward's autograd without torch.library's dispatch (eager_path)."""
+
+        @staticmethod
+        def forward(ctx, q, k, v, causal, scale):
+            o, lse = _forward(q, k, v, causal, scale)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.causal, ctx.scale = causal, scale
+            return o
+
+        @staticmethod
+        @once_differentiable                # as the op's: its backward has no gradient of its own
+        def backward(ctx, dout):
+            return (*_gradients(_backward, ctx.saved_tensors, dout, ctx.causal, ctx.scale), None, None)
+
+    return EagerAttention
+
+
+_PLAIN_KEYS: dict[Any, Any] = {}   # device -> a plain tensor's dispatch keys there (a cache: they never change)
+
+
+def eager_path(tensors: tuple) -> bool:
+    """May the drop-in call its implementations directly, not through torch.library's ops: torch.library's
+    dispatch costs ~80 us of host time a call (H100 machine, 2026-12-07), more than everything else the call
+    does. Yes in eager mode (not compiling or tracing) with no torch function or dispatch mode active, for
+    plain tensors: no subclass (FakeTensor), vmap or functionalization wrapper, whose dispatch keys differ
+    from a plain tensor's. Everything else takes the registered ops, which those modes see."""
+    import torch
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return False
+    try:
+        if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
+            return False
+        dev = tensors[0].device
+        if dev not in _PLAIN_KEYS:
+            _PLAIN_KEYS[dev] = torch._C._dispatch_keys(torch.empty(0, device=dev))
+        return all(type(t) is torch.Tensor and torch._C._dispatch_keys(t) == _PLAIN_KEYS[dev] for t in tensors)
+    except AttributeError:          # a torch without these internals: the ops, always right
+        return False
 
 
 def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
@@ -221,8 +284,12 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     ops = define_torch_ops()
     qkv = (query.contiguous(), key.contiguous(), value.contiguous())
     scale = float(scale if scale is not None else d ** -0.5)
+    eager = eager_path(qkv)
     if not (torch.is_grad_enabled() and any(x.requires_grad for x in qkv)):
-        return ops.infer(*qkv, bool(is_causal), scale)     # no gradient wanted: O in q's dtype, no lse
+        # no gradient wanted: O in q's dtype, no lse
+        return (_infer if eager else ops.infer)(*qkv, bool(is_causal), scale)
+    if eager:
+        return _eager_function().apply(*qkv, bool(is_causal), scale)
     o, _ = ops.forward(*qkv, bool(is_causal), scale)
     return o
 

@@ -30,6 +30,70 @@ def inputs(torch, shape, seed, grad=True):
     return [torch.randn(shape, generator=g).requires_grad_(grad) for _ in range(3)]
 
 
+def test_eager_calls_skip_torch_library_and_give_the_ops_results_bit_for_bit(torch):
+    """Eager mode on plain tensors: the implementations called directly (an autograd.Function for training,
+    no torch.library dispatch); the same kernels as the registered ops, so the same bits, gradients too."""
+    q, k, v = inputs(torch, (1, 2, 64, 64), seed=41)
+    w = torch.randn(1, 2, 64, 64, generator=torch.Generator().manual_seed(5))
+    assert A.eager_path((q, k, v))
+    out = A.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert type(out.grad_fn).__name__ == "EagerAttentionBackward"
+    grads = torch.autograd.grad((out * w).sum(), (q, k, v))
+    ops = A.define_torch_ops()
+    o_op, _ = ops.forward(q, k, v, True, 64 ** -0.5)
+    assert "EagerAttention" not in type(o_op.grad_fn).__name__
+    assert torch.equal(out, o_op)
+    for ours, theirs in zip(grads, torch.autograd.grad((o_op * w).sum(), (q, k, v))):
+        assert torch.equal(ours, theirs)
+    with torch.no_grad():
+        assert torch.equal(A.scaled_dot_product_attention(q, k, v, is_causal=True),
+                           ops.infer(q, k, v, True, 64 ** -0.5))
+    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=True)
+    for ours, theirs in zip(grads, torch.autograd.grad((ref * w.double()).sum(), x64)):
+        assert relative(ours.double(), theirs) < TOL
+
+
+def test_the_eager_path_leaves_fake_vmapped_compiled_and_moded_calls_to_the_ops(torch, monkeypatch):
+    """What torch.library's dispatch exists for stays on it: FakeTensors, vmap's wrappers, a torch function
+    or dispatch mode, tracing for torch.compile."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    q, k, v = inputs(torch, (1, 2, 64, 64), seed=42, grad=False)
+    assert A.eager_path((q, k, v))
+    with FakeTensorMode() as mode:
+        fq, fk, fv = (mode.from_tensor(x) for x in (q, k, v))
+        assert not A.eager_path((fq, fk, fv))
+        assert A.scaled_dot_product_attention(fq, fk, fv).shape == q.shape      # the fake implementation
+    seen = []
+    torch.vmap(lambda x: seen.append(A.eager_path((x, x, x))) or x)(q)
+    assert seen == [False]
+
+    class Passing(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class PassingFunctions(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    for mode in (Passing(), PassingFunctions()):
+        with mode:
+            assert not A.eager_path((q, k, v))
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert not A.eager_path((q, k, v))
+
+
+def test_the_eager_backward_refuses_a_second_derivative(torch):
+    """As the op's backward (an op without a gradient of its own): create_graph's second pass raises."""
+    q, k, v = inputs(torch, (1, 2, 64, 64), seed=43)
+    out = A.scaled_dot_product_attention(q, k, v)
+    (gq,) = torch.autograd.grad(out.sum(), (q,), create_graph=True)
+    with pytest.raises(RuntimeError):
+        gq.sum().backward()
+
+
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_drop_in_matches_sdpa_forward_and_backward_in_float64(torch, d, causal):
