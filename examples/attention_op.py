@@ -15,7 +15,10 @@ only the fused backward's dQ is summed in f32 (it adds into it atomically) and c
 no gradient is wanted (torch.no_grad, or inputs that do not require one) it runs ::infer instead:
 flash_fwd writing O in the inputs' dtype, without the log-sum-exp, on the fastest fixed form measured for
 the head dim (flash_attention.infer_launch). CUDA tensors launch on torch's current stream (capturable in
-CUDA graphs); CPU tensors run the kernels on the simulator (small shapes: it is an interpreter).
+CUDA graphs); CPU tensors run the kernels on the simulator (small shapes: it is an interpreter). In eager
+mode on plain tensors the drop-in calls the ops' implementations directly (`eager_path`: torch.library's
+dispatch costs more host time than the rest of a call); compiling, tracing, FakeTensors, vmap and torch
+modes go through the registered ops.
 """
 from __future__ import annotations
 
