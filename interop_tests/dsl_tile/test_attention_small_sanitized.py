@@ -7,6 +7,7 @@ computed the right answer there."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -31,6 +32,7 @@ def _load(name: str):
 
 
 FA, BWD, VL = _load("flash_attention"), _load("flash_attention_bwd"), _load("flash_attention_varlen")
+FUSED = _load("flash_attention_bwd_fused")
 # name -> (lowering switches, warps, {head dim: (query rows, key rows)}); sm_90 only but the default
 RUNGS = {"cp.async": ({}, None, None),
          "tma": ({"loop_pipeline": "tma"}, 4, {64: (64, 128), 128: (64, 64)}),
@@ -81,6 +83,30 @@ def test_backward_matches_float64(torch, causal):
     seq, d = 128, 64
     q, k, v, dout = (_bf16(torch, (2 * seq, d), 40 + i + causal) for i in range(4))
     o, dq, dk, dv = BWD.forward_and_backward(q, k, v, dout, seq, causal)
+    bridge.synchronize()
+    want_o, want = gqa64(*(_np(x) for x in (q, k, v, dout)), seq, causal, 1)
+    _close(o, want_o, 1e-2, "o")
+    for name, got, ref in zip(("dq", "dk", "dv"), (dq, dk, dv), want):
+        _close(got, ref, 1e-2, name)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_fused_backward_picks_match_float64(torch, d, causal):
+    """The fused backward's picks (TMA rings, dQ by TMA reduce-adds, D64's deferred adds); full attention on a
+    few slots, so its last wave is split: 5 key blocks whole and 1 in 4 parts at D128, 3 and 1 in halves at
+    D64, the parts' f32 scratch and sum_parts under the sanitizers too. Not under initcheck, which does not
+    track TMA stores (the parts store their dK / dV rows so, into fresh scratch, and it reports every read of
+    them in sum_parts, 40960 at these shapes, though the sums match float64): there the picks run unsplit."""
+    if bridge.current_device().cc < (9, 0):
+        pytest.skip("the fused backward's picks run on sm_90 warpgroup MMA")
+    seq = 384 if d == 128 else 256
+    form = FUSED.pick_form(d, seq, True, causal)
+    q, k, v, dout = (_bf16(torch, (2 * seq, d), 80 + i + causal) for i in range(4))
+    options = {**FUSED.form_options(form), "slots": 5 if d == 128 else 3}
+    if os.environ.get("KB_SANITIZER") == "initcheck":
+        options["split"] = False
+    o, dq, dk, dv = FUSED.forward_and_backward(q, k, v, dout, seq, causal, **options)
     bridge.synchronize()
     want_o, want = gqa64(*(_np(x) for x in (q, k, v, dout)), seq, causal, 1)
     _close(o, want_o, 1e-2, "o")
