@@ -15,6 +15,9 @@ last bits depend on the order the blocks run in (the two-kernel backward is dete
      of the staged tile (`lowering={"tma_store": True}`); otherwise an atomic add per element. Other
      switches of the tile lowering go the same way (e.g. "loop_pipeline": "tma", a TMA ring for the
      streamed Q and dO tiles: `LADDER` lists the forms benchmarks/attention.py --backward times).
+  3. (full attention under `split`, the picks) the last wave's key blocks cut into parts over their query
+     blocks (`last_wave`: the other SMs would idle while it ran), each part's dK and dV rows partial sums in
+     f32 scratch, and `sum_parts` adding them into dK and dV.
 Same inputs and tiles as the two-kernel backward (its `pick_tiles`, `_check_arguments`), dQ in f32.
 """
 from __future__ import annotations
@@ -500,7 +503,8 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
                 tiles: tuple[int, int, int] | None = None, diagonal: bool = False,
                 prefetch: bool | int = False, heads_in_turn: int = 1, split: bool = False,
                 slots: int | None = None) -> list[tuple[Any, tuple]]:
-    """The fused backward's two launches, [(kernel, arguments)], for the arrays of the two-kernel
+    """The fused backward's launches, [(kernel, arguments)] (the preprocess and the fused kernel; split: the fused
+    kernel over the whole key blocks, over the parts, then sum_parts), for the arrays of the two-kernel
     backward's launch_args (checked the same way before anything runs); `dq` must be float32 (the
     atomic adds), and is overwritten (set to zero, then added into). `lowering`: the fused kernel's
     switches (LADDER's values); `tiles`: (key rows a block owns, query rows it streams, warps), else
