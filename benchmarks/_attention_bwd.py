@@ -63,7 +63,7 @@ def load_backward(name: str = "flash_attention_bwd"):
 
 
 def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, form: str) -> tuple:
-    """(fn(i) running the fused backward's two launches in LADDER form `form` and converting its f32 dQ sum to
+    """(fn(i) running the fused backward's launches in LADDER form `form` and converting its f32 dQ sum to
     q's dtype, as the SDPA drop-in returns it (cuDNN's backward converts its dQ too: its time holds that kernel),
     (dq, dk, dv)), as `ours` for the two-kernel one."""
     d, group, x, (o, lse, delta, dq, dk, dv) = _after_forward(torch, fused.bwd.fwd, q, k, v, dout, s, causal)

@@ -294,13 +294,13 @@ def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bo
     rows, d = q.shape
     kv_rows = k.shape[0]
     if simulate:
-        def new(*shape, dt=np.float32):
-            return np.full(shape, np.nan, dt if dt is not None else np.float32)
+        def new(*shape, dt=None):
+            return np.full(shape, np.nan, dt or np.float32)
     else:
         import torch
 
-        def new(*shape, dt=torch.float32):
-            return torch.full(shape, float("nan"), device=q.device, dtype=dt if dt is not None else torch.float32)
+        def new(*shape, dt=None):
+            return torch.full(shape, float("nan"), device=q.device, dtype=dt or torch.float32)
     o, lse, delta, dq = new(rows, d, dt=dtype), new(rows), new(rows), new(rows, d)
     dk, dv = new(kv_rows, d, dt=dtype), new(kv_rows, d, dt=dtype)
     lse_kernel, fwd_args = fwd.lse_launch(q, k, v, o, lse, seq, causal, group=group,
