@@ -254,17 +254,20 @@ _TUNED: dict[tuple, Any] = {}
 _VARIANTS: dict[tuple, Any] = {}
 
 
-def variant(kern: Any, lowering: dict | None, num_warps: int | None = None, persistent: bool = False) -> Any:
+def variant(kern: Any, lowering: dict | None, num_warps: int | None = None, persistent: bool = False,
+            pdl: bool = False) -> Any:
     """`kern` under the tile lowering's switches `lowering` (`kern` itself for none), on `num_warps`
     warps where given, persistent (a grid of at most what the GPU holds at once, each block walking
-    tiles) where asked: one kernel object per kernel, switches, warps and persistence, made on first
-    use, so its compiles and launchers are kept. The attention examples' one way to a kernel's variant."""
-    if not lowering and num_warps is None and not persistent:
+    tiles) where asked, launched by programmatic dependent launch where `pdl` (it waits at its entry for
+    the grid before it, whose launch latency it hides): one kernel object per kernel, switches, warps,
+    persistence and PDL, made on first use, so its compiles and launchers are kept. The attention
+    examples' one way to a kernel's variant."""
+    if not lowering and num_warps is None and not persistent and not pdl:
         return kern
-    key = (kern.pyfunc, tuple(sorted((lowering or {}).items())), num_warps, bool(persistent))
+    key = (kern.pyfunc, tuple(sorted((lowering or {}).items())), num_warps, bool(persistent), bool(pdl))
     if key not in _VARIANTS:
         _VARIANTS[key] = tile.kernel(kern.pyfunc, num_warps=num_warps, persistent=bool(persistent),
-                                     lowering=dict(lowering or {}) or None)
+                                     lowering=dict(lowering or {}) or None, pdl=bool(pdl))
     return _VARIANTS[key]
 
 

@@ -387,7 +387,25 @@ for _form in ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, l
               "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
               "deferred dQ, heads in turn"):
     LADDER[_form + ", last wave split"] = LADDER[_form]
+# the picks with every launch by programmatic dependent launch (launch_args' pdl; each waits at its entry for
+# the launch before, whose last blocks hide its launch): D64 415.3 / 367.3 TFLOP/s (0.934 / 1.002x cuDNN) against
+# 410.0 / 364.0, D128 549.2 / 428.6 against 548.8 / 419.6 (FASTEST[128]'s form, causal unsplit) in one run (H100
+# 2026-12-07 11:52, docs/results/gpu_runs_2026-12-07_1152)
+for _form in ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+              "warp vectors, last wave split",
+              "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+              "heads in turn",
+              "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+              "deferred dQ, heads in turn, last wave split"):
+    LADDER[_form + ", pdl"] = LADDER[_form]
+# D64 on 64 x 64 tiles and one warpgroup (cuDNN's D64 backward tile, `..._64x64x64_1x4x1`; 203 registers, no
+# spills, two blocks an SM), the 128-row pick's steps: 405.6 / 359.7 TFLOP/s (0.912 / 0.981x cuDNN) against the
+# pick's 410.0 / 364.0 (0.920 / 0.993x) in one run; with warp vectors 403.6 / 350.3 (H100 2026-12-07 11:52,
+# docs/results/gpu_runs_2026-12-07_1152; that one not kept)
+LADDER["64x64 w4, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+       "deferred dQ, heads in turn"] = {**RING, "wgmma_a": "shared", "early_loads": True, "lazy_waits": True, **FTZ}
 SPLIT = {form for form in LADDER if ", last wave split" in form}             # launched with split=True
+PDL = {form for form in LADDER if form.endswith(", pdl")}                    # launched with pdl=True
 DIAGONAL = {form for form in LADDER if ", diagonal loop" in form}          # forms launched with diagonal=True
 PREFETCH = {form for form in LADDER if ", prefetch" in form}               # forms launched with prefetch=True
 DEFERRED = {form for form in LADDER if ", deferred dQ" in form}            # prefetch=2: each dQ added a step late
@@ -397,11 +415,14 @@ DEFERRED = {form for form in LADDER if ", deferred dQ" in form}            # pre
 HEADS_IN_TURN = {form: 8 for form in LADDER if ", heads in turn" in form}
 SQUARE = (128, 128, 8)  # 128 key rows a block owns and 128 query rows a step: D64's (HEAD_DIMS)
 # forms for some head dims only (else every one of 64 and 128): applies()
-HEAD_DIMS: dict[str, tuple[int, ...]] = {form: (64,) for form in LADDER if form.startswith("128x128 w8")}
+HEAD_DIMS: dict[str, tuple[int, ...]] = {**{form: (64,) for form in LADDER if form.startswith(("128x128 w8", "64x64 w4"))},
+                                         **{form: (128,) for form in PDL if form.startswith("128x64 w8")}}
 # the forms that choose their own tiles (else pick_tiles' on 4 warps): 128 key rows on two warpgroups halve
 # the dQ tiles a head adds (S / 128 key blocks), 200 KiB of shared memory, 255 registers and 12 spill bytes at D128
+NARROW = (64, 64, 4)    # 64 key rows a block, 64 query rows a step, one warpgroup: cuDNN's D64 tile
 TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if form.startswith("128x64 w8")},
-                                           **{form: SQUARE for form in HEAD_DIMS}}
+                                           **{form: SQUARE for form in HEAD_DIMS if form.startswith("128x128 w8")},
+                                           **{form: NARROW for form in HEAD_DIMS if form.startswith("64x64 w4")}}
 # The form a caller gets by default (pick_form), by head dim (and, where it differs, causal or not), where it is
 # measured faster than the two-kernel backward on warpgroup MMA (bf16 B4 H16 S4096, full / causal TFLOP/s; H100
 # 2026-12-06 04:36, docs/results/gpu_runs_2026-12-06_0435): D128, the 8-warp K V swizzled ring form with early
@@ -426,11 +447,13 @@ TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if fo
 # Both since the last wave split (last_wave: 1980 key blocks whole, 68 in thirds): D128 546.6 against 541.8 TFLOP/s
 # (0.988 / 0.979x cuDNN), D64 416.3 against 413.0 (0.935 / 0.928x), full attention, in one run (H100 2026-12-07
 # 09:11, docs/results/gpu_runs_2026-12-07_0845); causal launches are never split (the same kernel as without).
+# All picks by programmatic dependent launch since (", pdl": D64 +1.3 / +0.9 %, D128 +0.1 / +2.1 % full / causal, in
+# one run: H100 2026-12-07 11:52, docs/results/gpu_runs_2026-12-07_1152).
 FASTEST: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-         "warp vectors, last wave split",
+         "warp vectors, last wave split, pdl",
     64: "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-        "deferred dQ, heads in turn, last wave split"}
+        "deferred dQ, heads in turn, last wave split, pdl"}
 # Full attention's key blocks of a head walk the query blocks in step, all adding into one dQ tile at a time and
 # reading one Q and dO tile; each starting at its own query block and wrapping around instead lost 8 %: D128 505.7
 # against 548.6 TFLOP/s (0.894 / 0.970x cuDNN), D64 380.6 against 413.6 (H100 2026-12-07 09:12; not kept). And the
@@ -446,7 +469,7 @@ FASTEST: dict[int, str] = {
 # D64 causal takes FASTEST[64] since deferred dQ (above; at D128 deferred dQ loses: LADDER's comment)
 FASTEST_CAUSAL: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-         "heads in turn"}
+         "heads in turn, pdl"}
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",
            "TMA ring + TMA reduce dQ, K V swizzled, early loads",
            "128x64 w8, TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled",
@@ -472,7 +495,7 @@ def form_options(form: str) -> dict:
     LADDER form `form`."""
     prefetch = 2 if form in DEFERRED else form in PREFETCH
     return {"lowering": LADDER[form], "tiles": TILES.get(form), "diagonal": form in DIAGONAL, "prefetch": prefetch,
-            "heads_in_turn": HEADS_IN_TURN.get(form, 1), "split": form in SPLIT}
+            "heads_in_turn": HEADS_IN_TURN.get(form, 1), "split": form in SPLIT, "pdl": form in PDL}
 
 
 def pick_form(d: int, seq: int, wgmma: bool, causal: bool = False) -> str | None:
@@ -492,9 +515,10 @@ def pick_form(d: int, seq: int, wgmma: bool, causal: bool = False) -> str | None
     return form
 
 
-def fused_kernel(lowering: dict | None = None, warps: int | None = None) -> Any:
-    """flash_bwd_fused under the lowering switches `lowering` (None: the defaults) on `warps` warps."""
-    return bwd.fwd.variant(flash_bwd_fused, lowering, warps)
+def fused_kernel(lowering: dict | None = None, warps: int | None = None, pdl: bool = False) -> Any:
+    """flash_bwd_fused under the lowering switches `lowering` (None: the defaults) on `warps` warps, by
+    programmatic dependent launch where `pdl`."""
+    return bwd.fwd.variant(flash_bwd_fused, lowering, warps, pdl=pdl)
 
 
 def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any, dq: Any, dk: Any, dv: Any,
@@ -502,7 +526,7 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
                 wgmma: bool | None = None, group: int = 1, lowering: dict | None = None,
                 tiles: tuple[int, int, int] | None = None, diagonal: bool = False,
                 prefetch: bool | int = False, heads_in_turn: int = 1, split: bool = False,
-                slots: int | None = None) -> list[tuple[Any, tuple]]:
+                slots: int | None = None, pdl: bool = False) -> list[tuple[Any, tuple]]:
     """The fused backward's launches, [(kernel, arguments)] (the preprocess and the fused kernel; split: the fused
     kernel over the whole key blocks, over the parts, then sum_parts), for the arrays of the two-kernel
     backward's launch_args (checked the same way before anything runs); `dq` must be float32 (the
@@ -516,7 +540,9 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     blocks in turns (tile.block_order; 1: one head's after another, HEADS_IN_TURN's forms 8); `split`: full
     attention with one query head a key head, the key blocks of the last wave split (last_wave; SPLIT's forms)
     on `slots` blocks at a time (None: this GPU's SMs), their parts' dK and dV rows in f32 scratch of the
-    arrays' library (torch, NumPy; others run unsplit) that a last launch, sum_parts, adds up."""
+    arrays' library (torch, NumPy; others run unsplit) that a last launch, sum_parts, adds up; `pdl`: every
+    launch by programmatic dependent launch (each waits at its entry for the one before: its launch latency
+    hidden behind that one's last blocks; PDL's forms)."""
     bwd._check_arguments(q, seq, group, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
                          {"lse": lse, "delta": delta})
     if not str(dq.dtype).endswith("float32"):
@@ -524,8 +550,9 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     d = q.shape[1]
     own, stream, warps = bwd.block_tiles(d, seq, tiles, tensor_cores, wgmma)
     sc = float(scale if scale is not None else d ** -0.5)
-    pre = (attn_bwd_preprocess_zero, (o, dout, tile.partition(delta, (PRE_ROWS,)), tile.partition(dq, (PRE_ROWS, d))))
-    kern = fused_kernel(lowering, warps)
+    pre = (bwd.fwd.variant(attn_bwd_preprocess_zero, None, pdl=pdl),
+           (o, dout, tile.partition(delta, (PRE_ROWS,)), tile.partition(dq, (PRE_ROWS, d))))
+    kern = fused_kernel(lowering, warps, pdl)
 
     def launch(dk_rows: Any, dv_rows: Any, turns: int, parts: int, first: int) -> tuple[Any, tuple]:
         return (kern, (q, k, v, dout, lse, delta, dq, tile.partition(dk_rows, (own, d)), tile.partition(dv_rows, (own, d)),
@@ -540,21 +567,22 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     steps = [pre] + ([launch(dk[:whole * own], dv[:whole * own], int(heads_in_turn), 1, 0)] if whole else [])
     tail = (dk[whole * own:], dv[whole * own:])
     return steps + [launch(dk_parts, dv_parts, 1, parts, whole),
-                    (sum_parts, (dk_parts, dv_parts, *(tile.partition(x, (SUM_ROWS, d)) for x in tail), parts, own))]
+                    (bwd.fwd.variant(sum_parts, None, pdl=pdl),
+                     (dk_parts, dv_parts, *(tile.partition(x, (SUM_ROWS, d)) for x in tail), parts, own))]
 
 
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool, simulate: bool = False,
                          group: int = 1, lowering: dict | None = None, tiles: tuple[int, int, int] | None = None,
                          diagonal: bool = False, prefetch: bool | int = False,
                          heads_in_turn: int = 1, split: bool = False, slots: int | None = None,
-                         dtype: Any = None) -> tuple[Any, Any, Any, Any]:
+                         pdl: bool = False, dtype: Any = None) -> tuple[Any, Any, Any, Any]:
     """(o, dq, dk, dv) as the two-kernel example's forward_and_backward (O, dK and dV in `dtype`, f32 when None;
     dQ f32), with the fused backward."""
     return bwd.forward_and_backward(q, k, v, dout, seq, causal, simulate, group,
                                     steps=functools.partial(launch_args, lowering=lowering, tiles=tiles,
                                                             diagonal=diagonal, prefetch=prefetch,
                                                             heads_in_turn=heads_in_turn, split=split,
-                                                            slots=slots), dtype=dtype)
+                                                            slots=slots, pdl=pdl), dtype=dtype)
 
 
 def run_gpu(batch: int, heads: int, seq: int, d: int, kv_heads: int | None = None, form: str = "atomic dQ") -> None:

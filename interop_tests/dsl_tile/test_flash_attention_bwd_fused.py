@@ -6,6 +6,7 @@ ptxas for sm_90a, and the GPU against torch autograd of SDPA in float64."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -176,9 +177,37 @@ def test_causal_and_grouped_backwards_are_never_split(causal, group):
     bf = [np.zeros((n, d), ml_dtypes.bfloat16) for n in (rows, rows // group, rows // group, rows)]
     steps = FUSED.launch_args(bf[0], bf[1], bf[2], nan(rows, d), bf[3], nan(rows), nan(rows), nan(rows, d),
                               nan(rows // group, d), nan(rows // group, d), seq, causal, tensor_cores=True,
-                              wgmma=True, group=group, slots=3, **FUSED.form_options(SPLIT_FORMS[1]))
+                              wgmma=True, group=group, slots=3, **FUSED.form_options(FUSED.FASTEST[128]))
     assert [kern.name for kern, _ in steps] == ["attn_bwd_preprocess_zero", "flash_bwd_fused"]
     assert steps[1][1][-2:] == (1, 0)
+
+
+PDL_FORMS = sorted(FUSED.PDL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", PDL_FORMS)
+def test_pdl_forms_launch_every_step_by_programmatic_dependent_launch(form):
+    """The PDL forms' launches (preprocess, fused whole and parts, sum_parts) each declare PDL in their contract
+    and wait at their entry on sm_90 (nothing emitted for sm_80, an ordinary launch there); the same form
+    without PDL launches none of them so."""
+    d = 64 if form.startswith("128x128") else 128
+    seq, rows = 256, 3 * 256
+    bf = [np.zeros((rows, d), ml_dtypes.bfloat16) for _ in range(4)]
+
+    def steps(pdl):
+        return FUSED.launch_args(*bf[:3], nan(rows, d), bf[3], nan(rows), nan(rows), nan(rows, d), nan(rows, d),
+                                 nan(rows, d), seq, False, tensor_cores=True, wgmma=True, slots=4,
+                                 **{**FUSED.form_options(form), "pdl": pdl})
+    with_pdl = steps(True)
+    names = ["attn_bwd_preprocess_zero", "flash_bwd_fused"]
+    assert [k.name for k, _ in with_pdl][:2] == names and len(with_pdl) == (4 if FUSED.form_options(form)["split"]
+                                                                                 else 2)
+    for (kern, args), (plain, _) in zip(with_pdl, steps(False)):
+        assert json.loads(kern.compile(args, "sm_90").contract_json).get("pdl") is True, kern.name
+        assert "griddepcontrol.wait" in kern.compile(args, "sm_90").ptx, kern.name
+        assert "griddepcontrol" not in kern.compile(args, "sm_80").ptx, kern.name
+        assert "pdl" not in json.loads(plain.compile(args, "sm_90").contract_json), plain.name
 
 
 def matches_float64_with_late_copies(monkeypatch, rng, form, d, seq, causal):
@@ -364,9 +393,9 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
           (64, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop"): 8,
           (128, "128x64 w8, ws setmaxnreg + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop"):
               180}
-# the last wave split: the same kernel as its base's, whole (the test's causal launch is never split)
-SPILLS.update({(d, form): SPILLS[d, form.removesuffix(", last wave split")]
-               for d, form in ((64 if f.startswith("128x128") else 128, f) for f in FUSED.SPLIT)})
+# the last wave split and PDL: the same kernel as their base's, whole (the test's causal launch is never split)
+SPILLS.update({(d, form): SPILLS[d, form.removesuffix(", pdl").removesuffix(", last wave split")]
+               for d, form in ((64 if f.startswith("128x128") else 128, f) for f in FUSED.SPLIT | FUSED.PDL)})
 
 
 @pytest.mark.slow
@@ -533,7 +562,8 @@ def test_the_benchmark_times_a_form_only_at_the_head_dims_it_runs_at(monkeypatch
     square = "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled + fp_fusion ftz"
     assert _attention_bwd.fused_forms(FUSED, [square, "atomic dQ"], 64) == [square, "atomic dQ"]
     assert _attention_bwd.fused_forms(FUSED, [square, "atomic dQ"], 128) == ["atomic dQ"]
-    assert set(_attention_bwd.fused_forms(FUSED, None, 128)) == set(FUSED.LADDER) - set(FUSED.HEAD_DIMS)
+    assert set(_attention_bwd.fused_forms(FUSED, None, 128)) == set(FUSED.LADDER) - {
+        form for form, dims in FUSED.HEAD_DIMS.items() if 128 not in dims}
 
 
 DEFERRED128 = "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, deferred dQ"
