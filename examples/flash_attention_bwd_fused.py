@@ -447,7 +447,7 @@ TILES: dict[str, tuple[int, int, int]] = {**{form: WIDE for form in LADDER if fo
 # Both since the last wave split (last_wave: 1980 key blocks whole, 68 in thirds): D128 546.6 against 541.8 TFLOP/s
 # (0.988 / 0.979x cuDNN), D64 416.3 against 413.0 (0.935 / 0.928x), full attention, in one run (H100 2026-12-07
 # 09:11, docs/results/gpu_runs_2026-12-07_0845); causal launches are never split (the same kernel as without).
-# All picks by programmatic dependent launch since (", pdl": D64 +1.3 / +0.9 %, D128 +0.1 / +2.1 % full / causal, in
+# FASTEST's picks by programmatic dependent launch since (", pdl": D64 +1.3 / +0.9 %, D128 +0.1 / +2.1 % full / causal, in
 # one run: H100 2026-12-07 11:52, docs/results/gpu_runs_2026-12-07_1152).
 FASTEST: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
@@ -467,9 +467,10 @@ FASTEST: dict[int, str] = {
 # the same run, D64 352.2 (0.967x) against 342.3 (0.940x) (H100 2026-12-06 13:55, docs/results/gpu_runs_2026-12-06_1355);
 # full attention, whose blocks carry even work, gains nothing by it (D128 541.0 against 540.1, D64 388.9 against 397.0).
 # D64 causal takes FASTEST[64] since deferred dQ (above; at D128 deferred dQ loses: LADDER's comment)
+# (its ", pdl" form is untimed: the device was not lent again that session)
 FASTEST_CAUSAL: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-         "heads in turn, pdl"}
+         "heads in turn"}
 CHECKED = ("atomic dQ", "TMA reduce dQ", "TMA ring + TMA reduce dQ", "TMA ring + TMA reduce dQ, K V swizzled",
            "TMA ring + TMA reduce dQ, K V swizzled, early loads",
            "128x64 w8, TMA ring + TMA reduce dQ", "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled",
