@@ -467,7 +467,7 @@ FASTEST: dict[int, str] = {
 # the same run, D64 352.2 (0.967x) against 342.3 (0.940x) (H100 2026-12-06 13:55, docs/results/gpu_runs_2026-12-06_1355);
 # full attention, whose blocks carry even work, gains nothing by it (D128 541.0 against 540.1, D64 388.9 against 397.0).
 # D64 causal takes FASTEST[64] since deferred dQ (above; at D128 deferred dQ loses: LADDER's comment)
-# (its ", pdl" form is untimed: the device was not lent again that session)
+# (its ", pdl" form is untimed: no device was lent after 11:52 on 2026-12-07)
 FASTEST_CAUSAL: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
          "heads in turn"}
@@ -576,7 +576,7 @@ def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bo
                          group: int = 1, lowering: dict | None = None, tiles: tuple[int, int, int] | None = None,
                          diagonal: bool = False, prefetch: bool | int = False,
                          heads_in_turn: int = 1, split: bool = False, slots: int | None = None,
-                         pdl: bool = False, dtype: Any = None) -> tuple[Any, Any, Any, Any]:
+                         dtype: Any = None, pdl: bool = False) -> tuple[Any, Any, Any, Any]:
     """(o, dq, dk, dv) as the two-kernel example's forward_and_backward (O, dK and dV in `dtype`, f32 when None;
     dQ f32), with the fused backward."""
     return bwd.forward_and_backward(q, k, v, dout, seq, causal, simulate, group,
