@@ -187,10 +187,10 @@ PDL_FORMS = sorted(FUSED.PDL)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("form", PDL_FORMS)
-def test_pdl_forms_launch_every_step_by_programmatic_dependent_launch(form):
+def test_pdl_forms_launch_every_step_by_programmatic_dependent_launch(tmp_path, form):
     """The PDL forms' launches (preprocess, fused whole and parts, sum_parts) each declare PDL in their contract
     and wait at their entry on sm_90 (nothing emitted for sm_80, an ordinary launch there); the same form
-    without PDL launches none of them so."""
+    without PDL launches none of them so. The small kernels assemble for sm_90a (the fused one: the ptxas pins)."""
     d = 64 if form.startswith("128x128") else 128
     seq, rows = 256, 3 * 256
     bf = [np.zeros((rows, d), ml_dtypes.bfloat16) for _ in range(4)]
@@ -205,7 +205,10 @@ def test_pdl_forms_launch_every_step_by_programmatic_dependent_launch(form):
                                                                                  else 2)
     for (kern, args), (plain, _) in zip(with_pdl, steps(False)):
         assert json.loads(kern.compile(args, "sm_90").contract_json).get("pdl") is True, kern.name
-        assert "griddepcontrol.wait" in kern.compile(args, "sm_90").ptx, kern.name
+        ptx = kern.compile(args, "sm_90").ptx
+        assert "griddepcontrol.wait" in ptx, kern.name
+        if kern.name != "flash_bwd_fused":
+            assert spill_bytes(ptxas_verbose(ptx, "sm_90a", tmp_path)) == 0, kern.name
         assert "griddepcontrol" not in kern.compile(args, "sm_80").ptx, kern.name
         assert "pdl" not in json.loads(plain.compile(args, "sm_90").contract_json), plain.name
 
