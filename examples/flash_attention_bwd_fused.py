@@ -18,6 +18,8 @@ last bits depend on the order the blocks run in (the two-kernel backward is dete
   3. (full attention under `split`, the picks) the last wave's key blocks cut into parts over their query
      blocks (`last_wave`: the other SMs would idle while it ran), each part's dK and dV rows partial sums in
      f32 scratch, and `sum_parts` adding them into dK and dV.
+  Under `pdl` (the ", pdl" forms, FASTEST's picks) each of these launches waits at its entry for the one before
+  (programmatic dependent launch), so its launch hides behind that one's last blocks.
 Same inputs and tiles as the two-kernel backward (its `pick_tiles`, `_check_arguments`), dQ in f32.
 """
 from __future__ import annotations
@@ -387,8 +389,8 @@ for _form in ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, l
               "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
               "deferred dQ, heads in turn"):
     LADDER[_form + ", last wave split"] = LADDER[_form]
-# the picks with every launch by programmatic dependent launch (launch_args' pdl; each waits at its entry for
-# the launch before, whose last blocks hide its launch): D64 415.3 / 367.3 TFLOP/s (0.934 / 1.002x cuDNN) against
+# the three picks' forms with every launch by programmatic dependent launch (launch_args' pdl; each waits at its
+# entry for the launch before, whose last blocks hide its launch): D64 415.3 / 367.3 TFLOP/s (0.934 / 1.002x cuDNN) against
 # 410.0 / 364.0, D128 549.2 / 428.6 against 548.8 / 419.6 (FASTEST[128]'s form, causal unsplit) in one run (H100
 # 2026-12-07 11:52, docs/results/gpu_runs_2026-12-07_1152)
 for _form in ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
