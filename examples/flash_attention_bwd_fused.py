@@ -469,7 +469,9 @@ FASTEST: dict[int, str] = {
 # the same run, D64 352.2 (0.967x) against 342.3 (0.940x) (H100 2026-12-06 13:55, docs/results/gpu_runs_2026-12-06_1355);
 # full attention, whose blocks carry even work, gains nothing by it (D128 541.0 against 540.1, D64 388.9 against 397.0).
 # D64 causal takes FASTEST[64] since deferred dQ (above; at D128 deferred dQ loses: LADDER's comment)
-# (its ", pdl" form is untimed: no device was lent after 11:52 on 2026-12-07)
+# (its ", pdl" form lost: 455.7 against 460.3 TFLOP/s causal, 0.969 / 0.979x cuDNN, H100 2026-12-07 14:53,
+# docs/results/gpu_runs_2026-12-07_1453; and cuDNN's D128 tile, 64 x 64 on one warpgroup over this pick's steps,
+# 292.6: one block an SM, its ring and staging 146 KiB)
 FASTEST_CAUSAL: dict[int, str] = {
     128: "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
          "heads in turn"}
