@@ -62,8 +62,9 @@ def kernel_params(kernel: Any, api: str) -> tuple[str, list[Param], tuple[str, .
                   for k, a in enumerate(kernel.annotations)]
         return kernel.__name__, params, tuple(kernel.options.requires), False
     if isinstance(kernel, TileKernel):
-        params = [Param(s.name, k, s.kind, s.kind == "partition", _dtype_of_annotation(s.dtype), s.ndim)
-                  for k, s in enumerate(kernel.specs)]
+        # written: partitions, and tile.Atomic arrays (any block adds into them: never a read-only input)
+        params = [Param(s.name, k, s.kind, s.kind == "partition" or bool(s.writable), _dtype_of_annotation(s.dtype),
+                        s.ndim) for k, s in enumerate(kernel.specs)]
         return kernel.name, params, (), True
     raise TypeError(f"{api}: expected a @simt.kernel, a @tile.kernel, a bridge.Kernel or a bridge.foreign "
                     f"kernel, got {type(kernel).__name__}")

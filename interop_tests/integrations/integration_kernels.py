@@ -92,3 +92,11 @@ def tile_two_outputs(a: tile.Array[f32], p: tile.Partition[f32], q: tile.Partiti
     t = tile.bid(0)
     p.store(tile.load(a, t, p.tile_shape))
     q.store(tile.load(a, t, q.tile_shape))
+
+
+@tile.kernel
+def tile_doubled_total(a: tile.Array[f32, 1], out: tile.Partition[f32, 1], total: tile.Atomic[f32, 1]):
+    """out = 2 a, and every block adds its tile's sum of a into total[0] (a tile.Atomic: any block updates it)."""
+    v = tile.load(a, tile.bid(0), out.tile_shape)
+    out.store(v * 2.0)
+    tile.atomic_add(total, 0, tile.sum(v))
