@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -304,13 +305,21 @@ if importlib.util.find_spec("torch") is not None:
 
 
 # ---------------------------------------------------------------------------------------------- JAX
-def jax_attention(causal: bool, scale: float | None = None) -> Any:
+def jax_attention(causal: bool, scale: float | None = None, deterministic: bool | None = None) -> Any:
     """attention(q, k, v) for (B, H, S, D) q and (B, H_kv, S, D) k, v (H_kv dividing H: grouped-query
-    attention) JAX arrays through the forward and the three-kernel backward (deterministic, unlike the
-    torch op's fused default), differentiable (jax.custom_vjp; jax.jit works around it): returns O in f32."""
+    attention) JAX arrays, differentiable (jax.custom_vjp; jax.jit works around it): returns O in f32. Its
+    backward is the torch op's: the fused kernel (dQ added atomically) where it is measured faster on this GPU
+    (flash_attention_bwd_fused.pick_form), else the three kernels, which also run, bit for bit repeatable, when
+    `deterministic` is True (None: when XLA_FLAGS asks XLA's own ops for it, `--xla_gpu_exclude_nondeterministic_ops`
+    or its older name `--xla_gpu_deterministic_ops`; XLA's scatter and attention are not deterministic either
+    without it)."""
     import jax
 
     import dsl
+    if deterministic is None:
+        flags = os.environ.get("XLA_FLAGS", "").lower().split()
+        deterministic = any(f"--xla_gpu_{name}={on}" in flags for name in ("exclude_nondeterministic_ops",
+                                                                        "deterministic_ops") for on in ("true", "1"))
 
     def calls(q, k):
         b, h, s, d, group = check_inputs(q, k, k)
@@ -320,20 +329,13 @@ def jax_attention(causal: bool, scale: float | None = None) -> Any:
         lse_kernel, picked = fwd.lse_launch(standin, standin[:kv_rows], standin[:kv_rows], standin, standin[:, 0],
                                             s, causal, group=group, wgmma=wgmma)
         bm, bn = picked[3].tile_shape[0], picked[7]
-        own, stream = bwd.pick_tiles(d, s)
-        dkdv_kernel, dq_kernel = bwd.kernels_for(d, wgmma)
         f = dsl.jax.kernel_call(lse_kernel, out_shapes={"o": (rows, d), "lse": (rows,)},
                                 out_dtypes={"o": "f32", "lse": "f32"}, tiles={"o": (bm, d), "lse": (bm,)},
                                 static={"seq": s, "scale": sc, "bn": bn, "causal": causal, "group": group})
-        pre = dsl.jax.kernel_call(bwd.attn_bwd_preprocess, out_shapes={"delta": (rows,)},
-                                  tiles={"delta": (bwd.PRE_ROWS,)}, static={"d": d})
-        dkdv = dsl.jax.kernel_call(dkdv_kernel, out_shapes={"dk": (kv_rows, d), "dv": (kv_rows, d)},
-                                   out_dtypes={"dk": "f32", "dv": "f32"}, tiles={"dk": (own, d), "dv": (own, d)},
-                                   static={"seq": s, "scale": sc, "bm": stream, "causal": causal, "group": group})
-        dq = dsl.jax.kernel_call(dq_kernel, out_shapes={"dq": (rows, d)}, out_dtypes={"dq": "f32"},
-                                 tiles={"dq": (own, d)},
-                                 static={"seq": s, "scale": sc, "bn": stream, "causal": causal, "group": group})
-        return (b, h, s, d), f, pre, dkdv, dq
+        form = None if deterministic else fused.pick_form(d, s, wgmma, causal)
+        gradients = (_jax_three_kernels(dsl, d, s, rows, kv_rows, sc, causal, group, wgmma) if form is None
+                     else _jax_fused(dsl, form, d, s, rows, kv_rows, sc, causal, group, wgmma))
+        return (b, h, s, d), f, gradients
 
     @jax.custom_vjp
     def attention(q, k, v):
@@ -347,16 +349,57 @@ def jax_attention(causal: bool, scale: float | None = None) -> Any:
 
     def backward(saved, g):
         q, k, v, o, lse = saved
-        shape, _, pre, dkdv, dq = calls(q, k)
+        shape, _, gradients = calls(q, k)
         d = shape[-1]
         q2, k2, v2, g2 = (x.reshape(-1, d) for x in (q, k, v, g.astype(q.dtype)))
-        delta = pre(o, g2)
-        dk, dv = dkdv(q2, k2, v2, g2, lse, delta)
-        dqv = dq(q2, k2, v2, g2, lse, delta)
-        return tuple(x.reshape(y.shape).astype(y.dtype) for x, y in ((dqv, q), (dk, k), (dv, v)))
+        dq, dk, dv = gradients(q2, k2, v2, g2, o, lse)
+        return tuple(x.reshape(y.shape).astype(y.dtype) for x, y in ((dq, q), (dk, k), (dv, v)))
 
     attention.defvjp(lambda q, k, v: forward(q, k, v), backward)
     return jax.jit(attention)
+
+
+def _jax_three_kernels(dsl: Any, d: int, s: int, rows: int, kv_rows: int, sc: float, causal: bool, group: int,
+                       wgmma: bool) -> Any:
+    """gradients(q, k, v, dout, o, lse) -> (dQ, dK, dV) in f32 through the preprocess, dK/dV and dQ kernels."""
+    own, stream = bwd.pick_tiles(d, s)
+    dkdv_kernel, dq_kernel = bwd.kernels_for(d, wgmma)
+    pre = dsl.jax.kernel_call(bwd.attn_bwd_preprocess, out_shapes={"delta": (rows,)},
+                              tiles={"delta": (bwd.PRE_ROWS,)}, static={"d": d})
+    dkdv = dsl.jax.kernel_call(dkdv_kernel, out_shapes={"dk": (kv_rows, d), "dv": (kv_rows, d)},
+                               out_dtypes={"dk": "f32", "dv": "f32"}, tiles={"dk": (own, d), "dv": (own, d)},
+                               static={"seq": s, "scale": sc, "bm": stream, "causal": causal, "group": group})
+    dq = dsl.jax.kernel_call(dq_kernel, out_shapes={"dq": (rows, d)}, out_dtypes={"dq": "f32"},
+                             tiles={"dq": (own, d)},
+                             static={"seq": s, "scale": sc, "bn": stream, "causal": causal, "group": group})
+
+    def gradients(q2, k2, v2, g2, o, lse):
+        delta = pre(o, g2)
+        dk, dv = dkdv(q2, k2, v2, g2, lse, delta)
+        return dq(q2, k2, v2, g2, lse, delta), dk, dv
+    return gradients
+
+
+def _jax_fused(dsl: Any, form: str, d: int, s: int, rows: int, kv_rows: int, sc: float, causal: bool, group: int,
+               wgmma: bool) -> Any:
+    """gradients(q, k, v, dout, o, lse) -> (dQ, dK, dV) in f32 through the fused backward in LADDER form `form`:
+    its preprocess (Delta, and dQ zeroed) and one fused launch adding into that dQ (the XLA buffer passed
+    through, mutates=). Unsplit and without PDL: the last wave's split needs scratch of the arrays' library."""
+    opts = fused.form_options(form)
+    own, stream, warps = bwd.block_tiles(d, s, opts["tiles"], True, wgmma)
+    pre = dsl.jax.kernel_call(fused.attn_bwd_preprocess_zero, out_shapes={"delta": (rows,), "dq": (rows, d)},
+                              tiles={"delta": (fused.PRE_ROWS,), "dq": (fused.PRE_ROWS, d)})
+    main = dsl.jax.kernel_call(fused.fused_kernel(opts["lowering"], warps), mutates="dq",
+                               out_shapes={"dk": (kv_rows, d), "dv": (kv_rows, d)},
+                               out_dtypes={"dk": "f32", "dv": "f32"}, tiles={"dk": (own, d), "dv": (own, d)},
+                               static={"seq": s, "scale": sc, "bm": stream, "causal": causal, "group": group,
+                                       "diagonal": opts["diagonal"], "prefetch": int(opts["prefetch"]),
+                                       "heads_in_turn": opts["heads_in_turn"], "parts": 1, "first": 0})
+
+    def gradients(q2, k2, v2, g2, o, lse):
+        delta, dq = pre(o, g2)
+        return main(q2, k2, v2, g2, lse, delta, dq)
+    return gradients
 
 
 def main(argv: list[str] | None = None) -> int:

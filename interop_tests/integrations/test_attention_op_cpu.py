@@ -371,3 +371,44 @@ def test_jax_custom_vjp_gradients_match_float64(cpu_jax, causal, kv_heads):
     assert np.abs(out - o64).max() / np.abs(o64).max() < TOL
     for got, ref in zip(grads, want):
         assert np.abs(np.asarray(got) - ref).max() / np.abs(ref).max() < TOL
+
+
+def _recording_kernel_calls(monkeypatch) -> list[str]:
+    """The names of the kernels jax_attention wraps with dsl.jax.kernel_call, in order."""
+    import dsl
+    names, real = [], dsl.jax.kernel_call
+    monkeypatch.setattr(dsl.jax, "kernel_call", lambda kernel, **kw: names.append(kernel.name) or real(kernel, **kw))
+    return names
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_jax_backward_is_the_torch_ops_fused_kernel_where_that_is_picked(cpu_jax, monkeypatch, causal):
+    """With warpgroup MMA (sm_90; here the simulator) the custom_vjp's backward runs the fused kernel in the
+    torch op's form at D128 (FASTEST, FASTEST_CAUSAL: dQ added into the preprocess's zeroed buffer, passed
+    through by mutates=), grouped-query, against float64."""
+    monkeypatch.setattr(A.fwd, "on_warpgroup_mma", lambda *a, **k: True)
+    names = _recording_kernel_calls(monkeypatch)
+    jnp = cpu_jax.numpy
+    rng = np.random.default_rng(31 + causal)
+    q, k, v, w = (rng.standard_normal((1, 1 if x in "kv" else 2, 128, 128)).astype(np.float32) for x in "qkvw")
+    attention = A.jax_attention(causal, deterministic=False)
+    grads = cpu_jax.grad(lambda *x: jnp.sum(attention(*x) * w), argnums=(0, 1, 2))(q, k, v)
+    assert names[-2:] == ["attn_bwd_preprocess_zero", "flash_bwd_fused"], names
+    _, want = numpy_attention_grads(*(x.astype(np.float64) for x in (q, k, v, w)), causal)
+    for got, ref in zip(grads, want):
+        assert np.abs(np.asarray(got) - ref).max() / np.abs(ref).max() < TOL
+
+
+def test_jax_backward_keeps_the_three_kernels_when_determinism_is_asked(cpu_jax, monkeypatch):
+    """deterministic=True, or XLA_FLAGS asking XLA's ops for determinism, keeps the three kernels (no atomics:
+    bit for bit repeatable) where the fused one would be picked."""
+    monkeypatch.setattr(A.fwd, "on_warpgroup_mma", lambda *a, **k: True)
+    jnp = cpu_jax.numpy
+    q = np.random.default_rng(5).standard_normal((1, 1, 128, 64)).astype(np.float32)
+    for kwargs, flags in (({"deterministic": True}, ""), ({}, "--xla_gpu_exclude_nondeterministic_ops=true"),
+                          ({}, "--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true")):
+        monkeypatch.setenv("XLA_FLAGS", flags)
+        names = _recording_kernel_calls(monkeypatch)
+        grads = cpu_jax.grad(lambda x: jnp.sum(A.jax_attention(False, **kwargs)(x, x, x)))(q)
+        assert np.isfinite(np.asarray(grads)).all()
+        assert "flash_bwd_fused" not in names and "attn_bwd_preprocess" in names, names

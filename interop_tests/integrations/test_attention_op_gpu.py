@@ -173,21 +173,26 @@ def test_ops_pass_opcheck_on_cuda(cuda_torch):
     torch.library.opcheck(ops.backward, (dout, q.detach(), k.detach(), v.detach(), o, lse, False, 0.125))
 
 
+@pytest.mark.parametrize("deterministic", [False, True], ids=["fused", "three-kernels"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])       # D128 on sm_90: the lse_kernel / kernels_for variants
-def test_jax_custom_vjp_on_gpu_matches_float64(jax, d):
+def test_jax_custom_vjp_on_gpu_matches_float64(jax, d, causal, deterministic):
+    """The custom_vjp on the GPU, grouped-query, against float64: its backward the fused kernel in the torch
+    op's form where that is picked (sm_90: S128 divides every pick's tiles), or the three kernels."""
     import dsl
     if not dsl.jax.ffi_available():
         pytest.fail("the JAX FFI handler was not built on the GPU machine (dsl.jax.ffi_available() is False)")
     jnp = jax.numpy
     assert jax.default_backend() == "gpu", f"JAX runs on {jax.default_backend()} on the GPU machine"
     rng = np.random.default_rng(5)
-    q, k, v, w = (rng.standard_normal((1, 2, 128, d)).astype(np.float32) for _ in range(4))
+    q, k, v, w = (rng.standard_normal((1, 1 if x in "kv" else 2, 128, d)).astype(np.float32) for x in "qkvw")
     qb, kb, vb = (jnp.asarray(x, dtype=jnp.bfloat16) for x in (q, k, v))
-    attention = A.jax_attention(causal=True)
+    assert (A.fused.pick_form(d, 128, A.fwd.on_warpgroup_mma(), causal) is not None) == A.fwd.on_warpgroup_mma()
+    attention = A.jax_attention(causal=causal, deterministic=deterministic)
     grads = jax.grad(lambda *x: jnp.sum(attention(*x) * w), argnums=(0, 1, 2))(qb, kb, vb)
     rounded = [np.asarray(x.astype(jnp.float32), np.float64) for x in (qb, kb, vb)]
     from test_attention_op_cpu import numpy_attention_grads
-    _, want = numpy_attention_grads(*rounded, w.astype(np.float64), True)
+    _, want = numpy_attention_grads(*rounded, w.astype(np.float64), causal)
     for got, ref in zip(grads, want):
         got = np.asarray(got.astype(jnp.float32), np.float64)
-        assert np.abs(got - ref).max() / np.abs(ref).max() < 2e-2
+        assert got.shape == ref.shape and np.abs(got - ref).max() / np.abs(ref).max() < 2e-2
