@@ -2,7 +2,8 @@
 
 An op is planned once, when it is created, from the kernel's declared parameters and its contract's
 relations: read-only arrays and (unbound) scalars are op inputs; writable arrays (SIMT DisjointSlice,
-tile Partition) are outputs the op allocates, or in-place inputs the caller passes (`mutates=`);
+tile Partition, tile.Atomic) are outputs the op allocates, or in-place inputs the caller passes (`mutates=`);
+a tile Partition the body only loads is an input (loaded_only_partitions);
 `static=` binds scalars/constants at creation. Each allocated output needs a shape (relations or
 `out_shapes=`) and a dtype (its annotation, a TypeVar bound by an input, or `out_dtypes=`); when
 neither determines it the op is refused there, with the kernel and the argument named.
@@ -11,7 +12,7 @@ Nothing here imports torch or jax: the frameworks hand in (dtype name, shape) fa
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from bridge import dtypes
@@ -70,6 +71,36 @@ def kernel_params(kernel: Any, api: str) -> tuple[str, list[Param], tuple[str, .
                     f"kernel, got {type(kernel).__name__}")
 
 
+def loaded_only_partitions(kernel: Any, params: Sequence[Param], static: Mapping[str, Any],
+                           tiles: Mapping[str, Any]) -> frozenset[str]:
+    """The tile kernel's partitions its body never stores (read-only in its contract: the input a global
+    reduction's grid is cut from), so op inputs rather than outputs. Found in the tile IR of a stand-in
+    specialisation: one tile of each partition (its `tiles=` value, or ones where that is a callable),
+    one-element arrays, f32 where a dtype is open; a kernel that does not build so keeps every partition
+    an output (as before 2026-12-07)."""
+    import numpy as np
+
+    from dsl.integrations._kernels import host_dtype
+    from dsl.tile import partition
+    from dsl.tile.compile import stored_partitions
+    args: list[Any] = []
+    try:
+        for p in params:
+            dt = host_dtype(p.dtype if isinstance(p.dtype, str) else "f32")
+            if p.kind == "partition":
+                tile = tiles.get(p.name)
+                tile = tuple(tile) if tile is not None and not callable(tile) else (1,) * (p.ndim or 1)
+                args.append(partition(np.zeros(tile, dt), tile))
+            elif p.kind == "array":
+                args.append(np.zeros((1,) * (p.ndim or 1), dt))
+            else:
+                args.append(static[p.name] if p.name in static else dt.type(0))
+        stored = stored_partitions(kernel.tile_ir(*args))
+    except Exception:              # noqa: BLE001 - any failure to build keeps the conservative plan
+        return frozenset()
+    return frozenset(p.name for p in params if p.kind == "partition" and p.name not in stored)
+
+
 Rule = Any   # a value, or a callable of the op's inputs (positionally, in op order)
 
 
@@ -116,6 +147,11 @@ class OpPlan:
         self.name, self.params, self.requires, self.is_tile = kernel_params(kernel, api)
         from dsl.integrations._foreign import is_foreign
         self.is_foreign = is_foreign(kernel)     # launched as compiled (no simulator; _foreign.py)
+        if self.is_tile:            # a partition the body only loads (a reduction's grid) is an input
+            keep = set(_names(mutates, "mutates", api))
+            loaded = loaded_only_partitions(kernel, self.params, _mapping(static, "static", api),
+                                            _mapping(tiles, "tiles", api)) - keep
+            self.params = [replace(p, writable=False) if p.name in loaded else p for p in self.params]
         self.by_name = {p.name: p for p in self.params}
         self.mutates = frozenset(self._check_names(_names(mutates, "mutates", api), "mutates",
                                                    lambda p: p.writable, "writable"))

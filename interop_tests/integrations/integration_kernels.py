@@ -100,3 +100,10 @@ def tile_doubled_total(a: tile.Array[f32, 1], out: tile.Partition[f32, 1], total
     v = tile.load(a, tile.bid(0), out.tile_shape)
     out.store(v * 2.0)
     tile.atomic_add(total, 0, tile.sum(v))
+
+
+@tile.kernel
+def tile_global_sumsq(x: tile.Partition[f32, 1], out: tile.Atomic[f32, 1]):
+    """docs/tile.md's global norm: x only loaded (read-only, and the grid), out[0] += each block's sum of squares."""
+    v = x.load()
+    tile.atomic_add(out, 0, tile.sum(v * v))

@@ -1,7 +1,8 @@
 """A tile kernel's `tile.Atomic` parameter through dsl.torch.custom_op and dsl.jax.kernel_call (CPU, the
 simulator): it is written (atomically), so the op treats it as an output, never as a read-only input it would
 silently change. Allocated, it starts at zero on every call (the atomics add into its starting values);
-named in `mutates=`, it starts from the caller's array."""
+named in `mutates=`, it starts from the caller's array. And a partition the kernel only loads (a global
+reduction's input, which defines its grid) is an op input, not an output to allocate."""
 from __future__ import annotations
 
 import itertools
@@ -82,3 +83,26 @@ def test_an_atomic_parameter_is_planned_as_written_not_as_an_input():
     with pytest.raises(Exception, match=r"'a'.*writable"):
         OpPlan(K.tile_doubled_total, "test", mutates="a", out_shapes={"out": (N,), "total": (1,)},
                tiles={"out": (256,)})
+
+
+def test_a_global_reduction_takes_its_loaded_partition_as_an_input(torch, cpu_jax):
+    """docs/tile.md's global norm as an op: x (a partition only loaded) in, out (tile.Atomic) out."""
+    op = dsl.torch.custom_op(f"kb_test_atomic::sumsq_{next(_ids)}", K.tile_global_sumsq, out_shapes={"out": (1,)},
+                             tiles={"x": (256,)})
+    assert str(op._opoverload._schema).endswith("(Tensor x) -> Tensor")
+    x = torch.from_numpy(_a())
+    want = (_a().astype(np.float64) ** 2).sum()
+    np.testing.assert_allclose(op(x).numpy(), [want], rtol=1e-5)
+    np.testing.assert_array_equal(x.numpy(), _a())                    # the input is not written
+    jnp = cpu_jax.numpy
+    call = dsl.jax.kernel_call(K.tile_global_sumsq, out_shapes={"out": (1,)}, tiles={"x": (256,)})
+    np.testing.assert_allclose(np.asarray(cpu_jax.jit(call)(jnp.asarray(_a()))), [want], rtol=1e-5)
+
+
+def test_a_loaded_partition_named_in_mutates_stays_an_in_place_argument():
+    """Before partitions only loaded became inputs, mutates= was the way to pass one; it still is accepted."""
+    from dsl.integrations._plan import OpPlan
+    plan = OpPlan(K.tile_global_sumsq, "test", out_shapes={"out": (1,)}, tiles={"x": (256,)})
+    assert [p.name for p in plan.inputs] == ["x"] and [p.name for p in plan.outputs] == ["out"]
+    kept = OpPlan(K.tile_global_sumsq, "test", mutates="x", out_shapes={"out": (1,)}, tiles={"x": (256,)})
+    assert [p.name for p in kept.inputs] == ["x"] and kept.mutates == {"x"}
