@@ -28,8 +28,11 @@ def _poison_new_arrays(monkeypatch, module, fill=np.nan):
 
     def poisoned(*args, **kwargs):
         x = empty(*args, **kwargs)
-        if x.dtype.is_floating_point if hasattr(x.dtype, "is_floating_point") else np.issubdtype(x.dtype, np.floating):
-            x.fill_(fill) if hasattr(x, "fill_") else x.fill(fill)
+        if isinstance(x, np.ndarray):                    # NumPy (the JAX call's simulator path)
+            if np.issubdtype(x.dtype, np.floating):
+                x.fill(fill)
+        elif x.dtype.is_floating_point:                  # torch
+            x.fill_(fill)
         return x
     monkeypatch.setattr(module, "empty", poisoned)
 
