@@ -80,13 +80,12 @@ def loaded_only_partitions(kernel: Any, params: Sequence[Param], static: Mapping
     an output (as before 2026-12-07)."""
     import numpy as np
 
-    from dsl.integrations._kernels import host_dtype
     from dsl.tile import partition
     from dsl.tile.compile import stored_partitions
     args: list[Any] = []
     try:
         for p in params:
-            dt = host_dtype(p.dtype if isinstance(p.dtype, str) else "f32")
+            dt = dtypes.to_numpy(p.dtype if isinstance(p.dtype, str) else "f32")
             if p.kind == "partition":
                 tile = tiles.get(p.name)
                 tile = tuple(tile) if tile is not None and not callable(tile) else (1,) * (p.ndim or 1)
