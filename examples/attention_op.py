@@ -384,17 +384,27 @@ def _jax_fused(dsl: Any, form: str, d: int, s: int, rows: int, kv_rows: int, sc:
                wgmma: bool) -> Any:
     """gradients(q, k, v, dout, o, lse) -> (dQ, dK, dV) in f32 through the fused backward in LADDER form `form`:
     its preprocess (Delta, and dQ zeroed) and one fused launch adding into that dQ (the XLA buffer passed
-    through, mutates=). Unsplit and without PDL: the last wave's split needs scratch of the arrays' library."""
-    opts = fused.form_options(form)
-    own, stream, warps = bwd.block_tiles(d, s, opts["tiles"], True, wgmma)
-    pre = dsl.jax.kernel_call(fused.attn_bwd_preprocess_zero, out_shapes={"delta": (rows,), "dq": (rows, d)},
-                              tiles={"delta": (fused.PRE_ROWS,), "dq": (fused.PRE_ROWS, d)})
-    main = dsl.jax.kernel_call(fused.fused_kernel(opts["lowering"], warps), mutates="dq",
-                               out_shapes={"dk": (kv_rows, d), "dv": (kv_rows, d)},
-                               out_dtypes={"dk": "f32", "dv": "f32"}, tiles={"dk": (own, d), "dv": (own, d)},
-                               static={"seq": s, "scale": sc, "bm": stream, "causal": causal, "group": group,
-                                       "diagonal": opts["diagonal"], "prefetch": int(opts["prefetch"]),
-                                       "heads_in_turn": opts["heads_in_turn"], "parts": 1, "first": 0})
+    through, mutates=). The kernels, constants and tiles are those fused.launch_args gives the torch op, read
+    off its launches for stand-in arrays; unsplit and without PDL (the last wave's split needs scratch of the
+    arrays' library)."""
+    standin = np.broadcast_to(np.float32(0), (rows, d))           # shape only
+    kv = standin[:kv_rows]
+    steps = fused.launch_args(standin, kv, kv, standin, standin, standin[:, 0], standin[:, 0], standin, kv, kv, s,
+                              causal, sc, wgmma=wgmma, group=group,
+                              **{**fused.form_options(form), "split": False, "pdl": False})
+    (pre_kernel, pre_args), (kernel, args) = steps
+
+    def bound(kern: Any, launch: tuple) -> tuple[dict, dict]:
+        """(static, tiles) of a launch: its scalars and constants, its partitions' tile shapes."""
+        pairs = list(zip(kern.specs, launch))
+        return ({spec.name: a for spec, a in pairs if spec.kind in ("scalar", "const")},
+                {spec.name: a.tile_shape for spec, a in pairs if spec.kind == "partition"})
+    pre_static, pre_tiles = bound(pre_kernel, pre_args)
+    static, tiles = bound(kernel, args)
+    pre = dsl.jax.kernel_call(pre_kernel, out_shapes={"delta": (rows,), "dq": (rows, d)}, tiles=pre_tiles,
+                              static=pre_static)
+    main = dsl.jax.kernel_call(kernel, mutates="dq", out_shapes={"dk": (kv_rows, d), "dv": (kv_rows, d)},
+                               out_dtypes={"dk": "f32", "dv": "f32"}, tiles=tiles, static=static)
 
     def gradients(q2, k2, v2, g2, o, lse):
         delta, dq = pre(o, g2)

@@ -64,8 +64,8 @@ def kernel_params(kernel: Any, api: str) -> tuple[str, list[Param], tuple[str, .
         return kernel.__name__, params, tuple(kernel.options.requires), False
     if isinstance(kernel, TileKernel):
         # written: partitions, and tile.Atomic arrays (any block adds into them: never a read-only input)
-        params = [Param(s.name, k, s.kind, s.kind == "partition" or bool(s.writable), _dtype_of_annotation(s.dtype),
-                        s.ndim) for k, s in enumerate(kernel.specs)]
+        params = [Param(s.name, k, s.kind, s.writable, _dtype_of_annotation(s.dtype), s.ndim)
+                  for k, s in enumerate(kernel.specs)]
         return kernel.name, params, (), True
     raise TypeError(f"{api}: expected a @simt.kernel, a @tile.kernel, a bridge.Kernel or a bridge.foreign "
                     f"kernel, got {type(kernel).__name__}")
@@ -81,7 +81,7 @@ def loaded_only_partitions(kernel: Any, params: Sequence[Param], static: Mapping
     import numpy as np
 
     from dsl.tile import partition
-    from dsl.tile.compile import stored_partitions
+    from dsl.tile.ir import stored_partitions
     args: list[Any] = []
     try:
         for p in params:

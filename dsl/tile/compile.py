@@ -128,12 +128,6 @@ def validator_contract(fn, threads: int, facts: dict[str, dict], persistent: boo
     return contract_for(header, fn, facts, set(), persistent, reads=tile_reads(fn))
 
 
-def stored_partitions(fn) -> set[str]:
-    """The partitions the tile IR stores (the others are read-only in the contract: access "read")."""
-    from dsl.tile import ir as T
-    return {s.param.name for s in T.walk_stmts(fn.body) if isinstance(s, T.Store)}
-
-
 def tile_reads(fn) -> set[str]:
     """Parameters the tile IR loads or gathers from (partitions included: `out.load()`)."""
     from dsl.tile import ir as T

@@ -343,6 +343,12 @@ def walk_exprs(e: TExpr):
             yield from walk_exprs(sub)
 
 
+def stored_partitions(fn: TileFunction) -> set[str]:
+    """The partitions `fn`'s body stores: writable in the lowered kernel (lowered_params) and in an op's plan;
+    one only loaded (a grid over an input) is read-only."""
+    return {s.param.name for s in walk_stmts(fn.body) if isinstance(s, Store)}
+
+
 def body_exprs(body: list):
     """Yield every expression of the statements of `body`, nested bodies included."""
     for s in body:

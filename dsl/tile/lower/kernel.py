@@ -726,7 +726,7 @@ def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> 
     read-only), tile.Atomic arrays writable, with the launch facts' layout and alignment; scalars as
     they are."""
     facts = facts or {}
-    stored = {id(s.param) for s in T.walk_stmts(fn.body) if isinstance(s, T.Store)}
+    stored = T.stored_partitions(fn)
     out = []
     for p in fn.params:
         ty = p.type
@@ -734,7 +734,7 @@ def lowered_params(fn: T.TileFunction, facts: dict[str, dict] | None = None) -> 
             t: object = ty.dtype
         else:
             f = facts.get(p.name, {})
-            writable = id(p) in stored if isinstance(ty, PartitionParamType) else ty.atomic
+            writable = p.name in stored if isinstance(ty, PartitionParamType) else ty.atomic
             t = ArrayType(ty.dtype, ty.ndim, writable=writable,
                           layout=f.get("layout", "any"), aligned16=bool(f.get("aligned16", False)))
         out.append(N.Param(p.name, t, len(out)))  # type: ignore[arg-type]
