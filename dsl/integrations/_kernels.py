@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from dsl.integrations._plan import OpPlan, Param
+from dsl.integrations._plan import OpPlan, Param, standin_args
 from dsl.types import is_typevar
 
 
@@ -52,18 +52,10 @@ def outputs_read(plan: OpPlan, binding: Mapping[Any, str], tiles: Mapping[str, t
     hit = _READS.get(key)
     if hit is not None:
         return hit
-    args: list[Any] = []
-    for p in plan.params:
-        if p.is_array:
-            dt = param_dtype(plan, p, binding) or "f32"
-            args.append(np.zeros((1,) * (p.ndim if p.ndim is not None else len(tiles.get(p.name, (1,)))),
-                                 host_dtype(dt)))
-        else:
-            args.append(scalars.get(p.name, 0))
+    args = standin_args(plan.params, {p.name: param_dtype(plan, p, binding) for p in plan.params if p.is_array},
+                        tiles, {p.name: scalars.get(p.name, 0) for p in plan.params if not p.is_array})
     names = {p.name for p in plan.outputs}
     if plan.is_tile:
-        from dsl.tile import partition
-        args = [partition(a, tiles[p.name]) if p.kind == "partition" else a for p, a in zip(plan.params, args)]
         try:
             from dsl.tile.compile import _reads_partition
             fn = plan.kernel.tile_ir(*args)

@@ -71,30 +71,42 @@ def kernel_params(kernel: Any, api: str) -> tuple[str, list[Param], tuple[str, .
                     f"kernel, got {type(kernel).__name__}")
 
 
+def standin_args(params: Sequence[Param], dtype_of: Mapping[str, Any], tiles: Mapping[str, Any],
+                 scalars: Mapping[str, Any]) -> list[Any]:
+    """A kernel's arguments as one-element NumPy stand-ins (partitions cut by `tiles`; f32 where `dtype_of`
+    names no dtype; scalars from `scalars`), enough to build its tile IR or contract without device memory:
+    what the plan and the integrations ask of a kernel's body (which partitions it stores, which outputs it
+    reads)."""
+    import numpy as np
+    args: list[Any] = []
+    for p in params:
+        if not p.is_array:
+            args.append(scalars[p.name])
+            continue
+        ndim = p.ndim if p.ndim is not None else len(tiles.get(p.name, (1,)))
+        a = np.zeros((1,) * ndim, dtypes.to_numpy(dtype_of.get(p.name) or "f32"))
+        if p.kind == "partition":
+            from dsl.tile import partition
+            a = partition(a, tiles[p.name])
+        args.append(a)
+    return args
+
+
 def loaded_only_partitions(kernel: Any, params: Sequence[Param], static: Mapping[str, Any],
                            tiles: Mapping[str, Any]) -> frozenset[str]:
     """The tile kernel's partitions its body never stores (read-only in its contract: the input a global
     reduction's grid is cut from), so op inputs rather than outputs. Found in the tile IR of a stand-in
     specialisation: one tile of each partition (its `tiles=` value, or ones where that is a callable),
-    one-element arrays, f32 where a dtype is open; a kernel that does not build so keeps every partition
-    an output (as before 2026-12-07)."""
-    import numpy as np
-
-    from dsl.tile import partition
+    f32 where a dtype is open; a kernel that does not build so keeps every partition an output (as before
+    2026-12-07)."""
     from dsl.tile.ir import stored_partitions
-    args: list[Any] = []
+    dtype_of = {p.name: p.dtype for p in params if isinstance(p.dtype, str)}
+    tile_of = {p.name: tuple(t) if (t := tiles.get(p.name)) is not None and not callable(t) else (1,) * (p.ndim or 1)
+               for p in params if p.kind == "partition"}
+    scalars = {p.name: static[p.name] if p.name in static else dtypes.to_numpy(dtype_of.get(p.name) or "f32").type(0)
+               for p in params if not p.is_array}
     try:
-        for p in params:
-            dt = dtypes.to_numpy(p.dtype if isinstance(p.dtype, str) else "f32")
-            if p.kind == "partition":
-                tile = tiles.get(p.name)
-                tile = tuple(tile) if tile is not None and not callable(tile) else (1,) * (p.ndim or 1)
-                args.append(partition(np.zeros(tile, dt), tile))
-            elif p.kind == "array":
-                args.append(np.zeros((1,) * (p.ndim or 1), dt))
-            else:
-                args.append(static[p.name] if p.name in static else dt.type(0))
-        stored = stored_partitions(kernel.tile_ir(*args))
+        stored = stored_partitions(kernel.tile_ir(*standin_args(params, dtype_of, tile_of, scalars)))
     except Exception:              # noqa: BLE001 - any failure to build keeps the conservative plan
         return frozenset()
     return frozenset(p.name for p in params if p.kind == "partition" and p.name not in stored)
@@ -146,15 +158,13 @@ class OpPlan:
         self.name, self.params, self.requires, self.is_tile = kernel_params(kernel, api)
         from dsl.integrations._foreign import is_foreign
         self.is_foreign = is_foreign(kernel)     # launched as compiled (no simulator; _foreign.py)
+        mutated, self.static, tile_rules = (_names(mutates, "mutates", api), _mapping(static, "static", api),
+                                            _mapping(tiles, "tiles", api))
         if self.is_tile:            # a partition the body only loads (a reduction's grid) is an input
-            keep = set(_names(mutates, "mutates", api))
-            loaded = loaded_only_partitions(kernel, self.params, _mapping(static, "static", api),
-                                            _mapping(tiles, "tiles", api)) - keep
+            loaded = loaded_only_partitions(kernel, self.params, self.static, tile_rules) - set(mutated)
             self.params = [replace(p, writable=False) if p.name in loaded else p for p in self.params]
         self.by_name = {p.name: p for p in self.params}
-        self.mutates = frozenset(self._check_names(_names(mutates, "mutates", api), "mutates",
-                                                   lambda p: p.writable, "writable"))
-        self.static = _mapping(static, "static", api)
+        self.mutates = frozenset(self._check_names(mutated, "mutates", lambda p: p.writable, "writable"))
         self._check_names(tuple(self.static), "static", lambda p: p.kind in ("scalar", "const"),
                           "scalar or tile.Constant")
         for p in self.params:
@@ -171,7 +181,7 @@ class OpPlan:
         if self.is_tile and (grid is not None or block is not None):
             raise ValueError(f"{api}: {self.name}: a tile kernel's grid is its partitions' (tiles=) and its "
                              f"block is chosen by the compiler; grid=/block= are for SIMT kernels")
-        self.tiles = self._plan_tiles(_mapping(tiles, "tiles", api))
+        self.tiles = self._plan_tiles(tile_rules)
         self.shape_rules, self.shape_order = self._plan_shapes(_mapping(out_shapes, "out_shapes", api))
         self.out_dtypes = self._plan_dtypes(_mapping(out_dtypes, "out_dtypes", api))
 

@@ -126,12 +126,18 @@ def test_flash_attentions_query_blocks_in_turn_still_match_float64(rng, lowering
     np.testing.assert_allclose(out, attention64(q, k, v, seq, True), rtol=1e-4, atol=1e-4)
 
 
+def _ends(works: list[float], start: list[float]) -> list[float]:
+    """Each SM's end time when the blocks `works` take the first free SM in grid order from `start`."""
+    free = list(start)
+    heapq.heapify(free)
+    for w in works:
+        heapq.heappush(free, heapq.heappop(free) + w)
+    return sorted(free)
+
+
 def _greedy_makespan(works: list[int], blocks: int) -> float:
     """The hardware's block order: each block to the first free SM, in grid order; worst over mean."""
-    free = [0.0] * blocks
-    for w in works:
-        heapq.heappush(free, heapq.heappop(free) + w + 1)
-    return max(free) / (sum(w + 1 for w in works) / blocks)
+    return max(_ends([w + 1 for w in works], [0.0] * blocks)) / (sum(w + 1 for w in works) / blocks)
 
 
 def test_it_evens_out_causal_attentions_backward_blocks():
@@ -144,15 +150,6 @@ def test_it_evens_out_causal_attentions_backward_blocks():
     natural = _greedy_makespan(works, 132)
     ordered = _greedy_makespan([works[interleaved_tile(k, len(works), per_head, 8)] for k in range(len(works))], 132)
     assert natural > 1.06 and ordered < 1.01
-
-
-def _ends(works: list[float], start: list[float]) -> list[float]:
-    """Each SM's end time when the blocks `works` take the first free SM in grid order from `start`."""
-    free = list(start)
-    heapq.heapify(free)
-    for w in works:
-        heapq.heappush(free, heapq.heappop(free) + w)
-    return sorted(free)
 
 
 def test_only_full_attentions_split_parts_leave_idle_sms_for_a_conversion_beside_them():
