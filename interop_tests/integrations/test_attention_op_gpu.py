@@ -96,8 +96,8 @@ def test_fused_backward_is_the_default_at_d128_and_matches_float64_autograd(cuda
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_staged_fused_backward_converts_dq_beside_its_last_launch_and_matches_float64(cuda_torch, d, causal):
-    """B4 H16 S384: 64 heads, so the op's fused backward runs in two stages (cut by heads; full attention before
-    its split's parts: 192 key blocks on 132 SMs) and converts the first stage's dQ rows on torch's stream while
+    """B4 H16 S384: 64 heads, so full attention's fused backward runs in two stages (cut before its split's parts:
+    192 key blocks on 132 SMs; causal in one) and converts the first stage's dQ rows on torch's stream while
     the rest runs on its high-priority stream; the gradients, read on torch's stream, against autograd of SDPA in
     float64."""
     torch = cuda_torch
@@ -111,7 +111,10 @@ def test_staged_fused_backward_converts_dq_beside_its_last_launch_and_matches_fl
                                         torch.empty(b * h * s, device="cuda"), torch.empty((b * h * s, d), device="cuda"),
                                         torch.empty_like(rows[1]), torch.empty_like(rows[2]), s, causal,
                                         **A.fused.form_options(form))
-    assert stages.rest and 0 < stages.done < b * h * s, stages.done
+    if causal:                               # never cut by heads by default (fused.TAIL_HEADS)
+        assert not stages.rest and stages.done == b * h * s
+    else:
+        assert stages.rest and 0 < stages.done < b * h * s, stages.done
     w = torch.randn(q.shape, device="cuda", dtype=torch.float64, generator=torch.Generator("cuda").manual_seed(3))
     out = A.scaled_dot_product_attention(q, k, v, is_causal=causal)
     (out.double() * w).sum().backward()
