@@ -15,6 +15,7 @@ bar's name says which) >= 1.0x SDPA's cuDNN backward, causal and not.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 from typing import Any
 
@@ -64,17 +65,21 @@ def load_backward(name: str = "flash_attention_bwd"):
 
 def ours_fused(torch, fused, q, k, v, dout, s: int, causal: bool, form: str) -> tuple:
     """(fn(i) running the fused backward's launches in LADDER form `form` and converting its f32 dQ sum to
-    q's dtype, as the SDPA drop-in returns it (cuDNN's backward converts its dQ too: its time holds that kernel),
-    (dq, dk, dv)), as `ours` for the two-kernel one."""
+    q's dtype, as the SDPA drop-in runs and returns it (cuDNN's backward converts its dQ too: its time holds that
+    kernel): in two stages, the first stage's dQ rows converted while the second runs (fused.staged_launch_args,
+    attention_op.run_converting), (dq, dk, dv)), as `ours` for the two-kernel one."""
     d, group, x, (o, lse, delta, dq, dk, dv) = _after_forward(torch, fused.bwd.fwd, q, k, v, dout, s, causal)
-    steps = fused.launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group,
-                              **fused.form_options(form))
+    stages = fused.staged_launch_args(x[0], x[1], x[2], o, x[3], lse, delta, dq, dk, dv, s, causal, group=group,
+                                      **fused.form_options(form))
     dq16 = torch.empty_like(dq, dtype=q.dtype)
+    run_converting = _attention_op().run_converting
+    return (lambda i: run_converting(stages, dq, dq16, [dq, dq16, dk, dv])), (dq16, dk, dv)
 
-    def run(i):
-        fused.bwd.run(steps)
-        dq16.copy_(dq)
-    return run, (dq16, dk, dv)
+
+@functools.cache
+def _attention_op():
+    """examples/attention_op.py, loaded once (its side-stream cache lives in it)."""
+    return load_backward("attention_op")
 
 
 def _after_forward(torch, fwd, q, k, v, dout, s: int, causal: bool, dq_dtype: Any = None) -> tuple:

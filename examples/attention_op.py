@@ -103,6 +103,46 @@ def _run(steps: list[tuple[Any, tuple]], tensors: list[Any]) -> None:
             kernel.simulate(*args)
 
 
+_SIDE_STREAMS: dict[Any, Any] = {}   # device -> the fused backward's high-priority stream (a cache: made once)
+
+
+def _side_stream(device: Any) -> Any:
+    import torch
+    if device not in _SIDE_STREAMS:
+        _SIDE_STREAMS[device] = torch.cuda.Stream(device, priority=-1)    # above the default priority, 0
+    return _SIDE_STREAMS[device]
+
+
+def run_converting(stages: Any, dq: Any, dq_out: Any, tensors: list[Any]) -> None:
+    """Run the fused backward's `stages` (flash_attention_bwd_fused.Stages) and convert its f32 dQ sum `dq`
+    into `dq_out` (the inputs' dtype). CUDA tensors: the launches run on a stream of higher priority than
+    torch's current one, and the rows the first stage finishes are converted on the current stream meanwhile,
+    so the block scheduler gives the conversion only the SMs the second stage's last wave leaves idle; the
+    current stream then waits for both (what any later op, or a CUDA graph's capture, sees). CPU tensors: in
+    order on the simulator."""
+    if not tensors[0].is_cuda:
+        _run(stages.first + stages.rest, tensors)
+        dq_out.copy_(dq)
+        return
+    import torch
+    main = torch.cuda.current_stream(dq.device)
+    if not stages.rest:
+        _run(stages.first, tensors)
+        dq_out.copy_(dq)
+        return
+    side = _side_stream(dq.device)
+    side.wait_stream(main)
+    first_done = torch.cuda.Event()
+    with torch.cuda.stream(side):
+        _run(stages.first, tensors)
+        first_done.record(side)
+        _run(stages.rest, tensors)
+        dq_out[stages.done:].copy_(dq[stages.done:])
+    main.wait_event(first_done)
+    dq_out[:stages.done].copy_(dq[:stages.done])
+    main.wait_stream(side)
+
+
 def _view(t: Any) -> Any:
     return t if t.is_cuda else _host(t)
 
@@ -157,12 +197,15 @@ def _backward(dout: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, causal: bool,
            *(torch.empty(x.shape, dtype=x.dtype, device=q.device) for x in (k, v))]
     delta = torch.empty((b * h * s,), dtype=torch.float32, device=q.device)
     rows = [_view(x.reshape(-1, d)) for x in (q, k, v, o, dout)]
-    launch_args = bwd.launch_args if form is None else functools.partial(fused.launch_args,
-                                                                         **fused.form_options(form))
-    steps = launch_args(*rows, _view(lse.reshape(-1)), _view(delta), *(_view(x.reshape(-1, d)) for x in new),
-                        s, causal, scale, group=group)
-    _run(steps, [q, k, v, o, dout, lse, delta, *new])
-    return new[0].to(q.dtype), new[1], new[2]
+    arrays = (*rows, _view(lse.reshape(-1)), _view(delta), *(_view(x.reshape(-1, d)) for x in new))
+    tensors = [q, k, v, o, dout, lse, delta, *new]
+    if form is None:
+        _run(bwd.launch_args(*arrays, s, causal, scale, group=group), tensors)
+        return new[0], new[1], new[2]
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    stages = fused.staged_launch_args(*arrays, s, causal, scale, group=group, **fused.form_options(form))
+    run_converting(stages, new[0].reshape(-1, d), dq.reshape(-1, d), tensors + [dq])
+    return dq, new[1], new[2]
 
 
 def _gradients(backward: Any, saved: tuple, dout: Any, causal: bool, scale: float) -> tuple[Any, Any, Any]:

@@ -28,7 +28,7 @@ import argparse
 import functools
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bridge import DTypeError
 from dsl import TypeVar, f32, i32, tile
@@ -574,6 +574,53 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     return steps + [launch(dk_parts, dv_parts, 1, parts, whole),
                     (bwd.fwd.variant(sum_parts, None, pdl=pdl),
                      (dk_parts, dv_parts, *(tile.partition(x, (SUM_ROWS, d)) for x in tail), parts, own))]
+
+
+# an unsplit launch's last key/value heads in a launch of their own (staged_launch_args), 0: no cut. A model of the
+# block scheduler (greedy, 132 SMs, B4 H16 S4096 D128; interop_tests/dsl_tile/test_tile_block_runs.py) gives the conversion beside causal attention's second stage no idle SMs (heads in turn pack it within
+# 1 %): no gain for a cut; full attention's split leaves ~3200 SM-us idle in its parts against 1900-4300 the
+# conversion needs (+1.5-2 %). Measure before changing.
+TAIL_HEADS = 0
+
+
+class Stages(NamedTuple):
+    """The fused backward's launches in two stages, for a caller that converts the f32 dQ sum while the
+    second runs: after `first`, dQ's rows [0, done) are final (every key block of their heads has added
+    into them), and `rest` adds into the others only."""
+    first: list
+    done: int
+    rest: list
+
+
+def staged_launch_args(*args: Any, tail_heads: int | None = None, **options: Any) -> Stages:
+    """launch_args' launches (same arguments) in Stages: a split launch cut before its parts (the key blocks
+    of the heads the whole key blocks cover are all in the first stage); another cut by heads, the last
+    `tail_heads` key/value heads' key blocks in a launch of their own over those heads' rows (none where
+    there are no more heads than that: then the first stage is everything, and done covers all of dQ; None:
+    TAIL_HEADS)."""
+    steps = launch_args(*args, **options)
+    tail_heads = TAIL_HEADS if tail_heads is None else tail_heads
+    q, k, dq, seq = args[0], args[1], args[7], args[10]
+    group = options.get("group", 1)
+    rows_per_head = group * seq                                   # a key/value head's query rows
+    if len(steps) > 2:                                            # the split: [pre, whole?, parts, sum_parts]
+        own = steps[-2][1][7].tile_shape[0]
+        whole = steps[-2][1][-1]                                  # the parts' launch starts at key block `whole`
+        return Stages(steps[:-2], (whole // (seq // own)) * rows_per_head, steps[-2:])
+    kv_heads = k.shape[0] // seq
+    if tail_heads <= 0 or kv_heads <= tail_heads:
+        return Stages(steps, dq.shape[0], [])
+    cut = (kv_heads - tail_heads) * seq                           # key/value rows of the first stage's heads
+    rows = (kv_heads - tail_heads) * rows_per_head
+
+    def heads(lo: int, hi: int, klo: int, khi: int) -> list:
+        """The fused kernel's launch over query rows lo..hi and key/value rows klo..khi."""
+        qs = [a[lo:hi] for a in (q, args[3], args[4], args[5], args[6], dq)]      # q, o, dout, lse, delta, dq
+        ks = [a[klo:khi] for a in (k, args[2], args[8], args[9])]                 # k, v, dk, dv
+        return launch_args(qs[0], ks[0], ks[1], qs[1], qs[2], qs[3], qs[4], qs[5], ks[2], ks[3], *args[10:],
+                           **options)[1:]
+    return Stages([steps[0], *heads(0, rows, 0, cut)], rows,
+                  heads(rows, dq.shape[0], cut, k.shape[0]))
 
 
 def forward_and_backward(q: Any, k: Any, v: Any, dout: Any, seq: int, causal: bool, simulate: bool = False,

@@ -182,6 +182,76 @@ def test_causal_and_grouped_backwards_are_never_split(causal, group):
     assert steps[1][1][-2:] == (1, 0)
 
 
+def simulated_lse(q, k, v, seq, causal):
+    rows, d = q.shape
+    o, lse = nan(rows, d), nan(rows)
+    FA.flash_fwd_lse.simulate(*FA.launch_args_lse(q, k, v, o, lse, seq, causal))
+    return o, lse
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_staged_launches_finish_the_first_heads_dq_rows_before_the_rest(rng, causal):
+    """An unsplit launch cut by heads (staged_launch_args): after the first stage the rows of dQ it reports done
+    hold their float64 gradients and the last head's still hold the first stage's zeros; after the rest every
+    gradient matches."""
+    seq, d = 128, 64
+    q, k, v, dout = inputs(rng, 3, seq, d, ml_dtypes.bfloat16)
+    rows = q.shape[0]
+    o, lse = simulated_lse(q, k, v, seq, causal)
+    dq, dk, dv = nan(rows, d), nan(rows, d), nan(rows, d)
+    stages = FUSED.staged_launch_args(q, k, v, o, dout, lse, nan(rows), dq, dk, dv, seq, causal, tail_heads=1)
+    assert [kern.name for kern, _ in stages.first] == ["attn_bwd_preprocess_zero", "flash_bwd_fused"]
+    assert [kern.name for kern, _ in stages.rest] == ["flash_bwd_fused"]
+    assert stages.done == 2 * seq
+    want = grads64(q, k, v, dout, seq, causal)
+    for kern, args in stages.first:
+        kern.simulate(*args)
+    tol = 1e-2 * np.abs(want[0]).max()
+    np.testing.assert_allclose(dq[:stages.done], want[0][:stages.done], rtol=0, atol=tol)
+    assert np.all(dq[stages.done:] == 0) and np.all(np.isnan(dk[2 * seq:]))
+    for kern, args in stages.rest:
+        kern.simulate(*args)
+    for name, got, ref in zip(("dq", "dk", "dv"), (dq, dk, dv), want):
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-2 * np.abs(ref).max(), err_msg=name)
+
+
+def test_a_split_launch_is_staged_before_its_parts(rng):
+    """Full attention's split (3 heads of two 128-row key blocks on 4 slots: 4 whole, 2 in parts): the first
+    stage is the preprocess and the whole key blocks, whose two heads' dQ rows are then final; the parts and
+    their sums are the rest."""
+    seq, d = 256, 128
+    form = FUSED.FASTEST[128]
+    q, k, v, dout = inputs(rng, 3, seq, d, ml_dtypes.bfloat16)
+    rows = q.shape[0]
+    o, lse = simulated_lse(q, k, v, seq, False)
+    dq, dk, dv = nan(rows, d), nan(rows, d), nan(rows, d)
+    stages = FUSED.staged_launch_args(q, k, v, o, dout, lse, nan(rows), dq, dk, dv, seq, False, tensor_cores=True,
+                                      wgmma=True, slots=4, **FUSED.form_options(form))
+    assert [kern.name for kern, _ in stages.first] == ["attn_bwd_preprocess_zero", "flash_bwd_fused"]
+    assert [kern.name for kern, _ in stages.rest] == ["flash_bwd_fused", "sum_parts"]
+    assert stages.done == 2 * seq
+    want = grads64(q, k, v, dout, seq, False)
+    for kern, args in stages.first:
+        kern.simulate(*args)
+    np.testing.assert_allclose(dq[:stages.done], want[0][:stages.done], rtol=0, atol=1e-2 * np.abs(want[0]).max())
+    assert not np.allclose(dq[stages.done:], want[0][stages.done:], rtol=0, atol=1e-2 * np.abs(want[0]).max())
+    for kern, args in stages.rest:
+        kern.simulate(*args)
+    for name, got, ref in zip(("dq", "dk", "dv"), (dq, dk, dv), want):
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-2 * np.abs(ref).max(), err_msg=name)
+
+
+@pytest.mark.parametrize("tail_heads", [0, 4, 5])
+def test_too_few_heads_to_cut_leave_everything_in_the_first_stage(tail_heads):
+    seq, d, heads = 128, 64, 4
+    bf = np.zeros((heads * seq, d), ml_dtypes.bfloat16)
+    dq = nan(heads * seq, d)
+    stages = FUSED.staged_launch_args(bf, bf, bf, nan(heads * seq, d), bf, nan(heads * seq), nan(heads * seq), dq,
+                                      nan(heads * seq, d), nan(heads * seq, d), seq, True, tail_heads=tail_heads)
+    assert [kern.name for kern, _ in stages.first] == ["attn_bwd_preprocess_zero", "flash_bwd_fused"]
+    assert (stages.done, stages.rest) == (heads * seq, [])
+
+
 PDL_FORMS = sorted(FUSED.PDL)
 
 

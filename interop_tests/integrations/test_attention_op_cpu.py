@@ -194,6 +194,26 @@ def test_the_ops_fused_backward_matches_sdpa_in_float64(torch, monkeypatch, caus
 
 
 @pytest.mark.parametrize("causal", [False, True])
+def test_the_ops_staged_backward_converts_every_dq_row_and_matches_sdpa_in_float64(torch, monkeypatch, causal):
+    """The op's fused backward cut in two stages (here one head of three in the rest: TAIL_HEADS 1, so even
+    full attention's unsplit CPU launch is cut), each stage's dQ rows converted by run_converting, which on CPU
+    tensors runs both in order; against float64."""
+    monkeypatch.setattr(A, "_on_warpgroup_mma", lambda t: True)
+    monkeypatch.setattr(A.fused, "TAIL_HEADS", 1)
+    staged, real = [], A.fused.staged_launch_args
+    monkeypatch.setattr(A.fused, "staged_launch_args", lambda *a, **kw: staged.append(real(*a, **kw)) or staged[-1])
+    g = torch.Generator().manual_seed(41 + causal)
+    q, k, v = (torch.randn((1, 3, 128, 64), generator=g).requires_grad_() for _ in range(3))
+    w = torch.randn(q.shape, generator=g)
+    (A.scaled_dot_product_attention(q, k, v, is_causal=causal) * w).sum().backward()
+    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    (torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=causal) * w.double()).sum().backward()
+    assert [(st.done, len(st.rest)) for st in staged] == [(256, 1)]
+    for ours, theirs in zip((q.grad, k.grad, v.grad), x64):
+        assert relative(ours.double(), theirs.grad) < TOL
+
+
+@pytest.mark.parametrize("causal", [False, True])
 def test_the_ops_d64_backward_takes_the_form_measured_fastest_for_causal_or_not(torch, monkeypatch, causal):
     """D64 on sm_90 (here the simulator): the 128-query-row step whose steps load the next step's lse and
     Delta rows, with lazy waits and early loads, each step's dQ added in the next, eight heads' key blocks in

@@ -93,6 +93,38 @@ def test_fused_backward_is_the_default_at_d128_and_matches_float64_autograd(cuda
     grouped_grads_match_float64(torch, q, k, v, causal, g)
 
 
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_staged_fused_backward_converts_dq_beside_its_last_launch_and_matches_float64(cuda_torch, d, causal):
+    """B4 H16 S384: 64 heads, so full attention's fused backward runs in two stages (cut before its split's parts:
+    192 key blocks on 132 SMs; causal in one) and converts the first stage's dQ rows on torch's stream while
+    the rest runs on its high-priority stream; the gradients, read on torch's stream, against autograd of SDPA in
+    float64."""
+    torch = cuda_torch
+    b, h, s = 4, 16, 384
+    q, k, v = make(torch, (b, h, s, d), "bfloat16", seed=40 + d + causal)
+    form = A.backward_form(q, s, causal)
+    if form is None:
+        pytest.skip("the fused backward runs on warpgroup MMA (sm_90) only; this GPU takes the two-kernel one")
+    rows = [x.detach().reshape(-1, d) for x in (q, k, v)]
+    stages = A.fused.staged_launch_args(*rows, rows[0], rows[0], torch.empty(b * h * s, device="cuda"),
+                                        torch.empty(b * h * s, device="cuda"), torch.empty((b * h * s, d), device="cuda"),
+                                        torch.empty_like(rows[1]), torch.empty_like(rows[2]), s, causal,
+                                        **A.fused.form_options(form))
+    if causal:                               # never cut by heads by default (fused.TAIL_HEADS)
+        assert not stages.rest and stages.done == b * h * s
+    else:
+        assert stages.rest and 0 < stages.done < b * h * s, stages.done
+    w = torch.randn(q.shape, device="cuda", dtype=torch.float64, generator=torch.Generator("cuda").manual_seed(3))
+    out = A.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    (out.double() * w).sum().backward()
+    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    (torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=causal) * w).sum().backward()
+    for x, r in zip((q, k, v), x64):
+        assert x.grad.dtype == torch.bfloat16
+        assert relative(x.grad, r.grad) < TOL["bfloat16"]
+
+
 def test_deterministic_algorithms_run_the_two_kernel_backward_bit_for_bit(cuda_torch):
     """Under torch.use_deterministic_algorithms(True) the op leaves the fused backward (its atomic dQ
     adds make the last bits depend on block order): two backward passes give identical gradients."""
@@ -160,6 +192,31 @@ def test_forward_replays_in_a_cuda_graph(cuda_torch):
     torch.cuda.synchronize()
     ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double())
     assert relative(out, ref) < TOL["bfloat16"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_staged_backward_replays_in_a_cuda_graph(cuda_torch, causal):
+    """The staged fused backward (B4 H16 S384 D128: its side stream forked from and joined to the capturing
+    stream) captured in a CUDA graph, then replayed on new inputs and cotangents: against float64 autograd."""
+    torch = cuda_torch
+    ops = A.define_torch_ops()
+    q, k, v = (x.detach() for x in make(torch, (4, 16, 384, 128), "bfloat16", seed=50 + causal))
+    dout = torch.randn_like(q)
+    o, lse = ops.forward(q, k, v, causal, 128 ** -0.5)
+    ops.backward(dout, q, k, v, o, lse, causal, 128 ** -0.5)            # compile and load outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, lse = ops.forward(q, k, v, causal, 128 ** -0.5)
+        grads = ops.backward(dout, q, k, v, o, lse, causal, 128 ** -0.5)
+    for x in (q, k, v, dout):
+        x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    x64 = [x.double().requires_grad_() for x in (q, k, v)]
+    torch.nn.functional.scaled_dot_product_attention(*x64, is_causal=causal).backward(dout.double())
+    for got, r in zip(grads, x64):
+        assert relative(got, r.grad) < TOL["bfloat16"]
 
 
 def test_ops_pass_opcheck_on_cuda(cuda_torch):
