@@ -20,7 +20,7 @@ from dsl.tile.errors import TileCompileError
 from dsl.tile.forward import forward_loads
 from dsl.tile.funcs import TileFunc, inline_call
 from dsl.tile.intrinsics import call_intrinsic, call_method
-from dsl.tile.types import ConstParamType, PartitionParamType, ScalarParamType, TileType, as_scalar_type
+from dsl.tile.types import ArrayParamType, ConstParamType, PartitionParamType, ScalarParamType, TileType, as_scalar_type
 from dsl.tile.values import Method, ParamHandle, ShapeHandle
 from dsl.vocab.numpy_calls import numpy_call_hint
 
@@ -71,6 +71,9 @@ class TileFrontend:
         self.multi = _assigned_names(self.fdef)
         self.int_literal_vars: dict[T.TVar, int] = {}   # `acc = 0`: the literal (the float-start hint)
         self.body_stack: list[list[T.TStmt]] = []
+        self.arrivals: list[T.Arrival] = []             # the `if tile.arrive(...)` branches we are in (arrivals.py)
+        self.arrival_test: ast.expr | None = None       # the `if` test being read: where tile.arrive may stand
+        self.store_at_shapes: dict[str, tuple[int, ...]] = {}   # tile.store_at: each array's one tile shape
 
     # ---------------------------------------------------------------------------------- helpers
     def loc(self, node: ast.AST) -> Span:
@@ -272,7 +275,13 @@ class TileFrontend:
         self.emit(T.For(var, exprs[0], exprs[1], exprs[2], body, self.loc(node)))
 
     def if_stmt(self, node: ast.If) -> None:
-        cond = self.expr(node.test)
+        outer, self.arrival_test = self.arrival_test, node.test
+        try:
+            cond = self.expr(node.test)
+        finally:
+            self.arrival_test = outer
+        if isinstance(cond, T.Arrival):
+            return self.arrival_branch(node, cond)
         if not isinstance(cond, T.TExpr):
             for s in (node.body if cond else node.orelse):
                 self.stmt(s)
@@ -288,6 +297,26 @@ class TileFrontend:
             for s in stmts:
                 self.stmt(s)
             self.body_stack.pop()
+        self.emit(T.If(cond, then, else_, self.loc(node)))
+
+    def arrival_branch(self, node: ast.If, cond: T.Arrival) -> None:
+        """`if tile.arrive(counter, i, n):` - the branch owns tile i of the tile.Atomic arrays (arrivals.py)."""
+        from dsl.tile.arrivals import open_branch
+        open_branch(self, node, cond)
+        then: list[T.TStmt] = []
+        else_: list[T.TStmt] = []
+        self.body_stack.append(then)
+        self.arrivals.append(cond)
+        try:
+            for s in node.body:
+                self.stmt(s)
+        finally:
+            self.arrivals.pop()
+            self.body_stack.pop()
+        self.body_stack.append(else_)
+        for s in node.orelse:
+            self.stmt(s)
+        self.body_stack.pop()
         self.emit(T.If(cond, then, else_, self.loc(node)))
 
     # ---------------------------------------------------------------------------------- expressions
@@ -585,6 +614,9 @@ class TileFrontend:
             if e.type.shape != () or not (e.type.dtype.is_int or e.type.dtype == BOOL):
                 raise self.err(node, f"tile index components must be integer scalars, got {e.type}")
             idx.append(ops.cast(e, I32, loc))
+        if isinstance(ty, ArrayParamType) and ty.atomic:     # read only where an arrival owns the tile
+            from dsl.tile.arrivals import owned_index
+            owned_index(self, p, idx, node, f"tile.load({p.name}, index, shape)")
         if not isinstance(padding, (int, float, bool)):
             raise self.err(node, "padding must be a compile-time number (e.g. 0, -math.inf)")
         if isinstance(padding, float) and not ty.dtype.is_float and not math.isfinite(padding):

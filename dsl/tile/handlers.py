@@ -14,6 +14,7 @@ from dsl.ir.nodes import Loc
 from dsl.ir.types import F32, I32, ScalarType
 from dsl.tile import ir as T
 from dsl.tile import ops
+from dsl.tile.arrivals import arrive, store_at  # noqa: F401 - handlers kept beside their checks
 from dsl.tile.atomics import atomic_region, gather, scatter  # noqa: F401 - handlers kept beside their checks
 from dsl.tile.types import ArrayParamType, PartitionParamType, TileType, as_scalar_type, tiles_by_number
 from dsl.tile.values import ParamHandle

@@ -223,6 +223,21 @@ class Gather(TExpr):
 
 
 @dataclass(eq=False)
+class Arrival(TExpr):
+    """The condition of `if tile.arrive(counter, index, count):` (dsl/tile/arrivals.py), and only that: every
+    block that reaches it adds one to `counter`[`index`] once its earlier updates of memory are done and
+    visible; true in the block whose arrival is the `count`-th, which then sees every arrived block's updates,
+    owns the tiles of the tile.Atomic arrays whose leading index components are `index` inside the branch, and
+    sets the counter element back to zero. A side effect: evaluated once, where its `If` stands (the simulator
+    and the lowering look for it there)."""
+    counter: TParam
+    index: list[TExpr]       # i32 scalars, one per axis of the counter
+    count: TExpr             # i32 scalar
+    type: TileType           # bool scalar
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
 class LaunchValue(TExpr):
     """tile.cluster_rank() / tile.cluster_size(): a launch-table row's value (dsl/vocab/launch.py,
     `op` its key), an i32 scalar."""
@@ -299,6 +314,17 @@ class Scatter(TStmt):
 
 
 @dataclass(eq=False)
+class StoreAt(TStmt):
+    """tile.store_at (dsl/tile/arrivals.py): `value` into the tile at `index` (tile units of its shape) of
+    the tile.Atomic `param`, elements past the array's edge skipped; only in the branch of an `Arrival`
+    whose index leads `index`, so the one block that won that arrival writes that tile."""
+    param: TParam
+    index: list[TExpr]
+    value: TExpr
+    loc: Loc = NOLOC
+
+
+@dataclass(eq=False)
 class TileFunction:
     name: str
     params: list[TParam]
@@ -327,7 +353,7 @@ def walk_stmts(body: list):
 
 
 # The fields of an expression that hold one sub-expression, and those that hold a list of them
-EXPR_FIELDS = ("operand", "lhs", "rhs", "cond", "then", "else_", "a", "b", "acc", "mask")
+EXPR_FIELDS = ("operand", "lhs", "rhs", "cond", "then", "else_", "a", "b", "acc", "mask", "count")
 LIST_FIELDS = ("args", "index", "indices")
 
 
@@ -358,6 +384,9 @@ def body_exprs(body: list):
                 yield from walk_exprs(c)
         elif isinstance(s, Scatter):
             for x in (*s.indices, s.value, *([s.mask] if s.mask is not None else [])):
+                yield from walk_exprs(x)
+        elif isinstance(s, StoreAt):
+            for x in (*s.index, s.value):
                 yield from walk_exprs(x)
         elif isinstance(s, For):
             for x in (s.start, s.stop, s.step):

@@ -96,8 +96,8 @@ def _check_wait(fe, node: ast.Call, what: str) -> None:
                            "paths would not wait; call it at the top level of the kernel body (or leave it out: a "
                            "pdl=True kernel waits at its entry)")
     body = fe.body_stack[0]
-    touched = any(isinstance(s, (T.Store, T.Scatter)) for s in T.walk_stmts(body)) or \
-        any(isinstance(e, (T.Load, T.Gather)) for e in T.body_exprs(body))
+    touched = any(isinstance(s, (T.Store, T.Scatter, T.StoreAt)) for s in T.walk_stmts(body)) or \
+        any(isinstance(e, (T.Load, T.Gather, T.Arrival)) for e in T.body_exprs(body))
     if touched:
         raise fe.err(node, f"{what} after a global memory access: the grid this launch depends on may not "
                            "have written it yet; move the loads and stores after the wait (or leave it out: a "

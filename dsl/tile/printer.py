@@ -22,6 +22,13 @@ def format_param_type(t: object) -> str:
     return repr(t)
 
 
+def same_value(a: T.TExpr, b: T.TExpr) -> bool:
+    """Do `a` and `b` compute the same value: the same text, variables told apart by identity (a
+    `Read` of one variable in both; the caller makes sure it is not reassigned in between)."""
+    p = _Printer()
+    return p.e(a) == p.e(b)
+
+
 class _Printer:
     def __init__(self) -> None:
         self.names: dict[int, str] = {}

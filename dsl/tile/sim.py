@@ -48,6 +48,8 @@ class BlockInterpreter:
         self.coords = coords
         self.env: dict[int, np.ndarray] = {}
         self.barriers = None          # dsl/tile/launch.py BarrierCounts, when the kernel has barriers
+        self.ledger = None            # dsl/tile/arrival_ledger.py ArrivalLedger, when the kernel has arrivals
+        self.won: list[tuple] = []    # the (counter, index) arrivals this block won and is inside
 
     def run(self) -> None:
         self.block(self.fn.body)
@@ -78,8 +80,12 @@ class BlockInterpreter:
                 for i in range(start, stop, step):
                     self.env[id(s.var)] = np.asarray(i, np.int32)
                     self.block(s.body)
+            elif isinstance(s, T.If) and isinstance(s.cond, T.Arrival):
+                self.arrival(s, s.cond)
             elif isinstance(s, T.If):
                 self.block(s.then if bool(self.eval(s.cond)) else s.else_)
+            elif isinstance(s, T.StoreAt):
+                self.store_at(s)
             elif isinstance(s, T.LaunchStmt):     # barriers counted, checked after the grid (dsl/tile/launch.py)
                 if self.barriers is not None:
                     self.barriers.passed(self, s)
@@ -107,6 +113,46 @@ class BlockInterpreter:
             src.append(slice(0, hi - lo))
         out[tuple(dst)] = val[tuple(src)].astype(out.dtype)
 
+    def arrival(self, s: T.If, e: T.Arrival) -> None:
+        """`if tile.arrive(...)`: the ledger counts the arrival; the winner runs the branch owning its tile."""
+        assert self.ledger is not None
+        if not self.ledger.arrive(self, e):
+            self.block(s.else_)
+            return
+        self.won.append((e.counter.index, self.ledger.key(self, e)))
+        try:
+            self.block(s.then)
+        finally:
+            self.won.pop()
+
+    def _region(self, arr: np.ndarray, index: list[T.TExpr], shape: tuple[int, ...]):
+        """(slices into `arr`, slices into the tile) of the tile at `index` (tile units of `shape`), or None
+        when it lies past the array's edge."""
+        dst, src = [], []
+        for k, ts in enumerate(shape):
+            lo = int(self.eval(index[k])) * ts
+            a, b = max(lo, 0), min(lo + ts, arr.shape[k])
+            if b <= a:
+                return None
+            src.append(slice(a, b))
+            dst.append(slice(a - lo, b - lo))
+        return tuple(src), tuple(dst)
+
+    def _flat(self, arr: np.ndarray, at: tuple) -> np.ndarray:
+        """The flat (row-major) element numbers of region `at` of `arr`."""
+        return np.arange(arr.size).reshape(arr.shape)[at].reshape(-1)
+
+    def store_at(self, s: T.StoreAt) -> None:
+        out = self.args[s.param.index]
+        assert isinstance(out, np.ndarray) and self.ledger is not None
+        val = self.eval(s.value)
+        got = self._region(out, s.index, val.shape)
+        if got is None:
+            return
+        at, part = got
+        self.ledger.stored(self, s, out.shape, self._flat(out, at))
+        out[at] = val[part].astype(out.dtype)
+
     def _elements(self, indices: list[T.TExpr], mask: T.TExpr | None, arr: np.ndarray):
         """(flat index arrays, which elements take part): in range of `arr` and where `mask` holds."""
         idx = [np.asarray(self.eval(i)).astype(np.int64).reshape(-1) for i in indices]
@@ -126,6 +172,8 @@ class BlockInterpreter:
         val = np.asarray(self.eval(s.value)).astype(arr.dtype).reshape(-1)
         ref = MemRef(s.param.name, arr, s.param.type.dtype, shared=False)
         ref.atomic(s.op, None, [i[ok] for i in idx], val[ok], None)
+        if self.ledger is not None:
+            self.ledger.updated(self, s.param, np.ravel_multi_index([i[ok] for i in idx], arr.shape))
 
     def gather(self, e: T.Gather) -> np.ndarray:
         arr = self.args[e.param.index]
@@ -140,15 +188,13 @@ class BlockInterpreter:
         assert isinstance(arr, np.ndarray)
         dt = np_dtype(e.type.dtype)
         out = np.full(e.type.shape, e.padding, dtype=dt)
-        dst, src = [], []
-        for k, ts in enumerate(e.type.shape):
-            lo = int(self.eval(e.index[k])) * ts
-            a, b = max(lo, 0), min(lo + ts, arr.shape[k])
-            if b <= a:
-                return out
-            src.append(slice(a, b))
-            dst.append(slice(a - lo, b - lo))
-        out[tuple(dst)] = arr[tuple(src)]
+        got = self._region(arr, e.index, e.type.shape)
+        if got is None:
+            return out
+        at, part = got
+        if self.ledger is not None and getattr(e.param.type, "atomic", False):
+            self.ledger.read(self, e, self._flat(arr, at))
+        out[part] = arr[at]
         return out
 
     def eval(self, e: T.TExpr) -> np.ndarray:
@@ -264,11 +310,16 @@ class BlockInterpreter:
 def simulate(fn: T.TileFunction, args: dict[int, object], grid: tuple[int, ...]) -> None:
     """Run every tile block of `grid` (partition tile counts per axis) in order; then check that the
     blocks met at their grid / cluster barriers (dsl/tile/launch.py)."""
+    from dsl.tile.arrival_ledger import ArrivalLedger
     from dsl.tile.launch import BarrierCounts
     barriers = BarrierCounts(fn, grid)
+    ledger = ArrivalLedger(fn, grid) if any(isinstance(e, T.Arrival) for e in T.body_exprs(fn.body)) else None
     for coords in np.ndindex(*grid):
         interp = BlockInterpreter(fn, args, grid, tuple(int(c) for c in coords))
         interp.barriers = barriers
+        interp.ledger = ledger
         interp.run()
     barriers.check()
+    if ledger is not None:
+        ledger.check()
 

@@ -202,6 +202,14 @@ TILE_OPS: tuple[TileOp, ...] = (
          f"`values` into the tile.Atomic `array` at `indices` (an integer tile, a tuple of one per "
          f"axis for more axes), skipping indices outside the array and elements where `mask` is False",
          h.scatter) for o, w in _ATOMIC_WORDS),
+    op("arrive", "counter, index, count", "the condition of an `if` only: this block's arrival at element "
+       "`index` of `counter` (a tile.Atomic i32 array, zero before the first launch) once its updates of memory "
+       "are visible; true in the block that arrives `count`-th, which sees every arrived block's updates, owns "
+       "tile `index` (axis 0) of the tile.Atomic arrays in the branch (tile.load, tile.store_at) and sets the "
+       "element back to zero", h.arrive),
+    op("store_at", "array, index, value", "write `value` into the tile at `index` (tile units of its shape) of "
+       "a tile.Atomic array, skipping elements past its edge: only in the branch of `if tile.arrive(counter, i, "
+       "n):`, at a tile whose index along axis 0 is that `i`", h.store_at),
     op("gather", "array, indices, padding=0, mask=None", "the elements of a tile.Array at `indices` "
        "(an integer tile, a tuple of one per axis for more axes); `padding` where an index is outside "
        "the array or `mask` is False", h.gather),

@@ -168,10 +168,26 @@ def atomics_case(rng):
             (np.array([x.sum(), x.max(), x.min()], np.int32), want_hist, want_out))
 
 
+@tile.kernel
+def arrivals(x: tile.Partition[i32, 2], acc: tile.Atomic[i32, 2], counts: tile.Atomic[i32, 1],
+             out: tile.Atomic[i32, 2]):
+    i = tile.bid(0)
+    tile.atomic_add(acc, (i, 0), tile.sum(x.load(), axis=1).reshape((4, 1)))
+    if tile.arrive(counts, i, tile.num_blocks(1)):        # the row block's last block: its sums are done
+        tile.store_at(out, (i, 0), tile.load(acc, (i, 0), (4, 1)) * 2)
+
+
+def arrivals_case(rng):
+    x = rng.integers(-50, 50, (10, 12)).astype(np.int32)   # (4, 4) tiles: 3 x 3 blocks, cut at 10 rows
+    acc, counts, out = np.zeros((10, 1), np.int32), np.zeros(3, np.int32), np.full((10, 1), -1, np.int32)
+    want = (2 * x.astype(np.int64).sum(axis=1, keepdims=True)).astype(np.int32)
+    return (tile.partition(x, (4, 4)), acc, counts, out), (out, counts), (want, np.zeros(3, np.int32))
+
+
 CASES = {"reductions": (reductions, reductions_case), "shapes": (shapes, shapes_case),
          "elementwise": (elementwise, elementwise_case), "grid": (grid, grid_case),
          "products": (products, products_case), "chunks": (chunks, chunks_case),
-         "atomics": (atomics, atomics_case)}
+         "atomics": (atomics, atomics_case), "arrivals": (arrivals, arrivals_case)}
 EXAMPLES = {"sum": "reductions", "max": "reductions", "min": "reductions", "argmax": "reductions",
             "argmin": "reductions", "where": "reductions", "arange": "reductions",
             "reshape": "shapes", "transpose": "shapes", "permute": "shapes", "broadcast_to": "shapes",
@@ -180,7 +196,7 @@ EXAMPLES = {"sum": "reductions", "max": "reductions", "min": "reductions", "argm
             "bid": "grid", "block_order": "grid", "num_blocks": "grid", "num_tiles": "grid", "load": "grid", "store": "grid",
             "matmul": "products", "mma": "products", "cdiv": "chunks",
             **{f"{form}_{op}": "atomics" for form in ("atomic", "scatter") for op in ("add", "max", "min")},
-            "gather": "atomics"}
+            "gather": "atomics", "arrive": "arrivals", "store_at": "arrivals"}
 
 
 def test_every_row_has_an_example_that_calls_it():

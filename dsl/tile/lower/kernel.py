@@ -26,6 +26,7 @@ from dsl.tile.lower.layout import (LV, U_MAX, FragLayout, Geometry, MmaLayout, M
 from dsl.tile.lower.frags import assign_shared, frag_layout
 from dsl.tile.lower.matmul.swizzled import SwizzledA
 from dsl.tile.lower.reduce import lower_reduce
+from dsl.tile.lower.arrivals import ArrivalsLowering
 from dsl.tile.lower.atomics import AtomicsLowering
 from dsl.tile.lower.elementwise import ElementwiseLowering
 from dsl.tile.lower.shapes import ShapeLowering
@@ -54,7 +55,7 @@ def set_switches(L, given: dict[str, Any]) -> None:
         setattr(L, name, given.get(name, SWITCHES[name][2]))
 
 
-class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
+class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering, ArrivalsLowering):
     def __init__(self, fn: T.TileFunction, threads: int, kernel_name: str,
                  facts: dict[str, dict] | None = None, max_stages: int = 3, cc: int = 0,
                  persistent: bool = False, tc_matmul: bool = False, layout_hints: dict | None = None,
@@ -388,6 +389,8 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering):
                 self.store(s)
             elif isinstance(s, T.Scatter):
                 self.scatter(s)          # atomics and scatter (dsl/tile/lower/atomics.py)
+            elif isinstance(s, T.StoreAt):
+                self.store_at(s)         # an arrival's owned tile (dsl/tile/lower/arrivals.py)
             elif isinstance(s, T.For) and id(s) in self.mma_plans:
                 from dsl.tile.lower.matmul.mma_sync import lower_loop
                 lower_loop(self, self.mma_plans[id(s)])

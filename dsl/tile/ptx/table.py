@@ -230,6 +230,9 @@ _ROWS = (
               ("keep",), ("keep",)),
     PtxFamily("fence.proxy.async", "fence.proxy.async.shared::cta;", "", VOID, True, 90, "sm80:no_op",
               "order generic-proxy shared writes before async-proxy reads (wgmma, TMA)"),
+    PtxFamily("fence.acq_rel.gpu", "fence.acq_rel.gpu;", "", VOID, True, 70, "sm80:no_op",
+              "order this thread's memory accesses (and those a barrier ordered before them) against the GPU's "
+              "other threads: the release before, and the acquire after, an arrival counter's atomic add"),
     # ------------------------------------------------------------------ sm_80: registers and tensor cores
     PtxFamily("mov.b64.opaque", "mov.b64 $0, $1;", "=l,l", INDEX, False, 70, "sm80:identity",
               "a 64-bit integer unchanged, hidden from the compiler's algebra: a load's bounds test `c < left`, "
@@ -289,6 +292,12 @@ _ROWS = (
     PtxFamily("cp.async.bulk.wait_group.read", lambda keep: f"cp.async.bulk.wait_group.read {keep};", "", VOID,
               True, 90, "sm90:bulk_wait_read", "wait until at most `keep` of this thread's bulk groups may "
               "still read their shared memory (it may then be written again)", ("keep",), ("keep",)),
+    PtxFamily("cp.async.bulk.wait_group", lambda keep: f"cp.async.bulk.wait_group {keep};", "", VOID, True, 90,
+              "sm90:bulk_wait_read", "wait until at most `keep` of this thread's bulk groups are pending: the "
+              "others complete, their writes (TMA stores, reduce-adds) done and visible to this thread",
+              ("keep",), ("keep",)),
+    PtxFamily("fence.proxy.async.global", "fence.proxy.async.global;", "", VOID, True, 90, "sm80:no_op",
+              "order the async proxy's global writes this thread waited for before its later generic accesses"),
     # ------------------------------------------------------------------ sm_90: warpgroup MMA
     PtxFamily("wgmma.mma_async.ss", _wgmma_ss,
               lambda op, fence: ",".join(["=f"] * (op.n // 2) + ["l", "l", "r"] + [str(i) for i in range(op.n // 2)]),
