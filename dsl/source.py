@@ -80,6 +80,17 @@ DEFAULT_HINT = "docs/dsl.md lists the statements, types and intrinsics kernels s
 _CACHE: dict[Callable, Source] = {}   # documented cache: parsed source per Python function object
 
 
+def assigned_names(stmts: list[ast.stmt]) -> set[str]:
+    """The names that statements `stmts` assign, nested statements included (both front ends ask whether a
+    region rebinds a name a condition or an index reads)."""
+    names: set[str] = set()
+    for st in stmts:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                names.add(n.id)
+    return names
+
+
 def get_source(pyfunc: Callable) -> Source:
     """Parse `pyfunc`'s source once (cached per function object; the code object never changes)."""
     src = _CACHE.get(pyfunc)

@@ -13,19 +13,11 @@ from dsl.frontend.proofs import Facts, index_key, strip_int_casts
 from dsl.frontend.values import SlotBinding, Val
 from dsl.ir import nodes as ir
 from dsl.ir import types as irt
+from dsl.source import assigned_names
 
 _FLIP = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE, ast.Eq: ast.Eq,
          ast.NotEq: ast.NotEq}
 _NEG = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt}
-
-
-def _stores(region: list[ast.stmt]) -> set[str]:
-    names: set[str] = set()
-    for st in region:
-        for n in ast.walk(st):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                names.add(n.id)
-    return names
 
 
 class ConditionFacts:
@@ -79,7 +71,7 @@ class ConditionFacts:
         if kind not in (ast.Lt, ast.LtE):
             return
         # lhs < rhs  or  lhs <= rhs
-        stored = _stores(region)
+        stored = assigned_names(region)
         small, big = self.pure_value(lhs), self.pure_value(rhs)
         if isinstance(small, Val) and small.weak and isinstance(small.const_value, (int, float)):
             key = self.fact_key(rhs, big, stored)

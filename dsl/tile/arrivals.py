@@ -26,8 +26,10 @@ from typing import Any
 
 from dsl.ir.nodes import Loc
 from dsl.ir.types import BOOL, I32
+from dsl.source import assigned_names
 from dsl.tile import ir as T
 from dsl.tile import ops
+from dsl.tile.atomics import region_operands
 from dsl.tile.printer import format_param_type, same_value
 from dsl.tile.types import ArrayParamType, TileType
 from dsl.tile.values import ParamHandle
@@ -68,16 +70,6 @@ def arrive(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> T.TExpr:
                      _scalar(fe, count, node, ARRIVE, "count"), TileType(BOOL, ()), loc)
 
 
-def assigned_names(stmts: list[ast.stmt]) -> set[str]:
-    """The names that statements `stmts` (nested ones included) assign."""
-    out: set[str] = set()
-    for s in stmts:
-        for n in ast.walk(s):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                out.add(n.id)
-    return out
-
-
 def open_branch(fe: Any, node: ast.If, cond: T.Arrival) -> None:
     """Before the branch of `if tile.arrive(...)`: its index's names must stay what they were."""
     call = node.test
@@ -115,17 +107,7 @@ def store_at(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> None:
     if p is None or not isinstance(p.type, ArrayParamType) or not p.type.atomic:
         raise fe.err(node, f"{STORE_AT}: `array` must be a tile.Atomic parameter (a partition's tiles are "
                            f"stored with out.store), got {p.name if p is not None else repr(v)}")
-    nd = p.type.ndim
-    value = fe.as_expr(a["value"], node, like=p.type.dtype)
-    if value.type.shape == ():
-        value = T.Reshape(value, TileType(value.type.dtype, (1,) * nd), loc)
-    if len(value.type.shape) != nd:
-        raise fe.err(node, f"{STORE_AT}: the value is a tile of shape {value.type.shape}, `{p.name}` has {nd} "
-                           f"axes (the value's shape is the tile's)")
-    index = a["index"]
-    index = list(index) if isinstance(index, tuple) else [index]
-    if len(index) != nd:
-        raise fe.err(node, f"{STORE_AT}: index has {len(index)} components, `{p.name}` has {nd} axes")
+    value, index = region_operands(fe, p, a, node, loc, STORE_AT)
     idx = [_scalar(fe, c, node, STORE_AT, "index") for c in index]
     owned_index(fe, p, idx, node, STORE_AT)
     shape = fe.store_at_shapes.setdefault(p.name, value.type.shape)
@@ -133,4 +115,4 @@ def store_at(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> None:
         raise fe.err(node, f"{STORE_AT}: `{p.name}` is stored in tiles of shape {shape} elsewhere in this kernel, "
                            f"here {value.type.shape}; one tile shape an array, so that distinct arrivals own "
                            f"distinct tiles")
-    fe.emit(T.StoreAt(p, idx, ops.cast(value, p.type.dtype, loc), loc))
+    fe.emit(T.StoreAt(p, idx, value, loc))

@@ -52,24 +52,31 @@ def _value(fe: Any, v: object, dtype: ScalarType, node: ast.AST, loc: Loc) -> T.
     return ops.cast(e, dtype, loc)
 
 
+def region_operands(fe: Any, p: T.TParam, a: dict, node: ast.AST, loc: Loc, call: str) -> tuple[T.TExpr, list]:
+    """(`value` as a tile of `p`'s dtype and ndim, the index components as written) of an op on the tile at
+    `index` of array `p` whose shape is the value's (tile.atomic_<op>, tile.store_at)."""
+    nd = p.type.ndim
+    value = _value(fe, a["value"], p.type.dtype, node, loc)
+    if value.type.shape == ():
+        value = T.Reshape(value, TileType(value.type.dtype, (1,) * nd), loc)
+    if len(value.type.shape) != nd:
+        raise fe.err(node, f"{call}: the value is a tile of shape {value.type.shape}, `{p.name}` has {nd} axes; "
+                           f"reshape it to {nd} axes (its shape is the region's)")
+    index = a["index"]
+    index = list(index) if isinstance(index, tuple) else [index]
+    if len(index) != nd:
+        raise fe.err(node, f"{call}: index has {len(index)} components, `{p.name}` has {nd} axes")
+    return value, index
+
+
 def atomic_region(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> None:
     """tile.atomic_<op>(array, index, value): `value`'s elements into the tile at `index` (tile units
     of value's shape, as tile.load's index), masked at the array's edge."""
     op = name.removeprefix("atomic_")
     call = f"tile.{name}(array, index, value)"
     p = _target(fe, a["array"], node, call, op)
-    nd = p.type.ndim
-    value = _value(fe, a["value"], p.type.dtype, node, loc)
-    if value.type.shape == ():
-        value = T.Reshape(value, TileType(value.type.dtype, (1,) * nd), loc)
+    value, index = region_operands(fe, p, a, node, loc, call)
     shape = value.type.shape
-    if len(shape) != nd:
-        raise fe.err(node, f"{call}: the value is a tile of shape {shape}, `{p.name}` has {nd} axes; "
-                           f"reshape it to {nd} axes (its shape is the region's)")
-    index = a["index"]
-    index = list(index) if isinstance(index, tuple) else [index]
-    if len(index) != nd:
-        raise fe.err(node, f"{call}: index has {len(index)} components, `{p.name}` has {nd} axes")
     indices, region = [], []
     for k, c in enumerate(index):
         e = fe.as_expr(c, node, like=I64)
@@ -78,7 +85,7 @@ def atomic_region(fe: Any, name: str, a: dict, node: ast.AST, loc: Loc) -> None:
         region.append(ops.cast(e, I64, loc))
         base = ops.binary("mul", region[-1], shape[k], loc)
         offs = ops.cast(T.Arange(TileType(SCALARS["i32"], (shape[k],)), loc), I64, loc)
-        unit = tuple(shape[k] if j == k else 1 for j in range(nd))
+        unit = tuple(shape[k] if j == k else 1 for j in range(len(shape)))
         offs = T.Reshape(offs, TileType(I64, unit), loc)
         indices.append(ops.broadcast(ops.binary("add", base, offs, loc), shape, loc))
     fe.emit(T.Scatter(op, p, indices, value, None, loc, region))

@@ -187,6 +187,56 @@ def _tma_store() -> Probe:
     return Probe("tma-store", 128, build, inputs, reference, shared_mem=2 * stage_bytes + 1024)
 
 
+def _tma_reduce_complete() -> Probe:
+    """An arrival counter's release side (dsl/tile/lower/arrivals.py): every thread writes its f32 pairs of a
+    (16, 32) stage, fence.proxy.async, a barrier; thread 0 reduce-adds the stage into `dr` at (8, 4), commits,
+    waits for the group to complete (cp.async.bulk.wait_group 0: its writes done, not only its reads),
+    fence.proxy.async.global, fence.acq_rel.gpu; a barrier; then every thread reads its words of that box of
+    `dr` back with ordinary loads into `got`: the sums, which a wait for the reads alone would not promise."""
+    (rows, cols), shape = STORE_BOXES["f32"][0], STORE_BOXES["f32"][1]
+    col0, row0 = 8, 4
+    words = rows * cols
+
+    def build(b: Builder) -> None:
+        x32 = b.array("x32", F32)
+        dr = b.array("dr", F32, ndim=2, out=True)
+        got = b.array("got", F32, out=True)
+        rmap = b.tensor_map(dr, (rows, cols), 128)
+        _, base, _ = b.aligned_dynamic("stage", U32)
+        for j in range(words // 2 // b.block):
+            pair = binop("add", b.tid, c32(j * b.block))
+            at = N.BinOp("add", base, N.Cast(binop("mul", pair, c32(8)), U32), U32)
+            b.asm("st.shared.v2.f32", [at, b.load(x32, binop("mul", pair, c32(2))),
+                                       b.load(x32, binop("add", binop("mul", pair, c32(2)), c32(1)))])
+        b.asm("fence.proxy.async")
+        b.sync()
+
+        def reduce() -> None:
+            b.asm("cp.reduce.async.bulk.tensor.2d.add", [rmap, c32(col0), c32(row0), base])
+            b.asm("cp.async.bulk.commit_group")
+            b.asm("cp.async.bulk.wait_group", keep=0)
+            b.asm("fence.proxy.async.global")
+            b.asm("fence.acq_rel.gpu")
+        b.when(N.Compare("eq", b.tid, c32(0)), reduce)
+        b.sync()
+        for j in range(words // b.block):
+            w = binop("add", b.tid, c32(j * b.block))
+            r, c = binop("add", binop("floordiv", w, c32(cols)), c32(row0)), binop("add", binop("mod", w, c32(cols)), c32(col0))
+            b.store(got, w, N.Load(dr, [N.Cast(r, I64), N.Cast(c, I64)], "none", 0, F32))
+
+    def inputs(rng):
+        dr = aligned(shape, np.float32, 16)
+        dr[...] = rng.standard_normal(shape).astype(np.float32)
+        return {"x32": rng.standard_normal(words).astype(np.float32), "dr": dr, "got": np.full(words, np.nan, np.float32)}
+
+    def reference(a):
+        box = swizzle_128(np.ascontiguousarray(a["x32"]).view(np.uint8).reshape(rows, ROW)).view(np.float32).reshape(rows, cols)
+        added = a["dr"].copy()
+        added[row0:row0 + rows, col0:col0 + cols] = (added[row0:row0 + rows, col0:col0 + cols] + box).astype(np.float32)
+        return {"dr": added, "got": added[row0:row0 + rows, col0:col0 + cols].reshape(-1)}
+    return Probe("tma-reduce-complete", 128, build, inputs, reference, shared_mem=2048 + 1024)
+
+
 # ------------------------------------------------------------------------------ warpgroup MMA
 _ES = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1}
 
@@ -331,7 +381,7 @@ def _setmaxnreg() -> Probe:
 
 def probes() -> list[Probe]:
     return [
-        _tma(), _tma_store(), _setmaxnreg(),
+        _tma(), _tma_store(), _tma_reduce_complete(), _setmaxnreg(),
         _wgmma(WgmmaOp(128, "f16", "f16", True)), _wgmma(WgmmaOp(64, "bf16", "bf16", False)),
         _wgmma(WgmmaOp(64, "tf32", "tf32", False)), _wgmma(WgmmaOp(64, "e4m3", "e5m2", False)),
         _wgmma(WgmmaOp(64, "f16", "f16", True, a_regs=True)), _wgmma(WgmmaOp(64, "bf16", "bf16", False, a_regs=True)),
