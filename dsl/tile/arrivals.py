@@ -14,10 +14,11 @@ launch). Here it is one condition with the ownership rule the safety model needs
 (i, j): a split-K GEMM's output tile.) The rule, checked here at compile time: a tile.Atomic array is
 loaded, and `tile.store_at` writes one, only inside such a branch, at a tile whose leading index components
 are the arrival's index (the same expressions; their names are not reassigned in the branch), each array's
-tile shape one for every store_at; one block wins each counter element, so two blocks never write one tile. The simulator (dsl/tile/sim.py ArrivalLedger) checks
-the rest on every simulated launch: every block that updated an element the winner read had arrived after
-it, each counter element got exactly its `n` arrivals (counters start at zero; the winner sets its element
-back to zero, so one zeroed counter array serves every launch), and no element is stored twice.
+tile shape one for every store_at; one block wins each counter element, so two blocks never write one tile.
+The simulator (dsl/tile/arrival_ledger.py) checks the rest on every simulated launch: every block that
+updated an element the winner read had arrived after it, each counter element got exactly its `n` arrivals
+(counters start at zero; the winner sets its element back to zero, so one zeroed counter array serves every
+launch), and no element is stored twice.
 """
 from __future__ import annotations
 
