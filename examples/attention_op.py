@@ -120,16 +120,12 @@ def run_converting(stages: Any, dq: Any, dq_out: Any, tensors: list[Any]) -> Non
     so the block scheduler gives the conversion only the SMs the second stage's last wave leaves idle; the
     current stream then waits for both (what any later op, or a CUDA graph's capture, sees). CPU tensors: in
     order on the simulator."""
-    if not tensors[0].is_cuda:
+    if not tensors[0].is_cuda or not stages.rest:      # nothing to overlap: in order
         _run(stages.first + stages.rest, tensors)
         dq_out.copy_(dq)
         return
     import torch
     main = torch.cuda.current_stream(dq.device)
-    if not stages.rest:
-        _run(stages.first, tensors)
-        dq_out.copy_(dq)
-        return
     side = _side_stream(dq.device)
     side.wait_stream(main)
     first_done = torch.cuda.Event()

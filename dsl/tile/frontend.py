@@ -280,43 +280,30 @@ class TileFrontend:
             cond = self.expr(node.test)
         finally:
             self.arrival_test = outer
-        if isinstance(cond, T.Arrival):
-            return self.arrival_branch(node, cond)
-        if not isinstance(cond, T.TExpr):
+        if isinstance(cond, T.Arrival):     # the branch owns the arrival's tiles (arrivals.py)
+            from dsl.tile.arrivals import open_branch
+            open_branch(self, node, cond)
+        elif not isinstance(cond, T.TExpr):
             for s in (node.body if cond else node.orelse):
                 self.stmt(s)
             return
-        if cond.type.shape != ():
+        elif cond.type.shape != ():
             raise self.err(node.test, f"an `if` condition must be a scalar, got {cond.type}; use "
                                       f"tile.where(cond, a, b) for elementwise choice")
-        cond = ops.to_bool(cond, self.loc(node.test))
+        else:
+            cond = ops.to_bool(cond, self.loc(node.test))
         then: list[T.TStmt] = []
         else_: list[T.TStmt] = []
-        for branch, stmts in ((then, node.body), (else_, node.orelse)):
+        owner = [cond] if isinstance(cond, T.Arrival) else []
+        for branch, stmts, owns in ((then, node.body, owner), (else_, node.orelse, [])):
             self.body_stack.append(branch)
-            for s in stmts:
-                self.stmt(s)
-            self.body_stack.pop()
-        self.emit(T.If(cond, then, else_, self.loc(node)))
-
-    def arrival_branch(self, node: ast.If, cond: T.Arrival) -> None:
-        """`if tile.arrive(counter, i, n):` - the branch owns tile i of the tile.Atomic arrays (arrivals.py)."""
-        from dsl.tile.arrivals import open_branch
-        open_branch(self, node, cond)
-        then: list[T.TStmt] = []
-        else_: list[T.TStmt] = []
-        self.body_stack.append(then)
-        self.arrivals.append(cond)
-        try:
-            for s in node.body:
-                self.stmt(s)
-        finally:
-            self.arrivals.pop()
-            self.body_stack.pop()
-        self.body_stack.append(else_)
-        for s in node.orelse:
-            self.stmt(s)
-        self.body_stack.pop()
+            self.arrivals += owns
+            try:
+                for s in stmts:
+                    self.stmt(s)
+            finally:
+                del self.arrivals[len(self.arrivals) - len(owns):]
+                self.body_stack.pop()
         self.emit(T.If(cond, then, else_, self.loc(node)))
 
     # ---------------------------------------------------------------------------------- expressions
