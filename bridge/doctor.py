@@ -46,6 +46,7 @@ SETTINGS: dict[str, str] = {
     "KB_FUZZ_RECYCLE_MB": "fuzz: worker memory before replacement",
     "KB_REPRO_ISOLATED": "tests: one interpreter per reproducer",
     "KB_AUTOTUNE": "tile.autotune timing (0: first viable configuration, no timing)",
+    "KB_AUTOTUNE_JOBS": "worker processes compiling tile.autotune candidates (1: none)",
     "KB_TILE_TC_MATMUL": "tile.matmul outside GEMM loops on the tensor cores (default on; 0: portable FMA path)",
     "KB_TILE_WGMMA_PRODUCTS": "sm_90: such products on warpgroup MMA where they fit (default on; 0: mma.sync)",
     "KB_TILE_GEMM_PIPELINE": "sm_90 TMA GEMM loop: sync (default, a barrier per k tile) or ws (a "

@@ -187,6 +187,7 @@ class Tuned:
     def _viable(self, key: str, args: tuple, arch: str) -> list[Config]:
         """Configurations that compile for `arch`; the rest recorded in `pruned` with the reason."""
         out, why = [], self.pruned.setdefault(key, {})
+        self._compile_side_by_side(args, arch)
         for c in self.configs:
             try:
                 self.kernel_for(c).compile(self.call_args(c, args), arch)
@@ -198,6 +199,24 @@ class Tuned:
             raise ValueError(f"tile.autotune({self.kernel.name}): no configuration compiles for {arch}: "
                              + "; ".join(f"{k} {v}" for k, v in why.items()))
         return out
+
+    def _compile_side_by_side(self, args: tuple, arch: str) -> None:
+        """The candidates not yet compiled in this process, compiled into the disk cache by forked workers
+        (dsl/tile/parallel_compile.py), so _viable's compiles below are disk hits. Best effort: a candidate
+        whose arguments or compile fail here is left to _viable, which reports it."""
+        from dsl.tile.parallel_compile import compile_side_by_side, side_compile_possible
+        if len(self.configs) < 2 or not side_compile_possible():
+            return
+        jobs = []
+        for c in self.configs:
+            kernel = self.kernel_for(c)
+            try:
+                sig, facts = kernel.specialisation(self.call_args(c, args))
+            except Exception:  # noqa: BLE001 - refused arguments: _viable prunes the candidate with the reason
+                continue
+            if not kernel.compiled_in_process(sig, facts, arch):
+                jobs.append((kernel, sig, facts, arch))
+        compile_side_by_side(jobs)
 
     def _tune(self, key: str, args: tuple, arch: str) -> Config:
         viable = self._viable(key, args, arch)

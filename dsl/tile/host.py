@@ -329,9 +329,17 @@ class TileKernel:
         return self._compile(sig, facts, arch)
 
     def _compile(self, sig: tuple, facts: dict[str, dict], arch: str) -> Any:
-        from dsl.tile.compile import compile_cached, switches_key
-        key = (sig, _facts_key(facts), arch, switches_key(self.lowering))
-        return fill_once(self._gpu_cache, key, self._fill_lock, lambda: compile_cached(self, sig, facts, arch))
+        from dsl.tile.compile import compile_cached
+        return fill_once(self._gpu_cache, self._gpu_key(sig, facts, arch), self._fill_lock,
+                         lambda: compile_cached(self, sig, facts, arch))
+
+    def _gpu_key(self, sig: tuple, facts: dict[str, dict], arch: str) -> tuple:
+        from dsl.tile.compile import switches_key
+        return (sig, _facts_key(facts), arch, switches_key(self.lowering))
+
+    def compiled_in_process(self, sig: tuple, facts: dict[str, dict], arch: str) -> bool:
+        """Is this specialisation compiled in this process already (no compile, no disk read to come)?"""
+        return self._gpu_key(sig, facts, arch) in self._gpu_cache
 
     def inspect(self, *args, arch: str = "sm_90") -> KernelInfo:
         """Registers, spills and shared memory (`ptxas -v`), the contract, and SASS when available:
