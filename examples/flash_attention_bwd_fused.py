@@ -76,7 +76,10 @@ def fused_products(q, dout, dq, kt, vt, dk_acc, dv_acc, lse_i, delta_i, qb, col0
     qi = tile.load(q, (qb, 0), (bm, d))
     doi = tile.load(dout, (qb, 0), (bm, d))
     st = tile.matmul(kt, tile.transpose(qi)) * scale2                            # S^T (bn, bm)
-    if causal:
+    if causal == 2:                             # masked only where the query block crosses the diagonal
+        if row0 < col0 + bn - 1:
+            st = causal_mask(st, col0, row0, bm, bn)
+    elif causal:
         st = causal_mask(st, col0, row0, bm, bn)
     pt = tile.exp2(st - (lse_i * LOG2E)[None, :])
     dv_acc = dv_acc + tile.matmul(pt.astype(q.dtype), doi)
@@ -165,6 +168,11 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
             tile.load(delta, (q0 + lo,), (bm,)), dq_prev, qb_prev, q0, lo, hi, col0, scale2, scale, bm,
             bn, d, causal)
         tile.atomic_add(dq, (qb_prev, 0), dq_prev)
+    elif group == 1 and prefetch and causal and diagonal == 2:     # one loop, the mask under a branch a step
+        dk_acc, dv_acc, lse_n, delta_n = prefetched_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc,
+                                                          tile.load(lse, (q0 + lo,), (bm,)),
+                                                          tile.load(delta, (q0 + lo,), (bm,)), q0, lo, hi, col0,
+                                                          scale2, scale, bm, bn, d, 2)
     elif group == 1 and prefetch:               # each step loads the next step's lse and Delta rows
         lse_n = tile.load(lse, (q0 + lo,), (bm,))
         delta_n = tile.load(delta, (q0 + lo,), (bm,))
@@ -379,8 +387,15 @@ for _form in ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, l
               "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
               "deferred dQ",
               "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
-              "deferred dQ, warp vectors"):
+              "deferred dQ, warp vectors",
+              "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop, "
+              "prefetch"):
     LADDER[_form + ", heads in turn"] = LADDER[_form]      # the steps of the picks, heads in turn
+# causal: the mask (a compare and a select an element) only in the steps whose query block crosses the diagonal,
+# under a branch in the one loop (launch_args' diagonal=2), not in a second copy of the step (the diagonal loop)
+LADDER["128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+       "branch mask, heads in turn"] = LADDER["128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, "
+                                              "lazy waits + fp_fusion ftz, prefetch"]
 # (the first three timed at 13:55, the first D128 causal's pick since; the last, D64's deferred-dQ step in turns,
 # FASTEST[64] since 2026-12-06 18:40: ptxas 124 spill bytes as without; and that step with warp vectors, untimed)
 # full attention's last wave split (last_wave): the two full picks before it
@@ -409,6 +424,7 @@ LADDER["64x64 w4, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy wait
 SPLIT = {form for form in LADDER if ", last wave split" in form}             # launched with split=True
 PDL = {form for form in LADDER if form.endswith(", pdl")}                    # launched with pdl=True
 DIAGONAL = {form for form in LADDER if ", diagonal loop" in form}          # forms launched with diagonal=True
+BRANCH_MASK = {form for form in LADDER if ", branch mask" in form}         # forms launched with diagonal=2
 PREFETCH = {form for form in LADDER if ", prefetch" in form}               # forms launched with prefetch=True
 DEFERRED = {form for form in LADDER if ", deferred dQ" in form}            # prefetch=2: each dQ added a step late
 # heads_in_turn=8: blocks take eight heads' key blocks in turns (tile.block_order), the heaviest of causal
@@ -499,7 +515,8 @@ def form_options(form: str) -> dict:
     """launch_args' (and forward_and_backward's) `lowering`, `tiles`, `diagonal`, `prefetch` and `heads_in_turn` of
     LADDER form `form`."""
     prefetch = 2 if form in DEFERRED else form in PREFETCH
-    return {"lowering": LADDER[form], "tiles": TILES.get(form), "diagonal": form in DIAGONAL, "prefetch": prefetch,
+    return {"lowering": LADDER[form], "tiles": TILES.get(form), "prefetch": prefetch,
+            "diagonal": 2 if form in BRANCH_MASK else form in DIAGONAL,
             "heads_in_turn": HEADS_IN_TURN.get(form, 1), "split": form in SPLIT, "pdl": form in PDL}
 
 
@@ -529,7 +546,7 @@ def fused_kernel(lowering: dict | None = None, warps: int | None = None, pdl: bo
 def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any, dq: Any, dk: Any, dv: Any,
                 seq: int, causal: bool, scale: float | None = None, tensor_cores: bool | None = None,
                 wgmma: bool | None = None, group: int = 1, lowering: dict | None = None,
-                tiles: tuple[int, int, int] | None = None, diagonal: bool = False,
+                tiles: tuple[int, int, int] | None = None, diagonal: bool | int = False,
                 prefetch: bool | int = False, heads_in_turn: int = 1, split: bool = False,
                 slots: int | None = None, pdl: bool = False) -> list[tuple[Any, tuple]]:
     """The fused backward's launches, [(kernel, arguments)] (the preprocess and the fused kernel; split: the fused
@@ -539,7 +556,8 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     switches (LADDER's values); `tiles`: (key rows a block owns, query rows it streams, warps), else
     the two-kernel backward's tiles on 4 warps (form_options gives both for a LADDER form); `diagonal`:
     causal with one query head a key head, the query blocks that cross the diagonal in a loop of their own,
-    the others unmasked (DIAGONAL's forms); `prefetch`: one query head a key head, each step loads the next
+    the others unmasked (DIAGONAL's forms), or 2: with `prefetch`, one loop masking only those blocks, under a
+    branch (BRANCH_MASK's forms); `prefetch`: one query head a key head, each step loads the next
     one's lse and Delta rows (PREFETCH's forms); 2: and adds each step's dQ in the next step, behind that
     step's S^T (DEFERRED's forms, not with `diagonal`); `heads_in_turn`: blocks take that many heads' key
     blocks in turns (tile.block_order; 1: one head's after another, HEADS_IN_TURN's forms 8); `split`: full
@@ -561,7 +579,7 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
 
     def launch(dk_rows: Any, dv_rows: Any, turns: int, parts: int, first: int) -> tuple[Any, tuple]:
         return (kern, (q, k, v, dout, lse, delta, dq, tile.partition(dk_rows, (own, d)), tile.partition(dv_rows, (own, d)),
-                       seq, sc, stream, bool(causal), group, bool(diagonal), int(prefetch), turns, parts, first))
+                       seq, sc, stream, bool(causal), group, int(diagonal), int(prefetch), turns, parts, first))
     units = dk.shape[0] // own
     whole, parts = (last_wave(units, _slots() if slots is None else slots, min(MAX_PARTS, seq // stream))
                     if split and not causal and group == 1 else (units, 1))

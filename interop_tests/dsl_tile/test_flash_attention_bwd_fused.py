@@ -442,6 +442,11 @@ SPILLS = {(64, "atomic dQ"): 0, (64, "TMA reduce dQ"): 0, (64, "TMA ring + TMA r
                 "prefetch"): 8,
           (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop, "
                 "prefetch"): 24,
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, diagonal loop, "
+                "prefetch, heads in turn"): 24,
+          # the mask under a branch in the one loop (diagonal=2): no second copy of the step
+          (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+                "branch mask, heads in turn"): 0,
           # lazy_barriers: the Delta row's loads no longer wait behind a barrier after the lse row's (causal)
           (64, "128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads + fp_fusion ftz, prefetch, lazy barriers"): 104,
           (128, "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
