@@ -130,7 +130,10 @@ def deferred_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, lse_n, delta
         st = tile.matmul(kt, tile.transpose(qi))                                   # S^T (bn, bm), in flight
         tile.atomic_add(dq, (qb_prev, 0), dq_prev)                                 # the step before's dQ
         st = st * scale2
-        if causal:
+        if causal == 2:                         # masked only where the query block crosses the diagonal
+            if i * bm < col0 + bn - 1:
+                st = causal_mask(st, col0, i * bm, bm, bn)
+        elif causal:
             st = causal_mask(st, col0, i * bm, bm, bn)
         pt = tile.exp2(st - (lse_i * LOG2E)[None, :])
         dv_acc = dv_acc + tile.matmul(pt.astype(q.dtype), doi)
@@ -160,7 +163,15 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
     scale2 = scale * LOG2E
-    if group == 1 and prefetch == 2 and not (causal and diagonal):      # and adds each step's dQ in the next
+    if group == 1 and prefetch == 2 and causal and diagonal == 2:      # the same, the mask under a branch
+        dq_prev = tile.zeros((bm, d), f32)
+        qb_prev = q0 + lo
+        dk_acc, dv_acc, dq_prev, qb_prev = deferred_steps(
+            q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, tile.load(lse, (q0 + lo,), (bm,)),
+            tile.load(delta, (q0 + lo,), (bm,)), dq_prev, qb_prev, q0, lo, hi, col0, scale2, scale, bm,
+            bn, d, 2)
+        tile.atomic_add(dq, (qb_prev, 0), dq_prev)
+    elif group == 1 and prefetch == 2 and not (causal and diagonal):    # and adds each step's dQ in the next
         dq_prev = tile.zeros((bm, d), f32)
         qb_prev = q0 + lo
         dk_acc, dv_acc, dq_prev, qb_prev = deferred_steps(
@@ -396,6 +407,9 @@ for _form in ("128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, l
 LADDER["128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
        "branch mask, heads in turn"] = LADDER["128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, "
                                               "lazy waits + fp_fusion ftz, prefetch"]
+LADDER["128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch, "
+       "deferred dQ, branch mask, heads in turn"] = LADDER["128x128 w8, TMA ring + TMA reduce dQ, K V swizzled, "
+                                                          "early loads, lazy waits + fp_fusion ftz, prefetch, deferred dQ"]
 # (the first three timed at 13:55, the first D128 causal's pick since; the last, D64's deferred-dQ step in turns,
 # FASTEST[64] since 2026-12-06 18:40: ptxas 124 spill bytes as without; and that step with warp vectors, untimed)
 # full attention's last wave split (last_wave): the two full picks before it
@@ -556,8 +570,8 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     switches (LADDER's values); `tiles`: (key rows a block owns, query rows it streams, warps), else
     the two-kernel backward's tiles on 4 warps (form_options gives both for a LADDER form); `diagonal`:
     causal with one query head a key head, the query blocks that cross the diagonal in a loop of their own,
-    the others unmasked (DIAGONAL's forms), or 2: with `prefetch`, one loop masking only those blocks, under a
-    branch (BRANCH_MASK's forms); `prefetch`: one query head a key head, each step loads the next
+    the others unmasked (DIAGONAL's forms), or 2: with `prefetch` (1 or 2), one loop masking only those blocks,
+    under a branch (BRANCH_MASK's forms); `prefetch`: one query head a key head, each step loads the next
     one's lse and Delta rows (PREFETCH's forms); 2: and adds each step's dQ in the next step, behind that
     step's S^T (DEFERRED's forms, not with `diagonal`); `heads_in_turn`: blocks take that many heads' key
     blocks in turns (tile.block_order; 1: one head's after another, HEADS_IN_TURN's forms 8); `split`: full
