@@ -23,7 +23,9 @@ from typing import Any, Sequence
 from bridge.settings import env_count, refused
 
 MAX_JOBS = 8               # default cap: memory (each worker holds a lowering) and diminishing returns
-TIMEOUT_S = 600.0          # a hung worker (a lock held across fork) stops the side compile, not the tuner
+# a hung worker (a lock another thread held across the fork) stops the side compile, not the tuner: when no job
+# has finished for IDLE_S (one candidate compiles in 1-5 s; an attention kernel 2.5 s on a 2-core CPU)
+IDLE_S = 60.0
 
 # documented state: the jobs of the side compile in progress, read by the forked workers (set just before
 # the fork, cleared after; _IN_WORKER keeps a worker from forking workers of its own)
@@ -49,8 +51,8 @@ def side_compile_possible() -> bool:
 
 def compile_side_by_side(jobs: Sequence[tuple[Any, tuple, dict, str]]) -> dict[int, str]:
     """Compile each (kernel, signature, facts, arch) of `jobs` into the disk cache in forked workers.
-    Returns {job index: error text} for the jobs a worker could not compile (or all of them when the
-    workers stopped: a hang past TIMEOUT_S, a worker killed); the caller compiles every job itself anyway.
+    Returns {job index: error text} for the jobs a worker could not compile (or did not finish: no job done
+    for IDLE_S, a worker killed); the caller compiles every job itself anyway.
     With fewer than two jobs, or where side_compile_possible() is False, nothing runs and {} is returned."""
     global _JOBS
     if len(jobs) < 2 or not side_compile_possible():
@@ -69,7 +71,7 @@ def compile_side_by_side(jobs: Sequence[tuple[Any, tuple, dict, str]]) -> dict[i
 
 def _run_workers(workers: int, count: int) -> dict[int, str]:
     """Jobs 0..count-1 of _JOBS on `workers` forked processes; {index: error text} of those not compiled."""
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     with warnings.catch_warnings():          # Python 3.12 warns of fork in a threaded process: the workers
         warnings.simplefilter("ignore", DeprecationWarning)   # compile and exit, they touch no CUDA state
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
@@ -77,10 +79,14 @@ def _run_workers(workers: int, count: int) -> dict[int, str]:
         futures = {pool.submit(_compile_one, i): i for i in range(count)}
     failed: dict[int, str] = {}
     try:
-        done, _ = wait(futures, timeout=TIMEOUT_S, return_when=FIRST_EXCEPTION)
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=IDLE_S, return_when=FIRST_COMPLETED)
+            if not done or any(f.exception() is not None for f in done):
+                break                             # no progress for IDLE_S, or a worker died
         for f, i in futures.items():
-            if f not in done:
-                failed[i] = f"side compile stopped after {TIMEOUT_S:.0f} s"
+            if not f.done():
+                failed[i] = f"side compile stopped: no job finished for {IDLE_S:.0f} s"
             elif f.exception() is not None:      # a worker died (BrokenProcessPool): its jobs are the tuner's
                 failed[i] = f"side compile stopped: {type(f.exception()).__name__}"
             elif f.result():

@@ -88,7 +88,7 @@ def test_the_worker_reports_name_the_candidates_they_could_not_compile(cache):
 
 
 def test_a_hung_worker_stops_the_side_compile_and_the_tuner_compiles_alone(cache, monkeypatch):
-    monkeypatch.setattr(PC, "TIMEOUT_S", 2.0)
+    monkeypatch.setattr(PC, "IDLE_S", 2.0)
     monkeypatch.setattr(PC, "_compile_one", lambda i: time.sleep(60) or "")   # inherited by the forked workers
     start = time.monotonic()
     tuned = tune("2", monkeypatch)
