@@ -163,27 +163,20 @@ def flash_bwd_fused(q: tile.Array[E, 2], k: tile.Array[E, 2], v: tile.Array[E, 2
     dk_acc = tile.zeros((bn, d), f32)
     dv_acc = tile.zeros((bn, d), f32)
     scale2 = scale * LOG2E
-    if group == 1 and prefetch == 2 and causal and diagonal == 2:      # the same, the mask under a branch
+    masking = causal * (1 + (diagonal == 2))    # 2: the mask under a branch, only where the diagonal crosses
+    if group == 1 and prefetch == 2 and not (causal and diagonal == 1):    # adds each step's dQ in the next
         dq_prev = tile.zeros((bm, d), f32)
         qb_prev = q0 + lo
         dk_acc, dv_acc, dq_prev, qb_prev = deferred_steps(
             q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, tile.load(lse, (q0 + lo,), (bm,)),
             tile.load(delta, (q0 + lo,), (bm,)), dq_prev, qb_prev, q0, lo, hi, col0, scale2, scale, bm,
-            bn, d, 2)
+            bn, d, masking)
         tile.atomic_add(dq, (qb_prev, 0), dq_prev)
-    elif group == 1 and prefetch == 2 and not (causal and diagonal):    # and adds each step's dQ in the next
-        dq_prev = tile.zeros((bm, d), f32)
-        qb_prev = q0 + lo
-        dk_acc, dv_acc, dq_prev, qb_prev = deferred_steps(
-            q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc, tile.load(lse, (q0 + lo,), (bm,)),
-            tile.load(delta, (q0 + lo,), (bm,)), dq_prev, qb_prev, q0, lo, hi, col0, scale2, scale, bm,
-            bn, d, causal)
-        tile.atomic_add(dq, (qb_prev, 0), dq_prev)
-    elif group == 1 and prefetch and causal and diagonal == 2:     # one loop, the mask under a branch a step
+    elif group == 1 and prefetch and diagonal == 2:     # one loop, the mask (if causal) under a branch a step
         dk_acc, dv_acc, lse_n, delta_n = prefetched_steps(q, dout, lse, delta, dq, kt, vt, dk_acc, dv_acc,
                                                           tile.load(lse, (q0 + lo,), (bm,)),
                                                           tile.load(delta, (q0 + lo,), (bm,)), q0, lo, hi, col0,
-                                                          scale2, scale, bm, bn, d, 2)
+                                                          scale2, scale, bm, bn, d, masking)
     elif group == 1 and prefetch:               # each step loads the next step's lse and Delta rows
         lse_n = tile.load(lse, (q0 + lo,), (bm,))
         delta_n = tile.load(delta, (q0 + lo,), (bm,))
@@ -582,6 +575,9 @@ def launch_args(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, delta: Any,
     hidden behind that one's last blocks; PDL's forms)."""
     bwd._check_arguments(q, seq, group, {"k": k, "v": v, "o": o, "dout": dout, "dq": dq, "dk": dk, "dv": dv},
                          {"lse": lse, "delta": delta})
+    if type(diagonal) not in (bool, int) or diagonal not in (0, 1, 2) or (diagonal == 2 and not prefetch):
+        raise ValueError(f"diagonal: expected False, True (a loop of its own) or 2 (a branch, with prefetch), got "
+                         f"{diagonal!r}" + (" without prefetch" if diagonal == 2 else ""))
     if not str(dq.dtype).endswith("float32"):
         raise DTypeError(f"dq: expected float32 (blocks add into it atomically), got {dq.dtype}", arg_name="dq")
     d = q.shape[1]

@@ -399,6 +399,33 @@ def test_bad_shapes_are_refused_as_the_two_kernel_backward_refuses_them():
     assert np.isnan(dq).all() and np.isnan(dk).all()
 
 
+@pytest.mark.parametrize("diagonal,prefetch", [(3, True), (2, False), ("yes", True), (1.5, True), (-1, True)])
+def test_a_bad_diagonal_is_refused_naming_it_and_nothing_is_written(diagonal, prefetch):
+    rows, d, seq = 256, 64, 128
+    bf = [np.zeros((rows, d), ml_dtypes.bfloat16) for _ in range(4)]
+    dq, dk, dv = nan(rows, d), nan(rows, d), nan(rows, d)
+    with pytest.raises(ValueError, match=r"^diagonal: expected False, True .* or 2 \(a branch, with prefetch\)"):
+        FUSED.launch_args(*bf[:3], nan(rows, d), bf[3], nan(rows), nan(rows), dq, dk, dv, seq, True,
+                          diagonal=diagonal, prefetch=prefetch)
+    assert np.isnan(dq).all() and np.isnan(dk).all() and np.isnan(dv).all()
+
+
+def test_a_branch_mask_form_is_its_base_without_causal():
+    """diagonal=2 masks only causal steps: on full attention the kernel is its base form's, instruction for
+    instruction (the mask's branch is not there at all), and causal it differs."""
+    base = "128x64 w8, TMA ring + TMA reduce dQ, K V swizzled, early loads, lazy waits + fp_fusion ftz, prefetch"
+    branch = f"{base}, branch mask, heads in turn"
+
+    def code(form, causal):
+        bf = [np.zeros((512, 128), ml_dtypes.bfloat16) for _ in range(4)]
+        steps = FUSED.launch_args(*bf[:3], nan(512, 128), bf[3], nan(512), nan(512), nan(512, 128), nan(512, 128),
+                                  nan(512, 128), 256, causal, tensor_cores=True, wgmma=True, **FUSED.form_options(form))
+        ptx = steps[-1][0].compile(steps[-1][1], "sm_90").ptx
+        return [ln for ln in ptx.splitlines() if not ln.strip().startswith((".loc", "//"))]
+    assert code(branch, False) == code(f"{base}, heads in turn", False)
+    assert code(branch, True) != code(f"{base}, heads in turn", True)
+
+
 # spill bytes ptxas 13.0 gives each form on sm_90a, bf16 causal (pinned: a change shows here). With the query
 # loop at the top for one query head a key head (2026-12-05, so a producer warpgroup can feed it) the 4-warp
 # D128 forms spill a little more: atomic dQ 12 bytes (was 4), the K V swizzled ring 88 (was 76)
