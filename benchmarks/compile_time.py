@@ -162,7 +162,7 @@ def autotune_compiles(tmp: str, pycache: str, repeat: int) -> dict[str, list[flo
     out: dict[str, list] = {"1": [], "default": []}
     for r in range(repeat):                      # interleaved: the host's speed drifts
         for jobs in out:
-            env = {"KB_AUTOTUNE": "0", "KB_AUTOTUNE_JOBS": "1" if jobs == "1" else ""}
+            env = {"KB_AUTOTUNE": "0", "KB_AUTOTUNE_JOBS": "1" if jobs == "1" else ""}   # empty: the default
             out[jobs].append(run_child("", str(Path(tmp) / f"tune{jobs}_{r}"), "sm_90a", pycache, TUNE_CHILD,
                                        env=env))
     return out
@@ -175,7 +175,6 @@ def run_child(kdir: str, cache_dir: str, arch: str, pycache: str, child: str = C
     env = dict(os.environ, KB_CACHE_DIR=cache_dir, KB_CACHE="1", PYTHONPATH=str(ROOT),
                PYTHONPYCACHEPREFIX=pycache, **(env or {}))
     env.pop("KB_DUMP", None)
-    env = {k: v for k, v in env.items() if v != ""}      # an empty value given: the variable unset
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     out = subprocess.run([sys.executable, "-c", child.format(kdir=kdir, arch=arch, **fmt)], env=env,
                          capture_output=True, text=True, check=True, cwd=str(ROOT))

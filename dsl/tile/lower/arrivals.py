@@ -50,10 +50,8 @@ class ArrivalsLowering:
 
         def leader() -> None:
             self.asm("fence.acq_rel.gpu")  # type: ignore[attr-defined]
-            inside: N.Expr = N.Const(True, BOOL)       # explicit: an arrival is never in an interior copy's
-            for k, i in enumerate(idx):                 # tests-free program, but say so here, not by assumption
-                ok = N.Logical("and", N.Compare("ge", i, N.Const(0, INDEX)), N.Compare("lt", i, N.ArrayLen(counter, k)))
-                inside = N.Logical("and", inside, ok)
+            # tested even in an interior copy: the counter's element is not the block's tile
+            inside = self.in_array(counter, idx, signed=True, always=True)  # type: ignore[attr-defined]
             won = self.new_var(BOOL, "won")  # type: ignore[attr-defined]
             self.emit(N.Assign(won, N.Const(False, BOOL)))  # type: ignore[attr-defined]
 
@@ -66,7 +64,7 @@ class ArrivalsLowering:
             def acquire() -> None:
                 self.asm("fence.acq_rel.gpu")  # type: ignore[attr-defined]
                 self.emit(N.Store(counter, idx, N.Const(0, dt), "unchecked", 0, e.loc))  # type: ignore[attr-defined]
-            self.guarded(inside, add)  # type: ignore[attr-defined]
+            self.guarded(inside if inside is not None else True, add)  # type: ignore[attr-defined]
             self.smem_store(buf, 0, N.ReadVar(won))  # type: ignore[attr-defined]
         self.guarded(N.Compare("eq", self.geo.tid, c32(0)), leader)  # type: ignore[attr-defined]
         self.sync()  # type: ignore[attr-defined]

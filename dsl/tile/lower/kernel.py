@@ -306,12 +306,13 @@ class Lowerer(ElementwiseLowering, ShapeLowering, AtomicsLowering, ArrivalsLower
         return self.tmp(N.BinOp("add", base, c, INDEX), "gi")
 
     def in_array(self, arr: N.Expr, idx: list[N.Expr], start: N.Expr | None = None,
-                 signed: bool = False) -> N.Expr | None:
+                 signed: bool = False, always: bool = False) -> N.Expr | None:
         """`start` and idx[k] < len(arr, k) on every axis (and >= 0 when `signed`: an index that may be
         negative); None when there is nothing to test. In the copy of an inside block (interior.py), only
-        `start` (true when that is None: callers build selects on it)."""
+        `start` (true when that is None: callers build selects on it), unless `always`: an index that is not
+        the block's tile (an arrival's counter element) is tested there too."""
         cond = start
-        if self.interior:
+        if self.interior and not always:
             return N.Const(True, BOOL) if cond is None else cond
         for k, g in enumerate(idx):
             ok: N.Expr = N.Compare("lt", g, N.ArrayLen(arr, k))
